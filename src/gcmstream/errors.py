@@ -1,0 +1,147 @@
+"""Every exception gcmstream raises on purpose, in one tree.
+
+::
+
+    GcmStreamError                       root: catch this to catch everything below
+    ├── ProtocolError                    the peer's bytes are bad; FATAL for the receiving side
+    │   ├── UnsupportedFormatError       (also ValueError) not a gcmstream header, or a magic,
+    │   │                                version, suite, role or record size this version refuses
+    │   ├── KeyCommitmentError           header commitment mismatch: wrong key, wrong context,
+    │   │                                or an altered header; raised before any record is opened
+    │   ├── RoleMismatchError            channel peer has the wrong role: a stream reflected back
+    │   │                                to its sender, or one-way data fed to a channel
+    │   ├── AuthenticationError          a record failed AES-GCM authentication (tampered,
+    │   │                                reordered, dropped, spliced or replayed); record number
+    │   │                                in the message, cryptography's InvalidTag chained
+    │   ├── RecordTooLargeError          a length field over the announced or configured limit,
+    │   │                                rejected before the record is buffered
+    │   ├── MalformedRecordError         an authenticated record breaks a format rule (unknown
+    │   │                                flag, FINAL with KEY_UPDATE), a length below the tag
+    │   │                                size, or the peer passed the per-key usage limit
+    │   ├── TruncatedStreamError         (also EOFError) input ended before an authenticated
+    │   │                                FINAL record
+    │   └── TrailingDataError            bytes after the FINAL record
+    ├── UsageError                       the caller broke a rule; nothing was changed and the
+    │   │                                object is still usable
+    │   ├── StreamClosedError            (also RuntimeError) writing after FINAL was sealed, or
+    │   │                                using a closed object
+    │   ├── NotReadyError                (also RuntimeError) sealing on a channel before the
+    │   │                                peer's header arrived
+    │   └── BufferFullError              receive_data() called again while earlier input is
+    │                                    still waiting for ring space (see Opener.wants_data)
+    ├── LimitReachedError                sealing would pass the hard per-key limit with automatic
+    │                                    key update off; nothing was sealed; call update_key()
+    └── StreamBrokenError                any call on an object that already failed fatally; the
+                                         original error is ``__cause__`` and ``.original``
+
+Rules that hold everywhere:
+
+* After a ProtocolError the object that raised it is failed: every later call raises
+  StreamBrokenError again, and no plaintext from the failing record (or after it) is ever
+  returned. Plaintext returned before the error is an authenticated prefix of the stream.
+* Messages name what was found and what was expected. They never contain keys, secrets,
+  nonces or plaintext.
+* Any other exception escaping gcmstream is a bug, except OSError and the async frameworks'
+  own resource errors raised by the transport underneath an adapter.
+"""
+
+from __future__ import annotations
+
+__all__ = (
+    "AuthenticationError",
+    "BufferFullError",
+    "GcmStreamError",
+    "KeyCommitmentError",
+    "LimitReachedError",
+    "MalformedRecordError",
+    "NotReadyError",
+    "ProtocolError",
+    "RecordTooLargeError",
+    "RoleMismatchError",
+    "StreamBrokenError",
+    "StreamClosedError",
+    "TrailingDataError",
+    "TruncatedStreamError",
+    "UnsupportedFormatError",
+    "UsageError",
+)
+
+
+class GcmStreamError(Exception):
+    """Root of every exception gcmstream raises on purpose."""
+
+
+class ProtocolError(GcmStreamError):
+    """The peer's bytes are invalid. Fatal: the receiving object is failed for good."""
+
+
+class UnsupportedFormatError(ProtocolError, ValueError):
+    """The stream header is not one this version reads (magic, version, suite, role, size)."""
+
+
+class KeyCommitmentError(ProtocolError):
+    """The header's key commitment does not match: wrong key, wrong context or altered header."""
+
+
+class RoleMismatchError(ProtocolError):
+    """A channel peer announced the wrong role (a reflected stream, or a one-way stream)."""
+
+
+class AuthenticationError(ProtocolError):
+    """A record failed authentication. ``record_number`` counts records from 0 in the stream."""
+
+    def __init__(self, record_number: int) -> None:
+        super().__init__(
+            f"record {record_number} failed authentication "
+            "(tampered, reordered, dropped, spliced or replayed data)"
+        )
+        self.record_number = record_number
+
+
+class RecordTooLargeError(ProtocolError):
+    """A length field exceeds the limit; rejected before the record is buffered."""
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(f"{what} of {size} bytes exceeds the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class MalformedRecordError(ProtocolError):
+    """A record breaks a format rule (flags, minimum length, per-key usage limit)."""
+
+
+class TruncatedStreamError(ProtocolError, EOFError):
+    """Input ended before an authenticated FINAL record: the stream was cut short."""
+
+
+class TrailingDataError(ProtocolError):
+    """Bytes follow the FINAL record."""
+
+
+class UsageError(GcmStreamError):
+    """The caller broke a rule of the API. Nothing changed; the object is still usable."""
+
+
+class StreamClosedError(UsageError, RuntimeError):
+    """The stream (or this direction of it) is closed: FINAL was sealed or close() called."""
+
+
+class NotReadyError(UsageError, RuntimeError):
+    """A channel cannot seal records before the peer's stream header has been received."""
+
+
+class BufferFullError(UsageError):
+    """receive_data() was called while earlier input still waits for ring space."""
+
+
+class LimitReachedError(GcmStreamError):
+    """Sealing would pass the hard per-key limit. Nothing was sealed; update the key first."""
+
+
+class StreamBrokenError(GcmStreamError):
+    """The object failed earlier; ``original`` (also ``__cause__``) is the first error."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(f"stream is broken by an earlier error: {original}")
+        self.original = original

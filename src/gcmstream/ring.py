@@ -1,0 +1,153 @@
+"""The receive ring: fixed memory that incoming records land in and are opened in place.
+
+Invariant
+---------
+``buf`` has a fixed ``capacity`` C, allocated once, never resized. Positions are offsets into
+it. Records are stored whole: a record never wraps past C. The stored bytes, in stream order,
+occupy
+
+* ``[head, tail)``                    when not wrapped (``wrap == -1``), or
+* ``[head, wrap)`` then ``[0, tail)``  when wrapped (the top segment ends at ``wrap``).
+
+Everything else is free. Inside the stored bytes, in order: ``complete`` whole records starting
+at ``head`` (the first may be the record the opener is reading, already decrypted in place),
+then at ``frontier`` the bytes received so far of the next, incomplete record, up to ``tail``.
+``frontier_len`` is that record's wire length once its 5-byte header has arrived, else 0.
+
+A record that starts in the last ``max_wire`` bytes (the zone ``[C - max_wire, C)``) might not
+fit before C, so there the ring offers the transport only the record's header first, then
+exactly the rest of the record once it is known to fit. A record that does not fit moves to 0;
+only its header bytes (at most 5) are copied, and only when ``[0, len)`` is free. With
+C >= 2 * max_wire this always becomes possible once the reader has consumed the records ahead,
+so a reader that keeps reading never deadlocks and a reader that stops reading stops the
+transport (backpressure: ``writable()`` is empty) instead of growing anything.
+
+Views: ``writable()`` returns a view of free space for the transport to fill, valid until the
+next ``commit``. Ring memory of a record stays untouched until ``pop`` releases that record;
+after that, the next ``writable()`` may hand it to the transport, which will overwrite it.
+"""
+
+from __future__ import annotations
+
+from .errors import MalformedRecordError, ProtocolError, RecordTooLargeError
+from .format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
+
+__all__ = ("RecordRing", "ring_capacity")
+
+_MIN_CAPACITY = 64 * 1024
+
+
+def ring_capacity(record_size: int) -> int:
+    """Capacity for records of up to ``record_size`` plaintext bytes: four records, >= 64 KiB."""
+    return max(4 * (RECORD_HEADER_SIZE + record_size + TAG_SIZE), _MIN_CAPACITY)
+
+
+class RecordRing:
+    """Fixed ring of whole records. See the module docstring for the invariant."""
+
+    __slots__ = (
+        "_offered",
+        "_zone",
+        "buf",
+        "capacity",
+        "complete",
+        "error",
+        "frontier",
+        "frontier_len",
+        "head",
+        "max_ciphertext",
+        "max_wire",
+        "tail",
+        "view",
+        "wrap",
+    )
+
+    def __init__(self, record_size: int, capacity: int | None = None) -> None:
+        self.max_ciphertext = record_size + TAG_SIZE
+        self.max_wire = RECORD_HEADER_SIZE + self.max_ciphertext
+        self.capacity = ring_capacity(record_size) if capacity is None else capacity
+        if self.capacity < 2 * self.max_wire:
+            raise ValueError("ring capacity must hold at least two maximum-size records")
+        self.buf = bytearray(self.capacity)
+        self.view = memoryview(self.buf)
+        self._zone = self.capacity - self.max_wire
+        self.head = self.tail = self.frontier = self.frontier_len = self.complete = 0
+        self.wrap = -1
+        self._offered = 0
+        self.error: ProtocolError | None = None
+
+    @property
+    def stored(self) -> int:
+        """Bytes held: complete records plus the partial one."""
+        if self.wrap >= 0:
+            return self.wrap - self.head + self.tail
+        return self.tail - self.head
+
+    def writable(self) -> memoryview:
+        """Free space the next incoming bytes go to; empty means "stop reading" (backpressure)."""
+        if self.error is not None:
+            return self.view[0:0]
+        need = self.frontier_len or RECORD_HEADER_SIZE
+        if self.frontier + need > self.capacity and not self._relocate(need):
+            return self.view[0:0]
+        stop = self.frontier + need
+        if stop < self._zone:
+            stop = self._zone
+        limit = self.head if self.wrap >= 0 else self.capacity
+        if stop > limit:
+            stop = limit
+        if stop <= self.tail:
+            return self.view[0:0]
+        self._offered = stop
+        return self.view[self.tail : stop]
+
+    def _relocate(self, need: int) -> bool:
+        """Move the frontier record's first bytes (at most a header) to 0, if 0.. is free."""
+        if self.wrap >= 0:
+            return False
+        start, count = self.frontier, self.tail - self.frontier
+        if self.head == start:  # nothing else is stored: start over at 0
+            self.view[0:count] = self.view[start : start + count]
+            self.head = self.frontier = 0
+        elif need <= self.head:
+            self.view[0:count] = self.view[start : start + count]
+            self.wrap, self.frontier = start, 0
+        else:
+            return False
+        self.tail = count
+        return True
+
+    def commit(self, nbytes: int) -> None:
+        """``nbytes`` were written at the start of the last ``writable()`` view."""
+        if nbytes < 0 or self.tail + nbytes > self._offered:
+            raise ValueError(f"commit of {nbytes} bytes exceeds the view that was offered")
+        self.tail += nbytes
+        while self.error is None:
+            available = self.tail - self.frontier
+            if not self.frontier_len:
+                if available < RECORD_HEADER_SIZE:
+                    return
+                _, length = RECORD_HEADER.unpack_from(self.buf, self.frontier)
+                if length > self.max_ciphertext:
+                    self.error = RecordTooLargeError("record ciphertext", length, self.max_ciphertext)
+                    return
+                if length < TAG_SIZE:
+                    self.error = MalformedRecordError(
+                        f"record length {length} is shorter than the {TAG_SIZE}-byte tag"
+                    )
+                    return
+                self.frontier_len = RECORD_HEADER_SIZE + length
+            if available < self.frontier_len:
+                return
+            self.frontier += self.frontier_len
+            self.frontier_len = 0
+            self.complete += 1
+
+    def pop(self, wire_length: int) -> None:
+        """Release the complete record at ``head``; its memory may be overwritten from now on."""
+        self.complete -= 1
+        self.head += wire_length
+        if self.wrap >= 0 and self.head == self.wrap:
+            self.head, self.wrap = 0, -1
+        if self.wrap < 0 and self.head == self.tail:  # empty: restart at 0 for the longest view
+            self.head = self.tail = self.frontier = 0
