@@ -76,7 +76,9 @@ class Sealer:
     ``seal(data)`` returns the stream header (first time) and every complete record that
     ``data`` fills; a partial record waits in a pending buffer until more data, ``flush()``
     or ``close()`` (FINAL). Each returned view is valid until the next call (module docs);
-    call ``detach_output()`` when something else (a transport) keeps referring to it.
+    call ``detach_output()`` when something else (a transport) keeps referring to it, or pass
+    ``reuse_output=False`` to get fresh memory for every output (for transports that may keep
+    what they were given, such as anyio streams on asyncio).
     """
 
     def __init__(
@@ -88,9 +90,11 @@ class Sealer:
         limits: KeyLimits | None = None,
         auto_key_update: bool = True,
         salt: bytes | None = None,
+        reuse_output: bool = True,
         _role: Role = Role.ONE_WAY,
     ) -> None:
         self.suite = Suite.for_key(key)
+        self._reuse_output = reuse_output
         self.record_size = check_record_size(record_size)
         self.header, secret = make_header(key, _role, record_size, context, salt)
         self._keys: TrafficKeys | None = TrafficKeys(secret, self.suite) if _role is Role.ONE_WAY else None
@@ -128,8 +132,9 @@ class Sealer:
     def key_generation(self) -> int:
         return self._keys.generation if self._keys is not None else 0
 
-    def seal(self, data: Buffer, *, final: bool = False) -> memoryview:
-        """Seal ``data``; with ``final=True`` also seal the rest and a FINAL record."""
+    def seal(self, data: Buffer, *, flush: bool = False, final: bool = False) -> memoryview:
+        """Seal ``data``. The rest of a record waits for more data unless ``flush=True`` (seal it
+        now as a short record) or ``final=True`` (seal it, or an empty record, as FINAL)."""
         self._revoke()
         if self._closed:
             raise StreamClosedError("cannot seal: the FINAL record was already sealed")
@@ -139,12 +144,9 @@ class Sealer:
         src = _byte_view(data)
         size = self.record_size
         total = self._pending_len + len(src)
-        if final:
-            sizes = [size] * (total // size)
-            if total % size or not sizes:
-                sizes.append(total % size)
-        else:
-            sizes = [size] * (total // size)
+        sizes = [size] * (total // size)
+        if (final or flush) and total % size or final and not sizes:
+            sizes.append(total % size)
         self._check_limits(sizes)
         out_size = len(sizes) * _OVERHEAD + sum(sizes) + (0 if self._header_sent else HEADER_SIZE)
         out = self._output(out_size)
@@ -224,7 +226,7 @@ class Sealer:
         return memoryview(self._pending)
 
     def _output(self, size: int) -> memoryview:
-        if self._out is None and size:
+        if self._out is None and size and self._reuse_output:
             capacity = HEADER_SIZE + _OUTPUT_RECORDS * (self.record_size + _OVERHEAD)
             if size <= capacity:
                 self._out = bytearray(capacity)
