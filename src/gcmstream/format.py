@@ -38,6 +38,8 @@ __all__ = (
     "Suite",
     "TrafficKeys",
     "channel_secret",
+    "check_context",
+    "check_record_size",
     "generate_key",
     "make_header",
     "parse_header",
