@@ -1,0 +1,392 @@
+"""Wire format: header encode/parse, key commitment, key limits, key schedule, no key in reprs."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from gcmstream import (
+    AuthenticationError,
+    Channel,
+    GcmStreamError,
+    KeyCommitmentError,
+    Opener,
+    Role,
+    Sealer,
+    StreamBrokenError,
+    UnsupportedFormatError,
+)
+from gcmstream.format import (
+    HARD_MAX_RECORD_SIZE,
+    HEADER_SIZE,
+    MAGIC,
+    SALT_SIZE,
+    VERSION,
+    KeyLimits,
+    StreamHeader,
+    Suite,
+    TrafficKeys,
+    generate_key,
+    make_header,
+    parse_header,
+    verify_header,
+)
+
+KEY128 = bytes(range(0x40, 0x50))
+KEY256 = bytes(range(0x60, 0x80))
+SALT = bytes(range(0xA0, 0xA0 + SALT_SIZE))
+
+# Byte offsets of the header fields (docs/FORMAT.md): magic, version, suite, role, reserved, size.
+OFF_VERSION, OFF_SUITE, OFF_ROLE, OFF_RESERVED, OFF_SIZE, OFF_SALT = 4, 5, 6, 7, 8, 12
+OFF_COMMITMENT = OFF_SALT + SALT_SIZE
+
+
+def header(
+    key: bytes = KEY128, role: Role = Role.ONE_WAY, record_size: int = 1000, context: bytes = b""
+) -> bytes:
+    raw, _ = make_header(key, role, record_size, context, SALT)
+    return raw
+
+
+def altered(raw: bytes, offset: int, value: bytes) -> bytes:
+    out = bytearray(raw)
+    out[offset : offset + len(value)] = value
+    return bytes(out)
+
+
+def open_header(raw: bytes, key: bytes = KEY128, context: bytes = b"") -> GcmStreamError:
+    """Feed a header (and nothing else) to an Opener and return the error it raises on read."""
+    opener = Opener(key, context=context)
+    opener.receive_data(raw)
+    with pytest.raises(GcmStreamError) as info:
+        opener.read()
+    return info.value
+
+
+# -- encode / parse ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "suite"), [(KEY128, Suite.AES_128_GCM), (KEY256, Suite.AES_256_GCM)], ids=["aes128", "aes256"]
+)
+@pytest.mark.parametrize("role", list(Role), ids=lambda r: r.name)
+def test_header_round_trip(key: bytes, suite: Suite, role: Role) -> None:
+    raw, secret = make_header(key, role, 4096, b"ctx", SALT)
+    assert len(raw) == HEADER_SIZE == 76
+    assert raw[:4] == MAGIC
+    assert raw[OFF_VERSION] == VERSION
+    assert raw[OFF_SUITE] == suite
+    assert raw[OFF_ROLE] == role
+    assert raw[OFF_RESERVED] == 0
+    assert struct.unpack(">I", raw[OFF_SIZE:OFF_SALT]) == (4096,)
+    assert raw[OFF_SALT:OFF_COMMITMENT] == SALT
+    parsed = parse_header(raw)
+    assert parsed == StreamHeader(
+        suite=suite, role=role, record_size=4096, salt=SALT, commitment=raw[OFF_COMMITMENT:], raw=raw
+    )
+    assert verify_header(key, parsed, b"ctx") == secret
+    assert len(secret) == 32
+
+
+def test_header_is_deterministic_for_a_fixed_salt_and_random_otherwise() -> None:
+    assert make_header(KEY128, Role.ONE_WAY, 10, b"", SALT) == make_header(
+        KEY128, Role.ONE_WAY, 10, b"", SALT
+    )
+    a, secret_a = make_header(KEY128, Role.ONE_WAY, 10, b"")
+    b, secret_b = make_header(KEY128, Role.ONE_WAY, 10, b"")
+    assert a[OFF_SALT:OFF_COMMITMENT] != b[OFF_SALT:OFF_COMMITMENT]
+    assert secret_a != secret_b
+
+
+def test_parse_accepts_any_bytes_like() -> None:
+    raw = header()
+    assert parse_header(bytearray(raw)) == parse_header(memoryview(raw)) == parse_header(raw)
+
+
+@pytest.mark.parametrize("record_size", [1, HARD_MAX_RECORD_SIZE])
+def test_record_size_bounds_are_accepted(record_size: int) -> None:
+    assert parse_header(header(record_size=record_size)).record_size == record_size
+
+
+@pytest.mark.parametrize("record_size", [0, -1, HARD_MAX_RECORD_SIZE + 1])
+def test_make_header_refuses_bad_record_size(record_size: int) -> None:
+    with pytest.raises(ValueError, match="record_size"):
+        make_header(KEY128, Role.ONE_WAY, record_size, b"", SALT)
+
+
+@pytest.mark.parametrize("salt", [b"", bytes(SALT_SIZE - 1), bytes(SALT_SIZE + 1)])
+def test_make_header_refuses_bad_salt(salt: bytes) -> None:
+    with pytest.raises(ValueError, match="salt"):
+        make_header(KEY128, Role.ONE_WAY, 10, b"", salt)
+
+
+@pytest.mark.parametrize("key", [b"", bytes(15), bytes(24), bytes(33)])
+def test_bad_key_sizes_are_refused(key: bytes) -> None:
+    with pytest.raises(ValueError, match="16 or 32"):
+        make_header(key, Role.ONE_WAY, 10, b"", SALT)
+    with pytest.raises(ValueError, match="16 or 32"):
+        Sealer(key)
+    with pytest.raises(ValueError, match="16 or 32"):
+        Opener(key)
+
+
+def test_key_must_be_bytes_like() -> None:
+    with pytest.raises(TypeError):
+        Suite.for_key("0" * 16)  # type: ignore[arg-type]
+
+
+# -- unsupported headers: the message says what was found and what was expected -------------
+
+UNSUPPORTED = [
+    pytest.param(OFF_VERSION - 4, b"XCMS", ["b'XCMS'", "b'GCMS'"], id="magic"),
+    pytest.param(OFF_VERSION, bytes([2]), ["version 2", "version 1"], id="version"),
+    pytest.param(OFF_VERSION, bytes([0]), ["version 0", "version 1"], id="version-0"),
+    pytest.param(OFF_SUITE, bytes([3]), ["suite 3", "1 or 2"], id="suite"),
+    pytest.param(OFF_SUITE, bytes([0]), ["suite 0", "1 or 2"], id="suite-0"),
+    pytest.param(OFF_ROLE, bytes([3]), ["role 3", "0, 1 or 2"], id="role"),
+    pytest.param(OFF_ROLE, bytes([0xFF]), ["role 255", "0, 1 or 2"], id="role-255"),
+    pytest.param(OFF_RESERVED, bytes([1]), ["is 1", "expected 0"], id="reserved"),
+    pytest.param(OFF_SIZE, struct.pack(">I", 0), ["size 0", f"1..{HARD_MAX_RECORD_SIZE}"], id="size-0"),
+    pytest.param(
+        OFF_SIZE,
+        struct.pack(">I", HARD_MAX_RECORD_SIZE + 1),
+        [f"size {HARD_MAX_RECORD_SIZE + 1}", f"1..{HARD_MAX_RECORD_SIZE}"],
+        id="size-too-big",
+    ),
+]
+
+
+@pytest.mark.parametrize(("offset", "value", "words"), UNSUPPORTED)
+def test_unsupported_header_fields(offset: int, value: bytes, words: list[str]) -> None:
+    raw = altered(header(), offset, value)
+    with pytest.raises(UnsupportedFormatError) as info:
+        parse_header(raw)
+    for word in words:
+        assert word in str(info.value)
+    assert isinstance(info.value, ValueError)
+    # The same through an Opener: the header error comes before any commitment check.
+    error = open_header(raw)
+    assert isinstance(error, UnsupportedFormatError)
+    for word in words:
+        assert word in str(error)
+
+
+@pytest.mark.parametrize("length", [0, HEADER_SIZE - 1, HEADER_SIZE + 1])
+def test_header_of_wrong_length(length: int) -> None:
+    with pytest.raises(UnsupportedFormatError, match=f"{HEADER_SIZE} bytes, got {length}"):
+        parse_header((header() * 2)[:length])
+
+
+def test_non_gcmstream_data_is_unsupported() -> None:
+    error = open_header(b"GET / HTTP/1.1\r\nHost: example.com\r\n" + bytes(HEADER_SIZE))
+    assert isinstance(error, UnsupportedFormatError)
+    assert "magic" in str(error)
+
+
+# -- key commitment --------------------------------------------------------------------------
+
+
+def test_wrong_key_fails_commitment() -> None:
+    parsed = parse_header(header())
+    with pytest.raises(KeyCommitmentError):
+        verify_header(bytes(16), parsed, b"")
+    assert isinstance(open_header(header(), key=bytes(16)), KeyCommitmentError)
+
+
+def test_wrong_context_fails_commitment() -> None:
+    raw = header(context=b"alice->bob")
+    assert verify_header(KEY128, parse_header(raw), b"alice->bob")
+    with pytest.raises(KeyCommitmentError):
+        verify_header(KEY128, parse_header(raw), b"bob->alice")
+    with pytest.raises(KeyCommitmentError):
+        verify_header(KEY128, parse_header(raw), b"")
+    assert isinstance(open_header(raw, context=b"alice->bob!"), KeyCommitmentError)
+
+
+def test_wrong_key_size_is_a_suite_mismatch() -> None:
+    raw = header(key=KEY256)
+    with pytest.raises(KeyCommitmentError, match=r"AES_256_GCM.*AES_128_GCM"):
+        verify_header(KEY128, parse_header(raw), b"")
+    error = open_header(raw, key=KEY128)
+    assert isinstance(error, KeyCommitmentError)
+    assert "AES_256_GCM" in str(error)
+    # The prefix of the longer key is not the shorter key either.
+    assert isinstance(open_header(header(key=KEY128), key=KEY128 * 2), KeyCommitmentError)
+
+
+@pytest.mark.parametrize(
+    ("offset", "value"),
+    [
+        pytest.param(OFF_ROLE, bytes([Role.ONE_WAY]), id="role"),  # changed below to a valid role
+        pytest.param(OFF_SIZE, struct.pack(">I", 999), id="record-size"),
+        pytest.param(OFF_SALT, b"\x00", id="salt-first"),
+        pytest.param(OFF_COMMITMENT - 1, b"\x00", id="salt-last"),
+        pytest.param(OFF_COMMITMENT, b"\x00", id="commitment-first"),
+        pytest.param(HEADER_SIZE - 1, b"\x00", id="commitment-last"),
+    ],
+)
+def test_altered_header_fails_commitment(offset: int, value: bytes) -> None:
+    raw = header(role=Role.INITIATOR) if offset == OFF_ROLE else header()
+    bad = altered(raw, offset, value)
+    if bad == raw:
+        bad = altered(raw, offset, bytes([raw[offset] ^ 1]))
+    assert bad != raw
+    with pytest.raises(KeyCommitmentError):
+        verify_header(KEY128, parse_header(bad), b"")
+
+
+@pytest.mark.parametrize("offset", range(OFF_SIZE, HEADER_SIZE))
+def test_every_bit_of_size_salt_and_commitment_is_committed(offset: int) -> None:
+    raw = header(record_size=0x10000)
+    for bit in range(8):
+        bad = altered(raw, offset, bytes([raw[offset] ^ (1 << bit)]))
+        try:
+            parsed = parse_header(bad)
+        except UnsupportedFormatError:
+            continue  # a record size over the hard cap
+        with pytest.raises(KeyCommitmentError):
+            verify_header(KEY128, parsed, b"")
+
+
+# -- key limits, key generation, key schedule ---------------------------------------------------
+
+
+def test_key_limits_defaults_are_consistent() -> None:
+    limits = KeyLimits()
+    assert limits.update_after_records <= limits.hard_records
+    assert limits.update_after_bytes <= limits.hard_bytes
+    assert limits.update_after_records == 1 << 24
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"update_after_records": 0},
+        {"update_after_bytes": 0},
+        {"update_after_records": -1},
+        {"update_after_records": 10, "hard_records": 9},
+        {"update_after_bytes": 10, "hard_bytes": 9},
+        {"hard_records": (1 << 64) + 1},
+    ],
+)
+def test_key_limits_validation(kwargs: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match=r"limit|hard_records"):
+        KeyLimits(**kwargs)
+
+
+def test_key_limits_edges_are_accepted() -> None:
+    KeyLimits(update_after_records=1, update_after_bytes=1, hard_records=1, hard_bytes=1)
+    KeyLimits(hard_records=1 << 64)
+
+
+def test_key_limits_are_frozen() -> None:
+    limits = KeyLimits()
+    with pytest.raises(AttributeError):
+        limits.hard_records = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("bits", "size"), [(128, 16), (256, 32)])
+def test_generate_key(bits: int, size: int) -> None:
+    keys = {generate_key(bits) for _ in range(8)}
+    assert len(keys) == 8
+    assert all(isinstance(key, bytes) and len(key) == size for key in keys)
+
+
+def test_generate_key_default_is_aes128() -> None:
+    assert len(generate_key()) == 16
+
+
+@pytest.mark.parametrize("bits", [0, 64, 192, 512])
+def test_generate_key_refuses_other_sizes(bits: int) -> None:
+    with pytest.raises(ValueError, match="128 or 256"):
+        generate_key(bits)
+
+
+@pytest.mark.parametrize("suite", list(Suite), ids=lambda s: s.name)
+def test_traffic_keys_nonce_is_iv_xor_seq(suite: Suite) -> None:
+    keys = TrafficKeys(bytes(range(32)), suite)
+    iv = keys.nonce(0)
+    assert len(iv) == 12
+    assert int.from_bytes(iv, "big") == keys.iv
+    for seq in (1, 2, 255, 256, 1 << 32, (1 << 64) - 1):
+        nonce = keys.nonce(seq)
+        assert len(nonce) == 12
+        assert nonce == bytes(a ^ b for a, b in zip(iv, seq.to_bytes(12, "big"), strict=True))
+    assert len({keys.nonce(seq) for seq in range(1000)}) == 1000
+
+
+@pytest.mark.parametrize("suite", list(Suite), ids=lambda s: s.name)
+def test_key_update_changes_key_and_iv(suite: Suite) -> None:
+    keys = TrafficKeys(bytes(range(32)), suite)
+    nxt = keys.next()
+    assert (keys.generation, nxt.generation) == (0, 1)
+    assert nxt.suite is suite
+    assert nxt.secret != keys.secret
+    assert nxt.iv != keys.iv
+    # Same nonce, same data: a different key gives a different ciphertext and cannot open the old.
+    nonce, data = bytes(12), b"attack at dawn"
+    old, new = keys.aead.encrypt(nonce, data, None), nxt.aead.encrypt(nonce, data, None)
+    assert old != new
+    # The derivation is deterministic: both sides reach the same generation-2 keys.
+    again = TrafficKeys(bytes(range(32)), suite).next().next()
+    assert again.secret == nxt.next().secret
+    assert again.aead.encrypt(nonce, data, None) == nxt.next().aead.encrypt(nonce, data, None)
+    # And the AEAD key has the suite's size.
+    key_size = suite.key_size
+    assert key_size in (16, 32)
+    assert isinstance(keys.aead, AESGCM)
+
+
+# -- no key material in reprs or messages ------------------------------------------------------
+
+
+def _forbidden(secret: bytes) -> list[str]:
+    return [
+        secret.hex(),
+        secret.hex().upper(),
+        repr(secret),
+        repr(bytearray(secret)),
+        secret.decode("latin-1"),
+    ]
+
+
+@pytest.mark.parametrize("key", [KEY128, KEY256], ids=["aes128", "aes256"])
+def test_reprs_and_messages_never_show_keys(key: bytes) -> None:
+    context = b"ctx"
+    sealer = Sealer(key, context=context, record_size=16)
+    wire = bytearray(sealer.seal(b"x" * 40)) + sealer.close()
+    opener = Opener(key, context=context)
+    initiator = Channel(key, role=Role.INITIATOR, context=context)
+    responder = Channel(key, role=Role.RESPONDER, context=context)
+    initiator.opener.receive_data(responder.initial_data())
+    responder.opener.receive_data(initiator.initial_data())
+    parsed = parse_header(sealer.header)
+    secret = verify_header(key, parsed, context)
+    keys = TrafficKeys(secret, parsed.suite)
+    objects: list[object] = [sealer, opener, initiator, responder, keys, keys.next(), initiator.sealer]
+    objects += [initiator.opener, KeyLimits(), parsed.suite, parsed.role]
+
+    errors: list[BaseException] = []
+    wrong = Opener(bytes(len(key)), context=context)
+    wrong.receive_data(wire)
+    with pytest.raises(KeyCommitmentError) as commitment:
+        wrong.read()
+    errors.append(commitment.value)
+    with pytest.raises(StreamBrokenError) as broken:
+        wrong.read()
+    errors.append(broken.value)
+    wire[HEADER_SIZE + 8] ^= 1
+    opener.receive_data(wire)
+    with pytest.raises(AuthenticationError) as auth:
+        opener.read()
+    errors.append(auth.value)
+    errors.append(auth.value.__cause__ or Exception())
+    objects += errors
+
+    texts = [text for obj in objects for text in (repr(obj), str(obj))]
+    for material in (key, secret, keys.secret, keys.next().secret):
+        for needle in _forbidden(material):
+            for text in texts:
+                assert needle not in text
