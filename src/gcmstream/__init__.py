@@ -6,6 +6,15 @@ in :mod:`gcmstream.errors`; the wire format is docs/FORMAT.md.
 
 from __future__ import annotations
 
+from .aio import (
+    SecureStreamReader,
+    SecureStreamWriter,
+    decrypting_reader,
+    encrypting_writer,
+    open_connection,
+    start_server,
+    wrap_streams,
+)
 from .codec import Channel, Opener, Sealer
 from .errors import (
     AuthenticationError,
@@ -56,6 +65,8 @@ __all__ = (
     "Role",
     "RoleMismatchError",
     "Sealer",
+    "SecureStreamReader",
+    "SecureStreamWriter",
     "StreamBrokenError",
     "StreamClosedError",
     "Suite",
@@ -63,5 +74,10 @@ __all__ = (
     "TruncatedStreamError",
     "UnsupportedFormatError",
     "UsageError",
+    "decrypting_reader",
+    "encrypting_writer",
     "generate_key",
+    "open_connection",
+    "start_server",
+    "wrap_streams",
 )

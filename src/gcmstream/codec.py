@@ -145,7 +145,7 @@ class Sealer:
         size = self.record_size
         total = self._pending_len + len(src)
         sizes = [size] * (total // size)
-        if (final or flush) and total % size or final and not sizes:
+        if ((final or flush) and total % size) or (final and not sizes):
             sizes.append(total % size)
         self._check_limits(sizes)
         out_size = len(sizes) * _OVERHEAD + sum(sizes) + (0 if self._header_sent else HEADER_SIZE)
@@ -489,6 +489,14 @@ class Opener:
         if not 0 <= nbytes <= self._pt_end - self._pt_pos:
             raise ValueError(f"cannot consume {nbytes} bytes: {self._pt_end - self._pt_pos} available")
         self._pt_pos += nbytes
+
+    def find(self, sub: Buffer) -> int:
+        """Index of ``sub`` in the plaintext ``peek()`` returned (this record only), or -1.
+        Searches the ring in place: no copy."""
+        if self._ring is None or self._pt_pos == self._pt_end:
+            return -1
+        index = self._ring.buf.find(sub, self._pt_pos, self._pt_end)
+        return index - self._pt_pos if index >= 0 else -1
 
     def read_view(self, max_bytes: int = -1) -> memoryview | None:
         """Up to ``max_bytes`` (all of the current record if < 0) as a view into the ring."""
