@@ -1,0 +1,662 @@
+"""Write the invalid-stream vectors in this directory: one JSON file per case.
+
+Run from the repository root::
+
+    .venv/bin/python tests/vectors/invalid/generate.py           # (re)write the files
+    .venv/bin/python tests/vectors/invalid/generate.py --check   # fail if a file differs
+
+Every case is built deterministically (fixed keys and salts) with the format's own key schedule,
+then records are forged, cut, moved or altered. The expected result of each case is written down
+from its construction (which error, which records authenticate before it), not taken from what
+gcmstream happens to do; the generator then replays every case through gcmstream's Opener and
+refuses to write anything if the library disagrees.
+
+Fields of a case (see README.md): ``mode`` is "one-way" (an Opener reads ``input``) or
+"channel" (a RESPONDER Channel with salt ``receiver_salt`` and record size
+``receiver_record_size`` reads ``input`` as its peer's bytes); ``expect`` is the exception class
+name from gcmstream.errors; ``released_sha256``/``released_length`` describe the plaintext an
+opener releases before the error when it is given the whole input at once and then EOF (as in
+age's CCTV corpus); ``plaintext_sha256`` is the plaintext the writer meant to send.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gcmstream import Channel, GcmStreamError, Opener, Role
+from gcmstream.format import (
+    FLAG_FINAL,
+    FLAG_KEY_UPDATE,
+    HARD_MAX_RECORD_SIZE,
+    HEADER_SIZE,
+    RECORD_HEADER,
+    RECORD_HEADER_SIZE,
+    TAG_SIZE,
+    Suite,
+    TrafficKeys,
+    channel_secret,
+    make_header,
+)
+
+HERE = Path(__file__).resolve().parent
+
+KEY = bytes(range(16))
+KEY_256 = bytes(range(32, 64))
+OTHER_KEY = bytes(range(100, 116))
+CONTEXT = b"gcmstream invalid vectors"
+RECORD_SIZE = 32
+SALT_A = bytes([0xA1]) * 32
+SALT_B = bytes([0xB2]) * 32
+SALT_R1 = bytes([0xC3]) * 32
+SALT_R2 = bytes([0xD4]) * 32
+
+# Plaintext of the base stream: five records, the second one carries KEY_UPDATE, the third is
+# short (a flush), the last is FINAL. Distinct bytes everywhere so any mix-up is visible.
+BASE = [
+    (0, bytes(range(0, 32))),
+    (FLAG_KEY_UPDATE, bytes(range(32, 64))),
+    (0, bytes(range(64, 74))),
+    (0, bytes(range(80, 112))),
+    (FLAG_FINAL, bytes(range(112, 117))),
+]
+
+
+@dataclass
+class Forged:
+    """A stream built record by record: the header, each wire record and its plaintext."""
+
+    header: bytes
+    records: list[bytes] = field(default_factory=list)
+    plaintexts: list[bytes] = field(default_factory=list)
+
+    def wire(self, records: list[bytes] | None = None) -> bytes:
+        return self.header + b"".join(self.records if records is None else records)
+
+    def plain(self, count: int | None = None) -> bytes:
+        return b"".join(self.plaintexts[: len(self.plaintexts) if count is None else count])
+
+
+def seal_record(
+    keys: TrafficKeys, seq: int, flags: int, plaintext: bytes, length: int | None = None
+) -> bytes:
+    """One wire record: header (flags, length) as associated data, then ciphertext and tag."""
+    wire_length = len(plaintext) + TAG_SIZE if length is None else length
+    header = RECORD_HEADER.pack(flags, wire_length)
+    return header + keys.aead.encrypt(keys.nonce(seq), plaintext, header)
+
+
+def forge(
+    records: list[tuple[int, bytes]],
+    *,
+    key: bytes = KEY,
+    salt: bytes = SALT_A,
+    context: bytes = CONTEXT,
+    record_size: int = RECORD_SIZE,
+    role: Role = Role.ONE_WAY,
+    secret: Callable[[bytes, bytes], bytes] | None = None,
+) -> Forged:
+    """Seal ``records`` (flags, plaintext) as a writer would, whatever the flags say.
+
+    The key schedule follows the flags: a KEY_UPDATE record is sealed under the current key,
+    then the next generation starts at sequence 0. ``secret`` maps (header, stream secret) to
+    the secret to use (channels key each direction from both headers).
+    """
+    header, stream_secret = make_header(key, role, record_size, context, salt)
+    keys = TrafficKeys(stream_secret if secret is None else secret(header, stream_secret), Suite.for_key(key))
+    out = Forged(header)
+    seq = 0
+    for flags, plaintext in records:
+        out.records.append(seal_record(keys, seq, flags, plaintext))
+        out.plaintexts.append(plaintext)
+        if flags & FLAG_KEY_UPDATE:
+            keys, seq = keys.next(), 0
+        else:
+            seq += 1
+    return out
+
+
+def responder_header(salt: bytes, key: bytes = KEY, context: bytes = CONTEXT) -> bytes:
+    return make_header(key, Role.RESPONDER, RECORD_SIZE, context, salt)[0]
+
+
+def forge_channel(records: list[tuple[int, bytes]], receiver_salt: bytes, context: bytes = CONTEXT) -> Forged:
+    """The INITIATOR's bytes to a RESPONDER whose header used ``receiver_salt``."""
+    peer = responder_header(receiver_salt)
+    return forge(
+        records,
+        role=Role.INITIATOR,
+        context=context,
+        secret=lambda own, _stream: channel_secret(KEY, own, peer, context),
+    )
+
+
+def flip(data: bytes, index: int, bit: int = 0) -> bytes:
+    out = bytearray(data)
+    out[index] ^= 1 << bit
+    return bytes(out)
+
+
+@dataclass
+class Case:
+    name: str
+    comment: str
+    input: bytes
+    expect: str
+    released: bytes
+    plaintext: bytes
+    mode: str = "one-way"
+    key: bytes = KEY
+    context: bytes = CONTEXT
+    max_record_size: int | None = None
+    receiver_salt: bytes | None = None
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "name": self.name,
+            "comment": self.comment,
+            "mode": self.mode,
+            "key": self.key.hex(),
+            "context": self.context.hex(),
+        }
+        if self.max_record_size is not None:
+            out["max_record_size"] = self.max_record_size
+        if self.receiver_salt is not None:
+            out["receiver_salt"] = self.receiver_salt.hex()
+            out["receiver_record_size"] = RECORD_SIZE
+        out.update(
+            expect=self.expect,
+            released_length=len(self.released),
+            released_sha256=hashlib.sha256(self.released).hexdigest(),
+            plaintext_sha256=hashlib.sha256(self.plaintext).hexdigest(),
+            input_length=len(self.input),
+            input=self.input.hex(),
+        )
+        return out
+
+
+def _header_with(header: bytes, offset: int, value: bytes) -> bytes:
+    return header[:offset] + value + header[offset + len(value) :]
+
+
+def build_cases() -> list[Case]:
+    base = forge(BASE)
+    true = base.plain()
+    r = base.records
+    cases: list[Case] = []
+
+    def add(name: str, comment: str, data: bytes, expect: str, released: int | bytes, **kw: object) -> None:
+        rel = base.plain(released) if isinstance(released, int) else released
+        cases.append(Case(name, comment, data, expect, rel, kw.pop("plaintext", true), **kw))  # type: ignore[arg-type]
+
+    # -- truncation ----------------------------------------------------------------------
+    add("empty_input", "no bytes at all", b"", "TruncatedStreamError", 0)
+    add("header_cut", "input ends inside the stream header", base.header[:40], "TruncatedStreamError", 0)
+    add("header_only", "a valid header and nothing else", base.header, "TruncatedStreamError", 0)
+    add("no_final_record", "every record but the FINAL one", base.wire(r[:4]), "TruncatedStreamError", 4)
+    add(
+        "ends_after_key_update",
+        "the stream ends right after the record carrying KEY_UPDATE",
+        base.wire(r[:2]),
+        "TruncatedStreamError",
+        2,
+    )
+    add(
+        "cut_in_record_header",
+        "input ends after 2 bytes of record 2's 5-byte header",
+        base.wire(r[:2]) + r[2][:2],
+        "TruncatedStreamError",
+        2,
+    )
+    add(
+        "cut_in_ciphertext",
+        "input ends in the middle of record 3's ciphertext",
+        base.wire(r[:3]) + r[3][:20],
+        "TruncatedStreamError",
+        3,
+    )
+    add(
+        "missing_tag_byte",
+        "the last byte of the FINAL record's tag is missing",
+        base.wire()[:-1],
+        "TruncatedStreamError",
+        4,
+    )
+    add(
+        "missing_tag",
+        "the FINAL record without its 16-byte tag",
+        base.wire()[:-TAG_SIZE],
+        "TruncatedStreamError",
+        4,
+    )
+    many = forge([(0, bytes([i % 256]) * 3) for i in range(300)])
+    add(
+        "no_final_after_300_records",
+        "300 short records (sequence numbers past 255, as age's counter carry case) and no FINAL",
+        many.wire(),
+        "TruncatedStreamError",
+        many.plain(),
+        plaintext=many.plain(),
+    )
+
+    # -- tampering -----------------------------------------------------------------------
+    off2 = HEADER_SIZE + len(r[0]) + len(r[1])
+    add(
+        "flipped_tag",
+        "one bit of record 2's tag flipped",
+        flip(base.wire(), off2 + len(r[2]) - 1),
+        "AuthenticationError",
+        2,
+    )
+    add(
+        "flipped_ciphertext",
+        "one bit of record 0's ciphertext flipped",
+        flip(base.wire(), HEADER_SIZE + RECORD_HEADER_SIZE + 3, 7),
+        "AuthenticationError",
+        0,
+    )
+    add(
+        "flipped_final_flag",
+        "FINAL flag set on record 0 without resealing it (the record header is associated data)",
+        flip(base.wire(), HEADER_SIZE),
+        "AuthenticationError",
+        0,
+    )
+    add(
+        "cleared_final_flag",
+        "FINAL flag cleared on the last record",
+        flip(base.wire(), HEADER_SIZE + sum(map(len, r[:4]))),
+        "AuthenticationError",
+        4,
+    )
+    add(
+        "cleared_key_update_flag",
+        "KEY_UPDATE flag cleared on record 1",
+        flip(base.wire(), HEADER_SIZE + len(r[0]), 1),
+        "AuthenticationError",
+        1,
+    )
+    add(
+        "length_shortened",
+        "record 0's length field one smaller: the record ends a byte early",
+        _header_with(base.wire(), HEADER_SIZE + 1, (len(r[0]) - RECORD_HEADER_SIZE - 1).to_bytes(4, "big")),
+        "AuthenticationError",
+        0,
+    )
+    add("dropped_record", "record 2 removed", base.wire(r[:2] + r[3:]), "AuthenticationError", 2)
+    add("dropped_first_record", "record 0 removed", base.wire(r[1:]), "AuthenticationError", 0)
+    add("duplicated_record", "record 0 sent twice", base.wire([r[0], *r]), "AuthenticationError", 1)
+    add("duplicated_final", "the FINAL record sent twice", base.wire([*r, r[4]]), "TrailingDataError", 4)
+    add(
+        "swapped_records",
+        "records 2 and 3 swapped",
+        base.wire([r[0], r[1], r[3], r[2], r[4]]),
+        "AuthenticationError",
+        2,
+    )
+    add(
+        "reordered_across_key_update",
+        "record 0 moved after record 1 (the KEY_UPDATE record)",
+        base.wire([r[1], r[0], *r[2:]]),
+        "AuthenticationError",
+        0,
+    )
+    other = forge(BASE, salt=SALT_B)
+    add(
+        "spliced_record",
+        "record 2 replaced by record 2 of another stream under the same key and context",
+        base.wire([*r[:2], other.records[2], *r[3:]]),
+        "AuthenticationError",
+        2,
+    )
+    add(
+        "spliced_header",
+        "the header of another stream under the same key, then this stream's records",
+        other.header + b"".join(r),
+        "AuthenticationError",
+        0,
+    )
+    stale = forge(BASE[:2])
+    stale_keys = TrafficKeys(
+        make_header(KEY, Role.ONE_WAY, RECORD_SIZE, CONTEXT, SALT_A)[1], Suite.AES_128_GCM
+    )
+    add(
+        "sealed_under_old_key",
+        "record 2 sealed with the key generation that record 1's KEY_UPDATE retired (sequence 2)",
+        stale.wire() + seal_record(stale_keys, 2, 0, BASE[2][1]) + b"".join(r[3:]),
+        "AuthenticationError",
+        2,
+    )
+    new_keys = stale_keys.next()
+    add(
+        "sequence_skipped",
+        "record 2 sealed under the right key with sequence 1 instead of 0",
+        base.wire(r[:2]) + seal_record(new_keys, 1, 0, BASE[2][1]),
+        "AuthenticationError",
+        2,
+    )
+
+    # -- records that authenticate but break the rules -----------------------------------------
+    mid = forge([(0, b"first"), (FLAG_FINAL, b"final in the middle"), (0, b"after"), (FLAG_FINAL, b"end")])
+    add(
+        "final_in_middle",
+        "a FINAL record followed by more records, all sealed correctly",
+        mid.wire(),
+        "TrailingDataError",
+        mid.plain(1),
+        plaintext=mid.plain(),
+    )
+    two = forge([*BASE, (FLAG_FINAL, b"second final")])
+    add(
+        "two_final_records",
+        "two FINAL records in a row, both sealed correctly",
+        two.wire(),
+        "TrailingDataError",
+        4,
+        plaintext=two.plain(),
+    )
+    add("trailing_byte", "one byte after the FINAL record", base.wire() + b"\x00", "TrailingDataError", 4)
+    add(
+        "trailing_garbage_long",
+        "1 KiB of garbage after the FINAL record",
+        base.wire() + bytes((i * 7 + 3) % 256 for i in range(1024)),
+        "TrailingDataError",
+        4,
+    )
+    add(
+        "trailing_huge_length",
+        "after FINAL, a record header with length 0xffffffff",
+        base.wire() + RECORD_HEADER.pack(0, 0xFFFFFFFF),
+        "TrailingDataError",
+        4,
+    )
+    both = forge([(0, b"ok"), (FLAG_FINAL | FLAG_KEY_UPDATE, b"both")])
+    add(
+        "final_and_key_update",
+        "a correctly sealed record carrying both FINAL and KEY_UPDATE",
+        both.wire(),
+        "MalformedRecordError",
+        both.plain(1),
+        plaintext=both.plain(),
+    )
+    unknown = forge([(0, b"ok"), (0x04, b"unknown flag"), (FLAG_FINAL, b"")])
+    add(
+        "unknown_flag",
+        "a correctly sealed record with flag 0x04",
+        unknown.wire(),
+        "MalformedRecordError",
+        unknown.plain(1),
+        plaintext=unknown.plain(),
+    )
+    high = forge([(0x80, b"high flag"), (FLAG_FINAL, b"")])
+    add(
+        "unknown_high_flag",
+        "a correctly sealed record with flag 0x80",
+        high.wire(),
+        "MalformedRecordError",
+        b"",
+        plaintext=high.plain(),
+    )
+    add(
+        "length_below_tag",
+        "record 2 has length 15, shorter than the tag",
+        base.wire(r[:2]) + RECORD_HEADER.pack(0, TAG_SIZE - 1) + bytes(TAG_SIZE - 1),
+        "MalformedRecordError",
+        2,
+    )
+    add(
+        "length_zero",
+        "record 0 has length 0",
+        base.header + RECORD_HEADER.pack(0, 0),
+        "MalformedRecordError",
+        0,
+    )
+    add(
+        "length_over_record_size",
+        "record 2's length field is the announced record size + tag + 1",
+        base.wire(r[:2]) + RECORD_HEADER.pack(0, RECORD_SIZE + TAG_SIZE + 1) + bytes(64),
+        "RecordTooLargeError",
+        2,
+    )
+    add(
+        "length_huge",
+        "record 1's length field is 0xffffffff (must be refused before anything is buffered)",
+        base.wire(r[:1]) + RECORD_HEADER.pack(0, 0xFFFFFFFF),
+        "RecordTooLargeError",
+        1,
+    )
+    big = forge([(0, b"ok"), (FLAG_FINAL, bytes(RECORD_SIZE + 1))])
+    add(
+        "sealed_record_over_record_size",
+        "a correctly sealed FINAL record one byte longer than the announced record size",
+        big.wire(),
+        "RecordTooLargeError",
+        big.plain(1),
+        plaintext=big.plain(),
+    )
+
+    # -- stream header -------------------------------------------------------------------
+    h = base.header
+    rest = b"".join(r)
+    add("bad_magic", "magic GCMT", _header_with(h, 0, b"GCMT") + rest, "UnsupportedFormatError", 0)
+    add("bad_version", "version 2", _header_with(h, 4, b"\x02") + rest, "UnsupportedFormatError", 0)
+    add("bad_suite", "suite 3", _header_with(h, 5, b"\x03") + rest, "UnsupportedFormatError", 0)
+    add("bad_role", "role 3", _header_with(h, 6, b"\x03") + rest, "UnsupportedFormatError", 0)
+    add(
+        "reserved_byte_set",
+        "reserved byte 1",
+        _header_with(h, 7, b"\x01") + rest,
+        "UnsupportedFormatError",
+        0,
+    )
+    add("record_size_zero", "record size 0", _header_with(h, 8, bytes(4)) + rest, "UnsupportedFormatError", 0)
+    add(
+        "record_size_over_hard_limit",
+        "record size 16 MiB + 1",
+        _header_with(h, 8, (HARD_MAX_RECORD_SIZE + 1).to_bytes(4, "big")) + rest,
+        "UnsupportedFormatError",
+        0,
+    )
+    add(
+        "record_size_over_reader_limit",
+        "a correctly committed header announcing 2 MiB records to a reader whose limit is 1 MiB",
+        forge(BASE, record_size=2 * 1024 * 1024).wire(),
+        "RecordTooLargeError",
+        0,
+        max_record_size=1024 * 1024,
+    )
+    add(
+        "altered_record_size",
+        "record size changed from 32 to 48 (the commitment covers it)",
+        _header_with(h, 8, (48).to_bytes(4, "big")) + rest,
+        "KeyCommitmentError",
+        0,
+    )
+    add("altered_salt", "one bit of the salt flipped", flip(base.wire(), 20), "KeyCommitmentError", 0)
+    add(
+        "altered_commitment",
+        "one bit of the commitment flipped",
+        flip(base.wire(), HEADER_SIZE - 1),
+        "KeyCommitmentError",
+        0,
+    )
+    add(
+        "wrong_key",
+        "the stream was written under another key",
+        forge(BASE, key=OTHER_KEY).wire(),
+        "KeyCommitmentError",
+        0,
+    )
+    add(
+        "wrong_context",
+        "the stream was written with another context",
+        forge(BASE, context=b"another context").wire(),
+        "KeyCommitmentError",
+        0,
+    )
+    add(
+        "wrong_suite",
+        "the stream was written with a 256-bit key, the reader has a 128-bit key",
+        forge(BASE, key=KEY_256).wire(),
+        "KeyCommitmentError",
+        0,
+    )
+    add(
+        "channel_stream_to_one_way_reader",
+        "an INITIATOR header fed to a one-way Opener",
+        forge(BASE, role=Role.INITIATOR).wire(),
+        "RoleMismatchError",
+        0,
+    )
+
+    # -- channel: a RESPONDER reads its INITIATOR's bytes ----------------------------------------
+    chan = forge_channel(BASE, SALT_R1)
+    cr = chan.records
+
+    def add_channel(name: str, comment: str, data: bytes, expect: str, released: int, **kw: object) -> None:
+        kw.setdefault("receiver_salt", SALT_R1)
+        cases.append(Case(name, comment, data, expect, chan.plain(released), true, mode="channel", **kw))  # type: ignore[arg-type]
+
+    add_channel(
+        "channel_replayed_session",
+        "an initiator's session recorded against one responder, replayed to a new responder",
+        chan.wire(),
+        "AuthenticationError",
+        0,
+        receiver_salt=SALT_R2,
+    )
+    add_channel(
+        "channel_reflected",
+        "the responder's own header sent back to it",
+        responder_header(SALT_R1),
+        "RoleMismatchError",
+        0,
+    )
+    add_channel(
+        "channel_one_way_stream", "a one-way stream fed to a channel", base.wire(), "RoleMismatchError", 0
+    )
+    add_channel(
+        "channel_flipped_tag",
+        "one bit of record 3's tag flipped",
+        flip(chan.wire(), HEADER_SIZE + sum(map(len, cr[:4])) - 1),
+        "AuthenticationError",
+        3,
+    )
+    add_channel(
+        "channel_dropped_record", "record 1 removed", chan.wire([cr[0], *cr[2:]]), "AuthenticationError", 1
+    )
+    add_channel("channel_truncated", "no FINAL record", chan.wire(cr[:3]), "TruncatedStreamError", 3)
+    add_channel(
+        "channel_ends_after_key_update",
+        "ends after the KEY_UPDATE record",
+        chan.wire(cr[:2]),
+        "TruncatedStreamError",
+        2,
+    )
+    add_channel("channel_trailing_data", "a byte after FINAL", chan.wire() + b"\xff", "TrailingDataError", 4)
+    add_channel(
+        "channel_one_way_keyed_records",
+        "a channel header followed by records sealed with the one-way stream key of that header",
+        chan.header + b"".join(forge(BASE, role=Role.INITIATOR).records),
+        "AuthenticationError",
+        0,
+    )
+    add_channel(
+        "channel_wrong_context",
+        "the initiator used another context",
+        forge_channel(BASE, SALT_R1, context=b"another context").wire(),
+        "KeyCommitmentError",
+        0,
+    )
+    return cases
+
+
+def replay(case: dict[str, object], chunk_size: int = 0) -> tuple[bytes, GcmStreamError | None]:
+    """Feed a case's input (all at once, or in ``chunk_size`` pieces), then EOF; return the
+    plaintext released and the error raised (None if the stream ended cleanly)."""
+    key = bytes.fromhex(str(case["key"]))
+    context = bytes.fromhex(str(case["context"]))
+    data = bytes.fromhex(str(case["input"]))
+    if case["mode"] == "channel":
+        channel = Channel(
+            key,
+            role=Role.RESPONDER,
+            context=context,
+            record_size=int(str(case["receiver_record_size"])),
+            salt=bytes.fromhex(str(case["receiver_salt"])),
+        )
+        channel.initial_data()
+        opener = channel.opener
+    else:
+        max_record_size = case.get("max_record_size")
+        if max_record_size is None:
+            opener = Opener(key, context=context)
+        else:
+            opener = Opener(key, context=context, max_record_size=int(str(max_record_size)))
+    released = bytearray()
+
+    def drain() -> None:
+        while (got := opener.read()) is not None and got:
+            released.extend(got)
+
+    try:
+        step = chunk_size or max(len(data), 1)
+        for start in range(0, len(data), step):
+            opener.receive_data(data[start : start + step])
+            drain()
+        opener.receive_eof()
+        drain()
+        if opener.read() != b"":
+            raise AssertionError("opener neither ended nor failed after EOF")
+    except GcmStreamError as exc:
+        return bytes(released), exc
+    return bytes(released), None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="compare with the files instead of writing")
+    args = parser.parse_args()
+    cases = build_cases()
+    names = [c.name for c in cases]
+    if len(set(names)) != len(names):
+        raise SystemExit("duplicate case names")
+    problems = []
+    rendered = {}
+    for case in cases:
+        doc = case.to_json()
+        released, error = replay(doc)
+        got = type(error).__name__ if error is not None else "no error"
+        if got != case.expect or released != case.released:
+            problems.append(
+                f"{case.name}: expected {case.expect} after {len(case.released)} bytes, "
+                f"gcmstream gave {got} after {len(released)} bytes"
+            )
+        rendered[f"{case.name}.json"] = json.dumps(doc, indent=1) + "\n"
+    if problems:
+        print("gcmstream disagrees with the construction:", *problems, sep="\n  ", file=sys.stderr)
+        return 1
+    existing = {p.name for p in HERE.glob("*.json")}
+    if args.check:
+        stale = sorted(existing ^ set(rendered))
+        stale += sorted(n for n in rendered if n in existing and (HERE / n).read_text() != rendered[n])
+        if stale:
+            print("out of date:", *stale, file=sys.stderr)
+            return 1
+        print(f"{len(rendered)} vectors up to date")
+        return 0
+    for name in existing - set(rendered):
+        (HERE / name).unlink()
+    for name, text in rendered.items():
+        (HERE / name).write_text(text)
+    print(f"wrote {len(rendered)} vectors to {HERE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
