@@ -1,0 +1,249 @@
+"""RecordRing invariants, driven by a model transport and a model reader (no crypto here)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gcmstream.errors import MalformedRecordError, RecordTooLargeError
+from gcmstream.format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
+from gcmstream.ring import RecordRing, ring_capacity
+
+
+class CheckedRing(RecordRing):
+    """A RecordRing that records how many bytes each relocation copies."""
+
+    __slots__ = ("relocations",)
+
+    def __init__(self, record_size: int, capacity: int | None = None) -> None:
+        super().__init__(record_size, capacity)
+        self.relocations: list[int] = []
+
+    def _relocate(self, need: int) -> bool:
+        count = self.tail - self.frontier
+        moved = super()._relocate(need)
+        if moved:
+            self.relocations.append(count)
+        return moved
+
+
+def wire_record(index: int, body_len: int) -> bytes:
+    """A record as the ring sees it: flags, length, then ``body_len`` bytes naming the record."""
+    body = (index.to_bytes(4, "big") * (body_len // 4 + 1))[:body_len]
+    return RECORD_HEADER.pack(0, body_len) + body
+
+
+class Model:
+    """A transport that writes a byte stream into the ring and a reader that pops whole records."""
+
+    def __init__(self, ring: CheckedRing, records: list[bytes]) -> None:
+        self.ring = ring
+        self.records = records
+        self.stream = b"".join(records)
+        self.sent = 0
+        self.popped = 0
+        self.buf_id = id(ring.buf)
+        self.capacity = ring.capacity
+
+    def check(self) -> None:
+        ring = self.ring
+        assert id(ring.buf) == self.buf_id, "the buffer object was replaced"
+        assert ring.view.obj is ring.buf
+        assert ring.capacity == self.capacity == len(ring.buf) == len(ring.view)
+        assert 0 <= ring.stored <= ring.capacity
+        assert all(count <= RECORD_HEADER_SIZE for count in ring.relocations)
+        assert ring.error is None
+
+    def send(self, most: int) -> int:
+        """Write up to ``most`` bytes into what ``writable()`` offers; return how many."""
+        view = self.ring.writable()
+        count = min(len(view), most, len(self.stream) - self.sent)
+        if count:
+            view[:count] = self.stream[self.sent : self.sent + count]
+            self.ring.commit(count)
+            self.sent += count
+        self.check()
+        return count
+
+    def pop(self) -> bool:
+        ring = self.ring
+        if not ring.complete:
+            return False
+        _, length = RECORD_HEADER.unpack_from(ring.buf, ring.head)
+        wire = RECORD_HEADER_SIZE + length
+        assert ring.head + wire <= ring.capacity, "a record wrapped past the end of the ring"
+        expected = self.records[self.popped]
+        assert bytes(ring.view[ring.head : ring.head + wire]) == expected
+        ring.pop(wire)
+        self.popped += 1
+        self.check()
+        return True
+
+
+def test_ring_capacity() -> None:
+    assert ring_capacity(1) == 64 * 1024
+    big = 1024 * 1024
+    assert ring_capacity(big) == 4 * (big + RECORD_HEADER_SIZE + TAG_SIZE)
+    with pytest.raises(ValueError, match="two maximum-size records"):
+        RecordRing(1000, capacity=2 * (1000 + RECORD_HEADER_SIZE + TAG_SIZE) - 1)
+    RecordRing(1000, capacity=2 * (1000 + RECORD_HEADER_SIZE + TAG_SIZE))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_reader_that_keeps_reading_never_deadlocks(seed: int) -> None:
+    rng = random.Random(seed)
+    record_size = rng.choice([1, 7, 100, 1000, 4000])
+    max_body = record_size + TAG_SIZE
+    max_wire = RECORD_HEADER_SIZE + max_body
+    capacity = rng.choice([None, 2 * max_wire, 2 * max_wire + rng.randrange(1, max_wire), 3 * max_wire])
+    ring = CheckedRing(record_size, capacity)
+    sizes = [rng.choice([TAG_SIZE, max_body, max_body, rng.randint(TAG_SIZE, max_body)]) for _ in range(300)]
+    model = Model(ring, [wire_record(i, size) for i, size in enumerate(sizes)])
+    steps = 0
+    while model.popped < len(sizes):
+        steps += 1
+        assert steps < 100_000, "no progress: deadlock"
+        if rng.random() < 0.6:
+            most = rng.choice([1, 2, 3, 5, 6, rng.randint(1, max_wire), rng.randint(1, 3 * max_wire)])
+            sent = model.send(most)
+        else:
+            sent = 0
+        if rng.random() < 0.4 or (sent == 0 and model.sent < len(model.stream)):
+            popped = model.pop()
+            if not sent and not popped and model.sent < len(model.stream):
+                # Nothing to read and nothing accepted: only legal if a retry is offered space.
+                assert len(ring.writable()) > 0, "deadlock: ring offers no space and holds no record"
+        if model.sent == len(model.stream):
+            model.pop()
+    assert model.sent == len(model.stream)
+    assert ring.stored == 0
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_backpressure_when_full_and_resume_when_popped(seed: int) -> None:
+    rng = random.Random(seed)
+    record_size = rng.choice([10, 1000, 3000])
+    max_body = record_size + TAG_SIZE
+    ring = CheckedRing(record_size, rng.choice([None, 2 * (RECORD_HEADER_SIZE + max_body) + 37]))
+    count = 8 * ring.capacity // (TAG_SIZE + max_body) + 10  # several ringfuls
+    sizes = [rng.randint(TAG_SIZE, max_body) for _ in range(count)]
+    model = Model(ring, [wire_record(i, size) for i, size in enumerate(sizes)])
+    for _ in range(5):
+        # A reader that stops reading: the transport fills the ring, then is offered nothing.
+        while model.send(rng.randint(1, 5000)):
+            pass
+        assert len(ring.writable()) == 0
+        assert ring.stored <= ring.capacity
+        assert ring.complete >= 1
+        held = ring.stored
+        # Still nothing after another try, and nothing was dropped or grown.
+        assert model.send(1000) == 0
+        assert ring.stored == held
+        # The reader pops; space comes back no later than when the ring holds no complete record.
+        while len(ring.writable()) == 0:
+            assert model.pop(), "ring is full but holds no complete record: deadlock"
+        assert model.send(1) == 1
+
+
+def test_relocation_copies_only_a_record_header() -> None:
+    record_size = 1000
+    max_wire = RECORD_HEADER_SIZE + record_size + TAG_SIZE
+    ring = CheckedRing(record_size, 2 * max_wire + 100)
+    rng = random.Random(1)
+    sizes = [rng.choice([TAG_SIZE, record_size + TAG_SIZE, 500]) for _ in range(500)]
+    model = Model(ring, [wire_record(i, size) for i, size in enumerate(sizes)])
+    while model.popped < len(sizes):
+        model.send(rng.randint(1, 700))
+        if rng.random() < 0.5:
+            model.pop()
+    assert ring.relocations, "the schedule never relocated: the test does not test anything"
+    assert max(ring.relocations) <= RECORD_HEADER_SIZE
+
+
+def test_record_header_alone_near_the_end() -> None:
+    """In the last max_wire bytes the ring offers only the header until the length is known."""
+    record_size = 100
+    max_wire = RECORD_HEADER_SIZE + record_size + TAG_SIZE
+    ring = RecordRing(record_size, 2 * max_wire)
+    view = ring.writable()
+    assert len(view) == max_wire  # up to the zone: the last max_wire bytes are offered piecewise
+    full = wire_record(0, record_size + TAG_SIZE)
+    view[:] = full
+    ring.commit(len(full))
+    assert ring.complete == 1
+    view = ring.writable()
+    assert len(view) == RECORD_HEADER_SIZE
+    with pytest.raises(ValueError, match="exceeds the view"):
+        ring.commit(RECORD_HEADER_SIZE + 1)
+    with pytest.raises(ValueError, match="exceeds the view"):
+        ring.commit(-1)
+    short = wire_record(1, 30)
+    view[:] = short[:RECORD_HEADER_SIZE]
+    ring.commit(RECORD_HEADER_SIZE)
+    view = ring.writable()
+    assert len(view) == 30  # exactly the rest of the record, now known to fit
+    view[:] = short[RECORD_HEADER_SIZE:]
+    ring.commit(30)
+    assert ring.complete == 2
+
+
+@pytest.mark.parametrize("extra", [1, 1000, 0xFFFF_FFFF - 116])
+def test_record_too_large_is_an_error_before_buffering(extra: int) -> None:
+    record_size = 100
+    ring = RecordRing(record_size)
+    length = record_size + TAG_SIZE + extra
+    header = RECORD_HEADER.pack(0, length)
+    for i in range(RECORD_HEADER_SIZE):
+        view = ring.writable()
+        view[0] = header[i]
+        ring.commit(1)
+        if i < RECORD_HEADER_SIZE - 1:
+            assert ring.error is None
+    assert isinstance(ring.error, RecordTooLargeError)
+    assert ring.error.size == length
+    assert ring.error.limit == record_size + TAG_SIZE
+    assert str(length) in str(ring.error)
+    assert str(record_size + TAG_SIZE) in str(ring.error)
+    assert ring.complete == 0
+    assert len(ring.writable()) == 0  # not one byte of the body is accepted
+    assert ring.stored == RECORD_HEADER_SIZE
+
+
+@pytest.mark.parametrize("length", [0, 1, TAG_SIZE - 1])
+def test_length_below_tag_is_malformed(length: int) -> None:
+    ring = RecordRing(100)
+    good = wire_record(0, 20)
+    view = ring.writable()
+    data = good + RECORD_HEADER.pack(0, length)
+    view[: len(data)] = data
+    ring.commit(len(data))
+    assert ring.complete == 1  # the good record before it stays readable
+    assert isinstance(ring.error, MalformedRecordError)
+    assert str(length) in str(ring.error)
+    assert len(ring.writable()) == 0
+
+
+def test_exact_maximum_length_is_accepted() -> None:
+    record_size = 100
+    ring = RecordRing(record_size)
+    data = wire_record(0, record_size + TAG_SIZE)
+    view = ring.writable()
+    view[: len(data)] = data
+    ring.commit(len(data))
+    assert ring.error is None
+    assert ring.complete == 1
+
+
+def test_empty_ring_restarts_at_zero() -> None:
+    ring = RecordRing(100)
+    data = wire_record(0, 50) + wire_record(1, 60)
+    view = ring.writable()
+    view[: len(data)] = data
+    ring.commit(len(data))
+    assert ring.complete == 2
+    ring.pop(RECORD_HEADER_SIZE + 50)
+    assert ring.head == RECORD_HEADER_SIZE + 50
+    ring.pop(RECORD_HEADER_SIZE + 60)
+    assert (ring.head, ring.tail, ring.frontier, ring.stored) == (0, 0, 0, 0)
+    assert len(ring.writable()) == ring.capacity - ring.max_wire  # the zone is offered piecewise
