@@ -147,7 +147,7 @@ class Sealer:
         sizes = [size] * (total // size)
         if ((final or flush) and total % size) or (final and not sizes):
             sizes.append(total % size)
-        self._check_limits(sizes)
+        self._check_limits(sizes, final)
         out_size = len(sizes) * _OVERHEAD + sum(sizes) + (0 if self._header_sent else HEADER_SIZE)
         out = self._output(out_size)
         pos = self._put_header(out)
@@ -244,20 +244,29 @@ class Sealer:
     def _lend(self, out: memoryview, end: int) -> memoryview:
         result = out[:end]
         out.release()
-        self._lent = result
+        if self._out is not None and result.obj is self._out:
+            self._lent = result  # our reusable memory: revoke this view at the next call
         return result
 
-    def _check_limits(self, sizes: list[int]) -> None:
+    def _check_limits(self, sizes: list[int], final: bool = False) -> None:
         """Refuse before sealing anything if a record would pass a hard per-key limit."""
         seq, key_bytes, update = self._seq, self._key_bytes, self._update_requested
         limits = self._limits
-        for length in sizes:
-            if seq >= limits.hard_records or key_bytes + length > limits.hard_bytes:
+        for index, length in enumerate(sizes):
+            last = final and index == len(sizes) - 1
+            due = not last and (update or self._update_due(seq, key_bytes, length))
+            # The last record slot of a key is kept for a record that carries KEY_UPDATE (or the
+            # FINAL one): a plain record there would leave no way to move to the next key.
+            if (
+                seq >= limits.hard_records
+                or key_bytes + length > limits.hard_bytes
+                or (seq + 1 >= limits.hard_records and not due and not last)
+            ):
                 raise LimitReachedError(
                     f"sealing would pass the hard limit of {limits.hard_records} records or "
                     f"{limits.hard_bytes} bytes per key; call update_key() first"
                 )
-            if update or self._update_due(seq, key_bytes, length):
+            if due:
                 seq, key_bytes, update = 0, 0, False
             else:
                 seq, key_bytes = seq + 1, key_bytes + length
@@ -671,6 +680,7 @@ class Channel:
         limits: KeyLimits | None = None,
         auto_key_update: bool = True,
         salt: bytes | None = None,
+        reuse_output: bool = True,
     ) -> None:
         if role not in (Role.INITIATOR, Role.RESPONDER):
             raise ValueError("a channel role is Role.INITIATOR or Role.RESPONDER")
@@ -683,6 +693,7 @@ class Channel:
             limits=limits,
             auto_key_update=auto_key_update,
             salt=salt,
+            reuse_output=reuse_output,
             _role=role,
         )
         self.opener = Opener(

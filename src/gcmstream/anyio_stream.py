@@ -1,0 +1,279 @@
+"""anyio adapter: a secure ``anyio.abc.ByteStream`` over any byte stream, on asyncio and trio.
+
+Modelled on anyio's ``TLSStream``: :meth:`SecureStream.wrap` runs the channel handshake over
+``transport_stream`` (a public field); ``receive()`` never returns empty bytes and raises
+``EndOfStream`` only after an authenticated FINAL record; a transport that ends without one
+raises :class:`~gcmstream.errors.TruncatedStreamError`. Two tasks receiving (or sending) at once
+get ``BusyResourceError``. A send that was cancelled part way leaves the stream broken: later
+sends raise ``BrokenResourceError``, since the peer may hold half a record.
+
+Bytes are copied once from the transport into the opener's ring (anyio streams return new
+``bytes``). Every send gets fresh sealed memory (``Sealer(reuse_output=False)``) because a
+transport may keep what it was given after ``send()`` returns (anyio's asyncio sockets do).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import AnyByteStream, ByteStream, Listener, TaskGroup
+
+from .codec import Channel
+from .errors import GcmStreamError, TruncatedStreamError
+from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, KeyLimits, Role
+
+__all__ = (
+    "GcmStreamAttribute",
+    "SecureListener",
+    "SecureStream",
+    "connect_tcp",
+    "create_tcp_listener",
+)
+
+logger = logging.getLogger("gcmstream")
+
+DEFAULT_HANDSHAKE_TIMEOUT = 30.0
+_RECEIVE_SIZE = 256 * 1024
+
+
+class GcmStreamAttribute(anyio.TypedAttributeSet):
+    """gcmstream's typed attributes, next to the transport's (``stream.extra(...)``)."""
+
+    suite: str = anyio.typed_attribute()
+    record_size: int = anyio.typed_attribute()
+    records_sealed: int = anyio.typed_attribute()
+    bytes_sealed: int = anyio.typed_attribute()
+    records_opened: int = anyio.typed_attribute()
+    bytes_opened: int = anyio.typed_attribute()
+
+
+@dataclass(eq=False)
+class SecureStream(ByteStream):
+    """An encrypted, authenticated duplex byte stream. Build it with :meth:`wrap`."""
+
+    transport_stream: AnyByteStream
+    channel: Channel
+    _receive_guard: anyio.ResourceGuard = field(init=False, repr=False)
+    _send_guard: anyio.ResourceGuard = field(init=False, repr=False)
+    _broken: BaseException | None = field(init=False, default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._receive_guard = anyio.ResourceGuard("reading from")
+        self._send_guard = anyio.ResourceGuard("writing to")
+
+    @classmethod
+    async def wrap(
+        cls,
+        transport_stream: AnyByteStream,
+        *,
+        key: Buffer,
+        role: Role,
+        context: Buffer = b"",
+        record_size: int = DEFAULT_RECORD_SIZE,
+        max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+        limits: KeyLimits | None = None,
+    ) -> SecureStream:
+        """Send our header, receive and verify the peer's. One side is Role.INITIATOR, the
+        other Role.RESPONDER. Raises KeyCommitmentError if the peer has another key/context."""
+        channel = Channel(
+            key,
+            role=role,
+            context=context,
+            record_size=record_size,
+            max_record_size=max_record_size,
+            limits=limits,
+            reuse_output=False,
+        )
+        stream = cls(transport_stream, channel)
+        await transport_stream.send(channel.initial_data())
+        while not channel.handshake_complete():
+            await stream._receive_more()
+            if channel.opener._eof_received and channel.opener.header is None:
+                channel.opener.peek()  # raises TruncatedStreamError from inside the header
+        return stream
+
+    async def _receive_more(self) -> None:
+        opener = self.channel.opener
+        if not opener.wants_data:
+            return
+        try:
+            data = await self.transport_stream.receive(_RECEIVE_SIZE)  # type: ignore[call-arg]
+        except (anyio.EndOfStream, anyio.IncompleteRead):
+            opener.receive_eof()
+        except anyio.BrokenResourceError as exc:
+            opener.receive_eof()
+            self._broken = exc
+        else:
+            opener.receive_data(data)
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        with self._receive_guard:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            opener = self.channel.opener
+            while True:
+                try:
+                    data = opener.read(max_bytes)
+                except TruncatedStreamError as exc:
+                    if exc.__cause__ is None and self._broken is not None:
+                        exc.__cause__ = self._broken
+                    raise
+                if data is not None:
+                    if not data:
+                        raise anyio.EndOfStream
+                    return data
+                await self._receive_more()
+
+    async def send(self, item: bytes) -> None:
+        with self._send_guard:
+            if self._broken is not None:
+                raise anyio.BrokenResourceError("an earlier send was interrupted") from self._broken
+            output = self.channel.sealer.seal(item, flush=True)
+            await self._send_sealed(output)
+
+    async def _send_sealed(self, output: memoryview) -> None:
+        if not output:
+            return
+        try:
+            await self.transport_stream.send(output)  # type: ignore[arg-type]  # any buffer works
+        except BaseException as exc:
+            self._broken = exc  # the peer may have half a record: nothing sent later can be trusted
+            raise
+
+    async def send_eof(self) -> None:
+        """Seal the FINAL record and half-close the transport when it supports that."""
+        with self._send_guard:
+            if self._broken is not None:
+                raise anyio.BrokenResourceError("an earlier send was interrupted") from self._broken
+            await self._send_sealed(self.channel.sealer.close())
+            with contextlib.suppress(NotImplementedError):  # FINAL already told the peer
+                await self.transport_stream.send_eof()
+
+    async def aclose(self) -> None:
+        """Seal FINAL if it was not sealed yet, then close the transport."""
+        sealer = self.channel.sealer
+        try:
+            if self._broken is None and not sealer.closed and sealer._keys is not None:
+                with anyio.move_on_after(5, shield=True):
+                    await self._send_sealed(sealer.close())
+        except (GcmStreamError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            logger.debug("could not send FINAL while closing", exc_info=True)
+        finally:
+            await self.transport_stream.aclose()
+
+    @property
+    def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
+        sealer, opener = self.channel.sealer, self.channel.opener
+        return {
+            **self.transport_stream.extra_attributes,
+            GcmStreamAttribute.suite: lambda: sealer.suite.name,
+            GcmStreamAttribute.record_size: lambda: sealer.record_size,
+            GcmStreamAttribute.records_sealed: lambda: sealer.records_sealed,
+            GcmStreamAttribute.bytes_sealed: lambda: sealer.bytes_sealed,
+            GcmStreamAttribute.records_opened: lambda: opener.records_opened,
+            GcmStreamAttribute.bytes_opened: lambda: opener.bytes_opened,
+        }
+
+
+async def connect_tcp(
+    remote_host: str,
+    remote_port: int,
+    *,
+    key: Buffer,
+    context: Buffer = b"",
+    record_size: int = DEFAULT_RECORD_SIZE,
+    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+    limits: KeyLimits | None = None,
+    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
+) -> SecureStream:
+    """``anyio.connect_tcp`` plus the handshake (as the channel's initiator)."""
+    transport = await anyio.connect_tcp(remote_host, remote_port)
+    try:
+        with anyio.fail_after(handshake_timeout):
+            return await SecureStream.wrap(
+                transport,
+                key=key,
+                role=Role.INITIATOR,
+                context=context,
+                record_size=record_size,
+                max_record_size=max_record_size,
+                limits=limits,
+            )
+    except BaseException:
+        await anyio.aclose_forcefully(transport)
+        raise
+
+
+@dataclass(eq=False)
+class SecureListener(Listener[SecureStream]):
+    """Wraps a listener so that ``serve()`` hands out handshaken SecureStreams (as responder).
+    Clients that fail the handshake or send no header within ``handshake_timeout`` are logged
+    and dropped; the listener keeps serving."""
+
+    listener: Listener[Any]
+    key: bytes = field(repr=False)
+    context: bytes = field(default=b"", repr=False)
+    record_size: int = DEFAULT_RECORD_SIZE
+    max_record_size: int = DEFAULT_MAX_RECORD_SIZE
+    limits: KeyLimits | None = None
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+
+    async def serve(
+        self,
+        handler: Callable[[SecureStream], Any],
+        task_group: TaskGroup | None = None,
+    ) -> None:
+        async def handle(transport: AnyByteStream) -> None:
+            try:
+                with anyio.fail_after(self.handshake_timeout):
+                    stream = await SecureStream.wrap(
+                        transport,
+                        key=self.key,
+                        role=Role.RESPONDER,
+                        context=self.context,
+                        record_size=self.record_size,
+                        max_record_size=self.max_record_size,
+                        limits=self.limits,
+                    )
+            except (GcmStreamError, TimeoutError, OSError, anyio.BrokenResourceError) as exc:
+                logger.warning("gcmstream: handshake failed: %s", exc)
+                await anyio.aclose_forcefully(transport)
+                return
+            await handler(stream)
+
+        await self.listener.serve(handle, task_group)
+
+    async def aclose(self) -> None:
+        await self.listener.aclose()
+
+    @property
+    def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
+        return self.listener.extra_attributes
+
+
+async def create_tcp_listener(
+    *,
+    key: Buffer,
+    local_host: str | None = None,
+    local_port: int = 0,
+    context: Buffer = b"",
+    record_size: int = DEFAULT_RECORD_SIZE,
+    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+    limits: KeyLimits | None = None,
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+) -> SecureListener:
+    """``anyio.create_tcp_listener`` whose ``serve()`` hands out SecureStreams."""
+    listener = await anyio.create_tcp_listener(local_host=local_host, local_port=local_port)
+    return SecureListener(
+        listener,
+        bytes(key),
+        bytes(context),
+        record_size,
+        max_record_size,
+        limits,
+        handshake_timeout,
+    )
