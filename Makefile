@@ -27,5 +27,20 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(PY) -m pytest -q
 
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+# Every benchmark part (< 10 min on 2 cores), then benchmarks/README.md and its chart.
+bench: $(BENCH_STAMP)
+	$(PY) benchmarks/run.py
+	$(PY) benchmarks/render.py
+
+# Every part on tiny sizes (seconds): a smoke test, not a measurement.
+bench-quick: $(BENCH_STAMP)
+	$(PY) benchmarks/run.py --quick
+
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

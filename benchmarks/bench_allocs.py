@@ -1,0 +1,177 @@
+"""Part 2: allocations per record against record size (1 KiB .. 1 MiB), gcmstream's open path
+(get_buffer/buffer_updated feeding, readinto or read_view reading, steady state: the Opener
+already has its ring) against raw ``AESGCM.decrypt_into`` (prebuilt arguments: the floor this
+dependency allows). memray counts every allocation call; tracemalloc the Python heap growth.
+
+For the default record size the gcmstream allocations are also attributed to source lines
+(memray stack traces), so a miss says exactly what costs what.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import tempfile
+from collections import Counter
+from typing import Any
+
+from bench_common import NATIVE_ALLOCATORS, PYTHON_ALLOCATORS, Op, alloc_profile, write_result
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+import gcmstream
+
+KEY = bytes(range(16))
+CONTEXT = bytes(range(256))
+
+SIZES = [1024, 4096, 16384, 65536, 262144, 1048576]
+QUICK_SIZES = [1024, 65536]
+
+
+class OpenDriver:
+    """A long-lived Opener fed from a pre-sealed stream, ``records`` records per call."""
+
+    def __init__(self, record_size: int, records_per_call: int, calls: int, *, zero_copy: bool) -> None:
+        self.record_size = record_size
+        self.per_call = records_per_call
+        sealer = gcmstream.Sealer(KEY, context=CONTEXT, record_size=record_size)
+        total = record_size * records_per_call * (calls + 2)
+        self.wire = memoryview(bytes(sealer.seal(os.urandom(record_size)[:1] * total, final=True)))
+        self.opener = gcmstream.Opener(KEY, context=CONTEXT, max_record_size=max(record_size, 1 << 20))
+        self.out = memoryview(bytearray(record_size))
+        self.pos = 0
+        self.zero_copy = zero_copy
+        self.step()  # header parsed, ring allocated, first records opened
+
+    def step(self) -> None:
+        opener, wire, out = self.opener, self.wire, self.out
+        want = self.per_call
+        while want:
+            buf = opener.get_buffer()
+            count = min(len(buf), len(wire) - self.pos)
+            if count:
+                buf[:count] = wire[self.pos : self.pos + count]
+                opener.buffer_updated(count)
+                self.pos += count
+            while want:
+                if self.zero_copy:
+                    view = opener.read_view()
+                    if view is None:
+                        break
+                else:
+                    if opener.readinto(out) is None:
+                        break
+                want -= 1
+
+
+def raw_op(record_size: int) -> Op:
+    aead = AESGCM(KEY)
+    nonce = bytes(12)
+    header = b"\x00" + (record_size + 16).to_bytes(4, "big")
+    ct = aead.encrypt(nonce, bytes(record_size), header)
+    out = bytearray(record_size)
+
+    def op() -> object:
+        return aead.decrypt_into(nonce, ct, header, out)
+
+    return op
+
+
+def attribute(driver: OpenDriver, calls: int) -> list[dict[str, Any]]:
+    """memray records of ``calls`` steps grouped by the innermost gcmstream (or driver) line."""
+    import memray
+
+    sites: Counter[tuple[str, str]] = Counter()
+    sizes: Counter[tuple[str, str]] = Counter()
+    code: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "attr.bin")
+        with memray.Tracker(path, trace_python_allocators=True):
+            for _ in range(calls):
+                driver.step()
+        for record in memray.FileReader(path).get_allocation_records():
+            kind = memray.AllocatorType(record.allocator).name
+            if kind not in NATIVE_ALLOCATORS and kind not in PYTHON_ALLOCATORS:
+                continue
+            where = "(no Python frame)"
+            for func, filename, line in record.stack_trace():
+                if "gcmstream" in filename or "bench_allocs" in filename:
+                    short = filename.split("/src/")[-1].split("/benchmarks/")[-1]
+                    where = f"{short}:{line} {func}"
+                    code[where] = linecache.getline(filename, line).strip()
+                    break
+            key = (where, "native" if kind in NATIVE_ALLOCATORS else "python")
+            sites[key] += record.n_allocations
+            sizes[key] += record.size
+    records = calls * driver.per_call
+    return [
+        {
+            "site": site,
+            "code": code.get(site, ""),
+            "allocator": kind,
+            "allocs_per_record": n / records,
+            "bytes_per_record": sizes[(site, kind)] / records,
+        }
+        for (site, kind), n in sites.most_common()
+    ]
+
+
+def run(quick: bool) -> dict[str, Any]:
+    sizes = QUICK_SIZES if quick else SIZES
+    rows = []
+    attribution: dict[int, list[dict[str, Any]]] = {}
+    for size in sizes:
+        per_call = max(1, min(64, (4 << 20) // size)) if not quick else 4
+        calls = 2 if quick else 4
+        raw = alloc_profile(raw_op(size), 16 if not quick else 2)
+        row: dict[str, Any] = {"record_size": size, "raw_decrypt_into": raw}
+        for label, zero_copy in (("gcmstream_readinto", False), ("gcmstream_read_view", True)):
+            driver = OpenDriver(size, per_call, calls * 3 + 4, zero_copy=zero_copy)
+            prof = alloc_profile(driver.step, calls)
+            row[label] = {k: v / per_call for k, v in prof.items()}
+            attr = attribute(OpenDriver(size, per_call, calls + 2, zero_copy=zero_copy), calls)
+            lib = [a for a in attr if a["site"].startswith("gcmstream/")]
+            row[label + "_library_only"] = {
+                f"{kind}_{unit}": sum(a[f"{unit}_per_record"] for a in lib if a["allocator"] == kind)
+                for kind in ("native", "python")
+                for unit in ("allocs", "bytes")
+            }
+            if label == "gcmstream_readinto":
+                attribution[size] = attr
+        lib_bytes = sum(v for k, v in row["gcmstream_readinto_library_only"].items() if k.endswith("bytes"))
+        lib_native = row["gcmstream_readinto_library_only"]["native_bytes"]
+        row["extra_bytes_readinto"] = lib_bytes - raw["bytes"]
+        row["extra_native_bytes_readinto"] = lib_native - raw["native_bytes"]
+        rows.append(row)
+    extras = [r["extra_bytes_readinto"] for r in rows]
+    native = [r["extra_native_bytes_readinto"] for r in rows]
+    retained = [r["gcmstream_readinto"]["tm_net_bytes"] for r in rows]
+    targets = {
+        "open_allocs_per_record": {
+            "target": "<= raw decrypt_into + 256 B per record, flat 1 KiB..1 MiB (all allocation calls)",
+            "value": max(extras),
+            "met": max(extras) <= 256,
+            "spread_bytes": max(extras) - min(extras),
+        },
+        "open_native_allocs_per_record": {
+            "target": "native (OpenSSL/Rust) bytes per record <= raw decrypt_into + 256 B",
+            "value": max(native),
+            "met": max(native) <= 256,
+        },
+        "open_retained_per_record": {
+            "target": "Python heap retained per record (tracemalloc net) == 0",
+            "value": max(retained),
+            "met": max(retained) < 1,
+        },
+    }
+    return {
+        "params": {"sizes": sizes},
+        "rows": rows,
+        "attribution": {str(k): v for k, v in attribution.items()},
+        "targets": targets,
+    }
+
+
+def main(quick: bool) -> dict[str, Any]:
+    data = run(quick)
+    write_result("allocs", data, quick)
+    return data

@@ -1,0 +1,249 @@
+"""Part 1, the seed workload: 10 MiB plaintext, 256 bytes of context / associated data,
+16-byte key, encrypt and decrypt as whole operations (ns/op, B/op, allocs/op, decrypt/encrypt).
+
+gcmstream decrypts the way a socket receiver does: ``get_buffer()`` / ``buffer_updated(n)``
+(the copy of ciphertext into the ring stands in for the transport's ``recv_into``) and
+``readinto`` a preallocated output buffer. Two extra rows split that cost: ``read_view``
+instead of ``readinto`` (no copy out), and the two memcpys alone.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable
+from typing import Any
+
+from bench_common import Op, alloc_profile, interleaved, write_result
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+import gcmstream
+
+KEY = bytes(range(16))
+CONTEXT = bytes(range(256))
+NONCE = bytes(12)
+
+
+class _Sink(io.BytesIO):
+    """A BytesIO that survives Tink's close() so the ciphertext can be read back."""
+
+    def close(self) -> None:
+        pass
+
+
+def gcm_encrypt_op(plaintext: bytes, record_size: int = gcmstream.DEFAULT_RECORD_SIZE) -> Op:
+    def op() -> object:
+        sealer = gcmstream.Sealer(KEY, context=CONTEXT, record_size=record_size)
+        return sealer.seal(plaintext, final=True)
+
+    return op
+
+
+def gcm_wire(plaintext: bytes, record_size: int = gcmstream.DEFAULT_RECORD_SIZE) -> bytes:
+    sealer = gcmstream.Sealer(KEY, context=CONTEXT, record_size=record_size)
+    return bytes(sealer.seal(plaintext, final=True))
+
+
+def gcm_decrypt_op(wire: bytes, size: int, out: bytearray, *, zero_copy: bool = False) -> Callable[[], int]:
+    """Open a whole stream: feed through get_buffer/buffer_updated, read with readinto (or
+    read_view when ``zero_copy``: the plaintext is used where it lies)."""
+    wire_view = memoryview(wire)
+    out_view = memoryview(out)
+    total = len(wire)
+
+    def op() -> int:
+        opener = gcmstream.Opener(KEY, context=CONTEXT)
+        pos = got = 0
+        while True:
+            if pos < total:
+                buf = opener.get_buffer()
+                count = min(len(buf), total - pos)
+                if count:
+                    buf[:count] = wire_view[pos : pos + count]
+                    opener.buffer_updated(count)
+                    pos += count
+                    if pos == total:
+                        opener.receive_eof()
+            if zero_copy:
+                view = opener.read_view()
+                if view is None:
+                    continue
+                if not view:
+                    break
+                got += len(view)
+            else:
+                n = opener.readinto(out_view[got:])
+                if n is None:
+                    continue
+                if n == 0:
+                    break
+                got += n
+        if got != size:
+            raise RuntimeError(f"opened {got} bytes, expected {size}")
+        return got
+
+    return op
+
+
+def memcpy_op(src: bytes, dst: bytearray, chunk: int) -> Op:
+    """The copies the decrypt path makes besides decrypting: ciphertext in, plaintext out."""
+    s, d = memoryview(src), memoryview(dst)
+
+    def op() -> None:
+        for pos in range(0, len(s), chunk):
+            end = min(pos + chunk, len(s))
+            d[pos:end] = s[pos:end]
+        d[: len(s)] = s
+
+    return op
+
+
+def run(quick: bool) -> dict[str, Any]:
+    size = 256 * 1024 if quick else 10 * 1024 * 1024
+    reps = 3 if quick else 25
+    alloc_count = 1 if quick else 3
+    plaintext = os.urandom(size)
+    out = bytearray(size + 1)
+    rows: dict[str, dict[str, Op]] = {}
+
+    # gcmstream at its default record size
+    wire = gcm_wire(plaintext)
+    check = gcm_decrypt_op(wire, size, out)
+    check()
+    assert out[:size] == plaintext
+    rows["gcmstream"] = {
+        "encrypt": gcm_encrypt_op(plaintext),
+        "decrypt": gcm_decrypt_op(wire, size, out),
+    }
+    rows["gcmstream read_view"] = {
+        "encrypt": gcm_encrypt_op(plaintext),
+        "decrypt": gcm_decrypt_op(wire, size, out, zero_copy=True),
+    }
+
+    # raw AESGCM, one call over the whole buffer (single nonce)
+    aead = AESGCM(KEY)
+    ct = aead.encrypt(NONCE, plaintext, CONTEXT)
+    ct_out = bytearray(len(ct))
+    pt_out = bytearray(size)
+    rows["AESGCM encrypt/decrypt"] = {
+        "encrypt": lambda: aead.encrypt(NONCE, plaintext, CONTEXT),
+        "decrypt": lambda: aead.decrypt(NONCE, ct, CONTEXT),
+    }
+    rows["AESGCM *_into"] = {
+        "encrypt": lambda: aead.encrypt_into(NONCE, plaintext, CONTEXT, ct_out),
+        "decrypt": lambda: aead.decrypt_into(NONCE, ct, CONTEXT, pt_out),
+    }
+
+    notes: list[str] = []
+    # Tink streaming AEAD
+    try:
+        import tink
+        from tink import streaming_aead
+
+        streaming_aead.register()
+        for template in ("AES128_GCM_HKDF_4KB", "AES128_GCM_HKDF_1MB"):
+            handle = tink.new_keyset_handle(getattr(streaming_aead.streaming_aead_key_templates, template))
+            primitive = handle.primitive(streaming_aead.StreamingAead)
+            rows[f"Tink {template}"] = _tink_ops(primitive, plaintext, out)
+    except ImportError as exc:
+        notes.append(f"Tink skipped: {exc}")
+
+    # cryptography's Cobblestone
+    try:
+        from cryptography.cobblestone import Cobblestone128Decryptor, Cobblestone128Encryptor
+
+        cob_ct = bytearray(size + size // 1024 + 4096)
+        enc = Cobblestone128Encryptor(KEY, CONTEXT)
+        n = enc.update_into(plaintext, cob_ct)
+        cob_wire = bytes(cob_ct[:n]) + enc.finalize()
+
+        def cob_encrypt() -> int:
+            e = Cobblestone128Encryptor(KEY, CONTEXT)
+            m = e.update_into(plaintext, cob_ct)
+            return m + len(e.finalize())
+
+        def cob_decrypt() -> int:
+            d = Cobblestone128Decryptor(KEY, CONTEXT)
+            m = d.update_into(cob_wire, out)
+            tail = d.finalize()
+            out[m : m + len(tail)] = tail
+            return m + len(tail)
+
+        assert cob_decrypt() == size
+        assert out[:size] == plaintext
+        rows["Cobblestone update_into"] = {"encrypt": cob_encrypt, "decrypt": cob_decrypt}
+    except ImportError as exc:
+        notes.append(f"Cobblestone skipped: {exc}")
+
+    cases: dict[str, Op] = {}
+    for name, ops in rows.items():
+        for kind, fn in ops.items():
+            cases[f"{name}|{kind}"] = fn
+    cases["memcpy in+out (decrypt path copies)|decrypt"] = memcpy_op(wire[:size], out, 256 * 1024)
+    times = interleaved(cases, reps)
+
+    results = []
+    for name, ops in rows.items():
+        row: dict[str, Any] = {"name": name}
+        for kind, fn in ops.items():
+            allocs = alloc_profile(fn, alloc_count)
+            row[kind] = {"ns_op": times[f"{name}|{kind}"] * 1e9, "MB_s": size / times[f"{name}|{kind}"] / 1e6}
+            row[kind].update(allocs)
+        row["decrypt_encrypt_ratio"] = row["decrypt"]["ns_op"] / row["encrypt"]["ns_op"]
+        results.append(row)
+    copy_ns = times["memcpy in+out (decrypt path copies)|decrypt"] * 1e9
+    gcm = results[0]
+    targets = {
+        "seed_decrypt_encrypt_ratio": {
+            "target": "<= 1.00",
+            "value": gcm["decrypt_encrypt_ratio"],
+            "met": gcm["decrypt_encrypt_ratio"] <= 1.0,
+        }
+    }
+    return {
+        "params": {
+            "plaintext_bytes": size,
+            "context_bytes": len(CONTEXT),
+            "key_bytes": len(KEY),
+            "record_size": gcmstream.DEFAULT_RECORD_SIZE,
+            "reps": reps,
+        },
+        "rows": results,
+        "memcpy_in_out_ns": copy_ns,
+        "targets": targets,
+        "notes": [
+            *notes,
+            "Tink uses its own generated AES-128 keyset (its API takes no raw key).",
+            "Raw AESGCM rows are one AEAD call over the whole buffer with one nonce (not a stream).",
+        ],
+    }
+
+
+def _tink_ops(primitive: Any, plaintext: bytes, out: bytearray) -> dict[str, Op]:
+    sink = _Sink()
+    with primitive.new_encrypting_stream(sink, CONTEXT) as stream:
+        stream.write(plaintext)
+    ciphertext = sink.getvalue()
+    out_view = memoryview(out)
+
+    def encrypt() -> int:
+        dst = _Sink()
+        with primitive.new_encrypting_stream(dst, CONTEXT) as w:
+            w.write(plaintext)
+        return dst.tell()
+
+    def decrypt() -> int:
+        got = 0
+        with primitive.new_decrypting_stream(io.BytesIO(ciphertext), CONTEXT) as r:
+            while n := r.readinto(out_view[got:]):
+                got += n
+        return got
+
+    assert decrypt() == len(plaintext)
+    return {"encrypt": encrypt, "decrypt": decrypt}
+
+
+def main(quick: bool) -> dict[str, Any]:
+    data = run(quick)
+    write_result("seed", data, quick)
+    return data
