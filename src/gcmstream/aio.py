@@ -373,6 +373,8 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
     ) -> None:
         self.channel = channel
         self._on_connected = on_connected
+        self._scratch: memoryview | None = None
+        self._into_scratch = False
         self._loop = loop
         self.transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -384,17 +386,30 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         self.reader = SecureStreamReader(channel.opener, self, limit=limit)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.write(self.channel.initial_data())
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not an asyncio.Transport
+        transport.write(self.channel.initial_data())  # type: ignore[attr-defined]
         if self._on_connected is not None:
             self._on_connected(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self.channel.opener.get_buffer(sizehint)
+        view = self.channel.opener.get_buffer(sizehint)
+        self._into_scratch = not view
+        if view:
+            return view
+        # Only a failed opener refuses input while reading is on; its input is worthless now.
+        # (Pausing here, inside the loop's allocation step, crashes uvloop: buffer_updated does.)
+        self._scratch = self._scratch or memoryview(bytearray(4096))
+        return self._scratch
 
     def buffer_updated(self, nbytes: int) -> None:
         opener = self.channel.opener
+        if self._into_scratch:
+            if not opener.failed:
+                raise RuntimeError("gcmstream: received into scratch memory while the stream was healthy")
+            if not self._read_paused and self.transport is not None:
+                self._read_paused = True
+                self.transport.pause_reading()
+            return
         opener.buffer_updated(nbytes)
         if not opener.wants_data and not self._read_paused and self.transport is not None:
             self._read_paused = True
@@ -610,9 +625,7 @@ class _StreamReaderSource(_Source):
 
 
 def _transport_of(writer: asyncio.StreamWriter) -> asyncio.WriteTransport:
-    transport = writer.transport
-    assert isinstance(transport, asyncio.WriteTransport)
-    return transport
+    return writer.transport  # write transports, uvloop's included
 
 
 def encrypting_writer(

@@ -361,6 +361,11 @@ class Opener:
             return False
         return len(self._writable()) > 0
 
+    @property
+    def failed(self) -> bool:
+        """True once an error was found (raised already, or waiting for the next read)."""
+        return self._error is not None or self._pending_error is not None
+
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """Writable view of free ring space (empty when full: stop reading). ``sizehint`` is
         ignored: the ring offers what keeps records whole."""
@@ -468,7 +473,12 @@ class Opener:
     @property
     def at_eof(self) -> bool:
         """True once the FINAL record authenticated and all its plaintext was read."""
-        return self._final_seen and self._pt_pos == self._pt_end and self._error is None
+        return (
+            self._final_seen
+            and self._pt_pos == self._pt_end
+            and self._error is None
+            and self._pending_error is None
+        )
 
     def peek(self) -> memoryview | None:
         """Authenticated plaintext of the current record, not consumed; None: need input;
