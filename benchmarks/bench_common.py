@@ -119,8 +119,20 @@ def _memray_counts(fn: Op, count: int) -> dict[str, float]:
     return totals
 
 
-def memray_per_op(fn: Op, count: int) -> dict[str, float]:
-    """memray's allocation calls and bytes per call of ``fn``, minus a no-op loop."""
+def have_memray() -> bool:
+    try:
+        import memray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def memray_per_op(fn: Op, count: int) -> dict[str, float | None]:
+    """memray's allocation calls and bytes per call of ``fn``, minus a no-op loop (None for
+    every figure when memray is not installed: ``pip install -e '.[bench]'``)."""
+    if not have_memray():
+        keys = ("native_allocs", "native_bytes", "python_allocs", "python_bytes", "allocs", "bytes")
+        return dict.fromkeys(keys)
     fn()  # warm caches, lazily built objects
     enabled = gc.isenabled()
     gc.disable()
@@ -130,13 +142,13 @@ def memray_per_op(fn: Op, count: int) -> dict[str, float]:
     finally:
         if enabled:
             gc.enable()
-    out = {k: max(0.0, (measured[k] - baseline[k]) / count) for k in measured}
-    out["allocs"] = out["native_allocs"] + out["python_allocs"]
-    out["bytes"] = out["native_bytes"] + out["python_bytes"]
+    out: dict[str, float | None] = {k: max(0.0, (measured[k] - baseline[k]) / count) for k in measured}
+    out["allocs"] = (out["native_allocs"] or 0.0) + (out["python_allocs"] or 0.0)
+    out["bytes"] = (out["native_bytes"] or 0.0) + (out["python_bytes"] or 0.0)
     return out
 
 
-def tracemalloc_per_op(fn: Op, count: int) -> dict[str, float]:
+def tracemalloc_per_op(fn: Op, count: int) -> dict[str, float | None]:
     """Python-heap growth: peak during one call, and net retained per call over ``count``."""
     fn()
     enabled = gc.isenabled()
@@ -158,7 +170,7 @@ def tracemalloc_per_op(fn: Op, count: int) -> dict[str, float]:
     return {"tm_peak_bytes": float(peak - base), "tm_net_bytes": (end - mid) / count}
 
 
-def alloc_profile(fn: Op, count: int) -> dict[str, float]:
+def alloc_profile(fn: Op, count: int) -> dict[str, float | None]:
     result = memray_per_op(fn, count)
     result.update(tracemalloc_per_op(fn, count))
     return result

@@ -1,0 +1,399 @@
+"""Part 4: loopback sockets, 256 MiB one way, receiver and sender in two processes pinned to
+different cores. The receiver times from its first received byte to the end of the stream
+(handshakes excluded) and checks the byte count. Writes and reads are 256 KiB everywhere.
+
+Rows (receiver side; the sender uses the matching client):
+
+* gcmstream asyncio protocol path: ``gcmstream.start_server`` (a BufferedProtocol: the loop
+  receives straight into the opener's ring) read with ``iter_chunks`` (views, no copy) or
+  ``readinto`` (one copy out); sender ``gcmstream.open_connection``.
+* gcmstream asyncio stream wrappers: ``wrap_streams`` over plain asyncio streams (one copy in).
+* gcmstream anyio: ``SecureStream.wrap`` over anyio TCP, on the asyncio and trio backends.
+* peers: plain asyncio streams (``reader.read``), a plain asyncio BufferedProtocol receiving into
+  a preallocated buffer, asyncio TLS 1.3 AES-128-GCM, anyio plain TCP and anyio TLSStream;
+  uvloop variants of the asyncio rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+from bench_net import (
+    CONTEXT,
+    KEY,
+    Workdir,
+    client_ssl_context,
+    emit,
+    finish,
+    pin,
+    read_line,
+    run_loop,
+    server_ssl_context,
+    spawn,
+)
+
+CHUNK = 256 * 1024
+
+# name: (receiver kind, sender kind, loop)
+VARIANTS: dict[str, tuple[str, str, str]] = {
+    "gcmstream asyncio protocol (iter_chunks)": ("gcm_protocol_chunks", "gcm_protocol", "asyncio"),
+    "gcmstream asyncio protocol (readinto)": ("gcm_protocol_readinto", "gcm_protocol", "asyncio"),
+    "gcmstream asyncio stream wrappers (readinto)": ("gcm_wrapped", "gcm_wrapped", "asyncio"),
+    "gcmstream anyio (asyncio backend)": ("anyio_gcm", "anyio_gcm", "anyio-asyncio"),
+    "gcmstream anyio (trio backend)": ("anyio_gcm", "anyio_gcm", "anyio-trio"),
+    "plain asyncio streams": ("plain_streams", "plain", "asyncio"),
+    "plain asyncio BufferedProtocol": ("plain_protocol", "plain", "asyncio"),
+    "asyncio TLS 1.3": ("tls_streams", "tls", "asyncio"),
+    "anyio plain TCP (asyncio backend)": ("anyio_plain", "anyio_plain", "anyio-asyncio"),
+    "anyio plain TCP (trio backend)": ("anyio_plain", "anyio_plain", "anyio-trio"),
+    "anyio TLSStream (asyncio backend)": ("anyio_tls", "anyio_tls", "anyio-asyncio"),
+    "uvloop gcmstream protocol (iter_chunks)": ("gcm_protocol_chunks", "gcm_protocol", "uvloop"),
+    "uvloop plain streams": ("plain_streams", "plain", "uvloop"),
+    "uvloop plain BufferedProtocol": ("plain_protocol", "plain", "uvloop"),
+    "uvloop TLS 1.3": ("tls_streams", "tls", "uvloop"),
+}
+TLS_KINDS = {"tls_streams", "anyio_tls"}
+
+
+class _Meter:
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.got = 0
+        self.start = 0.0
+        self.cipher: Any = None
+
+    def add(self, n: int) -> None:
+        if not self.got and n:
+            self.start = time.perf_counter()
+        self.got += n
+
+    def report(self) -> None:
+        seconds = time.perf_counter() - self.start
+        emit("RESULT ", {"bytes": self.got, "seconds": seconds, "cipher": self.cipher})
+
+
+# -- receivers ------------------------------------------------------------------------------
+
+
+async def _asyncio_receiver(kind: str, nbytes: int) -> None:
+    meter = _Meter(nbytes)
+    done = asyncio.get_running_loop().create_future()
+
+    async def plain_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        ssl_object = writer.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            meter.cipher = ssl_object.cipher()
+        while data := await reader.read(CHUNK):
+            meter.add(len(data))
+        writer.close()
+        done.set_result(None)
+
+    async def gcm_handler(reader: Any, writer: Any) -> None:
+        if kind == "gcm_protocol_chunks":
+            async for view in reader.iter_chunks():
+                meter.add(len(view))
+        else:
+            buf = bytearray(CHUNK)
+            while n := await reader.readinto(buf):
+                meter.add(n)
+        writer.close()
+        done.set_result(None)
+
+    async def wrapped_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        from gcmstream import Role
+        from gcmstream.aio import wrap_streams
+
+        sreader, swriter = await wrap_streams(reader, writer, key=KEY, role=Role.RESPONDER, context=CONTEXT)
+        await gcm_handler(sreader, swriter)
+
+    loop = asyncio.get_running_loop()
+    server: asyncio.Server
+    if kind == "plain_streams":
+        server = await asyncio.start_server(plain_handler, "127.0.0.1", 0)
+    elif kind == "tls_streams":
+        server = await asyncio.start_server(plain_handler, "127.0.0.1", 0, ssl=server_ssl_context())
+    elif kind == "gcm_wrapped":
+        server = await asyncio.start_server(wrapped_handler, "127.0.0.1", 0)
+    elif kind.startswith("gcm_protocol"):
+        import gcmstream.aio
+
+        server = await gcmstream.aio.start_server(gcm_handler, "127.0.0.1", 0, key=KEY, context=CONTEXT)
+    elif kind == "plain_protocol":
+        buffer = memoryview(bytearray(CHUNK))
+
+        class Receiver(asyncio.BufferedProtocol):
+            def get_buffer(self, sizehint: int) -> memoryview:
+                return buffer
+
+            def buffer_updated(self, nbytes: int) -> None:
+                meter.add(nbytes)
+
+            def eof_received(self) -> bool:
+                if not done.done():
+                    done.set_result(None)
+                return False
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                if not done.done():
+                    done.set_result(None)
+
+        server = await loop.create_server(Receiver, "127.0.0.1", 0)
+    else:
+        raise ValueError(kind)
+    emit("PORT ", str(server.sockets[0].getsockname()[1]))
+    await done
+    meter.report()
+    server.close()
+
+
+async def _anyio_receiver(kind: str, nbytes: int) -> None:
+    import anyio
+    from anyio.abc import SocketAttribute
+
+    meter = _Meter(nbytes)
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    inner: Any = listener.listeners[0]  # a SocketListener, which has accept()
+    emit("PORT ", str(inner.extra(SocketAttribute.local_port)))
+    stream: Any = await inner.accept()
+    if kind == "anyio_gcm":
+        from gcmstream import Role
+        from gcmstream.anyio_stream import SecureStream
+
+        stream = await SecureStream.wrap(stream, key=KEY, role=Role.RESPONDER, context=CONTEXT)
+    elif kind == "anyio_tls":
+        from anyio.streams.tls import TLSAttribute, TLSStream
+
+        stream = await TLSStream.wrap(
+            stream, server_side=True, ssl_context=server_ssl_context(), standard_compatible=False
+        )
+        meter.cipher = stream.extra(TLSAttribute.cipher)
+    try:
+        while meter.got < nbytes or kind == "anyio_gcm":  # gcmstream: read to the FINAL record
+            data = await stream.receive(CHUNK)
+            meter.add(len(data))
+    except (anyio.EndOfStream, anyio.BrokenResourceError):
+        pass
+    meter.report()
+    await stream.aclose()
+    await listener.aclose()
+
+
+# -- senders --------------------------------------------------------------------------------
+
+
+async def _asyncio_sender(kind: str, port: int, nbytes: int) -> None:
+    data = memoryview(bytes(range(256)) * (CHUNK // 256))
+    writer: Any
+    if kind == "plain":
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    elif kind == "tls":
+        _, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_ssl_context(), server_hostname="localhost"
+        )
+    elif kind == "gcm_protocol":
+        import gcmstream.aio
+
+        _, writer = await gcmstream.aio.open_connection("127.0.0.1", port, key=KEY, context=CONTEXT)
+    elif kind == "gcm_wrapped":
+        from gcmstream import Role
+        from gcmstream.aio import wrap_streams
+
+        reader, plain_writer = await asyncio.open_connection("127.0.0.1", port)
+        _, writer = await wrap_streams(reader, plain_writer, key=KEY, role=Role.INITIATOR, context=CONTEXT)
+    else:
+        raise ValueError(kind)
+    sent = 0
+    while sent < nbytes:
+        n = min(CHUNK, nbytes - sent)
+        writer.write(data[:n])
+        await writer.drain()
+        sent += n
+    writer.close()
+    await writer.wait_closed()
+
+
+async def _anyio_sender(kind: str, port: int, nbytes: int) -> None:
+    import anyio
+
+    data = bytes(range(256)) * (CHUNK // 256)
+    stream: Any
+    if kind == "anyio_plain":
+        stream = await anyio.connect_tcp("127.0.0.1", port)
+    elif kind == "anyio_tls":
+        stream = await anyio.connect_tcp(
+            "127.0.0.1",
+            port,
+            ssl_context=client_ssl_context(),
+            tls_hostname="localhost",
+            tls_standard_compatible=False,
+        )
+    elif kind == "anyio_gcm":
+        from gcmstream.anyio_stream import connect_tcp
+
+        stream = await connect_tcp("127.0.0.1", port, key=KEY, context=CONTEXT)
+    else:
+        raise ValueError(kind)
+    sent = 0
+    while sent < nbytes:
+        n = min(CHUNK, nbytes - sent)
+        await stream.send(data if n == CHUNK else data[:n])
+        sent += n
+    if kind == "anyio_gcm":
+        await stream.send_eof()
+    # Wait for the receiver to close first: closing with unread input (a TLS 1.3 session
+    # ticket) would reset the connection and drop data still in flight.
+    with anyio.move_on_after(30):
+        try:
+            while await stream.receive():
+                pass
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+    await stream.aclose()
+
+
+def worker(argv: list[str]) -> None:
+    role, variant, nbytes_s, port_s = argv
+    recv_kind, send_kind, loop = VARIANTS[variant]
+    nbytes = int(nbytes_s)
+    if role == "recv":
+        pin(0)
+        if loop.startswith("anyio"):
+            run_loop(loop, lambda: _anyio_receiver(recv_kind, nbytes))
+        else:
+            run_loop(loop, lambda: _asyncio_receiver(recv_kind, nbytes))
+    else:
+        pin(1)
+        port = int(port_s)
+        if loop.startswith("anyio"):
+            run_loop(loop, lambda: _anyio_sender(send_kind, port, nbytes))
+        else:
+            run_loop(loop, lambda: _asyncio_sender(send_kind, port, nbytes))
+
+
+# -- orchestration --------------------------------------------------------------------------
+
+
+def one_run(work: Workdir, variant: str, nbytes: int, timeout: float) -> dict[str, Any]:
+    env = work.env()
+    recv = spawn("bench_sockets.py", ["worker", "recv", variant, str(nbytes), "0"], env)
+    send = None
+    try:
+        port = read_line(recv, "PORT ")
+        send = spawn("bench_sockets.py", ["worker", "send", variant, str(nbytes), port], env)
+        result: dict[str, Any] = json.loads(read_line(recv, "RESULT "))
+        finish(recv, timeout)
+        finish(send, timeout)
+        if send.returncode:
+            err = send.stderr.read() if send.stderr else ""
+            raise RuntimeError(f"sender failed: {err.strip()[-1500:]}")
+    finally:
+        for proc in (recv, send):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if result["bytes"] != nbytes:
+        raise RuntimeError(f"received {result['bytes']} of {nbytes} bytes")
+    return result
+
+
+def _available(variant: str, work: Workdir) -> str | None:
+    recv_kind, _, loop = VARIANTS[variant]
+    if recv_kind in TLS_KINDS and not work.tls:
+        return "trustme not installed"
+    if loop == "uvloop":
+        try:
+            import uvloop  # noqa: F401
+        except ImportError:
+            return "uvloop not installed"
+    if loop == "anyio-trio":
+        try:
+            import trio  # noqa: F401
+        except ImportError:
+            return "trio not installed"
+    return None
+
+
+def run(quick: bool) -> dict[str, Any]:
+    nbytes = (4 if quick else 256) * 1024 * 1024
+    reps = 1 if quick else 3
+    timeout = 60.0 if quick else 180.0
+    work = Workdir()
+    samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    ciphers: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    try:
+        for v in VARIANTS:
+            reason = _available(v, work)
+            if reason:
+                errors[v] = reason
+        for _ in range(reps):
+            for v in VARIANTS:
+                if v in errors:
+                    continue
+                try:
+                    result = one_run(work, v, nbytes, timeout)
+                except Exception as exc:
+                    errors[v] = f"{type(exc).__name__}: {exc}"
+                    print(f"   {v}: {errors[v]}", file=sys.stderr, flush=True)
+                    continue
+                samples[v].append(nbytes / result["seconds"] / 1e6)
+                if result.get("cipher"):
+                    ciphers[v] = result["cipher"]
+    finally:
+        work.close()
+    rows: list[dict[str, Any]] = [
+        {
+            "name": v,
+            "loop": VARIANTS[v][2],
+            "MB_s": statistics.median(samples[v]) if samples[v] else None,
+            "samples_MB_s": samples[v],
+            "cipher": ciphers.get(v),
+            "error": errors.get(v),
+        }
+        for v in VARIANTS
+    ]
+    by: dict[str, float | None] = {v: statistics.median(samples[v]) if samples[v] else None for v in VARIANTS}
+    gcm = by["gcmstream asyncio protocol (iter_chunks)"]
+    tls = by["asyncio TLS 1.3"]
+    proto = by["plain asyncio BufferedProtocol"]
+    targets = {
+        "loopback_vs_tls": {
+            "target": ">= 2.0 x asyncio TLS",
+            "value": gcm / tls if gcm and tls else None,
+            "met": bool(gcm and tls and gcm / tls >= 2.0),
+        },
+        "loopback_vs_buffered_protocol": {
+            "target": ">= 0.80 x plain asyncio BufferedProtocol",
+            "value": gcm / proto if gcm and proto else None,
+            "met": bool(gcm and proto and gcm / proto >= 0.80),
+        },
+    }
+    return {
+        "params": {"bytes": nbytes, "reps": reps, "chunk": CHUNK, "pinned": _can_pin()},
+        "rows": rows,
+        "targets": targets,
+    }
+
+
+def _can_pin() -> bool:
+    import os
+
+    return hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2
+
+
+def main(quick: bool) -> dict[str, Any]:
+    from bench_common import write_result
+
+    data = run(quick)
+    write_result("sockets", data, quick)
+    return data
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        worker(sys.argv[2:])
