@@ -1,38 +1,62 @@
-"""`make demo`: seal and open an embedded message through the sans-IO codec and say what happened."""
+"""`make demo`: start the echo server in its own process, run the client against it, show
+that a client with the wrong key is refused while the server keeps serving."""
 
 from __future__ import annotations
 
-import hashlib
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
 
 import gcmstream
+from gcmstream.keyfile import write_key_file
 
-MESSAGE = b"gcmstream demo: nonce-sequenced AES-GCM records, opened in place. " * 4096
+sys.path.insert(0, str(Path(__file__).parent))
+import echo_client
+
+HOST = "127.0.0.1"
+
+
+async def start_server(key_file: Path) -> tuple[asyncio.subprocess.Process, int]:
+    server = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(Path(__file__).with_name("echo_server.py")),
+        "--key-file",
+        str(key_file),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert server.stdout is not None
+    line = (await asyncio.wait_for(server.stdout.readline(), 20)).decode()
+    if not line.startswith("listening on "):
+        server.kill()
+        raise RuntimeError(f"echo server did not start: {line!r}")
+    return server, int(line.rsplit(":", 1)[1])
+
+
+async def demo(directory: Path) -> None:
+    key = gcmstream.generate_key()
+    key_file = directory / "demo.key"
+    write_key_file(key_file, key)
+    server, port = await start_server(key_file)
+    try:
+        print(f"echo server (pid {server.pid}) on {HOST}:{port}, AES-128-GCM, key in a 0600 key file")
+        print("client:", await echo_client.run(HOST, port, key))
+        try:
+            await echo_client.run(HOST, port, gcmstream.generate_key())
+        except gcmstream.KeyCommitmentError as exc:
+            print(f"client with the wrong key: refused at the header ({exc})")
+        else:
+            raise RuntimeError("the wrong key was accepted")
+        print("client again:", await echo_client.run(HOST, port, key, sizes=(1, 65536, 1 << 20)))
+        print("the server kept serving after the refused client")
+    finally:
+        server.terminate()
+        await asyncio.wait_for(server.wait(), 10)
 
 
 def main() -> None:
-    key = gcmstream.generate_key()
-    sealer = gcmstream.Sealer(key, context=b"demo", record_size=16 * 1024)
-    wire = bytes(sealer.seal(MESSAGE)) + bytes(sealer.close())
-    opener = gcmstream.Opener(key, context=b"demo")
-    opener.receive_data(wire)
-    opener.receive_eof()
-    plain = bytearray()
-    while (chunk := opener.read()) is not None and chunk:
-        plain += chunk
-    assert plain == MESSAGE
-    print(f"sealed {len(MESSAGE)} bytes into {sealer.records_sealed} records, {len(wire)} bytes on the wire")
-    print(f"opened {opener.records_opened} records, sha256 {hashlib.sha256(plain).hexdigest()[:16]}... matches")
-    tampered = bytearray(wire)
-    tampered[len(wire) // 2] ^= 1
-    bad = gcmstream.Opener(key, context=b"demo")
-    bad.receive_data(tampered)
-    bad.receive_eof()
-    released = 0
-    try:
-        while (chunk := bad.read()) is not None and chunk:
-            released += len(chunk)
-    except gcmstream.AuthenticationError as exc:
-        print(f"one flipped bit: {exc} (released only the {released} authenticated bytes before it)")
+    with tempfile.TemporaryDirectory() as directory:
+        asyncio.run(demo(Path(directory)))
 
 
 if __name__ == "__main__":

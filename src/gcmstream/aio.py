@@ -576,7 +576,7 @@ async def start_server(
             async with asyncio.timeout(handshake_timeout):
                 await protocol.handshake()
         except (GcmStreamError, TimeoutError, OSError) as exc:
-            logger.warning("gcmstream: handshake with %s failed: %s", peer, exc)
+            logger.warning("handshake with %s failed: %s", peer, exc)
             transport.abort()
             return
         reader, writer = protocol.streams()
@@ -585,7 +585,7 @@ async def start_server(
             if result is not None:
                 await result
         except Exception:
-            logger.exception("gcmstream: client_connected_cb failed for %s", peer)
+            logger.exception("client_connected_cb failed for %s", peer)
             transport.abort()
 
     def start(protocol: _ChannelProtocol) -> None:

@@ -240,7 +240,7 @@ class SecureListener(Listener[SecureStream]):
                         limits=self.limits,
                     )
             except (GcmStreamError, TimeoutError, OSError, anyio.BrokenResourceError) as exc:
-                logger.warning("gcmstream: handshake failed: %s", exc)
+                logger.warning("handshake failed: %s", exc)
                 await anyio.aclose_forcefully(transport)
                 return
             await handler(stream)
