@@ -174,6 +174,7 @@ class Case:
             released_length=len(self.released),
             released_sha256=hashlib.sha256(self.released).hexdigest(),
             plaintext_sha256=hashlib.sha256(self.plaintext).hexdigest(),
+            plaintext=self.plaintext.hex(),
             input_length=len(self.input),
             input=self.input.hex(),
         )
