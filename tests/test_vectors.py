@@ -1,0 +1,151 @@
+"""Known-answer vectors (tests/vectors/valid.json, invalid.json; written by generate.py).
+
+Valid vectors: sealing with the injected salt gives exactly the expected ciphertext, opening it
+gives the plaintext (all at once and byte by byte), and an independent reader written here from
+the format description, straight on cryptography's primitives, agrees. Invalid vectors: opening
+raises the named error after releasing exactly the expected plaintext.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
+
+import gcmstream.errors
+from gcmstream import GcmStreamError, KeyLimits, Opener, Sealer
+
+VECTORS = Path(__file__).parent / "vectors"
+TAG_MIN = 16  # the AES-GCM tag: the shortest record body
+
+
+def load(name: str) -> list[dict[str, Any]]:
+    data = json.loads((VECTORS / name).read_text())
+    assert isinstance(data, list)
+    return data
+
+
+VALID = load("valid.json")
+INVALID = load("invalid.json")
+
+
+def seal(vector: dict[str, Any]) -> bytes:
+    limits = KeyLimits(**vector["limits"]) if vector["limits"] else None
+    sealer = Sealer(
+        bytes.fromhex(vector["key"]),
+        context=bytes.fromhex(vector["context"]),
+        record_size=vector["record_size"],
+        limits=limits,
+        salt=bytes.fromhex(vector["salt"]),
+    )
+    out = bytearray()
+    for index, data in enumerate(vector["writes"]):
+        out += sealer.seal(bytes.fromhex(data))
+        if index in vector["update_key_after"]:
+            sealer.update_key()
+        if index in vector["flush_after"] or index in vector["update_key_after"]:
+            out += sealer.flush()
+    out += sealer.close()
+    return bytes(out)
+
+
+def open_all(
+    key: bytes, context: bytes, wire: bytes, bytewise: bool = False
+) -> tuple[bytes, Exception | None]:
+    opener = Opener(key, context=context)
+    out = bytearray()
+    try:
+        for chunk in [wire[i : i + 1] for i in range(len(wire))] if bytewise else [wire]:
+            opener.receive_data(chunk)
+            while got := opener.read():
+                out += got
+        opener.receive_eof()
+        while got := opener.read():
+            out += got
+    except GcmStreamError as exc:
+        return bytes(out), exc
+    return bytes(out), None
+
+
+def reference_open(key: bytes, context: bytes, wire: bytes) -> bytes:
+    """An independent reader of valid streams: the format spelled out on cryptography's API."""
+
+    def expand(secret: bytes, label: bytes, length: int) -> bytes:
+        return HKDFExpand(algorithm=hashes.SHA256(), length=length, info=label).derive(secret)
+
+    magic, version, suite, role, reserved, record_size = struct.unpack_from(">4sBBBBI", wire)
+    assert (magic, version, role, reserved) == (b"GCMS", 1, 0, 0)
+    assert suite == {16: 1, 32: 2}[len(key)]
+    salt, commitment = wire[12:44], wire[44:76]
+    okm = HKDF(
+        algorithm=hashes.SHA256(), length=64, salt=salt, info=b"gcmstream/1 stream" + wire[:44] + context
+    ).derive(key)
+    assert okm[:32] == commitment
+    secret = okm[32:]
+    plaintext = bytearray()
+    pos, seq, final = 76, 0, False
+    while not final:
+        aead = AESGCM(expand(secret, b"gcmstream/1 key", len(key)))
+        iv = int.from_bytes(expand(secret, b"gcmstream/1 iv", 12), "big")
+        flags, length = struct.unpack_from(">BI", wire, pos)
+        assert TAG_MIN <= length <= record_size + TAG_MIN
+        body = wire[pos + 5 : pos + 5 + length]
+        plaintext += aead.decrypt((iv ^ seq).to_bytes(12, "big"), body, wire[pos : pos + 5])
+        pos += 5 + length
+        final = bool(flags & 1)
+        if flags & 2:
+            secret, seq = expand(secret, b"gcmstream/1 key update", 32), 0
+        else:
+            seq += 1
+    assert pos == len(wire)
+    return bytes(plaintext)
+
+
+def test_there_are_vectors() -> None:
+    assert len(VALID) >= 8
+    assert len(INVALID) >= 15
+    suites = {len(bytes.fromhex(v["key"])) for v in VALID}
+    assert suites == {16, 32}
+    assert any(v["context"] for v in VALID)
+    assert any(not v["writes"] for v in VALID)
+    assert any(v["update_key_after"] or v["limits"] for v in VALID)
+
+
+@pytest.mark.parametrize("vector", VALID, ids=[v["name"] for v in VALID])
+def test_valid_vector(vector: dict[str, Any]) -> None:
+    key, context = bytes.fromhex(vector["key"]), bytes.fromhex(vector["context"])
+    expected = bytes.fromhex(vector["ciphertext"])
+    plaintext = bytes.fromhex(vector["plaintext"])
+    assert b"".join(bytes.fromhex(data) for data in vector["writes"]) == plaintext
+    assert seal(vector) == expected
+    for bytewise in (False, True):
+        got, error = open_all(key, context, expected, bytewise)
+        assert error is None
+        assert got == plaintext
+    assert reference_open(key, context, expected) == plaintext
+
+
+@pytest.mark.parametrize("vector", INVALID, ids=[v["name"] for v in INVALID])
+def test_invalid_vector(vector: dict[str, Any]) -> None:
+    expected_error = getattr(gcmstream.errors, vector["error"])
+    assert issubclass(expected_error, gcmstream.errors.ProtocolError)
+    key, context = bytes.fromhex(vector["key"]), bytes.fromhex(vector["context"])
+    wire = bytes.fromhex(vector["ciphertext"])
+    released = bytes.fromhex(vector["released"])
+    got, error = open_all(key, context, wire)
+    assert type(error) is expected_error, f"expected {vector['error']}, got {error!r}"
+    assert got == released
+    # Fed byte by byte, the same error; what comes out first is still authentic. Only trailing
+    # data may let more through, since the FINAL record opens before the extra bytes arrive.
+    got, error = open_all(key, context, wire, bytewise=True)
+    assert type(error) is expected_error
+    if expected_error is not gcmstream.errors.TrailingDataError:
+        assert got == released
+    else:
+        assert got.startswith(released)
