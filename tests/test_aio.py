@@ -1,0 +1,271 @@
+"""The asyncio adapter's StreamReader/StreamWriter verbs and its memory safety with transports."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import random
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+import gcmstream
+from gcmstream import aio
+
+KEY = bytes(range(16))
+Pair = tuple[gcmstream.SecureStreamReader, gcmstream.SecureStreamWriter]
+
+
+@asynccontextmanager
+async def connected(
+    server_job: Callable[[gcmstream.SecureStreamReader, gcmstream.SecureStreamWriter], Awaitable[None]],
+    **options: Any,
+) -> AsyncIterator[Pair]:
+    """A client connected to a server that runs ``server_job`` on its streams."""
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        try:
+            await server_job(reader, writer)
+            done.set_result(None)
+        except BaseException as exc:
+            done.set_exception(exc)
+            raise
+        finally:
+            writer.close()
+
+    server = await gcmstream.start_server(handler, "127.0.0.1", 0, key=KEY, **options)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY, **options)
+    try:
+        yield reader, writer
+        await asyncio.wait_for(done, 20)
+    finally:
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def send_all(
+    data: bytes, reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter
+) -> None:
+    writer.write(data)
+    writer.write_eof()
+    await writer.drain()
+    assert await reader.read() == b""
+
+
+@pytest.mark.asyncio
+async def test_read_verbs_follow_stream_reader() -> None:
+    text = b"alpha\nbeta\r\ngamma|delta" + b"x" * 70_000 + b"\nomega"
+
+    async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        await send_all(text, r, w)
+
+    async with connected(job, limit=1 << 20) as (reader, writer):
+        assert await reader.read(0) == b""
+        assert await reader.readline() == b"alpha\n"
+        assert await reader.readuntil(b"\r\n") == b"beta\r\n"
+        assert await reader.readexactly(5) == b"gamma"
+        assert await reader.readuntil(b"|") == b"|"
+        buffer = bytearray(5)
+        assert await reader.readinto(buffer) == 5
+        assert buffer == b"delta"
+        assert await reader.readline() == b"x" * 70_000 + b"\n"
+        assert [line async for line in reader] == [b"omega"]
+        assert await reader.read() == b""
+        assert reader.at_eof()
+        with pytest.raises(asyncio.IncompleteReadError) as info:
+            await reader.readexactly(1)
+        assert info.value.partial == b""
+        writer.write_eof()
+
+
+@pytest.mark.asyncio
+async def test_readuntil_limit_overrun_keeps_data_readable() -> None:
+    async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        await send_all(b"a" * 100 + b"\n" + b"tail", r, w)
+
+    async with connected(job, limit=10) as (reader, writer):
+        with pytest.raises(asyncio.LimitOverrunError):
+            await reader.readuntil(b"\n")
+        assert await reader.read(101) == b"a" * 100 + b"\n"  # nothing was lost
+        assert await reader.read() == b"tail"
+        writer.write_eof()
+
+
+@pytest.mark.asyncio
+async def test_readexactly_on_clean_end_and_truncation_are_different() -> None:
+    async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        await send_all(b"short", r, w)
+
+    async with connected(job) as (reader, writer):
+        with pytest.raises(asyncio.IncompleteReadError) as info:
+            await reader.readexactly(10)
+        assert info.value.partial == b"short"
+        assert not isinstance(info.value, gcmstream.TruncatedStreamError)
+        writer.write_eof()
+
+    async def cut(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        w.write(b"partial")
+        await w.drain()
+        w.transport.abort()  # vanish without FINAL
+
+    async with connected(cut) as (reader, writer):
+        with pytest.raises(gcmstream.TruncatedStreamError):
+            await reader.readexactly(10)
+
+
+@pytest.mark.asyncio
+async def test_iter_chunks_views_are_valid_until_next_step() -> None:
+    data = random.Random(1).randbytes(300_000)
+
+    async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        await send_all(data, r, w)
+
+    async with connected(job) as (reader, writer):
+        kept: list[memoryview] = []
+        copies = bytearray()
+        async for view in reader.iter_chunks():
+            assert isinstance(view, memoryview)
+            copies += view
+            kept.append(view)
+        assert copies == data
+        with pytest.raises(ValueError, match="released"):
+            bytes(kept[0])  # stale views are released, not silently reused memory
+        writer.write_eof()
+
+
+@pytest.mark.asyncio
+async def test_small_writes_in_one_iteration_share_a_record_and_arrive_without_drain() -> None:
+    async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        assert await r.readexactly(30) == b"x" * 30
+        w.write(b"pong")  # no drain: the flush at the end of the iteration sends it
+        assert await r.read() == b""
+
+    async with connected(job) as (reader, writer):
+        for _ in range(30):
+            writer.write(b"x")
+        await asyncio.sleep(0)
+        assert await asyncio.wait_for(reader.readexactly(4), 10) == b"pong"
+        assert writer.get_extra_info("gcmstream_records_sealed") == 1
+        writer.write_eof()
+
+
+@pytest.mark.asyncio
+async def test_extra_info_passes_transport_keys_and_adds_ours() -> None:
+    async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        await send_all(b"hello", r, w)
+
+    async with connected(job, record_size=4096) as (reader, writer):
+        assert await reader.read() == b"hello"
+        assert writer.get_extra_info("peername")[0] == "127.0.0.1"
+        assert writer.get_extra_info("gcmstream_suite") == "AES_128_GCM"
+        assert writer.get_extra_info("gcmstream_record_size") == 4096
+        assert writer.get_extra_info("gcmstream_bytes_opened") == 5
+        assert writer.get_extra_info("no such key", "fallback") == "fallback"
+        writer.write_eof()
+
+
+@pytest.mark.asyncio
+async def test_two_readers_at_once_are_refused() -> None:
+    async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        await r.read()
+
+    async with connected(job) as (reader, writer):
+        first = asyncio.ensure_future(reader.read(1))
+        await asyncio.sleep(0.05)
+        with pytest.raises(RuntimeError, match="already waiting"):
+            await reader.read(1)
+        first.cancel()
+        writer.write_eof()
+
+
+@pytest.mark.parametrize("use_uvloop", [False, True], ids=["asyncio", "uvloop"])
+def test_transport_held_memory_is_never_reused_under_backpressure(use_uvloop: bool) -> None:
+    """Megabytes in flight to a reader that stalls: the writer's sealed output is handed to a
+    transport that cannot send it at once; every byte must still arrive as written."""
+    blocks = [bytes([i]) * 200_000 + os.urandom(1000) for i in range(1, 60)]
+    expected = hashlib.sha256(b"".join(blocks)).hexdigest()
+
+    async def main() -> str:
+        async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+            for block in blocks:  # no drain between writes: the transport buffers them all
+                w.write(block)
+            w.write_eof()
+            await w.drain()
+
+        async with connected(job) as (reader, writer):
+            await asyncio.sleep(0.5)  # let the sender run far ahead of us
+            hasher = hashlib.sha256()
+            async for view in reader.iter_chunks():
+                hasher.update(view)
+            return hasher.hexdigest()
+
+    if use_uvloop:
+        if sys.platform == "win32":
+            pytest.skip("no uvloop")
+        import uvloop
+
+        digest = uvloop.run(main())
+    else:
+        digest = asyncio.run(main())
+    assert digest == expected
+
+
+@pytest.mark.asyncio
+async def test_one_way_pipe_to_a_subprocess() -> None:
+    """encrypting_writer into a child's stdin, decrypting_reader over what it sends back."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        "import sys, shutil; shutil.copyfileobj(sys.stdin.buffer, sys.stdout.buffer)",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    payload = random.Random(2).randbytes(1_500_000)
+    writer = aio.encrypting_writer(child.stdin, key=KEY, context=b"pipe", record_size=16384)
+    reader = aio.decrypting_reader(child.stdout, key=KEY, context=b"pipe")
+
+    async def produce() -> None:
+        for start in range(0, len(payload), 100_000):
+            writer.write(payload[start : start + 100_000])
+            await writer.drain()
+        writer.close()  # seals FINAL, closes the pipe
+
+    _, received = await asyncio.wait_for(asyncio.gather(produce(), reader.read()), 30)
+    assert received == payload
+    assert reader.at_eof()
+    assert await asyncio.wait_for(child.wait(), 10) == 0
+
+
+@pytest.mark.asyncio
+async def test_wrong_context_is_refused_at_the_handshake() -> None:
+    server = await gcmstream.start_server(lambda r, w: None, "127.0.0.1", 0, key=KEY, context=b"a")
+    port = server.sockets[0].getsockname()[1]
+    with pytest.raises(gcmstream.KeyCommitmentError):
+        await gcmstream.open_connection("127.0.0.1", port, key=KEY, context=b"b")
+    server.close()
+    await server.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_silent_client_is_dropped_after_the_handshake_timeout() -> None:
+    calls: list[object] = []
+    server = await gcmstream.start_server(
+        lambda r, w: calls.append(r), "127.0.0.1", 0, key=KEY, handshake_timeout=0.2
+    )
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    header = await asyncio.wait_for(reader.readexactly(76), 5)  # the server's header
+    assert header[:4] == b"GCMS"
+    assert await asyncio.wait_for(reader.read(), 5) == b""  # then it hangs up on us
+    assert calls == []
+    writer.close()
+    server.close()
+    await server.wait_closed()

@@ -1,0 +1,113 @@
+"""The anyio adapter's ByteStream contract, on asyncio and trio."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from anyio.abc import SocketAttribute, SocketStream
+
+import gcmstream
+from gcmstream.anyio_stream import GcmStreamAttribute, SecureStream
+
+KEY = bytes(range(32))
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=[pytest.param(("asyncio", {}), id="asyncio"), pytest.param(("trio", {}), id="trio")])
+def anyio_backend(request: pytest.FixtureRequest) -> object:
+    return request.param
+
+
+@asynccontextmanager
+async def secure_pair() -> AsyncIterator[tuple[SecureStream, SecureStream]]:
+    """Two SecureStreams over a real TCP connection on 127.0.0.1."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(SocketAttribute.local_port)
+    send_accepted, receive_accepted = anyio.create_memory_object_stream[SocketStream](1)
+    result: dict[str, SecureStream] = {}
+
+    async def wrap_server() -> None:
+        raw_server = await receive_accepted.receive()
+        result["server"] = await SecureStream.wrap(raw_server, key=KEY, role=gcmstream.Role.RESPONDER)
+
+    async with listener, anyio.create_task_group() as serving:
+        serving.start_soon(listener.serve, send_accepted.send)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wrap_server)
+            raw_client = await anyio.connect_tcp("127.0.0.1", port)
+            client = await SecureStream.wrap(raw_client, key=KEY, role=gcmstream.Role.INITIATOR)
+        serving.cancel_scope.cancel()
+        try:
+            yield client, result["server"]
+        finally:
+            await anyio.aclose_forcefully(client)
+            await anyio.aclose_forcefully(result["server"])
+
+
+async def test_receive_never_returns_empty_and_ends_after_final() -> None:
+    with anyio.fail_after(10):
+        async with secure_pair() as (client, server):
+            await client.send(b"a")
+            await client.send(b"")  # nothing to seal: nothing sent
+            await client.send(b"bc")
+            await client.send_eof()
+            received = bytearray()
+            with pytest.raises(anyio.EndOfStream):
+                while True:
+                    chunk = await server.receive()
+                    assert chunk
+                    received += chunk
+            assert received == b"abc"
+            with pytest.raises(anyio.EndOfStream):
+                await server.receive()
+            await server.send(b"still open the other way")
+            assert await client.receive() == b"still open the other way"
+
+
+async def test_two_receivers_at_once_are_busy() -> None:
+    with anyio.fail_after(10):
+        async with secure_pair() as (client, server), anyio.create_task_group() as tg:
+            tg.start_soon(server.receive)
+            await anyio.sleep(0.05)
+            with pytest.raises(anyio.BusyResourceError):
+                await server.receive()
+            tg.cancel_scope.cancel()
+
+
+async def test_cancelled_send_breaks_the_stream() -> None:
+    with anyio.fail_after(20):
+        async with secure_pair() as (client, server):
+            big = bytes(64 << 20)  # far more than the socket buffers hold: send must wait
+            with anyio.move_on_after(0.2) as scope:
+                await client.send(big)
+            assert scope.cancelled_caught
+            with pytest.raises(anyio.BrokenResourceError):
+                await client.send(b"more")
+            with pytest.raises(anyio.BrokenResourceError):
+                await client.send_eof()
+
+
+async def test_typed_attributes_pass_through_and_add_ours() -> None:
+    with anyio.fail_after(10):
+        async with secure_pair() as (client, server):
+            assert client.extra(SocketAttribute.remote_address)[0] == "127.0.0.1"
+            await client.send(b"12345")
+            assert await server.receive() == b"12345"
+            assert client.extra(GcmStreamAttribute.suite) == "AES_256_GCM"
+            assert client.extra(GcmStreamAttribute.bytes_sealed) == 5
+            assert server.extra(GcmStreamAttribute.records_opened) == 1
+            assert isinstance(client.transport_stream, SocketStream)
+
+
+async def test_peer_closing_without_final_is_truncation() -> None:
+    with anyio.fail_after(10):
+        async with secure_pair() as (client, server):
+            await client.send(b"half a story")
+            await anyio.aclose_forcefully(client.transport_stream)  # no FINAL
+            assert await server.receive() == b"half a story"
+            with pytest.raises(gcmstream.TruncatedStreamError):
+                await server.receive()
