@@ -1,0 +1,105 @@
+"""Key files: one line of text that says what it is.
+
+::
+
+    gcmstream-key-v1:aes128:<22 characters of unpadded base64url>
+    gcmstream-key-v1:aes256:<43 characters of unpadded base64url>
+
+The prefix makes a key recognisable (to people, and to secret scanners); the version lets a
+later format be told apart; the suite must agree with the key length. Blank lines and lines
+starting with ``#`` are ignored when reading. Key files are written with mode 0600 and never
+overwrite an existing file unless asked to.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import os
+import tempfile
+
+from .errors import UsageError
+from .format import Buffer, Suite
+
+__all__ = ("KEY_PREFIX", "KeyFileError", "format_key", "parse_key", "read_key_file", "write_key_file")
+
+KEY_PREFIX = "gcmstream-key-v1"
+_SUITE_NAMES = {Suite.AES_128_GCM: "aes128", Suite.AES_256_GCM: "aes256"}
+_NAMED_SUITES = {name: suite for suite, name in _SUITE_NAMES.items()}
+
+
+class KeyFileError(UsageError, ValueError):
+    """A key file or key text is malformed: wrong prefix, version, suite or length."""
+
+
+def format_key(key: Buffer) -> str:
+    """The key as one line of key-file text (no newline)."""
+    suite = Suite.for_key(key)
+    encoded = base64.urlsafe_b64encode(bytes(key)).rstrip(b"=").decode("ascii")
+    return f"{KEY_PREFIX}:{_SUITE_NAMES[suite]}:{encoded}"
+
+
+def parse_key(text: str) -> bytes:
+    """The key in key-file text. Raises KeyFileError, whose message never shows key material."""
+    lines = [line.strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and not line.startswith("#")]
+    if len(lines) != 1:
+        raise KeyFileError(f"expected one key line, found {len(lines)}")
+    parts = lines[0].split(":")
+    if len(parts) != 3 or not parts[0].startswith("gcmstream-key-"):
+        raise KeyFileError(f"not a gcmstream key (expected '{KEY_PREFIX}:aes128|aes256:<base64url>')")
+    prefix, suite_name, encoded = parts
+    if prefix != KEY_PREFIX:
+        raise KeyFileError(f"key format {prefix!r} is not supported (this reads {KEY_PREFIX!r})")
+    suite = _NAMED_SUITES.get(suite_name)
+    if suite is None:
+        raise KeyFileError(f"unknown key suite {suite_name!r} (expected aes128 or aes256)")
+    try:
+        key = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+    except (binascii.Error, ValueError):
+        raise KeyFileError("key is not valid base64url") from None
+    if len(key) != suite.key_size:
+        raise KeyFileError(f"an {suite_name} key has {suite.key_size} bytes, this one has {len(key)}")
+    return key
+
+
+def read_key_file(path: str | os.PathLike[str]) -> bytes:
+    """Read and parse a key file (OSError if it cannot be read, KeyFileError if malformed)."""
+    with open(path, encoding="utf-8", errors="replace") as file:
+        text = file.read(4096)
+    return parse_key(text)
+
+
+def write_key_file(path: str | os.PathLike[str], key: Buffer, *, force: bool = False) -> None:
+    """Write ``key`` to ``path`` with mode 0600. An existing file raises FileExistsError
+    unless ``force``; then it is replaced atomically (never left half written)."""
+    data = (format_key(key) + "\n").encode("ascii")
+    if not force:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, data)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        os.close(fd)
+        return
+    target = os.path.realpath(path)
+    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", dir=os.path.dirname(target))
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, data)
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        os.replace(temp, target)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
