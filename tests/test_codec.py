@@ -943,3 +943,26 @@ def test_channel_wrong_context_fails_the_handshake() -> None:
     responder.opener.receive_data(initiator.initial_data())
     with pytest.raises(ProtocolError):
         responder.handshake_complete()
+
+
+@pytest.mark.parametrize("how", FEEDS)
+def test_feeding_a_failed_opener_releases_nothing(how: str) -> None:
+    wire = seal_stream([bytes(range(40))], record_size=10)
+    start, _, length = list(records(wire))[1]
+    end = start + length
+    opener = Opener(KEY)
+    opener.receive_data(tampered(wire, start + RECORD_HEADER_SIZE)[:end])
+    assert opener.read() == bytes(range(10))
+    with pytest.raises(AuthenticationError):
+        opener.read()
+    # More input (even the genuine rest of the stream) is dropped: the opener stays failed.
+    assert len(opener.get_buffer()) == 0
+    assert not opener.wants_data
+    if how == "copy":
+        opener.receive_data(wire[end:])
+    else:
+        opener.buffer_updated(0)
+    opener.receive_eof()
+    for call in (opener.read, opener.peek, opener.read_view):
+        with pytest.raises(StreamBrokenError):
+            call()
