@@ -38,6 +38,7 @@ __all__ = (
     "Suite",
     "TrafficKeys",
     "channel_secret",
+    "check_header_start",
     "check_context",
     "check_record_size",
     "generate_key",
@@ -203,6 +204,19 @@ def make_header(
     prefix = HEADER_PREFIX.pack(MAGIC, VERSION, suite, role, 0, record_size) + salt
     commitment, secret = _stream_keys(key, prefix, salt, ctx)
     return prefix + commitment, secret
+
+
+def check_header_start(start: Buffer) -> None:
+    """Reject a stream by its first bytes (magic, version) before the whole header arrives,
+    so garbage or another format is named as such rather than as a truncation."""
+    start = bytes(start[: len(MAGIC) + 1])
+    magic = start[: len(MAGIC)]
+    if magic != MAGIC[: len(magic)]:
+        raise UnsupportedFormatError(f"not a gcmstream stream: starts with {magic!r}, expected {MAGIC!r}")
+    if len(start) > len(MAGIC) and start[len(MAGIC)] != VERSION:
+        raise UnsupportedFormatError(
+            f"format version {start[len(MAGIC)]} is not supported (this reads version {VERSION})"
+        )
 
 
 def parse_header(raw: Buffer) -> StreamHeader:

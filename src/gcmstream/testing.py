@@ -40,10 +40,24 @@ from .format import HEADER_SIZE, Role, generate_key
 __all__ = (
     "CHECKS",
     "Adapter",
+    "AnyioEndpoint",
+    "AsyncioEndpoint",
     "Endpoint",
     "anyio_adapter",
     "asyncio_adapter",
     "asyncio_wrapped_adapter",
+    "check_cancelled_receive",
+    "check_clean_end",
+    "check_client_vanishes_mid_record",
+    "check_half_close",
+    "check_large_transfer_backpressure",
+    "check_reflection_rejected",
+    "check_replay_rejected",
+    "check_round_trip_both_directions",
+    "check_tampering",
+    "check_truncation_at_record_boundary",
+    "check_truncation_mid_record",
+    "check_wrong_key",
 )
 
 DEADLINE = 30.0  # seconds any single check may take
