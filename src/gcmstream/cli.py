@@ -296,6 +296,21 @@ def _stdio(fd: int, mode: str) -> AsyncFile[bytes]:
     return anyio.wrap_file(raw)
 
 
+def _is_terminal(path: str) -> bool:
+    if path == "-":
+        return os.isatty(sys.stdout.fileno())
+    try:
+        if not stat.S_ISCHR(os.stat(path).st_mode):
+            return False
+        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return False  # opening it for real reports the problem
+    try:
+        return os.isatty(fd)
+    finally:
+        os.close(fd)
+
+
 def _regular_size(fd: int) -> int | None:
     st = os.fstat(fd)
     return st.st_size if stat.S_ISREG(st.st_mode) else None
@@ -357,7 +372,7 @@ async def _open_output(path: str) -> AsyncIterator[AsyncFile[bytes]]:
 
 
 async def _encrypt_command(args: argparse.Namespace, key: bytes) -> None:
-    if args.output == "-" and os.isatty(sys.stdout.fileno()):
+    if _is_terminal(args.output):
         raise _Usage("refusing to write ciphertext to a terminal: use -o FILE or redirect stdout")
     sealer = Sealer(key, context=args.context, record_size=args.record_size)
     async with _open_input(args.input) as (source, size):

@@ -1,0 +1,339 @@
+"""gcmstream.pipeline: async iterables, anyio and asyncio streams, files (sync and async)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+
+import anyio
+import pytest
+from anyio.abc import ByteReceiveStream, ByteSendStream, SocketAttribute, SocketStream
+
+import gcmstream
+from gcmstream import pipeline
+from gcmstream.format import HEADER_SIZE, RECORD_HEADER_SIZE, TAG_SIZE
+
+KEY = bytes(range(16))
+RECORD = gcmstream.DEFAULT_RECORD_SIZE
+SIZES = [0, 1, RECORD - 1, RECORD, RECORD + 1, 3 * 1024 * 1024 + 5]
+BACKENDS = [pytest.param(("asyncio", {}), id="asyncio"), pytest.param(("trio", {}), id="trio")]
+
+
+@pytest.fixture(params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> object:
+    return request.param
+
+
+def payload(size: int) -> bytes:
+    return (bytes(range(251)) * (size // 251 + 1))[:size]
+
+
+def seal(data: bytes, *, context: bytes = b"", record_size: int = RECORD) -> bytes:
+    sealer = gcmstream.Sealer(KEY, context=context, record_size=record_size)
+    return bytes(sealer.seal(data)) + bytes(sealer.close())
+
+
+def open_all(wire: bytes, *, context: bytes = b"") -> bytes:
+    opener = gcmstream.Opener(KEY, context=context)
+    opener.receive_data(wire)
+    opener.receive_eof()
+    out = bytearray()
+    while chunk := opener.read():
+        out += chunk
+    return bytes(out)
+
+
+def pieces(data: bytes, size: int) -> list[bytes]:
+    return [data[i : i + size] for i in range(0, len(data), size)]
+
+
+async def agen(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+async def collect(chunks: AsyncIterator[bytes]) -> bytes:
+    return b"".join([chunk async for chunk in chunks])
+
+
+def record_offset(index: int, record_size: int = RECORD) -> int:
+    """Wire offset of full record ``index`` of a stream sealed with ``record_size``."""
+    return HEADER_SIZE + index * (RECORD_HEADER_SIZE + record_size + TAG_SIZE)
+
+
+class ListReceiveStream(ByteReceiveStream):
+    """A ByteReceiveStream over a list of chunks (receive() returns at most max_bytes)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._data = bytearray(b"".join(chunks))
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        await anyio.lowlevel.checkpoint()
+        if not self._data:
+            raise anyio.EndOfStream
+        chunk = bytes(self._data[:max_bytes])
+        del self._data[:max_bytes]
+        return chunk
+
+    async def aclose(self) -> None:
+        pass
+
+
+class CollectSendStream(ByteSendStream):
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.sends = 0
+
+    async def send(self, item: bytes) -> None:
+        await anyio.lowlevel.checkpoint()
+        assert isinstance(item, bytes)  # the pipeline hands transports memory they may keep
+        self.data += item
+        self.sends += 1
+
+    async def aclose(self) -> None:
+        pass
+
+
+# -- async iterables -------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("size", SIZES)
+async def test_iter_round_trip_interoperates_with_the_codec(size: int) -> None:
+    data = payload(size)
+    wire = await collect(pipeline.encrypt_iter(agen(pieces(data, 10_000)), key=KEY, context=b"c"))
+    assert open_all(wire, context=b"c") == data
+    for piece in (1 if size < 300 else 7_777, 1 << 20):
+        chunks = pieces(seal(data, context=b"c"), piece)
+        assert await collect(pipeline.decrypt_iter(agen(chunks), key=KEY, context=b"c")) == data
+
+
+@pytest.mark.anyio
+async def test_iter_yields_whole_records_and_takes_any_buffer() -> None:
+    data = payload(2 * RECORD + 10)
+    chunks = [bytearray(c) for c in pieces(data, 1000)] + [memoryview(b"tail")]
+    wire = await collect(pipeline.encrypt_iter(agen(chunks), key=KEY))  # type: ignore[arg-type]
+    out = [chunk async for chunk in pipeline.decrypt_iter(agen([wire]), key=KEY)]
+    assert [len(c) for c in out] == [RECORD, RECORD, 14]
+    assert b"".join(out) == data + b"tail"
+
+
+@pytest.mark.anyio
+async def test_decrypt_iter_releases_only_records_before_a_tampered_one() -> None:
+    data = payload(5 * RECORD)
+    wire = bytearray(seal(data))
+    wire[record_offset(3) + 100] ^= 1
+    got = bytearray()
+    with pytest.raises(gcmstream.AuthenticationError, match="record 3"):
+        async for chunk in pipeline.decrypt_iter(agen(pieces(bytes(wire), 50_000)), key=KEY):
+            got += chunk
+    assert got == data[: 3 * RECORD]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("mangle", "error"),
+    [
+        pytest.param(lambda w: w[:-1], gcmstream.TruncatedStreamError, id="cut-final"),
+        pytest.param(lambda w: w[: record_offset(2)], gcmstream.TruncatedStreamError, id="cut-boundary"),
+        pytest.param(lambda w: w[:40], gcmstream.TruncatedStreamError, id="cut-header"),
+        pytest.param(lambda w: b"", gcmstream.TruncatedStreamError, id="empty"),
+        pytest.param(lambda w: w + b"x", gcmstream.TrailingDataError, id="trailing-byte"),
+        pytest.param(lambda w: w + w, gcmstream.TrailingDataError, id="two-streams"),
+        pytest.param(lambda w: b"XXXX" + w[4:], gcmstream.UnsupportedFormatError, id="magic"),
+    ],
+)
+async def test_decrypt_iter_errors(mangle: object, error: type[Exception]) -> None:
+    wire = seal(payload(3 * RECORD + 5))
+    mangled = mangle(wire)  # type: ignore[operator]
+    for piece in (1 << 20, 4096):
+        with pytest.raises(error):
+            await collect(pipeline.decrypt_iter(agen(pieces(mangled, piece)), key=KEY))
+
+
+@pytest.mark.anyio
+async def test_decrypt_iter_wrong_key_or_context() -> None:
+    wire = seal(b"secret", context=b"one")
+    with pytest.raises(gcmstream.KeyCommitmentError):
+        await collect(pipeline.decrypt_iter(agen([wire]), key=KEY, context=b"two"))
+    with pytest.raises(gcmstream.KeyCommitmentError):
+        await collect(pipeline.decrypt_iter(agen([wire]), key=bytes(16), context=b"one"))
+
+
+# -- anyio and asyncio streams ---------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_streams_with_anyio_byte_streams() -> None:
+    data = payload(RECORD * 3 + 77)
+    ciphertext = CollectSendStream()
+    seen: list[int] = []
+    await pipeline.encrypt_stream(
+        ListReceiveStream(pieces(data, 5000)), ciphertext, key=KEY, progress=seen.append
+    )
+    assert sum(seen) == len(data)
+    assert open_all(bytes(ciphertext.data)) == data
+    plaintext = CollectSendStream()
+    await pipeline.decrypt_stream(ListReceiveStream([bytes(ciphertext.data)]), plaintext, key=KEY)
+    assert plaintext.data == data
+
+
+@pytest.mark.anyio
+async def test_decrypt_stream_writes_the_authenticated_prefix_before_raising() -> None:
+    data = payload(4 * RECORD)
+    wire = bytearray(seal(data))
+    wire[record_offset(2) + 7] ^= 0x80
+    sink = CollectSendStream()
+    with pytest.raises(gcmstream.AuthenticationError):
+        await pipeline.decrypt_stream(ListReceiveStream([bytes(wire)]), sink, key=KEY)
+    assert sink.data == data[: 2 * RECORD]
+
+
+@pytest.mark.anyio
+async def test_streams_over_tcp_both_ways() -> None:
+    """File -> encrypt_stream -> TCP -> decrypt_stream -> memory, over 127.0.0.1."""
+    data = payload(2 * 1024 * 1024 + 3)
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(SocketAttribute.local_port)
+    received = CollectSendStream()
+
+    async def serve_one(stream: SocketStream) -> None:
+        async with stream:
+            await pipeline.decrypt_stream(stream, received, key=KEY, context=b"tcp")
+        tg.cancel_scope.cancel()
+
+    with anyio.fail_after(20):
+        async with listener, anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, serve_one)
+            async with await anyio.connect_tcp("127.0.0.1", port) as client:
+                await pipeline.encrypt_stream(ListReceiveStream([data]), client, key=KEY, context=b"tcp")
+                await client.send_eof()
+    assert received.data == data
+
+
+@pytest.mark.asyncio
+async def test_asyncio_reader_and_writer() -> None:
+    data = payload(RECORD * 5 + 1)
+    done = asyncio.get_running_loop().create_future()
+    received = bytearray()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sink = CollectSendStream()
+        try:
+            await pipeline.decrypt_stream(reader, sink, key=KEY)
+            received.extend(sink.data)
+            done.set_result(None)
+        except Exception as exc:
+            done.set_exception(exc)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        source = asyncio.StreamReader()
+        source.feed_data(data)
+        source.feed_eof()
+        await asyncio.wait_for(pipeline.encrypt_stream(source, writer, key=KEY), 20)
+        writer.write_eof()
+        await asyncio.wait_for(done, 20)
+        writer.close()
+        await writer.wait_closed()
+    assert received == data
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_file_round_trip(tmp_path: Path, size: int) -> None:
+    data = os.urandom(size)
+    (tmp_path / "plain").write_bytes(data)
+    pipeline.encrypt_file(tmp_path / "plain", tmp_path / "cipher", key=KEY, context=b"f")
+    assert open_all((tmp_path / "cipher").read_bytes(), context=b"f") == data
+    pipeline.decrypt_file(tmp_path / "cipher", tmp_path / "out", key=KEY, context=b"f")
+    assert (tmp_path / "out").read_bytes() == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "out", "plain"]
+
+
+@pytest.mark.anyio
+async def test_file_functions_async(tmp_path: Path) -> None:
+    data = payload(RECORD * 2 + 9)
+    await anyio.Path(tmp_path / "plain").write_bytes(data)
+    seen: list[int] = []
+    await pipeline.encrypt_file_async(tmp_path / "plain", tmp_path / "cipher", key=KEY, progress=seen.append)
+    assert sum(seen) == len(data)
+    await pipeline.decrypt_file_async(tmp_path / "cipher", tmp_path / "out", key=KEY)
+    assert await anyio.Path(tmp_path / "out").read_bytes() == data
+
+
+@pytest.mark.parametrize(
+    ("mangle", "error"),
+    [
+        pytest.param(lambda w: w[: len(w) // 2], gcmstream.TruncatedStreamError, id="truncated"),
+        pytest.param(
+            lambda w: w[:-30] + bytes([w[-30] ^ 1]) + w[-29:], gcmstream.ProtocolError, id="tampered"
+        ),
+        pytest.param(lambda w: w + b"\0", gcmstream.TrailingDataError, id="trailing"),
+    ],
+)
+def test_failed_decrypt_file_leaves_target_untouched(tmp_path: Path, mangle: object, error: type) -> None:
+    wire = seal(payload(3 * RECORD))
+    (tmp_path / "cipher").write_bytes(mangle(wire))  # type: ignore[operator]
+    target = tmp_path / "out"
+    with pytest.raises(error):
+        pipeline.decrypt_file(tmp_path / "cipher", target, key=KEY)
+    assert not target.exists()
+    target.write_bytes(b"precious")
+    with pytest.raises(error):
+        pipeline.decrypt_file(tmp_path / "cipher", target, key=KEY)
+    assert target.read_bytes() == b"precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "out"]  # no temporary file left
+
+
+def test_wrong_key_file_leaves_nothing(tmp_path: Path) -> None:
+    (tmp_path / "cipher").write_bytes(seal(b"x" * 1000))
+    with pytest.raises(gcmstream.KeyCommitmentError):
+        pipeline.decrypt_file(tmp_path / "cipher", tmp_path / "out", key=bytes(16))
+    assert [p.name for p in tmp_path.iterdir()] == ["cipher"]
+
+
+def test_output_modes_and_non_regular_targets(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_bytes(b"data")
+    pipeline.encrypt_file(tmp_path / "plain", tmp_path / "cipher", key=KEY)
+    pipeline.decrypt_file(tmp_path / "cipher", tmp_path / "new", key=KEY)
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o600  # plaintext: private by default
+    existing = tmp_path / "existing"
+    existing.write_bytes(b"old")
+    existing.chmod(0o640)
+    pipeline.decrypt_file(tmp_path / "cipher", existing, key=KEY)
+    assert existing.read_bytes() == b"data"
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o640
+    link = tmp_path / "link"
+    link.symlink_to(existing)
+    pipeline.encrypt_file(tmp_path / "plain", link, key=KEY)  # replaces what the link points to
+    assert link.is_symlink()
+    assert open_all(existing.read_bytes()) == b"data"
+    pipeline.decrypt_file(tmp_path / "cipher", os.devnull, key=KEY)  # written in place, not replaced
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+@pytest.mark.anyio
+async def test_atomic_output_discards_on_exception_and_cancellation(tmp_path: Path) -> None:
+    target = tmp_path / "t"
+    with pytest.raises(RuntimeError):
+        async with pipeline.atomic_output(target) as file:
+            await file.write(b"partial")
+            raise RuntimeError("boom")
+    with anyio.move_on_after(0.05):
+        async with pipeline.atomic_output(target) as file:
+            await file.write(b"partial")
+            await anyio.sleep_forever()
+    assert [p async for p in anyio.Path(tmp_path).iterdir()] == []
+    async with pipeline.atomic_output(target) as file:
+        await file.write(b"whole")
+    assert await anyio.Path(target).read_bytes() == b"whole"
