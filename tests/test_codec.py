@@ -966,3 +966,48 @@ def test_feeding_a_failed_opener_releases_nothing(how: str) -> None:
     for call in (opener.read, opener.peek, opener.read_view):
         with pytest.raises(StreamBrokenError):
             call()
+
+
+@pytest.mark.parametrize("pending", [0, 1, 3])
+def test_byte_limit_without_automatic_update_is_never_a_dead_end(pending: int) -> None:
+    """Whatever is pending when the byte limit is reached, update_key() + flush() moves on."""
+    limits = KeyLimits(update_after_bytes=10, hard_bytes=10)
+    sealer = Sealer(KEY, record_size=4, limits=limits, auto_key_update=False)
+    plaintext = bytes(range(40))
+    out = bytearray()
+    refused = 0
+    pos = 0
+    while pos < len(plaintext):
+        step = 4 if sealer.pending or pos else pending or 4
+        try:
+            out += sealer.seal(plaintext[pos : pos + step])
+        except LimitReachedError:
+            refused += 1
+            state = (sealer.records_sealed, sealer.bytes_sealed, sealer.pending, sealer.key_generation)
+            sealer.update_key()
+            out += sealer.flush()
+            assert sealer.key_generation > state[3], "update_key() + flush() did not move to a new key"
+            continue
+        pos += step
+    out += sealer.close()
+    assert refused >= 2
+    check_valid(bytes(out), plaintext, "all", "copy", lambda: Opener(KEY, limits=limits))
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        KeyLimits(update_after_bytes=10, hard_bytes=10),
+        KeyLimits(update_after_bytes=10, hard_bytes=11),
+        KeyLimits(update_after_records=3, hard_records=3),
+    ],
+    ids=["bytes-equal", "bytes-close", "records-equal"],
+)
+def test_automatic_update_never_gets_stuck_at_tight_limits(limits: KeyLimits) -> None:
+    plaintext = bytes(range(200))
+    sealer = Sealer(KEY, record_size=4, limits=limits)
+    out = bytearray()
+    for start in range(0, len(plaintext), 7):
+        out += sealer.seal(plaintext[start : start + 7])
+    out += sealer.close()
+    check_valid(bytes(out), plaintext, "all", "copy", lambda: Opener(KEY, limits=limits))
