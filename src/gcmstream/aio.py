@@ -611,8 +611,8 @@ class _StreamReaderSource(_Source):
         self._inner = inner
 
     async def wait(self) -> None:
-        if not self._opener.wants_data:
-            return  # the opener has buffered input to work through first
+        if not self._opener.wants_data:  # peek() said "need input": refusing it would spin forever
+            raise RuntimeError("gcmstream bug: the opener needs input but cannot take any")
         try:
             data = await self._inner.read(_WRAPPED_READ_SIZE)
         except OSError as exc:

@@ -99,8 +99,8 @@ class SecureStream(ByteStream):
 
     async def _receive_more(self) -> None:
         opener = self.channel.opener
-        if not opener.wants_data:
-            return
+        if not opener.wants_data:  # read() said "need input": refusing it would spin forever
+            raise RuntimeError("gcmstream bug: the opener needs input but cannot take any")
         try:
             data = await self.transport_stream.receive(_RECEIVE_SIZE)  # type: ignore[call-arg]
         except (anyio.EndOfStream, anyio.IncompleteRead):
