@@ -182,10 +182,17 @@ class Sealer:
         length = self._pending_len
         emit = length > 0 or self._update_requested
         sizes = [length] if emit else []
+        # A requested key update whose record would carry the pending bytes past the old key's
+        # byte limit goes first as an empty record, so update_key() + flush() always moves on.
+        split = self._update_requested and self._key_bytes + length > self._limits.hard_bytes
+        if split:
+            sizes = [0, length]
         self._check_limits(sizes)
         out_size = len(sizes) * _OVERHEAD + length + (0 if self._header_sent else HEADER_SIZE)
         out = self._output(out_size)
         pos = self._put_header(out)
+        if split:
+            pos = self._seal_record(out, pos, self._pending_view()[:0], False)
         if emit:
             self._pending_len = 0
             pos = self._seal_record(out, pos, self._pending_view()[:length], False)
@@ -274,7 +281,10 @@ class Sealer:
     def _update_due(self, seq: int, key_bytes: int, length: int) -> bool:
         limits = self._limits
         return self._auto and (
-            seq + 1 >= limits.update_after_records or key_bytes + length >= limits.update_after_bytes
+            seq + 1 >= limits.update_after_records
+            or key_bytes + length >= limits.update_after_bytes
+            # update in time: the next full record must still fit under this key's hard limit
+            or key_bytes + length + self.record_size > limits.hard_bytes
         )
 
     def _seal_record(self, out: memoryview, pos: int, chunk: memoryview, final: bool) -> int:
