@@ -1,0 +1,232 @@
+"""Part 6: memory per connection. A server process (the one measured) accepts N connections
+from a client process; RSS is read from /proc after the handshakes (idle) and again after each
+connection echoed one 1 KiB message (lightly used). The server also counts the gcmstream
+receive rings and sealer output buffers that exist, to check that an idle connection holds
+none. Rows: gcmstream asyncio, plain asyncio streams, asyncio TLS 1.3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+from bench_net import (
+    CONTEXT,
+    KEY,
+    Workdir,
+    client_ssl_context,
+    emit,
+    finish,
+    pin,
+    raise_fd_limit,
+    read_line,
+    server_ssl_context,
+    spawn,
+)
+
+VARIANTS = {"gcmstream asyncio": "gcm", "plain asyncio streams": "plain", "asyncio TLS 1.3": "tls"}
+MESSAGE = bytes(range(256)) * 4
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def gcm_buffers() -> dict[str, int]:
+    """How many receive rings / sealer output buffers this process holds right now."""
+    gc.collect()
+    try:
+        from gcmstream.codec import Sealer
+        from gcmstream.ring import RecordRing
+    except ImportError:
+        return {}
+    rings = sealers = outputs = 0
+    for obj in gc.get_objects():
+        if isinstance(obj, RecordRing):
+            rings += 1
+        elif isinstance(obj, Sealer):
+            sealers += 1
+            outputs += getattr(obj, "_out", None) is not None
+    return {"rings": rings, "sealers": sealers, "sealer_output_buffers": outputs}
+
+
+async def _stdin_lines() -> asyncio.Queue[str]:
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[str] = asyncio.Queue()
+
+    def pump() -> None:
+        for line in sys.stdin:
+            loop.call_soon_threadsafe(queue.put_nowait, line.strip())
+        loop.call_soon_threadsafe(queue.put_nowait, "exit")
+
+    threading.Thread(target=pump, daemon=True).start()  # a daemon: exit never waits for stdin
+    return queue
+
+
+async def _server(kind: str) -> None:
+    async def echo(reader: Any, writer: Any) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except Exception:
+            pass
+        writer.close()
+
+    server: asyncio.Server
+    if kind == "gcm":
+        import gcmstream.aio
+
+        server = await gcmstream.aio.start_server(
+            echo, "127.0.0.1", 0, key=KEY, context=CONTEXT, backlog=4096
+        )
+    elif kind == "tls":
+        server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=server_ssl_context(), backlog=4096)
+    else:
+        server = await asyncio.start_server(echo, "127.0.0.1", 0, backlog=4096)
+    queue = await _stdin_lines()
+    emit("PORT ", str(server.sockets[0].getsockname()[1]))
+    while (command := await queue.get()) != "exit":
+        if command == "measure":
+            await asyncio.sleep(0.3)  # let the last handshakes / echoes finish
+            emit("MEASURE ", {"rss": rss_bytes(), **gcm_buffers()})
+    server.close()
+
+
+async def _client(kind: str, port: int, count: int) -> None:
+    queue = await _stdin_lines()
+    sem = asyncio.Semaphore(64)
+
+    async def connect() -> tuple[Any, Any]:
+        async with sem:
+            if kind == "gcm":
+                import gcmstream.aio
+
+                return await gcmstream.aio.open_connection("127.0.0.1", port, key=KEY, context=CONTEXT)
+            if kind == "tls":
+                return await asyncio.open_connection(
+                    "127.0.0.1", port, ssl=client_ssl_context(), server_hostname="localhost"
+                )
+            return await asyncio.open_connection("127.0.0.1", port)
+
+    start = time.perf_counter()
+    conns = await asyncio.gather(*(connect() for _ in range(count)))
+    emit("READY ", {"phase": "idle", "rss": rss_bytes(), "seconds": time.perf_counter() - start})
+    await queue.get()
+
+    async def use(reader: Any, writer: Any) -> None:
+        async with sem:
+            writer.write(MESSAGE)
+            await writer.drain()
+            await reader.readexactly(len(MESSAGE))
+
+    await asyncio.gather(*(use(r, w) for r, w in conns))
+    emit("READY ", {"phase": "used", "rss": rss_bytes(), **gcm_buffers()})
+    await queue.get()
+    for _, writer in conns:
+        writer.close()
+
+
+def worker(argv: list[str]) -> None:
+    role, variant, port_s, count_s = argv
+    kind = VARIANTS[variant]
+    raise_fd_limit(int(count_s) + 256)
+    if role == "server":
+        pin(0)
+        asyncio.run(_server(kind))
+    else:
+        pin(1)
+        asyncio.run(_client(kind, int(port_s), int(count_s)))
+
+
+def _send(proc: Any, line: str) -> None:
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+
+
+def one_run(work: Workdir, variant: str, count: int) -> dict[str, Any]:
+    env = work.env()
+    server = spawn("bench_conns.py", ["worker", "server", variant, "0", str(count)], env)
+    client = None
+    try:
+        port = read_line(server, "PORT ")
+        _send(server, "measure")
+        base = json.loads(read_line(server, "MEASURE "))
+        client = spawn("bench_conns.py", ["worker", "client", variant, port, str(count)], env)
+        client_idle = json.loads(read_line(client, "READY "))
+        _send(server, "measure")
+        idle = json.loads(read_line(server, "MEASURE "))
+        _send(client, "use")
+        client_used = json.loads(read_line(client, "READY "))
+        _send(server, "measure")
+        used = json.loads(read_line(server, "MEASURE "))
+        _send(client, "exit")
+        finish(client, 60)
+        _send(server, "exit")
+        finish(server, 60)
+    finally:
+        for proc in (server, client):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return {
+        "server_base": base,
+        "server_idle": idle,
+        "server_used": used,
+        "client_idle": client_idle,
+        "client_used": client_used,
+        "server_rss_per_conn_idle": (idle["rss"] - base["rss"]) / count,
+        "server_rss_per_conn_used": (used["rss"] - base["rss"]) / count,
+    }
+
+
+def run(quick: bool) -> dict[str, Any]:
+    count = 20 if quick else 1000
+    work = Workdir()
+    rows = []
+    try:
+        for variant, kind in VARIANTS.items():
+            row: dict[str, Any] = {"name": variant}
+            if kind == "tls" and not work.tls:
+                row["error"] = "trustme not installed"
+            else:
+                try:
+                    row.update(one_run(work, variant, count))
+                except Exception as exc:
+                    row["error"] = f"{type(exc).__name__}: {exc}"
+                    print(f"   {variant}: {row['error']}", file=sys.stderr, flush=True)
+            rows.append(row)
+    finally:
+        work.close()
+    gcm = rows[0]
+    idle_rings = gcm.get("server_idle", {}).get("rings")
+    targets = {
+        "idle_no_ring": {
+            "target": "idle connection: no ring allocated until data flows",
+            "value": idle_rings,
+            "met": idle_rings == 0,
+        }
+    }
+    return {"params": {"connections": count, "message": len(MESSAGE)}, "rows": rows, "targets": targets}
+
+
+def main(quick: bool) -> dict[str, Any]:
+    from bench_common import write_result
+
+    data = run(quick)
+    write_result("conns", data, quick)
+    return data
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        worker(sys.argv[2:])

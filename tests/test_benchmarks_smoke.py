@@ -1,0 +1,48 @@
+"""Smoke test of every benchmark part: ``benchmarks/run.py --quick PART`` in a subprocess.
+
+It only checks that each part runs and writes its results with the expected keys, so the
+benchmarks never rot. No timing is asserted anywhere. Peers whose packages are missing (the
+``bench`` extra: tink, trustme, memray, matplotlib) are skipped inside the part and recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = ROOT / "benchmarks" / "run.py"
+
+PARTS = ["seed", "allocs", "codec", "sockets", "echo", "conns"]
+COMMON_KEYS = {"part", "quick", "date", "machine", "params", "rows", "targets"}
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_quick_benchmark_writes_results(part: str, tmp_path: Path) -> None:
+    env = dict(os.environ, GCMSTREAM_BENCH_RESULTS=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, str(RUN), part, "--quick"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    path = tmp_path / f"{part}.quick.json"
+    assert path.exists(), proc.stdout + proc.stderr
+    data = json.loads(path.read_text())
+    assert set(data) >= COMMON_KEYS, sorted(data)
+    assert data["part"] == part
+    assert data["quick"] is True
+    assert data["rows"], "a part must produce rows"
+    for name, target in data["targets"].items():
+        assert {"target", "met"} <= set(target), name
+    for row in data["rows"]:  # a variant may only be skipped for a missing optional package
+        error = row.get("error") if isinstance(row, dict) else None
+        assert not error or "not installed" in error, f"{row.get('name')}: {error}"
