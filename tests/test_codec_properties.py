@@ -123,3 +123,52 @@ def test_any_single_byte_change_is_a_documented_error(
     with pytest.raises(StreamBrokenError) as broken:
         opener.read()
     assert broken.value.original is error
+
+
+@PROPERTY_SETTINGS
+@given(
+    messages=st.lists(st.tuples(st.booleans(), st.binary(max_size=100)), max_size=10),
+    record_size=st.integers(1, 40),
+    cuts=st.lists(st.integers(0, 1 << 16), max_size=10),
+    change=st.one_of(st.none(), st.tuples(st.integers(0, 1 << 16), st.integers(1, 255))),
+)
+def test_channel_round_trips_and_refuses_any_change(
+    messages: list[tuple[bool, bytes]], record_size: int, cuts: list[int], change: tuple[int, int] | None
+) -> None:
+    """Messages both ways through a channel; the initiator's bytes, split anyhow, possibly changed."""
+    from gcmstream import Channel, Role
+
+    initiator = Channel(KEY, role=Role.INITIATOR, record_size=record_size, salt=SALT)
+    responder = Channel(KEY, role=Role.RESPONDER, record_size=record_size, salt=bytes(32))
+    initiator.opener.receive_data(responder.initial_data())
+    to_responder = bytearray(initiator.initial_data())
+    for from_initiator, data in messages:
+        if from_initiator:
+            to_responder += initiator.sealer.seal(data, flush=True)
+    to_responder += initiator.sealer.close()
+    sent = b"".join(data for from_initiator, data in messages if from_initiator)
+    if change is not None:
+        position, delta = change
+        to_responder[position % len(to_responder)] ^= delta
+
+    out = bytearray()
+    try:
+        ended = open_chunks(responder.opener, split(bytes(to_responder), cuts), True, out)
+    except ProtocolError:
+        assert change is not None, "an unchanged channel stream failed"
+        assert sent.startswith(out)
+        return
+    assert change is None, "a changed channel stream was accepted"
+    assert ended
+    assert out == sent
+
+    # The other direction, keyed by both headers, once the responder has the initiator's.
+    assert responder.handshake_complete()
+    to_initiator = bytearray()
+    for from_initiator, data in messages:
+        if not from_initiator:
+            to_initiator += responder.sealer.seal(data, flush=True)
+    to_initiator += responder.sealer.close()
+    out.clear()
+    assert open_chunks(initiator.opener, split(bytes(to_initiator), cuts), False, out)
+    assert out == b"".join(data for from_initiator, data in messages if not from_initiator)
