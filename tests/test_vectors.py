@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
 import gcmstream.errors
-from gcmstream import GcmStreamError, KeyLimits, Opener, Sealer
+from gcmstream import Channel, GcmStreamError, KeyLimits, Opener, Role, Sealer
 
 VECTORS = Path(__file__).parent / "vectors"
 TAG_MIN = 16  # the AES-GCM tag: the shortest record body
@@ -31,7 +31,8 @@ def load(name: str) -> list[dict[str, Any]]:
     return data
 
 
-VALID = load("valid.json")
+VALID = [v for v in load("valid.json") if v["mode"] == "one-way"]
+CHANNELS = [v for v in load("valid.json") if v["mode"] == "channel"]
 INVALID = load("invalid.json")
 
 
@@ -58,7 +59,10 @@ def seal(vector: dict[str, Any]) -> bytes:
 def open_all(
     key: bytes, context: bytes, wire: bytes, bytewise: bool = False
 ) -> tuple[bytes, Exception | None]:
-    opener = Opener(key, context=context)
+    return open_with(Opener(key, context=context), wire, bytewise)
+
+
+def open_with(opener: Opener, wire: bytes, bytewise: bool = False) -> tuple[bytes, Exception | None]:
     out = bytearray()
     try:
         for chunk in [wire[i : i + 1] for i in range(len(wire))] if bytewise else [wire]:
@@ -73,14 +77,20 @@ def open_all(
     return bytes(out), None
 
 
-def reference_open(key: bytes, context: bytes, wire: bytes) -> bytes:
-    """An independent reader of valid streams: the format spelled out on cryptography's API."""
+def reference_open(
+    key: bytes, context: bytes, wire: bytes, role: int = 0, receiver_header: bytes = b""
+) -> bytes:
+    """An independent reader of valid streams: the format spelled out on cryptography's API.
+
+    ``role`` is the sender's (0 one-way, 1 initiator, 2 responder); a channel direction is keyed
+    from both headers, so it needs the receiver's header too.
+    """
 
     def expand(secret: bytes, label: bytes, length: int) -> bytes:
         return HKDFExpand(algorithm=hashes.SHA256(), length=length, info=label).derive(secret)
 
-    magic, version, suite, role, reserved, record_size = struct.unpack_from(">4sBBBBI", wire)
-    assert (magic, version, role, reserved) == (b"GCMS", 1, 0, 0)
+    magic, version, suite, sender_role, reserved, record_size = struct.unpack_from(">4sBBBBI", wire)
+    assert (magic, version, sender_role, reserved) == (b"GCMS", 1, role, 0)
     assert suite == {16: 1, 32: 2}[len(key)]
     salt, commitment = wire[12:44], wire[44:76]
     okm = HKDF(
@@ -88,6 +98,13 @@ def reference_open(key: bytes, context: bytes, wire: bytes) -> bytes:
     ).derive(key)
     assert okm[:32] == commitment
     secret = okm[32:]
+    if role:
+        secret = HKDF(
+            algorithm=hashes.SHA256(),
+            length=32,
+            salt=salt + receiver_header[12:44],
+            info=b"gcmstream/1 channel" + wire[:76] + receiver_header + context,
+        ).derive(key)
     plaintext = bytearray()
     pos, seq, final = 76, 0, False
     while not final:
@@ -109,6 +126,7 @@ def reference_open(key: bytes, context: bytes, wire: bytes) -> bytes:
 
 def test_there_are_vectors() -> None:
     assert len(VALID) >= 8
+    assert len(CHANNELS) >= 2
     assert len(INVALID) >= 15
     suites = {len(bytes.fromhex(v["key"])) for v in VALID}
     assert suites == {16, 32}
@@ -129,6 +147,44 @@ def test_valid_vector(vector: dict[str, Any]) -> None:
         assert error is None
         assert got == plaintext
     assert reference_open(key, context, expected) == plaintext
+
+
+@pytest.mark.parametrize("vector", CHANNELS, ids=[v["name"] for v in CHANNELS])
+def test_valid_channel_vector(vector: dict[str, Any]) -> None:
+    key, context = bytes.fromhex(vector["key"]), bytes.fromhex(vector["context"])
+    salts = {Role.INITIATOR: vector["initiator_salt"], Role.RESPONDER: vector["responder_salt"]}
+    writes = {role: [bytes.fromhex(w) for w in vector[f"{role.name.lower()}_writes"]] for role in salts}
+    expected = {role: bytes.fromhex(vector[f"{role.name.lower()}_ciphertext"]) for role in salts}
+
+    def channel(role: Role) -> Channel:
+        return Channel(
+            key,
+            role=role,
+            context=context,
+            record_size=vector["record_size"],
+            salt=bytes.fromhex(salts[role]),
+        )
+
+    # Sealing with the injected salts gives exactly the expected bytes, each way.
+    sides = {role: channel(role) for role in salts}
+    sent = {role: bytearray(side.initial_data()) for role, side in sides.items()}
+    for role, side in sides.items():
+        side.opener.receive_data(sent[role.peer])
+    for role, side in sides.items():
+        for data in writes[role]:
+            sent[role] += side.sealer.seal(data, flush=True)
+        sent[role] += side.sealer.close()
+    assert {role: bytes(out) for role, out in sent.items()} == expected
+
+    # Each side opens the other's bytes (a reader with a fresh salt could not: see test_codec).
+    for role in salts:
+        reader = channel(role.peer)
+        reader.initial_data()
+        got, error = open_with(reader.opener, expected[role])
+        assert error is None
+        assert got == b"".join(writes[role])
+        plain = reference_open(key, context, expected[role], role, expected[role.peer][:76])
+        assert plain == b"".join(writes[role])
 
 
 @pytest.mark.parametrize("vector", INVALID, ids=[v["name"] for v in INVALID])

@@ -9,7 +9,8 @@ Everything is deterministic: fixed keys, and salts injected through the ``salt=`
 Sealer, so the same gcmstream always writes the same bytes. A valid vector says how to seal
 (key, salt, context, record size, optional key limits, the plaintext writes and after which of
 them to call ``flush()`` or ``update_key()`` + ``flush()``) and the exact ciphertext that must
-come out. An invalid vector is a ciphertext that must be refused: the class name of the error
+come out; a channel vector (``"mode": "channel"``) gives both salts, each side's writes (sealed
+with ``flush=True``, then closed) and the exact bytes each side sends. An invalid vector is a ciphertext that must be refused: the class name of the error
 from gcmstream.errors, and the plaintext released before it when the whole ciphertext is given
 at once and then end of input. The invalid ones are built from the valid ones by cutting,
 moving or altering bytes, or by sealing records by hand with the format's own key schedule
@@ -32,7 +33,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "src"))
 
-from gcmstream import GcmStreamError, KeyLimits, Opener, Sealer  # noqa: E402
+from gcmstream import Channel, GcmStreamError, KeyLimits, Opener, Sealer  # noqa: E402
 from gcmstream.format import (  # noqa: E402
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
@@ -90,6 +91,7 @@ class Valid:
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "mode": "one-way",
             "description": self.description,
             "key": self.key.hex(),
             "salt": self.salt.hex(),
@@ -163,6 +165,81 @@ VALID = [
         16,
         context=CONTEXT,
         limits={"update_after_records": 2, "hard_records": 4},
+    ),
+]
+
+
+@dataclass
+class ValidChannel:
+    """A duplex channel: each side's writes are sealed with ``flush=True``, then closed."""
+
+    name: str
+    description: str
+    key: bytes
+    initiator_salt: bytes
+    responder_salt: bytes
+    initiator_writes: list[bytes]
+    responder_writes: list[bytes]
+    record_size: int
+    context: bytes = b""
+
+    def seal(self) -> tuple[bytes, bytes]:
+        """(bytes the initiator sends, bytes the responder sends), headers included."""
+        sides = [
+            Channel(self.key, role=role, context=self.context, record_size=self.record_size, salt=salt)
+            for role, salt in ((Role.INITIATOR, self.initiator_salt), (Role.RESPONDER, self.responder_salt))
+        ]
+        initiator, responder = sides
+        sent = [bytearray(initiator.initial_data()), bytearray(responder.initial_data())]
+        initiator.opener.receive_data(sent[1])
+        responder.opener.receive_data(sent[0])
+        for side, writes, out in zip(
+            sides, (self.initiator_writes, self.responder_writes), sent, strict=True
+        ):
+            for data in writes:
+                out += side.sealer.seal(data, flush=True)
+            out += side.sealer.close()
+        return bytes(sent[0]), bytes(sent[1])
+
+    def to_json(self) -> dict[str, Any]:
+        from_initiator, from_responder = self.seal()
+        return {
+            "name": self.name,
+            "mode": "channel",
+            "description": self.description,
+            "key": self.key.hex(),
+            "context": self.context.hex(),
+            "record_size": self.record_size,
+            "initiator_salt": self.initiator_salt.hex(),
+            "responder_salt": self.responder_salt.hex(),
+            "initiator_writes": [data.hex() for data in self.initiator_writes],
+            "responder_writes": [data.hex() for data in self.responder_writes],
+            "initiator_ciphertext": from_initiator.hex(),
+            "responder_ciphertext": from_responder.hex(),
+        }
+
+
+VALID_CHANNELS = [
+    ValidChannel(
+        "channel-aes128",
+        "a request and a reply, one flushed record each",
+        KEY128,
+        SALT_A,
+        SALT_B,
+        [b"ping"],
+        [b"pong"],
+        64,
+    ),
+    ValidChannel(
+        "channel-aes256-context-multi-record",
+        "AES-256-GCM with a context; several writes each way across records; one side sends nothing",
+        KEY256,
+        SALT_B,
+        SALT_A,
+        [TEXT[:30], b"", TEXT[30:100]],
+        [],
+        16,
+        context=CONTEXT,
     ),
 ]
 
@@ -425,7 +502,7 @@ def open_all(key: bytes, context: bytes, wire: bytes) -> tuple[bytes, GcmStreamE
 
 
 def render() -> dict[str, str]:
-    valid = [vector.to_json() for vector in VALID]
+    valid = [vector.to_json() for vector in VALID] + [channel.to_json() for channel in VALID_CHANNELS]
     for vector in VALID:
         got, error = open_all(vector.key, vector.context, vector.seal())
         if error is not None or got != vector.plaintext:
@@ -438,6 +515,24 @@ def render() -> dict[str, str]:
                 f"invalid vector {case.name}: expected {case.error} after {len(case.released)} bytes, "
                 f"gcmstream gave {error!r} after {len(got)} bytes"
             )
+    for channel in VALID_CHANNELS:
+        from_initiator, from_responder = channel.seal()
+        # Each side reads with its own salt again: a reader with a fresh salt could not open the
+        # peer's records, which are bound to both headers.
+        for role, salt, wire, writes in (
+            (Role.RESPONDER, channel.responder_salt, from_initiator, channel.initiator_writes),
+            (Role.INITIATOR, channel.initiator_salt, from_responder, channel.responder_writes),
+        ):
+            reader = Channel(
+                channel.key, role=role, context=channel.context, record_size=channel.record_size, salt=salt
+            )
+            reader.initial_data()
+            reader.opener.receive_data(wire)
+            received = bytearray()
+            while chunk := reader.opener.read():
+                received += chunk
+            if received != b"".join(writes) or not reader.opener.at_eof:
+                raise SystemExit(f"channel vector {channel.name} does not round-trip")
     names = [v["name"] for v in valid] + [c.name for c in invalid]
     assert len(names) == len(set(names)), "vector names must be unique"
     return {
