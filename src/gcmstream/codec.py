@@ -39,6 +39,7 @@ from .format import (
     FLAG_KEY_UPDATE,
     HEADER_SIZE,
     KNOWN_FLAGS,
+    MAGIC,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
@@ -50,6 +51,7 @@ from .format import (
     TrafficKeys,
     channel_secret,
     check_context,
+    check_header_start,
     check_record_size,
     make_header,
     parse_header,
@@ -399,9 +401,15 @@ class Opener:
         if ring is None:
             if nbytes < 0 or self._header_got + nbytes > HEADER_SIZE:
                 raise ValueError(f"buffer_updated({nbytes}) exceeds the view that was offered")
+            before = self._header_got
             self._header_got += nbytes
             if self._header_got == HEADER_SIZE:
                 self._on_header()
+            elif before <= len(MAGIC):
+                try:
+                    check_header_start(memoryview(self._header_buf)[: self._header_got])
+                except ProtocolError as exc:
+                    self._pending_error = exc
         else:
             ring.commit(nbytes)
 
