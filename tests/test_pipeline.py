@@ -6,6 +6,7 @@ import asyncio
 import os
 import stat
 from collections.abc import AsyncIterator, Iterable
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -337,3 +338,43 @@ async def test_atomic_output_discards_on_exception_and_cancellation(tmp_path: Pa
     async with pipeline.atomic_output(target) as file:
         await file.write(b"whole")
     assert await anyio.Path(target).read_bytes() == b"whole"
+
+
+class GatedReceiveStream(ByteReceiveStream):
+    """Delivers its first part at once; before each later part (and before its end) it signals
+    ``waiting[i]`` and waits for ``gates[i]``."""
+
+    def __init__(self, parts: list[bytes]) -> None:
+        self._parts = parts
+        self._calls = 0
+        self.waiting = [anyio.Event() for _ in parts]
+        self.gates = [anyio.Event() for _ in parts]
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        call, self._calls = self._calls, self._calls + 1
+        if call:
+            self.waiting[call - 1].set()
+            await self.gates[call - 1].wait()
+        if call >= len(self._parts):
+            raise anyio.EndOfStream
+        return self._parts[call]
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.mark.anyio
+async def test_decrypt_stream_passes_on_records_before_waiting_for_input() -> None:
+    data = payload(3 * RECORD + 10)
+    wire = seal(data)
+    source = GatedReceiveStream([wire[: record_offset(2)], wire[record_offset(2) :]])
+    sink = CollectSendStream()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(pipeline.decrypt_stream, source, sink, key=KEY))
+            await source.waiting[0].wait()  # two records in, the rest not yet sent
+            assert sink.data == data[: 2 * RECORD]
+            source.gates[0].set()
+            await source.waiting[1].wait()  # FINAL in, the source has not ended yet
+            assert sink.data == data
+            source.gates[1].set()

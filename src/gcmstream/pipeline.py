@@ -123,8 +123,9 @@ async def _opened(read: _Reader, opener: Opener) -> AsyncIterator[memoryview]:
         if rest:
             before = len(rest)
             rest = _feed(opener, rest)
-            if len(rest) < before:
-                continue
+            if len(rest) == before:  # the opener neither took input nor released a record
+                raise RuntimeError("gcmstream bug: the opener stalled with input waiting")
+            continue
         if eof:  # the opener reports truncation itself; this guards against a silent stall
             raise TruncatedStreamError("input ended without a FINAL record")
         yield _FLUSH
@@ -134,8 +135,12 @@ async def _opened(read: _Reader, opener: Opener) -> AsyncIterator[memoryview]:
             opener.receive_eof()
             continue
         rest = _feed(opener, memoryview(chunk).cast("B"))
-    if rest or (not eof and len(await read())):
+    if rest:
         raise TrailingDataError("data follows the FINAL record")
+    if not eof:
+        yield _FLUSH  # the last record goes out before waiting for the source to end
+        if len(await read()):
+            raise TrailingDataError("data follows the FINAL record")
 
 
 # -- sources and sinks --------------------------------------------------------------------------
@@ -351,6 +356,12 @@ def _commit_output(file: AsyncFile[bytes], temp: str, target: str) -> None:
     os.fsync(file.wrapped.fileno())
     file.wrapped.close()
     os.replace(temp, target)
+    with suppress(OSError):  # make the rename itself durable, where directories can be synced
+        directory = os.open(os.path.dirname(target), os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
 
 
 def _discard_output(file: AsyncFile[bytes], temp: str) -> None:
