@@ -7,7 +7,8 @@ Each input is one stream, fed as is: a one-way Opener reads it, or, when its rol
 INITIATOR, the RESPONDER side of a Channel with the fixed salt the channel vectors use. The key
 and context are the ones of tests/vectors/invalid, so seeds from the vectors authenticate and
 the fuzzer starts past the key commitment. The input is delivered in pieces whose sizes come
-from a hash of the input (deterministic per input), and read with a style chosen the same way.
+from a hash of the input (deterministic per input), through receive_data or the zero-copy
+get_buffer/buffer_updated path, and read with a style chosen the same way.
 
 It fails (crashes) when an exception other than a gcmstream ProtocolError escapes, when reading
 does not settle after EOF, when a stream ends cleanly without an authenticated FINAL record, or
@@ -54,6 +55,7 @@ def test_one_input(data: bytes) -> None:
     h = zlib.crc32(data)
     chunk = (1, 3, 7, 64, 1000, len(data) or 1)[h % 6]
     style = (h >> 8) % 3
+    zero_copy = (h >> 16) % 2 == 1  # get_buffer/buffer_updated, as the asyncio protocol feeds
     opener = make_opener(data)
     released = 0
     ended = False
@@ -78,9 +80,29 @@ def test_one_input(data: bytes) -> None:
             released += n
         raise AssertionError("reading did not settle")
 
+    def put(piece: bytes) -> None:
+        done = 0
+        for _ in range(len(piece) + 16):  # each turn commits a byte, or raises
+            if done == len(piece):
+                return
+            view = opener.get_buffer()
+            if not view:
+                drain()  # frees ring space, or raises the error that stopped the input
+                view = opener.get_buffer()
+                if not view:
+                    raise AssertionError("the ring refuses input although the opener is drained")
+            count = min(len(view), len(piece) - done)
+            view[:count] = piece[done : done + count]
+            opener.buffer_updated(count)
+            done += count
+        raise AssertionError("feeding did not settle")
+
     try:
         for start in range(0, len(data), chunk):
-            opener.receive_data(data[start : start + chunk])
+            if zero_copy:
+                put(data[start : start + chunk])
+            else:
+                opener.receive_data(data[start : start + chunk])
             drain()
         opener.receive_eof()
         drain()
