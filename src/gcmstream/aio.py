@@ -74,7 +74,9 @@ class SecureStreamReader:
         self._opener = opener
         self._source = source
         self._limit = limit
-        self._pushback = bytearray()  # plaintext read past a limit overrun, returned first
+        # plaintext taken from the ring but not returned yet (a multi-record read in progress,
+        # a limit overrun, a cancelled read): every read returns it first
+        self._pushback = bytearray()
         self._busy = False
 
     def __repr__(self) -> str:
@@ -120,18 +122,26 @@ class SecureStreamReader:
         del self._pushback[:count]
         return data
 
+    async def _stage(self, limit: int) -> bool:
+        """Move plaintext of the current record into the pushback buffer (up to ``limit``
+        bytes, all of the record if < 0); False at the end. Data moved there is never lost to a
+        cancelled read: the next read returns it first."""
+        view = await self._next()
+        if not view:
+            return False
+        count = len(view) if limit < 0 else min(limit, len(view))
+        self._pushback += view[:count]
+        self._consume(count)
+        return True
+
     async def read(self, n: int = -1) -> bytes:
         """Up to ``n`` bytes (at least one unless at the end); ``n < 0``: everything to the end."""
         if n == 0:
             return b""
         if n < 0:
-            parts = [self._take_pushback(-1)]
-            while True:
-                view = await self._next()
-                if not view:
-                    return b"".join(parts)
-                parts.append(bytes(view))
-                self._consume(len(view))
+            while await self._stage(-1):
+                pass
+            return self._take_pushback(-1)
         if self._pushback:
             return self._take_pushback(n)
         view = await self._next()
@@ -156,52 +166,48 @@ class SecureStreamReader:
         return count
 
     async def readexactly(self, n: int) -> bytes:
-        """Exactly ``n`` bytes; IncompleteReadError if the stream ends (cleanly) first."""
+        """Exactly ``n`` bytes; IncompleteReadError if the stream ends (cleanly) first.
+        Cancelled part way, it loses nothing: what it had read is returned by the next read."""
         if n < 0:
             raise ValueError("readexactly size can not be less than zero")
-        result = bytearray(self._take_pushback(n))
-        while len(result) < n:
+        if not self._pushback:  # common case: the current record holds all of it, one copy
             view = await self._next()
-            if not view:
-                raise asyncio.IncompleteReadError(bytes(result), n)
-            count = min(n - len(result), len(view))
-            result += view[:count]
-            self._consume(count)
-        return bytes(result)
+            if len(view) >= n:
+                data = bytes(view[:n])
+                self._consume(n)
+                return data
+        while len(self._pushback) < n:
+            if not await self._stage(n - len(self._pushback)):
+                raise asyncio.IncompleteReadError(self._take_pushback(-1), n)
+        return self._take_pushback(n)
 
     async def readuntil(self, separator: bytes = b"\n") -> bytes:
         """Bytes up to and including ``separator``, with asyncio's LimitOverrunError and
-        IncompleteReadError semantics (the data stays readable after an overrun)."""
+        IncompleteReadError semantics (the data stays readable after an overrun or a cancel)."""
         if not separator:
             raise ValueError("Separator should be at least one-byte string")
-        found = bytearray(self._pushback)
-        self._pushback.clear()
         searched = 0
         while True:
+            found = self._pushback
             index = found.find(separator, searched)
             if index >= 0:
                 end = index + len(separator)
                 if end > self._limit:
-                    self._pushback = found
                     raise asyncio.LimitOverrunError(
                         "Separator is found, but chunk is longer than limit", index
                     )
-                self._pushback = found[end:]
-                return bytes(found[:end])
+                return self._take_pushback(end)
             if len(found) > self._limit:
-                self._pushback = found
                 raise asyncio.LimitOverrunError(
                     "Separator is not found, and chunk exceed the limit", len(found)
                 )
             searched = max(0, len(found) - len(separator) + 1)
             view = await self._next()
             if not view:
-                raise asyncio.IncompleteReadError(bytes(found), None)
+                raise asyncio.IncompleteReadError(self._take_pushback(-1), None)
             # take through the separator if it lies inside this record, so the rest stays in the ring
             inside = self._opener.find(separator)
-            take = len(view) if inside < 0 else inside + len(separator)
-            found += view[:take]
-            self._consume(take)
+            await self._stage(-1 if inside < 0 else inside + len(separator))
 
     async def readline(self) -> bytes:
         """A line ending in b"\\n", or the rest at the end; ValueError if over the limit."""
