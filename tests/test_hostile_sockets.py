@@ -413,9 +413,6 @@ async def test_replay_reflection_and_wrong_key_over_sockets(caplog: pytest.LogCa
     async with serving(record) as port, asyncio.timeout(30):
         # a genuine session, recorded on the wire
         reader, writer, channel = await handshaken_raw_client(port)
-        recorded = channel.initial_data if False else None  # noqa: F841  (header already sent)
-        session = bytearray(Channel(KEY, role=Role.INITIATOR, context=CONTEXT).initial_data())
-        del session[:]
         first = bytes(channel.sealer.seal(b"pay 100 to mallory", final=True))
         writer.write(first)
         await writer.drain()
