@@ -77,9 +77,10 @@ def timed(fn: Op, inner: int = 1) -> float:
     return (time.perf_counter() - start) / inner
 
 
-def interleaved(cases: dict[str, Op], reps: int, inner: int = 1) -> dict[str, float]:
+def interleaved(cases: dict[str, Op], reps: int, inner: int = 1, warm: bool = False) -> dict[str, float]:
     """Median seconds per call of each case; repetitions interleave the cases so that drift and
-    other processes' load hit every case alike (the figures that matter are ratios)."""
+    other processes' load hit every case alike (the figures that matter are ratios). With
+    ``warm``, each timed sample follows one untimed call of the same case."""
     samples: dict[str, list[float]] = {name: [] for name in cases}
     for fn in cases.values():  # warm-up
         fn()
@@ -88,6 +89,8 @@ def interleaved(cases: dict[str, Op], reps: int, inner: int = 1) -> dict[str, fl
     try:
         for _ in range(reps):
             for name, fn in cases.items():
+                if warm:
+                    fn()
                 samples[name].append(timed(fn, inner))
     finally:
         if enabled:

@@ -135,7 +135,7 @@ def one_run(work: Workdir, variant: str, count: int) -> dict[str, Any]:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    count = 50 if quick else 2000
+    count = 50 if quick else 1000
     reps = 1 if quick else 3
     work = Workdir()
     samples: dict[str, dict[str, list[float]]] = {v: {str(s): [] for s in SIZES} for v in VARIANTS}

@@ -24,8 +24,23 @@ CONTEXT = bytes(range(256))
 NONCE = bytes(12)
 
 
-class _Sink(io.BytesIO):
-    """A BytesIO that survives Tink's close() so the ciphertext can be read back."""
+class _Sink(io.RawIOBase):
+    """Tink's ciphertext destination: copies into a preallocated buffer and survives close()
+    (a growing BytesIO cost Tink 120 MB of reallocations per 10 MiB)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.buf = memoryview(bytearray(size))
+        self.pos = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        n = len(b)
+        self.buf[self.pos : self.pos + n] = b
+        self.pos += n
+        return n
 
     def close(self) -> None:
         pass
@@ -180,7 +195,7 @@ def run(quick: bool) -> dict[str, Any]:
         for kind, fn in ops.items():
             cases[f"{name}|{kind}"] = fn
     cases["memcpy in+out (decrypt path copies)|decrypt"] = memcpy_op(wire[:size], out, 256 * 1024)
-    times = interleaved(cases, reps)
+    times = interleaved(cases, reps, warm=True)
 
     results = []
     for name, ops in rows.items():
@@ -213,24 +228,33 @@ def run(quick: bool) -> dict[str, Any]:
         "targets": targets,
         "notes": [
             *notes,
-            "Tink uses its own generated AES-128 keyset (its API takes no raw key).",
+            "Tink uses its own generated AES-128 keyset (its API takes no raw key); it encrypts in "
+            "64 KiB writes into a preallocated sink (its fastest arrangement here) and decrypts "
+            "with readinto into the preallocated output buffer.",
+            "Each timed sample follows one untimed call of the same case: the first call after "
+            "another case pays page faults for freshly mapped memory, which is allocator noise.",
             "Raw AESGCM rows are one AEAD call over the whole buffer with one nonce (not a stream).",
         ],
     }
 
 
+TINK_WRITE = 64 * 1024  # Tink encrypts 3-4x faster in 64 KiB writes than in one 10 MiB write
+
+
 def _tink_ops(primitive: Any, plaintext: bytes, out: bytearray) -> dict[str, Op]:
-    sink = _Sink()
-    with primitive.new_encrypting_stream(sink, CONTEXT) as stream:
-        stream.write(plaintext)
-    ciphertext = sink.getvalue()
-    out_view = memoryview(out)
+    sink = _Sink(len(plaintext) + len(plaintext) // 64 + 4096)
+    source = memoryview(plaintext)
 
     def encrypt() -> int:
-        dst = _Sink()
-        with primitive.new_encrypting_stream(dst, CONTEXT) as w:
-            w.write(plaintext)
-        return dst.tell()
+        sink.pos = 0
+        with primitive.new_encrypting_stream(sink, CONTEXT) as w:
+            for pos in range(0, len(source), TINK_WRITE):
+                w.write(source[pos : pos + TINK_WRITE])
+        return sink.pos
+
+    encrypt()
+    ciphertext = bytes(sink.buf[: sink.pos])
+    out_view = memoryview(out)
 
     def decrypt() -> int:
         got = 0

@@ -66,15 +66,28 @@ class _Meter:
         self.got = 0
         self.start = 0.0
         self.cipher: Any = None
+        self.cpu0 = 0.0
 
     def add(self, n: int) -> None:
         if not self.got and n:
             self.start = time.perf_counter()
+            self.cpu0 = _cpu()
         self.got += n
 
     def report(self) -> None:
         seconds = time.perf_counter() - self.start
-        emit("RESULT ", {"bytes": self.got, "seconds": seconds, "cipher": self.cipher})
+        emit(
+            "RESULT ",
+            {"bytes": self.got, "seconds": seconds, "cipher": self.cipher, "cpu": _cpu() - self.cpu0},
+        )
+
+
+def _cpu() -> float:
+    """CPU seconds (user + system) this process used so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 # -- receivers ------------------------------------------------------------------------------
@@ -208,6 +221,7 @@ async def _asyncio_sender(kind: str, port: int, nbytes: int) -> None:
     else:
         raise ValueError(kind)
     sent = 0
+    cpu0 = _cpu()
     while sent < nbytes:
         n = min(CHUNK, nbytes - sent)
         writer.write(data[:n])
@@ -215,6 +229,7 @@ async def _asyncio_sender(kind: str, port: int, nbytes: int) -> None:
         sent += n
     writer.close()
     await writer.wait_closed()
+    emit("CPU ", str(_cpu() - cpu0))
 
 
 async def _anyio_sender(kind: str, port: int, nbytes: int) -> None:
@@ -239,10 +254,12 @@ async def _anyio_sender(kind: str, port: int, nbytes: int) -> None:
     else:
         raise ValueError(kind)
     sent = 0
+    cpu0 = _cpu()
     while sent < nbytes:
         n = min(CHUNK, nbytes - sent)
         await stream.send(data if n == CHUNK else data[:n])
         sent += n
+    emit("CPU ", str(_cpu() - cpu0))
     if kind == "anyio_gcm":
         await stream.send_eof()
     # Wait for the receiver to close first: closing with unread input (a TLS 1.3 session
@@ -286,6 +303,7 @@ def one_run(work: Workdir, variant: str, nbytes: int, timeout: float) -> dict[st
         port = read_line(recv, "PORT ")
         send = spawn("bench_sockets.py", ["worker", "send", variant, str(nbytes), port], env)
         result: dict[str, Any] = json.loads(read_line(recv, "RESULT "))
+        result["sender_cpu"] = float(read_line(send, "CPU "))
         finish(recv, timeout)
         finish(send, timeout)
         if send.returncode:
@@ -324,6 +342,7 @@ def run(quick: bool) -> dict[str, Any]:
     timeout = 60.0 if quick else 180.0
     work = Workdir()
     samples: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    cpu: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
     ciphers: dict[str, Any] = {}
     errors: dict[str, str] = {}
     try:
@@ -342,6 +361,7 @@ def run(quick: bool) -> dict[str, Any]:
                     print(f"   {v}: {errors[v]}", file=sys.stderr, flush=True)
                     continue
                 samples[v].append(nbytes / result["seconds"] / 1e6)
+                cpu[v].append((result["cpu"], result["sender_cpu"]))
                 if result.get("cipher"):
                     ciphers[v] = result["cipher"]
     finally:
@@ -353,6 +373,9 @@ def run(quick: bool) -> dict[str, Any]:
             "MB_s": statistics.median(samples[v]) if samples[v] else None,
             "samples_MB_s": samples[v],
             "cipher": ciphers.get(v),
+            # CPU seconds (user + system) spent while moving the data, median over runs
+            "receiver_cpu_s": statistics.median(c[0] for c in cpu[v]) if cpu[v] else None,
+            "sender_cpu_s": statistics.median(c[1] for c in cpu[v]) if cpu[v] else None,
             "error": errors.get(v),
         }
         for v in VARIANTS

@@ -1,0 +1,419 @@
+"""Render benchmarks/README.md's tables and benchmarks/chart.png from benchmarks/results/*.json.
+
+``python benchmarks/render.py`` (``--quick`` renders the *.quick.json files to stdout only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+README = HERE / "README.md"
+CHART = HERE / "chart.png"
+PARTS = ["seed", "allocs", "codec", "sockets", "echo", "conns"]
+
+
+def load(quick: bool) -> dict[str, dict[str, Any]]:
+    out = {}
+    for part in PARTS:
+        path = RESULTS / (f"{part}.quick.json" if quick else f"{part}.json")
+        if path.exists():
+            out[part] = json.loads(path.read_text())
+    return out
+
+
+def _f(value: Any, digits: int = 0, unit: str = "") -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float) and value != value:
+        return "n/a"
+    text = f"{value:,.{digits}f}"
+    return text + unit
+
+
+def _size(n: int) -> str:
+    return f"{n // 1048576} MiB" if n >= 1048576 else f"{n // 1024} KiB" if n >= 1024 else f"{n} B"
+
+
+def table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def seed_section(d: dict[str, Any]) -> str:
+    p = d["params"]
+    rows = []
+    for r in d["rows"]:
+        for kind in ("encrypt", "decrypt"):
+            x = r[kind]
+            rows.append(
+                [
+                    r["name"] if kind == "encrypt" else "",
+                    kind,
+                    _f(x["ns_op"] / 1000, 0, " us"),
+                    _f(x["MB_s"]),
+                    _f(x["bytes"]),
+                    _f(x["allocs"], 1),
+                    _f(x["native_allocs"], 1),
+                    _f(x["tm_peak_bytes"]),
+                    _f(r["decrypt_encrypt_ratio"], 2) if kind == "decrypt" else "",
+                ]
+            )
+    head = [
+        "implementation",
+        "op",
+        "time/op",
+        "MB/s",
+        "B/op (memray)",
+        "allocs/op (memray)",
+        "of which native",
+        "tracemalloc peak B",
+        "decrypt/encrypt",
+    ]
+    copy = d.get("memcpy_in_out_ns")
+    notes = "\n".join(f"- {n}" for n in d.get("notes", []))
+    return (
+        f"## 1. Seed workload\n\n{_size(p['plaintext_bytes'])} plaintext, {p['context_bytes']}-byte "
+        f"context / associated data, {p['key_bytes']}-byte key, gcmstream record size "
+        f"{_size(p['record_size'])}; median of {p['reps']} interleaved repetitions.\n\n"
+        + table(head, rows)
+        + "\n\n"
+        f"- gcmstream `decrypt`: a new Opener fed with `get_buffer()`/`buffer_updated(n)` (the copy "
+        f"into the ring stands in for the socket's `recv_into`), read with `readinto` into a "
+        f"preallocated buffer. `gcmstream read_view` reads the plaintext where it lies instead. "
+        f"The two memcpys of the decrypt path (ciphertext in, plaintext out) alone took "
+        f"{_f((copy or 0) / 1000, 0)} us here.\n"
+        "- gcmstream `encrypt`: a new Sealer, `seal(plaintext, final=True)`: its output buffer "
+        "(10 MiB) is allocated inside the operation, like raw `encrypt`.\n"
+        "- B/op and allocs/op: memray, every allocation call in the operation (native `malloc` "
+        "family, where OpenSSL and cryptography's Rust code allocate, plus Python's pymalloc), "
+        "short-lived ones included, minus a no-op loop; 'of which native' is the malloc family "
+        "only. tracemalloc sees only Python's allocator; its column is the Python-heap peak "
+        "during one operation.\n" + notes + "\n"
+    )
+
+
+def allocs_section(d: dict[str, Any]) -> str:
+    rows = []
+    for r in d["rows"]:
+        raw, rin, rv = r["raw_decrypt_into"], r["gcmstream_readinto"], r["gcmstream_read_view"]
+        lib = r.get("gcmstream_readinto_library_only", {})
+        rows.append(
+            [
+                _size(r["record_size"]),
+                f"{_f(raw['native_allocs'], 1)} / {_f(raw['native_bytes'])}",
+                f"{_f(raw['allocs'], 1)} / {_f(raw['bytes'])}",
+                f"{_f(lib.get('native_allocs'), 1)} / {_f(lib.get('native_bytes'))}",
+                f"{_f((lib.get('native_allocs') or 0) + (lib.get('python_allocs') or 0), 1)} / "
+                f"{_f((lib.get('native_bytes') or 0) + (lib.get('python_bytes') or 0))}",
+                f"{_f(rin['allocs'], 1)} / {_f(rin['bytes'])}",
+                f"{_f(rv['allocs'], 1)} / {_f(rv['bytes'])}",
+                _f(rin["tm_net_bytes"], 1),
+            ]
+        )
+    head = [
+        "record",
+        "raw decrypt_into native (allocs / B)",
+        "raw decrypt_into all",
+        "gcmstream open, native",
+        "gcmstream open, all (library frames)",
+        "readinto path incl. feeding loop",
+        "read_view path incl. feeding loop",
+        "retained B (tracemalloc)",
+    ]
+    text = (
+        "## 2. Allocations per record against record size\n\n"
+        "Steady state (the Opener already holds its ring), per record. 'library frames': memray "
+        "allocations whose innermost Python frame is in `src/gcmstream` (the benchmark's own "
+        "feeding loop, which stands in for the transport, excluded). 'incl. feeding loop': "
+        "everything in the step minus a no-op loop.\n\n" + table(head, rows) + "\n"
+    )
+    attr = d.get("attribution", {})
+    key = "65536" if "65536" in attr else next(iter(attr), None)
+    if key:
+        arows = [
+            [
+                f"`{a['site']}`",
+                f"`{a['code'][:70]}`",
+                a["allocator"],
+                _f(a["allocs_per_record"], 2),
+                _f(a["bytes_per_record"]),
+            ]
+            for a in attr[key]
+            if a["site"].startswith("gcmstream/")
+        ][:16]
+        text += (
+            f"\nWhere the open path allocates at {_size(int(key))} records (readinto path, memray, "
+            "innermost gcmstream frame, per record):\n\n"
+            + table(["site", "code", "allocator", "allocs", "B"], arows)
+            + "\n"
+        )
+    return text
+
+
+def codec_section(d: dict[str, Any]) -> str:
+    names = [
+        "gcmstream seal",
+        "raw encrypt_into",
+        "gcmstream open readinto",
+        "gcmstream open read_view",
+        "raw decrypt_into",
+        "memcpy feed",
+        "cobblestone encrypt update_into",
+        "cobblestone decrypt update_into",
+    ]
+    rows = []
+    for r in d["rows"]:
+        m = r["MB_s"]
+        der = r["derived"]
+        rows.append(
+            [_size(r["record_size"])]
+            + [_f(m.get(n)) for n in names]
+            + [
+                _f(der["open_readinto_vs_raw"], 2),
+                _f(der["open_read_view_vs_raw"], 2),
+                _f(der["open_vs_raw_plus_feed"], 2),
+                _f(der["open_overhead_us_per_record"], 2),
+            ]
+        )
+    head = [
+        "record",
+        *names,
+        "open readinto / raw",
+        "open read_view / raw",
+        "read_view / (raw + feed)",
+        "Python us/record",
+    ]
+    return (
+        "## 3. Codec throughput (MB/s of plaintext, no I/O)\n\n"
+        f"{_size(d['params']['volume_bytes'])} per operation, median of {d['params']['reps']} "
+        "interleaved repetitions. Cobblestone has one chunk size (16 KiB); its figure is repeated "
+        "on every row as measured in that row's run. `memcpy feed`: the copy of ciphertext into "
+        "the ring alone (a socket's `recv_into` does this copy in the kernel). 'Python "
+        "us/record' = (open read_view - feed copy - raw decrypt_into) / records.\n\n"
+        + table(head, rows)
+        + "\n"
+    )
+
+
+def sockets_section(d: dict[str, Any]) -> str:
+    rows = []
+    base = {r["name"]: r["MB_s"] for r in d["rows"]}
+    tls = base.get("asyncio TLS 1.3")
+    for r in d["rows"]:
+        cipher = r["cipher"][0] if r.get("cipher") else ""
+        note = r.get("error") or cipher
+        rows.append(
+            [r["name"], _f(r["MB_s"]), _f(r["MB_s"] / tls, 2) if r["MB_s"] and tls else "n/a", note or ""]
+        )
+    p = d["params"]
+    return (
+        f"## 4. Loopback sockets, {_size(p['bytes'])} one way\n\n"
+        f"Receiver and sender in two processes{' pinned to two cores' if p.get('pinned') else ''}; "
+        f"median of {p['reps']} interleaved runs; {_size(p['chunk'])} writes and reads; the "
+        "receiver times first byte to end of stream. CPU s: each process's user + system time "
+        "while the data moved (receiver: first byte to end; sender: its send loop), which shows "
+        "the side that limits the rate.\n\n"
+        + table(
+            ["path", "MB/s", "x asyncio TLS", "receiver CPU s", "sender CPU s", "negotiated suite / note"],
+            rows,
+        )
+        + "\n"
+    )
+
+
+def echo_section(d: dict[str, Any]) -> str:
+    sizes = [str(s) for s in d["params"]["sizes"]]
+    rows = [
+        [r["name"]] + [_f(r["median_us"].get(s), 1) for s in sizes] + [r.get("error") or ""]
+        for r in d["rows"]
+    ]
+    return (
+        "## 5. Echo round trip (median us)\n\n"
+        f"{d['params']['round_trips']} round trips per size and run, "
+        f"median of {d['params']['reps']} runs.\n\n"
+        + table(["path", *[_size(int(s)) for s in sizes], "note"], rows)
+        + "\n"
+    )
+
+
+def conns_section(d: dict[str, Any]) -> str:
+    rows = []
+    for r in d["rows"]:
+        if "error" in r:
+            rows.append([r["name"], "n/a", "n/a", "n/a", "n/a", r["error"]])
+            continue
+        idle, used = r["server_idle"], r["server_used"]
+        rows.append(
+            [
+                r["name"],
+                _f(r["server_rss_per_conn_idle"] / 1024, 1),
+                _f(r["server_rss_per_conn_used"] / 1024, 1),
+                str(idle.get("rings", "")),
+                str(used.get("sealer_output_buffers", "")),
+                "",
+            ]
+        )
+    n = d["params"]["connections"]
+    return (
+        f"## 6. Memory per connection ({n} connections)\n\n"
+        "Server process RSS growth per connection after the handshakes (idle) and after each "
+        f"connection echoed one {d['params']['message']}-byte message (lightly used); rings and "
+        "sealer output buffers counted in the server with `gc.get_objects()`.\n\n"
+        + table(
+            [
+                "server",
+                "KiB/conn idle",
+                "KiB/conn used",
+                "rings when idle",
+                "sealer buffers when used",
+                "note",
+            ],
+            rows,
+        )
+        + "\n"
+    )
+
+
+def targets_section(data: dict[str, dict[str, Any]]) -> str:
+    rows = []
+    for part in PARTS:
+        for name, t in data.get(part, {}).get("targets", {}).items():
+            value = t.get("value")
+            shown = _f(value, 2) if isinstance(value, float) else str(value)
+            rows.append([part, name, t["target"], shown, "met" if t["met"] else "**short**"])
+    return "## Targets\n\n" + table(["part", "target", "wanted", "figure", ""], rows) + "\n"
+
+
+def chart(data: dict[str, dict[str, Any]], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    codec, allocs = data.get("codec"), data.get("allocs")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    if codec:
+        sizes = [r["record_size"] for r in codec["rows"]]
+        for name, style in (
+            ("gcmstream open read_view", "o-"),
+            ("gcmstream open readinto", "o--"),
+            ("gcmstream seal", "s-"),
+            ("raw decrypt_into", "^-"),
+            ("raw encrypt_into", "^--"),
+        ):
+            ax1.plot(sizes, [r["MB_s"][name] for r in codec["rows"]], style, label=name)
+        cob = [r["MB_s"].get("cobblestone decrypt update_into") for r in codec["rows"]]
+        if any(cob):
+            vals = [c for c in cob if c]
+            ax1.plot(
+                [16384],
+                [sorted(vals)[len(vals) // 2]],
+                "D",
+                markersize=9,
+                label="Cobblestone decrypt (16 KiB chunks)",
+            )
+        ax1.set_xscale("log", base=2)
+        ax1.set_xlabel("record size (bytes)")
+        ax1.set_ylabel("MB/s of plaintext")
+        ax1.set_title("Codec throughput (no I/O)")
+        ax1.legend(fontsize=8)
+        ax1.grid(True, alpha=0.3)
+    if allocs:
+        sizes = [r["record_size"] for r in allocs["rows"]]
+        raw = [r["raw_decrypt_into"]["bytes"] for r in allocs["rows"]]
+        lib = [
+            (r.get("gcmstream_readinto_library_only") or {}).get("native_bytes", 0)
+            + (r.get("gcmstream_readinto_library_only") or {}).get("python_bytes", 0)
+            for r in allocs["rows"]
+        ]
+        native = [
+            (r.get("gcmstream_readinto_library_only") or {}).get("native_bytes", 0) for r in allocs["rows"]
+        ]
+        ax2.plot(sizes, lib, "o-", label="gcmstream open, all allocations (library frames)")
+        ax2.plot(sizes, native, "o--", label="gcmstream open, native allocations")
+        ax2.plot(sizes, raw, "^-", label="raw decrypt_into (floor)")
+        ax2.plot(sizes, [b + 256 for b in raw], ":", color="grey", label="target: floor + 256 B")
+        ax2.set_xscale("log", base=2)
+        ax2.set_xlabel("record size (bytes)")
+        ax2.set_ylabel("bytes allocated per record (memray)")
+        ax2.set_ylim(bottom=0)
+        ax2.set_title("Allocations per record on the open path")
+        ax2.legend(fontsize=8)
+        ax2.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def render(data: dict[str, dict[str, Any]], with_chart: bool) -> str:
+    first = next(iter(data.values()), None)
+    machine = first["machine"] if first else {}
+    dates = sorted(d["date"] for d in data.values())
+    loads = ", ".join(f"{p} {d['loadavg'][0]:.2f}" for p, d in data.items())
+    parts = [
+        "# gcmstream benchmarks\n",
+        "gcmstream side by side with what a user would pick instead and with the physical floor "
+        "(raw `AESGCM`), in one run on one machine. Absolute times on these machines drift "
+        "between runs; read the ratios, which come from cases interleaved in the same run.\n",
+        "```sh\nmake bench                               # every part (< 10 min), then this file\n"
+        "python benchmarks/run.py codec            # one part alone\n"
+        "python benchmarks/run.py --quick          # every part on tiny sizes: a smoke test\n"
+        "python benchmarks/render.py               # tables and chart from benchmarks/results/*.json\n```\n",
+        f"**Run:** {dates[0] if dates else ''} .. {dates[-1] if dates else ''}, command "
+        "`python benchmarks/run.py` (= `make bench`). **Machine:** "
+        f"{machine.get('cpu', '?')}, {machine.get('cpus', '?')} CPUs, Python {machine.get('python', '?')}, "
+        f"cryptography {machine.get('cryptography', '?')} ({machine.get('openssl', '?')}), "
+        f"{machine.get('platform', '?')}. 1-minute load average when each part ended: {loads}. "
+        "Other engineers' test suites were running on the same 2 cores during this run, so "
+        "absolute figures are noisy.\n",
+    ]
+    if with_chart:
+        parts.append("![throughput and allocations against record size](chart.png)\n")
+    parts.append(targets_section(data))
+    parts.append("NOTES_PLACEHOLDER\n")
+    for part, fn in (
+        ("seed", seed_section),
+        ("allocs", allocs_section),
+        ("codec", codec_section),
+        ("sockets", sockets_section),
+        ("echo", echo_section),
+        ("conns", conns_section),
+    ):
+        if part in data:
+            parts.append(fn(data[part]))
+        else:
+            parts.append(f"## {part}\n\nNo results yet (`python benchmarks/run.py {part}`).\n")
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="render *.quick.json to stdout")
+    args = parser.parse_args(argv)
+    data = load(args.quick)
+    if not data:
+        print("no results: run benchmarks/run.py first", file=sys.stderr)
+        return 1
+    if args.quick:
+        print(render(data, with_chart=False).replace("NOTES_PLACEHOLDER\n", ""))
+        return 0
+    drawn = chart(data, CHART)
+    notes_path = HERE / "NOTES.md"
+    notes = notes_path.read_text() if notes_path.exists() else ""
+    README.write_text(render(data, with_chart=drawn).replace("NOTES_PLACEHOLDER\n", notes))
+    print(f"wrote {README}" + (f" and {CHART}" if drawn else " (matplotlib missing: no chart)"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
