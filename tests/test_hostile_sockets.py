@@ -200,6 +200,8 @@ async def test_vanishing_and_silent_clients_next_to_good_ones(caplog: pytest.Log
     assert set(stats.failed) == {"TruncatedStreamError"}  # never a silent short read
     handshake_logs = [r for r in caplog.records if "handshake" in r.getMessage()]
     assert len(handshake_logs) == before_handshake
+    assert KEY.hex() not in caplog.text
+    assert repr(KEY)[2:-1] not in caplog.text
     assert live_rings() <= rings
 
 
@@ -445,3 +447,6 @@ async def test_replay_reflection_and_wrong_key_over_sockets(caplog: pytest.LogCa
     messages = " ".join(r.getMessage() for r in caplog.records)
     assert "RoleMismatchError" in messages or "role" in messages
     assert messages.count("handshake") >= 3  # reflection, wrong key, wrong context
+    for secret in (KEY, bytes(16)):
+        assert secret.hex() not in caplog.text
+        assert repr(secret)[2:-1] not in caplog.text
