@@ -48,11 +48,13 @@ __all__ = (
     "EXIT_UNSUPPORTED",
     "EXIT_USAGE",
     "EXIT_WRONG_KEY",
+    "HANDSHAKE_TIMEOUT",
     "KEY_ENV",
     "main",
 )
 
 KEY_ENV = "GCMSTREAM_KEY"
+HANDSHAKE_TIMEOUT = 30.0  # seconds for the peer's stream header, as connect_tcp allows
 DEBUG_ENV = "GCMSTREAM_DEBUG"
 
 EXIT_OK = 0
@@ -486,9 +488,10 @@ async def _listen_command(args: argparse.Namespace, key: bytes) -> None:
     host, port = args.address
     transport = await _accept_one(host, port, args.quiet)
     try:
-        stream = await SecureStream.wrap(
-            transport, key=key, role=Role.RESPONDER, context=args.context, record_size=args.record_size
-        )
+        with anyio.fail_after(HANDSHAKE_TIMEOUT):
+            stream = await SecureStream.wrap(
+                transport, key=key, role=Role.RESPONDER, context=args.context, record_size=args.record_size
+            )
     except BaseException:
         await anyio.aclose_forcefully(transport)
         raise
@@ -529,6 +532,8 @@ def _classify(exc: BaseException) -> tuple[int, str]:
         return EXIT_TRUNCATED, f"truncated input: {exc}"
     if isinstance(exc, ProtocolError):
         return EXIT_TAMPERED, f"tampered or corrupt input: {exc}"
+    if isinstance(exc, TimeoutError):
+        return EXIT_IO, "timed out waiting for the peer's stream header"
     if isinstance(exc, BrokenPipeError):
         return EXIT_IO, "output closed before the end (broken pipe)"
     if isinstance(exc, OSError):
