@@ -63,6 +63,7 @@ __all__ = ("Channel", "Opener", "Sealer")
 
 _OVERHEAD = RECORD_HEADER_SIZE + TAG_SIZE
 _OUTPUT_RECORDS = 4  # the reusable output buffer holds this many full records
+_VIEW_SLOTS = 127  # opener's view cache (prime, so record positions spread over it)
 
 
 def _byte_view(data: Buffer) -> memoryview:
@@ -355,10 +356,26 @@ class Opener:
         self._record_open = False
         self._record_wire = 0
         self._pt_pos = self._pt_end = 0
-        self._seq = 0
-        self._key_bytes = 0
-        self.records_opened = 0
-        self.bytes_opened = 0
+        self._seq = 0  # records opened under the current key generation
+        self._key_bytes = 0  # plaintext bytes opened under the current key generation
+        self._records_before = 0  # records and bytes opened under earlier key generations
+        self._bytes_before = 0
+        self._hard_records = self._limits.hard_records
+        self._hard_bytes = self._limits.hard_bytes
+        self._nonce = bytearray(12)
+        # A small direct-mapped cache: ring position -> (position, ciphertext length, AAD view,
+        # ciphertext view, plaintext view). Records of one size land on the same few positions,
+        # so opening reuses views instead of slicing three new ones per record. Fixed size, so
+        # it never allocates as it fills.
+        self._views: list[tuple[int, int, memoryview, memoryview, memoryview] | None] = [None] * _VIEW_SLOTS
+
+    @property
+    def records_opened(self) -> int:
+        return self._records_before + self._seq
+
+    @property
+    def bytes_opened(self) -> int:
+        return self._bytes_before + self._key_bytes
 
     def __repr__(self) -> str:
         state = "failed" if self._error else "eof" if self.at_eof else "open"
@@ -483,7 +500,7 @@ class Opener:
             self._pending_error = exc
             return
         self.header = header
-        self._keys = TrafficKeys(secret, header.suite)
+        self._set_keys(TrafficKeys(secret, header.suite))
         self._ring = RecordRing(header.record_size)
 
     # -- reading ---------------------------------------------------------------------------
@@ -645,49 +662,73 @@ class Opener:
         assert keys is not None
         pos = ring.head
         flags, length = RECORD_HEADER.unpack_from(ring.buf, pos)
-        body = pos + RECORD_HEADER_SIZE
-        pt_end = body + length - TAG_SIZE
-        view = ring.view
-        number = self.records_opened
-        if self._seq >= self._limits.hard_records:
+        views = self._views[pos % _VIEW_SLOTS]
+        if views is None or views[0] != pos or views[1] != length:
+            views = self._slice(ring.view, pos, length)
+        _, _, aad, ciphertext, plaintext = views
+        seq = self._seq
+        number = self._records_before + seq
+        if seq >= self._hard_records:
             self._fail(MalformedRecordError(f"record {number}: the peer passed the per-key record limit"))
+        nonce = self._nonce
+        nonce[4:] = (keys.iv_low ^ seq).to_bytes(8, "big")
         try:
-            keys.aead.decrypt_into(
-                keys.nonce(self._seq), view[body : body + length], view[pos:body], view[body:pt_end]
-            )
+            keys.aead.decrypt_into(nonce, ciphertext, aad, plaintext)
         except InvalidTag as exc:
-            view[body:pt_end] = bytes(pt_end - body)  # never leave unauthenticated plaintext
+            plaintext[:] = bytes(len(plaintext))  # never leave unauthenticated plaintext
             self._fail(AuthenticationError(number), exc)
+        size = length - TAG_SIZE
+        if flags & ~FLAG_FINAL:  # rare: check the other flags and the byte limit only then
+            self._check_flags(flags, number, plaintext)
+        if self._key_bytes + size > self._hard_bytes:
+            plaintext[:] = bytes(size)
+            self._fail(MalformedRecordError(f"record {number}: the peer passed the per-key byte limit"))
+        if flags & FLAG_FINAL:
+            if ring.stored > RECORD_HEADER_SIZE + length or self._backlog:
+                plaintext[:] = bytes(size)
+                self._fail(TrailingDataError(f"data follows the FINAL record (record {number})"))
+            self._final_seen = True
+        if flags & FLAG_KEY_UPDATE:
+            self._set_keys(keys.next())
+            self._records_before = number + 1
+            self._bytes_before += self._key_bytes + size
+            self._seq = self._key_bytes = 0
+        else:
+            self._seq = seq + 1
+            self._key_bytes += size
+        self._record_open = True
+        self._record_wire = RECORD_HEADER_SIZE + length
+        self._pt_pos = pos + RECORD_HEADER_SIZE
+        self._pt_end = self._pt_pos + size
+        return True
+
+    def _slice(
+        self, view: memoryview, pos: int, length: int
+    ) -> tuple[int, int, memoryview, memoryview, memoryview]:
+        body = pos + RECORD_HEADER_SIZE
+        views = (
+            pos,
+            length,
+            view[pos:body],
+            view[body : body + length],
+            view[body : body + length - TAG_SIZE],
+        )
+        self._views[pos % _VIEW_SLOTS] = views
+        return views
+
+    def _set_keys(self, keys: TrafficKeys) -> None:
+        self._keys = keys
+        self._nonce[:4] = keys.iv_high
+
+    def _check_flags(self, flags: int, number: int, plaintext: memoryview) -> None:
         problem = None
         if flags & ~KNOWN_FLAGS:
             problem = f"record {number} has unknown flags 0x{flags:02x}"
         elif flags == FLAG_FINAL | FLAG_KEY_UPDATE:
             problem = f"record {number} has both FINAL and KEY_UPDATE"
-        elif self._key_bytes + (pt_end - body) > self._limits.hard_bytes:
-            problem = f"record {number}: the peer passed the per-key byte limit"
-        if (
-            problem is None
-            and flags & FLAG_FINAL
-            and (ring.stored > RECORD_HEADER_SIZE + length or self._backlog)
-        ):
-            view[body:pt_end] = bytes(pt_end - body)
-            self._fail(TrailingDataError(f"data follows the FINAL record (record {number})"))
         if problem is not None:
-            view[body:pt_end] = bytes(pt_end - body)
+            plaintext[:] = bytes(len(plaintext))
             self._fail(MalformedRecordError(problem))
-        self.records_opened = number + 1
-        self.bytes_opened += pt_end - body
-        if flags & FLAG_KEY_UPDATE:
-            self._keys = keys.next()
-            self._seq = self._key_bytes = 0
-        else:
-            self._seq += 1
-            self._key_bytes += pt_end - body
-        self._record_open = True
-        self._final_seen = bool(flags & FLAG_FINAL)
-        self._record_wire = RECORD_HEADER_SIZE + length
-        self._pt_pos, self._pt_end = body, pt_end
-        return True
 
 
 class Channel:

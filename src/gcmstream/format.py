@@ -291,14 +291,18 @@ class TrafficKeys:
     generation, and each generation has a different key, so no (key, nonce) pair repeats.
     """
 
-    __slots__ = ("aead", "generation", "iv", "secret", "suite")
+    __slots__ = ("aead", "generation", "iv", "iv_high", "iv_low", "secret", "suite")
 
     def __init__(self, secret: bytes, suite: Suite, generation: int = 0) -> None:
         self.secret = secret
         self.suite = suite
         self.generation = generation
         self.aead = AESGCM(_expand(secret, _LABEL_KEY, suite.key_size))
-        self.iv = int.from_bytes(_expand(secret, _LABEL_IV, NONCE_SIZE), "big")
+        iv = _expand(secret, _LABEL_IV, NONCE_SIZE)
+        self.iv = int.from_bytes(iv, "big")
+        # seq < 2**64 only touches the low 8 bytes: openers patch those into a fixed buffer
+        self.iv_high = iv[:4]
+        self.iv_low = int.from_bytes(iv[4:], "big")
 
     def nonce(self, seq: int) -> bytes:
         return (self.iv ^ seq).to_bytes(NONCE_SIZE, "big")
