@@ -36,9 +36,15 @@
 
 Rules that hold everywhere:
 
-* After a ProtocolError the object that raised it is failed: every later call raises
-  StreamBrokenError again, and no plaintext from the failing record (or after it) is ever
+* After a ProtocolError the object that raised it is failed: every later read-side call
+  (``read``, ``readinto``, ``read_view``, ``peek``, an adapter's ``receive``/``read*``)
+  raises StreamBrokenError, and no plaintext from the failing record (or after it) is ever
   returned. Plaintext returned before the error is an authenticated prefix of the stream.
+  Feeding calls (``receive_data``, ``get_buffer``/``buffer_updated``, ``receive_eof``) never
+  raise a ProtocolError: errors found while feeding wait for the next read, and a failed
+  opener discards further input, so an I/O loop can always run to its end.
+* ``read(0)`` and ``readinto`` of an empty buffer return ``b""``/``0`` as ``io`` does: test
+  for the end of a stream with a non-zero size (or ``at_eof``), not with those.
 * Messages name what was found and what was expected. They never contain keys, secrets,
   nonces or plaintext.
 * Any other exception escaping gcmstream is a bug, except OSError and the async frameworks'
