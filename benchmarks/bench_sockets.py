@@ -20,6 +20,7 @@ import asyncio
 import json
 import statistics
 import sys
+import threading
 import time
 from typing import Any
 
@@ -98,30 +99,43 @@ async def _asyncio_receiver(kind: str, nbytes: int) -> None:
     done = asyncio.get_running_loop().create_future()
 
     async def plain_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        ssl_object = writer.get_extra_info("ssl_object")
-        if ssl_object is not None:
-            meter.cipher = ssl_object.cipher()
-        while data := await reader.read(CHUNK):
-            meter.add(len(data))
-        writer.close()
-        done.set_result(None)
+        try:
+            ssl_object = writer.get_extra_info("ssl_object")
+            if ssl_object is not None:
+                meter.cipher = ssl_object.cipher()
+            while data := await reader.read(CHUNK):
+                meter.add(len(data))
+            writer.close()
+            done.set_result(None)
+        except Exception as exc:  # report it: the receiver must not wait forever
+            done.set_exception(exc)
 
     async def gcm_handler(reader: Any, writer: Any) -> None:
-        if kind == "gcm_protocol_chunks":
-            async for view in reader.iter_chunks():
-                meter.add(len(view))
-        else:
-            buf = bytearray(CHUNK)
-            while n := await reader.readinto(buf):
-                meter.add(n)
-        writer.close()
-        done.set_result(None)
+        try:
+            if kind == "gcm_protocol_chunks":
+                async for view in reader.iter_chunks():
+                    meter.add(len(view))
+            else:
+                buf = bytearray(CHUNK)
+                while n := await reader.readinto(buf):
+                    meter.add(n)
+            writer.close()
+            done.set_result(None)
+        except Exception as exc:
+            if not done.done():
+                done.set_exception(exc)
 
     async def wrapped_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         from gcmstream import Role
         from gcmstream.aio import wrap_streams
 
-        sreader, swriter = await wrap_streams(reader, writer, key=KEY, role=Role.RESPONDER, context=CONTEXT)
+        try:
+            sreader, swriter = await wrap_streams(
+                reader, writer, key=KEY, role=Role.RESPONDER, context=CONTEXT
+            )
+        except Exception as exc:
+            done.set_exception(exc)
+            return
         await gcm_handler(sreader, swriter)
 
     loop = asyncio.get_running_loop()
@@ -299,6 +313,8 @@ def one_run(work: Workdir, variant: str, nbytes: int, timeout: float) -> dict[st
     env = work.env()
     recv = spawn("bench_sockets.py", ["worker", "recv", variant, str(nbytes), "0"], env)
     send = None
+    watchdog = threading.Timer(timeout, recv.kill)  # a stuck receiver must not stall the run
+    watchdog.start()
     try:
         port = read_line(recv, "PORT ")
         send = spawn("bench_sockets.py", ["worker", "send", variant, str(nbytes), port], env)
@@ -310,6 +326,7 @@ def one_run(work: Workdir, variant: str, nbytes: int, timeout: float) -> dict[st
             err = send.stderr.read() if send.stderr else ""
             raise RuntimeError(f"sender failed: {err.strip()[-1500:]}")
     finally:
+        watchdog.cancel()
         for proc in (recv, send):
             if proc is not None and proc.poll() is None:
                 proc.kill()
