@@ -27,6 +27,7 @@ from gcmstream.cli import (
     EXIT_INTERRUPTED,
     EXIT_IO,
     EXIT_TAMPERED,
+    EXIT_TERMINATED,
     EXIT_TRUNCATED,
     EXIT_UNSUPPORTED,
     EXIT_USAGE,
@@ -326,8 +327,13 @@ def test_progress_bar_on_a_terminal_only(tmp_path: Path, keyfile: Path) -> None:
     assert piped.returncode == 0 and piped.stderr == b""  # stderr is no terminal: no bar
 
 
-def test_interrupt_removes_the_temporary_file(
-    tmp_path: Path, keyfile: Path, sealed: tuple[bytes, bytes]
+@pytest.mark.parametrize(
+    ("signum", "code", "said"),
+    [(signal.SIGINT, EXIT_INTERRUPTED, "interrupted"), (signal.SIGTERM, EXIT_TERMINATED, "SIGTERM")],
+    ids=["SIGINT", "SIGTERM"],
+)
+def test_signal_removes_the_temporary_file(
+    signum: int, code: int, said: str, tmp_path: Path, keyfile: Path, sealed: tuple[bytes, bytes]
 ) -> None:
     _, wire = sealed
     process = subprocess.Popen(
@@ -355,10 +361,10 @@ def test_interrupt_removes_the_temporary_file(
         while not any(p.name.endswith(".partial") for p in tmp_path.iterdir()):
             assert time.monotonic() < deadline, "no temporary file appeared"
             time.sleep(0.02)
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=TIMEOUT) == EXIT_INTERRUPTED
+        process.send_signal(signum)
+        assert process.wait(timeout=TIMEOUT) == code
         one_line = process.stderr.read().decode()
-        assert one_line.count("\n") == 1 and "interrupted" in one_line
+        assert one_line.count("\n") == 1 and said in one_line
     finally:
         process.kill()
         process.wait()

@@ -10,10 +10,11 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import stat
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
@@ -41,6 +42,7 @@ __all__ = (
     "EXIT_CODES",
     "EXIT_INTERNAL",
     "EXIT_INTERRUPTED",
+    "EXIT_TERMINATED",
     "EXIT_IO",
     "EXIT_OK",
     "EXIT_TAMPERED",
@@ -66,6 +68,7 @@ EXIT_TRUNCATED = 5
 EXIT_IO = 6
 EXIT_UNSUPPORTED = 7
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 EXIT_CODES = {
     EXIT_OK: "success",
@@ -79,6 +82,7 @@ EXIT_CODES = {
     EXIT_IO: "I/O error: a file, pipe or connection failed",
     EXIT_UNSUPPORTED: "not gcmstream data, or a format version or suite this version does not read",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+    EXIT_TERMINATED: "terminated (SIGTERM or SIGHUP); like Ctrl-C, no partial output file is left",
 }
 
 _KEY_HELP = (
@@ -97,6 +101,10 @@ _STDOUT_NOTE = (
 
 class _Usage(Exception):
     """A usage error found after parsing: reported as one line, exit status 2."""
+
+
+class _Terminated(Exception):
+    """SIGTERM or SIGHUP arrived; the command was cancelled (so its cleanup ran)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -544,7 +552,30 @@ def _classify(exc: BaseException) -> tuple[int, str]:
         return EXIT_IO, f"connection lost{f': {cause}' if cause else ''}"
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_INTERRUPTED, "interrupted"
+    if isinstance(exc, _Terminated):
+        return EXIT_TERMINATED, str(exc)
     return EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+
+
+async def _run(
+    command: Callable[[argparse.Namespace, bytes], Awaitable[None]], args: argparse.Namespace, key: bytes
+) -> None:
+    """Run ``command``; SIGTERM or SIGHUP cancel it (as Ctrl-C does), so its cleanup runs."""
+    received: list[int] = []
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+                async for signum in signals:
+                    received.append(signum)
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(watch)
+        await command(args, key)
+        tg.cancel_scope.cancel()
+    if received:
+        raise _Terminated(f"terminated by {signal.Signals(received[0]).name}")
 
 
 _COMMANDS = {
@@ -572,7 +603,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "keygen":
             return _keygen(args)
         key = _load_key(args.key_file)
-        anyio.run(_COMMANDS[args.command], args, key)
+        anyio.run(_run, _COMMANDS[args.command], args, key)
     except BaseException as exc:  # one line on stderr, never a traceback (unless debugging)
         if isinstance(exc, SystemExit):
             raise
