@@ -128,6 +128,8 @@ def test_keygen(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert len(parse_key(path.read_text())) == 32
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k"]
+    printed = gcm("keygen", "-o", "-", "--suite", "aes256")
+    assert printed.returncode == 0 and len(parse_key(printed.stdout.decode())) == 32
 
 
 def test_usage_errors(tmp_path: Path, keyfile: Path) -> None:

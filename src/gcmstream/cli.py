@@ -35,7 +35,7 @@ from .errors import (
     UsageError,
 )
 from .format import DEFAULT_RECORD_SIZE, HARD_MAX_RECORD_SIZE, MAX_CONTEXT_SIZE, Role, generate_key
-from .keyfile import KeyFileError, parse_key, read_key_file, write_key_file
+from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
 from .pipeline import CHUNK_SIZE, _decrypt, _encrypt, _reader, _writer, atomic_output
 
 __all__ = (
@@ -181,7 +181,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "Write a new random key to KEYFILE as one line of text "
         "('gcmstream-key-v1:aes128:...'), readable only by you (mode 0600).",
     )
-    keygen.add_argument("-o", "--output", metavar="KEYFILE", required=True, help="key file to create")
+    keygen.add_argument(
+        "-o",
+        "--output",
+        metavar="KEYFILE",
+        required=True,
+        help="key file to create ('-': print the key line on stdout)",
+    )
     keygen.add_argument(
         "--suite",
         choices=("aes128", "aes256"),
@@ -291,6 +297,10 @@ def _load_key(key_file: str | None) -> bytes:
 
 def _keygen(args: argparse.Namespace) -> int:
     key = generate_key(256 if args.suite == "aes256" else 128)
+    if args.output == "-":  # e.g. GCMSTREAM_KEY=$(gcmstream keygen -o -)
+        sys.stdout.write(format_key(key) + "\n")
+        sys.stdout.flush()
+        return EXIT_OK
     try:
         write_key_file(args.output, key, force=args.force)
     except FileExistsError:
