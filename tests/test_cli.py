@@ -527,3 +527,34 @@ def test_peak_rss_helper_measures_children() -> None:
     rss = int(subprocess.run(helper, capture_output=True, timeout=TIMEOUT, check=True).stdout)
     assert rss > 60 * 1024
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > 0
+
+
+def test_interrupted_sender_is_seen_as_truncated(keyfile: Path) -> None:
+    """A connect killed (SIGTERM) mid-transfer must not look complete: the peer exits 5."""
+    listener = Listener(["-k", keyfile])
+    client = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "connect", f"127.0.0.1:{listener.port}", "-k", str(keyfile)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env(),
+    )
+    assert client.stdin is not None and listener.process.stdout is not None
+    try:
+        client.stdin.write(b"partial")
+        client.stdin.flush()
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda: got.append(listener.process.stdout.read(7)))  # type: ignore[union-attr]
+        reader.start()
+        reader.join(TIMEOUT)
+        assert got == [b"partial"]  # the peer has the first record: the connection is up
+        client.send_signal(signal.SIGTERM)
+        assert client.wait(timeout=TIMEOUT) == EXIT_TERMINATED
+    finally:
+        client.kill()
+        client.wait()
+        client.stdin.close()
+        assert client.stderr is not None
+        client.stderr.close()
+    assert listener.finish() == EXIT_TRUNCATED, listener.stderr
+    assert b"truncated" in listener.stderr

@@ -423,24 +423,26 @@ async def _decrypt_command(args: argparse.Namespace, key: bytes) -> None:
 _stdin_threads: list[threading.Thread] = []
 
 
-def _stdin_pump(token: Any, send: Callable[[bytes], Any]) -> None:
-    """Daemon thread: stdin chunks to the event loop (b"" at the end). A daemon thread, not a
-    worker thread, so that a read blocked on a terminal never holds up the exit."""
-    with contextlib.suppress(Exception):
+def _stdin_pump(token: Any, send: Callable[[bytes | OSError], Any]) -> None:
+    """Daemon thread: stdin chunks to the event loop, b"" at its end, or the OSError that
+    stopped it (which must not look like an end: no FINAL may follow it). A daemon thread, not
+    a worker thread, so that a read blocked on a terminal never holds up the exit."""
+    with contextlib.suppress(Exception):  # the event loop is gone: nobody is reading any more
         while True:
+            chunk: bytes | OSError
             try:
                 chunk = os.read(sys.stdin.fileno(), CHUNK_SIZE)
-            except OSError:
-                chunk = b""  # treated as the end of input
+            except OSError as exc:
+                chunk = exc
             from_thread.run(send, chunk, token=token)
-            if not chunk:
+            if not isinstance(chunk, bytes) or not chunk:
                 return
 
 
 async def _session(stream: ByteStream) -> None:
     """stdin to ``stream`` (FINAL at its end), ``stream`` to stdout (closed at the peer's FINAL),
     until both are done."""
-    send_chunk, receive_chunk = anyio.create_memory_object_stream[bytes](1)
+    send_chunk, receive_chunk = anyio.create_memory_object_stream[bytes | OSError](1)
     thread = threading.Thread(
         target=_stdin_pump, args=(current_token(), send_chunk.send), name="gcmstream stdin", daemon=True
     )
@@ -448,11 +450,13 @@ async def _session(stream: ByteStream) -> None:
     _stdin_threads.append(thread)
     stdout = _stdio(sys.stdout.fileno(), "wb")
 
-    async def upload(chunks: MemoryObjectReceiveStream[bytes]) -> None:
+    async def upload(chunks: MemoryObjectReceiveStream[bytes | OSError]) -> None:
         async with chunks:
             while chunk := await chunks.receive():
+                if isinstance(chunk, OSError):
+                    raise chunk
                 await stream.send(chunk)
-        await stream.send_eof()
+        await stream.send_eof()  # only at the true end of stdin
 
     async def download() -> None:
         write = _writer(stdout)
@@ -513,15 +517,24 @@ async def _listen_command(args: argparse.Namespace, key: bytes) -> None:
     except BaseException:
         await anyio.aclose_forcefully(transport)
         raise
-    async with stream:
+    await _session_then_close(stream)
+
+
+async def _session_then_close(stream: SecureStream) -> None:
+    """Run the session; on any failure close the connection without a FINAL record (which
+    SecureStream.aclose would add), so the peer sees a cut stream, never a complete one."""
+    try:
         await _session(stream)
+    except BaseException:
+        await anyio.aclose_forcefully(stream.transport_stream)
+        raise
+    await stream.aclose()
 
 
 async def _connect_command(args: argparse.Namespace, key: bytes) -> None:
     host, port = args.address
     stream = await connect_tcp(host, port, key=key, context=args.context, record_size=args.record_size)
-    async with stream:
-        await _session(stream)
+    await _session_then_close(stream)
 
 
 # -- errors and main ----------------------------------------------------------------------------
