@@ -13,6 +13,7 @@ import os
 import signal
 import stat
 import sys
+import textwrap
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -89,7 +90,10 @@ _KEY_HELP = (
     f"key file written by 'gcmstream keygen'; without it the key text is read from the "
     f"environment variable {KEY_ENV} (the key file's line, e.g. {KEY_ENV}=$(cat KEYFILE))"
 )
-_EXIT_EPILOG = "exit status:\n" + "\n".join(f"  {code:>3}  {text}" for code, text in EXIT_CODES.items())
+_EXIT_EPILOG = "exit status:\n" + "\n".join(
+    textwrap.fill(text, 78, initial_indent=f"  {code:>3}  ", subsequent_indent=" " * 7)
+    for code, text in EXIT_CODES.items()
+)
 _STDOUT_NOTE = (
     "Decrypting to a file (-o FILE) is atomic: the plaintext goes to a temporary file beside FILE "
     "that replaces FILE only after the final record authenticated; on any failure it is removed and "
@@ -170,7 +174,7 @@ def _build_parser() -> argparse.ArgumentParser:
         return commands.add_parser(
             name,
             help=summary,
-            description=description,
+            description=textwrap.fill(description, 78),
             epilog=_EXIT_EPILOG,
             formatter_class=formatter,
         )
@@ -203,7 +207,7 @@ def _build_parser() -> argparse.ArgumentParser:
             metavar="TEXT",
             type=_context,
             default=b"",
-            help="text bound to the stream (a purpose, a file name); decrypting needs the same TEXT",
+            help="text bound to the stream (a purpose, a file name); the other side needs the same TEXT",
         )
 
     def io_options(sub: argparse.ArgumentParser, what: str) -> None:
