@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import tracemalloc
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,6 +32,7 @@ from gcmstream import (
 )
 from gcmstream.format import HARD_MAX_RECORD_SIZE, HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE
 
+T = TypeVar("T")
 KEY = bytes(range(16))
 KEY_256 = bytes(range(32, 64))
 CONTEXT = b"hostile fuzz"
@@ -162,7 +165,7 @@ def feed(opener: Opener, data: bytes, chunks: list[int], style: int) -> tuple[by
                 assert view, "the ring refuses input although the opener is healthy and drained"
             count = min(len(view), len(piece) - done)
             view[:count] = piece[done : done + count]
-            opener.buffer_updated(count)
+            feeding(opener.buffer_updated, count)
             done += count
         raise AssertionError("feeding did not settle")
 
@@ -173,10 +176,10 @@ def feed(opener: Opener, data: bytes, chunks: list[int], style: int) -> tuple[by
             if zero_copy:
                 put(data[pos : pos + size])
             else:
-                opener.receive_data(data[pos : pos + size])
+                feeding(opener.receive_data, data[pos : pos + size])
             pos, index = pos + size, index + 1
             drain()
-        opener.receive_eof()
+        feeding(lambda _: opener.receive_eof(), None)
         drain()
         assert ended, "EOF given, but the opener neither ended nor failed"
         assert opener.at_eof
@@ -185,6 +188,14 @@ def feed(opener: Opener, data: bytes, chunks: list[int], style: int) -> tuple[by
             opener.read()
         return bytes(released), exc
     return bytes(released), None
+
+
+def feeding(call: Callable[[T], None], argument: T) -> None:
+    """Feeding never raises a ProtocolError (the codec's promise): errors wait for a read."""
+    try:
+        call(argument)
+    except ProtocolError as exc:
+        raise AssertionError(f"feeding raised {exc!r}") from exc
 
 
 chunk_lists = st.lists(st.integers(min_value=1, max_value=300), max_size=8)
