@@ -179,6 +179,26 @@ def alloc_profile(fn: Op, count: int) -> dict[str, float | None]:
     return result
 
 
+def source_state() -> dict[str, Any]:
+    """The commit measured, and whether src/ had uncommitted changes (others edit it live)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(
+                ["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=False
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "src_dirty": bool(git("status", "--porcelain", "src")),
+    }
+
+
 def write_result(part: str, data: dict[str, Any], quick: bool) -> Path:
     out_dir = results_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -188,6 +208,7 @@ def write_result(part: str, data: dict[str, Any], quick: bool) -> Path:
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "machine": machine_info(),
         "loadavg": os.getloadavg(),
+        "source": source_state(),
         **data,
     }
     name = f"{part}.quick.json" if quick else f"{part}.json"

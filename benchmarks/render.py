@@ -196,9 +196,9 @@ def codec_section(d: dict[str, Any]) -> str:
         "interleaved repetitions. Cobblestone has one chunk size (16 KiB); its figure is repeated "
         "on every row as measured in that row's run. `memcpy feed`: the copy of ciphertext into "
         "the ring alone (a socket's `recv_into` does this copy in the kernel). 'Python "
-        "us/record' = (open read_view - feed copy - raw decrypt_into) / records.\n\n"
-        + table(head, rows)
-        + "\n"
+        "us/record' = (open read_view - feed copy - raw decrypt_into) / records: a difference of "
+        "noisy timings, meaningful only where it is large next to a record's AES time (small "
+        "records).\n\n" + table(head, rows) + "\n"
     )
 
 
@@ -209,8 +209,19 @@ def sockets_section(d: dict[str, Any]) -> str:
     for r in d["rows"]:
         cipher = r["cipher"][0] if r.get("cipher") else ""
         note = r.get("error") or cipher
+        rcpu, scpu = r.get("receiver_cpu_s"), r.get("sender_cpu_s")
+        mb = d["params"]["bytes"] / 1e6
         rows.append(
-            [r["name"], _f(r["MB_s"]), _f(r["MB_s"] / tls, 2) if r["MB_s"] and tls else "n/a", note or ""]
+            [
+                r["name"],
+                _f(r["MB_s"]),
+                _f(r["MB_s"] / tls, 2) if r["MB_s"] and tls else "n/a",
+                _f(rcpu, 3),
+                _f(mb / rcpu if rcpu else None),
+                _f(scpu, 3),
+                _f(mb / scpu if scpu else None),
+                note or "",
+            ]
         )
     p = d["params"]
     return (
@@ -218,10 +229,20 @@ def sockets_section(d: dict[str, Any]) -> str:
         f"Receiver and sender in two processes{' pinned to two cores' if p.get('pinned') else ''}; "
         f"median of {p['reps']} interleaved runs; {_size(p['chunk'])} writes and reads; the "
         "receiver times first byte to end of stream. CPU s: each process's user + system time "
-        "while the data moved (receiver: first byte to end; sender: its send loop), which shows "
-        "the side that limits the rate.\n\n"
+        "while the data moved (receiver: first byte to end; sender: its send loop). Where a side's "
+        "CPU time is well below the wall time, that side waited (for the peer, or for a core "
+        "that other work held): 'MB per CPU s' is then the steadier comparison.\n\n"
         + table(
-            ["path", "MB/s", "x asyncio TLS", "receiver CPU s", "sender CPU s", "negotiated suite / note"],
+            [
+                "path",
+                "MB/s",
+                "x asyncio TLS",
+                "receiver CPU s",
+                "MB per receiver CPU s",
+                "sender CPU s",
+                "MB per sender CPU s",
+                "negotiated suite / note",
+            ],
             rows,
         )
         + "\n"
@@ -240,6 +261,16 @@ def echo_section(d: dict[str, Any]) -> str:
         f"median of {d['params']['reps']} runs.\n\n"
         + table(["path", *[_size(int(s)) for s in sizes], "note"], rows)
         + "\n"
+        + (
+            "\ngcmstream codec CPU per message on one side, no I/O (seal + flush, then "
+            "receive_data + read; a round trip pays it twice): "
+            + ", ".join(
+                f"{_size(int(k))} {_f(v, 1)} us" for k, v in d["codec_us_per_message_per_side"].items()
+            )
+            + ".\n"
+            if d.get("codec_us_per_message_per_side")
+            else ""
+        )
     )
 
 
@@ -360,6 +391,8 @@ def render(data: dict[str, dict[str, Any]], with_chart: bool) -> str:
     machine = first["machine"] if first else {}
     dates = sorted(d["date"] for d in data.values())
     loads = ", ".join(f"{p} {d['loadavg'][0]:.2f}" for p, d in data.items())
+    commits = sorted({d.get("source", {}).get("commit", "?") for d in data.values()})
+    dirty = any(d.get("source", {}).get("src_dirty") for d in data.values())
     parts = [
         "# gcmstream benchmarks\n",
         "gcmstream side by side with what a user would pick instead and with the physical floor "
@@ -373,7 +406,9 @@ def render(data: dict[str, dict[str, Any]], with_chart: bool) -> str:
         "`python benchmarks/run.py` (= `make bench`). **Machine:** "
         f"{machine.get('cpu', '?')}, {machine.get('cpus', '?')} CPUs, Python {machine.get('python', '?')}, "
         f"cryptography {machine.get('cryptography', '?')} ({machine.get('openssl', '?')}), "
-        f"{machine.get('platform', '?')}. 1-minute load average when each part ended: {loads}. "
+        f"{machine.get('platform', '?')}. Source: commit {', '.join(commits)}"
+        f"{' (with uncommitted changes in src/)' if dirty else ''}. "
+        f"1-minute load average when each part ended: {loads}. "
         "Other engineers' test suites were running on the same 2 cores during this run, so "
         "absolute figures are noisy.\n",
     ]
