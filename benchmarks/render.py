@@ -318,6 +318,8 @@ def targets_section(data: dict[str, dict[str, Any]]) -> str:
         for name, t in data.get(part, {}).get("targets", {}).items():
             value = t.get("value")
             shown = _f(value, 2) if isinstance(value, float) else str(value)
+            if value is None and isinstance(t.get("per_size"), dict):
+                shown = ", ".join(f"{_size(int(k))}: {v}" for k, v in t["per_size"].items())
             rows.append([part, name, t["target"], shown, "met" if t["met"] else "**short**"])
     return "## Targets\n\n" + table(["part", "target", "wanted", "figure", ""], rows) + "\n"
 
@@ -409,8 +411,9 @@ def render(data: dict[str, dict[str, Any]], with_chart: bool) -> str:
         f"{machine.get('platform', '?')}. Source: commit {', '.join(commits)}"
         f"{' (with uncommitted changes in src/)' if dirty else ''}. "
         f"1-minute load average when each part ended: {loads}. "
-        "Other engineers' test suites were running on the same 2 cores during this run, so "
-        "absolute figures are noisy.\n",
+        "Other work shared the 2 cores during this run (a libFuzzer run of the opener at ~80% of "
+        "one core, other engineers' test suites), so absolute figures, and above all the socket "
+        "and echo wall-clock figures, are noisy; CPU-per-byte and allocation counts are steadier.\n",
     ]
     if with_chart:
         parts.append("![throughput and allocations against record size](chart.png)\n")
