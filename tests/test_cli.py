@@ -39,7 +39,7 @@ from gcmstream.keyfile import KEY_PREFIX, parse_key
 
 RECORD = gcmstream.DEFAULT_RECORD_SIZE
 SIZES = [0, 1, RECORD - 1, RECORD, RECORD + 1, 3 * 1024 * 1024 + 7]
-TIMEOUT = 30
+TIMEOUT = 120  # generous: only there to turn a hang into a failure (fsync can stall on a busy disk)
 COMMANDS = ("keygen", "encrypt", "decrypt", "listen", "connect")
 
 
@@ -296,18 +296,21 @@ def _stderr_on_terminal(args: Sequence[str | Path]) -> tuple[int, bytes]:
     shown = bytearray()
     deadline = time.monotonic() + TIMEOUT
     try:
+        exited = False
         while time.monotonic() < deadline:
             ready, _, _ = select.select([controller], [], [], 0.1)
             if ready:
                 try:
                     chunk = os.read(controller, 65536)
-                except OSError:  # EIO: the child closed the terminal
+                except OSError:  # EIO: the child closed the terminal and all was read
                     break
                 if not chunk:
                     break
                 shown += chunk
-            elif process.poll() is not None:
+            elif exited:  # exited before the last select, which found nothing more
                 break
+            else:
+                exited = process.poll() is not None
         return process.wait(timeout=TIMEOUT), bytes(shown)
     finally:
         process.kill()

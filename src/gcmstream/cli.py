@@ -591,14 +591,15 @@ async def _run(
     received: list[int] = []
     async with anyio.create_task_group() as tg:
 
-        async def watch() -> None:
+        async def watch(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+                task_status.started()  # handlers are in place before the command starts
                 async for signum in signals:
                     received.append(signum)
                     tg.cancel_scope.cancel()
                     return
 
-        tg.start_soon(watch)
+        await tg.start(watch)
         await command(args, key)
         tg.cancel_scope.cancel()
     if received:
