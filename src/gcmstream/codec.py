@@ -15,6 +15,8 @@ tracked: copy what you keep).
 
 from __future__ import annotations
 
+import struct
+
 from cryptography.exceptions import InvalidTag
 
 from .errors import (
@@ -62,7 +64,9 @@ from .ring import RecordRing
 __all__ = ("Channel", "Opener", "Sealer")
 
 _OVERHEAD = RECORD_HEADER_SIZE + TAG_SIZE
-_OUTPUT_RECORDS = 4  # the reusable output buffer holds this many full records
+_OUTPUT_RECORDS = 4  # the reusable output buffer grows to hold this many full records
+_MIN_OUTPUT = 4096
+_NONCE_LOW = struct.Struct(">Q")  # the nonce's low 8 bytes: IV XOR sequence number
 _VIEW_SLOTS = 127  # opener's view cache (prime, so record positions spread over it)
 
 
@@ -236,13 +240,18 @@ class Sealer:
         return memoryview(self._pending)
 
     def _output(self, size: int) -> memoryview:
-        if self._out is None and size and self._reuse_output:
+        """Memory for ``size`` bytes of output. The reusable buffer starts small and doubles up
+        to four full records, so a connection that sends small messages stays small; output
+        larger than that gets one exact buffer of its own."""
+        out = self._out
+        if self._reuse_output and size and (out is None or size > len(out)):
             capacity = HEADER_SIZE + _OUTPUT_RECORDS * (self.record_size + _OVERHEAD)
             if size <= capacity:
-                self._out = bytearray(capacity)
-        if self._out is not None and size <= len(self._out):
-            return memoryview(self._out)
-        return memoryview(bytearray(size))  # larger than the reusable buffer: one exact buffer
+                grown = max(size, 2 * len(out) if out is not None else _MIN_OUTPUT)
+                out = self._out = bytearray(min(grown, capacity))
+        if out is not None and size <= len(out):
+            return memoryview(out)
+        return memoryview(bytearray(size))
 
     def _put_header(self, out: memoryview) -> int:
         if self._header_sent:
@@ -388,6 +397,8 @@ class Opener:
         """True when input can be accepted now (reading frees space when it is False)."""
         if self._backlog is not None or self._eof_received or self._error is not None:
             return False
+        if self.header is not None and self._ring is None:
+            return self._pending_error is None  # the ring is made when bytes arrive
         return len(self._writable()) > 0
 
     @property
@@ -414,8 +425,7 @@ class Opener:
         if self._final_seen:
             self._pending_error = self._pending_error or TrailingDataError("data follows the FINAL record")
             return
-        ring = self._ring
-        if ring is None:
+        if self.header is None:
             if nbytes < 0 or self._header_got + nbytes > HEADER_SIZE:
                 raise ValueError(f"buffer_updated({nbytes}) exceeds the view that was offered")
             before = self._header_got
@@ -428,7 +438,7 @@ class Opener:
                 except ProtocolError as exc:
                     self._pending_error = exc
         else:
-            ring.commit(nbytes)
+            self._get_ring().commit(nbytes)
 
     def receive_data(self, data: Buffer) -> None:
         """Copy ``data`` in. What does not fit waits (``wants_data`` is False) until reads free
@@ -470,9 +480,17 @@ class Opener:
     def _writable(self) -> memoryview:
         if self._error is not None or self._pending_error is not None:
             return memoryview(self._header_buf)[0:0]
-        if self._ring is None:
+        if self.header is None:
             return memoryview(self._header_buf)[self._header_got :]
-        return self._ring.writable()
+        return self._get_ring().writable()
+
+    def _get_ring(self) -> RecordRing:
+        """The ring, allocated when the first record's bytes arrive, not at the header: a
+        connection that never receives a record never holds one."""
+        if self._ring is None:
+            assert self.header is not None
+            self._ring = RecordRing(self.header.record_size)
+        return self._ring
 
     def _on_header(self) -> None:
         key = self._key
@@ -501,7 +519,6 @@ class Opener:
             return
         self.header = header
         self._set_keys(TrafficKeys(secret, header.suite))
-        self._ring = RecordRing(header.record_size)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -531,7 +548,7 @@ class Opener:
                 if self._pending_error is not None:
                     self._fail(self._pending_error)
                 break
-            if not self._open_next():
+            if self._open_next() < 0:
                 return None
         view = self._ring.view[self._pt_pos : self._pt_end] if self._ring else memoryview(b"")
         self._lent = view
@@ -587,26 +604,38 @@ class Opener:
         return b"".join(parts)
 
     def readinto(self, buffer: Buffer) -> int | None:
-        """Copy plaintext into ``buffer``; None: need input; 0: end of stream (or empty buffer)."""
-        target = _byte_view(buffer)
-        if not target:
-            return 0
-        got = 0
-        while got < len(target):
-            try:
-                view = self.read_view(len(target) - got)
-            except ProtocolError:
-                if got:
-                    self._error_unreported = True  # deliver what authenticated; raise it next call
-                    break
-                raise
-            if not view:
-                if view is None and not got:
-                    return None
-                break
-            target[got : got + len(view)] = view
-            got += len(view)
+        """Copy plaintext into ``buffer``; None: need input; 0: end of stream (or empty buffer).
+        A whole record that fits in the rest of ``buffer`` is decrypted straight into it."""
         self._revoke()
+        if self._error is not None:
+            self.peek()  # raises the stored error
+        target = _byte_view(buffer)
+        size = len(target)
+        got = 0
+        while got < size:
+            if self._pt_pos == self._pt_end:  # the current record is read: on to the next
+                if self._record_open:
+                    self._close_record()
+                if self._final_seen:
+                    if self._pending_error is not None and not got:
+                        self._fail(self._pending_error)
+                    break
+                try:
+                    opened = self._open_next(target[got:])
+                except ProtocolError:
+                    if got:
+                        self._error_unreported = True  # deliver what authenticated; raise it next call
+                        break
+                    raise
+                if opened < 0:
+                    return got or None
+                got += opened
+                continue
+            count = min(self._pt_end - self._pt_pos, size - got)
+            assert self._ring is not None
+            target[got : got + count] = self._ring.view[self._pt_pos : self._pt_pos + count]
+            self._pt_pos += count
+            got += count
         return got
 
     # -- internals ---------------------------------------------------------------------------
@@ -629,9 +658,13 @@ class Opener:
         self._ring.pop(self._record_wire)
         self._record_open = False
 
-    def _open_next(self) -> bool:
-        """Open the next complete record in place; False if more input is needed."""
+    def _open_next(self, target: memoryview | None = None) -> int:
+        """Open the next complete record: -1 if more input is needed. Decrypted in place in
+        the ring (returns 0), or straight into ``target`` when its plaintext fits there
+        (returns its size; the record then counts as read)."""
         ring = self._ring
+        if ring is None and self.header is not None:
+            ring = self._get_ring()
         if ring is None:
             if self._pending_error is not None:
                 self._fail(self._pending_error)
@@ -643,7 +676,7 @@ class Opener:
                         else "input ended before the stream header"
                     )
                 )
-            return False
+            return -1
         if self._backlog is not None and ring.complete == 0:
             self._backlog = self._fill(self._backlog)
         if ring.complete == 0:
@@ -657,7 +690,7 @@ class Opener:
                         f"input ended {where} after {self.records_opened} records, without a FINAL record"
                     )
                 )
-            return False
+            return -1
         keys = self._keys
         assert keys is not None
         pos = ring.head
@@ -666,18 +699,22 @@ class Opener:
         if views is None or views[0] != pos or views[1] != length:
             views = self._slice(ring.view, pos, length)
         _, _, aad, ciphertext, plaintext = views
+        size = length - TAG_SIZE
+        direct = target is not None and 0 < size <= len(target)
+        if direct:
+            assert target is not None
+            plaintext = target[:size]  # skip the copy out of the ring: minio/sio does the same
         seq = self._seq
         number = self._records_before + seq
         if seq >= self._hard_records:
             self._fail(MalformedRecordError(f"record {number}: the peer passed the per-key record limit"))
         nonce = self._nonce
-        nonce[4:] = (keys.iv_low ^ seq).to_bytes(8, "big")
+        _NONCE_LOW.pack_into(nonce, 4, keys.iv_low ^ seq)
         try:
             keys.aead.decrypt_into(nonce, ciphertext, aad, plaintext)
         except InvalidTag as exc:
             plaintext[:] = bytes(len(plaintext))  # never leave unauthenticated plaintext
             self._fail(AuthenticationError(number), exc)
-        size = length - TAG_SIZE
         if flags & ~FLAG_FINAL:  # rare: check the other flags and the byte limit only then
             self._check_flags(flags, number, plaintext)
         if self._key_bytes + size > self._hard_bytes:
@@ -698,9 +735,12 @@ class Opener:
             self._key_bytes += size
         self._record_open = True
         self._record_wire = RECORD_HEADER_SIZE + length
+        if direct:
+            self._pt_pos = self._pt_end = 0  # all of it went to the target
+            return int(size)
         self._pt_pos = pos + RECORD_HEADER_SIZE
         self._pt_end = self._pt_pos + size
-        return True
+        return 0
 
     def _slice(
         self, view: memoryview, pos: int, length: int
