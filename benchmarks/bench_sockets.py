@@ -53,6 +53,7 @@ VARIANTS: dict[str, tuple[str, str, str]] = {
     "anyio plain TCP (asyncio backend)": ("anyio_plain", "anyio_plain", "anyio-asyncio"),
     "anyio plain TCP (trio backend)": ("anyio_plain", "anyio_plain", "anyio-trio"),
     "anyio TLSStream (asyncio backend)": ("anyio_tls", "anyio_tls", "anyio-asyncio"),
+    "anyio TLSStream (trio backend)": ("anyio_tls", "anyio_tls", "anyio-trio"),
     "uvloop gcmstream protocol (iter_chunks)": ("gcm_protocol_chunks", "gcm_protocol", "uvloop"),
     "uvloop plain streams": ("plain_streams", "plain", "uvloop"),
     "uvloop plain BufferedProtocol": ("plain_protocol", "plain", "uvloop"),
@@ -292,6 +293,9 @@ def worker(argv: list[str]) -> None:
     recv_kind, send_kind, loop = VARIANTS[variant]
     nbytes = int(nbytes_s)
     if role == "recv":
+        import faulthandler
+
+        faulthandler.dump_traceback_later(45)  # a stuck receiver shows where it waits (stderr)
         pin(0)
         if loop.startswith("anyio"):
             run_loop(loop, lambda: _anyio_receiver(recv_kind, nbytes))
