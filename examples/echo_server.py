@@ -30,10 +30,10 @@ async def echo(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStr
             await writer.drain()
         writer.write_eof()
         await writer.drain()
+        writer.close()
     except (gcmstream.GcmStreamError, OSError) as exc:
         log.warning("client %s: %s", peer, exc)
-    finally:
-        writer.close()
+        writer.abort()  # no FINAL: the client must not take a cut echo for a complete one
 
 
 async def serve(key: bytes, host: str, port: int) -> None:

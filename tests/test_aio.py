@@ -269,3 +269,16 @@ async def test_silent_client_is_dropped_after_the_handshake_timeout() -> None:
     writer.close()
     server.close()
     await server.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_abort_after_a_failure_reads_as_truncation() -> None:
+    async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        w.write(b"first half")
+        await w.drain()
+        w.abort()
+
+    async with connected(job) as (reader, writer):
+        assert await reader.readexactly(10) == b"first half"
+        with pytest.raises(gcmstream.TruncatedStreamError):
+            await reader.read()

@@ -111,3 +111,16 @@ async def test_peer_closing_without_final_is_truncation() -> None:
             assert await server.receive() == b"half a story"
             with pytest.raises(gcmstream.TruncatedStreamError):
                 await server.receive()
+
+
+async def test_aclose_without_send_eof_reads_as_truncation() -> None:
+    """A failing `async with stream:` must not look like a complete transfer to the peer."""
+    with anyio.fail_after(10):
+        async with secure_pair() as (client, server):
+            with pytest.raises(RuntimeError, match="failed mid-transfer"):
+                async with client:
+                    await client.send(b"first half")
+                    raise RuntimeError("failed mid-transfer")
+            assert await server.receive() == b"first half"
+            with pytest.raises(gcmstream.TruncatedStreamError):
+                await server.receive()

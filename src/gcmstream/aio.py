@@ -249,7 +249,8 @@ class SecureStreamWriter:
     """Encrypting writer with the verbs of ``asyncio.StreamWriter``.
 
     ``write_eof()`` seals the FINAL record and half-closes; ``close()`` seals FINAL first if it
-    was not sealed yet, so a peer can always tell a clean end from a cut connection.
+    was not sealed yet. After a failure use ``abort()``, which closes without FINAL, so the
+    peer sees a truncated stream rather than a complete one.
     """
 
     def __init__(
@@ -340,6 +341,17 @@ class SecureStreamWriter:
             except GcmStreamError:
                 logger.debug("could not seal FINAL while closing", exc_info=True)
         self._transport.close()
+
+    def abort(self) -> None:
+        """Close at once without sealing FINAL, so the peer sees TruncatedStreamError: the way
+        to end a transfer that failed (``close()`` would make it look complete)."""
+        self._closing = True
+        transport = self._transport
+        abort = getattr(transport, "abort", None)
+        if abort is not None:
+            abort()
+        else:
+            transport.close()
 
     async def wait_closed(self) -> None:
         if self._wait_closed is not None:

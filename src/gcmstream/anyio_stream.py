@@ -5,7 +5,8 @@ Modelled on anyio's ``TLSStream``: :meth:`SecureStream.wrap` runs the channel ha
 ``EndOfStream`` only after an authenticated FINAL record; a transport that ends without one
 raises :class:`~gcmstream.errors.TruncatedStreamError`. Two tasks receiving (or sending) at once
 get ``BusyResourceError``. A send that was cancelled part way leaves the stream broken: later
-sends raise ``BrokenResourceError``, since the peer may hold half a record.
+sends raise ``BrokenResourceError``, since the peer may hold half a record. ``send_eof()`` is
+the only clean end: ``aclose()`` without it reads as a truncation at the peer, on purpose.
 
 Bytes are copied once from the transport into the opener's ring (anyio streams return new
 ``bytes``). Every send gets fresh sealed memory (``Sealer(reuse_output=False)``) because a
@@ -154,16 +155,10 @@ class SecureStream(ByteStream):
                 await self.transport_stream.send_eof()
 
     async def aclose(self) -> None:
-        """Seal FINAL if it was not sealed yet, then close the transport."""
-        sealer = self.channel.sealer
-        try:
-            if self._broken is None and not sealer.closed and sealer._keys is not None:
-                with anyio.move_on_after(5, shield=True):
-                    await self._send_sealed(sealer.close())
-        except (GcmStreamError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            logger.debug("could not send FINAL while closing", exc_info=True)
-        finally:
-            await self.transport_stream.aclose()
+        """Close the transport. This does NOT seal FINAL: only ``send_eof()`` ends the stream
+        cleanly. ``async with stream:`` closes on errors too, and a transfer that failed must
+        look cut short (TruncatedStreamError) to the peer, never complete."""
+        await self.transport_stream.aclose()
 
     @property
     def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
