@@ -15,6 +15,7 @@ from .aio import (
     start_server,
     wrap_streams,
 )
+from .anyio_stream import SecureListener, SecureStream
 from .codec import Channel, Opener, Sealer
 from .errors import (
     AuthenticationError,
@@ -43,6 +44,17 @@ from .format import (
     Suite,
     generate_key,
 )
+from .keyfile import KeyFileError, read_key_file, write_key_file
+from .pipeline import (
+    decrypt_file,
+    decrypt_file_async,
+    decrypt_iter,
+    decrypt_stream,
+    encrypt_file,
+    encrypt_file_async,
+    encrypt_iter,
+    encrypt_stream,
+)
 
 __version__ = "0.1.0"
 
@@ -55,6 +67,7 @@ __all__ = (
     "Channel",
     "GcmStreamError",
     "KeyCommitmentError",
+    "KeyFileError",
     "KeyLimits",
     "LimitReachedError",
     "MalformedRecordError",
@@ -65,6 +78,8 @@ __all__ = (
     "Role",
     "RoleMismatchError",
     "Sealer",
+    "SecureListener",
+    "SecureStream",
     "SecureStreamReader",
     "SecureStreamWriter",
     "StreamBrokenError",
@@ -74,10 +89,20 @@ __all__ = (
     "TruncatedStreamError",
     "UnsupportedFormatError",
     "UsageError",
+    "decrypt_file",
+    "decrypt_file_async",
+    "decrypt_iter",
+    "decrypt_stream",
     "decrypting_reader",
+    "encrypt_file",
+    "encrypt_file_async",
+    "encrypt_iter",
+    "encrypt_stream",
     "encrypting_writer",
     "generate_key",
     "open_connection",
+    "read_key_file",
     "start_server",
     "wrap_streams",
+    "write_key_file",
 )

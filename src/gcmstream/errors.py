@@ -27,6 +27,8 @@
     │   │                                using a closed object
     │   ├── NotReadyError                (also RuntimeError) sealing on a channel before the
     │   │                                peer's header arrived
+    │   ├── KeyFileError                 (also ValueError; in gcmstream.keyfile) a key file or
+    │   │                                key line is malformed: prefix, version, suite, length
     │   └── BufferFullError              receive_data() called again while earlier input is
     │                                    still waiting for ring space (see Opener.wants_data)
     ├── LimitReachedError                sealing would pass the hard per-key limit with automatic
