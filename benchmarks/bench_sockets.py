@@ -283,7 +283,7 @@ async def _anyio_sender(kind: str, port: int, nbytes: int) -> None:
         try:
             while await stream.receive():
                 pass
-        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        except Exception:  # however the peer closes, the receiver already counted every byte
             pass
     await stream.aclose()
 
