@@ -299,8 +299,10 @@ def _peak_during(action: object) -> int:
 def test_huge_record_length_rejected_before_buffering() -> None:
     sealer = Sealer(KEY, context=CONTEXT, record_size=1024 * 1024)
     opener = Opener(KEY, context=CONTEXT)
-    opener.receive_data(sealer.take_header())  # the 4 MiB ring is allocated here, legitimately
+    opener.receive_data(sealer.take_header())
     assert opener.read() is None
+    opener.receive_data(sealer.seal(b"first", flush=True))  # the 4 MiB ring is allocated here, legitimately
+    assert opener.read() == b"first"
     bogus = RECORD_HEADER.pack(0, 0xFFFFFFFF) + bytes(64 * 1024)
 
     def attack() -> None:

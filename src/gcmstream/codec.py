@@ -664,6 +664,8 @@ class Opener:
         (returns its size; the record then counts as read)."""
         ring = self._ring
         if ring is None and self.header is not None:
+            if self._pending_error is None and not self._eof_received and self._backlog is None:
+                return -1  # no record byte yet: stay without a ring (idle connections hold none)
             ring = self._get_ring()
         if ring is None:
             if self._pending_error is not None:
