@@ -10,12 +10,13 @@ Sealer, so the same gcmstream always writes the same bytes. A valid vector says 
 (key, salt, context, record size, optional key limits, the plaintext writes and after which of
 them to call ``flush()`` or ``update_key()`` + ``flush()``) and the exact ciphertext that must
 come out; a channel vector (``"mode": "channel"``) gives both salts, each side's writes (sealed
-with ``flush=True``, then closed) and the exact bytes each side sends. An invalid vector is a ciphertext that must be refused: the class name of the error
-from gcmstream.errors, and the plaintext released before it when the whole ciphertext is given
-at once and then end of input. The invalid ones are built from the valid ones by cutting,
-moving or altering bytes, or by sealing records by hand with the format's own key schedule
-(records with flags a writer never sets); their expected outcome follows from that
-construction, and the generator refuses to write if the library disagrees.
+with ``flush=True``, then closed) and the exact bytes each side sends. An invalid vector is a
+ciphertext that must be refused: the class name of the error from gcmstream.errors, and the
+plaintext released before it when the whole ciphertext is given at once and then end of input.
+The invalid ones are built from the valid ones by cutting, moving or altering bytes, or by
+sealing records by hand with the format's own key schedule (records with flags a writer never
+sets); their expected outcome follows from that construction, and the generator refuses to write
+if the library disagrees.
 
 tests/test_vectors.py runs one test case per vector. A larger tamper matrix lives in
 tests/vectors/invalid/ (its own generator and format).
