@@ -44,7 +44,7 @@ def make_opener(data: bytes) -> Opener:
             role=Role.RESPONDER,
             context=CONTEXT,
             record_size=RESPONDER_RECORD_SIZE,
-            salt=RESPONDER_SALT,
+            _salt=RESPONDER_SALT,
         )
         channel.initial_data()
         return channel.opener
@@ -136,7 +136,7 @@ def make_corpus() -> int:
                     break
     for size, count in ((32, 1), (32, 5), (1000, 3), (64 * 1024, 2)):
         for key in (KEY, KEY_256):
-            sealer = Sealer(key, context=CONTEXT, record_size=size, salt=bytes([size % 251]) * 32)
+            sealer = Sealer(key, context=CONTEXT, record_size=size, _salt=bytes([size % 251]) * 32)
             wire = bytes(sealer.seal(bytes(range(256)) * (size * count // 256 + 1)))
             sealer.update_key()
             wire += bytes(sealer.flush()) + bytes(sealer.close())

@@ -28,7 +28,7 @@ def warm_up(record_size: int) -> int:
 
 
 def presealed(record_size: int, count: int) -> bytes:
-    sealer = Sealer(KEY, record_size=record_size, salt=SALT)
+    sealer = Sealer(KEY, record_size=record_size, _salt=SALT)
     payload = bytes(range(256)) * (record_size // 256) + bytes(record_size % 256)
     wire = bytearray()
     for _ in range(count):

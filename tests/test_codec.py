@@ -416,14 +416,14 @@ def test_views_die_at_the_next_call(source: str, next_call: Callable[[Opener], o
 
 
 def test_sealer_output_view_dies_at_the_next_call() -> None:
-    sealer = Sealer(KEY, record_size=4, salt=bytes(32))
+    sealer = Sealer(KEY, record_size=4, _salt=bytes(32))
     first = sealer.seal(b"abcd")
     kept = bytes(first)
     sealer.seal(b"efgh")
     with pytest.raises(ValueError, match="released"):
         bytes(first)
     # A detached output stays valid and is never written again.
-    sealer = Sealer(KEY, record_size=4, salt=bytes(32))
+    sealer = Sealer(KEY, record_size=4, _salt=bytes(32))
     out = sealer.seal(b"abcd")
     sealer.detach_output()
     sealer.seal(b"efgh")
@@ -713,7 +713,7 @@ def test_seal_accepts_any_bytes_like() -> None:
 
     data = array.array("I", [1, 2, 3])
     for source in (bytes(data), bytearray(data), memoryview(data), memoryview(bytes(data))):
-        sealer = Sealer(KEY, record_size=5, salt=bytes(32))
+        sealer = Sealer(KEY, record_size=5, _salt=bytes(32))
         wire = bytes(sealer.seal(source)) + bytes(sealer.close())
         check_valid(wire, data.tobytes(), "all", "copy")
 

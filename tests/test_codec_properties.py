@@ -67,7 +67,7 @@ def sealed_streams(draw: st.DrawFn) -> tuple[bytes, bytes, int]:
         st.lists(st.tuples(st.binary(max_size=200), st.sampled_from(["", "flush", "update"])), max_size=8)
     )
     limits = draw(st.sampled_from([None, KeyLimits(update_after_records=3, hard_records=4)]))
-    sealer = Sealer(KEY, record_size=record_size, salt=SALT, limits=limits)
+    sealer = Sealer(KEY, record_size=record_size, _salt=SALT, limits=limits)
     wire = bytearray()
     for data, then in writes:
         wire += sealer.seal(data)
@@ -138,8 +138,8 @@ def test_channel_round_trips_and_refuses_any_change(
     """Messages both ways through a channel; the initiator's bytes, split anyhow, possibly changed."""
     from gcmstream import Channel, Role
 
-    initiator = Channel(KEY, role=Role.INITIATOR, record_size=record_size, salt=SALT)
-    responder = Channel(KEY, role=Role.RESPONDER, record_size=record_size, salt=bytes(32))
+    initiator = Channel(KEY, role=Role.INITIATOR, record_size=record_size, _salt=SALT)
+    responder = Channel(KEY, role=Role.RESPONDER, record_size=record_size, _salt=bytes(32))
     initiator.opener.receive_data(responder.initial_data())
     to_responder = bytearray(initiator.initial_data())
     for from_initiator, data in messages:

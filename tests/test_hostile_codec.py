@@ -118,7 +118,7 @@ def write_records(sealer: Sealer) -> tuple[bytes, list[bytes]]:
 
 
 def one_way_stream() -> Stream:
-    sealer = Sealer(KEY, context=CONTEXT, record_size=RECORD_SIZE, salt=SALT)
+    sealer = Sealer(KEY, context=CONTEXT, record_size=RECORD_SIZE, _salt=SALT)
     sealer.take_header()
     body, plaintexts = write_records(sealer)
     records = split_records(body)
@@ -136,12 +136,14 @@ def one_way_stream() -> Stream:
 def channel_stream(sender_role: Role) -> Stream:
     """What one side of a channel sends, and a factory for the other side with a fixed salt."""
     salts = {Role.INITIATOR: INITIATOR_SALT, Role.RESPONDER: RESPONDER_SALT}
-    sender = Channel(KEY, role=sender_role, context=CONTEXT, record_size=RECORD_SIZE, salt=salts[sender_role])
+    sender = Channel(
+        KEY, role=sender_role, context=CONTEXT, record_size=RECORD_SIZE, _salt=salts[sender_role]
+    )
     receiver_role = sender_role.peer
 
     def make_receiver() -> Channel:
         return Channel(
-            KEY, role=receiver_role, context=CONTEXT, record_size=RECORD_SIZE, salt=salts[receiver_role]
+            KEY, role=receiver_role, context=CONTEXT, record_size=RECORD_SIZE, _salt=salts[receiver_role]
         )
 
     header = sender.initial_data()
@@ -363,11 +365,11 @@ def test_every_reordering(stream: Stream) -> None:
 def test_spliced_from_another_stream(stream: Stream) -> None:
     """Records of another stream under the same key and context (another salt)."""
     if stream.role is Role.ONE_WAY:
-        other = Sealer(KEY, context=CONTEXT, record_size=RECORD_SIZE, salt=OTHER_SALT)
+        other = Sealer(KEY, context=CONTEXT, record_size=RECORD_SIZE, _salt=OTHER_SALT)
         other_header = other.take_header()
         other_records = split_records(write_records(other)[0])
     else:
-        sender = Channel(KEY, role=stream.role, context=CONTEXT, record_size=RECORD_SIZE, salt=OTHER_SALT)
+        sender = Channel(KEY, role=stream.role, context=CONTEXT, record_size=RECORD_SIZE, _salt=OTHER_SALT)
         peer = Channel(KEY, role=stream.role.peer, context=CONTEXT, record_size=RECORD_SIZE)
         other_header = sender.initial_data()
         sender.opener.receive_data(peer.initial_data())
@@ -403,7 +405,7 @@ def test_trailing_bytes(stream: Stream, trailer: bytes) -> None:
 def test_trailing_valid_records_longer_than_the_ring() -> None:
     """After FINAL, 200 KiB of correctly framed records from another stream."""
     stream = STREAMS[0]
-    other = Sealer(KEY, context=CONTEXT, record_size=RECORD_SIZE, salt=OTHER_SALT)
+    other = Sealer(KEY, context=CONTEXT, record_size=RECORD_SIZE, _salt=OTHER_SALT)
     other.take_header()
     trailer = bytes(other.seal(bytes(200 * 1024)))
     check(stream, stream.wire + trailer, TrailingDataError, 4, may_release_final=True)
@@ -511,7 +513,7 @@ def vector_opener(case: dict[str, object]) -> MakeOpener:
                 role=Role.RESPONDER,
                 context=context,
                 record_size=int(str(case["receiver_record_size"])),
-                salt=bytes.fromhex(str(case["receiver_salt"])),
+                _salt=bytes.fromhex(str(case["receiver_salt"])),
             )
             channel.initial_data()
             return channel.opener

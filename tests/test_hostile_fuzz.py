@@ -58,7 +58,7 @@ class Valid:
         if self.channel_salt is None:
             return Opener(self.key, context=CONTEXT)
         channel = Channel(
-            self.key, role=Role.RESPONDER, context=CONTEXT, record_size=40, salt=self.channel_salt
+            self.key, role=Role.RESPONDER, context=CONTEXT, record_size=40, _salt=self.channel_salt
         )
         channel.initial_data()
         return channel.opener
@@ -82,7 +82,7 @@ def _valid_streams() -> list[Valid]:
         (KEY_256, 1000, [2500, 10]),
         (KEY, 16, [16, 16, 5]),
     ):
-        sealer = Sealer(key, context=CONTEXT, record_size=record_size, salt=bytes([record_size % 256]) * 32)
+        sealer = Sealer(key, context=CONTEXT, record_size=record_size, _salt=bytes([record_size % 256]) * 32)
         wire = bytearray(sealer.take_header())
         plain = bytearray()
         for i, n in enumerate(sizes):
@@ -103,9 +103,9 @@ def _valid_streams() -> list[Valid]:
                 None,
             )
         )
-    initiator = Channel(KEY, role=Role.INITIATOR, context=CONTEXT, record_size=40, salt=b"\x01" * 32)
+    initiator = Channel(KEY, role=Role.INITIATOR, context=CONTEXT, record_size=40, _salt=b"\x01" * 32)
     responder_salt = b"\x02" * 32
-    responder = Channel(KEY, role=Role.RESPONDER, context=CONTEXT, record_size=40, salt=responder_salt)
+    responder = Channel(KEY, role=Role.RESPONDER, context=CONTEXT, record_size=40, _salt=responder_salt)
     wire = bytearray(initiator.initial_data())
     initiator.opener.receive_data(responder.initial_data())
     assert initiator.handshake_complete()

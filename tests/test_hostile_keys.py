@@ -253,8 +253,8 @@ def test_reader_refuses_a_peer_past_the_hard_limit(which: str) -> None:
 
 def session(salts: tuple[bytes, bytes] = (b"\x01" * 32, b"\x02" * 32)) -> tuple[bytes, bytes]:
     """A client session recorded on the wire: (client's bytes, server's header)."""
-    client = Channel(KEY, role=Role.INITIATOR, context=CONTEXT, salt=salts[0])
-    server = Channel(KEY, role=Role.RESPONDER, context=CONTEXT, salt=salts[1])
+    client = Channel(KEY, role=Role.INITIATOR, context=CONTEXT, _salt=salts[0])
+    server = Channel(KEY, role=Role.RESPONDER, context=CONTEXT, _salt=salts[1])
     sent = bytearray(client.initial_data())
     server_header = server.initial_data()
     client.opener.receive_data(server_header)
@@ -283,9 +283,9 @@ def test_replayed_session_fails_at_the_first_record() -> None:
 
 def test_replay_with_the_same_server_salt_would_be_accepted_so_salts_must_be_fresh() -> None:
     """Documents the assumption: the responder's salt is what defeats replay (never pass a
-    fixed ``salt=`` outside tests)."""
+    fixed ``_salt=`` outside tests)."""
     recorded, server_header = session()
-    again = Channel(KEY, role=Role.RESPONDER, context=CONTEXT, salt=b"\x02" * 32)
+    again = Channel(KEY, role=Role.RESPONDER, context=CONTEXT, _salt=b"\x02" * 32)
     assert again.initial_data() == server_header
     assert read_all(again.opener, recorded) == b"transfer 100 to mallory"
 

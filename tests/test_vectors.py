@@ -43,7 +43,7 @@ def seal(vector: dict[str, Any]) -> bytes:
         context=bytes.fromhex(vector["context"]),
         record_size=vector["record_size"],
         limits=limits,
-        salt=bytes.fromhex(vector["salt"]),
+        _salt=bytes.fromhex(vector["salt"]),
     )
     out = bytearray()
     for index, data in enumerate(vector["writes"]):
@@ -162,7 +162,7 @@ def test_valid_channel_vector(vector: dict[str, Any]) -> None:
             role=role,
             context=context,
             record_size=vector["record_size"],
-            salt=bytes.fromhex(salts[role]),
+            _salt=bytes.fromhex(salts[role]),
         )
 
     # Sealing with the injected salts gives exactly the expected bytes, each way.

@@ -96,14 +96,15 @@ class Sealer:
         record_size: int = DEFAULT_RECORD_SIZE,
         limits: KeyLimits | None = None,
         auto_key_update: bool = True,
-        salt: bytes | None = None,
         reuse_output: bool = True,
+        _salt: bytes | None = None,
         _role: Role = Role.ONE_WAY,
     ) -> None:
         self.suite = Suite.for_key(key)
         self._reuse_output = reuse_output
         self.record_size = check_record_size(record_size)
-        self.header, secret = make_header(key, _role, record_size, context, salt)
+        # _salt is for known-answer tests only: a repeated salt repeats every key and nonce
+        self.header, secret = make_header(key, _role, record_size, context, _salt)
         self._keys: TrafficKeys | None = TrafficKeys(secret, self.suite) if _role is Role.ONE_WAY else None
         self._limits = limits or KeyLimits()
         self._auto = auto_key_update
@@ -790,8 +791,8 @@ class Channel:
         max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
         limits: KeyLimits | None = None,
         auto_key_update: bool = True,
-        salt: bytes | None = None,
         reuse_output: bool = True,
+        _salt: bytes | None = None,
     ) -> None:
         if role not in (Role.INITIATOR, Role.RESPONDER):
             raise ValueError("a channel role is Role.INITIATOR or Role.RESPONDER")
@@ -803,7 +804,7 @@ class Channel:
             record_size=record_size,
             limits=limits,
             auto_key_update=auto_key_update,
-            salt=salt,
+            _salt=_salt,
             reuse_output=reuse_output,
             _role=role,
         )

@@ -5,7 +5,7 @@ Run from the repository root::
     .venv/bin/python tests/vectors/generate.py           # (re)write the files
     .venv/bin/python tests/vectors/generate.py --check   # exit 1 if a file would change
 
-Everything is deterministic: fixed keys, and salts injected through the ``salt=`` parameter of
+Everything is deterministic: fixed keys, and salts injected through the test-only ``_salt=`` parameter of
 Sealer, so the same gcmstream always writes the same bytes. A valid vector says how to seal
 (key, salt, context, record size, optional key limits, the plaintext writes and after which of
 them to call ``flush()`` or ``update_key()`` + ``flush()``) and the exact ciphertext that must
@@ -77,7 +77,7 @@ class Valid:
     def seal(self) -> bytes:
         limits = KeyLimits(**self.limits) if self.limits else None
         sealer = Sealer(
-            self.key, context=self.context, record_size=self.record_size, limits=limits, salt=self.salt
+            self.key, context=self.context, record_size=self.record_size, limits=limits, _salt=self.salt
         )
         out = bytearray()
         for index, data in enumerate(self.writes):
@@ -187,7 +187,7 @@ class ValidChannel:
     def seal(self) -> tuple[bytes, bytes]:
         """(bytes the initiator sends, bytes the responder sends), headers included."""
         sides = [
-            Channel(self.key, role=role, context=self.context, record_size=self.record_size, salt=salt)
+            Channel(self.key, role=role, context=self.context, record_size=self.record_size, _salt=salt)
             for role, salt in ((Role.INITIATOR, self.initiator_salt), (Role.RESPONDER, self.responder_salt))
         ]
         initiator, responder = sides
@@ -525,7 +525,7 @@ def render() -> dict[str, str]:
             (Role.INITIATOR, channel.initiator_salt, from_responder, channel.responder_writes),
         ):
             reader = Channel(
-                channel.key, role=role, context=channel.context, record_size=channel.record_size, salt=salt
+                channel.key, role=role, context=channel.context, record_size=channel.record_size, _salt=salt
             )
             reader.initial_data()
             reader.opener.receive_data(wire)

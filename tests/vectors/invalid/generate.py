@@ -589,7 +589,7 @@ def replay(case: dict[str, object], chunk_size: int = 0) -> tuple[bytes, GcmStre
             role=Role.RESPONDER,
             context=context,
             record_size=int(str(case["receiver_record_size"])),
-            salt=bytes.fromhex(str(case["receiver_salt"])),
+            _salt=bytes.fromhex(str(case["receiver_salt"])),
         )
         channel.initial_data()
         opener = channel.opener
