@@ -22,6 +22,8 @@ from gcmstream.format import (
     HARD_MAX_RECORD_SIZE,
     HEADER_SIZE,
     MAGIC,
+    MAX_HARD_BYTES,
+    MAX_HARD_RECORDS,
     SALT_SIZE,
     VERSION,
     KeyLimits,
@@ -268,6 +270,8 @@ def test_key_limits_defaults_are_consistent() -> None:
         {"update_after_records": -1},
         {"update_after_records": 10, "hard_records": 9},
         {"update_after_bytes": 10, "hard_bytes": 9},
+        {"hard_records": MAX_HARD_RECORDS + 1},
+        {"hard_bytes": MAX_HARD_BYTES + 1},
         {"hard_records": (1 << 64) + 1},
     ],
 )
@@ -278,7 +282,7 @@ def test_key_limits_validation(kwargs: dict[str, int]) -> None:
 
 def test_key_limits_edges_are_accepted() -> None:
     KeyLimits(update_after_records=1, update_after_bytes=1, hard_records=1, hard_bytes=1)
-    KeyLimits(hard_records=1 << 64)
+    KeyLimits(hard_records=MAX_HARD_RECORDS, hard_bytes=MAX_HARD_BYTES)
 
 
 def test_key_limits_are_frozen() -> None:

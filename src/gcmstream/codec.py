@@ -711,6 +711,8 @@ class Opener:
         number = self._records_before + seq
         if seq >= self._hard_records:
             self._fail(MalformedRecordError(f"record {number}: the peer passed the per-key record limit"))
+        if self._key_bytes + size > self._hard_bytes:
+            self._fail(MalformedRecordError(f"record {number}: the peer passed the per-key byte limit"))
         nonce = self._nonce
         _NONCE_LOW.pack_into(nonce, 4, keys.iv_low ^ seq)
         try:
@@ -720,9 +722,6 @@ class Opener:
             self._fail(AuthenticationError(number), exc)
         if flags & ~FLAG_FINAL:  # rare: check the other flags and the byte limit only then
             self._check_flags(flags, number, plaintext)
-        if self._key_bytes + size > self._hard_bytes:
-            plaintext[:] = bytes(size)
-            self._fail(MalformedRecordError(f"record {number}: the peer passed the per-key byte limit"))
         if flags & FLAG_FINAL:
             if ring.stored > RECORD_HEADER_SIZE + length or self._backlog:
                 plaintext[:] = bytes(size)

@@ -27,6 +27,8 @@ __all__ = (
     "HEADER_SIZE",
     "MAGIC",
     "MAX_CONTEXT_SIZE",
+    "MAX_HARD_BYTES",
+    "MAX_HARD_RECORDS",
     "RECORD_HEADER_SIZE",
     "SALT_SIZE",
     "TAG_SIZE",
@@ -126,6 +128,10 @@ def generate_key(bit_length: int = 128) -> bytes:
     return AESGCM.generate_key(bit_length)
 
 
+MAX_HARD_RECORDS = 1 << 31
+MAX_HARD_BYTES = 1 << 38
+
+
 @dataclass(frozen=True)
 class KeyLimits:
     """How much one key generation may protect.
@@ -135,22 +141,27 @@ class KeyLimits:
     updates off raises LimitReachedError instead, a reader treats a peer that passes them as
     malformed. Defaults: TLS 1.3 allows 2^24.5 full records per AES-GCM key (RFC 8446 5.5);
     draft-irtf-cfrg-aead-limits bounds one key to about 2^34.5 blocks (2^38.5 bytes) for a
-    2^-60 confidentiality margin. We update at 2^24 records or 2^36 bytes (64 GiB) and stop
-    hard at 2^32 records or 2^38 bytes (256 GiB).
+    2^-60 confidentiality margin, counting one block per record, its AAD block and its last
+    partial block. We update at 2^24 records or 2^36 bytes (64 GiB) and stop hard at 2^31
+    records or 2^38 bytes (256 GiB): 3 * 2^31 + 2^34 blocks is about 2^34.4. Limits can be
+    lowered (tests use tiny ones), never raised past these maxima.
     """
 
     update_after_records: int = 1 << 24
     update_after_bytes: int = 1 << 36
-    hard_records: int = 1 << 32
-    hard_bytes: int = 1 << 38
+    hard_records: int = MAX_HARD_RECORDS
+    hard_bytes: int = MAX_HARD_BYTES
 
     def __post_init__(self) -> None:
         if min(self.update_after_records, self.update_after_bytes) < 1:
             raise ValueError("key update limits must be at least 1")
         if self.update_after_records > self.hard_records or self.update_after_bytes > self.hard_bytes:
             raise ValueError("key update limits must not exceed the hard limits")
-        if self.hard_records > 1 << 64:
-            raise ValueError("hard_records cannot exceed the 64-bit sequence space")
+        if self.hard_records > MAX_HARD_RECORDS or self.hard_bytes > MAX_HARD_BYTES:
+            raise ValueError(
+                f"hard limits cannot exceed {MAX_HARD_RECORDS} records or {MAX_HARD_BYTES} bytes per key "
+                "(the AES-GCM confidentiality bound of draft-irtf-cfrg-aead-limits)"
+            )
 
 
 @dataclass(frozen=True)
