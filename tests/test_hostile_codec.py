@@ -172,7 +172,8 @@ STREAM_IDS = [s.name for s in STREAMS]
 
 # -- reading -----------------------------------------------------------------------------------
 
-STYLES = ("read", "read7", "readinto", "peek")
+STYLES = ("read", "read7", "readinto", "peek", "readinto-big")
+FILL = 0xEE  # no plaintext in these tests contains this byte
 
 
 def run(
@@ -183,6 +184,7 @@ def run(
     opener = make_opener()
     released = bytearray()
     buffer = bytearray(11)
+    big = bytearray(4096)
 
     def step() -> bytes | None:
         if style == "read":
@@ -192,6 +194,16 @@ def run(
         if style == "readinto":
             n = opener.readinto(buffer)
             return None if n is None else bytes(buffer[:n])
+        if style == "readinto-big":  # whole records are decrypted straight into this buffer
+            big[:] = bytes([FILL]) * len(big)
+            try:
+                n = opener.readinto(big)
+            except ProtocolError:
+                leaked = set(big) - {FILL, 0}
+                assert not leaked, "unauthenticated plaintext left in the caller's buffer"
+                raise
+            assert set(big[n or 0 :]) <= {FILL, 0}, "bytes written past the count returned"
+            return None if n is None else bytes(big[:n])
         view = opener.peek()
         if view is None:
             return None
@@ -538,7 +550,14 @@ def test_invalid_vector(path: Path) -> None:
     assert sha(plaintext) == case["plaintext_sha256"]
     error = ERRORS[case["expect"]]
     make = vector_opener(case)
-    for chunk, style in ((0, "read"), (1, "peek"), (5, "readinto"), (64, "read7")):
+    for chunk, style in (
+        (0, "read"),
+        (1, "peek"),
+        (5, "readinto"),
+        (64, "read7"),
+        (0, "readinto-big"),
+        (7, "readinto-big"),
+    ):
         released, exc = run(make, data, chunk, style)
         assert type(exc) is error, f"chunk {chunk}: {exc!r}"
         assert plaintext.startswith(released)
