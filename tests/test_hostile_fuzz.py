@@ -127,7 +127,7 @@ def feed(opener: Opener, data: bytes, chunks: list[int], style: int) -> tuple[by
     ``style % 4`` picks the read call; ``style >= 4`` feeds through the zero-copy path
     (get_buffer/buffer_updated, as the asyncio protocol does) instead of receive_data."""
     released = bytearray()
-    buffer = bytearray(9)
+    buffer = bytearray(9 if style < 4 else 5000)  # large: whole records decrypted straight in
     ended = False
     zero_copy = style >= 4
     style %= 4
