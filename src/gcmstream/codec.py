@@ -587,8 +587,12 @@ class Opener:
         if max_bytes == 0:
             return b""
         first = self.read_view(max_bytes)
-        if first is None or not first or len(first) == max_bytes:
-            return None if first is None else bytes(first)
+        ring = self._ring
+        more = ring is not None and (ring.complete > 1 or self._backlog is not None)
+        if first is None or not first or len(first) == max_bytes or not more:
+            data = None if first is None else bytes(first)
+            self._revoke()
+            return data
         parts = [bytes(first)]
         got = len(first)
         while max_bytes < 0 or got < max_bytes:
