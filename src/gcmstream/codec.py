@@ -105,7 +105,10 @@ class Sealer:
         self.record_size = check_record_size(record_size)
         # _salt is for known-answer tests only: a repeated salt repeats every key and nonce
         self.header, secret = make_header(key, _role, record_size, context, _salt)
-        self._keys: TrafficKeys | None = TrafficKeys(secret, self.suite) if _role is Role.ONE_WAY else None
+        self._keys: TrafficKeys | None = None
+        self._nonce = bytearray(12)  # iv_high || (iv_low XOR seq), patched per record
+        if _role is Role.ONE_WAY:
+            self._set_keys(TrafficKeys(secret, self.suite))
         self._limits = limits or KeyLimits()
         self._auto = auto_key_update
         self._header_sent = False
@@ -228,7 +231,11 @@ class Sealer:
 
     def _install(self, secret: bytes) -> None:
         """Key a channel sealer once both headers are known."""
-        self._keys = TrafficKeys(secret, self.suite)
+        self._set_keys(TrafficKeys(secret, self.suite))
+
+    def _set_keys(self, keys: TrafficKeys) -> None:
+        self._keys = keys
+        self._nonce[:4] = keys.iv_high
 
     def _revoke(self) -> None:
         if self._lent is not None:
@@ -272,6 +279,12 @@ class Sealer:
         """Refuse before sealing anything if a record would pass a hard per-key limit."""
         seq, key_bytes, update = self._seq, self._key_bytes, self._update_requested
         limits = self._limits
+        if (  # the common case: this call stays far below every limit, nothing to simulate
+            not update
+            and seq + len(sizes) + 1 < limits.update_after_records
+            and key_bytes + (len(sizes) + 1) * self.record_size < limits.update_after_bytes
+        ):
+            return
         for index, length in enumerate(sizes):
             last = final and index == len(sizes) - 1
             due = not last and (update or self._update_due(seq, key_bytes, length))
@@ -310,11 +323,13 @@ class Sealer:
         body = pos + RECORD_HEADER_SIZE
         end = body + length + TAG_SIZE
         RECORD_HEADER.pack_into(out, pos, flags, length + TAG_SIZE)
-        keys.aead.encrypt_into(keys.nonce(self._seq), chunk, out[pos:body], out[body:end])
+        nonce = self._nonce
+        _NONCE_LOW.pack_into(nonce, 4, keys.iv_low ^ self._seq)
+        keys.aead.encrypt_into(nonce, chunk, out[pos:body], out[body:end])
         self.records_sealed += 1
         self.bytes_sealed += length
         if flags & FLAG_KEY_UPDATE:
-            self._keys = keys.next()
+            self._set_keys(keys.next())
             self._seq = self._key_bytes = 0
             self._update_requested = False
         else:
@@ -588,8 +603,8 @@ class Opener:
             return b""
         first = self.read_view(max_bytes)
         ring = self._ring
-        more = ring is not None and (ring.complete > 1 or self._backlog is not None)
-        if first is None or not first or len(first) == max_bytes or not more:
+        ready = ring is not None and (ring.complete > 1 or self._backlog is not None)
+        if first is None or not first or len(first) == max_bytes or not ready:
             data = None if first is None else bytes(first)
             self._revoke()
             return data
