@@ -18,8 +18,8 @@ demo: $(STAMP)
 test: $(STAMP) lint typecheck pytest
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests examples benchmarks
-	$(PY) -m ruff format --check src tests examples benchmarks
+	$(PY) -m ruff check src tests examples benchmarks fuzz
+	$(PY) -m ruff format --check src tests examples benchmarks fuzz
 
 typecheck: $(STAMP)
 	$(PY) -m mypy
@@ -44,3 +44,10 @@ bench-quick: $(BENCH_STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+
+# Coverage-guided fuzzing of the opener (atheris, libFuzzer); see fuzz/README.md.
+FUZZ_SECONDS ?= 600
+fuzz: $(STAMP)
+	$(PY) -m pip install --quiet atheris
+	mkdir -p fuzz/corpus-work fuzz/artifacts
+	$(PY) fuzz/fuzz_opener.py -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -artifact_prefix=fuzz/artifacts/ fuzz/corpus-work fuzz/corpus
