@@ -166,7 +166,7 @@ class Sealer:
         for index, length in enumerate(sizes):
             last = final and index == len(sizes) - 1
             if self._pending_len:
-                pending = self._pending_view()
+                pending = self._pending_view(length)
                 fill = length - self._pending_len
                 pending[self._pending_len : length] = src[taken : taken + fill]
                 taken += fill
@@ -177,8 +177,9 @@ class Sealer:
                 taken += length
         if taken < len(src):  # the rest of a record: keep it until more data or a flush
             rest = len(src) - taken
-            self._pending_view()[self._pending_len : self._pending_len + rest] = src[taken:]
-            self._pending_len += rest
+            end = self._pending_len + rest
+            self._pending_view(end)[self._pending_len : end] = src[taken:]
+            self._pending_len = end
         if final:
             self._closed = True
         return self._lend(out, pos)
@@ -203,7 +204,7 @@ class Sealer:
         out = self._output(out_size)
         pos = self._put_header(out)
         if split:
-            pos = self._seal_record(out, pos, self._pending_view()[:0], False)
+            pos = self._seal_record(out, pos, memoryview(b""), False)
         if emit:
             self._pending_len = 0
             pos = self._seal_record(out, pos, self._pending_view()[:length], False)
@@ -242,10 +243,17 @@ class Sealer:
             self._lent.release()
             self._lent = None
 
-    def _pending_view(self) -> memoryview:
-        if self._pending is None:
-            self._pending = bytearray(self.record_size)
-        return memoryview(self._pending)
+    def _pending_view(self, need: int = 0) -> memoryview:
+        """The pending-record buffer, holding at least ``need`` bytes. It starts small and
+        doubles up to one record, so connections that send small messages stay small."""
+        pending = self._pending
+        if pending is None or len(pending) < need:
+            size = max(need, _MIN_OUTPUT, 2 * len(pending) if pending is not None else 0)
+            grown = bytearray(min(size, self.record_size))
+            if pending is not None:
+                grown[: self._pending_len] = pending[: self._pending_len]
+            pending = self._pending = grown
+        return memoryview(pending)
 
     def _output(self, size: int) -> memoryview:
         """Memory for ``size`` bytes of output. The reusable buffer starts small and doubles up
