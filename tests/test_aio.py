@@ -282,3 +282,58 @@ async def test_abort_after_a_failure_reads_as_truncation() -> None:
         assert await reader.readexactly(10) == b"first half"
         with pytest.raises(gcmstream.TruncatedStreamError):
             await reader.read()
+
+
+@pytest.mark.asyncio
+async def test_iter_chunks_view_survives_an_await_while_more_data_arrives() -> None:
+    """A proxy holds a chunk across an await; the transport delivering more must not kill it."""
+
+    async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        w.write(b"first record")
+        await w.drain()
+        await asyncio.sleep(0.1)
+        w.write(b"second record")
+        w.write_eof()
+        await w.drain()
+        await r.read()
+
+    async with connected(job) as (reader, writer):
+        seen = []
+        async for chunk in reader.iter_chunks():
+            await asyncio.sleep(0.2)  # the second record arrives meanwhile
+            seen.append(bytes(chunk))
+        assert b"".join(seen) == b"first recordsecond record"
+        writer.write_eof()
+
+
+@pytest.mark.asyncio
+async def test_readexactly_zero_and_readuntil_limit_match_asyncio() -> None:
+    async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        await send_all(b"x" * 8 + b"\n" + b"y" * 9 + b"\n", r, w)
+
+    async with connected(job, limit=8) as (reader, writer):
+        assert await asyncio.wait_for(reader.readexactly(0), 1) == b""
+        assert await reader.readuntil(b"\n") == b"x" * 8 + b"\n"  # separator at the limit: fine
+        with pytest.raises(asyncio.LimitOverrunError):
+            await reader.readuntil(b"\n")
+        writer.write_eof()
+
+
+@pytest.mark.asyncio
+async def test_concurrent_drains_all_wake_and_drain_after_loss_raises() -> None:
+    async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        with pytest.raises(gcmstream.TruncatedStreamError):  # the client aborts
+            await r.read()
+
+    async with connected(job) as (reader, writer):
+        protocol = writer.transport.get_protocol()
+        protocol.pause_writing()
+        drains = [asyncio.ensure_future(writer.drain()) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        protocol.resume_writing()
+        await asyncio.wait_for(asyncio.gather(*drains), 2)
+        protocol.pause_writing()
+        writer.abort()
+        await asyncio.sleep(0.05)
+        with pytest.raises(ConnectionResetError):
+            await asyncio.wait_for(writer.drain(), 2)

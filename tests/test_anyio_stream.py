@@ -124,3 +124,12 @@ async def test_aclose_without_send_eof_reads_as_truncation() -> None:
             assert await server.receive() == b"first half"
             with pytest.raises(gcmstream.TruncatedStreamError):
                 await server.receive()
+
+
+async def test_receive_zero_bytes_is_refused_not_taken_for_the_end() -> None:
+    with anyio.fail_after(10):
+        async with secure_pair() as (client, server):
+            await client.send(b"hello")
+            with pytest.raises(ValueError, match="max_bytes"):
+                await server.receive(0)
+            assert await server.receive() == b"hello"

@@ -170,6 +170,8 @@ class SecureStreamReader:
         Cancelled part way, it loses nothing: what it had read is returned by the next read."""
         if n < 0:
             raise ValueError("readexactly size can not be less than zero")
+        if n == 0:
+            return b""
         if not self._pushback:  # common case: the current record holds all of it, one copy
             view = await self._next()
             if len(view) >= n:
@@ -192,7 +194,7 @@ class SecureStreamReader:
             index = found.find(separator, searched)
             if index >= 0:
                 end = index + len(separator)
-                if end > self._limit:
+                if index > self._limit:  # as asyncio: the separator may end past the limit
                     raise asyncio.LimitOverrunError(
                         "Separator is found, but chunk is longer than limit", index
                     )
@@ -396,7 +398,7 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         self._loop = loop
         self.transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._drain_waiter: asyncio.Future[None] | None = None
+        self._drain_waiters: list[asyncio.Future[None]] = []  # several tasks may drain at once
         self._write_paused = False
         self._read_paused = False
         self._eof = False
@@ -446,11 +448,7 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
             self._eof = True
             self.channel.opener.receive_eof()
         self._wake()
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            if exc is None:
-                self._drain_waiter.set_result(None)
-            else:
-                self._drain_waiter.set_exception(exc)
+        self._wake_drains(exc)
         if not self._closed.done():
             self._closed.set_result(None)
 
@@ -459,8 +457,17 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        if self._drain_waiter is not None and not self._drain_waiter.done():
-            self._drain_waiter.set_result(None)
+        self._wake_drains(None)
+
+    def _wake_drains(self, exc: BaseException | None) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if waiter.done():
+                continue
+            if exc is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(exc)
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -482,17 +489,17 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
             self.transport.resume_reading()
 
     async def drain(self) -> None:
+        if self._closed.done():  # as asyncio's StreamWriter: a lost connection cannot drain
+            raise ConnectionResetError("connection lost") from self.connection_error
         if self.transport is not None and self.transport.is_closing():
             await asyncio.sleep(0)
-            if self.connection_error is not None:
+            if self._closed.done():
                 raise ConnectionResetError("connection lost") from self.connection_error
         if not self._write_paused:
             return
-        self._drain_waiter = self._loop.create_future()
-        try:
-            await self._drain_waiter
-        finally:
-            self._drain_waiter = None
+        waiter = self._loop.create_future()
+        self._drain_waiters.append(waiter)
+        await waiter
 
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)

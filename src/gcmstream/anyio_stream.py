@@ -61,7 +61,8 @@ class SecureStream(ByteStream):
     channel: Channel
     _receive_guard: anyio.ResourceGuard = field(init=False, repr=False)
     _send_guard: anyio.ResourceGuard = field(init=False, repr=False)
-    _broken: BaseException | None = field(init=False, default=None, repr=False)
+    _send_broken: BaseException | None = field(init=False, default=None, repr=False)
+    _receive_lost: BaseException | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._receive_guard = anyio.ResourceGuard("reading from")
@@ -108,11 +109,13 @@ class SecureStream(ByteStream):
             opener.receive_eof()
         except anyio.BrokenResourceError as exc:
             opener.receive_eof()
-            self._broken = exc
+            self._receive_lost = exc
         else:
             opener.receive_data(data)
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
+        if max_bytes < 1:  # b"" means the authenticated end here: never return it for this
+            raise ValueError(f"max_bytes must be at least 1, got {max_bytes}")
         with self._receive_guard:
             await anyio.lowlevel.checkpoint_if_cancelled()
             opener = self.channel.opener
@@ -120,8 +123,8 @@ class SecureStream(ByteStream):
                 try:
                     data = opener.read(max_bytes)
                 except TruncatedStreamError as exc:
-                    if exc.__cause__ is None and self._broken is not None:
-                        exc.__cause__ = self._broken
+                    if exc.__cause__ is None and self._receive_lost is not None:
+                        exc.__cause__ = self._receive_lost
                     raise
                 if data is not None:
                     if not data:
@@ -131,8 +134,8 @@ class SecureStream(ByteStream):
 
     async def send(self, item: bytes) -> None:
         with self._send_guard:
-            if self._broken is not None:
-                raise anyio.BrokenResourceError("an earlier send was interrupted") from self._broken
+            if self._send_broken is not None:
+                raise anyio.BrokenResourceError("an earlier send was interrupted") from self._send_broken
             output = self.channel.sealer.seal(item, flush=True)
             await self._send_sealed(output)
 
@@ -142,14 +145,14 @@ class SecureStream(ByteStream):
         try:
             await self.transport_stream.send(output)  # type: ignore[arg-type]  # any buffer works
         except BaseException as exc:
-            self._broken = exc  # the peer may have half a record: nothing sent later can be trusted
+            self._send_broken = exc  # the peer may have half a record: nothing sent later can be trusted
             raise
 
     async def send_eof(self) -> None:
         """Seal the FINAL record and half-close the transport when it supports that."""
         with self._send_guard:
-            if self._broken is not None:
-                raise anyio.BrokenResourceError("an earlier send was interrupted") from self._broken
+            if self._send_broken is not None:
+                raise anyio.BrokenResourceError("an earlier send was interrupted") from self._send_broken
             await self._send_sealed(self.channel.sealer.close())
             with contextlib.suppress(NotImplementedError):  # FINAL already told the peer
                 await self.transport_stream.send_eof()
@@ -234,7 +237,13 @@ class SecureListener(Listener[SecureStream]):
                         max_record_size=self.max_record_size,
                         limits=self.limits,
                     )
-            except (GcmStreamError, TimeoutError, OSError, anyio.BrokenResourceError) as exc:
+            except (
+                GcmStreamError,
+                TimeoutError,
+                OSError,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+            ) as exc:
                 logger.warning("handshake failed: %s", exc)
                 await anyio.aclose_forcefully(transport)
                 return

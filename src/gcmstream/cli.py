@@ -525,8 +525,8 @@ async def _listen_command(args: argparse.Namespace, key: bytes) -> None:
 
 
 async def _session_then_close(stream: SecureStream) -> None:
-    """Run the session; on any failure close the connection without a FINAL record (which
-    SecureStream.aclose would add), so the peer sees a cut stream, never a complete one."""
+    """Run the session; on any failure close the connection at once (no FINAL is sealed:
+    only send_eof does that), so the peer sees a cut stream, never a complete one."""
     try:
         await _session(stream)
     except BaseException:

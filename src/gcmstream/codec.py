@@ -3,12 +3,13 @@ out) and Channel (a Sealer and an Opener keyed for the two directions of one con
 
 No awaits, no event loop, no sockets: adapters move bytes, this module decides what they mean.
 
-Memory: the Opener receives into a fixed RecordRing (allocated when the stream header has
-arrived, so idle connections hold none) and decrypts each record in place. The Sealer encrypts
+Memory: the Opener receives into a fixed RecordRing (allocated when the first record's bytes
+arrive, so idle connections hold none) and decrypts each record in place. The Sealer encrypts
 into its own output buffer, allocated on first use and reused while nobody holds its output.
 
-View lifetimes: a memoryview returned by ``Opener.peek``/``read_view`` or by a Sealer call is
-valid until the next call on the same object. The object releases that view at its next call,
+View lifetimes: a memoryview returned by ``Opener.peek``/``read_view`` is valid until the next
+read-side call on the opener (feeding it more input does not disturb it); one returned by a
+Sealer call is valid until the next Sealer call. The object releases that view at its next call,
 so stale use raises ValueError instead of reading reused memory (slices you made of it are not
 tracked: copy what you keep).
 """
@@ -215,7 +216,8 @@ class Sealer:
         return self.seal(b"", final=True)
 
     def update_key(self) -> None:
-        """Make the next record carry KEY_UPDATE; ``flush()`` sends it even with no data."""
+        """Make the next record carry KEY_UPDATE; ``flush()`` sends it even with no data
+        (``seal(b"", flush=True)`` does not: it seals nothing)."""
         self._update_requested = True
 
     def detach_output(self) -> None:
@@ -411,7 +413,7 @@ class Opener:
         return self._bytes_before + self._key_bytes
 
     def __repr__(self) -> str:
-        state = "failed" if self._error else "eof" if self.at_eof else "open"
+        state = "failed" if self.failed else "eof" if self.at_eof else "open"
         return f"<Opener {self.suite.name} records={self.records_opened} {state}>"
 
     # -- feeding -------------------------------------------------------------------------
@@ -428,17 +430,17 @@ class Opener:
     @property
     def failed(self) -> bool:
         """True once an error was found (raised already, or waiting for the next read)."""
-        return self._error is not None or self._pending_error is not None
+        ring_error = self._ring is not None and self._ring.error is not None
+        return self._error is not None or self._pending_error is not None or ring_error
 
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """Writable view of free ring space (empty when full: stop reading). ``sizehint`` is
-        ignored: the ring offers what keeps records whole."""
-        self._revoke()
+        ignored: the ring offers what keeps records whole. Fill it and call
+        ``buffer_updated`` before any other call on the opener."""
         return self._writable()
 
     def buffer_updated(self, nbytes: int) -> None:
         """``nbytes`` were written at the start of the view ``get_buffer`` returned."""
-        self._revoke()
         if self._eof_received:
             raise StreamClosedError("input already ended (receive_eof was called)")
         self._commit(nbytes)
@@ -467,7 +469,6 @@ class Opener:
     def receive_data(self, data: Buffer) -> None:
         """Copy ``data`` in. What does not fit waits (``wants_data`` is False) until reads free
         space; calling again before that raises BufferFullError."""
-        self._revoke()
         if self._eof_received:
             raise StreamClosedError("input already ended (receive_eof was called)")
         if self._backlog is not None:
@@ -479,13 +480,12 @@ class Opener:
     def receive_eof(self) -> None:
         """The input ended. Reading past the last complete record now tells truncation from a
         clean end."""
-        self._revoke()
         self._eof_received = True
 
     def _fill(self, data: memoryview) -> memoryview | None:
         """Copy as much of ``data`` as fits; return what is left, or None."""
         while data:
-            if self._error is not None:
+            if self.failed:  # a failed opener discards input: the I/O loop can run to its end
                 return None
             if self._final_seen:
                 self._pending_error = self._pending_error or TrailingDataError(
@@ -747,7 +747,7 @@ class Opener:
         except InvalidTag as exc:
             plaintext[:] = bytes(len(plaintext))  # never leave unauthenticated plaintext
             self._fail(AuthenticationError(number), exc)
-        if flags & ~FLAG_FINAL:  # rare: check the other flags and the byte limit only then
+        if flags & ~FLAG_FINAL:  # rare: check the other flags only then
             self._check_flags(flags, number, plaintext)
         if flags & FLAG_FINAL:
             if ring.stored > RECORD_HEADER_SIZE + length or self._backlog:

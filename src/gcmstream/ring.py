@@ -115,6 +115,7 @@ class RecordRing:
         else:
             return False
         self.tail = count
+        self._offered = count
         return True
 
     def commit(self, nbytes: int) -> None:
@@ -151,3 +152,4 @@ class RecordRing:
             self.head, self.wrap = 0, -1
         if self.wrap < 0 and self.head == self.tail:  # empty: restart at 0 for the longest view
             self.head = self.tail = self.frontier = 0
+            self._offered = 0  # a view offered before this is stale: committing it must fail
