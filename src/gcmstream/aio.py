@@ -28,7 +28,14 @@ from typing import Any
 
 from .codec import Channel, Opener, Sealer
 from .errors import GcmStreamError, StreamClosedError, TruncatedStreamError
-from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, KeyLimits, Role
+from .format import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_MAX_RECORD_SIZE,
+    DEFAULT_RECORD_SIZE,
+    Buffer,
+    KeyLimits,
+    Role,
+)
 
 __all__ = (
     "SecureStreamReader",
@@ -44,7 +51,6 @@ logger = logging.getLogger("gcmstream")
 
 _DEFAULT_LIMIT = 2**16  # asyncio's StreamReader default line limit
 _WRAPPED_READ_SIZE = 256 * 1024
-DEFAULT_HANDSHAKE_TIMEOUT = 30.0
 
 ClientConnectedCallback = Callable[["SecureStreamReader", "SecureStreamWriter"], Awaitable[None] | None]
 
@@ -506,9 +512,6 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
 
     async def handshake(self) -> None:
         while not self.channel.handshake_complete():
-            if self._eof:
-                self.channel.opener.peek()  # raises: truncated inside the header
-                raise TruncatedStreamError("connection ended during the handshake")
             await self.wait()
 
     def streams(self) -> tuple[SecureStreamReader, SecureStreamWriter]:
@@ -702,8 +705,6 @@ async def wrap_streams(
     async with asyncio.timeout(handshake_timeout):
         await writer.drain()
         while not channel.handshake_complete():
-            if channel.opener.header is None and channel.opener._eof_received:
-                channel.opener.peek()
             await source.wait()
     secure_reader = SecureStreamReader(channel.opener, source, limit=limit)
     secure_writer = SecureStreamWriter(

@@ -26,7 +26,14 @@ from anyio.abc import AnyByteStream, ByteStream, Listener, TaskGroup
 
 from .codec import Channel
 from .errors import GcmStreamError, TruncatedStreamError
-from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, KeyLimits, Role
+from .format import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_MAX_RECORD_SIZE,
+    DEFAULT_RECORD_SIZE,
+    Buffer,
+    KeyLimits,
+    Role,
+)
 
 __all__ = (
     "GcmStreamAttribute",
@@ -38,7 +45,6 @@ __all__ = (
 
 logger = logging.getLogger("gcmstream")
 
-DEFAULT_HANDSHAKE_TIMEOUT = 30.0
 _RECEIVE_SIZE = 256 * 1024
 
 
@@ -95,8 +101,6 @@ class SecureStream(ByteStream):
         await transport_stream.send(channel.initial_data())
         while not channel.handshake_complete():
             await stream._receive_more()
-            if channel.opener._eof_received and channel.opener.header is None:
-                channel.opener.peek()  # raises TruncatedStreamError from inside the header
         return stream
 
     async def _receive_more(self) -> None:

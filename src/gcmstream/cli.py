@@ -35,7 +35,14 @@ from .errors import (
     UnsupportedFormatError,
     UsageError,
 )
-from .format import DEFAULT_RECORD_SIZE, HARD_MAX_RECORD_SIZE, MAX_CONTEXT_SIZE, Role, generate_key
+from .format import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_RECORD_SIZE,
+    HARD_MAX_RECORD_SIZE,
+    MAX_CONTEXT_SIZE,
+    Role,
+    generate_key,
+)
 from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
 from .pipeline import CHUNK_SIZE, _decrypt, _encrypt, _reader, _writer, atomic_output
 
@@ -57,7 +64,7 @@ __all__ = (
 )
 
 KEY_ENV = "GCMSTREAM_KEY"
-HANDSHAKE_TIMEOUT = 30.0  # seconds for the peer's stream header, as connect_tcp allows
+HANDSHAKE_TIMEOUT = DEFAULT_HANDSHAKE_TIMEOUT  # seconds for the peer's stream header
 DEBUG_ENV = "GCMSTREAM_DEBUG"
 
 EXIT_OK = 0

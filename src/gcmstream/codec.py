@@ -846,12 +846,13 @@ class Channel:
         return self.sealer.take_header()
 
     def handshake_complete(self) -> bool:
-        """True once the peer's header verified; raises its error if it did not."""
+        """True once the peer's header verified; raises its error if it did not, and
+        TruncatedStreamError if the input ended before it was whole."""
         opener = self.opener
         if opener._error is not None:
             raise StreamBrokenError(opener._error) from opener._error
-        if opener.header is None and opener._pending_error is not None:
-            opener._fail(opener._pending_error)
+        if opener.header is None and (opener._pending_error is not None or opener._eof_received):
+            opener._open_next()  # raises the header's error, or the truncation
         return self.sealer._keys is not None
 
     def _on_peer_header(self, key: bytes, peer_header: bytes) -> bytes:
