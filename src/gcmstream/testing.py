@@ -222,6 +222,12 @@ def anyio_adapter() -> Adapter:
 # -- helpers for the checks -------------------------------------------------------------------
 
 
+def _expect(condition: object, message: str) -> None:
+    """A check that stays a check under ``python -O`` (where ``assert`` disappears)."""
+    if not condition:
+        raise AssertionError(message)
+
+
 @dataclass
 class _Outcomes:
     """What server-side handlers saw, for checks that judge the server."""
@@ -344,8 +350,8 @@ async def check_round_trip_both_directions(adapter: Adapter) -> None:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_send_all, client, up)
                 received = await _receive_all(client)
-            assert received == b"".join(down), "client received something other than what the server sent"
-            assert (await outcomes.wait())[0] == b"".join(up), "server received something other than sent"
+            _expect(received == b"".join(down), "client received something other than what the server sent")
+            _expect((await outcomes.wait())[0] == b"".join(up), "server received something other than sent")
             await client.aclose()
 
 
@@ -362,7 +368,10 @@ async def check_half_close(adapter: Adapter) -> None:
             client = await adapter.connect(port, key, b"")
             request = random.Random(2).randbytes(300_000)
             await _send_all(client, [request])
-            assert await _receive_all(client) == hashlib.sha256(request).digest()
+            _expect(
+                await _receive_all(client) == hashlib.sha256(request).digest(),
+                "check failed: await _receive_all(client) == hashlib.sha256(request).digest()",
+            )
             await client.aclose()
 
 
@@ -377,8 +386,11 @@ async def check_clean_end(adapter: Adapter) -> None:
     with anyio.fail_after(DEADLINE):
         async with adapter.serve(handler, key, b"") as port:
             client = await adapter.connect(port, key, b"")
-            assert await _receive_all(client) == b"last words"
-            assert await client.receive() == b""
+            _expect(
+                await _receive_all(client) == b"last words",
+                'check failed: await _receive_all(client) == b"last words"',
+            )
+            _expect(await client.receive() == b"", 'check failed: await client.receive() == b""')
             await client.send_eof()
             await client.aclose()
 
@@ -402,8 +414,8 @@ async def check_truncation_mid_record(adapter: Adapter) -> None:
                 pass
             else:
                 raise AssertionError("a cut connection ended like a clean one")
-            assert payload.startswith(received), "released plaintext is not a prefix of what was sent"
-            assert len(received) < 300_001
+            _expect(payload.startswith(received), "released plaintext is not a prefix of what was sent")
+            _expect(len(received) < 300_001, "check failed: len(received) < 300_001")
             await client.aclose()
 
 
@@ -422,7 +434,10 @@ async def check_truncation_at_record_boundary(adapter: Adapter) -> None:
     with anyio.fail_after(DEADLINE):
         async with adapter.serve(handler, key, b"") as port, _proxy(port, to_client=to_client) as via:
             client = await adapter.connect(via, key, b"")
-            assert await client.receive() == b"first record"
+            _expect(
+                await client.receive() == b"first record",
+                'check failed: await client.receive() == b"first record"',
+            )
             try:
                 await client.receive()
             except TruncatedStreamError:
@@ -456,10 +471,13 @@ async def check_tampering(adapter: Adapter) -> None:
                 while chunk := await client.receive():
                     received += chunk
             except AuthenticationError as exc:
-                assert exc.record_number >= 1
+                _expect(exc.record_number >= 1, "check failed: exc.record_number >= 1")
             else:
                 raise AssertionError("tampered data was accepted")
-            assert payload.startswith(received) and len(received) <= flip_at
+            _expect(
+                payload.startswith(received) and len(received) <= flip_at,
+                "check failed: payload.startswith(received) and len(received) <= flip_at",
+            )
             try:
                 await client.receive()
             except (StreamBrokenError, AuthenticationError):
@@ -489,7 +507,10 @@ async def check_large_transfer_backpressure(adapter: Adapter) -> None:
                 total += len(chunk)
                 if total < (2 << 20):
                     await anyio.sleep(0.01)
-            assert total == 32 << 20 and hasher.hexdigest() == digest
+            _expect(
+                total == 32 << 20 and hasher.hexdigest() == digest,
+                "check failed: total == 32 << 20 and hasher.hexdigest() == digest",
+            )
             await client.send_eof()
             await client.aclose()
 
@@ -510,7 +531,10 @@ async def check_cancelled_receive(adapter: Adapter) -> None:
                 await client.receive()
                 raise AssertionError("receive returned without data")
             go.set()
-            assert await _receive_all(client) == b"after the cancel"
+            _expect(
+                await _receive_all(client) == b"after the cancel",
+                'check failed: await _receive_all(client) == b"after the cancel"',
+            )
             await client.aclose()
 
 
@@ -534,7 +558,7 @@ async def check_client_vanishes_mid_record(adapter: Adapter) -> None:
             with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await client.send(random.Random(6).randbytes(100_000))
             (seen,) = await outcomes.wait()
-            assert isinstance(seen, TruncatedStreamError), f"server saw {seen!r}"
+            _expect(isinstance(seen, TruncatedStreamError), f"server saw {seen!r}")
             with suppress(OSError, anyio.BrokenResourceError):
                 await client.aclose()
 
@@ -558,7 +582,10 @@ async def check_wrong_key(adapter: Adapter) -> None:
                     await endpoint.aclose()
                     raise AssertionError("a wrong key or context was accepted")
             client = await adapter.connect(port, key, b"ctx")
-            assert await _receive_all(client) == b"served"
+            _expect(
+                await _receive_all(client) == b"served",
+                'check failed: await _receive_all(client) == b"served"',
+            )
             await client.send_eof()
             await client.aclose()
 
@@ -582,13 +609,18 @@ async def check_replay_rejected(adapter: Adapter) -> None:
             async with _proxy(port, recorded=recorded) as via:
                 client = await adapter.connect(via, key, b"")
                 await _send_all(client, [b"transfer 100 coins"])
-                assert await _receive_all(client) == b"ok"
+                _expect(
+                    await _receive_all(client) == b"ok", 'check failed: await _receive_all(client) == b"ok"'
+                )
                 await client.aclose()
-            assert (await outcomes.wait(1))[0] == b"transfer 100 coins"
+            _expect(
+                (await outcomes.wait(1))[0] == b"transfer 100 coins",
+                'check failed: (await outcomes.wait(1))[0] == b"transfer 100 coins"',
+            )
             async with await anyio.connect_tcp(LOCALHOST, port) as raw:
                 await raw.send(b"".join(recorded))
                 seen = (await outcomes.wait(2))[1]
-            assert isinstance(seen, AuthenticationError), f"replayed session gave {seen!r}"
+            _expect(isinstance(seen, AuthenticationError), f"replayed session gave {seen!r}")
 
 
 async def check_reflection_rejected(adapter: Adapter) -> None:
