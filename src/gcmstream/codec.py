@@ -27,6 +27,7 @@ from .errors import (
     LimitReachedError,
     MalformedRecordError,
     NotReadyError,
+    OutOfRangeError,
     ProtocolError,
     RecordTooLargeError,
     RoleMismatchError,
@@ -453,7 +454,7 @@ class Opener:
             return
         if self.header is None:
             if nbytes < 0 or self._header_got + nbytes > HEADER_SIZE:
-                raise ValueError(f"buffer_updated({nbytes}) exceeds the view that was offered")
+                raise OutOfRangeError(f"buffer_updated({nbytes}) exceeds the view that was offered")
             before = self._header_got
             self._header_got += nbytes
             if self._header_got == HEADER_SIZE:
@@ -582,7 +583,7 @@ class Opener:
         """Mark ``nbytes`` of the last ``peek()`` as read."""
         self._revoke()
         if not 0 <= nbytes <= self._pt_end - self._pt_pos:
-            raise ValueError(f"cannot consume {nbytes} bytes: {self._pt_end - self._pt_pos} available")
+            raise OutOfRangeError(f"cannot consume {nbytes} bytes: {self._pt_end - self._pt_pos} available")
         self._pt_pos += nbytes
 
     def find(self, sub: Buffer) -> int:

@@ -29,8 +29,10 @@
     │   │                                peer's header arrived
     │   ├── KeyFileError                 (also ValueError; in gcmstream.keyfile) a key file or
     │   │                                key line is malformed: prefix, version, suite, length
-    │   └── BufferFullError              receive_data() called again while earlier input is
-    │                                    still waiting for ring space (see Opener.wants_data)
+    │   ├── BufferFullError              receive_data() called again while earlier input is
+    │   │                                still waiting for ring space (see Opener.wants_data)
+    │   └── OutOfRangeError              (also ValueError) buffer_updated()/consume() of more
+    │                                    bytes than were offered or are available
     ├── LimitReachedError                sealing would pass the hard per-key limit with automatic
     │                                    key update off; nothing was sealed; call update_key()
     └── StreamBrokenError                any call on an object that already failed fatally; the
@@ -63,6 +65,7 @@ __all__ = (
     "LimitReachedError",
     "MalformedRecordError",
     "NotReadyError",
+    "OutOfRangeError",
     "ProtocolError",
     "RecordTooLargeError",
     "RoleMismatchError",
@@ -141,6 +144,10 @@ class NotReadyError(UsageError, RuntimeError):
 
 class BufferFullError(UsageError):
     """receive_data() was called while earlier input still waits for ring space."""
+
+
+class OutOfRangeError(UsageError, ValueError):
+    """buffer_updated() or consume() was given more bytes than were offered or are available."""
 
 
 class LimitReachedError(GcmStreamError):

@@ -29,7 +29,7 @@ after that, the next ``writable()`` may hand it to the transport, which will ove
 
 from __future__ import annotations
 
-from .errors import MalformedRecordError, ProtocolError, RecordTooLargeError
+from .errors import MalformedRecordError, OutOfRangeError, ProtocolError, RecordTooLargeError
 from .format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
 
 __all__ = ("RecordRing", "ring_capacity")
@@ -121,7 +121,7 @@ class RecordRing:
     def commit(self, nbytes: int) -> None:
         """``nbytes`` were written at the start of the last ``writable()`` view."""
         if nbytes < 0 or self.tail + nbytes > self._offered:
-            raise ValueError(f"commit of {nbytes} bytes exceeds the view that was offered")
+            raise OutOfRangeError(f"commit of {nbytes} bytes exceeds the view that was offered")
         self.tail += nbytes
         while self.error is None:
             available = self.tail - self.frontier
