@@ -16,8 +16,6 @@ tracked: copy what you keep).
 
 from __future__ import annotations
 
-import struct
-
 from cryptography.exceptions import InvalidTag
 
 from .errors import (
@@ -68,7 +66,6 @@ __all__ = ("Channel", "Opener", "Sealer")
 _OVERHEAD = RECORD_HEADER_SIZE + TAG_SIZE
 _OUTPUT_RECORDS = 4  # the reusable output buffer grows to hold this many full records
 _MIN_OUTPUT = 4096
-_NONCE_LOW = struct.Struct(">Q")  # the nonce's low 8 bytes: IV XOR sequence number
 _VIEW_SLOTS = 127  # opener's view cache (prime, so record positions spread over it)
 
 
@@ -107,10 +104,7 @@ class Sealer:
         self.record_size = check_record_size(record_size)
         # _salt is for known-answer tests only: a repeated salt repeats every key and nonce
         self.header, secret = make_header(key, _role, record_size, context, _salt)
-        self._keys: TrafficKeys | None = None
-        self._nonce = bytearray(12)  # iv_high || (iv_low XOR seq), patched per record
-        if _role is Role.ONE_WAY:
-            self._set_keys(TrafficKeys(secret, self.suite))
+        self._keys = TrafficKeys(secret, self.suite) if _role is Role.ONE_WAY else None
         self._limits = limits or KeyLimits()
         self._auto = auto_key_update
         self._header_sent = False
@@ -235,11 +229,7 @@ class Sealer:
 
     def _install(self, secret: bytes) -> None:
         """Key a channel sealer once both headers are known."""
-        self._set_keys(TrafficKeys(secret, self.suite))
-
-    def _set_keys(self, keys: TrafficKeys) -> None:
-        self._keys = keys
-        self._nonce[:4] = keys.iv_high
+        self._keys = TrafficKeys(secret, self.suite)
 
     def _revoke(self) -> None:
         if self._lent is not None:
@@ -334,13 +324,11 @@ class Sealer:
         body = pos + RECORD_HEADER_SIZE
         end = body + length + TAG_SIZE
         RECORD_HEADER.pack_into(out, pos, flags, length + TAG_SIZE)
-        nonce = self._nonce
-        _NONCE_LOW.pack_into(nonce, 4, keys.iv_low ^ self._seq)
-        keys.aead.encrypt_into(nonce, chunk, out[pos:body], out[body:end])
+        keys.aead.encrypt_into(keys.nonce_into(self._seq), chunk, out[pos:body], out[body:end])
         self.records_sealed += 1
         self.bytes_sealed += length
         if flags & FLAG_KEY_UPDATE:
-            self._set_keys(keys.next())
+            self._keys = keys.next()
             self._seq = self._key_bytes = 0
             self._update_requested = False
         else:
@@ -398,7 +386,6 @@ class Opener:
         self._bytes_before = 0
         self._hard_records = self._limits.hard_records
         self._hard_bytes = self._limits.hard_bytes
-        self._nonce = bytearray(12)
         # A small direct-mapped cache: ring position -> (position, ciphertext length, AAD view,
         # ciphertext view, plaintext view). Records of one size land on the same few positions,
         # so opening reuses views instead of slicing three new ones per record. Fixed size, so
@@ -543,7 +530,7 @@ class Opener:
             self._pending_error = exc
             return
         self.header = header
-        self._set_keys(TrafficKeys(secret, header.suite))
+        self._keys = TrafficKeys(secret, header.suite)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -741,8 +728,7 @@ class Opener:
             self._fail(MalformedRecordError(f"record {number}: the peer passed the per-key record limit"))
         if self._key_bytes + size > self._hard_bytes:
             self._fail(MalformedRecordError(f"record {number}: the peer passed the per-key byte limit"))
-        nonce = self._nonce
-        _NONCE_LOW.pack_into(nonce, 4, keys.iv_low ^ seq)
+        nonce = keys.nonce_into(seq)
         try:
             keys.aead.decrypt_into(nonce, ciphertext, aad, plaintext)
         except InvalidTag as exc:
@@ -756,7 +742,7 @@ class Opener:
                 self._fail(TrailingDataError(f"data follows the FINAL record (record {number})"))
             self._final_seen = True
         if flags & FLAG_KEY_UPDATE:
-            self._set_keys(keys.next())
+            self._keys = keys.next()
             self._records_before = number + 1
             self._bytes_before += self._key_bytes + size
             self._seq = self._key_bytes = 0
@@ -785,10 +771,6 @@ class Opener:
         )
         self._views[pos % _VIEW_SLOTS] = views
         return views
-
-    def _set_keys(self, keys: TrafficKeys) -> None:
-        self._keys = keys
-        self._nonce[:4] = keys.iv_high
 
     def _check_flags(self, flags: int, number: int, plaintext: memoryview) -> None:
         problem = None

@@ -60,6 +60,7 @@ HEADER_PREFIX = struct.Struct(">4sBBBBI")  # magic, version, suite, role, reserv
 HEADER_SIZE = HEADER_PREFIX.size + SALT_SIZE + COMMITMENT_SIZE  # 76
 RECORD_HEADER = struct.Struct(">BI")  # flags, ciphertext length (tag included)
 RECORD_HEADER_SIZE = RECORD_HEADER.size  # 5
+_NONCE_LOW = struct.Struct(">Q")  # a nonce's low 8 bytes: IV XOR sequence number
 TAG_SIZE = 16
 NONCE_SIZE = 12
 
@@ -305,7 +306,7 @@ class TrafficKeys:
     generation, and each generation has a different key, so no (key, nonce) pair repeats.
     """
 
-    __slots__ = ("aead", "generation", "iv", "iv_high", "iv_low", "secret", "suite")
+    __slots__ = ("_iv_low", "_nonce", "aead", "generation", "iv", "secret", "suite")
 
     def __init__(self, secret: bytes, suite: Suite, generation: int = 0) -> None:
         self.secret = secret
@@ -314,12 +315,18 @@ class TrafficKeys:
         self.aead = AESGCM(_expand(secret, _LABEL_KEY, suite.key_size))
         iv = _expand(secret, _LABEL_IV, NONCE_SIZE)
         self.iv = int.from_bytes(iv, "big")
-        # seq < 2**64 only touches the low 8 bytes: openers patch those into a fixed buffer
-        self.iv_high = iv[:4]
-        self.iv_low = int.from_bytes(iv[4:], "big")
+        # seq < 2**64 only touches the low 8 bytes: the hot path patches those in place
+        self._nonce = bytearray(iv)
+        self._iv_low = int.from_bytes(iv[4:], "big")
 
     def nonce(self, seq: int) -> bytes:
         return (self.iv ^ seq).to_bytes(NONCE_SIZE, "big")
+
+    def nonce_into(self, seq: int) -> bytearray:
+        """nonce(seq) in a buffer this object reuses: valid until the next call. One int is
+        the only allocation, which matters once per record."""
+        _NONCE_LOW.pack_into(self._nonce, 4, self._iv_low ^ seq)
+        return self._nonce
 
     def next(self) -> TrafficKeys:
         """The next generation: secret' = HKDF-Expand(secret, "gcmstream/1 key update")."""
