@@ -6,9 +6,12 @@ import random
 
 import pytest
 
+from gcmstream.codec import Opener, Sealer
 from gcmstream.errors import MalformedRecordError, RecordTooLargeError
 from gcmstream.format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
 from gcmstream.ring import RecordRing, ring_capacity
+
+KEY = bytes(range(16))
 
 
 class CheckedRing(RecordRing):
@@ -53,7 +56,6 @@ class Model:
         assert ring.capacity == self.capacity == len(ring.buf) == len(ring.view)
         assert 0 <= ring.stored <= ring.capacity
         assert all(count <= RECORD_HEADER_SIZE for count in ring.relocations)
-        assert ring.error is None
 
     def send(self, most: int) -> int:
         """Write up to ``most`` bytes into what ``writable()`` offers; return how many."""
@@ -194,20 +196,36 @@ def test_record_too_large_is_an_error_before_buffering(extra: int) -> None:
     ring = RecordRing(record_size)
     length = record_size + TAG_SIZE + extra
     header = RECORD_HEADER.pack(0, length)
-    for i in range(RECORD_HEADER_SIZE):
+    for i in range(RECORD_HEADER_SIZE - 1):
         view = ring.writable()
         view[0] = header[i]
+        ring.commit(1)  # no error before the length is whole
+    view = ring.writable()
+    view[0] = header[-1]
+    with pytest.raises(RecordTooLargeError) as info:
         ring.commit(1)
-        if i < RECORD_HEADER_SIZE - 1:
-            assert ring.error is None
-    assert isinstance(ring.error, RecordTooLargeError)
-    assert ring.error.size == length
-    assert ring.error.limit == record_size + TAG_SIZE
-    assert str(length) in str(ring.error)
-    assert str(record_size + TAG_SIZE) in str(ring.error)
+    error = info.value
+    assert error.size == length
+    assert error.limit == record_size + TAG_SIZE
+    assert str(length) in str(error)
+    assert str(record_size + TAG_SIZE) in str(error)
     assert ring.complete == 0
-    assert len(ring.writable()) == 0  # not one byte of the body is accepted
     assert ring.stored == RECORD_HEADER_SIZE
+    # The opener that owns the ring takes not one byte of the body after that.
+    opener = opener_after_header(record_size)
+    for byte in header:
+        view = opener.get_buffer()
+        view[0] = byte
+        opener.buffer_updated(1)
+    assert opener.failed
+    assert len(opener.get_buffer()) == 0
+
+
+def opener_after_header(record_size: int) -> Opener:
+    sealer = Sealer(KEY, record_size=record_size)
+    opener = Opener(KEY, max_record_size=record_size)
+    opener.receive_data(sealer.take_header())
+    return opener
 
 
 @pytest.mark.parametrize("length", [0, 1, TAG_SIZE - 1])
@@ -217,11 +235,13 @@ def test_length_below_tag_is_malformed(length: int) -> None:
     view = ring.writable()
     data = good + RECORD_HEADER.pack(0, length)
     view[: len(data)] = data
-    ring.commit(len(data))
+    with pytest.raises(MalformedRecordError, match=str(length)):
+        ring.commit(len(data))
     assert ring.complete == 1  # the good record before it stays readable
-    assert isinstance(ring.error, MalformedRecordError)
-    assert str(length) in str(ring.error)
-    assert len(ring.writable()) == 0
+    opener = opener_after_header(100)
+    opener.receive_data(bytearray(data))  # copied into the ring: the error waits behind the record
+    assert opener.failed
+    assert len(opener.get_buffer()) == 0
 
 
 def test_exact_maximum_length_is_accepted() -> None:
@@ -230,8 +250,7 @@ def test_exact_maximum_length_is_accepted() -> None:
     data = wire_record(0, record_size + TAG_SIZE)
     view = ring.writable()
     view[: len(data)] = data
-    ring.commit(len(data))
-    assert ring.error is None
+    ring.commit(len(data))  # no error
     assert ring.complete == 1
 
 

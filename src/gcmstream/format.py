@@ -40,6 +40,7 @@ __all__ = (
     "StreamHeader",
     "Suite",
     "TrafficKeys",
+    "byte_view",
     "channel_secret",
     "check_header_start",
     "check_context",
@@ -51,6 +52,15 @@ __all__ = (
 )
 
 Buffer = bytes | bytearray | memoryview
+
+
+def byte_view(data: Buffer) -> memoryview:
+    """``data`` as a flat view of bytes (a view of another format is cast, not copied)."""
+    view = memoryview(data)
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    return view
+
 
 MAGIC = b"GCMS"
 VERSION = 1

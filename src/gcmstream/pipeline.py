@@ -45,7 +45,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from .codec import Opener, Sealer
 from .errors import TrailingDataError, TruncatedStreamError
-from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer
+from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, byte_view
 
 __all__ = (
     "CHUNK_SIZE",
@@ -94,19 +94,6 @@ async def _sealed(read: _Reader, sealer: Sealer) -> AsyncIterator[memoryview]:
     yield sealer.close()
 
 
-def _feed(opener: Opener, data: memoryview) -> memoryview:
-    """Copy as much of ``data`` as the opener's ring takes now; return the rest."""
-    while data:
-        room = opener.get_buffer()
-        if not room:
-            break
-        count = min(len(room), len(data))
-        room[:count] = data[:count]
-        opener.buffer_updated(count)
-        data = data[count:]
-    return data
-
-
 async def _opened(read: _Reader, opener: Opener) -> AsyncIterator[memoryview]:
     """Authenticated plaintext views, one record at a time (each valid until the next
     iteration); an empty view (``_FLUSH``) right before waiting for input. Raises the
@@ -121,9 +108,9 @@ async def _opened(read: _Reader, opener: Opener) -> AsyncIterator[memoryview]:
             yield view
             continue
         if rest:
-            before = len(rest)
-            rest = _feed(opener, rest)
-            if len(rest) == before:  # the opener neither took input nor released a record
+            taken = opener.receive_some(rest)
+            rest = rest[taken:]
+            if not taken:  # the opener neither took input nor released a record
                 raise RuntimeError("gcmstream bug: the opener stalled with input waiting")
             continue
         if eof:  # the opener reports truncation itself; this guards against a silent stall
@@ -134,7 +121,8 @@ async def _opened(read: _Reader, opener: Opener) -> AsyncIterator[memoryview]:
             eof = True
             opener.receive_eof()
             continue
-        rest = _feed(opener, memoryview(chunk).cast("B"))
+        view = byte_view(chunk)
+        rest = view[opener.receive_some(view) :]
     if rest:
         raise TrailingDataError("data follows the FINAL record")
     if not eof:

@@ -22,6 +22,15 @@ C >= 2 * max_wire this always becomes possible once the reader has consumed the 
 so a reader that keeps reading never deadlocks and a reader that stops reading stops the
 transport (backpressure: ``writable()`` is empty) instead of growing anything.
 
+Reserved records: when the ring is empty, ``reserve(n)`` stores a complete record of ``n`` wire
+bytes at 0 without anything being written there. The Opener does this for a record it opens
+straight from the caller's immutable input: only its plaintext lands in the ring (at the
+record's body), and ``pop`` releases it like any other record.
+
+Errors: a length field out of range makes ``commit`` raise (RecordTooLargeError or
+MalformedRecordError) after storing the bytes; the records completed before it stay readable,
+and the Opener, which owns the error from then on, gives the ring no more input.
+
 Views: ``writable()`` returns a view of free space for the transport to fill, valid until the
 next ``commit``. Ring memory of a record stays untouched until ``pop`` releases that record;
 after that, the next ``writable()`` may hand it to the transport, which will overwrite it.
@@ -29,17 +38,28 @@ after that, the next ``writable()`` may hand it to the transport, which will ove
 
 from __future__ import annotations
 
-from .errors import MalformedRecordError, OutOfRangeError, ProtocolError, RecordTooLargeError
+from .errors import MalformedRecordError, OutOfRangeError, RecordTooLargeError
 from .format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
 
-__all__ = ("RecordRing", "ring_capacity")
+__all__ = ("DEFAULT_RING_RECORDS", "RecordRing", "check_record_length", "ring_capacity")
 
 _MIN_CAPACITY = 64 * 1024
+DEFAULT_RING_RECORDS = 4
 
 
-def ring_capacity(record_size: int) -> int:
-    """Capacity for records of up to ``record_size`` plaintext bytes: four records, >= 64 KiB."""
-    return max(4 * (RECORD_HEADER_SIZE + record_size + TAG_SIZE), _MIN_CAPACITY)
+def ring_capacity(record_size: int, records: int = DEFAULT_RING_RECORDS) -> int:
+    """Capacity for ``records`` records of up to ``record_size`` plaintext bytes, >= 64 KiB."""
+    if not isinstance(records, int) or records < 2:
+        raise ValueError(f"a ring holds at least 2 records, got {records!r}")
+    return max(records * (RECORD_HEADER_SIZE + record_size + TAG_SIZE), _MIN_CAPACITY)
+
+
+def check_record_length(length: int, max_ciphertext: int) -> None:
+    """Refuse a record length field before anything is buffered for it."""
+    if length > max_ciphertext:
+        raise RecordTooLargeError("record ciphertext", length, max_ciphertext)
+    if length < TAG_SIZE:
+        raise MalformedRecordError(f"record length {length} is shorter than the {TAG_SIZE}-byte tag")
 
 
 class RecordRing:
@@ -51,7 +71,6 @@ class RecordRing:
         "buf",
         "capacity",
         "complete",
-        "error",
         "frontier",
         "frontier_len",
         "head",
@@ -63,6 +82,7 @@ class RecordRing:
     )
 
     def __init__(self, record_size: int, capacity: int | None = None) -> None:
+        # capacity: ring_capacity(record_size) unless a test or the Opener says otherwise
         self.max_ciphertext = record_size + TAG_SIZE
         self.max_wire = RECORD_HEADER_SIZE + self.max_ciphertext
         self.capacity = ring_capacity(record_size) if capacity is None else capacity
@@ -74,7 +94,6 @@ class RecordRing:
         self.head = self.tail = self.frontier = self.frontier_len = self.complete = 0
         self.wrap = -1
         self._offered = 0
-        self.error: ProtocolError | None = None
 
     @property
     def stored(self) -> int:
@@ -83,10 +102,13 @@ class RecordRing:
             return self.wrap - self.head + self.tail
         return self.tail - self.head
 
+    def missing(self) -> int:
+        """Bytes the partial record at the frontier still lacks (its header's, while the
+        header is incomplete)."""
+        return (self.frontier_len or RECORD_HEADER_SIZE) - (self.tail - self.frontier)
+
     def writable(self) -> memoryview:
         """Free space the next incoming bytes go to; empty means "stop reading" (backpressure)."""
-        if self.error is not None:
-            return self.view[0:0]
         need = self.frontier_len or RECORD_HEADER_SIZE
         if self.frontier + need > self.capacity and not self._relocate(need):
             return self.view[0:0]
@@ -123,26 +145,38 @@ class RecordRing:
         if nbytes < 0 or self.tail + nbytes > self._offered:
             raise OutOfRangeError(f"commit of {nbytes} bytes exceeds the view that was offered")
         self.tail += nbytes
-        while self.error is None:
+        while True:
             available = self.tail - self.frontier
             if not self.frontier_len:
                 if available < RECORD_HEADER_SIZE:
                     return
                 _, length = RECORD_HEADER.unpack_from(self.buf, self.frontier)
-                if length > self.max_ciphertext:
-                    self.error = RecordTooLargeError("record ciphertext", length, self.max_ciphertext)
-                    return
-                if length < TAG_SIZE:
-                    self.error = MalformedRecordError(
-                        f"record length {length} is shorter than the {TAG_SIZE}-byte tag"
-                    )
-                    return
+                check_record_length(length, self.max_ciphertext)
                 self.frontier_len = RECORD_HEADER_SIZE + length
             if available < self.frontier_len:
                 return
             self.frontier += self.frontier_len
             self.frontier_len = 0
             self.complete += 1
+
+    def reserve(self, wire_length: int) -> int:
+        """Store a complete record of ``wire_length`` bytes at 0 without writing it (the ring
+        must be empty); return its position. Views offered before this are stale."""
+        if self.stored or wire_length > self.max_wire:
+            raise OutOfRangeError(f"cannot reserve {wire_length} bytes in a ring holding {self.stored}")
+        self.head = 0
+        self.wrap = -1
+        self.tail = self.frontier = wire_length
+        self.frontier_len = 0
+        self.complete = 1
+        self._offered = 0
+        return 0
+
+    def clear(self) -> None:
+        """Forget everything stored (after a fatal error: nothing in it may be opened)."""
+        self.head = self.tail = self.frontier = self.frontier_len = self.complete = 0
+        self.wrap = -1
+        self._offered = 0
 
     def pop(self, wire_length: int) -> None:
         """Release the complete record at ``head``; its memory may be overwritten from now on."""

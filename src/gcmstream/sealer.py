@@ -1,0 +1,300 @@
+"""The Sealer: plaintext in, stream header and records out. Sans-IO, one direction.
+
+Each call first plans the flags of every record it will make (``plan_flags``: key updates,
+FINAL, the hard per-key limits), refusing the whole call before sealing anything if a record
+would pass a limit; then it seals with exactly those flags. Output lands in a reusable buffer
+(allocated on first use, revoked at the next call) unless it is larger than four records.
+"""
+
+from __future__ import annotations
+
+from .direction import Direction, far_from_limits, plan_flags
+from .errors import NotReadyError, StreamClosedError, UsageError
+from .format import (
+    DEFAULT_RECORD_SIZE,
+    FLAG_FINAL,
+    FLAG_KEY_UPDATE,
+    HEADER_SIZE,
+    RECORD_HEADER,
+    RECORD_HEADER_SIZE,
+    TAG_SIZE,
+    Buffer,
+    KeyLimits,
+    Role,
+    Suite,
+    byte_view,
+    check_record_size,
+    make_header,
+)
+
+__all__ = ("Sealer",)
+
+_OVERHEAD = RECORD_HEADER_SIZE + TAG_SIZE
+_OUTPUT_RECORDS = 4  # the reusable output buffer grows to hold this many full records
+_MIN_OUTPUT = 4096
+
+
+class Sealer:
+    """Seals plaintext into records. One direction, one stream.
+
+    ``seal(data)`` returns the stream header (first time) and every complete record that
+    ``data`` fills; a partial record waits in a pending buffer until more data, ``flush()``
+    or ``close()`` (FINAL). Each returned view is valid until the next call (module docs of
+    ``gcmstream.codec``); call ``detach_output()`` when something else (a transport) keeps
+    referring to it, or pass ``reuse_output=False`` to get fresh memory for every output (for
+    transports that may keep what they were given, such as anyio streams on asyncio).
+    """
+
+    def __init__(
+        self,
+        key: Buffer,
+        *,
+        context: Buffer = b"",
+        record_size: int = DEFAULT_RECORD_SIZE,
+        limits: KeyLimits | None = None,
+        auto_key_update: bool = True,
+        reuse_output: bool = True,
+        _salt: bytes | None = None,
+        _role: Role = Role.ONE_WAY,
+    ) -> None:
+        self.suite = Suite.for_key(key)
+        self._reuse_output = reuse_output
+        self.record_size = check_record_size(record_size)
+        # _salt is for known-answer tests only: a repeated salt repeats every key and nonce
+        self.header, secret = make_header(key, _role, record_size, context, _salt)
+        self._limits = limits or KeyLimits()
+        # a channel's sealer is keyed by install_secret() once the peer's header is known
+        self._direction = Direction(secret, self.suite, self._limits) if _role is Role.ONE_WAY else None
+        self._auto = auto_key_update
+        self._header_sent = False
+        self._pending: bytearray | None = None
+        self._pending_len = 0
+        self._out: bytearray | None = None
+        self._lent: memoryview | None = None
+        self._closed = False
+        self._update_requested = False
+
+    def __repr__(self) -> str:
+        return (
+            f"<Sealer {self.suite.name} record_size={self.record_size} "
+            f"records={self.records_sealed} closed={self._closed}>"
+        )
+
+    @property
+    def closed(self) -> bool:
+        """True once the FINAL record was sealed."""
+        return self._closed
+
+    @property
+    def ready(self) -> bool:
+        """True once records can be sealed (a channel's sealer waits for the peer's header)."""
+        return self._direction is not None
+
+    @property
+    def pending(self) -> int:
+        """Plaintext bytes waiting for a full record, ``flush()`` or ``close()``."""
+        return self._pending_len
+
+    @property
+    def records_sealed(self) -> int:
+        return self._direction.records if self._direction is not None else 0
+
+    @property
+    def bytes_sealed(self) -> int:
+        return self._direction.bytes if self._direction is not None else 0
+
+    @property
+    def key_generation(self) -> int:
+        """How many key updates this stream made (tests and diagnostics read it)."""
+        return self._direction.keys.generation if self._direction is not None else 0
+
+    def install_secret(self, secret: bytes) -> None:
+        """Key a channel's sealer once both headers are known (``Channel`` calls this). Only
+        once: keying it again would restart the sequence under a key already used."""
+        if self._direction is not None:
+            raise UsageError("this sealer is already keyed")
+        self._direction = Direction(secret, self.suite, self._limits)
+
+    def seal(self, data: Buffer, *, flush: bool = False, final: bool = False) -> memoryview:
+        """Seal ``data``. The rest of a record waits for more data unless ``flush=True`` (seal it
+        now as a short record) or ``final=True`` (seal it, or an empty record, as FINAL)."""
+        self._revoke()
+        direction = self._ready("seal")
+        src = byte_view(data)
+        size = self.record_size
+        total = self._pending_len + len(src)
+        sizes = [size] * (total // size)
+        if ((final or flush) and total % size) or (final and not sizes):
+            sizes.append(total % size)
+        flags = self._plan(direction, sizes, final)
+        out = self._output(len(sizes) * _OVERHEAD + sum(sizes) + (0 if self._header_sent else HEADER_SIZE))
+        pos = self._put_header(out)
+        taken = 0
+        if self._pending_len and sizes:  # the first record completes what was pending
+            length = sizes[0]
+            pending = self._pending_view(length)
+            taken = length - self._pending_len
+            pending[self._pending_len : length] = src[:taken]
+            self._pending_len = 0
+            first_flags = flags[:1] if flags is not None else None
+            pos = self._seal_records(out, pos, pending, 0, sizes[:1], first_flags, final and len(sizes) == 1)
+            sizes = sizes[1:]
+            flags = flags[1:] if flags is not None else None
+        pos = self._seal_records(out, pos, src, taken, sizes, flags, final)
+        taken += sum(sizes)
+        if taken < len(src):  # the rest of a record: keep it until more data or a flush
+            end = self._pending_len + len(src) - taken
+            self._pending_view(end)[self._pending_len : end] = src[taken:]
+            self._pending_len = end
+        if final:
+            self._closed = True
+        return self._lend(out, pos)
+
+    def flush(self) -> memoryview:
+        """Seal pending plaintext as a short record now (and the header, if not yet sent)."""
+        self._revoke()
+        direction = self._ready("flush")
+        length = self._pending_len
+        sizes = [length] if length > 0 or self._update_requested else []
+        # A requested key update whose record would carry the pending bytes past the old key's
+        # byte limit goes first as an empty record, so update_key() + flush() always moves on.
+        if self._update_requested and direction.key_bytes + length > self._limits.hard_bytes:
+            sizes = [0, length]
+        flags = self._plan(direction, sizes, False)
+        out = self._output(len(sizes) * _OVERHEAD + length + (0 if self._header_sent else HEADER_SIZE))
+        pos = self._put_header(out)
+        if sizes:
+            self._pending_len = 0
+            pending = self._pending_view(length)
+            # (a split's empty record reads nothing: the pending bytes start at 0 either way)
+            pos = self._seal_records(out, pos, pending, 0, sizes, flags, False)
+        return self._lend(out, pos)
+
+    def close(self) -> memoryview:
+        """Seal pending plaintext and the FINAL record. Later seals raise StreamClosedError."""
+        return self.seal(b"", final=True)
+
+    def update_key(self) -> None:
+        """Make the next record carry KEY_UPDATE; ``flush()`` sends it even with no data
+        (``seal(b"", flush=True)`` does not: it seals nothing)."""
+        self._update_requested = True
+
+    def detach_output(self) -> None:
+        """The last returned output is now owned elsewhere: never write into its memory again."""
+        self._lent = None
+        self._out = None
+
+    def take_header(self) -> bytes:
+        """Return the header for sending now; later output will not repeat it."""
+        if self._header_sent:
+            raise StreamClosedError("the stream header was already taken")
+        self._header_sent = True
+        return self.header
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _ready(self, verb: str) -> Direction:
+        if self._closed:
+            raise StreamClosedError(f"cannot {verb}: the FINAL record was already sealed")
+        if self._direction is None:
+            raise NotReadyError("cannot seal before the peer's stream header has arrived")
+        return self._direction
+
+    def _plan(self, direction: Direction, sizes: list[int], final: bool) -> list[int] | None:
+        """The flags of each record to seal (LimitReachedError if one would pass a hard
+        limit), or None for the common case: all plain, FINAL on the last if ``final``."""
+        if far_from_limits(direction, len(sizes), self.record_size, self._update_requested):
+            return None
+        return plan_flags(
+            direction,
+            sizes,
+            final=final,
+            update_requested=self._update_requested,
+            auto_update=self._auto,
+            record_size=self.record_size,
+        )
+
+    def _seal_records(
+        self,
+        out: memoryview,
+        pos: int,
+        src: memoryview,
+        start: int,
+        sizes: list[int],
+        flags: list[int] | None,
+        final: bool,
+    ) -> int:
+        """Seal consecutive records of ``src`` from ``start``, one per size, into ``out`` at
+        ``pos`` with the planned ``flags`` (None: plain, FINAL on the last if ``final``);
+        return the end."""
+        direction = self._direction
+        if direction is None:  # unreachable: _ready() checked; kept for the type checker
+            raise NotReadyError("cannot seal before the peer's stream header has arrived")
+        keys = direction.keys
+        encrypt_into, nonce_into = keys.aead.encrypt_into, keys.nonce_into
+        pack_into = RECORD_HEADER.pack_into
+        last = len(sizes) - 1
+        taken = start
+        for index, length in enumerate(sizes):
+            flag = flags[index] if flags is not None else FLAG_FINAL if final and index == last else 0
+            chunk = src[taken : taken + length]
+            taken += length
+            body = pos + RECORD_HEADER_SIZE
+            end = body + length + TAG_SIZE
+            pack_into(out, pos, flag, length + TAG_SIZE)
+            encrypt_into(nonce_into(direction.seq), chunk, out[pos:body], out[body:end])
+            pos = end
+            if flag & FLAG_KEY_UPDATE:
+                direction.advance(length, flag)
+                keys = direction.keys
+                encrypt_into, nonce_into = keys.aead.encrypt_into, keys.nonce_into
+                self._update_requested = False
+            else:  # direction.advance inlined: this is the per-record hot path
+                direction.seq += 1
+                direction.key_bytes += length
+        return pos
+
+    def _revoke(self) -> None:
+        if self._lent is not None:
+            self._lent.release()
+            self._lent = None
+
+    def _pending_view(self, need: int = 0) -> memoryview:
+        """The pending-record buffer, holding at least ``need`` bytes. It starts small and
+        doubles up to one record, so connections that send small messages stay small."""
+        pending = self._pending
+        if pending is None or len(pending) < need:
+            size = max(need, _MIN_OUTPUT, 2 * len(pending) if pending is not None else 0)
+            grown = bytearray(min(size, self.record_size))
+            if pending is not None:
+                grown[: self._pending_len] = pending[: self._pending_len]
+            pending = self._pending = grown
+        return memoryview(pending)
+
+    def _output(self, size: int) -> memoryview:
+        """Memory for ``size`` bytes of output. The reusable buffer starts small and doubles up
+        to four full records, so a connection that sends small messages stays small; output
+        larger than that gets one exact buffer of its own."""
+        out = self._out
+        if self._reuse_output and size and (out is None or size > len(out)):
+            capacity = HEADER_SIZE + _OUTPUT_RECORDS * (self.record_size + _OVERHEAD)
+            if size <= capacity:
+                grown = max(size, 2 * len(out) if out is not None else _MIN_OUTPUT)
+                out = self._out = bytearray(min(grown, capacity))
+        if out is not None and size <= len(out):
+            return memoryview(out)
+        return memoryview(bytearray(size))
+
+    def _put_header(self, out: memoryview) -> int:
+        if self._header_sent:
+            return 0
+        self._header_sent = True
+        out[:HEADER_SIZE] = self.header
+        return HEADER_SIZE
+
+    def _lend(self, out: memoryview, end: int) -> memoryview:
+        result = out[:end]
+        out.release()
+        if self._out is not None and result.obj is self._out:
+            self._lent = result  # our reusable memory: revoke this view at the next call
+        return result

@@ -1,0 +1,263 @@
+"""The Opener's phases, its one error slot, and opening records where they lie.
+
+``bytes`` (and read-only views) are held by reference and whole records in them are opened in
+place; mutable input is copied; a record split across inputs is copied into the ring. These
+tests pin what a caller can observe of that: memory, values, errors, and that nothing
+unauthenticated ever lands in the caller's buffer.
+"""
+
+from __future__ import annotations
+
+import random
+import tracemalloc
+
+import pytest
+
+from gcmstream import (
+    AuthenticationError,
+    KeyLimits,
+    MalformedRecordError,
+    Opener,
+    Sealer,
+    StreamBrokenError,
+    TrailingDataError,
+    TruncatedStreamError,
+)
+from gcmstream.codec import Phase
+from gcmstream.format import HEADER_SIZE, RECORD_HEADER_SIZE, TAG_SIZE
+
+from .test_codec import KEY, records, seal_stream, tampered
+
+
+def phase(opener: Opener) -> Phase:
+    return opener.phase  # a call, so that mypy does not narrow the property across calls
+
+
+def read_all_into(opener: Opener, size: int) -> bytes:
+    out = bytearray(size + 1)
+    view = memoryview(out)
+    got = 0
+    while True:
+        n = opener.readinto(view[got:])
+        if n is None:
+            raise AssertionError("need input, but all input was given")
+        if n == 0:
+            return bytes(out[:got])
+        got += n
+
+
+def test_phases_in_order() -> None:
+    wire = seal_stream([b"abc", b"defg"], record_size=4)
+    opener = Opener(KEY)
+    assert phase(opener) is Phase.HEADER
+    opener.receive_data(wire[: HEADER_SIZE - 1])
+    assert phase(opener) is Phase.HEADER
+    opener.receive_data(wire[HEADER_SIZE - 1 : HEADER_SIZE])
+    assert phase(opener) is Phase.RECORDS
+    opener.receive_data(wire[HEADER_SIZE:])
+    assert opener.read(4) == b"abcd"
+    assert phase(opener) is Phase.RECORDS
+    assert opener.read() == b"efg"  # the FINAL record
+    assert phase(opener) is Phase.FINAL
+    assert opener.read() == b""
+    assert opener.at_eof
+
+
+def test_failed_phase_only_once_the_error_reached_the_caller() -> None:
+    sealer = Sealer(KEY, record_size=4)
+    good = bytes(sealer.seal(b"abcdefgh"))
+    opener = Opener(KEY, max_record_size=4)
+    opener.receive_data(bytearray(good + bytes([0, 0, 0, 0, 1])))  # a length of 1: below the tag
+    assert opener.failed  # found while feeding: waits behind the two good records
+    assert phase(opener) is Phase.RECORDS
+    assert opener.read() == b"abcdefgh"
+    with pytest.raises(MalformedRecordError) as first:
+        opener.read()
+    assert phase(opener) is Phase.FAILED
+    with pytest.raises(StreamBrokenError) as again:
+        opener.readinto(bytearray(8))
+    assert again.value.original is first.value
+
+
+def test_whole_records_in_bytes_open_without_a_ring() -> None:
+    """10 MiB of whole records fed as bytes and read into the caller's buffer: nothing is
+    copied into a ring (which would be 256 KiB here), so the reader allocates almost nothing."""
+    plaintext = random.Random(1).randbytes(10 * 1024 * 1024)
+    wire = seal_stream([plaintext], record_size=64 * 1024)
+    out = bytearray(len(plaintext) + 1)
+    tracemalloc.start()
+    try:
+        opener = Opener(KEY)
+        opener.receive_data(wire)
+        opener.receive_eof()
+        got = opener.readinto(out)
+        assert opener.readinto(memoryview(out)[len(plaintext) :]) == 0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got == len(plaintext)
+    assert out[:got] == plaintext
+    assert peak < 32 * 1024, f"reading whole records from bytes allocated {peak} bytes"
+
+
+def test_a_mutable_input_is_copied_before_receive_data_returns() -> None:
+    plaintext = random.Random(2).randbytes(300_000)
+    wire = bytearray(seal_stream([plaintext], record_size=16384))
+    opener = Opener(KEY)
+    opener.receive_data(wire)  # more than the ring: the rest is copied aside too
+    wire[:] = bytes(len(wire))  # the caller reuses its buffer
+    opener.receive_eof()
+    assert read_all_into(opener, len(plaintext)) == plaintext
+
+
+def test_a_read_only_view_is_held_like_bytes() -> None:
+    plaintext = random.Random(3).randbytes(200_000)
+    wire = seal_stream([plaintext], record_size=16384)
+    opener = Opener(KEY)
+    assert opener.receive_some(memoryview(wire).toreadonly()) == len(wire)
+    assert not opener.wants_data  # held until read
+    opener.receive_eof()
+    assert read_all_into(opener, len(plaintext)) == plaintext
+
+
+def test_receive_some_takes_what_fits() -> None:
+    plaintext = random.Random(4).randbytes(300_000)
+    wire = seal_stream([plaintext], record_size=16384)
+    opener = Opener(KEY)
+    assert opener.receive_some(wire) == len(wire)  # bytes: held whole
+    assert opener.receive_some(b"more") == 0  # held input waits for ring space: read first
+    out = bytearray()
+    pos = 0
+    copy = bytearray(wire)
+    opener = Opener(KEY)
+    while True:  # mutable input: copied as far as the ring takes it
+        taken = opener.receive_some(memoryview(copy)[pos:]) if pos < len(copy) else 0
+        assert 0 <= taken <= len(copy) - pos
+        pos += taken
+        if pos == len(copy):
+            opener.receive_eof()
+        data = opener.read()
+        if data == b"":
+            break
+        if data is None:
+            assert taken or pos == len(copy), "neither took input nor gave plaintext"
+            continue
+        out += data
+    assert out == plaintext
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 100, 4096, 65_536, 65_541, 200_000])
+@pytest.mark.parametrize("record_size", [1, 1000, 16384, 65536])
+def test_records_split_across_bytes_inputs(chunk: int, record_size: int) -> None:
+    plaintext = random.Random(record_size ^ chunk).randbytes(150_000 if record_size > 1 else 3000)
+    wire = seal_stream([plaintext], record_size=record_size)
+    opener = Opener(KEY)
+    out = bytearray()
+    buf = bytearray(record_size + 10)
+    for pos in range(0, len(wire), chunk):
+        opener.receive_data(wire[pos : pos + chunk])
+        if pos + chunk >= len(wire):
+            opener.receive_eof()
+        while True:  # alternate the two read styles, so views and direct opens mix
+            n = opener.readinto(buf) if len(out) % 2 else opener.read_view()
+            if n is None or (not isinstance(n, int) and not n) or n == 0:
+                break
+            out += buf[:n] if isinstance(n, int) else n
+    assert bytes(out) == plaintext
+    assert opener.at_eof
+
+
+@pytest.mark.parametrize("index", [0, 1, 5])
+def test_a_tampered_record_leaves_nothing_in_the_callers_buffer(index: int) -> None:
+    """The record after the good ones fails; the caller's buffer holds the good plaintext and
+    zeros where the failed record was decrypted, never its unauthenticated plaintext."""
+    plaintext = bytes(range(256)) * 40
+    wire = seal_stream([plaintext], record_size=1024)
+    start, _, _ = list(records(wire))[index]
+    bad = tampered(wire, start + RECORD_HEADER_SIZE + 7)
+    opener = Opener(KEY)
+    opener.receive_data(bad)
+    out = bytearray(b"\xaa" * (len(plaintext) + 1))
+    if index:  # the good prefix first, then the error on the next call
+        assert opener.readinto(out) == index * 1024
+    with pytest.raises(AuthenticationError) as info:
+        opener.readinto(memoryview(out)[index * 1024 :])
+    assert info.value.record_number == index
+    assert out[: index * 1024] == plaintext[: index * 1024]
+    failed = out[index * 1024 : (index + 1) * 1024]
+    assert failed == bytes(1024) or failed == b"\xaa" * 1024
+    assert plaintext[index * 1024 : index * 1024 + 16] not in out[index * 1024 :]
+
+
+def test_record_limit_is_enforced_on_the_direct_path() -> None:
+    sealer = Sealer(KEY, record_size=10)  # a writer that ignores the reader's tighter limits
+    wire = bytes(sealer.seal(bytes(30), flush=True))
+    opener = Opener(KEY, limits=KeyLimits(update_after_records=1, hard_records=2))
+    opener.receive_data(wire)
+    out = bytearray(100)
+    assert opener.readinto(out) == 20  # two records, then the one past the reader's limit
+    with pytest.raises(MalformedRecordError, match=r"record 2.*record limit"):
+        opener.readinto(out)
+
+
+def test_byte_limit_is_enforced_on_the_direct_path() -> None:
+    sealer = Sealer(KEY, record_size=10)
+    wire = bytes(sealer.seal(bytes(30), flush=True))
+    opener = Opener(KEY, limits=KeyLimits(update_after_bytes=20, hard_bytes=25))
+    opener.receive_data(wire)
+    out = bytearray(100)
+    assert opener.readinto(out) == 20
+    with pytest.raises(MalformedRecordError, match=r"record 2.*byte limit"):
+        opener.readinto(out)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_final_with_bytes_after_it_in_the_held_input_is_withheld(direct: bool) -> None:
+    wire = seal_stream([b"x" * 50], record_size=20)
+    opener = Opener(KEY)
+    opener.receive_data(wire + b"!")
+    out = bytearray(b"\xaa" * 100)
+    if direct:
+        assert opener.readinto(out) == 40  # the two full records
+        with pytest.raises(TrailingDataError):
+            opener.readinto(memoryview(out)[40:])
+        assert out[40:50] != b"x" * 10
+    else:
+        assert opener.read() == b"x" * 40
+        with pytest.raises(TrailingDataError):
+            opener.read_view()
+
+
+def test_truncation_in_the_held_input_is_reported_with_its_place() -> None:
+    wire = seal_stream([b"y" * 30], record_size=10)
+    opener = Opener(KEY)
+    opener.receive_data(wire[:-3])
+    opener.receive_eof()
+    assert opener.read() == b"y" * 30  # three full records; the empty FINAL one is cut
+    with pytest.raises(TruncatedStreamError, match="inside a record after 3 records"):
+        opener.read()
+
+
+def test_ring_records_is_a_parameter() -> None:
+    plaintext = random.Random(5).randbytes(100_000)
+    wire = bytearray(seal_stream([plaintext], record_size=4096))
+    opener = Opener(KEY, ring_records=16)
+    opener.receive_data(wire)
+    opener.receive_eof()
+    assert read_all_into(opener, len(plaintext)) == plaintext
+    with pytest.raises(ValueError, match="at least 2 records"):
+        Opener(KEY, ring_records=1)
+
+
+def test_tag_size_is_what_the_direct_path_subtracts() -> None:
+    """An empty non-FINAL record (flush of nothing after a key update) in the held input."""
+    sealer = Sealer(KEY, record_size=8)
+    wire = bytearray(sealer.seal(b"ab", flush=True))
+    sealer.update_key()
+    wire += sealer.flush()  # an empty KEY_UPDATE record
+    wire += sealer.seal(b"cd", final=True)
+    sizes = [length - RECORD_HEADER_SIZE - TAG_SIZE for _, _, length in records(bytes(wire))]
+    assert sizes == [2, 0, 2]
+    opener = Opener(KEY)
+    opener.receive_data(bytes(wire))
+    assert read_all_into(opener, 4) == b"abcd"
