@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -16,12 +17,14 @@ from gcmstream import (
     Role,
     Sealer,
     StreamBrokenError,
+    TruncatedStreamError,
     UnsupportedFormatError,
 )
 from gcmstream.format import (
     HARD_MAX_RECORD_SIZE,
     HEADER_SIZE,
     MAGIC,
+    MAX_CONTEXT_SIZE,
     MAX_HARD_BYTES,
     MAX_HARD_RECORDS,
     SALT_SIZE,
@@ -30,6 +33,8 @@ from gcmstream.format import (
     StreamHeader,
     Suite,
     TrafficKeys,
+    check_context,
+    check_header_start,
     generate_key,
     make_header,
     parse_header,
@@ -394,3 +399,78 @@ def test_reprs_and_messages_never_show_keys(key: bytes) -> None:
         for needle in _forbidden(material):
             for text in texts:
                 assert needle not in text
+
+
+# -- edges found by mutation testing (make mutate) ----------------------------------------------
+
+
+def test_a_context_of_exactly_the_maximum_size_is_accepted() -> None:
+    context = bytes(range(256)) * (MAX_CONTEXT_SIZE // 256)
+    assert check_context(context) == context
+    sealer = Sealer(KEY128, context=context)
+    opener = Opener(KEY128, context=context)
+    opener.receive_data(bytes(sealer.seal(b"at the bound", final=True)))
+    assert opener.read() == b"at the bound"
+    with pytest.raises(ValueError, match=f"{MAX_CONTEXT_SIZE + 1} bytes exceeds {MAX_CONTEXT_SIZE}"):
+        check_context(context + b"x")
+
+
+@pytest.mark.parametrize(
+    ("start", "words"),
+    [
+        pytest.param(b"GCMX", "starts with b'GCMX'", id="fourth-magic-byte"),
+        pytest.param(MAGIC + bytes([VERSION + 1]), f"version {VERSION + 1}", id="version"),
+    ],
+)
+def test_the_first_five_bytes_are_judged_before_the_header_is_whole(start: bytes, words: str) -> None:
+    """A stream that ends after a wrong magic or version is another format, not a cut header."""
+    with pytest.raises(UnsupportedFormatError, match=words):
+        check_header_start(start)
+    opener = Opener(KEY128)
+    opener.receive_data(start)
+    opener.receive_eof()
+    with pytest.raises(UnsupportedFormatError, match=words):
+        opener.read()
+
+
+def test_a_right_start_then_the_end_of_input_is_a_cut_header() -> None:
+    check_header_start(MAGIC + bytes([VERSION]))
+    check_header_start(MAGIC[:3])
+    opener = Opener(KEY128)
+    opener.receive_data(MAGIC + bytes([VERSION]))
+    opener.receive_eof()
+    with pytest.raises(TruncatedStreamError, match=f"5 of {HEADER_SIZE} bytes"):
+        opener.read()
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "words"),
+    [
+        pytest.param(
+            lambda: Suite.for_key("0" * 16),  # type: ignore[arg-type]
+            TypeError,
+            "bytes-like, not str",
+            id="key-type",
+        ),
+        pytest.param(
+            lambda: check_context("app"),  # type: ignore[arg-type]
+            TypeError,
+            "bytes-like, not str",
+            id="context-type",
+        ),
+        pytest.param(
+            lambda: check_context(bytes(MAX_CONTEXT_SIZE + 7)),
+            ValueError,
+            f"{MAX_CONTEXT_SIZE + 7} bytes",
+            id="context-size",
+        ),
+        pytest.param(lambda: check_header_start(b"PK\x03"), UnsupportedFormatError, "b'PK\\x03'", id="magic"),
+        pytest.param(
+            lambda: check_header_start(MAGIC + b"\x07"), UnsupportedFormatError, "version 7", id="version"
+        ),
+    ],
+)
+def test_messages_name_what_was_found(call: Callable[[], object], error: type[Exception], words: str) -> None:
+    with pytest.raises(error) as info:
+        call()
+    assert words in str(info.value)

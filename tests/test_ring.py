@@ -7,7 +7,7 @@ import random
 import pytest
 
 from gcmstream.codec import Opener, Sealer
-from gcmstream.errors import MalformedRecordError, RecordTooLargeError
+from gcmstream.errors import MalformedRecordError, OutOfRangeError, RecordTooLargeError
 from gcmstream.format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
 from gcmstream.ring import RecordRing, ring_capacity
 
@@ -266,3 +266,76 @@ def test_empty_ring_restarts_at_zero() -> None:
     ring.pop(RECORD_HEADER_SIZE + 60)
     assert (ring.head, ring.tail, ring.frontier, ring.stored) == (0, 0, 0, 0)
     assert len(ring.writable()) == ring.capacity - ring.max_wire  # the zone is offered piecewise
+
+
+# -- edges found by mutation testing (make mutate) ----------------------------------------------
+
+
+def put(ring: RecordRing, data: bytes) -> None:
+    """Write all of ``data`` into one ``writable()`` view, which must have room for it."""
+    view = ring.writable()
+    assert len(view) >= len(data), f"offered {len(view)} bytes, need {len(data)}"
+    view[: len(data)] = data
+    ring.commit(len(data))
+
+
+def test_commit_without_an_offer_is_refused() -> None:
+    ring = RecordRing(100)
+    ring.commit(0)  # nothing written, nothing offered: fine
+    with pytest.raises(OutOfRangeError, match="exceeds the view"):
+        ring.commit(1)
+    assert ring.stored == 0
+
+
+def test_committing_nothing_changes_nothing() -> None:
+    ring = RecordRing(100)
+    offered = len(ring.writable())
+    ring.commit(0)
+    put(ring, wire_record(0, 20)[:3])
+    ring.commit(0)
+    assert (ring.stored, ring.complete) == (3, 0)
+    assert len(ring.writable()) == offered - 3
+
+
+def test_a_view_offered_before_the_ring_emptied_cannot_commit_a_byte() -> None:
+    """pop() restarts an empty ring at 0; the view offered before it is stale, even for one byte."""
+    ring = RecordRing(100)
+    record = wire_record(0, 20)
+    view = ring.writable()
+    view[: len(record)] = record
+    ring.commit(len(record))
+    ring.pop(len(record))
+    assert ring.stored == 0
+    with pytest.raises(OutOfRangeError):
+        ring.commit(1)
+
+
+def test_two_maximum_records_fill_a_minimum_ring_without_a_pop() -> None:
+    """A record that ends exactly at the capacity is offered in place: it needs no move to 0 (and
+    with the first record still stored, a move could not happen: that would stall the stream)."""
+    record_size = 100
+    max_wire = RECORD_HEADER_SIZE + record_size + TAG_SIZE
+    ring = RecordRing(record_size, 2 * max_wire)
+    first, second = wire_record(0, record_size + TAG_SIZE), wire_record(1, record_size + TAG_SIZE)
+    put(ring, first)
+    put(ring, second[:RECORD_HEADER_SIZE])
+    put(ring, second[RECORD_HEADER_SIZE:])  # the rest, up to the last byte of the ring
+    assert ring.complete == 2
+    assert ring.buf == first + second
+
+
+def test_a_record_moves_to_zero_when_the_freed_space_is_exactly_its_size() -> None:
+    record_size = 100
+    max_wire = RECORD_HEADER_SIZE + record_size + TAG_SIZE
+    ring = RecordRing(record_size, 2 * max_wire)
+    first, second, third = wire_record(0, 95), wire_record(1, 116), wire_record(2, 95)
+    put(ring, first + second[:21])
+    put(ring, second[21:])
+    put(ring, third[:RECORD_HEADER_SIZE])  # at 221: the third (100 bytes) cannot end by 242
+    assert len(ring.writable()) == 0  # [0, 100) still holds the first record
+    ring.pop(len(first))  # now [0, 100) is free: exactly the third record's size
+    put(ring, third[RECORD_HEADER_SIZE:])
+    assert ring.complete == 2
+    assert ring.buf[: len(third)] == third
+    ring.pop(len(second))
+    assert ring.stored == len(third)
