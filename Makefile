@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench bench-quick fuzz clean
+.PHONY: demo test lint typecheck pytest bench bench-quick fuzz mutate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +43,7 @@ bench-quick: $(BENCH_STAMP)
 	$(PY) benchmarks/run.py --quick
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis mutants
 
 # Coverage-guided fuzzing of the opener (atheris, libFuzzer); see fuzz/README.md.
 FUZZ_SECONDS ?= 600
@@ -51,3 +51,26 @@ fuzz: $(STAMP)
 	$(PY) -m pip install --quiet atheris
 	mkdir -p fuzz/corpus-work fuzz/artifacts
 	$(PY) fuzz/fuzz_opener.py -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -artifact_prefix=fuzz/artifacts/ fuzz/corpus-work fuzz/corpus
+
+# Mutation testing of the sans-IO core (format.py, ring.py, codec.py) with its fast unit tests,
+# configured in pyproject.toml [tool.mutmut]; CONTRIBUTING.md says how to read the result. Each
+# run starts fresh in mutants/ (git-ignored) and ends with a score per module. MUTANTS narrows it
+# to some mutants, e.g. make mutate MUTANTS='gcmstream.ring.*'.
+MUTANTS ?=
+MUTATE_STAMP := $(VENV)/.mutate-installed
+
+$(MUTATE_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet 'mutmut>=3.8,<4'
+	touch $(MUTATE_STAMP)
+
+mutate: $(MUTATE_STAMP)
+	rm -rf mutants
+	$(VENV)/bin/mutmut run $(MUTANTS)
+	$(VENV)/bin/mutmut results | grep -v ": not checked$$" || true
+	@$(VENV)/bin/mutmut results --all true | awk -F': ' \
+	  '{ split($$1, name, "."); module = name[2]; status = $$2 } \
+	   status == "not checked" { next } \
+	   { checked[module]++; count[module, status]++ } \
+	   END { for (module in checked) { dead = count[module, "killed"] + count[module, "timeout"]; \
+	     printf "%-7s %4d of %4d mutants killed (%.1f %%), %d survived, %d without tests\n", module, dead, \
+	     checked[module], 100 * dead / checked[module], count[module, "survived"], count[module, "no tests"] } }'
