@@ -52,7 +52,7 @@ fuzz: $(STAMP)
 	mkdir -p fuzz/corpus-work fuzz/artifacts
 	$(PY) fuzz/fuzz_opener.py -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -artifact_prefix=fuzz/artifacts/ fuzz/corpus-work fuzz/corpus
 
-# Mutation testing of the sans-IO core (format.py, ring.py, codec.py) with its fast unit tests,
+# Mutation testing of the sans-IO core (format.py, ring.py, direction.py, sealer.py, opener.py, channel.py) with its fast unit tests,
 # configured in pyproject.toml [tool.mutmut]; CONTRIBUTING.md says how to read the result. Each
 # run starts fresh in mutants/ (git-ignored) and ends with a score per module. MUTANTS narrows it
 # to some mutants, e.g. make mutate MUTANTS='gcmstream.ring.*'.
