@@ -102,12 +102,16 @@ class SecureStreamReader:
             try:
                 view = self._opener.peek()
             except TruncatedStreamError as exc:
-                if exc.__cause__ is None and self._source.connection_error is not None:
-                    exc.__cause__ = self._source.connection_error
+                self._blame_connection(exc)
                 raise
             if view is not None:
                 return view
             await self._wait()
+
+    def _blame_connection(self, exc: TruncatedStreamError) -> None:
+        """A truncation caused by a lost connection says so: the transport's error is its cause."""
+        if exc.__cause__ is None and self._source.connection_error is not None:
+            exc.__cause__ = self._source.connection_error
 
     async def _wait(self) -> None:
         if self._busy:
@@ -165,11 +169,16 @@ class SecureStreamReader:
             data = self._take_pushback(len(target))
             target[: len(data)] = data
             return len(data)
-        view = await self._next()
-        count = min(len(target), len(view))
-        target[:count] = view[:count]
-        self._consume(count)
-        return count
+        while True:  # whole records that fit are decrypted straight into ``target``
+            try:
+                count = self._opener.readinto(target)
+            except TruncatedStreamError as exc:
+                self._blame_connection(exc)
+                raise
+            if count is not None:
+                self._source.consumed()
+                return count
+            await self._wait()
 
     async def readexactly(self, n: int) -> bytes:
         """Exactly ``n`` bytes; IncompleteReadError if the stream ends (cleanly) first.
