@@ -1,10 +1,19 @@
 """Part 1, the seed workload: 10 MiB plaintext, 256 bytes of context / associated data,
 16-byte key, encrypt and decrypt as whole operations (ns/op, B/op, allocs/op, decrypt/encrypt).
 
-gcmstream decrypts the way a socket receiver does: ``get_buffer()`` / ``buffer_updated(n)``
-(the copy of ciphertext into the ring stands in for the transport's ``recv_into``) and
-``readinto`` a preallocated output buffer. Two extra rows split that cost: ``read_view``
-instead of ``readinto`` (no copy out), and the two memcpys alone.
+Two arrangements, each fair to both sides:
+
+* **both allocate** (Go's ``Seal(nil, ...)`` / ``Open(nil, ...)``): encrypt is a new Sealer's
+  ``seal(plaintext, final=True)``, which allocates its 10 MiB output; decrypt is a new Opener
+  given the ciphertext (``bytes``, held by reference, as a read returns it) and read with
+  ``readinto`` into a 10 MiB ``bytearray`` allocated inside the operation.
+* **both preallocated**: encrypt seals 256 KiB pieces into the Sealer's reusable output;
+  decrypt feeds the ciphertext in 256 KiB ``bytes`` pieces and reads into a preallocated
+  buffer. Neither side allocates its output.
+
+The allocation's own cost (a zeroed 10 MiB ``bytearray``, page faults included) is timed as a
+row of its own. A row with the ``get_buffer``/``buffer_updated`` feed (the ciphertext copied into
+the ring, as a socket's ``recv_into`` does) shows what the copy costs.
 """
 
 from __future__ import annotations
@@ -100,6 +109,72 @@ def gcm_decrypt_op(wire: bytes, size: int, out: bytearray, *, zero_copy: bool = 
     return op
 
 
+PIECE = 256 * 1024  # the preallocated arrangement's write and read size
+
+
+def gcm_decrypt_alloc_op(wire: bytes, size: int) -> Callable[[], bytearray]:
+    """Both-allocate decrypt: the ciphertext given whole as ``bytes`` (opened where it lies),
+    the plaintext read into a ``bytearray`` made inside the operation, as ``Open(nil)`` does."""
+
+    def op() -> bytearray:
+        opener = gcmstream.Opener(KEY, context=CONTEXT)
+        opener.receive_data(wire)
+        opener.receive_eof()
+        out = bytearray(size)
+        view = memoryview(out)
+        got = 0
+        while n := opener.readinto(view[got:]):
+            got += n
+        if got != size or opener.readinto(view[:1]) != 0:
+            raise RuntimeError(f"opened {got} bytes, expected {size}")
+        return out
+
+    return op
+
+
+def gcm_encrypt_pieces_op(plaintext: bytes) -> Op:
+    """Preallocated encrypt: 256 KiB pieces sealed into the Sealer's reusable output."""
+    source = memoryview(plaintext)
+
+    def op() -> int:
+        sealer = gcmstream.Sealer(KEY, context=CONTEXT)
+        total = len(sealer.take_header())
+        last = len(source) - PIECE
+        for pos in range(0, len(source), PIECE):
+            total += len(sealer.seal(source[pos : pos + PIECE], final=pos >= last))
+        return total
+
+    return op
+
+
+def gcm_decrypt_pieces_op(wire: bytes, size: int, out: bytearray) -> Callable[[], int]:
+    """Preallocated decrypt: the ciphertext in 256 KiB ``bytes`` pieces (as reads return them),
+    read with ``readinto`` into a preallocated buffer."""
+    pieces = [wire[pos : pos + PIECE] for pos in range(0, len(wire), PIECE)]
+    view = memoryview(out)
+
+    def op() -> int:
+        opener = gcmstream.Opener(KEY, context=CONTEXT)
+        got = 0
+        for piece in pieces:
+            opener.receive_data(piece)
+            while n := opener.readinto(view[got:]):
+                got += n
+        opener.receive_eof()
+        while n := opener.readinto(view[got:]):
+            got += n
+        if got != size:
+            raise RuntimeError(f"opened {got} bytes, expected {size}")
+        return got
+
+    return op
+
+
+def alloc_op(size: int) -> Op:
+    """The output allocation alone: a zeroed ``bytearray``, its page faults included."""
+    return lambda: bytearray(size)
+
+
 def memcpy_op(src: bytes, dst: bytearray, chunk: int) -> Op:
     """The copies the decrypt path makes besides decrypting: ciphertext in, plaintext out."""
     s, d = memoryview(src), memoryview(dst)
@@ -121,18 +196,21 @@ def run(quick: bool) -> dict[str, Any]:
     out = bytearray(size + 1)
     rows: dict[str, dict[str, Op]] = {}
 
-    # gcmstream at its default record size
+    # gcmstream at its default record size, in both arrangements, and with the ring feed
     wire = gcm_wire(plaintext)
-    check = gcm_decrypt_op(wire, size, out)
-    check()
-    assert out[:size] == plaintext
-    rows["gcmstream"] = {
+    if gcm_decrypt_alloc_op(wire, size)() != plaintext:
+        raise RuntimeError("gcmstream round trip failed")
+    rows["gcmstream (both allocate)"] = {
+        "encrypt": gcm_encrypt_op(plaintext),
+        "decrypt": gcm_decrypt_alloc_op(wire, size),
+    }
+    rows["gcmstream (both preallocated)"] = {
+        "encrypt": gcm_encrypt_pieces_op(plaintext),
+        "decrypt": gcm_decrypt_pieces_op(wire, size, out),
+    }
+    rows["gcmstream (copied into the ring)"] = {
         "encrypt": gcm_encrypt_op(plaintext),
         "decrypt": gcm_decrypt_op(wire, size, out),
-    }
-    rows["gcmstream read_view"] = {
-        "encrypt": gcm_encrypt_op(plaintext),
-        "decrypt": gcm_decrypt_op(wire, size, out, zero_copy=True),
     }
 
     # raw AESGCM, one call over the whole buffer (single nonce)
@@ -195,6 +273,7 @@ def run(quick: bool) -> dict[str, Any]:
         for kind, fn in ops.items():
             cases[f"{name}|{kind}"] = fn
     cases["memcpy in+out (decrypt path copies)|decrypt"] = memcpy_op(wire[:size], out, 256 * 1024)
+    cases["allocate the 10 MiB output|decrypt"] = alloc_op(size)
     times = interleaved(cases, reps, warm=True)
 
     results = []
@@ -207,12 +286,16 @@ def run(quick: bool) -> dict[str, Any]:
         row["decrypt_encrypt_ratio"] = row["decrypt"]["ns_op"] / row["encrypt"]["ns_op"]
         results.append(row)
     copy_ns = times["memcpy in+out (decrypt path copies)|decrypt"] * 1e9
-    gcm = results[0]
+    alloc_ns = times["allocate the 10 MiB output|decrypt"] * 1e9
+    by_name = {row["name"]: row for row in results}
+    both_alloc = by_name["gcmstream (both allocate)"]["decrypt_encrypt_ratio"]
+    prealloc = by_name["gcmstream (both preallocated)"]["decrypt_encrypt_ratio"]
     targets = {
         "seed_decrypt_encrypt_ratio": {
-            "target": "<= 1.00",
-            "value": gcm["decrypt_encrypt_ratio"],
-            "met": gcm["decrypt_encrypt_ratio"] <= 1.0,
+            "target": "<= 0.95 (both sides allocate their output)",
+            "value": both_alloc,
+            "preallocated": prealloc,
+            "met": both_alloc <= 0.95,
         }
     }
     return {
@@ -225,6 +308,7 @@ def run(quick: bool) -> dict[str, Any]:
         },
         "rows": results,
         "memcpy_in_out_ns": copy_ns,
+        "alloc_output_ns": alloc_ns,
         "targets": targets,
         "notes": [
             *notes,
@@ -234,6 +318,8 @@ def run(quick: bool) -> dict[str, Any]:
             "Each timed sample follows one untimed call of the same case: the first call after "
             "another case pays page faults for freshly mapped memory, which is allocator noise.",
             "Raw AESGCM rows are one AEAD call over the whole buffer with one nonce (not a stream).",
+            "Raw `encrypt`/`decrypt` allocate their output (the both-allocate arrangement); raw "
+            "`*_into` write into preallocated buffers (the preallocated one).",
         ],
     }
 

@@ -10,6 +10,7 @@ import enum
 import hmac
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives import hashes
@@ -337,6 +338,11 @@ class TrafficKeys:
         the only allocation, which matters once per record."""
         _NONCE_LOW.pack_into(self._nonce, 4, self._iv_low ^ seq)
         return self._nonce
+
+    def nonce_buffer(self) -> tuple[bytearray, Callable[[Buffer, int, int], None], int]:
+        """(buffer, pack_into, iv_low) for a loop that patches nonces inline:
+        ``pack_into(buffer, 4, iv_low ^ seq)`` makes ``buffer`` nonce(seq), as ``nonce_into``."""
+        return self._nonce, _NONCE_LOW.pack_into, self._iv_low
 
     def next(self) -> TrafficKeys:
         """The next generation: secret' = HKDF-Expand(secret, "gcmstream/1 key update")."""

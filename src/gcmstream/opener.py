@@ -638,44 +638,53 @@ class Opener:
     def _open_run(self, target: memoryview, got: int) -> int:
         """The hot path of ``readinto``: consecutive whole records without flags, straight from
         the held input into ``target``. Stops, leaving the record to ``_step``, at anything
-        else: a flag, a record split or too large for what is left, a limit, a failure."""
+        else: a flag, a record split or too large for what is left, a limit, a failure.
+
+        Every per-record call and slice counts here (~0.1 us each, against ~0.7 us for a 1 KiB
+        ``decrypt_into``): the nonce is patched inline, the limits become two budgets, and the
+        associated data of a plain record (flags 0 and its length) is rebuilt once per length
+        rather than sliced from the input, which holds the same five bytes."""
         held = self._held
         direction = self._direction
         if held is None or direction is None:
             return got
         pos, held_len, size = self._held_pos, len(held), len(target)
         keys = direction.keys
-        decrypt_into, nonce_into = keys.aead.decrypt_into, keys.nonce_into
+        decrypt_into = keys.aead.decrypt_into
+        nonce, pack_low, iv_low = keys.nonce_buffer()
         seq, key_bytes = direction.seq, direction.key_bytes
-        hard_records, hard_bytes = direction.limits.hard_records, direction.limits.hard_bytes
+        records_left = direction.limits.hard_records - seq
+        bytes_left = direction.limits.hard_bytes - key_bytes
         max_ciphertext = self._max_ciphertext
+        unpack = _unpack_record_header
+        aad_length, aad = -1, b""
+        opened = 0
         try:
-            while held_len - pos >= RECORD_HEADER_SIZE:
-                flags, length = _unpack_record_header(held, pos)
+            while held_len - pos >= RECORD_HEADER_SIZE and opened < records_left:
+                flags, length = unpack(held, pos)
                 body = pos + RECORD_HEADER_SIZE
                 end = body + length
                 count = length - TAG_SIZE
-                if (
-                    flags
-                    or end > held_len
-                    or not TAG_SIZE < length <= max_ciphertext
-                    or count > size - got
-                    or seq >= hard_records
-                    or key_bytes + count > hard_bytes
-                ):
+                if flags or end > held_len or count > size - got or count > bytes_left:
                     break
+                if length != aad_length:
+                    if not TAG_SIZE < length <= max_ciphertext:
+                        break
+                    aad_length, aad = length, RECORD_HEADER.pack(0, length)
                 out = target[got : got + count]
+                pack_low(nonce, 4, iv_low ^ (seq + opened))
                 try:
-                    decrypt_into(nonce_into(seq), held[body:end], held[pos:body], out)
+                    decrypt_into(nonce, held[body:end], aad, out)
                 except InvalidTag:
                     out[:] = bytes(count)  # wiped; _step opens it again and reports it
                     break
-                seq += 1
-                key_bytes += count
+                opened += 1
+                bytes_left -= count
                 got += count
                 pos = end
         finally:
-            direction.seq, direction.key_bytes = seq, key_bytes
+            direction.seq = seq + opened
+            direction.key_bytes = direction.limits.hard_bytes - bytes_left
             if pos == held_len:
                 self._held = None
             else:
