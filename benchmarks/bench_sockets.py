@@ -44,6 +44,11 @@ CHUNK = 256 * 1024
 VARIANTS: dict[str, tuple[str, str, str]] = {
     "gcmstream asyncio protocol (iter_chunks)": ("gcm_protocol_chunks", "gcm_protocol", "asyncio"),
     "gcmstream asyncio protocol (readinto)": ("gcm_protocol_readinto", "gcm_protocol", "asyncio"),
+    "gcmstream asyncio protocol (iter_chunks, 16-record ring)": (
+        "gcm_protocol_chunks16",
+        "gcm_protocol",
+        "asyncio",
+    ),
     "gcmstream asyncio stream wrappers (readinto)": ("gcm_wrapped", "gcm_wrapped", "asyncio"),
     "gcmstream anyio (asyncio backend)": ("anyio_gcm", "anyio_gcm", "anyio-asyncio"),
     "gcmstream anyio (trio backend)": ("anyio_gcm", "anyio_gcm", "anyio-trio"),
@@ -113,7 +118,7 @@ async def _asyncio_receiver(kind: str, nbytes: int) -> None:
 
     async def gcm_handler(reader: Any, writer: Any) -> None:
         try:
-            if kind == "gcm_protocol_chunks":
+            if kind.startswith("gcm_protocol_chunks"):
                 async for view in reader.iter_chunks():
                     meter.add(len(view))
             else:
@@ -149,7 +154,11 @@ async def _asyncio_receiver(kind: str, nbytes: int) -> None:
         server = await asyncio.start_server(wrapped_handler, "127.0.0.1", 0)
     elif kind.startswith("gcm_protocol"):
         import gcmstream.aio
+        import gcmstream.channel
 
+        if kind.endswith("16"):  # the receive ring's capacity in records (default: ring.py)
+            defaults = gcmstream.channel.Channel.__init__.__kwdefaults__ or {}
+            defaults["ring_records"] = 16
         server = await gcmstream.aio.start_server(gcm_handler, "127.0.0.1", 0, key=KEY, context=CONTEXT)
     elif kind == "plain_protocol":
         buffer = memoryview(bytearray(CHUNK))
@@ -401,10 +410,32 @@ def run(quick: bool) -> dict[str, Any]:
         }
         for v in VARIANTS
     ]
+    mib = nbytes / (1024 * 1024)
+    for row in rows:
+        for side in ("receiver", "sender"):
+            cpu_s = row[f"{side}_cpu_s"]
+            row[f"{side}_cpu_ms_per_mib"] = cpu_s / mib * 1e3 if cpu_s is not None else None
+    raw = raw_aead_cpu_per_mib(volume=(4 if quick else 64) * 1024 * 1024)
+    by_row = {row["name"]: row for row in rows}
+    plain_proto = by_row["plain asyncio BufferedProtocol"]
+    floors: dict[str, Any] = dict(raw)
+    if plain_proto["receiver_cpu_s"] is not None and plain_proto["sender_cpu_s"] is not None:
+        recv_floor = plain_proto["receiver_cpu_s"] / mib + raw["decrypt_into_cpu_s_per_mib"]
+        send_floor = plain_proto["sender_cpu_s"] / mib + raw["encrypt_into_cpu_s_per_mib"]
+        floors["receiver_floor_ms_per_mib"] = recv_floor * 1e3
+        floors["sender_floor_ms_per_mib"] = send_floor * 1e3
+        # a sender whose core does nothing but send and encrypt cannot go faster than this
+        floors["sender_bound_ceiling_MB_s"] = 1024 * 1024 / send_floor / 1e6
     by: dict[str, float | None] = {v: statistics.median(samples[v]) if samples[v] else None for v in VARIANTS}
     gcm = by["gcmstream asyncio protocol (iter_chunks)"]
     tls = by["asyncio TLS 1.3"]
     proto = by["plain asyncio BufferedProtocol"]
+    gcm_row = by_row["gcmstream asyncio protocol (iter_chunks)"]
+    recv_ratio = None
+    if gcm_row["receiver_cpu_ms_per_mib"] is not None and "receiver_floor_ms_per_mib" in floors:
+        recv_ratio = gcm_row["receiver_cpu_ms_per_mib"] / floors["receiver_floor_ms_per_mib"]
+    anyio_gcm = by["gcmstream anyio (asyncio backend)"]
+    anyio_plain = by["anyio plain TCP (asyncio backend)"]
     targets = {
         "loopback_vs_tls": {
             "target": ">= 2.0 x asyncio TLS",
@@ -416,12 +447,52 @@ def run(quick: bool) -> dict[str, Any]:
             "value": gcm / proto if gcm and proto else None,
             "met": bool(gcm and proto and gcm / proto >= 0.80),
         },
+        "receiver_cpu_vs_floor": {
+            "target": "<= 1.15 x (plain BufferedProtocol receiver + raw decrypt_into) CPU per MiB",
+            "value": recv_ratio,
+            "met": bool(recv_ratio and recv_ratio <= 1.15),
+        },
+        "anyio_vs_anyio_plain": {
+            "target": ">= 0.60 x anyio plain TCP MB/s (asyncio backend)",
+            "value": anyio_gcm / anyio_plain if anyio_gcm and anyio_plain else None,
+            "met": bool(anyio_gcm and anyio_plain and anyio_gcm / anyio_plain >= 0.60),
+        },
     }
     return {
         "params": {"bytes": nbytes, "reps": reps, "chunk": CHUNK, "pinned": _can_pin()},
         "rows": rows,
+        "floors": floors,
         "targets": targets,
     }
+
+
+def raw_aead_cpu_per_mib(record_size: int = 65536, volume: int = 64 * 1024 * 1024) -> dict[str, float]:
+    """CPU seconds per MiB of raw ``encrypt_into`` and ``decrypt_into`` over a fresh stream of
+    ``record_size`` records (each record touched once, as on a socket), in this process."""
+    import os
+
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    aead = AESGCM(KEY)
+    count = volume // record_size
+    header = b"\x00" + (record_size + 16).to_bytes(4, "big")
+    plain = memoryview(os.urandom(volume))
+    records = [plain[i * record_size : (i + 1) * record_size] for i in range(count)]
+    nonces = [seq.to_bytes(12, "big") for seq in range(count)]
+    sealed = memoryview(bytearray(count * (record_size + 16)))
+    outs = [sealed[i * (record_size + 16) : (i + 1) * (record_size + 16)] for i in range(count)]
+    opened = memoryview(bytearray(CHUNK))
+    places = [opened[i : i + record_size] for i in range(0, CHUNK, record_size)]
+    start = time.process_time()
+    for nonce, record, out in zip(nonces, records, outs, strict=True):
+        aead.encrypt_into(nonce, record, header, out)
+    encrypt = time.process_time() - start
+    start = time.process_time()
+    for i, (nonce, ct) in enumerate(zip(nonces, outs, strict=True)):
+        aead.decrypt_into(nonce, ct, header, places[i % len(places)])
+    decrypt = time.process_time() - start
+    mib = volume / (1024 * 1024)
+    return {"encrypt_into_cpu_s_per_mib": encrypt / mib, "decrypt_into_cpu_s_per_mib": decrypt / mib}
 
 
 def _can_pin() -> bool:

@@ -317,7 +317,17 @@ class TrafficKeys:
     generation, and each generation has a different key, so no (key, nonce) pair repeats.
     """
 
-    __slots__ = ("_iv_low", "_nonce", "aead", "generation", "iv", "secret", "suite")
+    __slots__ = (
+        "_iv_low",
+        "_nonce",
+        "aead",
+        "decrypt_into",
+        "generation",
+        "iv",
+        "nonce_parts",
+        "secret",
+        "suite",
+    )
 
     def __init__(self, secret: bytes, suite: Suite, generation: int = 0) -> None:
         self.secret = secret
@@ -329,6 +339,14 @@ class TrafficKeys:
         # seq < 2**64 only touches the low 8 bytes: the hot path patches those in place
         self._nonce = bytearray(iv)
         self._iv_low = int.from_bytes(iv[4:], "big")
+        # For record loops that patch the nonce inline, made once rather than per loop:
+        # ``pack_into(buffer, 4, iv_low ^ seq)`` makes ``buffer`` nonce(seq), as nonce_into does.
+        self.nonce_parts: tuple[bytearray, Callable[[Buffer, int, int], None], int] = (
+            self._nonce,
+            _NONCE_LOW.pack_into,
+            self._iv_low,
+        )
+        self.decrypt_into = self.aead.decrypt_into
 
     def nonce(self, seq: int) -> bytes:
         return (self.iv ^ seq).to_bytes(NONCE_SIZE, "big")
@@ -338,11 +356,6 @@ class TrafficKeys:
         the only allocation, which matters once per record."""
         _NONCE_LOW.pack_into(self._nonce, 4, self._iv_low ^ seq)
         return self._nonce
-
-    def nonce_buffer(self) -> tuple[bytearray, Callable[[Buffer, int, int], None], int]:
-        """(buffer, pack_into, iv_low) for a loop that patches nonces inline:
-        ``pack_into(buffer, 4, iv_low ^ seq)`` makes ``buffer`` nonce(seq), as ``nonce_into``."""
-        return self._nonce, _NONCE_LOW.pack_into, self._iv_low
 
     def next(self) -> TrafficKeys:
         """The next generation: secret' = HKDF-Expand(secret, "gcmstream/1 key update")."""
