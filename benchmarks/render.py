@@ -84,13 +84,17 @@ def seed_section(d: dict[str, Any]) -> str:
         f"{_size(p['record_size'])}; median of {p['reps']} interleaved repetitions.\n\n"
         + table(head, rows)
         + "\n\n"
-        f"- gcmstream `decrypt`: a new Opener fed with `get_buffer()`/`buffer_updated(n)` (the copy "
-        f"into the ring stands in for the socket's `recv_into`), read with `readinto` into a "
-        f"preallocated buffer. `gcmstream read_view` reads the plaintext where it lies instead. "
-        f"The two memcpys of the decrypt path (ciphertext in, plaintext out) alone took "
-        f"{_f((copy or 0) / 1000, 0)} us here.\n"
-        "- gcmstream `encrypt`: a new Sealer, `seal(plaintext, final=True)`: its output buffer "
-        "(10 MiB) is allocated inside the operation, like raw `encrypt`.\n"
+        "- **both allocate**: gcmstream `encrypt` is a new Sealer's `seal(plaintext, final=True)`, "
+        "which allocates its output; `decrypt` gives a new Opener the ciphertext as `bytes` (held by "
+        "reference, whole records opened where they lie) and reads with `readinto` into a "
+        "`bytearray` made inside the operation. Raw `encrypt`/`decrypt` allocate likewise.\n"
+        "- **both preallocated**: 256 KiB pieces; encrypt seals into the Sealer's reusable output, "
+        "decrypt feeds `bytes` pieces and reads into a preallocated buffer; raw `*_into` likewise.\n"
+        "- **copied into the ring**: decrypt fed through `get_buffer()`/`buffer_updated(n)` (the "
+        "copy a socket's `recv_into` makes), read into a preallocated buffer.\n"
+        f"- The allocation of the 10 MiB output alone (zeroed, page faults included) took "
+        f"{_f((d.get('alloc_output_ns') or 0) / 1000, 0)} us; the two memcpys of the ring path "
+        f"(ciphertext in, plaintext out) {_f((copy or 0) / 1000, 0)} us.\n"
         "- B/op and allocs/op: memray, every allocation call in the operation (native `malloc` "
         "family, where OpenSSL and cryptography's Rust code allocate, plus Python's pymalloc), "
         "short-lived ones included, minus a no-op loop; 'of which native' is the malloc family "
@@ -104,6 +108,7 @@ def allocs_section(d: dict[str, Any]) -> str:
     for r in d["rows"]:
         raw, rin, rv = r["raw_decrypt_into"], r["gcmstream_readinto"], r["gcmstream_read_view"]
         lib = r.get("gcmstream_readinto_library_only", {})
+        lib256 = r.get("gcmstream_readinto_256k_library_only", {})
         rows.append(
             [
                 _size(r["record_size"]),
@@ -112,6 +117,8 @@ def allocs_section(d: dict[str, Any]) -> str:
                 f"{_f(lib.get('native_allocs'), 1)} / {_f(lib.get('native_bytes'))}",
                 f"{_f((lib.get('native_allocs') or 0) + (lib.get('python_allocs') or 0), 1)} / "
                 f"{_f((lib.get('native_bytes') or 0) + (lib.get('python_bytes') or 0))}",
+                f"{_f(lib.get('python_allocs'), 1)} / {_f(lib.get('python_bytes'))}",
+                f"{_f(lib256.get('python_allocs'), 1)} / {_f(lib256.get('python_bytes'))}",
                 f"{_f(rin['allocs'], 1)} / {_f(rin['bytes'])}",
                 f"{_f(rv['allocs'], 1)} / {_f(rv['bytes'])}",
                 _f(rin["tm_net_bytes"], 1),
@@ -123,6 +130,8 @@ def allocs_section(d: dict[str, Any]) -> str:
         "raw decrypt_into all",
         "gcmstream open, native",
         "gcmstream open, all (library frames)",
+        "of which Python, one record per readinto",
+        "of which Python, 256 KiB readinto",
         "readinto path incl. feeding loop",
         "read_view path incl. feeding loop",
         "retained B (tracemalloc)",
@@ -132,8 +141,19 @@ def allocs_section(d: dict[str, Any]) -> str:
         "Steady state (the Opener already holds its ring), per record. 'library frames': memray "
         "allocations whose innermost Python frame is in `src/gcmstream` (the benchmark's own "
         "feeding loop, which stands in for the transport, excluded). 'incl. feeding loop': "
-        "everything in the step minus a no-op loop.\n\n" + table(head, rows) + "\n"
+        "everything in the step minus a no-op loop. Python columns: pymalloc allocations in "
+        "library frames, reading one record per `readinto` call, or into a 256 KiB buffer as the "
+        "codec and socket parts do.\n\n" + table(head, rows) + "\n"
     )
+    cost = d.get("memray_call_cost")
+    if cost:
+        text += (
+            f"\nmemray's own share: under memray every Python function call allocated "
+            f"{_f(cost['allocs_per_call'], 2)} blocks / {_f(cost['bytes_per_call'])} B (a frame object "
+            "its stack tracking materialises; untraced CPython 3.11 makes no allocation for a call), "
+            "measured in this run as a loop calling an empty function minus the bare loop. Each "
+            "library call on the path is counted at that price.\n"
+        )
     attr = d.get("attribution", {})
     key = "65536" if "65536" in attr else next(iter(attr), None)
     if key:
@@ -161,11 +181,12 @@ def codec_section(d: dict[str, Any]) -> str:
     names = [
         "gcmstream seal",
         "raw encrypt_into",
-        "gcmstream open readinto",
-        "gcmstream open read_view",
-        "raw decrypt_into",
+        "gcmstream open (bytes in) readinto",
+        "gcmstream open (ring) readinto",
+        "gcmstream open (ring) read_view",
+        "raw decrypt_into (fresh stream)",
+        "raw decrypt_into (cache-hot)",
         "memcpy feed",
-        "cobblestone encrypt update_into",
         "cobblestone decrypt update_into",
     ]
     rows = []
@@ -176,29 +197,32 @@ def codec_section(d: dict[str, Any]) -> str:
             [_size(r["record_size"])]
             + [_f(m.get(n)) for n in names]
             + [
-                _f(der["open_readinto_vs_raw"], 2),
-                _f(der["open_read_view_vs_raw"], 2),
-                _f(der["open_vs_raw_plus_feed"], 2),
-                _f(der["open_overhead_us_per_record"], 2),
+                _f(der["open_bytes_vs_fresh_raw"], 2),
+                _f(der["open_ring_readinto_vs_fresh_raw"], 2),
+                _f(der.get("open_bytes_vs_cobblestone"), 2),
+                _f(der["seal_vs_raw"], 2),
             ]
         )
     head = [
         "record",
         *names,
-        "open readinto / raw",
-        "open read_view / raw",
-        "read_view / (raw + feed)",
-        "Python us/record",
+        "open (bytes in) / fresh raw",
+        "open (ring) / fresh raw",
+        "open (bytes in) / Cobblestone",
+        "seal / raw",
     ]
+    p = d["params"]
     return (
         "## 3. Codec throughput (MB/s of plaintext, no I/O)\n\n"
-        f"{_size(d['params']['volume_bytes'])} per operation, median of {d['params']['reps']} "
-        "interleaved repetitions. Cobblestone has one chunk size (16 KiB); its figure is repeated "
-        "on every row as measured in that row's run. `memcpy feed`: the copy of ciphertext into "
-        "the ring alone (a socket's `recv_into` does this copy in the kernel). 'Python "
-        "us/record' = (open read_view - feed copy - raw decrypt_into) / records: a difference of "
-        "noisy timings, meaningful only where it is large next to a record's AES time (small "
-        "records).\n\n" + table(head, rows) + "\n"
+        f"{_size(p['volume_bytes'])} per operation, median of {p['reps']} interleaved repetitions. "
+        f"`open (bytes in)`: the stream given in {_size(p.get('feed', 262144))} `bytes` pieces (whole "
+        "records opened where they lie, split ones copied), read with `readinto` into a "
+        f"{_size(p['app_buffer'])} buffer. `open (ring)`: fed through `get_buffer`/`buffer_updated` "
+        "(the copy a socket's `recv_into` makes). Raw `decrypt_into` writes into the same "
+        "application buffer, over a fresh stream (ciphertext no earlier call touched) or the same "
+        "cache-hot volume every call. Cobblestone has one chunk size (16 KiB); its figure is "
+        "repeated on every row as measured in that row's run. `memcpy feed`: the copy into the "
+        "ring alone.\n\n" + table(head, rows) + "\n"
     )
 
 
@@ -209,17 +233,13 @@ def sockets_section(d: dict[str, Any]) -> str:
     for r in d["rows"]:
         cipher = r["cipher"][0] if r.get("cipher") else ""
         note = r.get("error") or cipher
-        rcpu, scpu = r.get("receiver_cpu_s"), r.get("sender_cpu_s")
-        mb = d["params"]["bytes"] / 1e6
         rows.append(
             [
                 r["name"],
                 _f(r["MB_s"]),
                 _f(r["MB_s"] / tls, 2) if r["MB_s"] and tls else "n/a",
-                _f(rcpu, 3),
-                _f(mb / rcpu if rcpu else None),
-                _f(scpu, 3),
-                _f(mb / scpu if scpu else None),
+                _f(r.get("receiver_cpu_ms_per_mib"), 2),
+                _f(r.get("sender_cpu_ms_per_mib"), 2),
                 note or "",
             ]
         )
@@ -228,24 +248,38 @@ def sockets_section(d: dict[str, Any]) -> str:
         f"## 4. Loopback sockets, {_size(p['bytes'])} one way\n\n"
         f"Receiver and sender in two processes{' pinned to two cores' if p.get('pinned') else ''}; "
         f"median of {p['reps']} interleaved runs; {_size(p['chunk'])} writes and reads; the "
-        "receiver times first byte to end of stream. CPU s: each process's user + system time "
-        "while the data moved (receiver: first byte to end; sender: its send loop). Where a side's "
-        "CPU time is well below the wall time, that side waited (for the peer, or for a core "
-        "that other work held): 'MB per CPU s' is then the steadier comparison.\n\n"
+        "receiver times first byte to end of stream. CPU ms/MiB: each process's user + system "
+        "time while the data moved (receiver: first byte to end; sender: its send loop) per MiB. "
+        "Wall-clock MB/s on this shared machine flips between regimes from run to run; CPU per "
+        "MiB is the steadier comparison.\n\n"
         + table(
             [
                 "path",
                 "MB/s",
                 "x asyncio TLS",
-                "receiver CPU s",
-                "MB per receiver CPU s",
-                "sender CPU s",
-                "MB per sender CPU s",
+                "receiver CPU ms/MiB",
+                "sender CPU ms/MiB",
                 "negotiated suite / note",
             ],
             rows,
         )
         + "\n"
+        + _floors(d.get("floors", {}))
+    )
+
+
+def _floors(f: dict[str, Any]) -> str:
+    if "receiver_floor_ms_per_mib" not in f:
+        return ""
+    return (
+        "\nFloors, same run: raw `decrypt_into` "
+        f"{_f(f['decrypt_into_cpu_s_per_mib'] * 1e3, 2)} ms/MiB and `encrypt_into` "
+        f"{_f(f['encrypt_into_cpu_s_per_mib'] * 1e3, 2)} ms/MiB (64 KiB records, fresh stream, in "
+        "the orchestrating process). Receiver floor = plain BufferedProtocol receiver + raw "
+        f"`decrypt_into` = {_f(f['receiver_floor_ms_per_mib'], 2)} ms/MiB; sender floor = plain "
+        f"sender + raw `encrypt_into` = {_f(f['sender_floor_ms_per_mib'], 2)} ms/MiB, so a sender "
+        f"whose core does only that is bound at {_f(f['sender_bound_ceiling_MB_s'])} MB/s (the "
+        "sender-bound ceiling).\n"
     )
 
 
@@ -337,10 +371,10 @@ def chart(data: dict[str, dict[str, Any]], path: Path) -> bool:
     if codec:
         sizes = [r["record_size"] for r in codec["rows"]]
         for name, style in (
-            ("gcmstream open read_view", "o-"),
-            ("gcmstream open readinto", "o--"),
+            ("gcmstream open (bytes in) readinto", "o-"),
+            ("gcmstream open (ring) readinto", "o--"),
             ("gcmstream seal", "s-"),
-            ("raw decrypt_into", "^-"),
+            ("raw decrypt_into (fresh stream)", "^-"),
             ("raw encrypt_into", "^--"),
         ):
             ax1.plot(sizes, [r["MB_s"][name] for r in codec["rows"]], style, label=name)
@@ -411,9 +445,8 @@ def render(data: dict[str, dict[str, Any]], with_chart: bool) -> str:
         f"{machine.get('platform', '?')}. Source: commit {', '.join(commits)}"
         f"{' (with uncommitted changes in src/)' if dirty else ''}. "
         f"1-minute load average when each part ended: {loads}. "
-        "Other work shared the 2 cores during this run (a libFuzzer run of the opener at ~80% of "
-        "one core, other engineers' test suites), so absolute figures, and above all the socket "
-        "and echo wall-clock figures, are noisy; CPU-per-byte and allocation counts are steadier.\n",
+        "Absolute figures, above all the socket and echo wall-clock figures, are noisy on this "
+        "shared machine; CPU per byte and allocation counts are steadier.\n",
     ]
     if with_chart:
         parts.append("![throughput and allocations against record size](chart.png)\n")

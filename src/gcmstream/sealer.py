@@ -231,23 +231,30 @@ class Sealer:
         if direction is None:  # unreachable: _ready() checked; kept for the type checker
             raise NotReadyError("cannot seal before the peer's stream header has arrived")
         keys = direction.keys
-        encrypt_into, nonce_into = keys.aead.encrypt_into, keys.nonce_into
+        encrypt_into = keys.aead.encrypt_into
+        nonce, pack_low, iv_low = keys.nonce_parts
         pack_into = RECORD_HEADER.pack_into
         last = len(sizes) - 1
         taken = start
+        aad_flag, aad_length, aad = -1, -1, b""  # a record's header is its associated data
         for index, length in enumerate(sizes):
             flag = flags[index] if flags is not None else FLAG_FINAL if final and index == last else 0
             chunk = src[taken : taken + length]
             taken += length
             body = pos + RECORD_HEADER_SIZE
             end = body + length + TAG_SIZE
+            if flag != aad_flag or length != aad_length:  # full records share one header
+                aad_flag, aad_length = flag, length
+                aad = RECORD_HEADER.pack(flag, length + TAG_SIZE)
             pack_into(out, pos, flag, length + TAG_SIZE)
-            encrypt_into(nonce_into(direction.seq), chunk, out[pos:body], out[body:end])
+            pack_low(nonce, 4, iv_low ^ direction.seq)
+            encrypt_into(nonce, chunk, aad, out[body:end])
             pos = end
             if flag & FLAG_KEY_UPDATE:
                 direction.advance(length, flag)
                 keys = direction.keys
-                encrypt_into, nonce_into = keys.aead.encrypt_into, keys.nonce_into
+                encrypt_into = keys.aead.encrypt_into
+                nonce, pack_low, iv_low = keys.nonce_parts
                 self._update_requested = False
             else:  # direction.advance inlined: this is the per-record hot path
                 direction.seq += 1
