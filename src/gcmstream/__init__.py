@@ -20,6 +20,7 @@ from .codec import Channel, Opener, Sealer
 from .errors import (
     AuthenticationError,
     BufferFullError,
+    ConcurrencyError,
     GcmStreamError,
     KeyCommitmentError,
     LimitReachedError,
@@ -65,6 +66,7 @@ __all__ = (
     "HARD_MAX_RECORD_SIZE",
     "AuthenticationError",
     "BufferFullError",
+    "ConcurrencyError",
     "Channel",
     "GcmStreamError",
     "KeyCommitmentError",

@@ -31,6 +31,9 @@
     │   │                                key line is malformed: prefix, version, suite, length
     │   ├── BufferFullError              receive_data() called again while earlier input is
     │   │                                still waiting for ring space (see Opener.wants_data)
+    │   ├── ConcurrencyError             (also RuntimeError) a Sealer or Opener entered by a
+    │   │                                second thread while a call was under way; refused
+    │   │                                before any state changed (no record, no nonce used)
     │   └── OutOfRangeError              (also ValueError) buffer_updated()/consume() of more
     │                                    bytes than were offered or are available
     ├── LimitReachedError                sealing would pass the hard per-key limit with automatic
@@ -60,6 +63,7 @@ from __future__ import annotations
 __all__ = (
     "AuthenticationError",
     "BufferFullError",
+    "ConcurrencyError",
     "GcmStreamError",
     "KeyCommitmentError",
     "LimitReachedError",
@@ -144,6 +148,14 @@ class NotReadyError(UsageError, RuntimeError):
 
 class BufferFullError(UsageError):
     """receive_data() was called while earlier input still waits for ring space."""
+
+
+class ConcurrencyError(UsageError, RuntimeError):
+    """A second thread called a Sealer or Opener while another call on it was under way.
+
+    Neither is thread-safe: one object serves one thread at a time (handing it over between
+    calls is fine). The second call is refused before it changes anything, so two threads
+    can never seal two records under one nonce, whatever the interleaving."""
 
 
 class OutOfRangeError(UsageError, ValueError):

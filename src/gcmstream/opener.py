@@ -42,6 +42,7 @@ from collections.abc import Callable
 
 from cryptography.exceptions import InvalidTag
 
+from ._turn import Turn
 from .direction import Direction
 from .errors import (
     AuthenticationError,
@@ -143,6 +144,7 @@ class Opener:
         self._limits = limits or KeyLimits()
         self._peer_role = _peer_role
         self._on_peer_header = _on_peer_header
+        self._turn = Turn("this Opener")  # one thread at a time (_turn.py)
         self._phase = _HEADER
         self._error: ProtocolError | None = None  # the one slot: waiting (or, once FAILED, raised)
         self._eof = False
@@ -203,44 +205,76 @@ class Opener:
         """Writable view of free ring space (empty when full: stop reading). ``sizehint`` is
         ignored: the ring offers what keeps records whole. Fill it and call
         ``buffer_updated`` before any other call on the opener."""
-        if self._held is not None and not self._absorb():
-            return memoryview(b"")  # held input comes first
-        return self._writable()
+        token = self._turn.token
+        try:
+            token.pop()
+        except IndexError:
+            raise self._turn.busy() from None
+        try:
+            if self._held is not None and not self._absorb():
+                return memoryview(b"")  # held input comes first
+            return self._writable()
+        finally:
+            token.append(None)
 
     def buffer_updated(self, nbytes: int) -> None:
         """``nbytes`` were written at the start of the view ``get_buffer`` returned."""
-        if self._eof:
-            raise StreamClosedError("input already ended (receive_eof was called)")
-        if nbytes == 0 or self._error is not None:
-            return
-        self._commit(nbytes)
+        token = self._turn.token
+        try:
+            token.pop()
+        except IndexError:
+            raise self._turn.busy() from None
+        try:
+            if self._eof:
+                raise StreamClosedError("input already ended (receive_eof was called)")
+            if nbytes and self._error is None:
+                self._commit(nbytes)
+        finally:
+            token.append(None)
 
     def receive_data(self, data: Buffer) -> None:
         """Take ``data``: ``bytes`` (or a read-only view) by reference, other buffers by copy.
         What does not fit the ring now waits (``wants_data`` is False) until reads free space;
         calling again before that raises BufferFullError."""
-        self._check_input_open()
-        if self._held is not None and not self._absorb():
-            raise BufferFullError("earlier input still waits for ring space: read first")
-        view = byte_view(data)
-        taken = self._take(view)
-        if taken < len(view):
-            rest = view[taken:]
-            self._hold(rest if rest.readonly else memoryview(bytes(rest)))
+        token = self._turn.token
+        try:
+            token.pop()
+        except IndexError:
+            raise self._turn.busy() from None
+        try:
+            self._check_input_open()
+            if self._held is not None and not self._absorb():
+                raise BufferFullError("earlier input still waits for ring space: read first")
+            view = byte_view(data)
+            taken = self._take(view)
+            if taken < len(view):
+                rest = view[taken:]
+                self._hold(rest if rest.readonly else memoryview(bytes(rest)))
+        finally:
+            token.append(None)
 
     def receive_some(self, data: Buffer) -> int:
         """Take what can be taken of ``data`` without waiting for a read; return how many bytes.
         ``bytes`` (or a read-only view) are held by reference whole; other buffers are copied
         into free ring space. 0 means: read first."""
-        self._check_input_open()
-        if self._held is not None and not self._absorb():
-            return 0
-        return self._take(byte_view(data))
+        token = self._turn.token
+        try:
+            token.pop()
+        except IndexError:
+            raise self._turn.busy() from None
+        try:
+            self._check_input_open()
+            if self._held is not None and not self._absorb():
+                return 0
+            return self._take(byte_view(data))
+        finally:
+            token.append(None)
 
     def receive_eof(self) -> None:
         """The input ended. Reading past the last complete record now tells truncation from a
         clean end."""
-        self._eof = True
+        with self._turn:
+            self._eof = True
 
     def _check_input_open(self) -> None:
         if self._eof:
@@ -368,6 +402,10 @@ class Opener:
     def header_verified(self) -> bool:
         """True once the stream header verified. Raises its error if it did not, and
         TruncatedStreamError if the input ended before it was whole."""
+        with self._turn:
+            return self._header_verified()
+
+    def _header_verified(self) -> bool:
         self._check_broken()
         if self._phase is not _HEADER:
             return True
@@ -378,6 +416,10 @@ class Opener:
     def peek(self) -> memoryview | None:
         """Authenticated plaintext of the current record, not consumed; None: need input;
         empty: end of stream. Valid until the next call."""
+        with self._turn:
+            return self._peek()
+
+    def _peek(self) -> memoryview | None:
         self._revoke()
         if self._phase is _FAILED:
             self._check_broken()
@@ -393,10 +435,12 @@ class Opener:
 
     def consume(self, nbytes: int) -> None:
         """Mark ``nbytes`` of the last ``peek()`` as read."""
-        self._revoke()
-        if not 0 <= nbytes <= self._pt_end - self._pt_pos:
-            raise OutOfRangeError(f"cannot consume {nbytes} bytes: {self._pt_end - self._pt_pos} available")
-        self._pt_pos += nbytes
+        with self._turn:
+            self._revoke()
+            if not 0 <= nbytes <= self._pt_end - self._pt_pos:
+                available = self._pt_end - self._pt_pos
+                raise OutOfRangeError(f"cannot consume {nbytes} bytes: {available} available")
+            self._pt_pos += nbytes
 
     def find(self, sub: Buffer) -> int:
         """Index of ``sub`` in the plaintext ``peek()`` returned (this record only), or -1.
@@ -408,7 +452,11 @@ class Opener:
 
     def read_view(self, max_bytes: int = -1) -> memoryview | None:
         """Up to ``max_bytes`` (all of the current record if < 0) as a view into the ring."""
-        view = self.peek()
+        with self._turn:
+            return self._read_view(max_bytes)
+
+    def _read_view(self, max_bytes: int) -> memoryview | None:
+        view = self._peek()
         if view is None or not view:
             return view
         if 0 <= max_bytes < len(view):
@@ -420,9 +468,20 @@ class Opener:
     def read(self, max_bytes: int = -1) -> bytes | None:
         """Copy up to ``max_bytes`` (all that is ready if < 0) of plaintext, across records.
         None: need input; b"": end of stream."""
+        token = self._turn.token
+        try:
+            token.pop()
+        except IndexError:
+            raise self._turn.busy() from None
+        try:
+            return self._read(max_bytes)
+        finally:
+            token.append(None)
+
+    def _read(self, max_bytes: int) -> bytes | None:
         if max_bytes == 0:
             return b""
-        first = self.read_view(max_bytes)
+        first = self._read_view(max_bytes)
         if first is None or not first or len(first) == max_bytes or not self._another_ready():
             data = None if first is None else bytes(first)
             self._revoke()
@@ -443,6 +502,17 @@ class Opener:
     def readinto(self, buffer: Buffer) -> int | None:
         """Copy plaintext into ``buffer``; None: need input; 0: end of stream (or empty buffer).
         A whole record that fits in the rest of ``buffer`` is decrypted straight into it."""
+        token = self._turn.token
+        try:
+            token.pop()
+        except IndexError:
+            raise self._turn.busy() from None
+        try:
+            return self._readinto(buffer)
+        finally:
+            token.append(None)
+
+    def _readinto(self, buffer: Buffer) -> int | None:
         if self._lent is not None:
             self._revoke()
         if self._phase is _FAILED:

@@ -8,6 +8,7 @@ would pass a limit; then it seals with exactly those flags. Output lands in a re
 
 from __future__ import annotations
 
+from ._turn import Turn
 from .direction import Direction, far_from_limits, plan_flags
 from .errors import NotReadyError, StreamClosedError, UsageError
 from .format import (
@@ -73,6 +74,7 @@ class Sealer:
         self._lent: memoryview | None = None
         self._closed = False
         self._update_requested = False
+        self._turn = Turn("this Sealer")  # one thread at a time (_turn.py)
 
     def __repr__(self) -> str:
         return (
@@ -111,13 +113,30 @@ class Sealer:
     def install_secret(self, secret: bytes) -> None:
         """Key a channel's sealer once both headers are known (``Channel`` calls this). Only
         once: keying it again would restart the sequence under a key already used."""
-        if self._direction is not None:
-            raise UsageError("this sealer is already keyed")
-        self._direction = Direction(secret, self.suite, self._limits)
+        with self._turn:
+            if self._direction is not None:
+                raise UsageError("this sealer is already keyed")
+            self._direction = Direction(secret, self.suite, self._limits)
 
     def seal(self, data: Buffer, *, flush: bool = False, final: bool = False) -> memoryview:
         """Seal ``data``. The rest of a record waits for more data unless ``flush=True`` (seal it
         now as a short record) or ``final=True`` (seal it, or an empty record, as FINAL)."""
+        token = self._turn.token
+        try:
+            token.pop()
+        except IndexError:
+            raise self._turn.busy() from None
+        try:
+            return self._seal(data, flush, final)
+        finally:
+            token.append(None)
+
+    def flush(self) -> memoryview:
+        """Seal pending plaintext as a short record now (and the header, if not yet sent)."""
+        with self._turn:
+            return self._flush()
+
+    def _seal(self, data: Buffer, flush: bool, final: bool) -> memoryview:
         self._revoke()
         direction = self._ready("seal")
         src = byte_view(data)
@@ -150,8 +169,7 @@ class Sealer:
             self._closed = True
         return self._lend(out, pos)
 
-    def flush(self) -> memoryview:
-        """Seal pending plaintext as a short record now (and the header, if not yet sent)."""
+    def _flush(self) -> memoryview:
         self._revoke()
         direction = self._ready("flush")
         length = self._pending_len
@@ -177,7 +195,8 @@ class Sealer:
     def update_key(self) -> None:
         """Make the next record carry KEY_UPDATE; ``flush()`` sends it even with no data
         (``seal(b"", flush=True)`` does not: it seals nothing)."""
-        self._update_requested = True
+        with self._turn:
+            self._update_requested = True
 
     def detach_output(self) -> None:
         """The last returned output is now owned elsewhere: never write into its memory again."""
@@ -186,10 +205,11 @@ class Sealer:
 
     def take_header(self) -> bytes:
         """Return the header for sending now; later output will not repeat it."""
-        if self._header_sent:
-            raise StreamClosedError("the stream header was already taken")
-        self._header_sent = True
-        return self.header
+        with self._turn:
+            if self._header_sent:
+                raise StreamClosedError("the stream header was already taken")
+            self._header_sent = True
+            return self.header
 
     # -- internals ---------------------------------------------------------------------------
 
