@@ -156,6 +156,29 @@ async def test_decrypt_iter_errors(mangle: object, error: type[Exception]) -> No
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("record_size", [16 * 1024, RECORD, 1024 * 1024])
+@pytest.mark.parametrize("mutable", [True, False], ids=["bytearray", "bytes"])
+async def test_final_is_withheld_when_bytes_follow_it_in_the_same_chunk(
+    record_size: int, mutable: bool
+) -> None:
+    """FORMAT.md 8.2 on the pipeline: four full records (the ring's worth), the last FINAL,
+    then one byte, all in one chunk. The pipeline keeps what the full ring cannot take outside
+    the opener; FINAL's plaintext must still be withheld, not released before the error."""
+    data = os.urandom(4 * record_size)
+    wire = bytes(gcmstream.Sealer(KEY, record_size=record_size).seal(data, final=True)) + b"x"
+    chunk = bytearray(wire) if mutable else wire
+    got = bytearray()
+    with pytest.raises(gcmstream.TrailingDataError):
+        async for plain in pipeline.decrypt_iter(agen([chunk]), key=KEY, max_record_size=record_size):
+            got += plain
+    assert got == data[: 3 * record_size]  # everything but FINAL's plaintext
+    sink = CollectSendStream()
+    with pytest.raises(gcmstream.TrailingDataError):
+        await pipeline.decrypt_stream(agen([chunk]), sink, key=KEY, max_record_size=record_size)
+    assert sink.data == data[: 3 * record_size]
+
+
+@pytest.mark.anyio
 async def test_decrypt_iter_wrong_key_or_context() -> None:
     wire = seal(b"secret", context=b"one")
     with pytest.raises(gcmstream.KeyCommitmentError):

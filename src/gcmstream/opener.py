@@ -148,6 +148,7 @@ class Opener:
         self._phase = _HEADER
         self._error: ProtocolError | None = None  # the one slot: waiting (or, once FAILED, raised)
         self._eof = False
+        self._untaken = False  # receive_some left bytes outside that follow what it took
         self._header_buf = bytearray(HEADER_SIZE)
         self._header_got = 0
         self.header: StreamHeader | None = None
@@ -227,6 +228,7 @@ class Opener:
         try:
             if self._eof:
                 raise StreamClosedError("input already ended (receive_eof was called)")
+            self._untaken = False
             if nbytes and self._error is None:
                 self._commit(nbytes)
         finally:
@@ -245,6 +247,7 @@ class Opener:
             self._check_input_open()
             if self._held is not None and not self._absorb():
                 raise BufferFullError("earlier input still waits for ring space: read first")
+            self._untaken = False
             view = byte_view(data)
             taken = self._take(view)
             if taken < len(view):
@@ -256,7 +259,11 @@ class Opener:
     def receive_some(self, data: Buffer) -> int:
         """Take what can be taken of ``data`` without waiting for a read; return how many bytes.
         ``bytes`` (or a read-only view) are held by reference whole; other buffers are copied
-        into free ring space. 0 means: read first."""
+        into free ring space. 0 means: read first.
+
+        Bytes not taken are known to follow in the stream: until the next feeding call, a FINAL
+        record they would follow is refused (TrailingDataError) rather than released, so the
+        release rules hold although those bytes are still outside (FORMAT.md 8.2)."""
         token = self._turn.token
         try:
             token.pop()
@@ -264,9 +271,10 @@ class Opener:
             raise self._turn.busy() from None
         try:
             self._check_input_open()
-            if self._held is not None and not self._absorb():
-                return 0
-            return self._take(byte_view(data))
+            view = byte_view(data)
+            taken = 0 if self._held is not None and not self._absorb() else self._take(view)
+            self._untaken = taken < len(view)
+            return taken
         finally:
             token.append(None)
 
@@ -686,7 +694,7 @@ class Opener:
             raise AuthenticationError(direction.records) from exc
         if flags:  # rare: check and apply the flags only then
             more_in_ring = ring is not None and ring.stored > RECORD_HEADER_SIZE + length
-            self._apply_flags(flags, plaintext, more_in_ring or self._held is not None)
+            self._apply_flags(flags, plaintext, more_in_ring or self._held is not None or self._untaken)
             direction.advance(size, flags)
         else:  # direction.advance inlined: the per-record hot path
             direction.seq = seq + 1
