@@ -167,14 +167,18 @@ async def test_final_is_withheld_when_bytes_follow_it_in_the_same_chunk(
     data = os.urandom(4 * record_size)
     wire = bytes(gcmstream.Sealer(KEY, record_size=record_size).seal(data, final=True)) + b"x"
     chunk = bytearray(wire) if mutable else wire
+
+    async def one_chunk() -> AsyncIterator[bytes | bytearray]:
+        yield chunk
+
     got = bytearray()
     with pytest.raises(gcmstream.TrailingDataError):
-        async for plain in pipeline.decrypt_iter(agen([chunk]), key=KEY, max_record_size=record_size):
+        async for plain in pipeline.decrypt_iter(one_chunk(), key=KEY, max_record_size=record_size):
             got += plain
     assert got == data[: 3 * record_size]  # everything but FINAL's plaintext
     sink = CollectSendStream()
     with pytest.raises(gcmstream.TrailingDataError):
-        await pipeline.decrypt_stream(agen([chunk]), sink, key=KEY, max_record_size=record_size)
+        await pipeline.decrypt_stream(one_chunk(), sink, key=KEY, max_record_size=record_size)
     assert sink.data == data[: 3 * record_size]
 
 

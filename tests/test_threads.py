@@ -69,7 +69,7 @@ def test_a_sealer_shared_by_two_threads_refuses_instead_of_reusing_a_nonce(switc
     def work(index: int) -> None:
         try:
             for _ in range(MAX_ROUNDS):
-                if len(sealed) >= ROUNDS and sum(refused):
+                if len(sealed) >= ROUNDS and any(refused):
                     return  # enough overlap seen
                 plaintext = os.urandom(SIZE)
                 try:
