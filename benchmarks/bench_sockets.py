@@ -158,7 +158,7 @@ async def _asyncio_receiver(kind: str, nbytes: int) -> None:
 
         if kind.endswith("16"):  # the receive ring's capacity in records (default: ring.py)
             defaults = gcmstream.channel.Channel.__init__.__kwdefaults__ or {}
-            defaults["ring_records"] = 16
+            defaults["ring_size"] = 16 * (65536 + 21)
         server = await gcmstream.aio.start_server(gcm_handler, "127.0.0.1", 0, key=KEY, context=CONTEXT)
     elif kind == "plain_protocol":
         buffer = memoryview(bytearray(CHUNK))

@@ -454,7 +454,7 @@ def wants_data(opener: Opener) -> bool:
 def test_receive_data_while_backlog_waits_is_buffer_full() -> None:
     plaintext = random.Random(3).randbytes(300_000)
     wire = seal_stream([plaintext], record_size=16384)
-    opener = Opener(KEY)
+    opener = Opener(KEY, ring_size=64 * 1024)
     opener.receive_data(wire[:200_000])  # more than the 64 KiB ring
     assert not wants_data(opener)
     with pytest.raises(BufferFullError) as info:

@@ -238,15 +238,26 @@ def test_truncation_in_the_held_input_is_reported_with_its_place() -> None:
         opener.read()
 
 
-def test_ring_records_is_a_parameter() -> None:
+def test_ring_size_is_a_byte_budget_of_at_least_one_record_and_a_header() -> None:
     plaintext = random.Random(5).randbytes(100_000)
-    wire = bytearray(seal_stream([plaintext], record_size=4096))
-    opener = Opener(KEY, ring_records=16)
-    opener.receive_data(wire)
-    opener.receive_eof()
-    assert read_all_into(opener, len(plaintext)) == plaintext
-    with pytest.raises(ValueError, match="at least 2 records"):
-        Opener(KEY, ring_records=1)
+    wire = bytes(seal_stream([plaintext], record_size=4096))
+    for ring_size in (1, 4096 + 26, 3 * 4096, 1 << 20):  # 1: one record and a header at least
+        opener = Opener(KEY, ring_size=ring_size)
+        out = bytearray()
+        pos = 0
+        while True:  # mutable pieces are copied, so every record goes through the ring
+            taken = opener.receive_some(bytearray(wire[pos : pos + 1000])) if pos < len(wire) else 0
+            pos += taken
+            if pos == len(wire):
+                opener.receive_eof()
+            chunk = opener.read()
+            if chunk == b"":
+                break
+            out += chunk or b""
+        assert out == plaintext, ring_size
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="ring_size must be a positive number of bytes"):
+            Opener(KEY, ring_size=bad)  # type: ignore[arg-type]
 
 
 def test_tag_size_is_what_the_direct_path_subtracts() -> None:

@@ -9,7 +9,7 @@ import pytest
 from gcmstream.codec import Opener, Sealer
 from gcmstream.errors import MalformedRecordError, OutOfRangeError, RecordTooLargeError
 from gcmstream.format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
-from gcmstream.ring import RecordRing, ring_capacity
+from gcmstream.ring import DEFAULT_RING_SIZE, RecordRing, ring_capacity
 
 KEY = bytes(range(16))
 
@@ -84,12 +84,13 @@ class Model:
 
 
 def test_ring_capacity() -> None:
-    assert ring_capacity(1) == 64 * 1024
+    assert ring_capacity(1) == DEFAULT_RING_SIZE == 4 * (RECORD_HEADER_SIZE + 64 * 1024 + TAG_SIZE)
     big = 1024 * 1024
-    assert ring_capacity(big) == 4 * (big + RECORD_HEADER_SIZE + TAG_SIZE)
-    with pytest.raises(ValueError, match="two maximum-size records"):
-        RecordRing(1000, capacity=2 * (1000 + RECORD_HEADER_SIZE + TAG_SIZE) - 1)
-    RecordRing(1000, capacity=2 * (1000 + RECORD_HEADER_SIZE + TAG_SIZE))
+    assert ring_capacity(big) == big + TAG_SIZE + 2 * RECORD_HEADER_SIZE  # one record + a header
+    assert ring_capacity(big, 5 * big) == 5 * big
+    with pytest.raises(ValueError, match="a maximum-size record and the next record's header"):
+        RecordRing(1000, capacity=1000 + TAG_SIZE + 2 * RECORD_HEADER_SIZE - 1)
+    RecordRing(1000, capacity=1000 + TAG_SIZE + 2 * RECORD_HEADER_SIZE)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -98,7 +99,8 @@ def test_reader_that_keeps_reading_never_deadlocks(seed: int) -> None:
     record_size = rng.choice([1, 7, 100, 1000, 4000])
     max_body = record_size + TAG_SIZE
     max_wire = RECORD_HEADER_SIZE + max_body
-    capacity = rng.choice([None, 2 * max_wire, 2 * max_wire + rng.randrange(1, max_wire), 3 * max_wire])
+    smallest = max_wire + RECORD_HEADER_SIZE  # one largest record and the next header
+    capacity = rng.choice([None, smallest, smallest + rng.randrange(1, max_wire), 2 * max_wire, 3 * max_wire])
     ring = CheckedRing(record_size, capacity)
     sizes = [rng.choice([TAG_SIZE, max_body, max_body, rng.randint(TAG_SIZE, max_body)]) for _ in range(300)]
     model = Model(ring, [wire_record(i, size) for i, size in enumerate(sizes)])
@@ -127,7 +129,10 @@ def test_backpressure_when_full_and_resume_when_popped(seed: int) -> None:
     rng = random.Random(seed)
     record_size = rng.choice([10, 1000, 3000])
     max_body = record_size + TAG_SIZE
-    ring = CheckedRing(record_size, rng.choice([None, 2 * (RECORD_HEADER_SIZE + max_body) + 37]))
+    smallest = 2 * RECORD_HEADER_SIZE + max_body
+    ring = CheckedRing(
+        record_size, rng.choice([None, smallest, smallest + 37, 2 * (RECORD_HEADER_SIZE + max_body) + 37])
+    )
     count = 8 * ring.capacity // (TAG_SIZE + max_body) + 10  # several ringfuls
     sizes = [rng.randint(TAG_SIZE, max_body) for _ in range(count)]
     model = Model(ring, [wire_record(i, size) for i, size in enumerate(sizes)])

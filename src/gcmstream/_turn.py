@@ -1,16 +1,18 @@
 """One caller at a time: how Sealer and Opener refuse a second thread loudly.
 
-Each object holds a ``Turn``: a one-token list. A public call takes the token with
-``list.pop()`` and gives it back with ``list.append()`` when it returns or raises. Both are
-single operations on the list (under CPython's GIL, and under the list's own lock on
-free-threaded builds), so of two threads that try at once exactly one gets the token; the other
-raises ConcurrencyError before touching any state. Internal calls never take the token again:
-public methods call private ones. The hot calls (``seal``, ``readinto``, feeding) inline the
-pop and append rather than enter the context manager, which costs two more Python calls.
+Each object holds a ``Turn``: a one-token deque. A public call takes the token with ``pop()``
+and gives it back with ``append()`` when it returns or raises. Both are single operations on
+the deque (under CPython's GIL, and under its own lock on free-threaded builds), and neither
+reallocates (a list would free and remake its item array each time), so of two threads that
+try at once exactly one gets the token; the other raises ConcurrencyError before touching any
+state. Internal calls never take the token again: public methods call private ones. The hot
+calls (``seal``, ``readinto``, ``read``, feeding) inline the pop and append rather than enter
+the context manager, which costs two more Python calls.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from types import TracebackType
 
 from .errors import ConcurrencyError
@@ -24,7 +26,7 @@ class Turn:
     __slots__ = ("token", "what")
 
     def __init__(self, what: str) -> None:
-        self.token: list[None] = [None]
+        self.token: deque[None] = deque((None,))
         self.what = what
 
     def busy(self) -> ConcurrencyError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, KeyLimits, Role, channel_secret
 from .opener import Opener
-from .ring import DEFAULT_RING_RECORDS
+from .ring import DEFAULT_RING_SIZE
 from .sealer import Sealer
 
 __all__ = ("Channel",)
@@ -29,7 +29,7 @@ class Channel:
         limits: KeyLimits | None = None,
         auto_key_update: bool = True,
         reuse_output: bool = True,
-        ring_records: int = DEFAULT_RING_RECORDS,
+        ring_size: int = DEFAULT_RING_SIZE,
         _salt: bytes | None = None,
     ) -> None:
         if role not in (Role.INITIATOR, Role.RESPONDER):
@@ -51,7 +51,7 @@ class Channel:
             context=context,
             max_record_size=max_record_size,
             limits=limits,
-            ring_records=ring_records,
+            ring_size=ring_size,
             _peer_role=role.peer,
             _on_peer_header=self._on_peer_header,
         )

@@ -79,7 +79,7 @@ from .format import (
     parse_header,
     verify_header,
 )
-from .ring import DEFAULT_RING_RECORDS, RecordRing, check_record_length, ring_capacity
+from .ring import DEFAULT_RING_SIZE, RecordRing, check_record_length, ring_capacity
 
 __all__ = ("Opener", "Phase")
 
@@ -87,7 +87,10 @@ __all__ = ("Opener", "Phase")
 # the caller's buffer: measured, one bulk copy then opening in place beats slicing the held
 # input per record below ~16 KiB (1 KiB records: 3.9 against 5.0 us per record).
 _IN_PLACE_MIN = 16 * 1024
-_VIEW_SLOTS = 127  # view cache slots (prime, so record positions spread over it)
+# View cache slots for the general path: prime, so the positions of equal records spread over
+# it (16 records of 64 KiB, a 1 MiB ring, take 16 distinct slots); few, so it stays under ~20 KB.
+# The run loops do not use it: small records would thrash it.
+_VIEW_SLOTS = 31
 _NO_PLAINTEXT = memoryview(bytearray())  # writable and empty: an empty record's output
 _unpack_record_header = RECORD_HEADER.unpack_from
 
@@ -122,6 +125,12 @@ class Opener:
     Errors found while feeding are raised by the next read-side call, after every
     authenticated byte before them has been read. Feeding never raises a ProtocolError.
     Input held by reference must not change until the opener has read past it.
+
+    Memory: the receive ring holds ``max(ring_size, record_size + 26)`` bytes (the announced
+    record size, at most ``max_record_size``: one largest record and the next header at
+    least), allocated when the first record byte arrives; plus the 76-byte header buffer and
+    at most one input held by reference (the caller's own object, not a copy, unless the
+    caller passed a mutable buffer whose rest did not fit).
     """
 
     def __init__(
@@ -131,14 +140,14 @@ class Opener:
         context: Buffer = b"",
         max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
         limits: KeyLimits | None = None,
-        ring_records: int = DEFAULT_RING_RECORDS,
+        ring_size: int = DEFAULT_RING_SIZE,
         _peer_role: Role = Role.ONE_WAY,
         _on_peer_header: PeerHeaderHook | None = None,
     ) -> None:
         self.suite = Suite.for_key(key)
         self.max_record_size = check_record_size(max_record_size, "max_record_size")
-        ring_capacity(self.max_record_size, ring_records)  # refuse a bad count now, not at the header
-        self.ring_records = ring_records
+        ring_capacity(self.max_record_size, ring_size)  # refuse a bad size now, not at the header
+        self.ring_size = ring_size
         self._key = bytes(key)  # kept only until the header is verified
         self._context = check_context(context)
         self._limits = limits or KeyLimits()
@@ -149,6 +158,7 @@ class Opener:
         self._error: ProtocolError | None = None  # the one slot: waiting (or, once FAILED, raised)
         self._eof = False
         self._untaken = False  # receive_some left bytes outside that follow what it took
+        self._plain_aad = (-1, b"")  # (length, header) of the last plain record the runs opened
         self._header_buf = bytearray(HEADER_SIZE)
         self._header_got = 0
         self.header: StreamHeader | None = None
@@ -378,7 +388,7 @@ class Opener:
         connection that never receives a record never holds one."""
         if self._ring is None:
             record_size = self.header.record_size if self.header is not None else self.max_record_size
-            self._ring = RecordRing(record_size, ring_capacity(record_size, self.ring_records))
+            self._ring = RecordRing(record_size, ring_capacity(record_size, self.ring_size))
         return self._ring
 
     def _on_header(self) -> None:
@@ -746,7 +756,7 @@ class Opener:
         bytes_left = direction.limits.hard_bytes - key_bytes
         max_ciphertext = self._max_ciphertext
         unpack = _unpack_record_header
-        aad_length, aad = -1, b""
+        aad_length, aad = self._plain_aad
         opened = 0
         try:
             while held_len - pos >= RECORD_HEADER_SIZE and opened < records_left:
@@ -760,6 +770,7 @@ class Opener:
                     if not TAG_SIZE < length <= max_ciphertext:
                         break
                     aad_length, aad = length, RECORD_HEADER.pack(0, length)
+                    self._plain_aad = (length, aad)
                 out = target[got : got + count]
                 pack_low(nonce, 4, iv_low ^ (seq + opened))
                 try:
@@ -794,8 +805,9 @@ class Opener:
         seq = direction.seq
         records_left = direction.limits.hard_records - seq
         bytes_left = direction.limits.hard_bytes - direction.key_bytes
-        buf, cache, pop = ring.buf, self._views, ring.pop
+        buf, view, pop = ring.buf, ring.view, ring.pop
         unpack = _unpack_record_header
+        aad_length, aad = self._plain_aad
         opened = 0
         try:
             while ring.complete and opened < records_left:
@@ -804,13 +816,14 @@ class Opener:
                 count = length - TAG_SIZE
                 if flags or not 0 < count <= size - got or count > bytes_left:
                     break
-                views = cache[pos % _VIEW_SLOTS]
-                if views is None or views[0] != pos or views[1] != length:
-                    views = self._slice_views(ring, pos, length)
+                if length != aad_length:  # a plain record's header is its associated data
+                    aad_length, aad = length, RECORD_HEADER.pack(0, length)
+                    self._plain_aad = (length, aad)
+                body = pos + RECORD_HEADER_SIZE
                 out = target[got : got + count]
                 pack_low(nonce, 4, iv_low ^ (seq + opened))
                 try:
-                    decrypt_into(nonce, views[3], views[2], out)
+                    decrypt_into(nonce, view[body : body + length], aad, out)
                 except InvalidTag:
                     out[:] = bytes(count)  # wiped; _step opens it again and reports it
                     break

@@ -18,9 +18,11 @@ A record that starts in the last ``max_wire`` bytes (the zone ``[C - max_wire, C
 fit before C, so there the ring offers the transport only the record's header first, then
 exactly the rest of the record once it is known to fit. A record that does not fit moves to 0;
 only its header bytes (at most 5) are copied, and only when ``[0, len)`` is free. With
-C >= 2 * max_wire this always becomes possible once the reader has consumed the records ahead,
-so a reader that keeps reading never deadlocks and a reader that stops reading stops the
-transport (backpressure: ``writable()`` is empty) instead of growing anything.
+C >= max_wire + 5 (one largest record and the next record's header) this always becomes
+possible once the reader has consumed the records ahead, so a reader that keeps reading never
+deadlocks and a reader that stops reading stops the transport (backpressure: ``writable()`` is
+empty) instead of growing anything. A larger C lets the transport go on receiving while the
+reader opens what arrived (measured: benchmarks/README.md).
 
 Reserved records: when the ring is empty, ``reserve(n)`` stores a complete record of ``n`` wire
 bytes at 0 without anything being written there. The Opener does this for a record it opens
@@ -41,17 +43,18 @@ from __future__ import annotations
 from .errors import MalformedRecordError, OutOfRangeError, RecordTooLargeError
 from .format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
 
-__all__ = ("DEFAULT_RING_RECORDS", "RecordRing", "check_record_length", "ring_capacity")
+__all__ = ("DEFAULT_RING_SIZE", "RecordRing", "check_record_length", "ring_capacity")
 
-_MIN_CAPACITY = 64 * 1024
-DEFAULT_RING_RECORDS = 4
+# The receive ring's byte budget: four 64 KiB records (their headers and tags included).
+DEFAULT_RING_SIZE = 4 * (RECORD_HEADER_SIZE + 64 * 1024 + TAG_SIZE)
 
 
-def ring_capacity(record_size: int, records: int = DEFAULT_RING_RECORDS) -> int:
-    """Capacity for ``records`` records of up to ``record_size`` plaintext bytes, >= 64 KiB."""
-    if not isinstance(records, int) or records < 2:
-        raise ValueError(f"a ring holds at least 2 records, got {records!r}")
-    return max(records * (RECORD_HEADER_SIZE + record_size + TAG_SIZE), _MIN_CAPACITY)
+def ring_capacity(record_size: int, ring_size: int = DEFAULT_RING_SIZE) -> int:
+    """The ring's capacity for records of up to ``record_size`` plaintext bytes: the budget
+    ``ring_size``, or one largest record and the next record's header if that is more."""
+    if not isinstance(ring_size, int) or isinstance(ring_size, bool) or ring_size < 1:
+        raise ValueError(f"ring_size must be a positive number of bytes, got {ring_size!r}")
+    return max(ring_size, RECORD_HEADER_SIZE + record_size + TAG_SIZE + RECORD_HEADER_SIZE)
 
 
 def check_record_length(length: int, max_ciphertext: int) -> None:
@@ -86,8 +89,8 @@ class RecordRing:
         self.max_ciphertext = record_size + TAG_SIZE
         self.max_wire = RECORD_HEADER_SIZE + self.max_ciphertext
         self.capacity = ring_capacity(record_size) if capacity is None else capacity
-        if self.capacity < 2 * self.max_wire:
-            raise ValueError("ring capacity must hold at least two maximum-size records")
+        if self.capacity < self.max_wire + RECORD_HEADER_SIZE:
+            raise ValueError("ring capacity must hold a maximum-size record and the next record's header")
         self.buf = bytearray(self.capacity)
         self.view = memoryview(self.buf)
         self._zone = self.capacity - self.max_wire
