@@ -31,6 +31,7 @@ from gcmstream import (
     StreamBrokenError,
 )
 from gcmstream.format import HARD_MAX_RECORD_SIZE, HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE
+from gcmstream.ring import DEFAULT_RING_SIZE
 
 T = TypeVar("T")
 KEY = bytes(range(16))
@@ -344,11 +345,11 @@ def test_uncommitted_header_allocates_no_ring() -> None:
 @settings(max_examples=min(EXAMPLES, 60), deadline=None, derandomize=True)
 @given(case=mutated(), chunks=chunk_lists)
 def test_memory_stays_bounded(case: tuple[Valid, bytes], chunks: list[int]) -> None:
-    """Whatever the damage, opening costs the ring (64 KiB here) plus a constant, not the input."""
+    """Whatever the damage, opening costs the ring (its byte budget) plus a constant, not the input."""
     valid, data = case
     data = data + bytes(200 * 1024)  # and a long tail of garbage
 
     def run() -> None:
         feed(valid.opener(), data, chunks or [4096], 0)
 
-    assert _peak_during(run) < 64 * 1024 + 48 * 1024
+    assert _peak_during(run) < DEFAULT_RING_SIZE + 48 * 1024
