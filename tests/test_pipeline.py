@@ -408,3 +408,22 @@ async def test_decrypt_stream_passes_on_records_before_waiting_for_input() -> No
             await source.waiting[1].wait()  # FINAL in, the source has not ended yet
             assert sink.data == data
             source.gates[1].set()
+
+
+def test_plain_file_objects_are_refused_with_the_way_out(tmp_path: Path) -> None:
+    """The README once said decrypt_stream takes "files": a plain open() file is not one."""
+    (tmp_path / "plain").write_bytes(b"data")
+
+    async def attempts() -> None:
+        with open(tmp_path / "plain", "rb") as source, open(tmp_path / "out", "wb") as sink:  # noqa: ASYNC230
+            with pytest.raises(gcmstream.UnsupportedEndpointError, match=r"anyio\.wrap_file") as info:
+                await pipeline.encrypt_stream(source, sink, key=KEY)  # type: ignore[arg-type]
+            assert isinstance(info.value, TypeError)
+            async with await anyio.open_file(tmp_path / "plain", "rb") as wrapped:
+                refused = r"cannot write to .*anyio\.wrap_file"
+                with pytest.raises(gcmstream.UnsupportedEndpointError, match=refused):
+                    await pipeline.encrypt_stream(wrapped, sink, key=KEY)  # type: ignore[arg-type]
+            with pytest.raises(gcmstream.UnsupportedEndpointError, match=r"cannot read from a builtins\.int"):
+                await pipeline.decrypt_stream(42, wrapped, key=KEY)  # type: ignore[arg-type]
+
+    anyio.run(attempts)

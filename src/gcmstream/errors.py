@@ -31,8 +31,10 @@
     │   │                                key line is malformed: prefix, version, suite, length
     │   ├── BufferFullError              receive_data() called again while earlier input is
     │   │                                still waiting for ring space (see Opener.wants_data)
-    │   └── OutOfRangeError              (also ValueError) buffer_updated()/consume() of more
-    │                                    bytes than were offered or are available
+    │   ├── OutOfRangeError              (also ValueError) buffer_updated()/consume() of more
+    │   │                                bytes than were offered or are available
+    │   └── UnsupportedEndpointError     (also TypeError) a pipeline source or sink of a type it
+    │                                    cannot use, such as a plain open() file
     ├── LimitReachedError                sealing would pass the hard per-key limit with automatic
     │                                    key update off; nothing was sealed; call update_key()
     └── StreamBrokenError                any call on an object that already failed fatally; the
@@ -73,6 +75,7 @@ __all__ = (
     "StreamClosedError",
     "TrailingDataError",
     "TruncatedStreamError",
+    "UnsupportedEndpointError",
     "UnsupportedFormatError",
     "UsageError",
 )
@@ -148,6 +151,11 @@ class BufferFullError(UsageError):
 
 class OutOfRangeError(UsageError, ValueError):
     """buffer_updated() or consume() was given more bytes than were offered or are available."""
+
+
+class UnsupportedEndpointError(UsageError, TypeError):
+    """A pipeline was given a source or sink it cannot read or write (a plain file object:
+    ``anyio.wrap_file`` makes one it can)."""
 
 
 class LimitReachedError(GcmStreamError):

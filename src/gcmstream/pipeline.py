@@ -7,6 +7,8 @@ Three layers, one loop each way:
 * ``encrypt_stream`` / ``decrypt_stream``: from an anyio ``ByteReceiveStream``, an asyncio
   ``StreamReader``, an anyio ``AsyncFile`` or an async iterable, to an anyio
   ``ByteSendStream``, an asyncio ``StreamWriter`` or an ``AsyncFile``. Neither end is closed.
+  Anything else (a plain ``open()`` file: wrap it with ``anyio.wrap_file``) raises
+  ``UnsupportedEndpointError``.
 * ``encrypt_file_async`` / ``decrypt_file_async`` and the synchronous ``encrypt_file`` /
   ``decrypt_file`` (``anyio.run`` over the async ones): path to path. File I/O runs in worker
   threads (anyio's file API), never on the event loop.
@@ -47,7 +49,7 @@ from anyio import AsyncFile, EndOfStream, to_thread
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from .codec import Opener, Sealer
-from .errors import TrailingDataError, TruncatedStreamError
+from .errors import TrailingDataError, TruncatedStreamError, UnsupportedEndpointError
 from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, byte_view
 
 __all__ = (
@@ -159,7 +161,7 @@ def _reader(source: ByteSource, chunk_size: int, progress: Progress | None) -> _
         async def read() -> Buffer:
             return view[: await file.readinto(buf)]
 
-    else:
+    elif isinstance(source, AsyncIterable):
         iterator = aiter(source)
 
         async def read() -> Buffer:
@@ -167,6 +169,9 @@ def _reader(source: ByteSource, chunk_size: int, progress: Progress | None) -> _
                 if len(chunk):
                     return chunk
             return b""
+
+    else:
+        raise UnsupportedEndpointError(f"cannot read from {_endpoint_hint(source)}")
 
     if progress is None:
         return read
@@ -195,14 +200,23 @@ def _writer(sink: ByteSink) -> _Writer:
             writer.write(bytes(view))
             await writer.drain()
 
-    else:
+    elif isinstance(sink, AsyncFile):
         file = sink
 
         async def write(view: memoryview) -> None:
             while view:
                 view = view[await file.write(view) :]
 
+    else:
+        raise UnsupportedEndpointError(f"cannot write to {_endpoint_hint(sink)}")
     return write
+
+
+def _endpoint_hint(endpoint: object) -> str:
+    kind = f"a {type(endpoint).__module__}.{type(endpoint).__qualname__}"
+    if hasattr(endpoint, "read") or hasattr(endpoint, "write"):  # a plain, blocking file object
+        return f"{kind}: wrap a file with anyio.wrap_file(), or open it with anyio.open_file()"
+    return f"{kind}: give an anyio byte stream, an asyncio StreamReader/StreamWriter or an anyio AsyncFile"
 
 
 class _Gather:
