@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest docs dist bench bench-quick fuzz mutate clean
+.PHONY: demo test lint typecheck pytest docs dist sdist-check bench bench-quick fuzz mutate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ docs: $(STAMP)
 dist: $(STAMP)
 	rm -rf dist
 	$(PY) -m build --outdir dist .
+
+# The whole test suite run from the extracted sdist, against the sdist's own source.
+sdist-check: dist
+	rm -rf dist/check && mkdir dist/check
+	tar xzf dist/gcmstream-*.tar.gz -C dist/check
+	cd dist/check/gcmstream-* && PYTHONPATH=$$PWD/src $(abspath $(PY)) -m pytest -q -p no:cacheprovider
 
 BENCH_STAMP := $(VENV)/.bench-installed
 

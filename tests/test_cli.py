@@ -896,3 +896,39 @@ def test_progress_bar_ends_with_a_summary_in_one_unit_system(tmp_path: Path, key
     assert "iB" not in text  # no MiB beside MB/s
     code, shown = _stderr_on_terminal(["decrypt", "-k", keyfile, "-i", tmp_path / "enc", "-o", os.devnull])
     assert code == 0 and "gcmstream decrypt: 4.2 MB in" in shown.decode()
+
+
+# -- shell completion ------------------------------------------------------------------------------
+
+_COMPLETE = r"""
+source <("$GCMSTREAM" --print-completion bash)
+complete_words() {
+  COMP_WORDS=("$@"); COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 )); COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}
+  COMPREPLY=()
+  "$(complete -p gcmstream | sed -E 's/.*-F ([^ ]+).*/\1/')" gcmstream "${COMP_WORDS[COMP_CWORD]}" \
+    "${COMP_WORDS[COMP_CWORD-1]}"
+  echo "${COMPREPLY[*]}"
+}
+complete_words gcmstream de
+complete_words gcmstream decrypt --max
+complete_words gcmstream keygen --suite ""
+"""
+
+
+def test_bash_completion_completes_commands_options_and_choices() -> None:
+    script = Path(sys.executable).parent / "gcmstream"
+    if not script.exists():
+        pytest.skip("console script not installed next to this interpreter")
+    result = subprocess.run(
+        ["bash", "-c", _COMPLETE],
+        env={**env(), "GCMSTREAM": str(script)},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["decrypt", "--max-record-size", "aes128 aes256"]
+    for shell in ("zsh", "tcsh"):
+        printed = gcm("--print-completion", shell)
+        assert printed.returncode == 0 and b"gcmstream" in printed.stdout
