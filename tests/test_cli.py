@@ -284,7 +284,8 @@ def test_wrong_key_exit_code(tmp_path: Path, sealed: tuple[bytes, bytes]) -> Non
     other = tmp_path / "other"
     assert gcm("keygen", "-o", other).returncode == 0
     result = gcm("decrypt", "-k", other, "--context", "ctx", "-o", tmp_path / "out", input=sealed[1])
-    assert "wrong key" in one_line_error(result, EXIT_WRONG_KEY)
+    message = one_line_error(result, EXIT_WRONG_KEY)
+    assert message.count("wrong key") == 1 and message.count("context") == 2, message  # said once
     assert not (tmp_path / "out").exists()
 
 
@@ -714,8 +715,8 @@ def test_output_to_a_missing_directory_names_the_users_path(tmp_path: Path, keyf
 @pytest.mark.parametrize("command", ["encrypt", "decrypt"])
 @pytest.mark.parametrize(
     ("signum", "code"),
-    [(signal.SIGINT, EXIT_INTERRUPTED), (signal.SIGTERM, EXIT_TERMINATED)],
-    ids=["SIGINT", "SIGTERM"],
+    [(signal.SIGINT, EXIT_INTERRUPTED), (signal.SIGTERM, EXIT_TERMINATED), (signal.SIGHUP, EXIT_TERMINATED)],
+    ids=["SIGINT", "SIGTERM", "SIGHUP"],
 )
 def test_signal_while_stdin_is_idle(
     tmp_path: Path, keyfile: Path, command: str, signum: int, code: int
@@ -811,6 +812,11 @@ def test_malformed_key_lines_never_show_the_key(tmp_path: Path) -> None:
         for result in (
             gcm("encrypt", "-k", keyfile, input=b"x"),
             gcm("encrypt", input=b"x", environ=env(**{KEY_ENV: bad})),
+            # key text typed where a path or an argument belongs
+            gcm("encrypt", "-k", bad.splitlines()[0], input=b"x"),
+            gcm("encrypt", "-k", keyfile, bad.splitlines()[0], input=b"x"),
+            gcm(bad.splitlines()[0], input=b"x"),
+            gcm("connect", bad.splitlines()[0], "-k", keyfile, input=b"x"),
         ):
             message = one_line_error(result, EXIT_USAGE)
             assert not any(piece in message for piece in pieces), (bad, message)
@@ -932,3 +938,72 @@ def test_bash_completion_completes_commands_options_and_choices() -> None:
     for shell in ("zsh", "tcsh"):
         printed = gcm("--print-completion", shell)
         assert printed.returncode == 0 and b"gcmstream" in printed.stdout
+
+
+# -- messages ---------------------------------------------------------------------------------------
+
+
+def test_damaged_header_field_is_corrupt_not_unsupported(
+    tmp_path: Path, keyfile: Path, sealed: tuple[bytes, bytes]
+) -> None:
+    """Magic and version right, a later field flipped: damaged data (4), not a newer format (7)."""
+    _, wire = sealed
+    for offset in (5, 6, 7, 8):  # suite, role, reserved, record size
+        damaged = bytearray(wire)
+        damaged[offset] ^= 0x80
+        (tmp_path / "enc").write_bytes(damaged)
+        result = gcm(
+            "decrypt", "-k", keyfile, "--context", "ctx", "-i", tmp_path / "enc", "-o", tmp_path / "out"
+        )
+        message = one_line_error(result, EXIT_TAMPERED)
+        assert f"{tmp_path / 'enc'} has a corrupt stream header" in message, message
+    newer = bytearray(wire)
+    newer[4] = 2  # a format version this one does not read
+    message = one_line_error(gcm("decrypt", "-k", keyfile, input=bytes(newer)), EXIT_UNSUPPORTED)
+    assert "version 2" in message
+
+
+def test_decrypt_to_a_missing_directory_names_the_users_path(
+    tmp_path: Path, keyfile: Path, sealed: tuple[bytes, bytes]
+) -> None:
+    target = tmp_path / "nowhere" / "x"
+    result = gcm("decrypt", "-k", keyfile, "--context", "ctx", "-o", target, input=sealed[1])
+    message = one_line_error(result, EXIT_IO)
+    assert message == f"gcmstream decrypt: {target}: No such file or directory\n"
+    assert ".partial" not in message
+
+
+def test_closed_reader_leaves_no_progress_bar_behind(tmp_path: Path, keyfile: Path) -> None:
+    (tmp_path / "in").write_bytes(data(64 * 1024 * 1024))
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "encrypt", "-k", str(keyfile), "-i", str(tmp_path / "in")],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=terminal,
+        env=env(),
+    )
+    os.close(terminal)
+    assert process.stdout is not None
+    shown = bytearray()
+    try:
+        assert len(process.stdout.read(100)) == 100
+        process.stdout.close()  # `| head -c 100`
+        assert process.wait(timeout=TIMEOUT) == EXIT_BROKEN_PIPE
+        while select.select([controller], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: all read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        process.kill()
+        process.wait()
+        os.close(controller)
+    text = shown.decode()
+    assert "encrypt:" in text  # the bar was there
+    assert "\n" not in text.strip(), text  # no message, no summary line
+    assert text.rsplit("\r", 1)[-1].strip() == "", text  # the bar's line was cleared at the end

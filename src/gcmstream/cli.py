@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import stat
 import sys
@@ -144,8 +145,20 @@ class _Terminated(Exception):
     """SIGTERM or SIGHUP arrived; the command was cancelled (so its cleanup ran)."""
 
 
+# Key text given where it does not belong (-k KEYLINE, a stray argument, a key line with its
+# fields swapped) must not come back in a message. A key line or a bare key is a run of
+# base64url characters and colons, 22 or more long, with no "/" or "." in it, which every path
+# or address the messages name has: such runs are hidden wherever they appear.
+_KEY_LIKE = re.compile(r"(?<![A-Za-z0-9_:/.-])[A-Za-z0-9_:-]{21,}[A-Za-z0-9_-](?![A-Za-z0-9_/.-])")
+
+
+def _hide_key_text(text: str) -> str:
+    return _KEY_LIKE.sub("<hidden: may be key text>", text)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
+        message = _hide_key_text(message)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -989,7 +1002,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command == "decrypt" and args.output == "-" and code in (EXIT_TAMPERED, EXIT_TRUNCATED):
                 message += "; output stops after the last authenticated record"
             with contextlib.suppress(OSError):
-                print(f"gcmstream {args.command}: {message}", file=sys.stderr, flush=True)
+                print(_hide_key_text(f"gcmstream {args.command}: {message}"), file=sys.stderr, flush=True)
         return _exit_now_if_blocked(code)
     return _exit_now_if_blocked(EXIT_OK)
 
@@ -997,10 +1010,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _log_to_stderr(command: str) -> None:
     """Log lines (listen's refused connections) as one line each, like the error line."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"gcmstream {command}: %(message)s"))
+    handler.setFormatter(_HidingFormatter(f"gcmstream {command}: %(message)s"))
     _log.handlers[:] = [handler]
     _log.setLevel(logging.INFO)
     _log.propagate = False
+
+
+class _HidingFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return _hide_key_text(super().format(record))
 
 
 def _exit_now_if_blocked(code: int) -> int:

@@ -50,7 +50,10 @@ def parse_key(text: str) -> bytes:
         raise KeyFileError(f"expected one key line, found {len(lines)}")
     parts = lines[0].split(":")
     if len(parts) != 3 or not parts[0].startswith("gcmstream-key-"):
-        raise KeyFileError(f"not a gcmstream key (expected '{KEY_PREFIX}:aes128|aes256:<base64url>')")
+        raise KeyFileError(
+            f"not a gcmstream key line (expected three fields separated by colons: {KEY_PREFIX}, "
+            "aes128 or aes256, and the key in base64url)"
+        )
     prefix, suite_name, encoded = parts
     # No field of a malformed line is ever repeated in a message: a line with its fields
     # swapped or missing may hold the key anywhere. Only a known shape is named.
