@@ -34,3 +34,16 @@ def test_api_reference_builds_without_warnings(tmp_path: Path) -> None:
         words = re.findall(r"[A-Za-z]+", (obj.__doc__ or "").split("``")[0])[:4]
         assert len(words) == 4 and re.search(r"\W+".join(words), api), name  # with its docstring
     assert gcmstream.__version__ in (tmp_path / "index.html").read_text()
+
+
+def test_every_test_the_documents_cite_exists() -> None:
+    """SECURITY.md, README.md and docs/FORMAT.md point at tests by name: those tests exist."""
+    root = DOCS.parent
+    defined = set()
+    for path in (root / "tests").glob("test_*.py"):
+        defined |= set(re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.MULTILINE))
+    cited = set()
+    for name in ("SECURITY.md", "README.md", "docs/FORMAT.md"):
+        cited |= set(re.findall(r"\b(test_\w+)\b(?!\.py)", (root / name).read_text()))
+    assert cited, "no test is cited"
+    assert not sorted(cited - defined), f"cited but not defined: {sorted(cited - defined)}"

@@ -509,11 +509,15 @@ def _regular_size(fd: int) -> int | None:
 
 def _si(count: float) -> str:
     """Bytes in decimal units, as the progress bar shows them."""
-    for unit in ("B", "kB", "MB", "GB"):
-        if count < 1000:
-            return f"{count:.3g} {unit}" if unit != "B" else f"{int(count)} B"
+    if count < 1000:
+        return f"{int(count)} B"
+    units = ("kB", "MB", "GB", "TB")
+    step = 0
+    count /= 1000
+    while count >= 999.95 and step < len(units) - 1:
         count /= 1000
-    return f"{count:.3g} TB"
+        step += 1
+    return f"{count:.1f} {units[step]}"
 
 
 @dataclass
@@ -628,12 +632,12 @@ async def _decrypt_command(args: argparse.Namespace, key: bytes) -> None:
     async with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "decrypt", args.quiet)
         read = _fd_reader(source, progress.callback)
-        first: list[bytes] = []
+        start = bytearray()  # the header's first bytes, to tell damage from a newer format
 
         async def read_keeping_the_start() -> bytes:
             chunk = await read()
-            if not first:
-                first.append(chunk[:HEADER_SIZE])
+            if len(start) < HEADER_SIZE:
+                start.extend(chunk[: HEADER_SIZE - len(start)])
             return chunk
 
         try:
@@ -642,15 +646,15 @@ async def _decrypt_command(args: argparse.Namespace, key: bytes) -> None:
                 await _decrypt(read_keeping_the_start, write, opener, eager=args.output == "-")
         except RecordTooLargeError as exc:
             progress.close()
-            if opener.header is None:  # the header's size, not a record's length field
-                raise _record_limit_error("decrypt", exc.size, exc.limit, where) from None
-            raise
+            if opener.header is not None:  # a record's length field, not the header's size
+                raise
+            raise _record_limit_error("decrypt", exc.size, exc.limit, where) from None
         except UnsupportedFormatError as exc:
             progress.close()
-            if _is_gcmstream_start(first[0] if first else b""):
-                # magic and version are right: a later header field was damaged, not a newer format
-                raise _Fail(EXIT_TAMPERED, f"{where} has a corrupt stream header: {exc}") from None
-            raise
+            if not _is_gcmstream_start(bytes(start)):
+                raise
+            # magic and version are right: a later header field was damaged, not a newer format
+            raise _Fail(EXIT_TAMPERED, f"{where} has a corrupt stream header: {exc}") from None
         except BaseException:
             progress.close()
             raise
