@@ -4,18 +4,18 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest bench bench-quick fuzz mutate clean
+.PHONY: demo test lint typecheck pytest docs dist sdist-check bench bench-quick fuzz mutate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,docs]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
-test: $(STAMP) lint typecheck pytest
+test: $(STAMP) lint typecheck docs pytest
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests examples benchmarks fuzz
@@ -26,6 +26,21 @@ typecheck: $(STAMP)
 
 pytest: $(STAMP)
 	$(PY) -m pytest -q
+
+# The API reference from the docstrings (Sphinx autodoc); any warning fails the build.
+docs: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
+# The wheel and the sdist in dist/ (tests/test_packaging.py builds and checks both).
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
+# The whole test suite run from the extracted sdist, against the sdist's own source.
+sdist-check: dist
+	rm -rf dist/check && mkdir dist/check
+	tar xzf dist/gcmstream-*.tar.gz -C dist/check
+	cd dist/check/gcmstream-* && PYTHONPATH=$$PWD/src $(abspath $(PY)) -m pytest -q -p no:cacheprovider
 
 BENCH_STAMP := $(VENV)/.bench-installed
 
@@ -43,7 +58,7 @@ bench-quick: $(BENCH_STAMP)
 	$(PY) benchmarks/run.py --quick
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis mutants
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis mutants docs/_build dist
 
 # Coverage-guided fuzzing of the opener (atheris, libFuzzer); see fuzz/README.md.
 FUZZ_SECONDS ?= 600

@@ -9,6 +9,7 @@ import re
 import resource
 import select
 import signal
+import socket
 import stat
 import struct
 import subprocess
@@ -24,8 +25,11 @@ import pytest
 
 import gcmstream
 from gcmstream.cli import (
+    EXIT_BROKEN_PIPE,
+    EXIT_CODES,
     EXIT_INTERRUPTED,
     EXIT_IO,
+    EXIT_RECORD_LIMIT,
     EXIT_TAMPERED,
     EXIT_TERMINATED,
     EXIT_TRUNCATED,
@@ -101,17 +105,40 @@ def record_offset(index: int) -> int:
 # -- help, keys, usage -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", [(), *((c,) for c in COMMANDS)], ids=["main", *COMMANDS])
-def test_help(command: tuple[str, ...]) -> None:
-    result = gcm(*command, "--help")
+def test_help_lists_the_exit_statuses_once_at_the_top() -> None:
+    result = gcm("--help")
     assert result.returncode == 0, result.stderr
     text = result.stdout.decode()
     assert text.startswith("usage: gcmstream")
     assert "exit status" in text and "wrong key" in text
-    if command and command[0] in ("encrypt", "decrypt", "listen", "connect"):
+    for code in EXIT_CODES:
+        assert re.search(rf"^ +{code}  ", text, re.MULTILINE), code
+    for command in COMMANDS:
+        assert re.search(rf"^  (\S.*\| )?gcmstream {command} ", text, re.MULTILINE), command
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_command_help_has_examples_not_the_exit_table(command: str) -> None:
+    result = gcm(command, "--help")
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.decode()
+    assert text.startswith(f"usage: gcmstream {command}")
+    assert "exit status:" not in text and "internal error" not in text
+    assert "gcmstream --help" in text  # where the exit statuses are
+    examples = text.split("examples:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert 2 <= len(examples) <= 3, examples
+    assert all(f"gcmstream {command} " in line for line in examples), examples
+    if command in ("encrypt", "decrypt", "listen", "connect"):
         assert KEY_ENV in text
-    if command == ("decrypt",):
+    if command == "decrypt":
         assert "last good record" in " ".join(text.split())
+
+
+def test_bare_command_prints_the_help() -> None:
+    result = gcm()
+    assert result.returncode == EXIT_USAGE
+    assert result.stdout.decode() == gcm("--help").stdout.decode()
+    assert result.stderr == b""
 
 
 def test_keygen(tmp_path: Path) -> None:
@@ -136,6 +163,7 @@ def test_usage_errors(tmp_path: Path, keyfile: Path) -> None:
     one_line_error(gcm("encrypt", input=b"x"), EXIT_USAGE)  # no key at all
     bad = tmp_path / "bad"
     bad.write_text("gcmstream-key-v9:aes128:AAAA\n")
+    bad.chmod(0o600)
     assert "not supported" in one_line_error(gcm("encrypt", "-k", bad, input=b"x"), EXIT_USAGE)
     one_line_error(gcm("encrypt", "-k", tmp_path / "missing", input=b"x"), EXIT_USAGE)
     one_line_error(gcm("encrypt", "-k", keyfile, "--record-size", "0", input=b"x"), EXIT_USAGE)
@@ -256,7 +284,8 @@ def test_wrong_key_exit_code(tmp_path: Path, sealed: tuple[bytes, bytes]) -> Non
     other = tmp_path / "other"
     assert gcm("keygen", "-o", other).returncode == 0
     result = gcm("decrypt", "-k", other, "--context", "ctx", "-o", tmp_path / "out", input=sealed[1])
-    assert "wrong key" in one_line_error(result, EXIT_WRONG_KEY)
+    message = one_line_error(result, EXIT_WRONG_KEY)
+    assert message.count("wrong key") == 1 and message.count("context") == 2, message  # said once
     assert not (tmp_path / "out").exists()
 
 
@@ -508,19 +537,20 @@ def test_half_close_each_direction_ends_on_its_own(keyfile: Path) -> None:
 def test_listen_connect_wrong_key(tmp_path: Path, keyfile: Path) -> None:
     other = tmp_path / "other"
     assert gcm("keygen", "-o", other).returncode == 0
-    listener = Listener(["-k", keyfile])
+    listener = Listener(["-k", keyfile, "--once"])
     connected = gcm("connect", f"127.0.0.1:{listener.port}", "-k", other, input=b"hello")
     one_line_error(connected, EXIT_WRONG_KEY)
     assert listener.finish() == EXIT_WRONG_KEY
     assert listener.stdout == b""
 
 
-def test_connect_refused_is_an_io_error(keyfile: Path) -> None:
+def test_connect_refused_names_the_address_and_the_cause(keyfile: Path) -> None:
     listener = Listener(["-k", keyfile])
     port = listener.port
     listener.process.kill()
     listener.finish()
-    one_line_error(gcm("connect", f"127.0.0.1:{port}", "-k", keyfile, input=b""), EXIT_IO)
+    message = one_line_error(gcm("connect", f"127.0.0.1:{port}", "-k", keyfile, input=b""), EXIT_IO)
+    assert message == f"gcmstream connect: cannot connect to 127.0.0.1:{port}: connection refused\n"
 
 
 def test_peak_rss_helper_measures_children() -> None:
@@ -561,3 +591,419 @@ def test_interrupted_sender_is_seen_as_truncated(keyfile: Path) -> None:
         client.stderr.close()
     assert listener.finish() == EXIT_TRUNCATED, listener.stderr
     assert b"truncated" in listener.stderr
+
+
+# -- what the CLI writes, the CLI reads ---------------------------------------------------------
+
+
+def _rerun_option(message: str) -> list[str]:
+    """The option an EXIT_RECORD_LIMIT message tells the user to add."""
+    match = re.search(r"rerun with (--max-record-size \S+)$", message.strip())
+    assert match, message
+    return match.group(1).split()
+
+
+@pytest.mark.parametrize("record_size", ["1", "64K", "1M", "2M", "16M"])
+def test_every_accepted_record_size_reads_back(tmp_path: Path, keyfile: Path, record_size: str) -> None:
+    """With default options, or with the option the error message names: never "tampered"."""
+    plain = data(100_000)
+    (tmp_path / "in").write_bytes(plain)
+    encrypted = gcm("encrypt", "-k", keyfile, "--record-size", record_size, "-i", tmp_path / "in")
+    assert encrypted.returncode == 0, encrypted.stderr
+    (tmp_path / "enc").write_bytes(encrypted.stdout)
+    args: list[str | Path] = ["decrypt", "-k", keyfile, "-i", tmp_path / "enc"]
+    decrypted = gcm(*args)
+    if decrypted.returncode != 0:
+        message = one_line_error(decrypted, EXIT_RECORD_LIMIT)
+        assert str(tmp_path / "enc") in message and "tampered" not in message
+        assert decrypted.stdout == b""
+        decrypted = gcm(*args, *_rerun_option(message))
+    assert decrypted.returncode == 0, decrypted.stderr
+    assert decrypted.stdout == plain
+
+
+@pytest.mark.parametrize("sender", ["listen", "connect"])
+def test_network_record_size_over_the_peer_limit_names_the_option(keyfile: Path, sender: str) -> None:
+    listen_args: list[str | Path] = ["-k", keyfile, "--once"]
+    connect_args: list[str | Path] = ["-k", keyfile]
+    (listen_args if sender == "listen" else connect_args).extend(["--record-size", "2M"])
+    listener = Listener(listen_args)
+    connected = gcm("connect", f"127.0.0.1:{listener.port}", *connect_args, input=b"hello")
+    code = listener.finish()
+    receiver, result = ("connect", connected.stderr) if sender == "listen" else ("listen", listener.stderr)
+    assert (connected.returncode if sender == "listen" else code) == EXIT_RECORD_LIMIT, (connected, code)
+    message = result.decode().splitlines()[-1]
+    assert message.startswith(f"gcmstream {receiver}: the peer announces records of 2M")
+    assert _rerun_option(message) == ["--max-record-size", "2M"]
+    # and with that option the transfer goes through
+    (connect_args if sender == "listen" else listen_args).extend(_rerun_option(message))
+    listener = Listener(listen_args)
+    connected = gcm("connect", f"127.0.0.1:{listener.port}", *connect_args, input=b"hello")
+    assert listener.finish() == 0, listener.stderr
+    assert connected.returncode == 0, connected.stderr
+    assert listener.stdout == b"hello"
+
+
+# -- output files: links and permissions -------------------------------------------------------
+
+NOBODY = 65534
+
+
+@pytest.mark.parametrize("command", ["encrypt", "decrypt"])
+def test_output_never_wider_than_0600_unless_asked(
+    tmp_path: Path, keyfile: Path, sealed: tuple[bytes, bytes], command: str
+) -> None:
+    plain, wire = sealed
+    (tmp_path / "in").write_bytes(wire if command == "decrypt" else plain)
+    out = tmp_path / "out"
+    out.write_bytes(b"old")
+    out.chmod(0o666)  # an existing file's wide mode is not copied to the new content
+    args = (command, "-k", keyfile, "--context", "ctx", "-i", tmp_path / "in", "-o", out)
+    assert gcm(*args).returncode == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    out.unlink()
+    assert gcm(*args).returncode == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert gcm(*args, "--mode", "644").returncode == 0  # the user asks
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+    one_line_error(gcm(*args, "--mode", "9"), EXIT_USAGE)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's symlink needs root")
+@pytest.mark.parametrize("command", ["encrypt", "decrypt"])
+def test_output_does_not_follow_a_symlink_planted_by_another_user(
+    tmp_path: Path, keyfile: Path, sealed: tuple[bytes, bytes], command: str
+) -> None:
+    """The issue's attack: shared/out.tar -> their/out.tar (0666, in their directory)."""
+    plain, wire = sealed
+    (tmp_path / "in").write_bytes(wire if command == "decrypt" else plain)
+    theirs, shared = tmp_path / "their", tmp_path / "shared"
+    theirs.mkdir()
+    shared.mkdir()
+    shared.chmod(0o777)
+    (theirs / "out.tar").write_bytes(b"bait")
+    (theirs / "out.tar").chmod(0o666)
+    os.chown(theirs, NOBODY, NOBODY)
+    os.chown(theirs / "out.tar", NOBODY, NOBODY)
+    (shared / "out.tar").symlink_to(theirs / "out.tar")
+    os.lchown(shared / "out.tar", NOBODY, NOBODY)
+    args = (command, "-k", keyfile, "--context", "ctx", "-i", tmp_path / "in", "-o", shared / "out.tar")
+    message = one_line_error(gcm(*args), EXIT_IO)
+    assert str(shared / "out.tar") in message and "symbolic link owned by another user" in message
+    assert (theirs / "out.tar").read_bytes() == b"bait"
+    assert sorted(p.name for p in theirs.iterdir()) == ["out.tar"]
+    assert sorted(p.name for p in shared.iterdir()) == ["out.tar"]
+    assert (shared / "out.tar").is_symlink()
+    # the user's own link is theirs to follow (a second hop planted by someone else is not)
+    (tmp_path / "mine").symlink_to(tmp_path / "target")
+    assert gcm(*args[:-1], tmp_path / "mine").returncode == 0
+    assert stat.S_IMODE((tmp_path / "target").stat().st_mode) == 0o600
+    (tmp_path / "mine2").symlink_to(shared / "out.tar")
+    one_line_error(gcm(*args[:-1], tmp_path / "mine2"), EXIT_IO)
+    assert (theirs / "out.tar").read_bytes() == b"bait"
+
+
+def test_output_to_a_missing_directory_names_the_users_path(tmp_path: Path, keyfile: Path) -> None:
+    target = tmp_path / "no such dir" / "x"
+    message = one_line_error(gcm("encrypt", "-k", keyfile, "-o", target, input=b"x"), EXIT_IO)
+    assert message == f"gcmstream encrypt: {target}: No such file or directory\n"
+
+
+# -- signals while waiting for input or for a reader ---------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["encrypt", "decrypt"])
+@pytest.mark.parametrize(
+    ("signum", "code"),
+    [(signal.SIGINT, EXIT_INTERRUPTED), (signal.SIGTERM, EXIT_TERMINATED), (signal.SIGHUP, EXIT_TERMINATED)],
+    ids=["SIGINT", "SIGTERM", "SIGHUP"],
+)
+def test_signal_while_stdin_is_idle(
+    tmp_path: Path, keyfile: Path, command: str, signum: int, code: int
+) -> None:
+    """Nothing ever arrives on stdin (an idle pipe): a signal still ends the command at once,
+    with its exit status and without the temporary file."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", command, "-k", str(keyfile), "-o", str(tmp_path / "out")],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+    )
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not any(p.name.endswith(".partial") for p in tmp_path.iterdir()):
+            assert time.monotonic() < deadline, "no temporary file appeared"
+            time.sleep(0.01)
+        time.sleep(0.3)  # and the read of stdin has begun
+        process.send_signal(signum)
+        # seconds, not the 100 ms it takes, so a busy machine cannot fail it; before the fix
+        # it waited for input for ever
+        assert process.wait(timeout=10) == code
+        assert process.stderr is not None
+        assert process.stderr.read().count(b"\n") == 1
+    finally:
+        process.kill()
+        process.wait()
+        assert process.stdin is not None and process.stderr is not None
+        process.stdin.close()
+        process.stderr.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_signal_while_the_reader_of_stdout_stalls(tmp_path: Path, keyfile: Path) -> None:
+    (tmp_path / "in").write_bytes(data(8 * 1024 * 1024))
+    assert gcm("encrypt", "-k", keyfile, "-i", tmp_path / "in", "-o", tmp_path / "enc").returncode == 0
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "decrypt", "-k", str(keyfile), "-i", str(tmp_path / "enc")],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+    )
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        assert len(process.stdout.read(1)) == 1  # writing has begun; now nobody reads
+        time.sleep(0.3)  # let it fill the pipe and block in write()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == EXIT_TERMINATED
+        assert b"SIGTERM" in process.stderr.read()
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+        process.stderr.close()
+
+
+# -- keys: never printed, never readable by others ---------------------------------------------
+
+
+def _malformed_lines(line: str) -> list[str]:
+    prefix, suite, encoded = line.split(":")
+    swapped = [
+        f"{prefix}:{encoded}:{suite}",
+        f"{encoded}:{prefix}:{suite}",
+        f"{suite}:{encoded}:{prefix}",
+        f"{encoded}:{suite}:{prefix}",
+        f"{suite}:{prefix}:{encoded}",
+    ]
+    missing = [f"{prefix}:{encoded}", f"{prefix}::{encoded}", f"{prefix}:{encoded}:", f":{suite}:{encoded}"]
+    other = [
+        f"gcmstream-key-{encoded}:{suite}:{encoded}",
+        f"gcmstream-key-v1x{encoded}:{suite}:{encoded}",
+        f"{prefix}:{suite}:{encoded}:{encoded}",
+        f"{prefix}:{suite}{encoded}:{encoded}",
+        f"{prefix}:{suite}:{encoded}!",
+        f"{prefix}:{suite}:{encoded}{encoded}",
+        f"{prefix}:aes256:{encoded}",
+        f"{line}\n{line}",
+        encoded,
+    ]
+    return swapped + missing + other
+
+
+def test_malformed_key_lines_never_show_the_key(tmp_path: Path) -> None:
+    line = gcm("keygen", "-o", "-").stdout.decode().strip()
+    encoded = line.split(":")[2]
+    pieces = {encoded[i : i + 8] for i in range(len(encoded) - 7)}  # any 8 characters of it
+    keyfile = tmp_path / "bad.key"
+    for bad in _malformed_lines(line):
+        keyfile.write_text(bad + "\n")
+        keyfile.chmod(0o600)
+        for result in (
+            gcm("encrypt", "-k", keyfile, input=b"x"),
+            gcm("encrypt", input=b"x", environ=env(**{KEY_ENV: bad})),
+            # key text typed where a path or an argument belongs
+            gcm("encrypt", "-k", bad.splitlines()[0], input=b"x"),
+            gcm("encrypt", "-k", keyfile, bad.splitlines()[0], input=b"x"),
+            gcm(bad.splitlines()[0], input=b"x"),
+            gcm("connect", bad.splitlines()[0], "-k", keyfile, input=b"x"),
+        ):
+            message = one_line_error(result, EXIT_USAGE)
+            assert not any(piece in message for piece in pieces), (bad, message)
+
+
+def test_key_file_open_to_others_is_refused(tmp_path: Path) -> None:
+    key = tmp_path / "k"
+    assert gcm("keygen", "-o", key).returncode == 0
+    for mode in (0o644, 0o640, 0o604, 0o620):
+        key.chmod(mode)
+        message = one_line_error(gcm("encrypt", "-k", key, input=b"x"), EXIT_USAGE)
+        assert f"mode {mode:04o}" in message and f"chmod 600 {key}" in message
+    key.chmod(0o400)
+    assert gcm("encrypt", "-k", key, input=b"x").returncode == 0
+
+
+# -- listen serves until the real peer arrives --------------------------------------------------
+
+
+def test_listen_keeps_serving_after_failed_handshakes(tmp_path: Path, keyfile: Path) -> None:
+    other = tmp_path / "other"
+    assert gcm("keygen", "-o", other).returncode == 0
+    listener = Listener(["-k", keyfile])
+    with socket.create_connection(("127.0.0.1", listener.port), timeout=TIMEOUT) as stalled:
+        # one connection says nothing at all (it must not hold up the others) ...
+        with socket.create_connection(("127.0.0.1", listener.port), timeout=TIMEOUT) as probe:
+            probe.sendall(b"GET / HTTP/1.0\r\n\r\n" + b"x" * 200)  # ... one is no gcmstream peer ...
+            probe.shutdown(socket.SHUT_WR)
+            while probe.recv(65536):
+                pass
+        wrong = gcm(
+            "connect", f"127.0.0.1:{listener.port}", "-k", other, input=b"intruder"
+        )  # ... a wrong key
+        one_line_error(wrong, EXIT_WRONG_KEY)
+        right = gcm("connect", f"127.0.0.1:{listener.port}", "-k", keyfile, input=b"the real peer")
+        assert right.returncode == 0, right.stderr
+        assert listener.finish() == 0, listener.stderr
+        stalled.sendall(b"late")
+    assert listener.stdout == b"the real peer"
+    log = listener.stderr.decode().splitlines()
+    assert len(log) == 2, log
+    assert all(re.fullmatch(r"gcmstream listen: 127\.0\.0\.1:\d+: .*; still listening", line) for line in log)
+    assert "not a gcmstream stream" in log[0] and "wrong key" in log[1]
+
+
+# -- pipes and the terminal ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["encrypt", "decrypt"])
+def test_closed_reader_ends_quietly_like_cat(tmp_path: Path, keyfile: Path, command: str) -> None:
+    """`gcmstream decrypt ... | head -c 100`: the conventional 141, and not a word."""
+    (tmp_path / "in").write_bytes(data(8 * 1024 * 1024))
+    assert gcm("encrypt", "-k", keyfile, "-i", tmp_path / "in", "-o", tmp_path / "enc").returncode == 0
+    source = tmp_path / ("enc" if command == "decrypt" else "in")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", command, "-k", str(keyfile), "-i", str(source)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+    )
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        assert len(process.stdout.read(100)) == 100
+        process.stdout.close()
+        assert process.wait(timeout=TIMEOUT) == EXIT_BROKEN_PIPE
+        assert process.stderr.read() == b""
+    finally:
+        process.kill()
+        process.wait()
+        process.stderr.close()
+
+
+def test_progress_bar_ends_with_a_summary_in_one_unit_system(tmp_path: Path, keyfile: Path) -> None:
+    (tmp_path / "in").write_bytes(data(4_200_000))
+    code, shown = _stderr_on_terminal(
+        ["encrypt", "-k", keyfile, "-i", tmp_path / "in", "-o", tmp_path / "enc"]
+    )
+    assert code == 0
+    text = shown.decode()
+    last = text.replace("\r", "\n").strip().splitlines()[-1]
+    assert re.fullmatch(r"gcmstream encrypt: 4\.2 MB in \d+\.\d\d s \(\d+(\.\d+)? [kMG]?B/s\)", last), last
+    assert "iB" not in text  # no MiB beside MB/s
+    code, shown = _stderr_on_terminal(["decrypt", "-k", keyfile, "-i", tmp_path / "enc", "-o", os.devnull])
+    assert code == 0 and "gcmstream decrypt: 4.2 MB in" in shown.decode()
+
+
+# -- shell completion ------------------------------------------------------------------------------
+
+_COMPLETE = r"""
+source <("$GCMSTREAM" --print-completion bash)
+complete_words() {
+  COMP_WORDS=("$@"); COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 )); COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}
+  COMPREPLY=()
+  "$(complete -p gcmstream | sed -E 's/.*-F ([^ ]+).*/\1/')" gcmstream "${COMP_WORDS[COMP_CWORD]}" \
+    "${COMP_WORDS[COMP_CWORD-1]}"
+  echo "${COMPREPLY[*]}"
+}
+complete_words gcmstream de
+complete_words gcmstream decrypt --max
+complete_words gcmstream keygen --suite ""
+"""
+
+
+def test_bash_completion_completes_commands_options_and_choices() -> None:
+    script = Path(sys.executable).parent / "gcmstream"
+    if not script.exists():
+        pytest.skip("console script not installed next to this interpreter")
+    result = subprocess.run(
+        ["bash", "-c", _COMPLETE],
+        env={**env(), "GCMSTREAM": str(script)},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["decrypt", "--max-record-size", "aes128 aes256"]
+    for shell in ("zsh", "tcsh"):
+        printed = gcm("--print-completion", shell)
+        assert printed.returncode == 0 and b"gcmstream" in printed.stdout
+
+
+# -- messages ---------------------------------------------------------------------------------------
+
+
+def test_damaged_header_field_is_corrupt_not_unsupported(
+    tmp_path: Path, keyfile: Path, sealed: tuple[bytes, bytes]
+) -> None:
+    """Magic and version right, a later field flipped: damaged data (4), not a newer format (7)."""
+    _, wire = sealed
+    for offset in (5, 6, 7, 8):  # suite, role, reserved, record size
+        damaged = bytearray(wire)
+        damaged[offset] ^= 0x80
+        (tmp_path / "enc").write_bytes(damaged)
+        result = gcm(
+            "decrypt", "-k", keyfile, "--context", "ctx", "-i", tmp_path / "enc", "-o", tmp_path / "out"
+        )
+        message = one_line_error(result, EXIT_TAMPERED)
+        assert f"{tmp_path / 'enc'} has a corrupt stream header" in message, message
+    newer = bytearray(wire)
+    newer[4] = 2  # a format version this one does not read
+    message = one_line_error(gcm("decrypt", "-k", keyfile, input=bytes(newer)), EXIT_UNSUPPORTED)
+    assert "version 2" in message
+
+
+def test_decrypt_to_a_missing_directory_names_the_users_path(
+    tmp_path: Path, keyfile: Path, sealed: tuple[bytes, bytes]
+) -> None:
+    target = tmp_path / "nowhere" / "x"
+    result = gcm("decrypt", "-k", keyfile, "--context", "ctx", "-o", target, input=sealed[1])
+    message = one_line_error(result, EXIT_IO)
+    assert message == f"gcmstream decrypt: {target}: No such file or directory\n"
+    assert ".partial" not in message
+
+
+def test_closed_reader_leaves_no_progress_bar_behind(tmp_path: Path, keyfile: Path) -> None:
+    (tmp_path / "in").write_bytes(data(64 * 1024 * 1024))
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "encrypt", "-k", str(keyfile), "-i", str(tmp_path / "in")],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=terminal,
+        env=env(),
+    )
+    os.close(terminal)
+    assert process.stdout is not None
+    shown = bytearray()
+    try:
+        assert len(process.stdout.read(100)) == 100
+        process.stdout.close()  # `| head -c 100`
+        assert process.wait(timeout=TIMEOUT) == EXIT_BROKEN_PIPE
+        while select.select([controller], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: all read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        process.kill()
+        process.wait()
+        os.close(controller)
+    text = shown.decode()
+    assert "encrypt:" in text  # the bar was there
+    assert "\n" not in text.strip(), text  # no message, no summary line
+    assert text.rsplit("\r", 1)[-1].strip() == "", text  # the bar's line was cleared at the end

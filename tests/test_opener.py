@@ -238,6 +238,16 @@ def test_truncation_in_the_held_input_is_reported_with_its_place() -> None:
         opener.read()
 
 
+def test_truncation_message_counts_one_record_in_the_singular() -> None:
+    wire = seal_stream([b"y" * 10], record_size=10)
+    opener = Opener(KEY)
+    opener.receive_data(wire[:-3])
+    opener.receive_eof()
+    assert opener.read() == b"y" * 10
+    with pytest.raises(TruncatedStreamError, match="inside a record after 1 record, without"):
+        opener.read()
+
+
 def test_ring_size_is_a_byte_budget_of_at_least_one_record_and_a_header() -> None:
     plaintext = random.Random(5).randbytes(100_000)
     wire = bytes(seal_stream([plaintext], record_size=4096))

@@ -337,10 +337,10 @@ def test_output_modes_and_non_regular_targets(tmp_path: Path) -> None:
     assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o600  # plaintext: private by default
     existing = tmp_path / "existing"
     existing.write_bytes(b"old")
-    existing.chmod(0o640)
+    existing.chmod(0o666)
     pipeline.decrypt_file(tmp_path / "cipher", existing, key=KEY)
     assert existing.read_bytes() == b"data"
-    assert stat.S_IMODE(existing.stat().st_mode) == 0o640
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o600  # never the wider mode found there
     link = tmp_path / "link"
     link.symlink_to(existing)
     pipeline.encrypt_file(tmp_path / "plain", link, key=KEY)  # replaces what the link points to
@@ -348,6 +348,36 @@ def test_output_modes_and_non_regular_targets(tmp_path: Path) -> None:
     assert open_all(existing.read_bytes()) == b"data"
     pipeline.decrypt_file(tmp_path / "cipher", os.devnull, key=KEY)  # written in place, not replaced
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+@pytest.mark.anyio
+async def test_atomic_output_mode_is_what_the_caller_asks(tmp_path: Path) -> None:
+    target = tmp_path / "t"
+    async with pipeline.atomic_output(target, mode=0o644) as file:
+        await file.write(b"shared on purpose")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's symlink needs root")
+def test_output_refuses_a_symlink_owned_by_another_user(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_bytes(b"data")
+    bait = tmp_path / "bait"
+    bait.write_bytes(b"theirs")
+    planted = tmp_path / "planted"
+    planted.symlink_to(bait)
+    os.lchown(planted, 65534, 65534)
+    with pytest.raises(PermissionError, match="symbolic link owned by another user") as info:
+        pipeline.encrypt_file(tmp_path / "plain", planted, key=KEY)
+    assert info.value.filename == str(planted)
+    assert bait.read_bytes() == b"theirs"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bait", "plain", "planted"]
+
+
+def test_output_in_a_missing_directory_names_the_callers_path(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_bytes(b"data")
+    with pytest.raises(FileNotFoundError) as info:
+        pipeline.encrypt_file(tmp_path / "plain", tmp_path / "nowhere" / "out", key=KEY)
+    assert info.value.filename == str(tmp_path / "nowhere" / "out")  # not the temporary file
 
 
 @pytest.mark.anyio
@@ -405,3 +435,22 @@ async def test_decrypt_stream_passes_on_records_before_waiting_for_input() -> No
             await source.waiting[1].wait()  # FINAL in, the source has not ended yet
             assert sink.data == data
             source.gates[1].set()
+
+
+def test_plain_file_objects_are_refused_with_the_way_out(tmp_path: Path) -> None:
+    """The README once said decrypt_stream takes "files": a plain open() file is not one."""
+    (tmp_path / "plain").write_bytes(b"data")
+
+    async def attempts() -> None:
+        with open(tmp_path / "plain", "rb") as source, open(tmp_path / "out", "wb") as sink:  # noqa: ASYNC230
+            with pytest.raises(gcmstream.UnsupportedEndpointError, match=r"anyio\.wrap_file") as info:
+                await pipeline.encrypt_stream(source, sink, key=KEY)  # type: ignore[arg-type]
+            assert isinstance(info.value, TypeError)
+            async with await anyio.open_file(tmp_path / "plain", "rb") as wrapped:
+                refused = r"cannot write to .*anyio\.wrap_file"
+                with pytest.raises(gcmstream.UnsupportedEndpointError, match=refused):
+                    await pipeline.encrypt_stream(wrapped, sink, key=KEY)  # type: ignore[arg-type]
+            with pytest.raises(gcmstream.UnsupportedEndpointError, match=r"cannot read from a builtins\.int"):
+                await pipeline.decrypt_stream(42, wrapped, key=KEY)  # type: ignore[arg-type]
+
+    anyio.run(attempts)

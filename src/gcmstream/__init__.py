@@ -6,6 +6,8 @@ in :mod:`gcmstream.errors`; the wire format is docs/FORMAT.md.
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+
 from .aio import (
     SecureStreamReader,
     SecureStreamWriter,
@@ -34,6 +36,7 @@ from .errors import (
     StreamClosedError,
     TrailingDataError,
     TruncatedStreamError,
+    UnsupportedEndpointError,
     UnsupportedFormatError,
     UsageError,
 )
@@ -58,7 +61,10 @@ from .pipeline import (
     encrypt_stream,
 )
 
-__version__ = "0.1.0"
+try:  # pyproject.toml is the one place the version is written
+    __version__ = version("gcmstream")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = (
     "DEFAULT_MAX_RECORD_SIZE",
@@ -91,6 +97,7 @@ __all__ = (
     "Suite",
     "TrailingDataError",
     "TruncatedStreamError",
+    "UnsupportedEndpointError",
     "UnsupportedFormatError",
     "UsageError",
     "decrypt_file",

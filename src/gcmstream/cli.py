@@ -9,18 +9,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
+import re
 import signal
 import stat
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import anyio
-from anyio import AsyncFile, from_thread, to_thread
+from anyio import from_thread, to_thread
 from anyio.abc import ByteStream, SocketStream
 from anyio.lowlevel import current_token
 from anyio.streams.memory import MemoryObjectReceiveStream
@@ -30,6 +33,7 @@ from .codec import Opener, Sealer
 from .errors import (
     KeyCommitmentError,
     ProtocolError,
+    RecordTooLargeError,
     StreamBrokenError,
     TruncatedStreamError,
     UnsupportedFormatError,
@@ -37,19 +41,28 @@ from .errors import (
 )
 from .format import (
     DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
     HARD_MAX_RECORD_SIZE,
+    HEADER_SIZE,
+    MAGIC,
     MAX_CONTEXT_SIZE,
     Role,
+    check_header_start,
     generate_key,
 )
 from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
-from .pipeline import CHUNK_SIZE, _decrypt, _encrypt, _reader, _writer, atomic_output
+from .pipeline import CHUNK_SIZE, _decrypt, _encrypt, _writer, atomic_output
+
+_T = TypeVar("_T")
+_log = logging.getLogger("gcmstream.cli")
 
 __all__ = (
+    "EXIT_BROKEN_PIPE",
     "EXIT_CODES",
     "EXIT_INTERNAL",
     "EXIT_INTERRUPTED",
+    "EXIT_RECORD_LIMIT",
     "EXIT_TERMINATED",
     "EXIT_IO",
     "EXIT_OK",
@@ -75,7 +88,9 @@ EXIT_TAMPERED = 4
 EXIT_TRUNCATED = 5
 EXIT_IO = 6
 EXIT_UNSUPPORTED = 7
+EXIT_RECORD_LIMIT = 8
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for cat or age in the same place
 EXIT_TERMINATED = 143
 
 EXIT_CODES = {
@@ -88,8 +103,11 @@ EXIT_CODES = {
     "or data follows the end of the stream",
     EXIT_TRUNCATED: "truncated input: it ended before the authenticated end of the stream",
     EXIT_IO: "I/O error: a file, pipe or connection failed",
-    EXIT_UNSUPPORTED: "not gcmstream data, or a format version or suite this version does not read",
+    EXIT_UNSUPPORTED: "not gcmstream data, or a format version this version does not read",
+    EXIT_RECORD_LIMIT: "the input's records are larger than --max-record-size allows; the message "
+    "names the value that reads them",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+    EXIT_BROKEN_PIPE: "the reader of the output went away (as with cat: no message)",
     EXIT_TERMINATED: "terminated (SIGTERM or SIGHUP); like Ctrl-C, no partial output file is left",
 }
 
@@ -110,6 +128,15 @@ _STDOUT_NOTE = (
 )
 
 
+class _Fail(Exception):
+    """A failure the command words itself: one line, its own exit status."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
 class _Usage(Exception):
     """A usage error found after parsing: reported as one line, exit status 2."""
 
@@ -118,8 +145,20 @@ class _Terminated(Exception):
     """SIGTERM or SIGHUP arrived; the command was cancelled (so its cleanup ran)."""
 
 
+# Key text given where it does not belong (-k KEYLINE, a stray argument, a key line with its
+# fields swapped) must not come back in a message. A key line or a bare key is a run of
+# base64url characters and colons, 22 or more long, with no "/" or "." in it, which every path
+# or address the messages name has: such runs are hidden wherever they appear.
+_KEY_LIKE = re.compile(r"(?<![A-Za-z0-9_:/.-])[A-Za-z0-9_:-]{21,}[A-Za-z0-9_-](?![A-Za-z0-9_/.-])")
+
+
+def _hide_key_text(text: str) -> str:
+    return _KEY_LIKE.sub("<hidden: may be key text>", text)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
+        message = _hide_key_text(message)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -137,6 +176,24 @@ def _size(text: str) -> int:
     if not 1 <= value <= HARD_MAX_RECORD_SIZE:
         raise argparse.ArgumentTypeError(f"must be from 1 byte to {HARD_MAX_RECORD_SIZE // (1024 * 1024)}M")
     return value
+
+
+def _size_text(size: int) -> str:
+    """A size as --record-size and --max-record-size take it: 2M, 16K or bytes."""
+    for unit, scale in (("M", 1024 * 1024), ("K", 1024)):
+        if size % scale == 0:
+            return f"{size // scale}{unit}"
+    return str(size)
+
+
+def _mode(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an octal mode: {text!r} (e.g. 600 or 644)") from None
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"not a permission mode: {text!r} (000 to 777)")
+    return mode
 
 
 def _context(text: str) -> bytes:
@@ -166,23 +223,52 @@ def _address(text: str, *, default_host: str | None) -> tuple[str, int]:
     return host, port
 
 
+_EXAMPLES = {
+    "keygen": """\
+  gcmstream keygen -o backup.key                  # AES-128-GCM, mode 0600
+  gcmstream keygen -o backup.key --suite aes256 --force
+  export GCMSTREAM_KEY=$(gcmstream keygen -o -)   # the key line, for the environment""",
+    "encrypt": """\
+  tar c docs | gcmstream encrypt -k backup.key --context "backup v1" > docs.tar.gcms
+  gcmstream encrypt -k backup.key -i photo.jpg -o photo.jpg.gcms
+  gcmstream encrypt -k backup.key --record-size 1M -i big.iso -o big.iso.gcms""",
+    "decrypt": """\
+  gcmstream decrypt -k backup.key --context "backup v1" -i docs.tar.gcms | tar x
+  gcmstream decrypt -k backup.key -i photo.jpg.gcms -o photo.jpg
+  gcmstream decrypt -k backup.key --max-record-size 4M -i big.iso.gcms -o big.iso""",
+    "listen": """\
+  gcmstream listen 9000 -k backup.key < /dev/null > received.tar
+  gcmstream listen 0.0.0.0:9000 -k backup.key --context "chat v1"
+  gcmstream listen 0 -k backup.key --once         # any free port; one connection""",
+    "connect": """\
+  tar c docs | gcmstream connect otherhost:9000 -k backup.key
+  gcmstream connect [::1]:9000 -k backup.key --context "chat v1"
+  gcmstream connect otherhost:9000 -k backup.key < /dev/null > received.tar""",
+}
+_SEE_EXIT = "Exit status 0 on success; the others are listed by 'gcmstream --help'."
+
+
 def _build_parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = _Parser(
         prog="gcmstream",
         description="Encrypt and authenticate streams as AES-GCM records: files, pipes and TCP sockets.",
-        epilog=_EXIT_EPILOG,
+        epilog="examples:\n"
+        + "\n".join(_EXAMPLES[name].splitlines()[0] for name in _EXAMPLES)
+        + "\n\n"
+        + _EXIT_EPILOG,
         formatter_class=formatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_completion_option(parser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
         return commands.add_parser(
             name,
             help=summary,
             description=textwrap.fill(description, 78),
-            epilog=_EXIT_EPILOG,
+            epilog=f"examples:\n{_EXAMPLES[name]}\n\n{_SEE_EXIT}",
             formatter_class=formatter,
         )
 
@@ -225,6 +311,23 @@ def _build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "-q", "--quiet", action="store_true", help="no progress bar (shown on a terminal for files)"
         )
+        sub.add_argument(
+            "--mode",
+            metavar="OCTAL",
+            type=_mode,
+            default=0o600,
+            help="permissions of an output file (default 600: only you; e.g. 644 to share it)",
+        )
+
+    def max_record_size_option(sub: argparse.ArgumentParser) -> None:
+        limit = _size_text(DEFAULT_MAX_RECORD_SIZE)
+        sub.add_argument(
+            "--max-record-size",
+            metavar="N",
+            type=_size,
+            default=DEFAULT_MAX_RECORD_SIZE,
+            help=f"largest record to accept, up to 16M (default {limit}); memory grows with it",
+        )
 
     encrypt = command(
         "encrypt",
@@ -239,12 +342,14 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="N",
         type=_size,
         default=DEFAULT_RECORD_SIZE,
-        help=f"plaintext bytes per record, e.g. 16K (default {DEFAULT_RECORD_SIZE // 1024}K)",
+        help=f"plaintext bytes per record, e.g. 16K (default {DEFAULT_RECORD_SIZE // 1024}K); "
+        "over 1M, decrypting needs --max-record-size",
     )
 
     decrypt = command("decrypt", "decrypt and verify a file or stdin", "Decrypt IN into OUT. " + _STDOUT_NOTE)
     key_options(decrypt)
     io_options(decrypt, "ciphertext")
+    max_record_size_option(decrypt)
 
     net_note = (
         "Sends stdin to the peer and writes what the peer sends to stdout, over an encrypted, "
@@ -257,14 +362,23 @@ def _build_parser() -> argparse.ArgumentParser:
         "listen",
         "accept one peer on a TCP port: socket to stdout, stdin to socket",
         "Listen on [HOST:]PORT (default host 127.0.0.1; PORT 0 picks a free port, printed on "
-        "stderr as 'listening on HOST:PORT'), accept one peer, then stop listening. " + net_note,
+        "stderr as 'listening on HOST:PORT') until one peer completes the handshake, then stop "
+        "listening; a connection whose handshake fails (a wrong key, a port scan) is logged on "
+        "stderr and closed, and listening goes on (--once: stop after the first connection "
+        "whatever happens). " + net_note,
     )
     listen.add_argument("address", metavar="[HOST:]PORT", help="address to listen on")
     key_options(listen)
     listen.add_argument("-q", "--quiet", action="store_true", help="do not print the listening address")
     listen.add_argument(
+        "--once",
+        action="store_true",
+        help="take only the first connection; its failed handshake ends the command",
+    )
+    listen.add_argument(
         "--record-size", metavar="N", type=_size, default=DEFAULT_RECORD_SIZE, help="largest record to send"
     )
+    max_record_size_option(listen)
 
     connect = command(
         "connect",
@@ -276,6 +390,7 @@ def _build_parser() -> argparse.ArgumentParser:
     connect.add_argument(
         "--record-size", metavar="N", type=_size, default=DEFAULT_RECORD_SIZE, help="largest record to send"
     )
+    max_record_size_option(connect)
     return parser
 
 
@@ -291,6 +406,7 @@ def _version() -> str:
 def _load_key(key_file: str | None) -> bytes:
     if key_file is not None:
         try:
+            _check_private(key_file)
             return read_key_file(key_file)
         except KeyFileError as exc:
             raise _Usage(f"key file {key_file}: {exc}") from None
@@ -304,6 +420,14 @@ def _load_key(key_file: str | None) -> bytes:
         return parse_key(text)
     except KeyFileError as exc:
         raise _Usage(f"{KEY_ENV}: {exc}") from None
+
+
+def _check_private(key_file: str) -> None:
+    """Refuse a key file others may read or write (as ssh does): they would have the key, or
+    could swap it for theirs."""
+    mode = stat.S_IMODE(os.stat(key_file).st_mode)
+    if mode & 0o077:
+        raise _Usage(f"key file {key_file} is open to other users (mode {mode:04o}): chmod 600 {key_file}")
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -321,10 +445,46 @@ def _keygen(args: argparse.Namespace) -> int:
 
 # -- files, stdin, stdout ---------------------------------------------------------------------
 
+# A pipe, FIFO or terminal can leave a read or write blocked for ever; each runs in a worker
+# thread that a signal may abandon (within milliseconds), and once one was abandoned the
+# process leaves with os._exit (a thread blocked in read() would hold up a normal exit).
+_abandoned_io: list[bool] = []
 
-def _stdio(fd: int, mode: str) -> AsyncFile[bytes]:
-    raw: IO[bytes] = open(fd, mode, buffering=0, closefd=False)  # noqa: SIM115 (fd stays open)
-    return anyio.wrap_file(raw)
+
+async def _blocking(call: Callable[..., _T], *args: Any) -> _T:
+    done = False
+    try:
+        result = await to_thread.run_sync(call, *args, abandon_on_cancel=True)
+        done = True
+        return result
+    finally:
+        if not done:
+            _abandoned_io.append(True)
+
+
+class _OutputClosed(Exception):
+    """Whoever read our output went away (EPIPE): leave quietly, as cat does."""
+
+
+def _fd_reader(fd: int, progress: Callable[[int], object] | None) -> Callable[[], Awaitable[bytes]]:
+    async def read() -> bytes:
+        chunk = await _blocking(os.read, fd, CHUNK_SIZE)
+        if chunk and progress is not None:
+            progress(len(chunk))
+        return chunk
+
+    return read
+
+
+def _fd_writer(fd: int) -> Callable[[memoryview], Awaitable[None]]:
+    async def write(view: memoryview) -> None:
+        while view:
+            try:
+                view = view[await _blocking(os.write, fd, view) :]
+            except BrokenPipeError:
+                raise _OutputClosed from None
+
+    return write
 
 
 def _is_terminal(path: str) -> bool:
@@ -347,11 +507,28 @@ def _regular_size(fd: int) -> int | None:
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
+def _si(count: float) -> str:
+    """Bytes in decimal units, as the progress bar shows them."""
+    if count < 1000:
+        return f"{int(count)} B"
+    units = ("kB", "MB", "GB", "TB")
+    step = 0
+    count /= 1000
+    while count >= 999.95 and step < len(units) - 1:
+        count /= 1000
+        step += 1
+    return f"{count:.1f} {units[step]}"
+
+
 @dataclass
 class _Progress:
-    """A tqdm bar on stderr, only when stderr is a terminal and the input size is known."""
+    """A tqdm bar on stderr, only when stderr is a terminal and the input size is known;
+    it ends with a one-line summary."""
 
     bar: Any = None
+    desc: str = ""
+    done: int = 0
+    started: float = 0.0
 
     @classmethod
     def start(cls, total: int | None, desc: str, quiet: bool) -> _Progress:
@@ -364,42 +541,74 @@ class _Progress:
             desc=desc,
             unit="B",
             unit_scale=True,
-            unit_divisor=1024,
+            unit_divisor=1000,  # kB, MB and MB/s: one unit system, like the summary
             file=sys.stderr,
             leave=False,
             dynamic_ncols=True,
         )
-        return cls(bar)
+        return cls(bar, desc, 0, time.monotonic())
 
     def update(self, count: int) -> None:
+        self.done += count
         self.bar.update(count)
 
     @property
     def callback(self) -> Callable[[int], object] | None:
         return self.update if self.bar is not None else None
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+    def close(self, *, summary: bool = False) -> None:
+        if self.bar is None:
+            return
+        self.bar.close()
+        self.bar = None
+        if summary:
+            seconds = max(time.monotonic() - self.started, 1e-6)
+            rate = _si(self.done / seconds)
+            line = f"gcmstream {self.desc}: {_si(self.done)} in {seconds:.2f} s ({rate}/s)"
+            print(line, file=sys.stderr, flush=True)
 
 
 @contextlib.asynccontextmanager
-async def _open_input(path: str) -> AsyncIterator[tuple[AsyncFile[bytes], int | None]]:
+async def _open_input(path: str) -> AsyncIterator[tuple[int, int | None]]:
+    """(fd, size if a regular file) of IN; opening a FIFO waits for a writer, so it may be
+    abandoned too."""
     if path == "-":
-        yield _stdio(sys.stdin.fileno(), "rb"), _regular_size(sys.stdin.fileno())
+        yield sys.stdin.fileno(), _regular_size(sys.stdin.fileno())
         return
-    async with await anyio.open_file(path, "rb", buffering=0) as file:
-        yield file, _regular_size(file.wrapped.fileno())
+    fd = await _blocking(os.open, path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        yield fd, _regular_size(fd)
+    finally:
+        os.close(fd)
 
 
 @contextlib.asynccontextmanager
-async def _open_output(path: str) -> AsyncIterator[AsyncFile[bytes]]:
+async def _open_output(path: str, mode: int) -> AsyncIterator[Callable[[memoryview], Awaitable[None]]]:
+    """A writer to OUT: stdout, a file replaced atomically, or (a FIFO, a device) in place."""
     if path == "-":
-        yield _stdio(sys.stdout.fileno(), "wb")
+        yield _fd_writer(sys.stdout.fileno())
         return
-    async with atomic_output(path) as file:
-        yield file
+    try:
+        in_place = not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        in_place = False
+    if in_place:
+        fd = await _blocking(os.open, path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            yield _fd_writer(fd)
+        finally:
+            os.close(fd)
+        return
+    async with atomic_output(path, mode=mode) as file:
+        yield _writer(file)
+
+
+def _record_limit_error(command: str, size: int, limit: int, where: str) -> _Fail:
+    return _Fail(
+        EXIT_RECORD_LIMIT,
+        f"{where} announces records of {_size_text(size)}, over {command}'s limit of "
+        f"{_size_text(limit)}: if you trust it, rerun with --max-record-size {_size_text(size)}",
+    )
 
 
 async def _encrypt_command(args: argparse.Namespace, key: bytes) -> None:
@@ -409,23 +618,57 @@ async def _encrypt_command(args: argparse.Namespace, key: bytes) -> None:
     async with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
-            async with _open_output(args.output) as sink:
-                await _encrypt(_reader(source, CHUNK_SIZE, progress.callback), _writer(sink), sealer)
-        finally:
+            async with _open_output(args.output, args.mode) as write:
+                await _encrypt(_fd_reader(source, progress.callback), write, sealer)
+        except BaseException:
             progress.close()
+            raise
+        progress.close(summary=True)
 
 
 async def _decrypt_command(args: argparse.Namespace, key: bytes) -> None:
-    opener = Opener(key, context=args.context)
+    opener = Opener(key, context=args.context, max_record_size=args.max_record_size)
+    where = "the input" if args.input == "-" else args.input
     async with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "decrypt", args.quiet)
+        read = _fd_reader(source, progress.callback)
+        start = bytearray()  # the header's first bytes, to tell damage from a newer format
+
+        async def read_keeping_the_start() -> bytes:
+            chunk = await read()
+            if len(start) < HEADER_SIZE:
+                start.extend(chunk[: HEADER_SIZE - len(start)])
+            return chunk
+
         try:
-            async with _open_output(args.output) as sink:
+            async with _open_output(args.output, args.mode) as write:
                 # to stdout: pass each record on as it authenticates; to a file: gather
-                read = _reader(source, CHUNK_SIZE, progress.callback)
-                await _decrypt(read, _writer(sink), opener, eager=args.output == "-")
-        finally:
+                await _decrypt(read_keeping_the_start, write, opener, eager=args.output == "-")
+        except RecordTooLargeError as exc:
             progress.close()
+            if opener.header is not None:  # a record's length field, not the header's size
+                raise
+            raise _record_limit_error("decrypt", exc.size, exc.limit, where) from None
+        except UnsupportedFormatError as exc:
+            progress.close()
+            if not _is_gcmstream_start(bytes(start)):
+                raise
+            # magic and version are right: a later header field was damaged, not a newer format
+            raise _Fail(EXIT_TAMPERED, f"{where} has a corrupt stream header: {exc}") from None
+        except BaseException:
+            progress.close()
+            raise
+        progress.close(summary=True)
+
+
+def _is_gcmstream_start(start: bytes) -> bool:
+    if len(start) <= len(MAGIC):
+        return False
+    try:
+        check_header_start(start)
+    except UnsupportedFormatError:
+        return False
+    return True
 
 
 # -- network pipes ------------------------------------------------------------------------------
@@ -459,7 +702,6 @@ async def _session(stream: ByteStream) -> None:
     )
     thread.start()
     _stdin_threads.append(thread)
-    stdout = _stdio(sys.stdout.fileno(), "wb")
 
     async def upload(chunks: MemoryObjectReceiveStream[bytes | OSError]) -> None:
         async with chunks:
@@ -470,7 +712,7 @@ async def _session(stream: ByteStream) -> None:
         await stream.send_eof()  # only at the true end of stdin
 
     async def download() -> None:
-        write = _writer(stdout)
+        write = _fd_writer(sys.stdout.fileno())
         while True:
             try:
                 data = await stream.receive(CHUNK_SIZE)
@@ -494,40 +736,118 @@ def _close_stdout() -> None:
         os.close(null)
 
 
-async def _accept_one(host: str, port: int, quiet: bool) -> SocketStream:
+async def _bind(host: str, port: int, quiet: bool) -> anyio.abc.Listener[SocketStream]:
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
-    async with listener:
-        bound = listener.extra(anyio.abc.SocketAttribute.local_address)
-        if port == 0 or not quiet:
-            shown = f"[{bound[0]}]" if ":" in str(bound[0]) else bound[0]
-            print(f"gcmstream: listening on {shown}:{bound[1]}", file=sys.stderr, flush=True)
-        accepted: list[SocketStream] = []
-        async with anyio.create_task_group() as tg:
-
-            async def accept(sub: Any) -> None:
-                stream = await sub.accept()
-                if accepted:
-                    await stream.aclose()
-                    return
-                accepted.append(stream)
-                tg.cancel_scope.cancel()
-
-            for sub in listener.listeners:
-                tg.start_soon(accept, sub)
-        return accepted[0]
+    bound = listener.extra(anyio.abc.SocketAttribute.local_address)
+    if port == 0 or not quiet:
+        print(f"gcmstream: listening on {_shown(bound)}", file=sys.stderr, flush=True)
+    return listener
 
 
-async def _listen_command(args: argparse.Namespace, key: bytes) -> None:
-    host, port = args.address
-    transport = await _accept_one(host, port, args.quiet)
+def _shown(address: Any) -> str:
+    host, port = address[0], address[1]
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+
+
+async def _accept_one(listener: anyio.abc.Listener[SocketStream]) -> SocketStream:
+    accepted: list[SocketStream] = []
+    async with anyio.create_task_group() as tg:
+
+        async def accept(sub: Any) -> None:
+            stream = await sub.accept()
+            if accepted:
+                await stream.aclose()
+                return
+            accepted.append(stream)
+            tg.cancel_scope.cancel()
+
+        for sub in getattr(listener, "listeners", [listener]):
+            tg.start_soon(accept, sub)
+    return accepted[0]
+
+
+async def _handshake(transport: SocketStream, args: argparse.Namespace, key: bytes) -> SecureStream:
     try:
         with anyio.fail_after(HANDSHAKE_TIMEOUT):
-            stream = await SecureStream.wrap(
-                transport, key=key, role=Role.RESPONDER, context=args.context, record_size=args.record_size
+            return await SecureStream.wrap(
+                transport,
+                key=key,
+                role=Role.RESPONDER,
+                context=args.context,
+                record_size=args.record_size,
+                max_record_size=args.max_record_size,
             )
     except BaseException:
         await anyio.aclose_forcefully(transport)
         raise
+
+
+# Handshakes waiting at once; more connections than that are closed at once (and logged).
+# Each costs a socket and a few KiB until it sends a good header or its time runs out.
+MAX_PENDING_HANDSHAKES = 16
+
+
+async def _first_peer(
+    listener: anyio.abc.Listener[SocketStream], args: argparse.Namespace, key: bytes
+) -> SecureStream:
+    """Accept connections until one completes the handshake; every failed one is logged and
+    closed, so a stranger (a port scan, a probe, a wrong key) does not end the session.
+    Handshakes run side by side: one that stalls does not hold up the real peer."""
+    winner: list[SecureStream] = []
+    pending = 0
+    async with anyio.create_task_group() as tg:
+
+        async def handshake(transport: SocketStream, peer: str) -> None:
+            nonlocal pending
+            try:
+                stream = await _handshake(transport, args, key)
+            except Exception as exc:  # logged and survived: the listener keeps serving
+                _log.warning("%s: %s; still listening", peer, _peer_failure(exc, args))
+                return
+            finally:
+                pending -= 1
+            if winner:
+                await anyio.aclose_forcefully(stream.transport_stream)
+                return
+            winner.append(stream)
+            tg.cancel_scope.cancel()
+
+        async def accept(sub: Any) -> None:
+            nonlocal pending
+            while True:
+                transport = await sub.accept()
+                peer = _shown(transport.extra(anyio.abc.SocketAttribute.remote_address))
+                if pending >= MAX_PENDING_HANDSHAKES:
+                    await anyio.aclose_forcefully(transport)
+                    _log.warning("%s: closed: %d handshakes are already waiting", peer, pending)
+                    continue
+                pending += 1
+                tg.start_soon(handshake, transport, peer)
+
+        for sub in getattr(listener, "listeners", [listener]):
+            tg.start_soon(accept, sub)
+    return winner[0]
+
+
+def _peer_failure(exc: BaseException, args: argparse.Namespace) -> str:
+    leaf = _leaf(exc)
+    if isinstance(leaf, RecordTooLargeError):
+        return _record_limit_error(args.command, leaf.size, leaf.limit, "the peer").message
+    return _classify(leaf)[1]
+
+
+async def _listen_command(args: argparse.Namespace, key: bytes) -> None:
+    host, port = args.address
+    async with await _bind(host, port, args.quiet) as listener:
+        if args.once:  # the first connection only, whatever its handshake gives
+            transport = await _accept_one(listener)
+        else:
+            stream = await _first_peer(listener, args, key)
+    if args.once:
+        try:
+            stream = await _handshake(transport, args, key)
+        except RecordTooLargeError as exc:
+            raise _record_limit_error("listen", exc.size, exc.limit, "the peer") from None
     await _session_then_close(stream)
 
 
@@ -544,8 +864,37 @@ async def _session_then_close(stream: SecureStream) -> None:
 
 async def _connect_command(args: argparse.Namespace, key: bytes) -> None:
     host, port = args.address
-    stream = await connect_tcp(host, port, key=key, context=args.context, record_size=args.record_size)
+    try:
+        stream = await connect_tcp(
+            host,
+            port,
+            key=key,
+            context=args.context,
+            record_size=args.record_size,
+            max_record_size=args.max_record_size,
+        )
+    except RecordTooLargeError as exc:
+        raise _record_limit_error("connect", exc.size, exc.limit, "the peer") from None
+    except TimeoutError:
+        raise  # the handshake's own timeout: its own message
+    except OSError as exc:  # anyio says "All connection attempts failed": say where, and why
+        raise _Fail(EXIT_IO, f"cannot connect to {_shown((host, port))}: {_os_reason(exc)}") from None
     await _session_then_close(stream)
+
+
+def _os_reason(exc: BaseException) -> str:
+    """The first OSError's own words under anyio's wrapper and exception groups."""
+    while True:
+        if isinstance(exc, BaseExceptionGroup):
+            exc = exc.exceptions[0]
+        elif isinstance(exc, OSError) and (exc.errno or exc.strerror):
+            # asyncio words a refusal "Connect call failed (...)": the errno's own text says why
+            reason = os.strerror(exc.errno) if exc.errno else str(exc.strerror)
+            return reason[:1].lower() + reason[1:]
+        elif exc.__cause__ is not None:
+            exc = exc.__cause__
+        else:
+            return str(exc)
 
 
 # -- errors and main ----------------------------------------------------------------------------
@@ -564,10 +913,14 @@ def _leaf(exc: BaseException) -> BaseException:
 
 
 def _classify(exc: BaseException) -> tuple[int, str]:
+    if isinstance(exc, _Fail):
+        return exc.code, exc.message
+    if isinstance(exc, _OutputClosed):
+        return EXIT_BROKEN_PIPE, ""
     if isinstance(exc, _Usage | UsageError):
         return EXIT_USAGE, str(exc)
     if isinstance(exc, KeyCommitmentError):
-        return EXIT_WRONG_KEY, f"wrong key or context: {exc}"
+        return EXIT_WRONG_KEY, str(exc)  # it says "wrong key" and what else it can be
     if isinstance(exc, UnsupportedFormatError):
         return EXIT_UNSUPPORTED, f"unsupported input: {exc}"
     if isinstance(exc, TruncatedStreamError):
@@ -576,11 +929,9 @@ def _classify(exc: BaseException) -> tuple[int, str]:
         return EXIT_TAMPERED, f"tampered or corrupt input: {exc}"
     if isinstance(exc, TimeoutError):
         return EXIT_IO, "timed out waiting for the peer's stream header"
-    if isinstance(exc, BrokenPipeError):
-        return EXIT_IO, "output closed before the end (broken pipe)"
     if isinstance(exc, OSError):
-        where = f": {exc.filename}" if exc.filename else ""
-        return EXIT_IO, f"{exc.strerror or exc}{where}"
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        return EXIT_IO, f"{exc.filename}: {reason}" if exc.filename else reason
     if isinstance(exc, anyio.BrokenResourceError | anyio.ClosedResourceError | anyio.EndOfStream):
         cause = exc.__cause__
         return EXIT_IO, f"connection lost{f': {cause}' if cause else ''}"
@@ -627,6 +978,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     args = parser.parse_args(argv)
+    if args.command is None:  # bare `gcmstream`: the help, as a usage error
+        parser.print_help()
+        return EXIT_USAGE
     if args.command in ("listen", "connect"):
         try:
             args.address = _address(
@@ -634,6 +988,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         except argparse.ArgumentTypeError as exc:
             parser.error(f"argument address: {exc}")
+    _log_to_stderr(args.command)
     try:
         if args.command == "keygen":
             return _keygen(args)
@@ -645,20 +1000,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, message = _classify(_leaf(exc))
         if code == EXIT_INTERNAL and os.environ.get(DEBUG_ENV):
             raise
-        if args.command == "decrypt" and args.output == "-" and code in (EXIT_TAMPERED, EXIT_TRUNCATED):
-            message += "; output stops after the last authenticated record"
-        with contextlib.suppress(OSError):
-            print(f"gcmstream {args.command}: {message}", file=sys.stderr, flush=True)
-        return _exit_now_if_stdin_blocked(code)
-    return _exit_now_if_stdin_blocked(EXIT_OK)
+        if code == EXIT_BROKEN_PIPE:
+            _close_stdout()  # nothing left to flush into the closed pipe at exit
+        elif message:
+            if args.command == "decrypt" and args.output == "-" and code in (EXIT_TAMPERED, EXIT_TRUNCATED):
+                message += "; output stops after the last authenticated record"
+            with contextlib.suppress(OSError):
+                print(_hide_key_text(f"gcmstream {args.command}: {message}"), file=sys.stderr, flush=True)
+        return _exit_now_if_blocked(code)
+    return _exit_now_if_blocked(EXIT_OK)
 
 
-def _exit_now_if_stdin_blocked(code: int) -> int:
-    """A thread blocked reading stdin (a terminal, an idle pipe) holds up interpreter shutdown
-    even as a daemon thread; when one is left, flush and leave at once."""
-    if any(thread.is_alive() for thread in _stdin_threads):
+def _log_to_stderr(command: str) -> None:
+    """Log lines (listen's refused connections) as one line each, like the error line."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_HidingFormatter(f"gcmstream {command}: %(message)s"))
+    _log.handlers[:] = [handler]
+    _log.setLevel(logging.INFO)
+    _log.propagate = False
+
+
+class _HidingFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return _hide_key_text(super().format(record))
+
+
+def _exit_now_if_blocked(code: int) -> int:
+    """A thread blocked on stdin or stdout (a terminal, an idle pipe, a stalled reader) holds
+    up interpreter shutdown, even as a daemon thread; when one is left, flush and leave at once."""
+    if _abandoned_io or any(thread.is_alive() for thread in _stdin_threads):
         with contextlib.suppress(OSError):
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def _add_completion_option(parser: argparse.ArgumentParser) -> None:
+    """``--print-completion bash|zsh|tcsh``: a completion script made by shtab from this very
+    parser (so it cannot fall behind the options)."""
+    import shtab
+
+    shtab.add_argument_to(parser, "--print-completion", help="print a shell completion script and exit")

@@ -34,8 +34,10 @@
     │   ├── ConcurrencyError             (also RuntimeError) a Sealer or Opener entered by a
     │   │                                second thread while a call was under way; refused
     │   │                                before any state changed (no record, no nonce used)
-    │   └── OutOfRangeError              (also ValueError) buffer_updated()/consume() of more
-    │                                    bytes than were offered or are available
+    │   ├── OutOfRangeError              (also ValueError) buffer_updated()/consume() of more
+    │   │                                bytes than were offered or are available
+    │   └── UnsupportedEndpointError     (also TypeError) a pipeline source or sink of a type it
+    │                                    cannot use, such as a plain open() file
     ├── LimitReachedError                sealing would pass the hard per-key limit with automatic
     │                                    key update off; nothing was sealed; call update_key()
     └── StreamBrokenError                any call on an object that already failed fatally; the
@@ -77,6 +79,7 @@ __all__ = (
     "StreamClosedError",
     "TrailingDataError",
     "TruncatedStreamError",
+    "UnsupportedEndpointError",
     "UnsupportedFormatError",
     "UsageError",
 )
@@ -160,6 +163,11 @@ class ConcurrencyError(UsageError, RuntimeError):
 
 class OutOfRangeError(UsageError, ValueError):
     """buffer_updated() or consume() was given more bytes than were offered or are available."""
+
+
+class UnsupportedEndpointError(UsageError, TypeError):
+    """A pipeline was given a source or sink it cannot read or write (a plain file object:
+    ``anyio.wrap_file`` makes one it can)."""
 
 
 class LimitReachedError(GcmStreamError):

@@ -17,6 +17,7 @@ import base64
 import binascii
 import contextlib
 import os
+import re
 import tempfile
 
 from .errors import UsageError
@@ -27,6 +28,7 @@ __all__ = ("KEY_PREFIX", "KeyFileError", "format_key", "parse_key", "read_key_fi
 KEY_PREFIX = "gcmstream-key-v1"
 _SUITE_NAMES = {Suite.AES_128_GCM: "aes128", Suite.AES_256_GCM: "aes256"}
 _NAMED_SUITES = {name: suite for suite, name in _SUITE_NAMES.items()}
+_VERSIONED_PREFIX = re.compile(r"gcmstream-key-v[0-9]{1,3}")
 
 
 class KeyFileError(UsageError, ValueError):
@@ -48,13 +50,19 @@ def parse_key(text: str) -> bytes:
         raise KeyFileError(f"expected one key line, found {len(lines)}")
     parts = lines[0].split(":")
     if len(parts) != 3 or not parts[0].startswith("gcmstream-key-"):
-        raise KeyFileError(f"not a gcmstream key (expected '{KEY_PREFIX}:aes128|aes256:<base64url>')")
+        raise KeyFileError(
+            f"not a gcmstream key line (expected three fields separated by colons: {KEY_PREFIX}, "
+            "aes128 or aes256, and the key in base64url)"
+        )
     prefix, suite_name, encoded = parts
+    # No field of a malformed line is ever repeated in a message: a line with its fields
+    # swapped or missing may hold the key anywhere. Only a known shape is named.
     if prefix != KEY_PREFIX:
-        raise KeyFileError(f"key format {prefix!r} is not supported (this reads {KEY_PREFIX!r})")
+        version = prefix if _VERSIONED_PREFIX.fullmatch(prefix) else "this key format"
+        raise KeyFileError(f"{version} is not supported (this reads {KEY_PREFIX})")
     suite = _NAMED_SUITES.get(suite_name)
     if suite is None:
-        raise KeyFileError(f"unknown key suite {suite_name!r} (expected aes128 or aes256)")
+        raise KeyFileError("unknown key suite in the second field (expected aes128 or aes256)")
     try:
         key = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
     except (binascii.Error, ValueError):

@@ -649,7 +649,8 @@ class Opener:
                 return f"input ended inside the stream header ({self._header_got} of {HEADER_SIZE} bytes)"
             return "input ended before the stream header"
         where = "inside a record" if self._ring is not None and self._ring.stored else "at a record boundary"
-        return f"input ended {where} after {self.records_opened} records, without a FINAL record"
+        records = f"{self.records_opened} record{'' if self.records_opened == 1 else 's'}"
+        return f"input ended {where} after {records}, without a FINAL record"
 
     def _open(self, target: memoryview | None) -> int:
         """Decrypt the record ``_next_record`` found and account for it. Returns the bytes

@@ -7,6 +7,8 @@ Three layers, one loop each way:
 * ``encrypt_stream`` / ``decrypt_stream``: from an anyio ``ByteReceiveStream``, an asyncio
   ``StreamReader``, an anyio ``AsyncFile`` or an async iterable, to an anyio
   ``ByteSendStream``, an asyncio ``StreamWriter`` or an ``AsyncFile``. Neither end is closed.
+  Anything else (a plain ``open()`` file: wrap it with ``anyio.wrap_file``) raises
+  ``UnsupportedEndpointError``.
 * ``encrypt_file_async`` / ``decrypt_file_async`` and the synchronous ``encrypt_file`` /
   ``decrypt_file`` (``anyio.run`` over the async ones): path to path. File I/O runs in worker
   threads (anyio's file API), never on the event loop.
@@ -21,9 +23,11 @@ Guarantees:
   source is read to its end to check).
 * File output is atomic: the data goes to a temporary file beside the target, which replaces
   the target (``os.replace``, after ``fsync``) only once the FINAL record authenticated; on any
-  failure (or cancellation) the temporary file is removed and the target is left as it was. A
-  new file gets mode 0600, an existing one keeps its mode; a target that is not a regular file
-  (``/dev/null``, a FIFO) is written in place.
+  failure (or cancellation) the temporary file is removed and the target is left as it was. The
+  output gets mode 0600 whatever was there before (``atomic_output`` takes another ``mode``); a
+  symbolic link is followed only if this user or root owns it, so a link planted by someone
+  else cannot redirect the output; a target that is not a regular file (``/dev/null``, a FIFO)
+  is written in place.
 * Memory does not grow with the size of the input: the opener's ring (4 records, at least
   64 KiB), one read buffer and one write buffer of ``CHUNK_SIZE`` each.
 """
@@ -31,6 +35,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import stat
 import tempfile
@@ -44,7 +49,7 @@ from anyio import AsyncFile, EndOfStream, to_thread
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from .codec import Opener, Sealer
-from .errors import TrailingDataError, TruncatedStreamError
+from .errors import TrailingDataError, TruncatedStreamError, UnsupportedEndpointError
 from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, byte_view
 
 __all__ = (
@@ -156,7 +161,7 @@ def _reader(source: ByteSource, chunk_size: int, progress: Progress | None) -> _
         async def read() -> Buffer:
             return view[: await file.readinto(buf)]
 
-    else:
+    elif isinstance(source, AsyncIterable):
         iterator = aiter(source)
 
         async def read() -> Buffer:
@@ -164,6 +169,9 @@ def _reader(source: ByteSource, chunk_size: int, progress: Progress | None) -> _
                 if len(chunk):
                     return chunk
             return b""
+
+    else:
+        raise UnsupportedEndpointError(f"cannot read from {_endpoint_hint(source)}")
 
     if progress is None:
         return read
@@ -192,14 +200,23 @@ def _writer(sink: ByteSink) -> _Writer:
             writer.write(bytes(view))
             await writer.drain()
 
-    else:
+    elif isinstance(sink, AsyncFile):
         file = sink
 
         async def write(view: memoryview) -> None:
             while view:
                 view = view[await file.write(view) :]
 
+    else:
+        raise UnsupportedEndpointError(f"cannot write to {_endpoint_hint(sink)}")
     return write
+
+
+def _endpoint_hint(endpoint: object) -> str:
+    kind = f"a {type(endpoint).__module__}.{type(endpoint).__qualname__}"
+    if hasattr(endpoint, "read") or hasattr(endpoint, "write"):  # a plain, blocking file object
+        return f"{kind}: wrap a file with anyio.wrap_file(), or open it with anyio.open_file()"
+    return f"{kind}: give an anyio byte stream, an asyncio StreamReader/StreamWriter or an anyio AsyncFile"
 
 
 class _Gather:
@@ -315,23 +332,47 @@ async def decrypt_stream(
 # -- files --------------------------------------------------------------------------------------
 
 
-def _prepare_output(path: StrPath) -> tuple[BinaryIO, str, str] | None:
+def _output_target(path: StrPath) -> str:
+    """``path`` with its symbolic links followed, but only links owned by this user or by
+    root: a link someone else planted (in a shared directory, say) would send the output
+    into their hands, so it raises PermissionError naming ``path``."""
+    current = os.path.abspath(path)
+    trusted = {os.geteuid(), 0}
+    for _ in range(40):  # the kernel's own limit on nested links
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return current
+        if not stat.S_ISLNK(st.st_mode):
+            return current
+        if st.st_uid not in trusted:
+            raise PermissionError(
+                errno.EPERM,
+                f"refusing to write through a symbolic link owned by another user (uid {st.st_uid})",
+                os.fspath(path),
+            )
+        current = os.path.join(os.path.dirname(current), os.readlink(current))
+    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), os.fspath(path))
+
+
+def _prepare_output(path: StrPath, mode: int) -> tuple[BinaryIO, str, str] | None:
     """(open temporary file, its path, target) for an atomic write; None for a target that
     exists and is not a regular file."""
-    target = os.path.realpath(path)
+    target = _output_target(path)
     try:
         st = os.stat(target)
     except FileNotFoundError:
-        mode = None
+        pass
     else:
         if not stat.S_ISREG(st.st_mode):
             return None
-        mode = stat.S_IMODE(st.st_mode)
     directory, name = os.path.split(target)
-    fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=directory)
     try:
-        if mode is not None:
-            os.fchmod(fd, mode)
+        fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=directory)
+    except OSError as exc:  # name the caller's path, not the temporary file's
+        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
+    try:
+        os.fchmod(fd, mode)  # never the mode of a file found there: it may be someone else's
         return open(fd, "wb", buffering=0), temp, target
     except BaseException:
         os.close(fd)
@@ -361,9 +402,11 @@ def _discard_output(file: AsyncFile[bytes], temp: str) -> None:
 
 
 @asynccontextmanager
-async def atomic_output(path: StrPath) -> AsyncIterator[AsyncFile[bytes]]:
-    """An ``AsyncFile`` whose content replaces ``path`` only if the block exits normally."""
-    prepared = await to_thread.run_sync(_prepare_output, path)
+async def atomic_output(path: StrPath, *, mode: int = 0o600) -> AsyncIterator[AsyncFile[bytes]]:
+    """An ``AsyncFile`` whose content replaces ``path`` (with permissions ``mode``) only if
+    the block exits normally. Symbolic links are followed only when this user or root owns
+    them (else PermissionError)."""
+    prepared = await to_thread.run_sync(_prepare_output, path, mode)
     if prepared is None:
         async with await anyio.open_file(path, "wb", buffering=0) as direct:
             yield direct

@@ -1,0 +1,58 @@
+"""Every code block in README.md runs as it stands, so the examples cannot rot: Python blocks
+under ``-X dev`` with warnings as errors (an unclosed transport or file fails them), shell
+blocks under ``bash -euo pipefail`` with this interpreter's ``gcmstream`` first on PATH. A
+block can only be left out by a ``<!-- readme-test: skip (reason) -->`` line right above it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+TIMEOUT = 120
+_BLOCK = re.compile(r"(?P<before>[^\n]*)\n```(?P<lang>\w+)\n(?P<code>.*?)\n```\n", re.DOTALL)
+_SKIP = re.compile(r"<!-- readme-test: skip \((?P<reason>[^)]+)\) -->")
+
+
+def _blocks() -> list[Any]:  # pytest.param values
+    params = []
+    for number, match in enumerate(_BLOCK.finditer(README.read_text()), 1):
+        line = README.read_text()[: match.start("code")].count("\n") + 1
+        skip = _SKIP.fullmatch(match["before"].strip())
+        marks = [pytest.mark.skip(reason=skip["reason"])] if skip else []
+        params.append(
+            pytest.param(match["lang"], match["code"], id=f"{number}-{match['lang']}-line{line}", marks=marks)
+        )
+    return params
+
+
+BLOCKS = _blocks()
+
+
+def test_the_readme_has_blocks_of_both_kinds() -> None:
+    languages = [param.values[0] for param in BLOCKS]
+    assert languages.count("python") >= 4 and languages.count("sh") >= 2, languages
+    assert set(languages) <= {"python", "sh"}, "a block in a language this test does not run"
+
+
+@pytest.mark.parametrize(("language", "code"), BLOCKS)
+def test_readme_block_runs(language: str, code: str, tmp_path: Path) -> None:
+    if language == "python":
+        command = [sys.executable, "-X", "dev", "-W", "error", "-c", code]
+    else:
+        (tmp_path / "docs").mkdir()  # something for `tar c docs` to archive
+        (tmp_path / "docs" / "notes.txt").write_text("what the README's commands archive\n")
+        command = ["bash", "-euo", "pipefail", "-c", code]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("GCMSTREAM_")}
+    environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environ.get('PATH', '')}"
+    result = subprocess.run(
+        command, cwd=tmp_path, env=environ, capture_output=True, timeout=TIMEOUT, check=False
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stderr == b"", result.stderr.decode()  # no warning, no progress noise
