@@ -499,6 +499,10 @@ class Opener:
     def _read(self, max_bytes: int) -> bytes | None:
         if max_bytes == 0:
             return b""
+        if self._pt_pos == self._pt_end and self._phase is _RECORDS:
+            single = self._read_single(max_bytes)
+            if single is not None:
+                return single
         first = self._read_view(max_bytes)
         if first is None or not first or len(first) == max_bytes or not self._another_ready():
             data = None if first is None else bytes(first)
@@ -516,6 +520,56 @@ class Opener:
                 self._pt_pos = end
         self._revoke()
         return b"".join(parts)
+
+    def _read_single(self, max_bytes: int) -> bytes | None:
+        """The small-message path of ``read``: when the only input is one whole plain record
+        (in the ring or held), ``AESGCM.decrypt`` makes the returned ``bytes`` itself, with no
+        copy through the ring. None (nothing changed) for anything else, which the general
+        path handles: several records, a partial one, flags, a limit, a failed tag."""
+        if self._lent is not None:
+            self._revoke()
+        if self._record_wire:
+            self._close_record()
+        ring, held = self._ring, self._held
+        if ring is not None and ring.stored:
+            if held is not None or ring.complete != 1:
+                return None
+            source, pos = ring.view, ring.head
+        elif held is not None:
+            source, pos = held, self._held_pos
+            if len(held) - pos < RECORD_HEADER_SIZE:
+                return None
+        else:
+            return None
+        flags, length = _unpack_record_header(source, pos)
+        body = pos + RECORD_HEADER_SIZE
+        count = length - TAG_SIZE
+        direction = self._direction
+        if (
+            flags
+            or direction is None
+            or not TAG_SIZE < length <= self._max_ciphertext
+            or (0 < max_bytes < count)
+            or (source is held and body + length != len(source))  # exactly one record
+            or (source is not held and ring is not None and ring.stored != RECORD_HEADER_SIZE + length)
+            or direction.seq >= direction.limits.hard_records
+            or direction.key_bytes + count > direction.limits.hard_bytes
+        ):
+            return None
+        keys = direction.keys
+        try:
+            plaintext = keys.aead.decrypt(
+                keys.nonce_into(direction.seq), source[body : body + length], source[pos:body]
+            )
+        except InvalidTag:
+            return None  # the general path opens it again and reports it
+        direction.seq += 1
+        direction.key_bytes += count
+        if source is held:
+            self._held = None
+        elif ring is not None:
+            ring.pop(RECORD_HEADER_SIZE + length)
+        return plaintext
 
     def readinto(self, buffer: Buffer) -> int | None:
         """Copy plaintext into ``buffer``; None: need input; 0: end of stream (or empty buffer).

@@ -127,6 +127,10 @@ class Sealer:
         except IndexError:
             raise self._turn.busy() from None
         try:
+            if flush and not final and not self._pending_len:
+                single = self._seal_single(data)
+                if single is not None:
+                    return single
             return self._seal(data, flush, final)
         finally:
             token.append(None)
@@ -135,6 +139,34 @@ class Sealer:
         """Seal pending plaintext as a short record now (and the header, if not yet sent)."""
         with self._turn:
             return self._flush()
+
+    def _seal_single(self, data: Buffer) -> memoryview | None:
+        """The message path of ``seal(data, flush=True)``: nothing pending, the header sent,
+        ``data`` one plain record far from every limit. None (nothing changed) otherwise."""
+        direction = self._direction
+        if type(data) is memoryview and (data.ndim != 1 or data.itemsize != 1):
+            return None  # (its len() counts items, not bytes)
+        size = len(data)
+        if (
+            direction is None
+            or self._closed
+            or not self._header_sent
+            or not 0 < size <= self.record_size
+            or not far_from_limits(direction, 1, self.record_size, self._update_requested)
+        ):
+            return None
+        if self._lent is not None:
+            self._revoke()
+        wire = size + _OVERHEAD
+        out = self._output(wire)
+        RECORD_HEADER.pack_into(out, 0, 0, size + TAG_SIZE)
+        keys = direction.keys
+        keys.aead.encrypt_into(
+            keys.nonce_into(direction.seq), data, out[:RECORD_HEADER_SIZE], out[RECORD_HEADER_SIZE:wire]
+        )
+        direction.seq += 1
+        direction.key_bytes += size
+        return self._lend(out, wire)
 
     def _seal(self, data: Buffer, flush: bool, final: bool) -> memoryview:
         self._revoke()
