@@ -236,7 +236,8 @@ async def test_one_way_pipe_to_a_subprocess() -> None:
         for start in range(0, len(payload), 100_000):
             writer.write(payload[start : start + 100_000])
             await writer.drain()
-        writer.close()  # seals FINAL, closes the pipe
+        writer.write_eof()  # seals FINAL (close() would not)
+        writer.close()
 
     _, received = await asyncio.wait_for(asyncio.gather(produce(), reader.read()), 30)
     assert received == payload

@@ -36,6 +36,7 @@ class Channel:
             raise ValueError("a channel role is Role.INITIATOR or Role.RESPONDER")
         self.role = role
         self._context = bytes(context)
+        self._header_due = True
         self.sealer = Sealer(
             key,
             context=context,
@@ -61,7 +62,14 @@ class Channel:
 
     def initial_data(self) -> bytes:
         """Our stream header: send it before anything else."""
+        self._header_due = False
         return self.sealer.take_header()
+
+    def data_to_send(self) -> bytes:
+        """Handshake bytes due now (our header first), b"" when none is due. Adapters send them
+        while they read the peer's, so the handshake also completes over a transport that does
+        not buffer; they ask again after every input, for a handshake with more messages."""
+        return self.initial_data() if self._header_due else b""
 
     def handshake_complete(self) -> bool:
         """True once the peer's header verified; raises its error if it did not, and

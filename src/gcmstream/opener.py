@@ -550,7 +550,10 @@ class Opener:
                 return f"input ended inside the stream header ({self._header_got} of {HEADER_SIZE} bytes)"
             return "input ended before the stream header"
         where = "inside a record" if self._ring is not None and self._ring.stored else "at a record boundary"
-        return f"input ended {where} after {self.records_opened} records, without a FINAL record"
+        return (
+            f"input ended {where} after {self.records_opened} records, without a FINAL record: "
+            "the sender closed without ending the stream, or the connection was cut"
+        )
 
     def _open(self, target: memoryview | None) -> int:
         """Decrypt the record ``_next_record`` found and account for it. Returns the bytes
