@@ -520,14 +520,14 @@ async def _accept_one(host: str, port: int, quiet: bool) -> SocketStream:
 async def _listen_command(args: argparse.Namespace, key: bytes) -> None:
     host, port = args.address
     transport = await _accept_one(host, port, args.quiet)
-    try:
-        with anyio.fail_after(HANDSHAKE_TIMEOUT):
-            stream = await SecureStream.wrap(
-                transport, key=key, role=Role.RESPONDER, context=args.context, record_size=args.record_size
-            )
-    except BaseException:
-        await anyio.aclose_forcefully(transport)
-        raise
+    stream = await SecureStream.wrap(  # closes the connection if the handshake fails
+        transport,
+        key=key,
+        role=Role.RESPONDER,
+        context=args.context,
+        record_size=args.record_size,
+        handshake_timeout=HANDSHAKE_TIMEOUT,
+    )
     await _session_then_close(stream)
 
 
@@ -544,7 +544,14 @@ async def _session_then_close(stream: SecureStream) -> None:
 
 async def _connect_command(args: argparse.Namespace, key: bytes) -> None:
     host, port = args.address
-    stream = await connect_tcp(host, port, key=key, context=args.context, record_size=args.record_size)
+    stream = await connect_tcp(
+        host,
+        port,
+        key=key,
+        context=args.context,
+        record_size=args.record_size,
+        handshake_timeout=HANDSHAKE_TIMEOUT,
+    )
     await _session_then_close(stream)
 
 
