@@ -10,6 +10,8 @@ import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
 import gcmstream
+import gcmstream.errors
+from gcmstream import anyio_stream
 from gcmstream.anyio_stream import GcmStreamAttribute, SecureStream
 
 KEY = bytes(range(32))
@@ -133,3 +135,18 @@ async def test_receive_zero_bytes_is_refused_not_taken_for_the_end() -> None:
             with pytest.raises(ValueError, match="max_bytes"):
                 await server.receive(0)
             assert await server.receive() == b"hello"
+
+
+@pytest.mark.parametrize(
+    ("ours", "gcmstream_class", "anyio_class"),
+    [
+        (anyio_stream.AnyioTruncatedStreamError, gcmstream.TruncatedStreamError, anyio.BrokenResourceError),
+        (anyio_stream.AnyioStreamClosedError, gcmstream.StreamClosedError, anyio.ClosedResourceError),
+        (anyio_stream.AnyioStreamBrokenError, gcmstream.StreamBrokenError, anyio.BrokenResourceError),
+    ],
+)
+def test_anyio_flavoured_errors_stay_in_the_one_tree(
+    ours: type[Exception], gcmstream_class: type[Exception], anyio_class: type[Exception]
+) -> None:
+    assert issubclass(ours, gcmstream_class) and issubclass(ours, anyio_class)
+    assert ours.__name__ in (gcmstream.errors.__doc__ or "")
