@@ -13,9 +13,10 @@ __all__ = ("Channel",)
 
 class Channel:
     """Both directions of one connection: a Sealer for what we send, an Opener for what we
-    receive. Each side sends its header first (``initial_data()``); once the peer's header has
-    arrived (``handshake_complete()``), each direction is keyed from both headers, so both
-    fresh salts and both roles: a replayed session or a reflected stream fails to open.
+    receive. Each side sends its header (``data_to_send()``, or ``initial_data()``) while it
+    reads the peer's; once the peer's header has arrived (``handshake_complete()``), each
+    direction is keyed from both headers, so both fresh salts and both roles: a replayed
+    session or a reflected stream fails to open.
     """
 
     def __init__(
