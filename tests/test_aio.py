@@ -481,3 +481,32 @@ async def test_failed_handshakes_close_the_connection_and_name_the_peer(
     assert f"handshake with {local!r} failed" in caplog.text
     server.close()
     await server.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_write_after_close_is_refused_where_asyncio_drops_it() -> None:
+    """Deliberate difference: asyncio's StreamWriter drops a write after close() silently;
+    ours raises, so the data cannot be lost without a word."""
+    got: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+    async def plain(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        got.set_result(await r.read())
+        w.close()
+
+    server = await asyncio.start_server(plain, "127.0.0.1", 0)
+    _, plain_writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+    plain_writer.write(b"a")
+    plain_writer.close()
+    plain_writer.write(b"b")  # no error
+    assert await asyncio.wait_for(got, 10) == b"a"  # and b"b" is gone
+    server.close()
+    await server.wait_closed()
+
+    async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        with pytest.raises(gcmstream.TruncatedStreamError):
+            await r.read()
+
+    async with connected(job) as (reader, writer):
+        writer.close()
+        with pytest.raises(gcmstream.StreamClosedError, match="closing"):
+            writer.write(b"b")

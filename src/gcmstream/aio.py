@@ -391,7 +391,9 @@ class SecureStreamWriter:
 
     def write(self, data: Buffer) -> None:
         """Seal ``data``; full records go to the transport now, the rest at the end of this
-        loop iteration (or at ``drain()``)."""
+        loop iteration (or at ``drain()``). After ``close()`` it raises StreamClosedError
+        (deliberately: asyncio's writer drops such data without a word); after ``write_eof()``
+        it raises StreamClosedError, a RuntimeError as asyncio's."""
         if self._closing:
             raise StreamClosedError("writer is closing")
         self._send(self._sealer.seal(data))
