@@ -199,3 +199,13 @@ async def test_listener_hook_sees_failed_handshakes_and_the_peer_is_logged(
         await listener.aclose()
     assert seen == [gcmstream.KeyCommitmentError]
     assert "handshake with ('127.0.0.1', " in caplog.text and "KeyCommitmentError" in caplog.text
+
+
+async def test_send_cancelled_before_it_began_breaks_nothing() -> None:
+    with anyio.fail_after(10):
+        async with secure_pair() as (client, server):
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await client.send(b"never sealed")
+            await client.send(b"sent")
+            assert await server.receive() == b"sent"
