@@ -101,6 +101,8 @@ async def _client(kind: str, port: int, count: int) -> None:
             "p90_us": times[int(len(times) * 0.9)] * 1e6,
         }
     emit("RESULT ", result)
+    if writer.can_write_eof():  # gcmstream: the FINAL record (close() alone reads as a cut)
+        writer.write_eof()
     writer.close()
     await writer.wait_closed()
 

@@ -251,6 +251,8 @@ async def _asyncio_sender(kind: str, port: int, nbytes: int) -> None:
         writer.write(data[:n])
         await writer.drain()
         sent += n
+    if writer.can_write_eof():  # gcmstream: the FINAL record (close() alone reads as a cut)
+        writer.write_eof()
     writer.close()
     await writer.wait_closed()
     emit("CPU ", str(_cpu() - cpu0))

@@ -54,11 +54,11 @@ async def run(host: str, port: int, key: bytes, sizes: tuple[int, ...] = SIZES) 
             if hashlib.sha256(echoed).digest() != hashlib.sha256(message).digest():
                 raise RuntimeError(f"echo of {size} bytes differs")
             total += size
-        writer.write_eof()
+        writer.write_eof()  # the explicit end: close() alone would read as a cut stream
         if await reader.read() != b"":
             raise RuntimeError("server sent bytes after the echoes")
     finally:
-        writer.close()
+        writer.close()  # never an end: after a failure above the server sees a truncation
         await writer.wait_closed()
     return Summary(
         messages=len(sizes),

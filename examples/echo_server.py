@@ -25,15 +25,14 @@ async def echo(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStr
     """Send back what arrives until the client's FINAL record, then send ours."""
     peer = writer.get_extra_info("peername")
     try:
-        async for chunk in reader.iter_chunks():  # views into the ring: no copy on the way in
-            writer.write(chunk)
-            await writer.drain()
-        writer.write_eof()
-        await writer.drain()
-        writer.close()
+        # Leaving the block normally seals our FINAL record; leaving it on an error only
+        # closes, so the client sees a cut echo as cut (TruncatedStreamError), never complete.
+        async with writer:
+            async for chunk in reader.iter_chunks():  # views into the ring: no copy on the way in
+                writer.write(chunk)
+                await writer.drain()
     except (gcmstream.GcmStreamError, OSError) as exc:
         log.warning("client %s: %s", peer, exc)
-        writer.abort()  # no FINAL: the client must not take a cut echo for a complete one
 
 
 async def serve(key: bytes, host: str, port: int) -> None:

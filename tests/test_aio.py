@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import random
 import sys
@@ -236,7 +237,8 @@ async def test_one_way_pipe_to_a_subprocess() -> None:
         for start in range(0, len(payload), 100_000):
             writer.write(payload[start : start + 100_000])
             await writer.drain()
-        writer.close()  # seals FINAL, closes the pipe
+        writer.write_eof()  # seals FINAL (close() would not)
+        writer.close()
 
     _, received = await asyncio.wait_for(asyncio.gather(produce(), reader.read()), 30)
     assert received == payload
@@ -360,3 +362,151 @@ async def test_readinto_with_large_buffers_reads_every_byte_in_order() -> None:
         assert bytes(got) == data
         assert reader.at_eof()
         writer.write_eof()
+
+
+@pytest.mark.asyncio
+async def test_finally_close_after_a_failed_transfer_reads_as_truncation() -> None:
+    """The usual ``try: ... finally: writer.close()``: a transfer that fails part way must not
+    look complete at the peer (issue 11: it once did, after 1.69 of 10 MB)."""
+    total = 10 * 1024 * 1024
+    seen: asyncio.Future[tuple[int, BaseException | None]] = asyncio.get_running_loop().create_future()
+
+    async def receive(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        got = 0
+        try:
+            while chunk := await r.read(1 << 20):
+                got += len(chunk)
+        except gcmstream.TruncatedStreamError as exc:
+            seen.set_result((got, exc))
+            return
+        seen.set_result((got, None))
+
+    server = await gcmstream.start_server(receive, "127.0.0.1", 0, key=KEY)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY)
+    block = os.urandom(64 * 1024)
+    with pytest.raises(OSError, match="disk failed"):
+        try:
+            for sent in range(0, total, len(block)):
+                if sent >= total * 17 // 100:
+                    raise OSError("disk failed")  # the source fails part way
+                writer.write(block)
+                await writer.drain()
+        finally:
+            writer.close()
+    got, error = await asyncio.wait_for(seen, 20)
+    assert isinstance(error, gcmstream.TruncatedStreamError), (
+        f"the peer took {got} of {total} bytes as complete"
+    )
+    assert "the sender closed without ending the stream" in str(error)
+    assert 0 < got < total
+    server.close()
+    await server.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_async_with_writer_ends_the_stream_only_on_a_clean_exit() -> None:
+    outcomes: asyncio.Queue[bytes | BaseException] = asyncio.Queue()
+
+    async def receive(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        try:
+            await outcomes.put(await r.read())
+        except gcmstream.TruncatedStreamError as exc:
+            await outcomes.put(exc)
+
+    server = await gcmstream.start_server(receive, "127.0.0.1", 0, key=KEY)
+    port = server.sockets[0].getsockname()[1]
+    _, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY)
+    async with writer:
+        writer.write(b"complete")
+    assert await asyncio.wait_for(outcomes.get(), 10) == b"complete"
+    assert writer.is_closing()
+
+    _, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY)
+    with pytest.raises(ZeroDivisionError):
+        async with writer:
+            writer.write(b"half")
+            await writer.drain()
+            1 / 0  # noqa: B018
+    assert isinstance(await asyncio.wait_for(outcomes.get(), 10), gcmstream.TruncatedStreamError)
+
+    _, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY)
+
+    async def cancelled_inside() -> None:
+        async with writer:
+            writer.write(b"cancelled")
+            await asyncio.sleep(10)
+
+    inner = asyncio.ensure_future(cancelled_inside())
+    await asyncio.sleep(0.05)
+    inner.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await inner
+    assert isinstance(await asyncio.wait_for(outcomes.get(), 10), gcmstream.TruncatedStreamError)
+    server.close()
+    await server.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_write_eof_twice_is_harmless_and_writing_after_it_is_refused() -> None:
+    async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        await send_all(b"once", r, w)
+
+    async with connected(job) as (reader, writer):
+        assert await reader.read() == b"once"
+        writer.write_eof()
+        writer.write_eof()  # as asyncio's transports: nothing more happens
+        with pytest.raises(gcmstream.StreamClosedError):  # also a RuntimeError, as asyncio's
+            writer.write(b"late")
+
+
+@pytest.mark.asyncio
+async def test_failed_handshakes_close_the_connection_and_name_the_peer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One policy in every entry point: a failed handshake closes the transport; a server logs
+    the peer's address."""
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+    server = await gcmstream.start_server(lambda r, w: None, "127.0.0.1", 0, key=KEY)
+    port = server.sockets[0].getsockname()[1]
+    raw_reader, raw_writer = await asyncio.open_connection("127.0.0.1", port)
+    local = raw_writer.get_extra_info("sockname")
+    with pytest.raises(gcmstream.KeyCommitmentError):
+        await aio.wrap_streams(raw_reader, raw_writer, key=bytes(16), role=gcmstream.Role.INITIATOR)
+    assert raw_writer.transport.is_closing()  # wrap_streams closed it, as open_connection does
+    for _ in range(100):
+        if "handshake with" in caplog.text:
+            break
+        await asyncio.sleep(0.02)
+    assert f"handshake with {local!r} failed" in caplog.text
+    server.close()
+    await server.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_write_after_close_is_refused_where_asyncio_drops_it() -> None:
+    """Deliberate difference: asyncio's StreamWriter drops a write after close() silently;
+    ours raises, so the data cannot be lost without a word."""
+    got: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+    async def plain(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        got.set_result(await r.read())
+        w.close()
+
+    server = await asyncio.start_server(plain, "127.0.0.1", 0)
+    _, plain_writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+    plain_writer.write(b"a")
+    plain_writer.close()
+    plain_writer.write(b"b")  # no error
+    assert await asyncio.wait_for(got, 10) == b"a"  # and b"b" is gone
+    server.close()
+    await server.wait_closed()
+
+    async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+        with pytest.raises(gcmstream.TruncatedStreamError):
+            await r.read()
+
+    async with connected(job) as (reader, writer):
+        writer.close()
+        with pytest.raises(gcmstream.StreamClosedError, match="closing"):
+            writer.write(b"b")

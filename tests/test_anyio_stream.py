@@ -10,6 +10,8 @@ import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
 import gcmstream
+import gcmstream.errors
+from gcmstream import anyio_stream
 from gcmstream.anyio_stream import GcmStreamAttribute, SecureStream
 
 KEY = bytes(range(32))
@@ -133,3 +135,77 @@ async def test_receive_zero_bytes_is_refused_not_taken_for_the_end() -> None:
             with pytest.raises(ValueError, match="max_bytes"):
                 await server.receive(0)
             assert await server.receive() == b"hello"
+
+
+@pytest.mark.parametrize(
+    ("ours", "gcmstream_class", "anyio_class"),
+    [
+        (anyio_stream.AnyioTruncatedStreamError, gcmstream.TruncatedStreamError, anyio.BrokenResourceError),
+        (anyio_stream.AnyioStreamClosedError, gcmstream.StreamClosedError, anyio.ClosedResourceError),
+        (anyio_stream.AnyioStreamBrokenError, gcmstream.StreamBrokenError, anyio.BrokenResourceError),
+    ],
+)
+def test_anyio_flavoured_errors_stay_in_the_one_tree(
+    ours: type[Exception], gcmstream_class: type[Exception], anyio_class: type[Exception]
+) -> None:
+    assert issubclass(ours, gcmstream_class) and issubclass(ours, anyio_class)
+    assert ours.__name__ in (gcmstream.errors.__doc__ or "")
+
+
+async def test_handshake_timeout_raises_and_closes_the_transport() -> None:
+    """The one handshake policy: on a timeout (or any failure) the transport is closed."""
+    with anyio.fail_after(10):
+        async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+            port = listener.extra(SocketAttribute.local_port)
+            async with anyio.create_task_group() as tg:
+                silent: list[SocketStream] = []
+
+                async def accept() -> None:
+                    silent.append(await listener.listeners[0].accept())  # type: ignore[attr-defined]
+
+                tg.start_soon(accept)
+                raw = await anyio.connect_tcp("127.0.0.1", port)
+            with pytest.raises(TimeoutError):
+                await SecureStream.wrap(raw, key=KEY, role=gcmstream.Role.INITIATOR, handshake_timeout=0.2)
+            with pytest.raises(anyio.ClosedResourceError):
+                await raw.send(b"still open?")
+            assert len(await silent[0].receive()) == 76  # our header went out meanwhile
+            await silent[0].aclose()
+
+
+async def test_listener_hook_sees_failed_handshakes_and_the_peer_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[type[BaseException]] = []
+    called = anyio.Event()
+
+    class Listener(anyio_stream.SecureListener):
+        async def handle_handshake_error(self, exc: Exception, stream: anyio.abc.AnyByteStream) -> None:
+            await super().handle_handshake_error(exc, stream)
+            seen.append(type(exc))
+            called.set()
+
+    caplog.set_level("WARNING", logger="gcmstream")
+    with anyio.fail_after(10):
+        inner = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        listener = Listener(inner, KEY)
+        port = listener.extra(SocketAttribute.local_port)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, lambda stream: None)
+            with pytest.raises(gcmstream.KeyCommitmentError):
+                await anyio_stream.connect_tcp("127.0.0.1", port, key=bytes(32))
+            await called.wait()
+            tg.cancel_scope.cancel()
+        await listener.aclose()
+    assert seen == [gcmstream.KeyCommitmentError]
+    assert "handshake with ('127.0.0.1', " in caplog.text and "KeyCommitmentError" in caplog.text
+
+
+async def test_send_cancelled_before_it_began_breaks_nothing() -> None:
+    with anyio.fail_after(10):
+        async with secure_pair() as (client, server):
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await client.send(b"never sealed")
+            await client.send(b"sent")
+            assert await server.receive() == b"sent"

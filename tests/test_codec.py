@@ -1055,3 +1055,17 @@ def test_a_stale_get_buffer_view_cannot_be_committed() -> None:
     stale[: len(record)] = record
     with pytest.raises(ValueError, match="offered"):
         opener.buffer_updated(len(record))
+
+
+def test_channel_data_to_send_gives_the_header_once_then_nothing() -> None:
+    """What the adapters send while they read the peer's part of the handshake."""
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    header = initiator.data_to_send()
+    assert len(header) == HEADER_SIZE
+    assert initiator.data_to_send() == b""
+    responder.opener.receive_data(header)
+    initiator.opener.receive_data(responder.data_to_send())
+    assert responder.handshake_complete() and initiator.handshake_complete()
+    assert responder.data_to_send() == b""
+    with pytest.raises(StreamClosedError):
+        initiator.initial_data()  # taken once, by either name

@@ -58,6 +58,7 @@ def echo_handler(stats: Stats) -> Handler:
             while count := await reader.readinto(buffer):
                 writer.write(memoryview(buffer)[:count])
                 await writer.drain()
+            writer.write_eof()  # the explicit end: close() alone would read as a truncation
             stats.finished += 1
         except (GcmStreamError, OSError) as exc:
             stats.failed.append(type(exc).__name__)
@@ -309,7 +310,8 @@ async def _cancelled_sender_round(rng: random.Random) -> tuple[bytes, bytes]:
         task.cancel()
         with suppress(asyncio.CancelledError):
             await task
-        writer.close()  # seals FINAL after everything that was written
+        writer.write_eof()  # seals FINAL after everything that was written
+        writer.close()
         async with asyncio.timeout(30):
             return await received, bytes(written)
 

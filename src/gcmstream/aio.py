@@ -22,11 +22,20 @@ it, and the sealer is told to use fresh memory (``Sealer.detach_output``).
 from __future__ import annotations
 
 import asyncio
-import logging
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
-from .codec import Channel, Opener, Sealer
+from ._adapter import (
+    RECEIVE_SIZE,
+    blame_connection,
+    check_can_take_input,
+    connection_statistics,
+    describe_handshake_failure,
+    handshake,
+    logger,
+)
+from .codec import Channel, Opener, Phase, Sealer
 from .errors import GcmStreamError, StreamClosedError, TruncatedStreamError
 from .format import (
     DEFAULT_HANDSHAKE_TIMEOUT,
@@ -47,12 +56,23 @@ __all__ = (
     "wrap_streams",
 )
 
-logger = logging.getLogger("gcmstream")
-
 _DEFAULT_LIMIT = 2**16  # asyncio's StreamReader default line limit
-_WRAPPED_READ_SIZE = 256 * 1024
 
 ClientConnectedCallback = Callable[["SecureStreamReader", "SecureStreamWriter"], Awaitable[None] | None]
+
+
+def _check_limit(limit: int) -> None:
+    if limit <= 0:  # as asyncio.StreamReader, with its message
+        raise ValueError("Limit cannot be <= 0")
+
+
+def _abort(transport: asyncio.BaseTransport) -> None:
+    """Close at once, dropping what is buffered (a pipe transport may have no abort)."""
+    abort = getattr(transport, "abort", None)
+    if abort is not None:
+        abort()
+    else:
+        transport.close()
 
 
 class _Source:
@@ -69,14 +89,21 @@ class _Source:
 
 
 class SecureStreamReader:
-    """Decrypting reader with the verbs of ``asyncio.StreamReader``.
+    """Decrypting reader with the verbs and the semantics of ``asyncio.StreamReader``.
 
     Plaintext is released only from authenticated records. An authenticated FINAL record is
     the end of the stream (``read`` returns b"", ``at_eof()`` is True); input that ends
     without one raises TruncatedStreamError (also an EOFError), never a quiet short read.
+
+    Every record that arrived whole counts as buffered, as the bytes fed to a StreamReader do:
+    ``read(n)``, ``readuntil``'s limit and ``at_eof()`` see the same data asyncio's would if it
+    were fed each record's plaintext as it arrived (tests/test_aio_differential.py compares
+    them). Deliberate differences: an error in a record raises (after the authenticated bytes
+    before it were returned), and ``at_eof()`` is True only at an authenticated end.
     """
 
     def __init__(self, opener: Opener, source: _Source, *, limit: int = _DEFAULT_LIMIT) -> None:
+        _check_limit(limit)
         self._opener = opener
         self._source = source
         self._limit = limit
@@ -84,6 +111,9 @@ class SecureStreamReader:
         # a limit overrun, a cancelled read): every read returns it first
         self._pushback = bytearray()
         self._busy = False
+        # an error met after this reader had plaintext to return: the next call raises it
+        self._deferred: BaseException | None = None
+        self._chunk_lent = False  # iter_chunks handed out a view that is still in use
 
     def __repr__(self) -> str:
         return f"<SecureStreamReader {self._opener!r}>"
@@ -93,25 +123,49 @@ class SecureStreamReader:
         return self._opener
 
     def at_eof(self) -> bool:
-        """True when the authenticated end was reached and everything was read."""
-        return not self._pushback and self._opener.at_eof
+        """True when everything before the authenticated end was read: as asyncio's, once the
+        buffer is empty and the end is in (a FINAL record that arrived counts, opened or not).
+        Never raises: an error found in the records that arrived is raised by the next read."""
+        if self._pushback or self._deferred is not None or self._chunk_lent:
+            return False
+        if self._opener.at_eof:
+            return True
+        try:
+            view = self._opener.peek()
+        except GcmStreamError as exc:
+            self._defer(exc)
+            return False
+        return view is not None and not view
+
+    def _defer(self, exc: GcmStreamError) -> None:
+        if isinstance(exc, TruncatedStreamError):
+            blame_connection(exc, self._source.connection_error)
+        self._deferred = exc
+
+    def _check(self) -> None:
+        """Raise the deferred error once; after a fatal error every call raises again."""
+        exc, self._deferred = self._deferred, None
+        if exc is not None:
+            raise exc
+        if self._opener.phase is Phase.FAILED:
+            self._opener.peek()  # raises StreamBrokenError
+
+    def _peek(self) -> memoryview | None:
+        """The current record's plaintext without waiting: None if input is needed, empty at
+        the authenticated end."""
+        try:
+            return self._opener.peek()
+        except TruncatedStreamError as exc:
+            blame_connection(exc, self._source.connection_error)
+            raise
 
     async def _next(self) -> memoryview:
         """The next authenticated plaintext of the current record (empty at the end)."""
         while True:
-            try:
-                view = self._opener.peek()
-            except TruncatedStreamError as exc:
-                self._blame_connection(exc)
-                raise
+            view = self._peek()
             if view is not None:
                 return view
             await self._wait()
-
-    def _blame_connection(self, exc: TruncatedStreamError) -> None:
-        """A truncation caused by a lost connection says so: the transport's error is its cause."""
-        if exc.__cause__ is None and self._source.connection_error is not None:
-            exc.__cause__ = self._source.connection_error
 
     async def _wait(self) -> None:
         if self._busy:
@@ -145,23 +199,35 @@ class SecureStreamReader:
         return True
 
     async def read(self, n: int = -1) -> bytes:
-        """Up to ``n`` bytes (at least one unless at the end); ``n < 0``: everything to the end."""
+        """Up to ``n`` bytes of what has arrived, waiting only while nothing has (at least one
+        byte unless at the end); ``n < 0``: everything to the end."""
+        self._check()
         if n == 0:
             return b""
         if n < 0:
             while await self._stage(-1):
                 pass
             return self._take_pushback(-1)
-        if self._pushback:
-            return self._take_pushback(n)
-        view = await self._next()
-        count = min(n, len(view))
-        data = bytes(view[:count])
-        self._consume(count)
+        if not self._pushback:
+            await self._next()
+        data = self._take_pushback(n)
+        try:
+            more = self._opener.read(n - len(data)) if len(data) < n else None
+        except GcmStreamError as exc:
+            if not data:
+                if isinstance(exc, TruncatedStreamError):
+                    blame_connection(exc, self._source.connection_error)
+                raise
+            self._defer(exc)  # return the authenticated bytes first, raise on the next call
+            return data
+        if more:
+            self._source.consumed()
+            data = data + more if data else more
         return data
 
     async def readinto(self, buffer: Buffer) -> int:
         """Copy up to ``len(buffer)`` bytes into ``buffer``; 0 at the end."""
+        self._check()
         target = memoryview(buffer).cast("B")
         if not target:
             return 0
@@ -173,7 +239,7 @@ class SecureStreamReader:
             try:
                 count = self._opener.readinto(target)
             except TruncatedStreamError as exc:
-                self._blame_connection(exc)
+                blame_connection(exc, self._source.connection_error)
                 raise
             if count is not None:
                 self._source.consumed()
@@ -185,6 +251,7 @@ class SecureStreamReader:
         Cancelled part way, it loses nothing: what it had read is returned by the next read."""
         if n < 0:
             raise ValueError("readexactly size can not be less than zero")
+        self._check()
         if n == 0:
             return b""
         if not self._pushback:  # common case: the current record holds all of it, one copy
@@ -200,34 +267,42 @@ class SecureStreamReader:
 
     async def readuntil(self, separator: bytes = b"\n") -> bytes:
         """Bytes up to and including ``separator``, with asyncio's LimitOverrunError and
-        IncompleteReadError semantics (the data stays readable after an overrun or a cancel)."""
-        if not separator:
+        IncompleteReadError semantics (the data stays readable after an overrun or a cancel).
+
+        As asyncio: the limit counts the bytes before the separator, so a separator that ends
+        past the limit is fine; a search that found none overruns once the bytes that cannot
+        begin a separator (all but its last ``len(separator) - 1``) exceed the limit, judged
+        over everything that has arrived, and ``consumed`` is that count."""
+        seplen = len(separator)
+        if not seplen:
             raise ValueError("Separator should be at least one-byte string")
-        searched = 0
+        self._check()
+        offset = 0  # no separator begins in pushback[:offset]
         while True:
-            found = self._pushback
-            index = found.find(separator, searched)
+            index = self._pushback.find(separator, offset)
             if index >= 0:
-                end = index + len(separator)
-                if index > self._limit:  # as asyncio: the separator may end past the limit
+                if index > self._limit:
                     raise asyncio.LimitOverrunError(
                         "Separator is found, but chunk is longer than limit", index
                     )
-                return self._take_pushback(end)
-            if len(found) > self._limit:
-                raise asyncio.LimitOverrunError(
-                    "Separator is not found, and chunk exceed the limit", len(found)
-                )
-            searched = max(0, len(found) - len(separator) + 1)
-            view = await self._next()
-            if not view:
+                return self._take_pushback(index + seplen)
+            offset = max(0, len(self._pushback) + 1 - seplen)
+            view = self._peek()
+            if view:  # more has arrived: take it, only through the separator if it lies inside
+                inside = self._opener.find(separator)
+                count = len(view) if inside < 0 else inside + seplen
+                self._pushback += view[:count]
+                self._consume(count)
+                continue
+            if offset > self._limit:
+                raise asyncio.LimitOverrunError("Separator is not found, and chunk exceed the limit", offset)
+            if view is not None:  # the authenticated end
                 raise asyncio.IncompleteReadError(self._take_pushback(-1), None)
-            # take through the separator if it lies inside this record, so the rest stays in the ring
-            inside = self._opener.find(separator)
-            await self._stage(-1 if inside < 0 else inside + len(separator))
+            await self._wait()
 
     async def readline(self) -> bytes:
-        """A line ending in b"\\n", or the rest at the end; ValueError if over the limit."""
+        """A line ending in b"\\n", or the rest at the end; ValueError if over the limit (the
+        line is then dropped, or everything that has arrived if no line end has)."""
         try:
             return await self.readuntil(b"\n")
         except asyncio.IncompleteReadError as exc:
@@ -236,7 +311,7 @@ class SecureStreamReader:
             if self._pushback.startswith(b"\n", exc.consumed):
                 del self._pushback[: exc.consumed + 1]
             else:
-                self._pushback.clear()
+                self._pushback.clear()  # readuntil took everything that has arrived
             raise ValueError(exc.args[0]) from exc
 
     def __aiter__(self) -> SecureStreamReader:
@@ -251,6 +326,7 @@ class SecureStreamReader:
     async def iter_chunks(self) -> AsyncIterator[memoryview]:
         """Plaintext as views into the ring, one record (or its rest) at a time, no copy.
         Each view is valid only until the iterator is advanced: copy what you keep."""
+        self._check()
         if self._pushback:
             yield memoryview(self._take_pushback(-1))
         while True:
@@ -258,16 +334,24 @@ class SecureStreamReader:
             if not view:
                 return
             count = len(view)
-            yield view
+            self._chunk_lent = True
+            try:
+                yield view
+            finally:
+                self._chunk_lent = False
             self._consume(count)
 
 
 class SecureStreamWriter:
     """Encrypting writer with the verbs of ``asyncio.StreamWriter``.
 
-    ``write_eof()`` seals the FINAL record and half-closes; ``close()`` seals FINAL first if it
-    was not sealed yet. After a failure use ``abort()``, which closes without FINAL, so the
-    peer sees a truncated stream rather than a complete one.
+    The stream ends cleanly only when the application says so: ``write_eof()`` seals the FINAL
+    record and half-closes, and so does leaving ``async with writer:`` without an exception.
+    ``close()``, ``abort()``, an exception, a cancellation or a lost connection never seal
+    FINAL, so the usual ``try: ... finally: writer.close()`` after a failed transfer makes the
+    peer raise TruncatedStreamError instead of taking the cut stream for a complete one.
+    (A deliberate difference from asyncio, where closing is an end: the docs say so and
+    tests/test_aio.py pins it.)
     """
 
     def __init__(
@@ -307,7 +391,9 @@ class SecureStreamWriter:
 
     def write(self, data: Buffer) -> None:
         """Seal ``data``; full records go to the transport now, the rest at the end of this
-        loop iteration (or at ``drain()``)."""
+        loop iteration (or at ``drain()``). After ``close()`` it raises StreamClosedError
+        (deliberately: asyncio's writer drops such data without a word); after ``write_eof()``
+        it raises StreamClosedError, a RuntimeError as asyncio's."""
         if self._closing:
             raise StreamClosedError("writer is closing")
         self._send(self._sealer.seal(data))
@@ -318,6 +404,25 @@ class SecureStreamWriter:
     def writelines(self, data: Iterable[Buffer]) -> None:
         for item in data:
             self.write(item)
+
+    async def __aenter__(self) -> SecureStreamWriter:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        """Without an exception: end the stream (``write_eof``, ``drain``), then close. With
+        one (a cancellation too): close without ending it, so the peer sees a truncation."""
+        if exc_type is not None:
+            self.close()
+            with contextlib.suppress(Exception):  # the block's own exception is the one to see
+                await self.wait_closed()
+            return
+        try:
+            if not self.is_closing():
+                self.write_eof()
+                await self.drain()
+        finally:
+            self.close()
+        await self.wait_closed()
 
     def _scheduled_flush(self) -> None:
         self._flush_scheduled = False
@@ -339,7 +444,10 @@ class SecureStreamWriter:
         return True
 
     def write_eof(self) -> None:
-        """Seal the FINAL record (after any pending data), then half-close if the transport can."""
+        """Seal the FINAL record (after any pending data), then half-close if the transport can.
+        The one clean end of the stream; again later, it does nothing (as asyncio's)."""
+        if self._sealer.closed:
+            return
         self._send(self._sealer.close())
         if self._transport.can_write_eof():
             self._transport.write_eof()
@@ -348,27 +456,24 @@ class SecureStreamWriter:
         return self._closing or self._transport.is_closing()
 
     def close(self) -> None:
-        """Seal FINAL if it was not sealed yet, then close the transport."""
+        """Close the transport after what was written (pending plaintext goes out as a
+        record). This does NOT seal FINAL: unless ``write_eof()`` ended the stream, the peer
+        raises TruncatedStreamError. A failed transfer closed in a ``finally`` never looks
+        complete."""
         if self._closing:
             return
         self._closing = True
-        if not self._sealer.closed and not self._transport.is_closing():
+        if self._sealer.pending and not self._sealer.closed and not self._transport.is_closing():
             try:
-                self._send(self._sealer.close())
+                self._send(self._sealer.flush())
             except GcmStreamError:
-                logger.debug("could not seal FINAL while closing", exc_info=True)
+                logger.debug("could not seal the pending record while closing", exc_info=True)
         self._transport.close()
 
     def abort(self) -> None:
-        """Close at once without sealing FINAL, so the peer sees TruncatedStreamError: the way
-        to end a transfer that failed (``close()`` would make it look complete)."""
+        """Close at once, dropping what is not sent yet; no FINAL either."""
         self._closing = True
-        transport = self._transport
-        abort = getattr(transport, "abort", None)
-        if abort is not None:
-            abort()
-        else:
-            transport.close()
+        _abort(self._transport)
 
     async def wait_closed(self) -> None:
         if self._wait_closed is not None:
@@ -378,18 +483,12 @@ class SecureStreamWriter:
         """The transport's keys, plus gcmstream's: ``gcmstream_suite``, ``gcmstream_record_size``,
         ``gcmstream_records_sealed``, ``gcmstream_bytes_sealed``, ``gcmstream_records_opened``,
         ``gcmstream_bytes_opened``."""
-        opener = self._reader.opener if self._reader is not None else None
-        ours: dict[str, Any] = {
-            "gcmstream_suite": self._sealer.suite.name,
-            "gcmstream_record_size": self._sealer.record_size,
-            "gcmstream_records_sealed": self._sealer.records_sealed,
-            "gcmstream_bytes_sealed": self._sealer.bytes_sealed,
-        }
-        if opener is not None:
-            ours["gcmstream_records_opened"] = opener.records_opened
-            ours["gcmstream_bytes_opened"] = opener.bytes_opened
-        if name in ours:
-            return ours[name]
+        if name.startswith("gcmstream_"):
+            opener = self._reader.opener if self._reader is not None else None
+            figures = connection_statistics(self._sealer, opener)
+            key = name.removeprefix("gcmstream_")
+            if key in figures:
+                return figures[key]
         return self._transport.get_extra_info(name, default)
 
 
@@ -422,7 +521,6 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not an asyncio.Transport
-        transport.write(self.channel.initial_data())  # type: ignore[attr-defined]
         if self._on_connected is not None:
             self._on_connected(self)
 
@@ -519,9 +617,18 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)
 
-    async def handshake(self) -> None:
-        while not self.channel.handshake_complete():
-            await self.wait()
+    async def handshake(self, time_limit: float | None) -> None:
+        """The channel handshake; the transport is aborted if it fails."""
+        transport = self.transport
+        assert transport is not None
+
+        async def send(data: bytes) -> None:
+            transport.write(data)
+
+        async def abort() -> None:
+            transport.abort()
+
+        await handshake(self.channel, send, self.wait, time_limit=time_limit, abort=abort)
 
     def streams(self) -> tuple[SecureStreamReader, SecureStreamWriter]:
         assert self.transport is not None
@@ -567,6 +674,7 @@ async def open_connection(
     Raises KeyCommitmentError if the server holds another key or context. ``kwargs`` go to
     ``loop.create_connection``.
     """
+    _check_limit(limit)
     loop = asyncio.get_running_loop()
     channel = _channel(key, Role.INITIATOR, context, record_size, max_record_size, limits)
     _, protocol = await loop.create_connection(
@@ -575,13 +683,7 @@ async def open_connection(
         port,  # type: ignore[arg-type]
         **kwargs,
     )
-    try:
-        async with asyncio.timeout(handshake_timeout):
-            await protocol.handshake()
-    except BaseException:
-        if protocol.transport is not None:
-            protocol.transport.abort()
-        raise
+    await protocol.handshake(handshake_timeout)
     return protocol.streams()
 
 
@@ -601,7 +703,9 @@ async def start_server(
 ) -> asyncio.Server:
     """Serve like ``asyncio.start_server``: ``client_connected_cb(reader, writer)`` runs for
     each client whose handshake verified. A client with another key or context, or one that
-    sends no header within ``handshake_timeout`` seconds, is logged and disconnected."""
+    sends no header within ``handshake_timeout`` seconds, is logged and disconnected.
+    Unlike asyncio's, a bad ``limit`` raises ValueError here, not at each connection."""
+    _check_limit(limit)
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
 
@@ -610,11 +714,9 @@ async def start_server(
         assert transport is not None
         peer = transport.get_extra_info("peername")
         try:
-            async with asyncio.timeout(handshake_timeout):
-                await protocol.handshake()
-        except (GcmStreamError, TimeoutError, OSError) as exc:
-            logger.warning("handshake with %s failed: %s", peer, exc)
-            transport.abort()
+            await protocol.handshake(handshake_timeout)
+        except Exception as exc:  # the transport is aborted already; cancellations propagate
+            describe_handshake_failure(exc, peer)
             return
         reader, writer = protocol.streams()
         try:
@@ -623,7 +725,7 @@ async def start_server(
                 await result
         except Exception:
             logger.exception("client_connected_cb failed for %s", peer)
-            transport.abort()
+            transport.abort()  # no FINAL: the client must not take this for a complete stream
 
     def start(protocol: _ChannelProtocol) -> None:
         task = loop.create_task(serve_one(protocol))
@@ -648,10 +750,9 @@ class _StreamReaderSource(_Source):
         self._inner = inner
 
     async def wait(self) -> None:
-        if not self._opener.wants_data:  # peek() said "need input": refusing it would spin forever
-            raise RuntimeError("gcmstream bug: the opener needs input but cannot take any")
+        check_can_take_input(self._opener)
         try:
-            data = await self._inner.read(_WRAPPED_READ_SIZE)
+            data = await self._inner.read(RECEIVE_SIZE)
         except OSError as exc:
             self.connection_error = exc
             data = b""
@@ -674,7 +775,7 @@ def encrypting_writer(
     limits: KeyLimits | None = None,
 ) -> SecureStreamWriter:
     """One-way: encrypt everything written into ``writer`` (a pipe, a file-like transport).
-    ``write_eof()`` or ``close()`` seals the FINAL record."""
+    ``write_eof()`` seals the FINAL record (``close()`` does not)."""
     sealer = Sealer(key, context=context, record_size=record_size, limits=limits)
     return SecureStreamWriter(sealer, _transport_of(writer), writer.drain, closed=writer.wait_closed)
 
@@ -707,14 +808,20 @@ async def wrap_streams(
     limit: int = _DEFAULT_LIMIT,
 ) -> tuple[SecureStreamReader, SecureStreamWriter]:
     """Duplex channel over existing asyncio streams. One side must use Role.INITIATOR and the
-    other Role.RESPONDER. Runs the handshake before returning."""
+    other Role.RESPONDER. Runs the handshake before returning; if it fails (or takes longer
+    than ``handshake_timeout`` seconds) the transport is aborted and the error raised."""
+    _check_limit(limit)
     channel = _channel(key, role, context, record_size, max_record_size, limits)
-    writer.write(channel.initial_data())
     source = _StreamReaderSource(channel.opener, reader)
-    async with asyncio.timeout(handshake_timeout):
+
+    async def send(data: bytes) -> None:
+        writer.write(data)
         await writer.drain()
-        while not channel.handshake_complete():
-            await source.wait()
+
+    async def abort() -> None:
+        _abort(writer.transport)
+
+    await handshake(channel, send, source.wait, time_limit=handshake_timeout, abort=abort)
     secure_reader = SecureStreamReader(channel.opener, source, limit=limit)
     secure_writer = SecureStreamWriter(
         channel.sealer, _transport_of(writer), writer.drain, reader=secure_reader, closed=writer.wait_closed

@@ -1,12 +1,21 @@
 """anyio adapter: a secure ``anyio.abc.ByteStream`` over any byte stream, on asyncio and trio.
 
-Modelled on anyio's ``TLSStream``: :meth:`SecureStream.wrap` runs the channel handshake over
-``transport_stream`` (a public field); ``receive()`` never returns empty bytes and raises
-``EndOfStream`` only after an authenticated FINAL record; a transport that ends without one
-raises :class:`~gcmstream.errors.TruncatedStreamError`. Two tasks receiving (or sending) at once
-get ``BusyResourceError``. A send that was cancelled part way leaves the stream broken: later
-sends raise ``BrokenResourceError``, since the peer may hold half a record. ``send_eof()`` is
-the only clean end: ``aclose()`` without it reads as a truncation at the peer, on purpose.
+Modelled on anyio's ``TLSStream`` and checked against it (tests/test_anyio_differential.py)
+and against trio's stream suite (tests/test_anyio_trio_suite.py): :meth:`SecureStream.wrap`
+runs the channel handshake over ``transport_stream`` (a public field); ``receive()`` never
+returns empty bytes and raises ``EndOfStream`` only after an authenticated FINAL record; a
+transport that ends without one raises :class:`AnyioTruncatedStreamError`, which is both
+gcmstream's TruncatedStreamError and anyio's ``BrokenResourceError``. Two tasks receiving (or
+sending) at once get ``BusyResourceError``; after ``aclose()`` every call raises
+``ClosedResourceError``, and ``send`` after ``send_eof()`` raises :class:`AnyioStreamClosedError`
+(gcmstream's StreamClosedError and anyio's ``ClosedResourceError``). A send that was cancelled
+part way leaves the stream broken: later sends raise ``BrokenResourceError``, since the peer
+may hold half a record. Every call is a checkpoint, as trio requires.
+
+The stream ends cleanly only when the application says so: ``send_eof()``, or leaving
+``async with stream:`` without an exception. ``aclose()``, an exception, a cancellation or a
+lost connection never seal FINAL, so a failed transfer reads as a truncation at the peer. (A
+deliberate difference from TLSStream, whose ``aclose()`` is a clean end.)
 
 Bytes are copied once from the transport into the opener's ring (anyio streams return new
 ``bytes``). Every send gets fresh sealed memory (``Sealer(reuse_output=False)``) because a
@@ -15,17 +24,26 @@ transport may keep what it was given after ``send()`` returns (anyio's asyncio s
 
 from __future__ import annotations
 
-import contextlib
-import logging
+import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 import anyio
-from anyio.abc import AnyByteStream, ByteStream, Listener, TaskGroup
+from anyio.abc import AnyByteStream, ByteStream, Listener, SocketAttribute, TaskGroup
+from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
+from ._adapter import (
+    RECEIVE_SIZE,
+    blame_connection,
+    check_can_take_input,
+    connection_statistics,
+    describe_handshake_failure,
+    handshake,
+)
 from .codec import Channel
-from .errors import GcmStreamError, TruncatedStreamError
+from .errors import StreamBrokenError, StreamClosedError, TruncatedStreamError
 from .format import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_MAX_RECORD_SIZE,
@@ -36,6 +54,9 @@ from .format import (
 )
 
 __all__ = (
+    "AnyioStreamBrokenError",
+    "AnyioStreamClosedError",
+    "AnyioTruncatedStreamError",
     "GcmStreamAttribute",
     "SecureListener",
     "SecureStream",
@@ -43,9 +64,21 @@ __all__ = (
     "create_tcp_listener",
 )
 
-logger = logging.getLogger("gcmstream")
 
-_RECEIVE_SIZE = 256 * 1024
+class AnyioStreamClosedError(StreamClosedError, anyio.ClosedResourceError):
+    """Sending after ``send_eof()``, or any call after ``aclose()``: gcmstream's
+    StreamClosedError in anyio's vocabulary (``ClosedResourceError``)."""
+
+
+class AnyioTruncatedStreamError(TruncatedStreamError, anyio.BrokenResourceError):
+    """The peer's stream ended without its FINAL record (it closed without ending the stream,
+    or the connection was cut): gcmstream's TruncatedStreamError, and a ``BrokenResourceError``
+    so that generic anyio code catches it. The transport's error, if any, is ``__cause__``."""
+
+
+class AnyioStreamBrokenError(StreamBrokenError, anyio.BrokenResourceError):
+    """Any receive after the stream failed: gcmstream's StreamBrokenError (``original`` is
+    the first error), and a ``BrokenResourceError``, which a broken anyio stream keeps raising."""
 
 
 class GcmStreamAttribute(anyio.TypedAttributeSet):
@@ -69,6 +102,7 @@ class SecureStream(ByteStream):
     _send_guard: anyio.ResourceGuard = field(init=False, repr=False)
     _send_broken: BaseException | None = field(init=False, default=None, repr=False)
     _receive_lost: BaseException | None = field(init=False, default=None, repr=False)
+    _closed: bool = field(init=False, default=False, repr=False)
 
     def __post_init__(self) -> None:
         self._receive_guard = anyio.ResourceGuard("reading from")
@@ -85,9 +119,13 @@ class SecureStream(ByteStream):
         record_size: int = DEFAULT_RECORD_SIZE,
         max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
         limits: KeyLimits | None = None,
+        handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
     ) -> SecureStream:
-        """Send our header, receive and verify the peer's. One side is Role.INITIATOR, the
-        other Role.RESPONDER. Raises KeyCommitmentError if the peer has another key/context."""
+        """Send our header while receiving and verifying the peer's (so it works over a
+        transport that does not buffer). One side is Role.INITIATOR, the other
+        Role.RESPONDER. Raises KeyCommitmentError if the peer has another key/context,
+        TimeoutError after ``handshake_timeout`` seconds; on any failure the transport is
+        closed (forcefully) before the error is raised."""
         channel = Channel(
             key,
             role=role,
@@ -98,17 +136,20 @@ class SecureStream(ByteStream):
             reuse_output=False,
         )
         stream = cls(transport_stream, channel)
-        await transport_stream.send(channel.initial_data())
-        while not channel.handshake_complete():
-            await stream._receive_more()
+
+        async def abort() -> None:
+            await anyio.aclose_forcefully(transport_stream)
+
+        await handshake(
+            channel, transport_stream.send, stream._receive_more, time_limit=handshake_timeout, abort=abort
+        )
         return stream
 
     async def _receive_more(self) -> None:
         opener = self.channel.opener
-        if not opener.wants_data:  # read() said "need input": refusing it would spin forever
-            raise RuntimeError("gcmstream bug: the opener needs input but cannot take any")
+        check_can_take_input(opener)
         try:
-            data = await self.transport_stream.receive(_RECEIVE_SIZE)  # type: ignore[call-arg]
+            data = await self.transport_stream.receive(RECEIVE_SIZE)  # type: ignore[call-arg]
         except (anyio.EndOfStream, anyio.IncompleteRead):
             opener.receive_eof()
         except anyio.BrokenResourceError as exc:
@@ -117,35 +158,54 @@ class SecureStream(ByteStream):
         else:
             opener.receive_data(data)
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AnyioStreamClosedError("the stream was closed (aclose)")
+
     async def receive(self, max_bytes: int = 65536) -> bytes:
+        max_bytes = operator.index(max_bytes)  # TypeError for 1.5, as a socket's
         if max_bytes < 1:  # b"" means the authenticated end here: never return it for this
             raise ValueError(f"max_bytes must be at least 1, got {max_bytes}")
         with self._receive_guard:
-            await anyio.lowlevel.checkpoint_if_cancelled()
+            await checkpoint_if_cancelled()
+            self._check_open()
             opener = self.channel.opener
+            waited = False
             while True:
                 try:
                     data = opener.read(max_bytes)
                 except TruncatedStreamError as exc:
-                    if exc.__cause__ is None and self._receive_lost is not None:
-                        exc.__cause__ = self._receive_lost
-                    raise
+                    blame_connection(exc, self._receive_lost)
+                    raise AnyioTruncatedStreamError(*exc.args) from (exc.__cause__ or exc)
+                except StreamBrokenError as exc:
+                    raise AnyioStreamBrokenError(exc.original) from exc.original
                 if data is not None:
+                    if not waited:  # a checkpoint in every call, without losing the data read
+                        await cancel_shielded_checkpoint()
                     if not data:
                         raise anyio.EndOfStream
                     return data
                 await self._receive_more()
+                waited = True
+
+    def _check_can_send(self) -> None:
+        self._check_open()
+        if self._send_broken is not None:
+            raise anyio.BrokenResourceError("an earlier send was interrupted") from self._send_broken
 
     async def send(self, item: bytes) -> None:
         with self._send_guard:
-            if self._send_broken is not None:
-                raise anyio.BrokenResourceError("an earlier send was interrupted") from self._send_broken
+            await checkpoint_if_cancelled()  # a send cancelled before it began breaks nothing
+            self._check_can_send()
+            if self.channel.sealer.closed:
+                raise AnyioStreamClosedError("cannot send after send_eof()")
             output = self.channel.sealer.seal(item, flush=True)
-            await self._send_sealed(output)
+            if output:
+                await self._send_sealed(output)
+            else:
+                await cancel_shielded_checkpoint()
 
     async def _send_sealed(self, output: memoryview) -> None:
-        if not output:
-            return
         try:
             await self.transport_stream.send(output)  # type: ignore[arg-type]  # any buffer works
         except BaseException as exc:
@@ -153,32 +213,57 @@ class SecureStream(ByteStream):
             raise
 
     async def send_eof(self) -> None:
-        """Seal the FINAL record and half-close the transport when it supports that."""
+        """Seal the FINAL record (the clean end of what we send) and half-close the transport
+        when it supports that. Again later, it only checkpoints (trio's rule)."""
         with self._send_guard:
-            if self._send_broken is not None:
-                raise anyio.BrokenResourceError("an earlier send was interrupted") from self._send_broken
+            await checkpoint_if_cancelled()
+            self._check_can_send()
+            if self.channel.sealer.closed:
+                await cancel_shielded_checkpoint()
+                return
             await self._send_sealed(self.channel.sealer.close())
-            with contextlib.suppress(NotImplementedError):  # FINAL already told the peer
+            try:
                 await self.transport_stream.send_eof()
+            except NotImplementedError:
+                pass  # FINAL already told the peer
+            except OSError as exc:  # a socket whose peer is gone (anyio passes shutdown's error on)
+                raise anyio.BrokenResourceError(f"could not half-close: {exc}") from exc
 
     async def aclose(self) -> None:
-        """Close the transport. This does NOT seal FINAL: only ``send_eof()`` ends the stream
-        cleanly. ``async with stream:`` closes on errors too, and a transfer that failed must
-        look cut short (TruncatedStreamError) to the peer, never complete."""
+        """Close the transport. This does NOT seal FINAL: only ``send_eof()`` (or leaving
+        ``async with stream:`` without an exception) ends the stream cleanly; a transfer that
+        failed must look cut short (TruncatedStreamError) to the peer, never complete."""
+        self._closed = True
         await self.transport_stream.aclose()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        """Leaving the block without an exception ends the stream (``send_eof``), then closes;
+        with one (a cancellation too), it only closes: the peer sees a truncation."""
+        try:
+            if exc_type is None and not self._closed:
+                await self.send_eof()
+        finally:
+            await self.aclose()
 
     @property
     def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
         sealer, opener = self.channel.sealer, self.channel.opener
+
+        def figure(name: str) -> Callable[[], Any]:
+            return lambda: connection_statistics(sealer, opener)[name]
+
         return {
             **self.transport_stream.extra_attributes,
-            GcmStreamAttribute.suite: lambda: sealer.suite.name,
-            GcmStreamAttribute.record_size: lambda: sealer.record_size,
-            GcmStreamAttribute.records_sealed: lambda: sealer.records_sealed,
-            GcmStreamAttribute.bytes_sealed: lambda: sealer.bytes_sealed,
-            GcmStreamAttribute.records_opened: lambda: opener.records_opened,
-            GcmStreamAttribute.bytes_opened: lambda: opener.bytes_opened,
+            **{getattr(GcmStreamAttribute, name): figure(name) for name in _FIGURES},
         }
+
+
+_FIGURES = ("suite", "record_size", "records_sealed", "bytes_sealed", "records_opened", "bytes_opened")
 
 
 async def connect_tcp(
@@ -192,29 +277,27 @@ async def connect_tcp(
     limits: KeyLimits | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
 ) -> SecureStream:
-    """``anyio.connect_tcp`` plus the handshake (as the channel's initiator)."""
+    """``anyio.connect_tcp`` plus the handshake (as the channel's initiator); the connection
+    is closed if the handshake fails."""
     transport = await anyio.connect_tcp(remote_host, remote_port)
-    try:
-        with anyio.fail_after(handshake_timeout):
-            return await SecureStream.wrap(
-                transport,
-                key=key,
-                role=Role.INITIATOR,
-                context=context,
-                record_size=record_size,
-                max_record_size=max_record_size,
-                limits=limits,
-            )
-    except BaseException:
-        await anyio.aclose_forcefully(transport)
-        raise
+    return await SecureStream.wrap(
+        transport,
+        key=key,
+        role=Role.INITIATOR,
+        context=context,
+        record_size=record_size,
+        max_record_size=max_record_size,
+        limits=limits,
+        handshake_timeout=handshake_timeout,
+    )
 
 
 @dataclass(eq=False)
 class SecureListener(Listener[SecureStream]):
     """Wraps a listener so that ``serve()`` hands out handshaken SecureStreams (as responder).
-    Clients that fail the handshake or send no header within ``handshake_timeout`` are logged
-    and dropped; the listener keeps serving."""
+    Clients that fail the handshake or send no header within ``handshake_timeout`` are
+    dropped and passed to :meth:`handle_handshake_error` (as anyio's TLSListener does); the
+    listener keeps serving."""
 
     listener: Listener[Any]
     key: bytes = field(repr=False)
@@ -224,33 +307,40 @@ class SecureListener(Listener[SecureStream]):
     limits: KeyLimits | None = None
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
 
+    _peers: dict[int, object] = field(init=False, default_factory=dict, repr=False)
+
+    async def handle_handshake_error(self, exc: Exception, stream: AnyByteStream) -> None:
+        """Called when a client's handshake failed (``stream`` is its transport, closed
+        already). Logs one line naming the peer (never a key). Override it to do more;
+        cancellations are not passed here, they propagate."""
+        describe_handshake_failure(exc, self._peers.get(id(stream), "an unknown peer"))
+
     async def serve(
         self,
         handler: Callable[[SecureStream], Any],
         task_group: TaskGroup | None = None,
     ) -> None:
         async def handle(transport: AnyByteStream) -> None:
+            # the address, while it can still be asked: a closed socket no longer knows it
+            self._peers[id(transport)] = transport.extra(SocketAttribute.remote_address, "an unknown peer")
             try:
-                with anyio.fail_after(self.handshake_timeout):
-                    stream = await SecureStream.wrap(
-                        transport,
-                        key=self.key,
-                        role=Role.RESPONDER,
-                        context=self.context,
-                        record_size=self.record_size,
-                        max_record_size=self.max_record_size,
-                        limits=self.limits,
-                    )
-            except (
-                GcmStreamError,
-                TimeoutError,
-                OSError,
-                anyio.BrokenResourceError,
-                anyio.ClosedResourceError,
-            ) as exc:
-                logger.warning("handshake failed: %s", exc)
-                await anyio.aclose_forcefully(transport)
-                return
+                stream = await SecureStream.wrap(
+                    transport,
+                    key=self.key,
+                    role=Role.RESPONDER,
+                    context=self.context,
+                    record_size=self.record_size,
+                    max_record_size=self.max_record_size,
+                    limits=self.limits,
+                    handshake_timeout=self.handshake_timeout,
+                )
+            except BaseException as exc:
+                if isinstance(exc, Exception) and not isinstance(exc, anyio.get_cancelled_exc_class()):
+                    await self.handle_handshake_error(exc, transport)
+                    return
+                raise
+            finally:
+                self._peers.pop(id(transport), None)
             await handler(stream)
 
         await self.listener.serve(handle, task_group)

@@ -13,9 +13,10 @@ __all__ = ("Channel",)
 
 class Channel:
     """Both directions of one connection: a Sealer for what we send, an Opener for what we
-    receive. Each side sends its header first (``initial_data()``); once the peer's header has
-    arrived (``handshake_complete()``), each direction is keyed from both headers, so both
-    fresh salts and both roles: a replayed session or a reflected stream fails to open.
+    receive. Each side sends its header (``data_to_send()``, or ``initial_data()``) while it
+    reads the peer's; once the peer's header has arrived (``handshake_complete()``), each
+    direction is keyed from both headers, so both fresh salts and both roles: a replayed
+    session or a reflected stream fails to open.
     """
 
     def __init__(
@@ -36,6 +37,7 @@ class Channel:
             raise ValueError("a channel role is Role.INITIATOR or Role.RESPONDER")
         self.role = role
         self._context = bytes(context)
+        self._header_due = True
         self.sealer = Sealer(
             key,
             context=context,
@@ -61,7 +63,14 @@ class Channel:
 
     def initial_data(self) -> bytes:
         """Our stream header: send it before anything else."""
+        self._header_due = False
         return self.sealer.take_header()
+
+    def data_to_send(self) -> bytes:
+        """Handshake bytes due now (our header first), b"" when none is due. Adapters send them
+        while they read the peer's, so the handshake also completes over a transport that does
+        not buffer; they ask again after every input, for a handshake with more messages."""
+        return self.initial_data() if self._header_due else b""
 
     def handshake_complete(self) -> bool:
         """True once the peer's header verified; raises its error if it did not, and

@@ -767,19 +767,15 @@ async def _accept_one(listener: anyio.abc.Listener[SocketStream]) -> SocketStrea
 
 
 async def _handshake(transport: SocketStream, args: argparse.Namespace, key: bytes) -> SecureStream:
-    try:
-        with anyio.fail_after(HANDSHAKE_TIMEOUT):
-            return await SecureStream.wrap(
-                transport,
-                key=key,
-                role=Role.RESPONDER,
-                context=args.context,
-                record_size=args.record_size,
-                max_record_size=args.max_record_size,
-            )
-    except BaseException:
-        await anyio.aclose_forcefully(transport)
-        raise
+    return await SecureStream.wrap(  # the shared handshake policy: timeout, close on failure
+        transport,
+        key=key,
+        role=Role.RESPONDER,
+        context=args.context,
+        record_size=args.record_size,
+        max_record_size=args.max_record_size,
+        handshake_timeout=HANDSHAKE_TIMEOUT,
+    )
 
 
 # Handshakes waiting at once; more connections than that are closed at once (and logged).
@@ -872,6 +868,7 @@ async def _connect_command(args: argparse.Namespace, key: bytes) -> None:
             context=args.context,
             record_size=args.record_size,
             max_record_size=args.max_record_size,
+            handshake_timeout=HANDSHAKE_TIMEOUT,
         )
     except RecordTooLargeError as exc:
         raise _record_limit_error("connect", exc.size, exc.limit, "the peer") from None

@@ -19,12 +19,17 @@
     │   │                                flag, FINAL with KEY_UPDATE), a length below the tag
     │   │                                size, or the peer passed the per-key usage limit
     │   ├── TruncatedStreamError         (also EOFError) input ended before an authenticated
-    │   │                                FINAL record
+    │   │   │                            FINAL record: the sender closed without ending the
+    │   │   │                            stream (close/aclose are not an end), or was cut off
+    │   │   └── AnyioTruncatedStreamError  (in gcmstream.anyio_stream; also anyio's
+    │   │                                BrokenResourceError)
     │   └── TrailingDataError            bytes after the FINAL record
     ├── UsageError                       the caller broke a rule; nothing was changed and the
     │   │                                object is still usable
     │   ├── StreamClosedError            (also RuntimeError) writing after FINAL was sealed, or
-    │   │                                using a closed object
+    │   │   │                            using a closed object
+    │   │   └── AnyioStreamClosedError   (in gcmstream.anyio_stream; also anyio's
+    │   │                                ClosedResourceError)
     │   ├── NotReadyError                (also RuntimeError) sealing on a channel before the
     │   │                                peer's header arrived
     │   ├── KeyFileError                 (also ValueError; in gcmstream.keyfile) a key file or
@@ -41,7 +46,9 @@
     ├── LimitReachedError                sealing would pass the hard per-key limit with automatic
     │                                    key update off; nothing was sealed; call update_key()
     └── StreamBrokenError                any call on an object that already failed fatally; the
-                                         original error is ``__cause__`` and ``.original``
+        │                                original error is ``__cause__`` and ``.original``
+        └── AnyioStreamBrokenError       (in gcmstream.anyio_stream; also anyio's
+                                         BrokenResourceError)
 
 Rules that hold everywhere:
 
@@ -56,6 +63,11 @@ Rules that hold everywhere:
   for the end of a stream with a non-zero size (or ``at_eof``), not with those.
 * Messages name what was found and what was expected. They never contain keys, secrets,
   nonces or plaintext.
+* The anyio adapter speaks anyio's vocabulary without leaving this tree: its truncation,
+  closed and broken errors are the ``Anyio*`` subclasses above, so ``except
+  TruncatedStreamError`` and generic anyio code's ``except anyio.BrokenResourceError`` both
+  catch a peer that closed without ending its stream. The asyncio adapter raises asyncio's own
+  IncompleteReadError and LimitOverrunError where asyncio.StreamReader does.
 * Any other exception escaping gcmstream is a bug, except OSError and the async frameworks'
   own resource errors raised by the transport underneath an adapter.
 """

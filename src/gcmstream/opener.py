@@ -704,7 +704,10 @@ class Opener:
             return "input ended before the stream header"
         where = "inside a record" if self._ring is not None and self._ring.stored else "at a record boundary"
         records = f"{self.records_opened} record{'' if self.records_opened == 1 else 's'}"
-        return f"input ended {where} after {records}, without a FINAL record"
+        return (
+            f"input ended {where} after {records}, without a FINAL record: "
+            "the sender closed without ending the stream, or the connection was cut"
+        )
 
     def _open(self, target: memoryview | None) -> int:
         """Decrypt the record ``_next_record`` found and account for it. Returns the bytes

@@ -48,6 +48,7 @@ __all__ = (
     "asyncio_wrapped_adapter",
     "check_cancelled_receive",
     "check_clean_end",
+    "check_close_without_end_is_truncation",
     "check_client_vanishes_mid_record",
     "check_half_close",
     "check_large_transfer_backpressure",
@@ -69,13 +70,18 @@ class Endpoint(Protocol):
 
     async def send(self, data: bytes) -> None: ...
 
-    async def send_eof(self) -> None: ...
+    async def send_eof(self) -> None:
+        """End what this side sends: the one clean end (the FINAL record)."""
+        ...
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
         """Some bytes, or b"" at the authenticated end of the stream."""
         ...
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Close the connection. Not an end: without ``send_eof`` first the peer must see a
+        truncation (check_close_without_end_is_truncation)."""
+        ...
 
 
 Handler = Callable[[Endpoint], Awaitable[None]]
@@ -395,6 +401,31 @@ async def check_clean_end(adapter: Adapter) -> None:
             await client.aclose()
 
 
+async def check_close_without_end_is_truncation(adapter: Adapter) -> None:
+    """Closing without ``send_eof`` is not an end (the explicit-end rule): the peer gets what
+    was sent, then TruncatedStreamError saying so. A ``finally: close`` after a failure never
+    looks like a complete transfer."""
+    key = generate_key()
+
+    async def handler(endpoint: Endpoint) -> None:
+        await endpoint.send(b"half of the result")
+        await endpoint.aclose()
+
+    with anyio.fail_after(DEADLINE):
+        async with adapter.serve(handler, key, b"") as port:
+            client = await adapter.connect(port, key, b"")
+            received = bytearray()
+            try:
+                while chunk := await client.receive():
+                    received += chunk
+            except TruncatedStreamError as exc:
+                _expect("closed without ending the stream" in str(exc), f"truncation said: {exc}")
+            else:
+                raise AssertionError("a stream closed without send_eof ended like a complete one")
+            _expect(received == b"half of the result", f"received {bytes(received)!r}")
+            await client.aclose()
+
+
 async def check_truncation_mid_record(adapter: Adapter) -> None:
     """The connection is cut inside a record: TruncatedStreamError, after a true prefix only."""
     key = generate_key()
@@ -653,6 +684,7 @@ CHECKS: dict[str, Callable[[Adapter], Awaitable[None]]] = {
     "round_trip_both_directions": check_round_trip_both_directions,
     "half_close": check_half_close,
     "clean_end": check_clean_end,
+    "close_without_end_is_truncation": check_close_without_end_is_truncation,
     "truncation_mid_record": check_truncation_mid_record,
     "truncation_at_record_boundary": check_truncation_at_record_boundary,
     "tampering": check_tampering,

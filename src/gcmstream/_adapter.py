@@ -1,0 +1,124 @@
+"""Glue the asyncio adapter, the anyio adapter and the CLI share (private).
+
+One copy of each piece, so the adapters cannot drift apart: the handshake and its
+timeout-and-close policy, the handshake-failure log line, the guard against an opener that
+needs input but cannot take any, cause chaining onto a truncation, the connection statistics
+behind ``get_extra_info`` and the typed attributes, one receive size and one logger.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from .codec import Channel, Opener, Sealer
+from .errors import GcmStreamError, TruncatedStreamError
+
+logger = logging.getLogger("gcmstream")
+
+RECEIVE_SIZE = 256 * 1024
+"""Bytes asked of a transport per read (wrapped asyncio streams, anyio byte streams)."""
+
+Send = Callable[[bytes], Awaitable[None]]
+ReceiveMore = Callable[[], Awaitable[None]]
+Abort = Callable[[], Awaitable[None]]
+
+
+async def handshake(
+    channel: Channel, send: Send, receive_more: ReceiveMore, *, time_limit: float | None, abort: Abort
+) -> None:
+    """Run the channel handshake within ``time_limit`` seconds (None: no limit). On any failure
+    (the peer's header, a timeout, a lost connection, a cancellation) the connection is closed
+    at once with ``abort`` and the error re-raised: a half-made connection is never handed on.
+
+    What the channel has to send (``data_to_send()``) is sent while the peer's part is read,
+    not before: over a transport without buffering (``trio.testing.lockstep_stream_pair``) two
+    sides that both sent first would wait for each other forever. The sender keeps asking the
+    channel after every read, so a handshake with more messages works the same way."""
+    try:
+        with anyio.fail_after(time_limit):
+            await _exchange(channel, send, receive_more)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await abort()
+        raise
+
+
+async def _exchange(channel: Channel, send: Send, receive_more: ReceiveMore) -> None:
+    progress = anyio.Event()
+    receiving = True
+
+    async def sender() -> None:
+        nonlocal progress
+        while True:
+            while data := channel.data_to_send():
+                await send(data)
+            if not receiving:
+                return
+            progress = anyio.Event()  # no await between the check above and the wait below
+            await progress.wait()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sender)
+            while not channel.handshake_complete():
+                await receive_more()
+                progress.set()
+            receiving = False
+            progress.set()
+    except BaseExceptionGroup as group:
+        leading = _leading(group)
+        raise leading from leading.__cause__  # its own cause, not the task group
+
+
+def _leading(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The exception that explains a failed handshake: the peer's error (a GcmStreamError)
+    before a transport error it caused, and anything before a cancellation."""
+    leaves: list[BaseException] = []
+
+    def collect(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                collect(inner)
+        else:
+            leaves.append(exc)
+
+    collect(group)
+    cancelled = anyio.get_cancelled_exc_class()
+    leaves.sort(key=lambda exc: (not isinstance(exc, GcmStreamError), isinstance(exc, cancelled)))
+    return leaves[0]
+
+
+def describe_handshake_failure(exc: BaseException, peer: object) -> None:
+    """The one log line for a client that failed the handshake (never a key: errors hold none)."""
+    logger.warning("handshake with %s failed: %s: %s", peer, type(exc).__name__, exc)
+
+
+def check_can_take_input(opener: Opener) -> None:
+    """Called before waiting for input: an opener that needs input but refuses it would make
+    the reader spin forever."""
+    if not opener.wants_data:
+        raise RuntimeError("gcmstream bug: the opener needs input but cannot take any")
+
+
+def blame_connection(exc: TruncatedStreamError, connection_error: BaseException | None) -> None:
+    """A truncation caused by a lost connection says so: the transport's error is its cause."""
+    if exc.__cause__ is None and connection_error is not None:
+        exc.__cause__ = connection_error
+
+
+def connection_statistics(sealer: Sealer, opener: Opener | None) -> dict[str, object]:
+    """gcmstream's per-connection figures, by name; ``get_extra_info`` (prefixed with
+    ``gcmstream_``) and ``GcmStreamAttribute`` both read these."""
+    figures: dict[str, object] = {
+        "suite": sealer.suite.name,
+        "record_size": sealer.record_size,
+        "records_sealed": sealer.records_sealed,
+        "bytes_sealed": sealer.bytes_sealed,
+    }
+    if opener is not None:
+        figures["records_opened"] = opener.records_opened
+        figures["bytes_opened"] = opener.bytes_opened
+    return figures
