@@ -1069,3 +1069,17 @@ def test_channel_data_to_send_gives_the_header_once_then_nothing() -> None:
     assert responder.data_to_send() == b""
     with pytest.raises(StreamClosedError):
         initiator.initial_data()  # taken once, by either name
+
+
+def test_seal_flush_of_a_wider_format_counts_bytes_not_items() -> None:
+    """Review finding: the one-record path of seal(flush=True) took len() as a byte count."""
+    import array
+
+    data = array.array("I", range(100))
+    sealer = Sealer(KEY)
+    wire = bytes(sealer.seal(b"")) + bytes(sealer.seal(data, flush=True))  # type: ignore[arg-type]
+    wire += bytes(sealer.close())
+    opener = Opener(KEY)
+    opener.receive_data(wire)
+    opener.receive_eof()
+    assert opener.read() == data.tobytes()

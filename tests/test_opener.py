@@ -22,6 +22,7 @@ from gcmstream import (
     StreamBrokenError,
     TrailingDataError,
     TruncatedStreamError,
+    UnsupportedBufferError,
 )
 from gcmstream.codec import Phase
 from gcmstream.format import HEADER_SIZE, RECORD_HEADER_SIZE, TAG_SIZE
@@ -282,3 +283,34 @@ def test_tag_size_is_what_the_direct_path_subtracts() -> None:
     opener = Opener(KEY)
     opener.receive_data(bytes(wire))
     assert read_all_into(opener, 4) == b"abcd"
+
+
+def test_readinto_refuses_a_read_only_buffer_before_opening_anything() -> None:
+    """Review finding: a read-only target made a valid stream read as tampered later."""
+    plaintext = b"abc" * 100
+    wire = bytes(seal_stream([plaintext], record_size=64))
+    opener = Opener(KEY)
+    opener.receive_data(wire)
+    opener.receive_eof()
+    for target in (bytes(512), memoryview(bytearray(512)).toreadonly()):
+        with pytest.raises(UnsupportedBufferError, match="read-only"):
+            opener.readinto(target)
+    assert read_all_into(opener, len(plaintext)) == plaintext  # nothing was consumed
+
+
+def test_readinto_accepts_any_one_byte_format() -> None:
+    """Review finding: a writable 'c'-format view lost records silently."""
+    plaintext = bytes(range(256)) * 4
+    wire = bytes(seal_stream([plaintext], record_size=100))
+    for fmt in ("c", "b", "B"):
+        opener = Opener(KEY)
+        opener.receive_data(wire)
+        opener.receive_eof()
+        buffer = bytearray(150)  # one whole record fits, then a part of the next
+        view = memoryview(buffer).cast(fmt)
+        out = bytearray()
+        while n := opener.readinto(view):  # type: ignore[arg-type]
+            out += buffer[:n]
+        assert bytes(out) == plaintext, fmt
+    with pytest.raises(UnsupportedBufferError, match="not contiguous"):
+        Opener(KEY).readinto(memoryview(bytearray(20))[::2])

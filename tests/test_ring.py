@@ -59,7 +59,11 @@ class Model:
 
     def send(self, most: int) -> int:
         """Write up to ``most`` bytes into what ``writable()`` offers; return how many."""
+        state = (self.ring.head, self.ring.tail, self.ring.frontier, self.ring.wrap)
+        promised = self.ring.can_take()
+        assert state == (self.ring.head, self.ring.tail, self.ring.frontier, self.ring.wrap), "can_take moved"
         view = self.ring.writable()
+        assert promised == (len(view) > 0), "can_take() disagrees with writable()"
         count = min(len(view), most, len(self.stream) - self.sent)
         if count:
             view[:count] = self.stream[self.sent : self.sent + count]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from gcmstream import ConcurrencyError, Opener, Sealer, UsageError
+from gcmstream import Channel, ConcurrencyError, Opener, Role, Sealer, UsageError
 from gcmstream.format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
 
 KEY = bytes(range(16))
@@ -132,3 +132,21 @@ def test_an_opener_shared_by_two_threads_refuses_and_never_repeats_or_loses_a_re
 def test_concurrency_error_is_in_the_tree_and_a_runtime_error() -> None:
     assert issubclass(ConcurrencyError, UsageError)
     assert issubclass(ConcurrencyError, RuntimeError)
+
+
+def test_a_peer_header_arriving_while_the_sealer_is_busy_still_keys_the_channel() -> None:
+    """Review finding: keying a channel's sealer took the sealer's turn, so a header that
+    arrived while another thread was inside seal() left the channel half-keyed for good. The
+    other thread is simulated by holding the sealer's turn, which is exactly its state then."""
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    initiator_header = initiator.initial_data()
+    initiator.opener.receive_data(responder.initial_data())
+    record = bytes(initiator.sealer.seal(b"hello", final=True))
+    with responder.sealer._turn:  # another thread's seal() is under way
+        responder.opener.receive_data(initiator_header)
+        with pytest.raises(ConcurrencyError):
+            responder.sealer.seal(b"x")  # the busy sealer still refuses a second caller
+    assert responder.handshake_complete()
+    responder.opener.receive_data(record)
+    assert responder.opener.read() == b"hello"
+    assert responder.sealer.seal(b"reply", flush=True)

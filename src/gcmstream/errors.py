@@ -41,6 +41,8 @@
     │   │                                before any state changed (no record, no nonce used)
     │   ├── OutOfRangeError              (also ValueError) buffer_updated()/consume() of more
     │   │                                bytes than were offered or are available
+    │   ├── UnsupportedBufferError       (also TypeError) a buffer the call cannot use: read-only
+    │   │                                where plaintext must go (readinto), or not contiguous
     │   └── UnsupportedEndpointError     (also TypeError) a pipeline source or sink of a type it
     │                                    cannot use, such as a plain open() file
     ├── LimitReachedError                sealing would pass the hard per-key limit with automatic
@@ -91,6 +93,7 @@ __all__ = (
     "StreamClosedError",
     "TrailingDataError",
     "TruncatedStreamError",
+    "UnsupportedBufferError",
     "UnsupportedEndpointError",
     "UnsupportedFormatError",
     "UsageError",
@@ -175,6 +178,11 @@ class ConcurrencyError(UsageError, RuntimeError):
 
 class OutOfRangeError(UsageError, ValueError):
     """buffer_updated() or consume() was given more bytes than were offered or are available."""
+
+
+class UnsupportedBufferError(UsageError, TypeError):
+    """A buffer the call cannot use: read-only where plaintext must be written (``readinto``),
+    or not C-contiguous. Refused before anything is read or written."""
 
 
 class UnsupportedEndpointError(UsageError, TypeError):

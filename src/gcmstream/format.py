@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
-from .errors import KeyCommitmentError, UnsupportedFormatError
+from .errors import KeyCommitmentError, UnsupportedBufferError, UnsupportedFormatError
 
 __all__ = (
     "DEFAULT_HANDSHAKE_TIMEOUT",
@@ -55,11 +55,17 @@ __all__ = (
 Buffer = bytes | bytearray | memoryview
 
 
-def byte_view(data: Buffer) -> memoryview:
-    """``data`` as a flat view of bytes (a view of another format is cast, not copied)."""
+def byte_view(data: Buffer, *, writable: bool = False) -> memoryview:
+    """``data`` as a flat view of unsigned bytes (another format is cast, not copied).
+    UnsupportedBufferError for a buffer that is not contiguous, or read-only when
+    ``writable``."""
     view = memoryview(data)
-    if view.ndim != 1 or view.itemsize != 1:
+    if not view.c_contiguous:
+        raise UnsupportedBufferError("the buffer is not contiguous")
+    if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
+    if writable and view.readonly:
+        raise UnsupportedBufferError("the buffer is read-only: plaintext cannot be written into it")
     return view
 
 

@@ -204,7 +204,7 @@ class Opener:
             return False
         if self._phase is _HEADER or self._ring is None:
             return True  # the ring is made when record bytes arrive
-        return len(self._ring.writable()) > 0
+        return self._ring.can_take()
 
     @property
     def failed(self) -> bool:
@@ -589,10 +589,16 @@ class Opener:
             self._revoke()
         if self._phase is _FAILED:
             self._check_broken()
-        if type(buffer) is memoryview and buffer.ndim == 1 and buffer.itemsize == 1:
+        if (
+            type(buffer) is memoryview
+            and buffer.format == "B"
+            and buffer.c_contiguous
+            and not buffer.readonly
+            and buffer.ndim == 1
+        ):
             target = buffer  # (no new view: this runs once per record for record-sized reads)
         else:
-            target = byte_view(buffer)
+            target = byte_view(buffer, writable=True)  # refused before anything is opened
         size = len(target)
         got = 0
         while got < size:
@@ -603,8 +609,8 @@ class Opener:
                     ring = self._ring
                     if ring is not None and ring.complete:
                         got = self._open_ring_run(ring, target, got)
-                    elif self._held is not None:
-                        got = self._open_run(target, got)
+                    elif self._held is not None and (ring is None or not ring.stored):
+                        got = self._open_run(target, got)  # (held input starts a record)
                     if got == size:
                         break
                 opened = self._step(target[got:], got)

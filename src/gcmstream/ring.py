@@ -126,6 +126,17 @@ class RecordRing:
         self._offered = stop
         return self.view[self.tail : stop]
 
+    def can_take(self) -> bool:
+        """Whether ``writable()`` would offer any space now. A pure check: it moves nothing
+        (``writable()`` may move the frontier record's header to 0 first)."""
+        need = self.frontier_len or RECORD_HEADER_SIZE
+        if self.frontier + need > self.capacity:  # writable() would move the header to 0
+            if self.wrap >= 0:
+                return False
+            return self.head == self.frontier or need <= self.head
+        stop = max(self.frontier + need, self._zone)
+        return min(stop, self.head if self.wrap >= 0 else self.capacity) > self.tail
+
     def _relocate(self, need: int) -> bool:
         """Move the frontier record's first bytes (at most a header) to 0, if 0.. is free."""
         if self.wrap >= 0:

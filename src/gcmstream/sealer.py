@@ -112,11 +112,14 @@ class Sealer:
 
     def install_secret(self, secret: bytes) -> None:
         """Key a channel's sealer once both headers are known (``Channel`` calls this). Only
-        once: keying it again would restart the sequence under a key already used."""
-        with self._turn:
-            if self._direction is not None:
-                raise UsageError("this sealer is already keyed")
-            self._direction = Direction(secret, self.suite, self._limits)
+        once: keying it again would restart the sequence under a key already used.
+
+        It takes no turn: it runs inside the opener's call that verified the peer's header,
+        and a seal() racing it on another thread sees either no key (NotReadyError) or the
+        whole Direction, which one assignment installs."""
+        if self._direction is not None:
+            raise UsageError("this sealer is already keyed")
+        self._direction = Direction(secret, self.suite, self._limits)
 
     def seal(self, data: Buffer, *, flush: bool = False, final: bool = False) -> memoryview:
         """Seal ``data``. The rest of a record waits for more data unless ``flush=True`` (seal it
@@ -144,8 +147,13 @@ class Sealer:
         """The message path of ``seal(data, flush=True)``: nothing pending, the header sent,
         ``data`` one plain record far from every limit. None (nothing changed) otherwise."""
         direction = self._direction
-        if type(data) is memoryview and (data.ndim != 1 or data.itemsize != 1):
-            return None  # (its len() counts items, not bytes)
+        kind = type(data)
+        if not (
+            kind is bytes
+            or kind is bytearray
+            or (kind is memoryview and data.ndim == 1 and data.itemsize == 1)
+        ):  # type: ignore[union-attr]
+            return None  # len() would count items, not bytes: the general path casts
         size = len(data)
         if (
             direction is None
@@ -161,11 +169,10 @@ class Sealer:
         out = self._output(wire)
         RECORD_HEADER.pack_into(out, 0, 0, size + TAG_SIZE)
         keys = direction.keys
-        keys.aead.encrypt_into(
-            keys.nonce_into(direction.seq), data, out[:RECORD_HEADER_SIZE], out[RECORD_HEADER_SIZE:wire]
-        )
-        direction.seq += 1
+        nonce = keys.nonce_into(direction.seq)
+        direction.seq += 1  # reserved before use: an interrupted call never leaves it reusable
         direction.key_bytes += size
+        keys.aead.encrypt_into(nonce, data, out[:RECORD_HEADER_SIZE], out[RECORD_HEADER_SIZE:wire])
         return self._lend(out, wire)
 
     def _seal(self, data: Buffer, flush: bool, final: bool) -> memoryview:
@@ -300,17 +307,20 @@ class Sealer:
                 aad = RECORD_HEADER.pack(flag, length + TAG_SIZE)
             pack_into(out, pos, flag, length + TAG_SIZE)
             pack_low(nonce, 4, iv_low ^ direction.seq)
-            encrypt_into(nonce, chunk, aad, out[body:end])
-            pos = end
+            # The position moves on before the record is sealed (a nonce is reserved, then
+            # used), so a call interrupted here (Ctrl-C) can lose a record, never reuse a nonce.
+            seal_record = encrypt_into
             if flag & FLAG_KEY_UPDATE:
-                direction.advance(length, flag)
-                keys = direction.keys
-                encrypt_into = keys.aead.encrypt_into
-                nonce, pack_low, iv_low = keys.nonce_parts
+                direction.advance(length, flag)  # this record is the old key's last
+                encrypt_into = direction.keys.aead.encrypt_into
+                sealing_nonce, (nonce, pack_low, iv_low) = nonce, direction.keys.nonce_parts
                 self._update_requested = False
             else:  # direction.advance inlined: this is the per-record hot path
                 direction.seq += 1
                 direction.key_bytes += length
+                sealing_nonce = nonce
+            seal_record(sealing_nonce, chunk, aad, out[body:end])
+            pos = end
         return pos
 
     def _revoke(self) -> None:
