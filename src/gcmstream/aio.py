@@ -28,6 +28,7 @@ from typing import Any
 
 from ._adapter import (
     RECEIVE_SIZE,
+    Fairness,
     blame_connection,
     check_can_take_input,
     connection_statistics,
@@ -114,6 +115,7 @@ class SecureStreamReader:
         # an error met after this reader had plaintext to return: the next call raises it
         self._deferred: BaseException | None = None
         self._chunk_lent = False  # iter_chunks handed out a view that is still in use
+        self._fairness = Fairness()  # yields now and then under a flood of tiny records
 
     def __repr__(self) -> str:
         return f"<SecureStreamReader {self._opener!r}>"
@@ -164,6 +166,9 @@ class SecureStreamReader:
         while True:
             view = self._peek()
             if view is not None:
+                if self._fairness.owed(self._opener):
+                    await asyncio.sleep(0)  # let other connections run, then look again
+                    continue
                 return view
             await self._wait()
 
@@ -175,6 +180,7 @@ class SecureStreamReader:
             await self._source.wait()
         finally:
             self._busy = False
+        self._fairness.waited(self._opener)
 
     def _consume(self, count: int) -> None:
         self._opener.consume(count)
@@ -243,6 +249,8 @@ class SecureStreamReader:
                 raise
             if count is not None:
                 self._source.consumed()
+                if self._fairness.owed(self._opener):
+                    await asyncio.sleep(0)  # let other connections run
                 return count
             await self._wait()
 
@@ -288,6 +296,9 @@ class SecureStreamReader:
                 return self._take_pushback(index + seplen)
             offset = max(0, len(self._pushback) + 1 - seplen)
             view = self._peek()
+            if view and self._fairness.owed(self._opener):
+                await asyncio.sleep(0)  # let other connections run
+                continue
             if view:  # more has arrived: take it, only through the separator if it lies inside
                 inside = self._opener.find(separator)
                 count = len(view) if inside < 0 else inside + seplen

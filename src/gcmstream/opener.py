@@ -91,6 +91,9 @@ _IN_PLACE_MIN = 16 * 1024
 # it (16 records of 64 KiB, a 1 MiB ring, take 16 distinct slots); few, so it stays under ~20 KB.
 # The run loops do not use it: small records would thrash it.
 _VIEW_SLOTS = 31
+# Records one read call opens at most (it returns what it has, up to its size): a peer that
+# slices its stream into 1-byte records cannot make one call run for long (about 1 ms).
+_CALL_RECORDS = 1024
 _NO_PLAINTEXT = memoryview(bytearray())  # writable and empty: an empty record's output
 _unpack_record_header = RECORD_HEADER.unpack_from
 
@@ -510,7 +513,8 @@ class Opener:
             return data
         parts = [bytes(first)]
         got = len(first)
-        while max_bytes < 0 or got < max_bytes:
+        budget = self.records_opened + _CALL_RECORDS
+        while (max_bytes < 0 or got < max_bytes) and self.records_opened < budget:
             if self._pt_pos == self._pt_end and (self._step(None, got) is None or self._at_end()):
                 break
             end = self._pt_end if max_bytes < 0 else min(self._pt_end, self._pt_pos + max_bytes - got)
@@ -601,10 +605,13 @@ class Opener:
             target = byte_view(buffer, writable=True)  # refused before anything is opened
         size = len(target)
         got = 0
+        budget = self.records_opened + _CALL_RECORDS
         while got < size:
             if self._pt_pos == self._pt_end:  # the current record is read: on to the next
                 if self._record_wire:
                     self._close_record()
+                if got and self.records_opened >= budget:
+                    break  # enough for one call (see _CALL_RECORDS)
                 if self._phase is _RECORDS:  # runs of plain whole records, the hot paths
                     ring = self._ring
                     if ring is not None and ring.complete:
@@ -816,7 +823,7 @@ class Opener:
         decrypt_into = keys.decrypt_into
         nonce, pack_low, iv_low = keys.nonce_parts
         seq, key_bytes = direction.seq, direction.key_bytes
-        records_left = direction.limits.hard_records - seq
+        records_left = min(direction.limits.hard_records - seq, _CALL_RECORDS)
         bytes_left = direction.limits.hard_bytes - key_bytes
         max_ciphertext = self._max_ciphertext
         unpack = _unpack_record_header
@@ -867,7 +874,7 @@ class Opener:
         decrypt_into = keys.decrypt_into
         nonce, pack_low, iv_low = keys.nonce_parts
         seq = direction.seq
-        records_left = direction.limits.hard_records - seq
+        records_left = min(direction.limits.hard_records - seq, _CALL_RECORDS)
         bytes_left = direction.limits.hard_bytes - direction.key_bytes
         buf, view, pop = ring.buf, ring.view, ring.pop
         unpack = _unpack_record_header

@@ -147,13 +147,11 @@ class Sealer:
         """The message path of ``seal(data, flush=True)``: nothing pending, the header sent,
         ``data`` one plain record far from every limit. None (nothing changed) otherwise."""
         direction = self._direction
-        kind = type(data)
-        if not (
-            kind is bytes
-            or kind is bytearray
-            or (kind is memoryview and data.ndim == 1 and data.itemsize == 1)
-        ):  # type: ignore[union-attr]
-            return None  # len() would count items, not bytes: the general path casts
+        if isinstance(data, memoryview):
+            if data.ndim != 1 or data.itemsize != 1 or not data.c_contiguous:
+                return None  # len() would count items, not bytes: the general path casts
+        elif type(data) is not bytes and type(data) is not bytearray:
+            return None  # (another buffer type: the general path makes a byte view of it)
         size = len(data)
         if (
             direction is None

@@ -1,0 +1,145 @@
+"""A peer that holds the key and slices its stream into tiny records must not hold the event
+loop: a reader yields after a bounded amount of work however the records are cut.
+
+Measured without timing (timed assertions flake on shared machines): a ticker task records how
+many records the flooded reader had opened each time the loop ran it. Between two ticks the
+reader may open at most what one read call opens plus one fairness quantum; before the fix it
+opened the whole backlog (tens of thousands of records) in one stretch (checked: with the
+fairness quantum and the per-call cap set to a million, every case here fails).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import anyio
+import pytest
+
+import gcmstream
+from gcmstream import Opener, Role, Sealer
+from gcmstream._adapter import FAIR_RECORDS
+from gcmstream.anyio_stream import SecureStream
+from gcmstream.opener import _CALL_RECORDS
+
+KEY = bytes(range(16))
+FLOOD = 40_000  # one-byte records: about 880 KB on the wire, most of a 1 MiB ring
+# Records one stretch may open: one read call and one fairness quantum, times a few turns of
+# the scheduler (trio randomises the order of ready tasks). Without the fix a stretch was the
+# whole backlog, every one of the FLOOD records.
+BOUND = 4 * (FAIR_RECORDS + _CALL_RECORDS)
+
+
+def flood(sealer: Sealer) -> bytes:
+    """FLOOD one-byte records, then FINAL, from a keyed channel sealer."""
+    out = bytearray()
+    for _ in range(FLOOD):
+        out += sealer.seal(b"x", flush=True)
+    out += sealer.close()
+    return bytes(out)
+
+
+def check(samples: list[int]) -> None:
+    assert samples and samples[-1] - samples[0] >= FLOOD // 2, "the flood was not read while ticking"
+    stretch = max(b - a for a, b in itertools.pairwise(samples))
+    assert stretch <= BOUND, f"the reader opened {stretch} records without yielding"
+
+
+@pytest.mark.asyncio
+async def test_asyncio_reader_yields_under_a_flood_of_one_byte_records() -> None:
+    go, finished = asyncio.Event(), asyncio.Event()
+    openers: list[Opener] = []
+
+    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        openers.append(reader.opener)
+        await go.wait()  # the flood piles up in the ring first
+        total = 0
+        while data := await reader.read(65536):
+            total += len(data)
+        assert total == FLOOD
+        finished.set()
+        writer.close()
+
+    server = await gcmstream.start_server(handler, "127.0.0.1", 0, key=KEY)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        _, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY, record_size=1 << 20)
+        writer.transport.write(flood(writer.sealer))
+        await asyncio.sleep(0.3)  # the server's ring fills; its transport pauses when full
+        samples = [openers[0].records_opened]  # before the reader starts: its first stretch counts
+        go.set()
+        async with asyncio.timeout(60):
+            while not finished.is_set():
+                await asyncio.sleep(0)
+                samples.append(openers[0].records_opened)
+        writer.close()
+    check(samples)
+
+
+class MemoryByteStream(anyio.abc.ByteStream):
+    """One end of an in-memory byte pipe whose reads return up to ``max_bytes`` of a whole
+    send: a flood sent at once arrives in 256 KiB pieces (a socket would cut it finer)."""
+
+    def __init__(
+        self,
+        send: anyio.abc.ObjectSendStream[bytes],
+        receive: anyio.abc.ObjectReceiveStream[bytes],
+    ) -> None:
+        self._send, self._receive, self._rest = send, receive, b""
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        if not self._rest:
+            self._rest = await self._receive.receive()
+        data, self._rest = self._rest[:max_bytes], self._rest[max_bytes:]
+        return data
+
+    async def send(self, item: bytes) -> None:
+        await self._send.send(bytes(item))
+
+    async def send_eof(self) -> None:
+        await self._send.aclose()
+
+    async def aclose(self) -> None:
+        await self._send.aclose()
+        await self._receive.aclose()
+
+
+def memory_pipe() -> tuple[MemoryByteStream, MemoryByteStream]:
+    a_send, b_receive = anyio.create_memory_object_stream[bytes](float("inf"))
+    b_send, a_receive = anyio.create_memory_object_stream[bytes](float("inf"))
+    return MemoryByteStream(a_send, a_receive), MemoryByteStream(b_send, b_receive)
+
+
+@pytest.mark.anyio
+async def test_anyio_stream_yields_under_a_flood_of_one_byte_records() -> None:
+    near, far = memory_pipe()
+    streams: dict[str, SecureStream] = {}
+
+    async def wrap(name: str, transport: MemoryByteStream, role: Role) -> None:
+        streams[name] = await SecureStream.wrap(transport, key=KEY, role=role, record_size=1 << 20)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wrap, "client", near, Role.INITIATOR)
+        tg.start_soon(wrap, "server", far, Role.RESPONDER)
+    client, server = streams["client"], streams["server"]
+    await near.send(flood(client.channel.sealer))  # all at once, beside the client stream
+    finished = anyio.Event()
+    total = 0
+
+    async def drain() -> None:
+        nonlocal total
+        try:
+            while True:
+                total += len(await server.receive(65536))
+        except anyio.EndOfStream:
+            finished.set()
+
+    samples = [server.channel.opener.records_opened]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(drain)
+        with anyio.fail_after(60):
+            while not finished.is_set():
+                await anyio.lowlevel.checkpoint()
+                samples.append(server.channel.opener.records_opened)
+    assert total == FLOOD
+    check(samples)
