@@ -703,6 +703,33 @@ def test_output_does_not_follow_a_symlink_planted_by_another_user(
     assert (theirs / "out.tar").read_bytes() == b"bait"
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's FIFO needs root")
+def test_output_is_not_written_into_another_users_fifo(
+    tmp_path: Path, keyfile: Path, sealed: tuple[bytes, bytes]
+) -> None:
+    plain, wire = sealed
+    (tmp_path / "enc").write_bytes(wire)
+    theirs, mine = tmp_path / "their.fifo", tmp_path / "my.fifo"
+    for fifo in (theirs, mine):
+        os.mkfifo(fifo, 0o666)
+    os.chown(theirs, NOBODY, NOBODY)
+    args = ("decrypt", "-k", keyfile, "--context", "ctx", "-i", tmp_path / "enc", "-o")
+    listening = os.open(theirs, os.O_RDONLY | os.O_NONBLOCK)  # a reader waits there
+    try:
+        message = one_line_error(gcm(*args, theirs), EXIT_IO)
+        assert str(theirs) in message and "FIFO, socket or device owned by another user" in message
+        assert os.read(listening, 65536) == b""  # nothing came, and no writer is there
+    finally:
+        os.close(listening)
+    # the user's own FIFO is written in place, as before
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(mine.read_bytes()))
+    reader.start()
+    assert gcm(*args, mine).returncode == 0
+    reader.join(TIMEOUT)
+    assert got == [plain]
+
+
 def test_output_to_a_missing_directory_names_the_users_path(tmp_path: Path, keyfile: Path) -> None:
     target = tmp_path / "no such dir" / "x"
     message = one_line_error(gcm("encrypt", "-k", keyfile, "-o", target, input=b"x"), EXIT_IO)
