@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import pty
 import re
 import resource
 import select
+import shlex
 import signal
 import socket
 import stat
@@ -132,6 +134,20 @@ def test_command_help_has_examples_not_the_exit_table(command: str) -> None:
         assert KEY_ENV in text
     if command == "decrypt":
         assert "last good record" in " ".join(text.split())
+
+
+def test_help_examples_parse() -> None:
+    """Every example in the help is a command line the parser accepts (so they cannot rot)."""
+    from gcmstream.cli import _EXAMPLES, _build_parser
+
+    parser = _build_parser()
+    for command, lines in _EXAMPLES.items():
+        for line in lines.splitlines():
+            words = shlex.split(line.split("#")[0].replace("$(", " ").replace(")", " "))
+            words = words[words.index("gcmstream") + 1 :]
+            words = list(itertools.takewhile(lambda word: word not in ("|", "<", ">"), words))
+            args = parser.parse_args(words)
+            assert args.command == command, line
 
 
 def test_bare_command_prints_the_help() -> None:
