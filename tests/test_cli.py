@@ -746,6 +746,15 @@ def test_output_is_not_written_into_another_users_fifo(
     assert got == [plain]
 
 
+def test_output_to_dev_stdout_reaches_the_pipe(keyfile: Path) -> None:
+    """/dev/stdout -> /proc/self/fd/1 -> "pipe:[...]", a link only the kernel can follow."""
+    encrypted = gcm("encrypt", "-k", keyfile, "-o", "/dev/stdout", input=b"through /dev/stdout")
+    assert encrypted.returncode == 0, encrypted.stderr
+    decrypted = gcm("decrypt", "-k", keyfile, "-o", "/dev/stdout", input=encrypted.stdout)
+    assert decrypted.returncode == 0, decrypted.stderr
+    assert decrypted.stdout == b"through /dev/stdout"
+
+
 def test_output_to_a_missing_directory_names_the_users_path(tmp_path: Path, keyfile: Path) -> None:
     target = tmp_path / "no such dir" / "x"
     message = one_line_error(gcm("encrypt", "-k", keyfile, "-o", target, input=b"x"), EXIT_IO)

@@ -350,7 +350,13 @@ def _output_target(path: StrPath) -> tuple[str, bool]:
         try:
             st = os.lstat(current)
         except FileNotFoundError:
-            return current, False
+            if current == os.path.abspath(path):
+                return current, False
+            try:  # /dev/stdout -> /proc/self/fd/1 -> "pipe:[...]": only the kernel can follow it
+                st = os.stat(path)
+            except FileNotFoundError:  # a dangling link (of ours): the file is created where it points
+                return current, False
+            current = os.fspath(path)
         if not stat.S_ISLNK(st.st_mode):
             if stat.S_ISREG(st.st_mode):
                 return current, False
