@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import pty
 import re
 import resource
 import select
+import shlex
 import signal
 import socket
 import stat
@@ -132,6 +134,20 @@ def test_command_help_has_examples_not_the_exit_table(command: str) -> None:
         assert KEY_ENV in text
     if command == "decrypt":
         assert "last good record" in " ".join(text.split())
+
+
+def test_help_examples_parse() -> None:
+    """Every example in the help is a command line the parser accepts (so they cannot rot)."""
+    from gcmstream.cli import _EXAMPLES, _build_parser
+
+    parser = _build_parser()
+    for command, lines in _EXAMPLES.items():
+        for line in lines.splitlines():
+            words = shlex.split(line.split("#")[0].replace("$(", " ").replace(")", " "))
+            words = words[words.index("gcmstream") + 1 :]
+            words = list(itertools.takewhile(lambda word: word not in ("|", "<", ">"), words))
+            args = parser.parse_args(words)
+            assert args.command == command, line
 
 
 def test_bare_command_prints_the_help() -> None:
@@ -701,6 +717,42 @@ def test_output_does_not_follow_a_symlink_planted_by_another_user(
     (tmp_path / "mine2").symlink_to(shared / "out.tar")
     one_line_error(gcm(*args[:-1], tmp_path / "mine2"), EXIT_IO)
     assert (theirs / "out.tar").read_bytes() == b"bait"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's FIFO needs root")
+def test_output_is_not_written_into_another_users_fifo(
+    tmp_path: Path, keyfile: Path, sealed: tuple[bytes, bytes]
+) -> None:
+    plain, wire = sealed
+    (tmp_path / "enc").write_bytes(wire)
+    theirs, mine = tmp_path / "their.fifo", tmp_path / "my.fifo"
+    for fifo in (theirs, mine):
+        os.mkfifo(fifo, 0o666)
+    os.chown(theirs, NOBODY, NOBODY)
+    args = ("decrypt", "-k", keyfile, "--context", "ctx", "-i", tmp_path / "enc", "-o")
+    listening = os.open(theirs, os.O_RDONLY | os.O_NONBLOCK)  # a reader waits there
+    try:
+        message = one_line_error(gcm(*args, theirs), EXIT_IO)
+        assert str(theirs) in message and "FIFO, socket or device owned by another user" in message
+        assert os.read(listening, 65536) == b""  # nothing came, and no writer is there
+    finally:
+        os.close(listening)
+    # the user's own FIFO is written in place, as before
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(mine.read_bytes()))
+    reader.start()
+    assert gcm(*args, mine).returncode == 0
+    reader.join(TIMEOUT)
+    assert got == [plain]
+
+
+def test_output_to_dev_stdout_reaches_the_pipe(keyfile: Path) -> None:
+    """/dev/stdout -> /proc/self/fd/1 -> "pipe:[...]", a link only the kernel can follow."""
+    encrypted = gcm("encrypt", "-k", keyfile, "-o", "/dev/stdout", input=b"through /dev/stdout")
+    assert encrypted.returncode == 0, encrypted.stderr
+    decrypted = gcm("decrypt", "-k", keyfile, "-o", "/dev/stdout", input=encrypted.stdout)
+    assert decrypted.returncode == 0, decrypted.stderr
+    assert decrypted.stdout == b"through /dev/stdout"
 
 
 def test_output_to_a_missing_directory_names_the_users_path(tmp_path: Path, keyfile: Path) -> None:

@@ -359,7 +359,7 @@ async def test_atomic_output_mode_is_what_the_caller_asks(tmp_path: Path) -> Non
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's symlink needs root")
-def test_output_refuses_a_symlink_owned_by_another_user(tmp_path: Path) -> None:
+def test_output_refuses_a_symlink_or_fifo_owned_by_another_user(tmp_path: Path) -> None:
     (tmp_path / "plain").write_bytes(b"data")
     bait = tmp_path / "bait"
     bait.write_bytes(b"theirs")
@@ -371,6 +371,11 @@ def test_output_refuses_a_symlink_owned_by_another_user(tmp_path: Path) -> None:
     assert info.value.filename == str(planted)
     assert bait.read_bytes() == b"theirs"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bait", "plain", "planted"]
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    os.chown(fifo, 65534, 65534)
+    with pytest.raises(PermissionError, match="FIFO, socket or device owned by another user"):
+        pipeline.encrypt_file(tmp_path / "plain", fifo, key=KEY)  # refused before it could block
 
 
 def test_output_in_a_missing_directory_names_the_callers_path(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ from .format import (
     generate_key,
 )
 from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
-from .pipeline import CHUNK_SIZE, _decrypt, _encrypt, _writer, atomic_output
+from .pipeline import CHUNK_SIZE, _decrypt, _encrypt, _output_target, _writer, atomic_output
 
 _T = TypeVar("_T")
 _log = logging.getLogger("gcmstream.cli")
@@ -588,10 +588,7 @@ async def _open_output(path: str, mode: int) -> AsyncIterator[Callable[[memoryvi
     if path == "-":
         yield _fd_writer(sys.stdout.fileno())
         return
-    try:
-        in_place = not stat.S_ISREG(os.stat(path).st_mode)
-    except FileNotFoundError:
-        in_place = False
+    _, in_place = await to_thread.run_sync(_output_target, path)  # refuses what others planted
     if in_place:
         fd = await _blocking(os.open, path, os.O_WRONLY | os.O_CLOEXEC)
         try:

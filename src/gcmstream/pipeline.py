@@ -27,7 +27,7 @@ Guarantees:
   output gets mode 0600 whatever was there before (``atomic_output`` takes another ``mode``); a
   symbolic link is followed only if this user or root owns it, so a link planted by someone
   else cannot redirect the output; a target that is not a regular file (``/dev/null``, a FIFO)
-  is written in place.
+  is written in place, if this user or root owns it.
 * Memory does not grow with the size of the input: the opener's ring (4 records, at least
   64 KiB), one read buffer and one write buffer of ``CHUNK_SIZE`` each.
 """
@@ -332,40 +332,49 @@ async def decrypt_stream(
 # -- files --------------------------------------------------------------------------------------
 
 
-def _output_target(path: StrPath) -> str:
-    """``path`` with its symbolic links followed, but only links owned by this user or by
-    root: a link someone else planted (in a shared directory, say) would send the output
-    into their hands, so it raises PermissionError naming ``path``."""
+def _refuse(path: StrPath, what: str, uid: int) -> PermissionError:
+    return PermissionError(
+        errno.EPERM, f"refusing to write through {what} owned by another user (uid {uid})", os.fspath(path)
+    )
+
+
+def _output_target(path: StrPath) -> tuple[str, bool]:
+    """(where the output goes, whether it is written in place). Symbolic links are followed
+    only when this user or root owns them, and a FIFO, socket or device is written into only
+    when one of them owns it: a link or a FIFO someone else planted (in a shared directory,
+    say) would put the output into their hands, so it raises PermissionError naming ``path``.
+    A regular file is replaced, never written into, so its owner does not matter."""
     current = os.path.abspath(path)
     trusted = {os.geteuid(), 0}
     for _ in range(40):  # the kernel's own limit on nested links
         try:
             st = os.lstat(current)
         except FileNotFoundError:
-            return current
+            if current == os.path.abspath(path):
+                return current, False
+            try:  # /dev/stdout -> /proc/self/fd/1 -> "pipe:[...]": only the kernel can follow it
+                st = os.stat(path)
+            except FileNotFoundError:  # a dangling link (of ours): the file is created where it points
+                return current, False
+            current = os.fspath(path)
         if not stat.S_ISLNK(st.st_mode):
-            return current
+            if stat.S_ISREG(st.st_mode):
+                return current, False
+            if st.st_uid not in trusted:
+                raise _refuse(path, "a FIFO, socket or device", st.st_uid)
+            return current, True
         if st.st_uid not in trusted:
-            raise PermissionError(
-                errno.EPERM,
-                f"refusing to write through a symbolic link owned by another user (uid {st.st_uid})",
-                os.fspath(path),
-            )
+            raise _refuse(path, "a symbolic link", st.st_uid)
         current = os.path.join(os.path.dirname(current), os.readlink(current))
     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), os.fspath(path))
 
 
 def _prepare_output(path: StrPath, mode: int) -> tuple[BinaryIO, str, str] | None:
     """(open temporary file, its path, target) for an atomic write; None for a target that
-    exists and is not a regular file."""
-    target = _output_target(path)
-    try:
-        st = os.stat(target)
-    except FileNotFoundError:
-        pass
-    else:
-        if not stat.S_ISREG(st.st_mode):
-            return None
+    is written in place (a FIFO, a device: see ``_output_target``)."""
+    target, in_place = _output_target(path)
+    if in_place:
+        return None
     directory, name = os.path.split(target)
     try:
         fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=directory)
@@ -404,8 +413,8 @@ def _discard_output(file: AsyncFile[bytes], temp: str) -> None:
 @asynccontextmanager
 async def atomic_output(path: StrPath, *, mode: int = 0o600) -> AsyncIterator[AsyncFile[bytes]]:
     """An ``AsyncFile`` whose content replaces ``path`` (with permissions ``mode``) only if
-    the block exits normally. Symbolic links are followed only when this user or root owns
-    them (else PermissionError)."""
+    the block exits normally. Symbolic links are followed, and a FIFO or device written in
+    place, only when this user or root owns them (else PermissionError)."""
     prepared = await to_thread.run_sync(_prepare_output, path, mode)
     if prepared is None:
         async with await anyio.open_file(path, "wb", buffering=0) as direct:
