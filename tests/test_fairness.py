@@ -143,3 +143,39 @@ async def test_anyio_stream_yields_under_a_flood_of_one_byte_records() -> None:
                 samples.append(server.channel.opener.records_opened)
     assert total == FLOOD
     check(samples)
+
+
+@pytest.mark.asyncio
+async def test_a_peer_trickling_a_record_is_dropped_at_the_record_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A peer with the key starts a 1 MiB record and sends one byte every 50 ms: the server
+    drops it once the record timeout passes, logging the peer and the reason."""
+    errors: list[BaseException] = []
+
+    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        try:
+            await reader.read(65536)
+        except gcmstream.TruncatedStreamError as exc:
+            errors.append(exc)
+        writer.close()
+
+    server = await gcmstream.start_server(handler, "127.0.0.1", 0, key=KEY, record_timeout=0.5)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        reader, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY, record_size=1 << 20)
+        record = bytes(writer.sealer.seal(bytes(1 << 20), flush=True))
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        async with asyncio.timeout(10):
+            for byte in range(len(record)):
+                if writer.transport.is_closing() or errors:
+                    break
+                writer.transport.write(record[byte : byte + 1])
+                await asyncio.sleep(0.05)
+        elapsed = loop.time() - start
+        writer.close()
+    assert errors, "the trickling peer was never dropped"
+    assert isinstance(errors[0].__cause__, TimeoutError)
+    assert 0.4 < elapsed < 5
+    assert any("record_timeout" in r.getMessage() and "127.0.0.1" in r.getMessage() for r in caplog.records)

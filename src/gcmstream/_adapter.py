@@ -21,6 +21,12 @@ logger = logging.getLogger("gcmstream")
 RECEIVE_SIZE = 256 * 1024
 """Bytes asked of a transport per read (wrapped asyncio streams, anyio byte streams)."""
 
+# A record that has started to arrive must finish within this many seconds, or the connection
+# is dropped: a peer trickling one byte at a time would otherwise hold its ring (up to
+# max_record_size) for ever. 30 s, as the handshake timeout: far above what a record of 16 MiB
+# takes on any link that can carry this traffic (0.2 s at 1 Gbit/s, 13 s at 10 Mbit/s).
+DEFAULT_RECORD_TIMEOUT = 30.0
+
 # A reader yields to its event loop once it has opened this much without waiting for input,
 # so a peer that slices its stream into tiny records cannot hold the loop: 64 one-byte records
 # cost ~0.2 ms, 4 MiB of full records ~0.5 ms (benchmarks/README.md, the flood row).

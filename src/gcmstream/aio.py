@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 from ._adapter import (
+    DEFAULT_RECORD_TIMEOUT,
     RECEIVE_SIZE,
     Fairness,
     blame_connection,
@@ -515,8 +516,11 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         loop: asyncio.AbstractEventLoop,
         limit: int = _DEFAULT_LIMIT,
         on_connected: Callable[[_ChannelProtocol], None] | None = None,
+        record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
     ) -> None:
         self.channel = channel
+        self._record_timeout = record_timeout
+        self._record_timer: asyncio.TimerHandle | None = None
         self._on_connected = on_connected
         self._scratch: memoryview | None = None
         self._into_scratch = False
@@ -558,7 +562,34 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         if not opener.wants_data and not self._read_paused and self.transport is not None:
             self._read_paused = True
             self.transport.pause_reading()
+        self._time_record()
         self._wake()
+
+    def _time_record(self) -> None:
+        """Run the record timer while a record is part-way in and we are reading (a record we
+        stopped receiving, for backpressure, is our reader's delay, not the peer's)."""
+        timing = self._record_timer is not None
+        should = (
+            self._record_timeout is not None
+            and not self._read_paused
+            and not self._eof
+            and self.channel.opener.receiving_record
+        )
+        if should and not timing and self._record_timeout is not None:
+            self._record_timer = self._loop.call_later(self._record_timeout, self._record_expired)
+        elif timing and not should and self._record_timer is not None:
+            self._record_timer.cancel()
+            self._record_timer = None
+
+    def _record_expired(self) -> None:
+        self._record_timer = None
+        if self.transport is None or self.transport.is_closing():
+            return
+        peer = self.transport.get_extra_info("peername")
+        reason = f"a record started more than {self._record_timeout:g} s ago has not finished arriving"
+        logger.warning("dropping %s: %s (record_timeout)", peer, reason)
+        self.connection_error = TimeoutError(reason)
+        _abort(self.transport)
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -567,7 +598,11 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         return True  # keep our sending half open: half-close
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.connection_error = exc
+        if self._record_timer is not None:
+            self._record_timer.cancel()
+            self._record_timer = None
+        if not isinstance(self.connection_error, TimeoutError):  # (the record timer's cause stays)
+            self.connection_error = exc
         if not self._eof:
             self._eof = True
             self.channel.opener.receive_eof()
@@ -611,6 +646,7 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         if self._read_paused and self.channel.opener.wants_data and self.transport is not None:
             self._read_paused = False
             self.transport.resume_reading()
+            self._time_record()
 
     async def drain(self) -> None:
         if self._closed.done():  # as asyncio's StreamWriter: a lost connection cannot drain
@@ -677,6 +713,7 @@ async def open_connection(
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     limits: KeyLimits | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
+    record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
     limit: int = _DEFAULT_LIMIT,
     **kwargs: Any,
 ) -> tuple[SecureStreamReader, SecureStreamWriter]:
@@ -689,7 +726,7 @@ async def open_connection(
     loop = asyncio.get_running_loop()
     channel = _channel(key, Role.INITIATOR, context, record_size, max_record_size, limits)
     _, protocol = await loop.create_connection(
-        lambda: _ChannelProtocol(channel, loop, limit),
+        lambda: _ChannelProtocol(channel, loop, limit, record_timeout=record_timeout),
         host,  # type: ignore[arg-type]  # None is valid with sock=
         port,  # type: ignore[arg-type]
         **kwargs,
@@ -709,12 +746,16 @@ async def start_server(
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     limits: KeyLimits | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
+    record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
     limit: int = _DEFAULT_LIMIT,
     **kwargs: Any,
 ) -> asyncio.Server:
     """Serve like ``asyncio.start_server``: ``client_connected_cb(reader, writer)`` runs for
     each client whose handshake verified. A client with another key or context, or one that
-    sends no header within ``handshake_timeout`` seconds, is logged and disconnected.
+    sends no header within ``handshake_timeout`` seconds, is logged and disconnected. A
+    record that has begun to arrive must finish within ``record_timeout`` seconds (None: no
+    limit), or the connection is dropped and logged, and its reader raises
+    TruncatedStreamError caused by TimeoutError: a peer trickling bytes cannot hold its ring.
     Unlike asyncio's, a bad ``limit`` raises ValueError here, not at each connection."""
     _check_limit(limit)
     loop = asyncio.get_running_loop()
@@ -745,7 +786,7 @@ async def start_server(
 
     def factory() -> _ChannelProtocol:
         channel = _channel(key, Role.RESPONDER, context, record_size, max_record_size, limits)
-        return _ChannelProtocol(channel, loop, limit, on_connected=start)
+        return _ChannelProtocol(channel, loop, limit, on_connected=start, record_timeout=record_timeout)
 
     return await loop.create_server(factory, host, port, **kwargs)
 

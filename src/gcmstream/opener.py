@@ -201,6 +201,13 @@ class Opener:
     # -- feeding -------------------------------------------------------------------------
 
     @property
+    def receiving_record(self) -> bool:
+        """True while part of a record has arrived and the rest has not (or input is held that
+        the reader has not reached): what a record timeout measures."""
+        ring = self._ring
+        return self._held is not None or (ring is not None and ring.tail != ring.frontier)
+
+    @property
     def wants_data(self) -> bool:
         """True when input can be accepted now (reading frees space when it is False)."""
         if self._held is not None or self._eof or self._error is not None or self._phase is _FAILED:
