@@ -179,3 +179,35 @@ async def test_a_peer_trickling_a_record_is_dropped_at_the_record_timeout(
     assert isinstance(errors[0].__cause__, TimeoutError)
     assert 0.4 < elapsed < 5
     assert any("record_timeout" in r.getMessage() and "127.0.0.1" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.anyio
+async def test_anyio_stream_drops_a_peer_trickling_a_record(caplog: pytest.LogCaptureFixture) -> None:
+    near, far = memory_pipe()
+    streams: dict[str, SecureStream] = {}
+
+    async def wrap(name: str, transport: MemoryByteStream, role: Role) -> None:
+        streams[name] = await SecureStream.wrap(
+            transport, key=KEY, role=role, record_size=1 << 20, record_timeout=0.5
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wrap, "client", near, Role.INITIATOR)
+        tg.start_soon(wrap, "server", far, Role.RESPONDER)
+    record = bytes(streams["client"].channel.sealer.seal(bytes(1 << 20), flush=True))
+
+    async def trickle() -> None:
+        for index in range(len(record)):
+            await near.send(record[index : index + 1])
+            await anyio.sleep(0.05)
+
+    start = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(trickle)
+        with anyio.fail_after(10), pytest.raises(gcmstream.TruncatedStreamError) as info:
+            await streams["server"].receive()
+        tg.cancel_scope.cancel()
+    assert isinstance(info.value, anyio.BrokenResourceError)
+    assert isinstance(info.value.__cause__, TimeoutError)
+    assert 0.4 < anyio.current_time() - start < 5
+    assert any("record_timeout" in r.getMessage() for r in caplog.records)

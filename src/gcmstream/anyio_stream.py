@@ -35,14 +35,16 @@ from anyio.abc import AnyByteStream, ByteStream, Listener, SocketAttribute, Task
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from ._adapter import (
+    DEFAULT_RECORD_TIMEOUT,
     RECEIVE_SIZE,
     blame_connection,
     check_can_take_input,
     connection_statistics,
     describe_handshake_failure,
     handshake,
+    logger,
 )
-from .codec import Channel
+from .codec import Channel, Opener
 from .errors import StreamBrokenError, StreamClosedError, TruncatedStreamError
 from .format import (
     DEFAULT_HANDSHAKE_TIMEOUT,
@@ -103,6 +105,8 @@ class SecureStream(ByteStream):
     _send_broken: BaseException | None = field(init=False, default=None, repr=False)
     _receive_lost: BaseException | None = field(init=False, default=None, repr=False)
     _closed: bool = field(init=False, default=False, repr=False)
+    record_timeout: float | None = field(default=DEFAULT_RECORD_TIMEOUT, repr=False)
+    _record_since: float | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._receive_guard = anyio.ResourceGuard("reading from")
@@ -120,12 +124,15 @@ class SecureStream(ByteStream):
         max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
         limits: KeyLimits | None = None,
         handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
+        record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
     ) -> SecureStream:
         """Send our header while receiving and verifying the peer's (so it works over a
         transport that does not buffer). One side is Role.INITIATOR, the other
         Role.RESPONDER. Raises KeyCommitmentError if the peer has another key/context,
         TimeoutError after ``handshake_timeout`` seconds; on any failure the transport is
-        closed (forcefully) before the error is raised."""
+        closed (forcefully) before the error is raised. A record that has begun to arrive
+        must finish within ``record_timeout`` seconds (None: no limit), or the transport is
+        closed and the receive raises AnyioTruncatedStreamError caused by TimeoutError."""
         channel = Channel(
             key,
             role=role,
@@ -135,7 +142,7 @@ class SecureStream(ByteStream):
             limits=limits,
             reuse_output=False,
         )
-        stream = cls(transport_stream, channel)
+        stream = cls(transport_stream, channel, record_timeout=record_timeout)
 
         async def abort() -> None:
             await anyio.aclose_forcefully(transport_stream)
@@ -148,8 +155,17 @@ class SecureStream(ByteStream):
     async def _receive_more(self) -> None:
         opener = self.channel.opener
         check_can_take_input(opener)
+        deadline = self._record_deadline(opener)
         try:
-            data = await self.transport_stream.receive(RECEIVE_SIZE)  # type: ignore[call-arg]
+            with anyio.fail_after(None if deadline is None else max(0.0, deadline - anyio.current_time())):
+                data = await self.transport_stream.receive(RECEIVE_SIZE)  # type: ignore[call-arg]
+        except TimeoutError:
+            reason = f"a record started more than {self.record_timeout:g} s ago has not finished arriving"
+            peer = self.transport_stream.extra(SocketAttribute.remote_address, "the peer")
+            logger.warning("dropping %s: %s (record_timeout)", peer, reason)
+            opener.receive_eof()
+            self._receive_lost = TimeoutError(reason)
+            await anyio.aclose_forcefully(self.transport_stream)
         except (anyio.EndOfStream, anyio.IncompleteRead):
             opener.receive_eof()
         except anyio.BrokenResourceError as exc:
@@ -157,6 +173,15 @@ class SecureStream(ByteStream):
             self._receive_lost = exc
         else:
             opener.receive_data(data)
+
+    def _record_deadline(self, opener: Opener) -> float | None:
+        """When the record that has begun to arrive must be whole (None: none has begun)."""
+        if self.record_timeout is None or not opener.receiving_record:
+            self._record_since = None
+            return None
+        if self._record_since is None:
+            self._record_since = anyio.current_time()
+        return self._record_since + self.record_timeout
 
     def _check_open(self) -> None:
         if self._closed:
@@ -276,6 +301,7 @@ async def connect_tcp(
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     limits: KeyLimits | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
+    record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
 ) -> SecureStream:
     """``anyio.connect_tcp`` plus the handshake (as the channel's initiator); the connection
     is closed if the handshake fails."""
@@ -289,6 +315,7 @@ async def connect_tcp(
         max_record_size=max_record_size,
         limits=limits,
         handshake_timeout=handshake_timeout,
+        record_timeout=record_timeout,
     )
 
 
@@ -306,6 +333,7 @@ class SecureListener(Listener[SecureStream]):
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE
     limits: KeyLimits | None = None
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+    record_timeout: float | None = DEFAULT_RECORD_TIMEOUT
 
     _peers: dict[int, object] = field(init=False, default_factory=dict, repr=False)
 
@@ -333,6 +361,7 @@ class SecureListener(Listener[SecureStream]):
                     max_record_size=self.max_record_size,
                     limits=self.limits,
                     handshake_timeout=self.handshake_timeout,
+                    record_timeout=self.record_timeout,
                 )
             except BaseException as exc:
                 if isinstance(exc, Exception) and not isinstance(exc, anyio.get_cancelled_exc_class()):
@@ -363,15 +392,17 @@ async def create_tcp_listener(
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     limits: KeyLimits | None = None,
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
 ) -> SecureListener:
     """``anyio.create_tcp_listener`` whose ``serve()`` hands out SecureStreams."""
     listener = await anyio.create_tcp_listener(local_host=local_host, local_port=local_port)
     return SecureListener(
         listener,
         bytes(key),
-        bytes(context),
-        record_size,
-        max_record_size,
-        limits,
-        handshake_timeout,
+        context=bytes(context),
+        record_size=record_size,
+        max_record_size=max_record_size,
+        limits=limits,
+        handshake_timeout=handshake_timeout,
+        record_timeout=record_timeout,
     )
