@@ -162,6 +162,7 @@ class Opener:
         self._eof = False
         self._untaken = False  # receive_some left bytes outside that follow what it took
         self._plain_aad = (-1, b"")  # (length, header) of the last plain record the runs opened
+        self._run_capped = False  # the last run loop stopped at _CALL_RECORDS
         self._header_buf = bytearray(HEADER_SIZE)
         self._header_got = 0
         self.header: StreamHeader | None = None
@@ -611,22 +612,23 @@ class Opener:
         else:
             target = byte_view(buffer, writable=True)  # refused before anything is opened
         size = len(target)
-        got = 0
-        budget = self.records_opened + _CALL_RECORDS
+        got = steps = 0
         while got < size:
             if self._pt_pos == self._pt_end:  # the current record is read: on to the next
                 if self._record_wire:
                     self._close_record()
-                if got and self.records_opened >= budget:
-                    break  # enough for one call (see _CALL_RECORDS)
                 if self._phase is _RECORDS:  # runs of plain whole records, the hot paths
+                    self._run_capped = False
                     ring = self._ring
                     if ring is not None and ring.complete:
                         got = self._open_ring_run(ring, target, got)
                     elif self._held is not None and (ring is None or not ring.stored):
                         got = self._open_run(target, got)  # (held input starts a record)
-                    if got == size:
-                        break
+                    if got == size or self._run_capped:
+                        break  # (a run that opened _CALL_RECORDS records ends the call)
+                steps += 1
+                if got and steps > _CALL_RECORDS:
+                    break  # enough for one call, one record at a time
                 opened = self._step(target[got:], got)
                 if opened is None:
                     return got or None
@@ -863,6 +865,7 @@ class Opener:
         finally:
             direction.seq = seq + opened
             direction.key_bytes = direction.limits.hard_bytes - bytes_left
+            self._run_capped = opened == _CALL_RECORDS
             if pos == held_len:
                 self._held = None
             else:
@@ -912,6 +915,7 @@ class Opener:
         finally:
             direction.seq = seq + opened
             direction.key_bytes = direction.limits.hard_bytes - bytes_left
+            self._run_capped = opened == _CALL_RECORDS
         return got
 
     def _slice_views(
