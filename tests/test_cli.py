@@ -858,6 +858,8 @@ def test_malformed_key_lines_never_show_the_key(tmp_path: Path) -> None:
     encoded = line.split(":")[2]
     pieces = {encoded[i : i + 8] for i in range(len(encoded) - 7)}  # any 8 characters of it
     keyfile = tmp_path / "bad.key"
+    good = tmp_path / "good.key"
+    assert gcm("keygen", "-o", good).returncode == 0
     for bad in _malformed_lines(line):
         keyfile.write_text(bad + "\n")
         keyfile.chmod(0o600)
@@ -869,8 +871,12 @@ def test_malformed_key_lines_never_show_the_key(tmp_path: Path) -> None:
             gcm("encrypt", "-k", keyfile, bad.splitlines()[0], input=b"x"),
             gcm(bad.splitlines()[0], input=b"x"),
             gcm("connect", bad.splitlines()[0], "-k", keyfile, input=b"x"),
+            # key text inside a path (found by a new user: "$(cat backup.key)/x")
+            gcm("encrypt", "-k", good, "-o", bad.splitlines()[0] + "/x", input=b"x"),
+            gcm("encrypt", "-k", good, "-i", "/nonexistent/" + bad.splitlines()[0] + "/x"),
         ):
-            message = one_line_error(result, EXIT_USAGE)
+            message = result.stderr.decode()
+            assert result.returncode != 0, (bad, message)
             assert not any(piece in message for piece in pieces), (bad, message)
 
 
