@@ -443,6 +443,7 @@ def test_sealer_output_view_dies_at_the_next_call() -> None:
     sealer = Sealer(KEY, record_size=4, _salt=bytes(32))
     out = sealer.seal(b"abcd")
     sealer.detach_output()
+    assert len(sealer.seal(b"")) == 0  # nothing to seal: an empty view, also right after a detach
     sealer.seal(b"efgh")
     assert bytes(out) == kept
 
@@ -712,6 +713,21 @@ def test_flush_before_any_data_sends_the_header() -> None:
     sealer = Sealer(KEY)
     assert bytes(sealer.flush()) == sealer.header
     assert len(sealer.flush()) == 0
+
+
+def test_flush_into_fresh_memory_sizes_its_output_exactly() -> None:
+    """With ``reuse_output=False`` every output gets exactly the memory it needs, with no reusable
+    buffer's slack to hide a wrong size: kills flush() sizing its output as ``- HEADER_SIZE`` or
+    ``_OVERHEAD - length``."""
+    sealer = Sealer(KEY, record_size=64, reuse_output=False)
+    out = bytearray(sealer.flush())
+    assert out == sealer.header
+    out += sealer.seal(b"x" * 30)
+    assert sealer.pending == 30
+    out += sealer.flush()
+    assert sealer.pending == 0
+    out += sealer.close()
+    check_valid(bytes(out), b"x" * 30, "all", "copy")
 
 
 def test_closed_sealer_refuses_more() -> None:

@@ -140,6 +140,49 @@ def test_one_call_after_update_key_counts_the_new_key_from_zero_once() -> None:
     assert_within(wire, bytewise)
 
 
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        # the record that brings the key to exactly update_after_bytes carries KEY_UPDATE
+        (KeyLimits(update_after_bytes=12, hard_bytes=1000), [0, 0, FLAG_KEY_UPDATE] * 2),
+        # in time: after 4 + 4 bytes one more full record still fits exactly, so no update yet
+        (KeyLimits(update_after_bytes=12, hard_bytes=12), [0, 0, FLAG_KEY_UPDATE] * 2),
+    ],
+    ids=["threshold", "in-time"],
+)
+def test_automatic_update_on_bytes_comes_at_the_exact_record(limits: KeyLimits, expected: list[int]) -> None:
+    """Kills, in the byte-based update decision, ``key_bytes + length`` -> ``key_bytes - length``,
+    ``>= update_after_bytes`` -> ``>`` and the in-time test's ``> hard_bytes`` -> ``>=`` (each moves
+    the update by a record or more; the differential test above cannot see it, both sides plan)."""
+    wire = bytes(sealer(limits, auto=True).seal(bytes(6 * RECORD)))
+    assert [flags for flags, _ in wire_records(wire)] == expected
+    assert_within(wire, limits)
+
+
+def test_update_key_then_one_call_fills_the_new_key_to_its_byte_limit() -> None:
+    """Kills the simulated byte count of the new key starting at 1 instead of 0 after the record
+    that carries KEY_UPDATE (then a call that fills the new key exactly is refused)."""
+    limits = KeyLimits(update_after_bytes=10, hard_bytes=10)
+    updating = sealer(limits)
+    updating.update_key()
+    wire = bytes(updating.seal(bytes(RECORD + 10), final=True))  # 4 under the old key, 10 under the new
+    assert wire_records(wire) == [(FLAG_KEY_UPDATE, 4), (0, 4), (0, 4), (FLAG_FINAL, 2)]
+    assert_within(wire, limits)
+
+
+def test_update_key_and_flush_that_reaches_the_byte_limit_exactly_is_one_record() -> None:
+    """Kills ``>`` -> ``>=`` where flush() decides to send an empty KEY_UPDATE record first: pending
+    bytes that bring the old key exactly to its limit go in the KEY_UPDATE record itself."""
+    limits = KeyLimits(update_after_bytes=10, hard_bytes=10)
+    updating = sealer(limits)
+    wire = bytes(updating.seal(bytes(10)))  # two records (8 bytes), 2 pending
+    updating.update_key()
+    wire += bytes(updating.flush())
+    assert wire_records(wire) == [(0, 4), (0, 4), (FLAG_KEY_UPDATE, 2)]
+    wire += bytes(updating.close())
+    assert_within(wire, limits)
+
+
 LIMITS = [
     KeyLimits(update_after_records=1, hard_records=1),
     KeyLimits(update_after_records=2, hard_records=3),
