@@ -512,3 +512,21 @@ def test_find_searches_only_the_current_records_unread_plaintext() -> None:
     opener.consume(9)
     assert opener.find(b"o") == -1
     assert opener.read() == b"second"
+
+
+def test_records_of_different_sizes_at_one_ring_position() -> None:
+    """Each record arrives alone and is read at once, so the ring restarts at 0 for every one:
+    records of several lengths land at one position. Kills the ring run's view cache reusing an
+    entry whose position matches but whose length does not."""
+    wire = seal_stream(MIXED, record_size=10, flush_after=True)
+    opener = Opener(KEY)
+    opener.receive_data(wire[:HEADER_SIZE])
+    out = bytearray()
+    buffer = bytearray(64)
+    for start, _, length in records(wire):
+        opener.receive_data(bytearray(wire[start : start + length]))
+        got = opener.readinto(buffer)
+        assert got is not None
+        out += buffer[:got]
+    assert bytes(out) == b"".join(MIXED)
+    assert opener.at_eof
