@@ -293,6 +293,7 @@ def opened(writes: list[bytes], record_size: int = 7) -> Opener:
 
 def test_nothing_fed_means_need_input() -> None:
     opener = Opener(KEY)
+    assert opener.read(0) == b""  # nothing asked for: nothing, and no need to say "need input"
     assert opener.read() is None
     assert opener.read(5) is None
     assert opener.readinto(bytearray(5)) is None
@@ -346,6 +347,11 @@ def test_readinto_accepts_non_byte_views() -> None:
     target = array.array("H", [0, 0])
     assert opener.readinto(memoryview(target)) == 4
     assert target.tobytes() == b"abcd"
+    # a byte view of two dimensions counts its bytes, not its rows (kills the 1-D shortcut's
+    # ``ndim == 1`` turned into ``!= 1`` or ``== 2``)
+    grid = bytearray(4)
+    assert opener.readinto(memoryview(grid).cast("B", (2, 2))) == 4
+    assert grid == b"efgh"
 
 
 def test_read_view_is_within_one_record() -> None:

@@ -29,7 +29,7 @@ from gcmstream import (
 from gcmstream.codec import Phase
 from gcmstream.format import HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
 
-from .test_codec import KEY, records, seal_stream, tampered
+from .test_codec import KEY, records, seal_stream, tampered, wants_data
 from .test_codec_limits import feed_zero_copy
 
 # Two ways in: ``bytes`` are held by reference (whole records open straight from them), a
@@ -91,10 +91,13 @@ def test_failed_phase_only_once_the_error_reached_the_caller() -> None:
     assert again.value.original is first.value
 
 
-def test_whole_records_in_bytes_open_without_a_ring() -> None:
+@pytest.mark.parametrize("tail", [0, 1000], ids=["empty-final", "short-final"])
+def test_whole_records_in_bytes_open_without_a_ring(tail: int) -> None:
     """10 MiB of whole records fed as bytes and read into the caller's buffer: nothing is
-    copied into a ring (which would be 256 KiB here), so the reader allocates almost nothing."""
-    plaintext = random.Random(1).randbytes(10 * 1024 * 1024)
+    copied into a ring (which would be 256 KiB here), so the reader allocates almost nothing.
+    A short FINAL record (it carries flags, so the run loop leaves it to the general step) is
+    decrypted straight into the buffer too (kills that step being given no target)."""
+    plaintext = random.Random(1).randbytes(10 * 1024 * 1024 + tail)
     wire = seal_stream([plaintext], record_size=64 * 1024)
     out = bytearray(len(plaintext) + 1)
     tracemalloc.start()
@@ -376,15 +379,19 @@ def test_readinto_writes_only_what_it_returns(how: str, size: int, cut: bool) ->
     assert bytes(out) == b"".join(MIXED[:2] if cut else MIXED)
 
 
-def test_a_bad_length_after_a_good_record_in_held_input() -> None:
+@pytest.mark.parametrize("first", [10, 100], ids=["run-starts-at-it", "run-meets-it"])
+def test_a_bad_length_after_a_good_record_in_held_input(first: int) -> None:
     """Only the first length field of held input is checked as it arrives; the run loop must stop
-    at a later one out of range, wherever the run starts (kills a wrong start value of the run's
-    cached associated-data length that matches a length of 1)."""
+    at a later one out of range, wherever the run starts, and return the good plaintext before it
+    (kills a start value of the run's cached associated-data length that matches a length of 1,
+    the range test inverted, and ``break`` -> ``return`` there, which loses the plaintext)."""
     good = seal_stream([b"x" * 10], record_size=10, flush_after=True)
     start, _, _ = list(records(good))[1]  # the FINAL record: replaced by a record of length 1
     opener = Opener(KEY)
     opener.receive_data(good[:start] + RECORD_HEADER.pack(0, 1) + b"!")
-    assert opener.readinto(bytearray(10)) == 10
+    out = bytearray(first)
+    assert opener.readinto(out) == 10
+    assert out[:10] == b"x" * 10
     with pytest.raises(MalformedRecordError, match="shorter than the 16-byte tag"):
         opener.readinto(bytearray(100))
     with pytest.raises(StreamBrokenError):
@@ -530,3 +537,19 @@ def test_records_of_different_sizes_at_one_ring_position() -> None:
         out += buffer[:got]
     assert bytes(out) == b"".join(MIXED)
     assert opener.at_eof
+
+
+def test_wants_data_again_once_held_input_is_read() -> None:
+    """Held input stops input (an adapter then pauses its transport) until it is read; a read
+    that takes the last held record must say so at once, even when it filled the buffer exactly
+    and so looked no further (kills the run loop marking consumed input with "" instead of None:
+    the transport would never be resumed)."""
+    sealer = Sealer(KEY, record_size=10)
+    wire = sealer.take_header() + bytes(sealer.seal(bytes(30), flush=True))  # no FINAL yet
+    opener = Opener(KEY)
+    opener.receive_data(wire)
+    assert not wants_data(opener)
+    assert opener.readinto(bytearray(30)) == 30
+    assert wants_data(opener)
+    opener.receive_data(bytes(sealer.close()))
+    assert opener.read() == b""
