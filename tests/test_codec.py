@@ -325,6 +325,10 @@ def test_read_crosses_records_and_respects_max_bytes() -> None:
     assert opener.read(10) == b"defghijklm"
     assert opener.read() == b"nopqrstuvwxyz"
     assert opener.read() == b""
+    # across three records: the count of bytes gathered must grow by what each record gave
+    opener = opened([b"abcdefghijklmnopqrstuvwxyz"], record_size=7)
+    assert opener.read(1) == b"a"
+    assert opener.read(20) == b"bcdefghijklmnopqrstu"
 
 
 def test_readinto_fills_across_records() -> None:
