@@ -761,6 +761,18 @@ def test_seal_accepts_any_bytes_like() -> None:
         check_valid(wire, data.tobytes(), "all", "copy")
 
 
+def test_pending_plaintext_survives_its_buffer_growing() -> None:
+    """The pending-record buffer starts small and grows toward a record as plaintext waits in it;
+    what waits is carried over (kills the carry-over being dropped)."""
+    plaintext = random.Random(8).randbytes(9000)
+    sealer = Sealer(KEY, record_size=16384)
+    wire = bytearray(sealer.seal(plaintext[:3000]))
+    wire += sealer.seal(plaintext[3000:6000])  # 6000 bytes wait: past the first 4096-byte buffer
+    wire += sealer.seal(plaintext[6000:], final=True)
+    assert sealer.pending == 0
+    check_valid(bytes(wire), plaintext, "all", "copy")
+
+
 def test_large_write_beyond_the_reusable_output() -> None:
     plaintext = random.Random(0).randbytes(100_000)
     sealer = Sealer(KEY, record_size=1000)

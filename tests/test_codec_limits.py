@@ -224,6 +224,23 @@ def test_one_call_decides_as_record_by_record_calls_do(limits: KeyLimits) -> Non
                     assert_within(got, limits)
 
 
+def test_counts_add_up_across_key_generations() -> None:
+    """records_sealed / bytes_sealed and records_opened / bytes_opened count every key generation:
+    kills the bytes of earlier generations being replaced (``=``) or subtracted (``-=``) at a key
+    update instead of added."""
+    limits = KeyLimits(update_after_records=2, hard_records=4)
+    writer = sealer(limits, auto=True)
+    wire = bytes(writer.seal(bytes(range(10 * RECORD + 3)))) + bytes(writer.close())
+    found = wire_records(wire)
+    assert [flags for flags, _ in found].count(FLAG_KEY_UPDATE) == writer.key_generation >= 3
+    assert (writer.records_sealed, writer.bytes_sealed) == (len(found), 10 * RECORD + 3)
+    reader = Opener(KEY, limits=limits)
+    reader.receive_data(wire)
+    assert reader.read() == bytes(range(10 * RECORD + 3))
+    assert reader.read() == b""
+    assert (reader.records_opened, reader.bytes_opened) == (len(found), 10 * RECORD + 3)
+
+
 # -- a channel hands every option to its two directions -----------------------------------------
 
 

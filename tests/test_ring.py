@@ -389,3 +389,16 @@ def test_clear_forgets_everything_and_stales_offered_views() -> None:
     put(ring, record)  # starts over at 0
     assert (ring.head, ring.stored, ring.complete) == (0, len(record), 1)
     assert ring.buf[: len(record)] == record
+
+
+def test_missing_counts_what_the_partial_record_lacks() -> None:
+    """What the Opener asks of held input to complete a record split across inputs."""
+    ring = RecordRing(100)
+    assert ring.missing() == RECORD_HEADER_SIZE
+    first, second = wire_record(0, 20), wire_record(1, 30)
+    put(ring, first + second[:3])  # the second record's header is incomplete
+    assert ring.missing() == RECORD_HEADER_SIZE - 3
+    put(ring, second[3:12])
+    assert ring.missing() == len(second) - 12
+    put(ring, second[12:])
+    assert (ring.complete, ring.missing()) == (2, RECORD_HEADER_SIZE)
