@@ -225,20 +225,22 @@ def test_one_call_decides_as_record_by_record_calls_do(limits: KeyLimits) -> Non
 
 
 def test_counts_add_up_across_key_generations() -> None:
-    """records_sealed / bytes_sealed and records_opened / bytes_opened count every key generation:
-    kills the bytes of earlier generations being replaced (``=``) or subtracted (``-=``) at a key
-    update instead of added."""
+    """records_sealed / bytes_sealed and records_opened / bytes_opened count every key generation
+    and every record: kills the bytes of earlier generations being replaced (``=``) or subtracted
+    at a key update instead of added, and a FINAL record's bytes replacing the key's count."""
     limits = KeyLimits(update_after_records=2, hard_records=4)
     writer = sealer(limits, auto=True)
-    wire = bytes(writer.seal(bytes(range(10 * RECORD + 3)))) + bytes(writer.close())
+    size = 9 * RECORD + 3  # the FINAL record (3 bytes) follows a plain record under its key
+    wire = bytes(writer.seal(bytes(range(size)))) + bytes(writer.close())
     found = wire_records(wire)
     assert [flags for flags, _ in found].count(FLAG_KEY_UPDATE) == writer.key_generation >= 3
-    assert (writer.records_sealed, writer.bytes_sealed) == (len(found), 10 * RECORD + 3)
+    assert found[-2:] == [(0, RECORD), (FLAG_FINAL, 3)]
+    assert (writer.records_sealed, writer.bytes_sealed) == (len(found), size)
     reader = Opener(KEY, limits=limits)
     reader.receive_data(wire)
-    assert reader.read() == bytes(range(10 * RECORD + 3))
+    assert reader.read() == bytes(range(size))
     assert reader.read() == b""
-    assert (reader.records_opened, reader.bytes_opened) == (len(found), 10 * RECORD + 3)
+    assert (reader.records_opened, reader.bytes_opened) == (len(found), size)
 
 
 # -- a channel hands every option to its two directions -----------------------------------------

@@ -27,10 +27,18 @@ from gcmstream import (
     UnsupportedBufferError,
 )
 from gcmstream.codec import Phase
-from gcmstream.format import HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
+from gcmstream.format import (
+    FLAG_FINAL,
+    FLAG_KEY_UPDATE,
+    HEADER_SIZE,
+    RECORD_HEADER,
+    RECORD_HEADER_SIZE,
+    TAG_SIZE,
+)
 
 from .test_codec import KEY, records, seal_stream, tampered, wants_data
 from .test_codec_limits import feed_zero_copy
+from .test_hostile_codec import CONTEXT, forge
 
 # Two ways in: ``bytes`` are held by reference (whole records open straight from them), a
 # ``bytearray`` is copied into the ring (records open in place there); each has its own run loop.
@@ -553,3 +561,52 @@ def test_wants_data_again_once_held_input_is_read() -> None:
     assert wants_data(opener)
     opener.receive_data(bytes(sealer.close()))
     assert opener.read() == b""
+
+
+def test_an_empty_record_is_not_the_end_of_the_stream() -> None:
+    """A readinto that meets only an empty KEY_UPDATE record must not return 0 (the end): kills
+    the end test ``FINAL and no record and nothing unread`` losing its FINAL condition, which
+    would let a reader stop early at any empty record, a truncation nobody reports."""
+    sealer = Sealer(KEY, record_size=8)
+    wire = bytearray(sealer.seal(b"ab", flush=True))
+    sealer.update_key()
+    wire += sealer.flush()  # an empty KEY_UPDATE record
+    wire += sealer.seal(b"cd", final=True)
+    opener = Opener(KEY)
+    opener.receive_data(bytes(wire))
+    buffer = bytearray(2)
+    assert opener.readinto(buffer) == 2
+    assert opener.readinto(buffer) == 2
+    assert buffer == b"cd"
+    assert opener.readinto(buffer) == 0
+    assert opener.at_eof
+
+
+@pytest.mark.parametrize(
+    ("forged", "error", "message"),
+    [
+        (
+            [(0, b"x"), (0x04, b"y"), (FLAG_FINAL, b"")],
+            MalformedRecordError,
+            "record 1 has unknown flags 0x04",
+        ),
+        ([(0, b"x"), (FLAG_FINAL | FLAG_KEY_UPDATE, b"y")], MalformedRecordError, "record 1 has both FINAL"),
+        (
+            [(0, b"x"), (FLAG_FINAL, b"y"), (FLAG_FINAL, b"z")],
+            TrailingDataError,
+            r"FINAL record \(record 1\)",
+        ),
+    ],
+    ids=["unknown-flag", "final-and-key-update", "final-then-more"],
+)
+def test_a_record_breaking_the_flag_rules_is_named(
+    forged: list[tuple[int, bytes]], error: type[Exception], message: str
+) -> None:
+    """Records that authenticate but break a flag rule: the error names the record and the flags
+    found (kills the messages losing them: message-only mutants that lose the value)."""
+    wire, _ = forge(forged)
+    opener = Opener(KEY, context=CONTEXT)
+    opener.receive_data(wire)
+    assert opener.read() == b"x"
+    with pytest.raises(error, match=message):
+        opener.read()
