@@ -387,16 +387,21 @@ def test_readinto_writes_only_what_it_returns(how: str, size: int, cut: bool) ->
     assert bytes(out) == b"".join(MIXED[:2] if cut else MIXED)
 
 
+@pytest.mark.parametrize("update", [False, True], ids=["after-plain", "after-key-update"])
 @pytest.mark.parametrize("first", [10, 100], ids=["run-starts-at-it", "run-meets-it"])
-def test_a_bad_length_after_a_good_record_in_held_input(first: int) -> None:
+def test_a_bad_length_after_a_good_record_in_held_input(first: int, update: bool) -> None:
     """Only the first length field of held input is checked as it arrives; the run loop must stop
     at a later one out of range, wherever the run starts, and return the good plaintext before it
     (kills a start value of the run's cached associated-data length that matches a length of 1,
-    the range test inverted, and ``break`` -> ``return`` there, which loses the plaintext)."""
-    good = seal_stream([b"x" * 10], record_size=10, flush_after=True)
-    start, _, _ = list(records(good))[1]  # the FINAL record: replaced by a record of length 1
+    the range test inverted, and ``break`` -> ``return`` there, which loses the plaintext). A
+    KEY_UPDATE record is opened outside the run loop, so the bad record is the first one a run
+    loop sees."""
+    sealer = Sealer(KEY, record_size=10)
+    if update:
+        sealer.update_key()
+    good = bytes(sealer.seal(b"x" * 10, flush=True))  # the header and one record
     opener = Opener(KEY)
-    opener.receive_data(good[:start] + RECORD_HEADER.pack(0, 1) + b"!")
+    opener.receive_data(good + RECORD_HEADER.pack(0, 1) + b"!")
     out = bytearray(first)
     assert opener.readinto(out) == 10
     assert out[:10] == b"x" * 10
