@@ -293,6 +293,7 @@ def opened(writes: list[bytes], record_size: int = 7) -> Opener:
 
 def test_nothing_fed_means_need_input() -> None:
     opener = Opener(KEY)
+    assert opener.read(0) == b""  # nothing asked for: nothing, and no need to say "need input"
     assert opener.read() is None
     assert opener.read(5) is None
     assert opener.readinto(bytearray(5)) is None
@@ -324,6 +325,10 @@ def test_read_crosses_records_and_respects_max_bytes() -> None:
     assert opener.read(10) == b"defghijklm"
     assert opener.read() == b"nopqrstuvwxyz"
     assert opener.read() == b""
+    # across three records: the count of bytes gathered must grow by what each record gave
+    opener = opened([b"abcdefghijklmnopqrstuvwxyz"], record_size=7)
+    assert opener.read(1) == b"a"
+    assert opener.read(20) == b"bcdefghijklmnopqrstu"
 
 
 def test_readinto_fills_across_records() -> None:
@@ -346,6 +351,11 @@ def test_readinto_accepts_non_byte_views() -> None:
     target = array.array("H", [0, 0])
     assert opener.readinto(memoryview(target)) == 4
     assert target.tobytes() == b"abcd"
+    # a byte view of two dimensions counts its bytes, not its rows (kills the 1-D shortcut's
+    # ``ndim == 1`` turned into ``!= 1`` or ``== 2``)
+    grid = bytearray(4)
+    assert opener.readinto(memoryview(grid).cast("B", (2, 2))) == 4
+    assert grid == b"efgh"
 
 
 def test_read_view_is_within_one_record() -> None:
@@ -443,6 +453,7 @@ def test_sealer_output_view_dies_at_the_next_call() -> None:
     sealer = Sealer(KEY, record_size=4, _salt=bytes(32))
     out = sealer.seal(b"abcd")
     sealer.detach_output()
+    assert len(sealer.seal(b"")) == 0  # nothing to seal: an empty view, also right after a detach
     sealer.seal(b"efgh")
     assert bytes(out) == kept
 
@@ -714,6 +725,21 @@ def test_flush_before_any_data_sends_the_header() -> None:
     assert len(sealer.flush()) == 0
 
 
+def test_flush_into_fresh_memory_sizes_its_output_exactly() -> None:
+    """With ``reuse_output=False`` every output gets exactly the memory it needs, with no reusable
+    buffer's slack to hide a wrong size: kills flush() sizing its output as ``- HEADER_SIZE`` or
+    ``_OVERHEAD - length``."""
+    sealer = Sealer(KEY, record_size=64, reuse_output=False)
+    out = bytearray(sealer.flush())
+    assert out == sealer.header
+    out += sealer.seal(b"x" * 30)
+    assert sealer.pending == 30
+    out += sealer.flush()
+    assert sealer.pending == 0
+    out += sealer.close()
+    check_valid(bytes(out), b"x" * 30, "all", "copy")
+
+
 def test_closed_sealer_refuses_more() -> None:
     sealer = Sealer(KEY)
     sealer.close()
@@ -733,6 +759,18 @@ def test_seal_accepts_any_bytes_like() -> None:
         sealer = Sealer(KEY, record_size=5, _salt=bytes(32))
         wire = bytes(sealer.seal(source)) + bytes(sealer.close())
         check_valid(wire, data.tobytes(), "all", "copy")
+
+
+def test_pending_plaintext_survives_its_buffer_growing() -> None:
+    """The pending-record buffer starts small and grows toward a record as plaintext waits in it;
+    what waits is carried over (kills the carry-over being dropped)."""
+    plaintext = random.Random(8).randbytes(9000)
+    sealer = Sealer(KEY, record_size=16384)
+    wire = bytearray(sealer.seal(plaintext[:3000]))
+    wire += sealer.seal(plaintext[3000:6000])  # 6000 bytes wait: past the first 4096-byte buffer
+    wire += sealer.seal(plaintext[6000:], final=True)
+    assert sealer.pending == 0
+    check_valid(bytes(wire), plaintext, "all", "copy")
 
 
 def test_large_write_beyond_the_reusable_output() -> None:

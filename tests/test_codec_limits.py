@@ -140,6 +140,49 @@ def test_one_call_after_update_key_counts_the_new_key_from_zero_once() -> None:
     assert_within(wire, bytewise)
 
 
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        # the record that brings the key to exactly update_after_bytes carries KEY_UPDATE
+        (KeyLimits(update_after_bytes=12, hard_bytes=1000), [0, 0, FLAG_KEY_UPDATE] * 2),
+        # in time: after 4 + 4 bytes one more full record still fits exactly, so no update yet
+        (KeyLimits(update_after_bytes=12, hard_bytes=12), [0, 0, FLAG_KEY_UPDATE] * 2),
+    ],
+    ids=["threshold", "in-time"],
+)
+def test_automatic_update_on_bytes_comes_at_the_exact_record(limits: KeyLimits, expected: list[int]) -> None:
+    """Kills, in the byte-based update decision, ``key_bytes + length`` -> ``key_bytes - length``,
+    ``>= update_after_bytes`` -> ``>`` and the in-time test's ``> hard_bytes`` -> ``>=`` (each moves
+    the update by a record or more; the differential test above cannot see it, both sides plan)."""
+    wire = bytes(sealer(limits, auto=True).seal(bytes(6 * RECORD)))
+    assert [flags for flags, _ in wire_records(wire)] == expected
+    assert_within(wire, limits)
+
+
+def test_update_key_then_one_call_fills_the_new_key_to_its_byte_limit() -> None:
+    """Kills the simulated byte count of the new key starting at 1 instead of 0 after the record
+    that carries KEY_UPDATE (then a call that fills the new key exactly is refused)."""
+    limits = KeyLimits(update_after_bytes=10, hard_bytes=10)
+    updating = sealer(limits)
+    updating.update_key()
+    wire = bytes(updating.seal(bytes(RECORD + 10), final=True))  # 4 under the old key, 10 under the new
+    assert wire_records(wire) == [(FLAG_KEY_UPDATE, 4), (0, 4), (0, 4), (FLAG_FINAL, 2)]
+    assert_within(wire, limits)
+
+
+def test_update_key_and_flush_that_reaches_the_byte_limit_exactly_is_one_record() -> None:
+    """Kills ``>`` -> ``>=`` where flush() decides to send an empty KEY_UPDATE record first: pending
+    bytes that bring the old key exactly to its limit go in the KEY_UPDATE record itself."""
+    limits = KeyLimits(update_after_bytes=10, hard_bytes=10)
+    updating = sealer(limits)
+    wire = bytes(updating.seal(bytes(10)))  # two records (8 bytes), 2 pending
+    updating.update_key()
+    wire += bytes(updating.flush())
+    assert wire_records(wire) == [(0, 4), (0, 4), (FLAG_KEY_UPDATE, 2)]
+    wire += bytes(updating.close())
+    assert_within(wire, limits)
+
+
 LIMITS = [
     KeyLimits(update_after_records=1, hard_records=1),
     KeyLimits(update_after_records=2, hard_records=3),
@@ -179,6 +222,25 @@ def test_one_call_decides_as_record_by_record_calls_do(limits: KeyLimits) -> Non
                     got = bytes(batch.seal(bytes(records * RECORD), final=final))
                     assert wire_records(got) == wire_records(bytes(expected)), case
                     assert_within(got, limits)
+
+
+def test_counts_add_up_across_key_generations() -> None:
+    """records_sealed / bytes_sealed and records_opened / bytes_opened count every key generation
+    and every record: kills the bytes of earlier generations being replaced (``=``) or subtracted
+    at a key update instead of added, and a FINAL record's bytes replacing the key's count."""
+    limits = KeyLimits(update_after_records=2, hard_records=4)
+    writer = sealer(limits, auto=True)
+    size = 9 * RECORD + 3  # the FINAL record (3 bytes) follows a plain record under its key
+    wire = bytes(writer.seal(bytes(range(size)))) + bytes(writer.close())
+    found = wire_records(wire)
+    assert [flags for flags, _ in found].count(FLAG_KEY_UPDATE) == writer.key_generation >= 3
+    assert found[-2:] == [(0, RECORD), (FLAG_FINAL, 3)]
+    assert (writer.records_sealed, writer.bytes_sealed) == (len(found), size)
+    reader = Opener(KEY, limits=limits)
+    reader.receive_data(wire)
+    assert reader.read() == bytes(range(size))
+    assert reader.read() == b""
+    assert (reader.records_opened, reader.bytes_opened) == (len(found), size)
 
 
 # -- a channel hands every option to its two directions -----------------------------------------

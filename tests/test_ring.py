@@ -348,3 +348,57 @@ def test_a_record_moves_to_zero_when_the_freed_space_is_exactly_its_size() -> No
     assert ring.buf[: len(third)] == third
     ring.pop(len(second))
     assert ring.stored == len(third)
+
+
+def test_reserve_needs_an_empty_ring_and_a_record_that_fits() -> None:
+    """Kills reserve()'s refusal ``or`` -> ``and`` and its message losing the numbers it names."""
+    ring = RecordRing(100)
+    put(ring, wire_record(0, 20)[:12])
+    with pytest.raises(OutOfRangeError, match="cannot reserve 30 bytes in a ring holding 12"):
+        ring.reserve(30)
+    empty = RecordRing(100)
+    with pytest.raises(
+        OutOfRangeError, match=f"cannot reserve {empty.max_wire + 1} bytes in a ring holding 0"
+    ):
+        empty.reserve(empty.max_wire + 1)
+    assert empty.reserve(empty.max_wire) == 0
+    assert (empty.head, empty.stored, empty.complete) == (0, empty.max_wire, 1)
+
+
+def test_a_view_offered_before_a_reserve_cannot_commit_a_byte() -> None:
+    ring = RecordRing(100)
+    ring.writable()
+    assert ring.reserve(40) == 0
+    with pytest.raises(OutOfRangeError, match="exceeds the view"):
+        ring.commit(1)
+    ring.pop(40)
+    assert ring.stored == 0
+    put(ring, wire_record(0, 20))
+    assert (ring.head, ring.complete) == (0, 1)
+
+
+def test_clear_forgets_everything_and_stales_offered_views() -> None:
+    """Kills clear() leaving None, a wrapped ``wrap`` or a non-zero offer behind."""
+    ring = RecordRing(100)
+    put(ring, wire_record(0, 20) + wire_record(1, 30)[:10])
+    ring.clear()
+    assert (ring.stored, ring.complete, ring.missing()) == (0, 0, RECORD_HEADER_SIZE)
+    with pytest.raises(OutOfRangeError, match="exceeds the view"):
+        ring.commit(1)
+    record = wire_record(2, 20)
+    put(ring, record)  # starts over at 0
+    assert (ring.head, ring.stored, ring.complete) == (0, len(record), 1)
+    assert ring.buf[: len(record)] == record
+
+
+def test_missing_counts_what_the_partial_record_lacks() -> None:
+    """What the Opener asks of held input to complete a record split across inputs."""
+    ring = RecordRing(100)
+    assert ring.missing() == RECORD_HEADER_SIZE
+    first, second = wire_record(0, 20), wire_record(1, 30)
+    put(ring, first + second[:3])  # the second record's header is incomplete
+    assert ring.missing() == RECORD_HEADER_SIZE - 3
+    put(ring, second[3:12])
+    assert ring.missing() == len(second) - 12
+    put(ring, second[12:])
+    assert (ring.complete, ring.missing()) == (2, RECORD_HEADER_SIZE)
