@@ -262,7 +262,7 @@ async def test_silent_client_is_dropped_after_the_handshake_timeout() -> None:
     )
     port = server.sockets[0].getsockname()[1]
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    header = await asyncio.wait_for(reader.readexactly(76), 5)  # the server's header
+    header = await asyncio.wait_for(reader.readexactly(gcmstream.format.HEADER_SIZE), 5)  # its header
     assert header[:4] == b"GCMS"
     assert await asyncio.wait_for(reader.read(), 5) == b""  # then it hangs up on us
     assert calls == []

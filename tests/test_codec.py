@@ -39,6 +39,7 @@ from gcmstream import (
 from gcmstream.format import (
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
+    HEADER_FIXED_SIZE,
     HEADER_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
@@ -493,9 +494,9 @@ def test_feeding_after_eof_is_refused() -> None:
 def test_buffer_updated_beyond_the_view_is_refused() -> None:
     opener = Opener(KEY)
     room = opener.get_buffer()
-    assert len(room) == HEADER_SIZE
+    assert len(room) == HEADER_FIXED_SIZE  # the fixed part first: it says how long the rest is
     with pytest.raises(ValueError, match="exceeds"):
-        opener.buffer_updated(HEADER_SIZE + 1)
+        opener.buffer_updated(HEADER_FIXED_SIZE + 1)
 
 
 # -- truncation --------------------------------------------------------------------------------
@@ -521,7 +522,8 @@ def test_truncation_messages() -> None:
     wire = seal_stream([b"x" * 30], record_size=10)
     for cut, words in [
         (0, "before the stream header"),
-        (10, "10 of 76"),
+        (10, f"10 of {HEADER_FIXED_SIZE}"),
+        (HEADER_FIXED_SIZE + 1, f"{HEADER_FIXED_SIZE + 1} of {HEADER_SIZE}"),
         (HEADER_SIZE + 3, "inside a record"),
     ]:
         outcome = run(wire[:cut], "all", "copy")

@@ -35,6 +35,8 @@ from gcmstream import (
     StreamBrokenError,
     TrailingDataError,
     TruncatedStreamError,
+    UnknownFieldError,
+    UnknownKeyError,
     UnsupportedFormatError,
 )
 from gcmstream.format import (
@@ -43,6 +45,7 @@ from gcmstream.format import (
     FLAG_KEY_UPDATE,
     HARD_MAX_RECORD_SIZE,
     HEADER_SIZE,
+    MAX_FIELDS_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
@@ -279,21 +282,39 @@ def expected_for_flip(
     stream: Stream, offset: int, flipped: int
 ) -> tuple[type[ProtocolError], int, int | None]:
     """(error, records authenticated before it, record number for AuthenticationError)."""
-    if offset < HEADER_SIZE:
-        if offset < 6 or offset == 7:  # magic, version, suite, reserved
+    header = stream.header
+    if offset < len(header):  # offsets of docs/FORMAT.md 4.1
+        role, exchange = header[5], header[7]
+        if offset < 5:  # magic, version
             return UnsupportedFormatError, 0, None
-        if offset == 6:
-            if flipped > 2:
+        if offset == 5:
+            if flipped > 2 or (flipped == 0 and exchange != 0):
                 return UnsupportedFormatError, 0, None
             return RoleMismatchError, 0, None  # another defined role than the sender's
+        if offset == 6:  # suite: the other defined suite does not match the key
+            return (UnsupportedFormatError if flipped > 2 or not flipped else KeyCommitmentError), 0, None
+        if offset == 7:  # key exchange
+            if flipped > 2 or (role == 0) != (flipped == 0):
+                return UnsupportedFormatError, 0, None
+            return KeyCommitmentError, 0, None
         if offset < 12:
-            raw = bytearray(stream.header[8:12])
+            raw = bytearray(header[8:12])
             raw[offset - 8] = flipped
             size = int.from_bytes(raw, "big")
             if not 1 <= size <= HARD_MAX_RECORD_SIZE:
                 return UnsupportedFormatError, 0, None
             if size > DEFAULT_MAX_RECORD_SIZE:
                 return RecordTooLargeError, 0, None
+        elif offset < 28:
+            return UnknownKeyError, 0, None
+        elif 60 <= offset < 62:
+            raw = bytearray(header[60:62])
+            raw[offset - 60] = flipped
+            fields_length = int.from_bytes(raw, "big")
+            if fields_length > MAX_FIELDS_SIZE:
+                return UnsupportedFormatError, 0, None
+            if 62 + fields_length + 32 > len(stream.wire):
+                return TruncatedStreamError, 0, None
         return KeyCommitmentError, 0, None
     starts = stream.record_starts()
     number = max(i for i, s in enumerate(starts) if s <= offset)
@@ -509,6 +530,8 @@ ERRORS: dict[str, type[GcmStreamError]] = {
         RoleMismatchError,
         TrailingDataError,
         TruncatedStreamError,
+        UnknownFieldError,
+        UnknownKeyError,
         UnsupportedFormatError,
     )
 }

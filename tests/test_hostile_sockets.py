@@ -15,6 +15,7 @@ Every wait has a deadline; randomness is seeded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import hashlib
 import logging
@@ -432,11 +433,13 @@ async def test_replay_reflection_and_wrong_key_over_sockets(caplog: pytest.LogCa
         server_header = await raw_reader.readexactly(gcmstream.format.HEADER_SIZE)
         raw_writer.write(server_header)
         await raw_writer.drain()
-        await raw_reader.read()
+        with contextlib.suppress(ConnectionResetError):  # the server aborts: it may reset
+            await raw_reader.read()
         raw_writer.close()
         # wrong key and wrong context: refused at the handshake, on both sides
         for key, context in ((bytes(16), CONTEXT), (KEY, b"other")):
-            with pytest.raises(gcmstream.KeyCommitmentError):
+            # the server hangs up at once on an unknown key ID: the client may see that first
+            with pytest.raises((gcmstream.KeyCommitmentError, ConnectionError)):
                 await gcmstream.open_connection(HOST, port, key=key, context=context)
         for _ in range(100):
             if len(delivered) + len(errors) >= 2 and len(caplog.records) >= 3:

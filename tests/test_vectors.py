@@ -8,6 +8,7 @@ raises the named error after releasing exactly the expected plaintext.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from pathlib import Path
@@ -89,12 +90,23 @@ def reference_open(
     def expand(secret: bytes, label: bytes, length: int) -> bytes:
         return HKDFExpand(algorithm=hashes.SHA256(), length=length, info=label).derive(secret)
 
-    magic, version, suite, sender_role, reserved, record_size = struct.unpack_from(">4sBBBBI", wire)
-    assert (magic, version, sender_role, reserved) == (b"GCMS", 1, role, 0)
+    def sha256(data: bytes) -> bytes:
+        return hashlib.sha256(data).digest()
+
+    fixed = struct.unpack_from(">4sBBBBI16s32sH", wire)
+    magic, version, sender_role, suite, exchange, record_size, ident, salt, fields_length = fixed
+    assert (magic, version, sender_role, exchange) == (b"GCMS", 2, role, 0)
     assert suite == {16: 1, 32: 2}[len(key)]
-    salt, commitment = wire[12:44], wire[44:76]
+    assert ident == HKDF(algorithm=hashes.SHA256(), length=16, salt=None, info=b"gcmstream/2 key id").derive(
+        key
+    )
+    header_end = 62 + fields_length + 32
+    body, commitment = wire[: header_end - 32], wire[header_end - 32 : header_end]
     okm = HKDF(
-        algorithm=hashes.SHA256(), length=64, salt=salt, info=b"gcmstream/1 stream" + wire[:44] + context
+        algorithm=hashes.SHA256(),
+        length=64,
+        salt=salt,
+        info=b"gcmstream/2 header" + sha256(body) + sha256(context),
     ).derive(key)
     assert okm[:32] == commitment
     secret = okm[32:]
@@ -102,14 +114,17 @@ def reference_open(
         secret = HKDF(
             algorithm=hashes.SHA256(),
             length=32,
-            salt=salt + receiver_header[12:44],
-            info=b"gcmstream/1 channel" + wire[:76] + receiver_header + context,
+            salt=None,
+            info=b"gcmstream/2 channel"
+            + sha256(wire[:header_end])
+            + sha256(receiver_header)
+            + sha256(context),
         ).derive(key)
     plaintext = bytearray()
-    pos, seq, final = 76, 0, False
+    pos, seq, final = header_end, 0, False
     while not final:
-        aead = AESGCM(expand(secret, b"gcmstream/1 key", len(key)))
-        iv = int.from_bytes(expand(secret, b"gcmstream/1 iv", 12), "big")
+        aead = AESGCM(expand(secret, b"gcmstream/2 key", len(key)))
+        iv = int.from_bytes(expand(secret, b"gcmstream/2 iv", 12), "big")
         flags, length = struct.unpack_from(">BI", wire, pos)
         assert TAG_MIN <= length <= record_size + TAG_MIN
         body = wire[pos + 5 : pos + 5 + length]
@@ -117,7 +132,7 @@ def reference_open(
         pos += 5 + length
         final = bool(flags & 1)
         if flags & 2:
-            secret, seq = expand(secret, b"gcmstream/1 key update", 32), 0
+            secret, seq = expand(secret, b"gcmstream/2 key update", 32), 0
         else:
             seq += 1
     assert pos == len(wire)
@@ -183,7 +198,7 @@ def test_valid_channel_vector(vector: dict[str, Any]) -> None:
         got, error = open_with(reader.opener, expected[role])
         assert error is None
         assert got == b"".join(writes[role])
-        plain = reference_open(key, context, expected[role], role, expected[role.peer][:76])
+        plain = reference_open(key, context, expected[role], role, expected[role.peer][:94])
         assert plain == b"".join(writes[role])
 
 

@@ -3,7 +3,15 @@ we receive, keyed from both stream headers. Sans-IO."""
 
 from __future__ import annotations
 
-from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, KeyLimits, Role, channel_secret
+from .format import (
+    DEFAULT_MAX_RECORD_SIZE,
+    DEFAULT_RECORD_SIZE,
+    Buffer,
+    KeyLimits,
+    Role,
+    StreamHeader,
+    channel_secret,
+)
 from .opener import Opener
 from .ring import DEFAULT_RING_RECORDS
 from .sealer import Sealer
@@ -68,8 +76,8 @@ class Channel:
         TruncatedStreamError if the input ended before it was whole."""
         return self.opener.header_verified() and self.sealer.ready
 
-    def _on_peer_header(self, key: bytes, peer_header: bytes) -> bytes:
+    def _on_peer_header(self, key: bytes, peer_header: StreamHeader) -> bytes:
         """The opener's hook once the peer's header verified: key both directions."""
-        own = self.sealer.header
-        self.sealer.install_secret(channel_secret(key, own, peer_header, self._context))
-        return channel_secret(key, peer_header, own, self._context)
+        own, peer = self.sealer.header, peer_header.raw
+        self.sealer.install_secret(channel_secret(key, own, peer, self._context))
+        return channel_secret(key, peer, own, self._context)

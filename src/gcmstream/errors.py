@@ -6,8 +6,10 @@
     ├── ProtocolError                    the peer's bytes are bad; FATAL for the receiving side
     │   ├── UnsupportedFormatError       (also ValueError) not a gcmstream header, or a magic,
     │   │                                version, suite, role or record size this version refuses
+    │   │   └── UnknownFieldError        a critical header field this version does not know
     │   ├── KeyCommitmentError           header commitment mismatch: wrong key, wrong context,
-    │   │                                or an altered header; raised before any record is opened
+    │   │   │                            or an altered header; raised before any record is opened
+    │   │   └── UnknownKeyError          the header's key ID names no key this side holds
     │   ├── RoleMismatchError            channel peer has the wrong role: a stream reflected back
     │   │                                to its sender, or one-way data fed to a channel
     │   ├── AuthenticationError          a record failed AES-GCM authentication (tampered,
@@ -73,6 +75,8 @@ __all__ = (
     "StreamClosedError",
     "TrailingDataError",
     "TruncatedStreamError",
+    "UnknownFieldError",
+    "UnknownKeyError",
     "UnsupportedFormatError",
     "UsageError",
 )
@@ -90,8 +94,16 @@ class UnsupportedFormatError(ProtocolError, ValueError):
     """The stream header is not one this version reads (magic, version, suite, role, size)."""
 
 
+class UnknownFieldError(UnsupportedFormatError):
+    """The header carries a critical field type (below 0x8000) this version does not know."""
+
+
 class KeyCommitmentError(ProtocolError):
     """The header's key commitment does not match: wrong key, wrong context or altered header."""
+
+
+class UnknownKeyError(KeyCommitmentError):
+    """The header's key ID names no key held here (a KeyRing without it, or another key)."""
 
 
 class RoleMismatchError(ProtocolError):

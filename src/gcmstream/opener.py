@@ -4,8 +4,10 @@ Theory of operation
 -------------------
 Phases (``Opener.phase``), in order, each entered once:
 
-* ``HEADER``: the stream header is arriving (copied into a 76-byte buffer). When it is whole it
-  is parsed and its key commitment checked; a channel's hook then keys both directions.
+* ``HEADER``: the stream header is arriving (copied into a buffer of at most
+  ``MAX_HEADER_SIZE`` bytes). Its fixed part is checked as soon as it is whole (format, size,
+  role, key ID), then the rest is read: the commitment is checked, then the fields; a
+  channel's hook then keys both directions.
 * ``RECORDS``: records are opened one at a time, in stream order.
 * ``FINAL``: the FINAL record authenticated; its plaintext may still be unread. The end of the
   stream is reported once it is read (``read`` returns b"", ``at_eof`` is True).
@@ -60,23 +62,30 @@ from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
-    HEADER_SIZE,
+    HEADER_FIXED_SIZE,
     KNOWN_FLAGS,
     MAGIC,
+    MAX_HEADER_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
     Buffer,
+    HeaderStart,
     KeyLimits,
+    KeyRing,
+    Keys,
     Role,
     StreamHeader,
     Suite,
+    as_key_ring,
     byte_view,
     check_context,
     check_header_start,
     check_record_size,
+    find_key,
     parse_header,
-    verify_header,
+    parse_header_start,
+    verify_commitment,
 )
 from .ring import DEFAULT_RING_RECORDS, RecordRing, check_record_length, ring_capacity
 
@@ -90,9 +99,9 @@ _VIEW_SLOTS = 127  # view cache slots (prime, so record positions spread over it
 _NO_PLAINTEXT = memoryview(bytearray())  # writable and empty: an empty record's output
 _unpack_record_header = RECORD_HEADER.unpack_from
 
-# A channel's hook: (key, the peer's raw header) -> this direction's secret; it keys the
+# A channel's hook: (key, the peer's verified header) -> this direction's secret; it keys the
 # channel's sealer as a side effect.
-PeerHeaderHook = Callable[[bytes, bytes], bytes]
+PeerHeaderHook = Callable[[bytes, StreamHeader], bytes]
 
 
 class Phase(enum.Enum):
@@ -125,7 +134,7 @@ class Opener:
 
     def __init__(
         self,
-        key: Buffer,
+        key: Keys,
         *,
         context: Buffer = b"",
         max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
@@ -133,12 +142,15 @@ class Opener:
         ring_records: int = DEFAULT_RING_RECORDS,
         _peer_role: Role = Role.ONE_WAY,
         _on_peer_header: PeerHeaderHook | None = None,
+        _known_fields: frozenset[int] = frozenset(),
     ) -> None:
-        self.suite = Suite.for_key(key)
+        keys = as_key_ring(key)
+        self.suite = Suite.for_key(keys.primary)
         self.max_record_size = check_record_size(max_record_size, "max_record_size")
         ring_capacity(self.max_record_size, ring_records)  # refuse a bad count now, not at the header
         self.ring_records = ring_records
-        self._key = bytes(key)  # kept only until the header is verified
+        self._keys: KeyRing | None = keys  # kept only until the header is verified
+        self._known_fields = _known_fields
         self._context = check_context(context)
         self._limits = limits or KeyLimits()
         self._peer_role = _peer_role
@@ -146,8 +158,11 @@ class Opener:
         self._phase = _HEADER
         self._error: ProtocolError | None = None  # the one slot: waiting (or, once FAILED, raised)
         self._eof = False
-        self._header_buf = bytearray(HEADER_SIZE)
+        self._header_buf = bytearray(MAX_HEADER_SIZE)
         self._header_got = 0
+        self._header_need = HEADER_FIXED_SIZE  # the whole header's size once its fixed part is read
+        self._header_start: HeaderStart | None = None
+        self._header_key = b""
         self.header: StreamHeader | None = None
         self._direction: Direction | None = None
         self._max_ciphertext = 0
@@ -307,22 +322,25 @@ class Opener:
         if self._error is not None:
             return memoryview(b"")
         if self._phase is _HEADER:
-            return memoryview(self._header_buf)[self._header_got :]
+            return memoryview(self._header_buf)[self._header_got : self._header_need]
         return (self._ring or self._get_ring()).writable()
 
     def _commit(self, nbytes: int) -> None:
         if self._phase is _FINAL:
             self._defer(TrailingDataError("data follows the FINAL record"))
         elif self._phase is _HEADER:
-            if nbytes < 0 or self._header_got + nbytes > HEADER_SIZE:
+            if nbytes < 0 or self._header_got + nbytes > self._header_need:
                 raise OutOfRangeError(f"buffer_updated({nbytes}) exceeds the view that was offered")
             before = self._header_got
             self._header_got += nbytes
             try:
-                if self._header_got == HEADER_SIZE:
+                if self._header_start is None:
+                    if self._header_got == HEADER_FIXED_SIZE:
+                        self._on_header_start()
+                    elif before <= len(MAGIC):
+                        check_header_start(memoryview(self._header_buf)[: self._header_got])
+                if self._header_start is not None and self._header_got == self._header_need:
                     self._on_header()
-                elif before <= len(MAGIC):
-                    check_header_start(memoryview(self._header_buf)[: self._header_got])
             except ProtocolError as exc:
                 self._defer(exc)
         else:
@@ -339,20 +357,32 @@ class Opener:
             self._ring = RecordRing(record_size, ring_capacity(record_size, self.ring_records))
         return self._ring
 
-    def _on_header(self) -> None:
-        key, self._key = self._key, b""
-        header = parse_header(self._header_buf)
-        if header.record_size > self.max_record_size:
-            raise RecordTooLargeError("announced record size", header.record_size, self.max_record_size)
+    def _on_header_start(self) -> None:
+        """The fixed part arrived: refuse what can be refused before reading more (checks
+        H1..H11: format, sizes, role, key ID, suite), then wait for the rest of the header."""
+        start = parse_header_start(self._header_buf)
+        if start.record_size > self.max_record_size:
+            raise RecordTooLargeError("announced record size", start.record_size, self.max_record_size)
         expected = self._peer_role
-        if header.role != expected:
-            reason = " (a stream reflected back to its sender?)" if header.role == expected.peer else ""
+        if start.role != expected:
+            reason = " (a stream reflected back to its sender?)" if start.role == expected.peer else ""
             raise RoleMismatchError(
-                f"peer header has role {header.role.name}, expected {expected.name}{reason}"
+                f"peer header has role {start.role.name}, expected {expected.name}{reason}"
             )
-        secret = verify_header(key, header, self._context)
+        keys, self._keys = self._keys, None
+        if keys is None:  # unreachable: the fixed part is read once
+            raise ProtocolError("header already read")
+        self._header_key = find_key(keys, start)
+        self._header_start = start
+        self._header_need = start.size
+
+    def _on_header(self) -> None:
+        key, self._header_key = self._header_key, b""
+        raw = bytes(memoryview(self._header_buf)[: self._header_need])
+        secret = verify_commitment(key, raw, self._context)
+        header = parse_header(raw, self._known_fields)
         if self._on_peer_header is not None:
-            secret = self._on_peer_header(key, header.raw)
+            secret = self._on_peer_header(key, header)
         self.header = header
         self._max_ciphertext = header.record_size + TAG_SIZE
         self._direction = Direction(secret, header.suite, self._limits)
@@ -547,7 +577,9 @@ class Opener:
     def _truncation(self) -> str:
         if self._phase is _HEADER:
             if self._header_got:
-                return f"input ended inside the stream header ({self._header_got} of {HEADER_SIZE} bytes)"
+                return (
+                    f"input ended inside the stream header ({self._header_got} of {self._header_need} bytes)"
+                )
             return "input ended before the stream header"
         where = "inside a record" if self._ring is not None and self._ring.stored else "at a record boundary"
         return f"input ended {where} after {self.records_opened} records, without a FINAL record"

@@ -14,12 +14,14 @@ from .format import (
     DEFAULT_RECORD_SIZE,
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
-    HEADER_SIZE,
+    MAX_HEADER_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
     Buffer,
     KeyLimits,
+    KeyRing,
+    Keys,
     Role,
     Suite,
     byte_view,
@@ -47,7 +49,7 @@ class Sealer:
 
     def __init__(
         self,
-        key: Buffer,
+        key: Keys,
         *,
         context: Buffer = b"",
         record_size: int = DEFAULT_RECORD_SIZE,
@@ -57,6 +59,8 @@ class Sealer:
         _salt: bytes | None = None,
         _role: Role = Role.ONE_WAY,
     ) -> None:
+        if isinstance(key, KeyRing):
+            key = key.primary  # a ring seals under its primary key; readers find it by its ID
         self.suite = Suite.for_key(key)
         self._reuse_output = reuse_output
         self.record_size = check_record_size(record_size)
@@ -127,7 +131,9 @@ class Sealer:
         if ((final or flush) and total % size) or (final and not sizes):
             sizes.append(total % size)
         flags = self._plan(direction, sizes, final)
-        out = self._output(len(sizes) * _OVERHEAD + sum(sizes) + (0 if self._header_sent else HEADER_SIZE))
+        out = self._output(
+            len(sizes) * _OVERHEAD + sum(sizes) + (0 if self._header_sent else len(self.header))
+        )
         pos = self._put_header(out)
         taken = 0
         if self._pending_len and sizes:  # the first record completes what was pending
@@ -161,7 +167,7 @@ class Sealer:
         if self._update_requested and direction.key_bytes + length > self._limits.hard_bytes:
             sizes = [0, length]
         flags = self._plan(direction, sizes, False)
-        out = self._output(len(sizes) * _OVERHEAD + length + (0 if self._header_sent else HEADER_SIZE))
+        out = self._output(len(sizes) * _OVERHEAD + length + (0 if self._header_sent else len(self.header)))
         pos = self._put_header(out)
         if sizes:
             self._pending_len = 0
@@ -277,7 +283,7 @@ class Sealer:
         larger than that gets one exact buffer of its own."""
         out = self._out
         if self._reuse_output and size and (out is None or size > len(out)):
-            capacity = HEADER_SIZE + _OUTPUT_RECORDS * (self.record_size + _OVERHEAD)
+            capacity = MAX_HEADER_SIZE + _OUTPUT_RECORDS * (self.record_size + _OVERHEAD)
             if size <= capacity:
                 grown = max(size, 2 * len(out) if out is not None else _MIN_OUTPUT)
                 out = self._out = bytearray(min(grown, capacity))
@@ -289,8 +295,8 @@ class Sealer:
         if self._header_sent:
             return 0
         self._header_sent = True
-        out[:HEADER_SIZE] = self.header
-        return HEADER_SIZE
+        out[: len(self.header)] = self.header
+        return len(self.header)
 
     def _lend(self, out: memoryview, end: int) -> memoryview:
         result = out[:end]

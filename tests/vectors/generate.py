@@ -312,7 +312,7 @@ def invalid_vectors() -> list[Invalid]:
     too_short = bytearray(wire)
     RECORD_HEADER.pack_into(too_short, second[0], 0, TAG_SIZE - 1)
     bad_magic = b"GCMX" + wire[4:]
-    bad_version = wire[:4] + bytes([2]) + wire[5:]
+    bad_version = wire[:4] + bytes([1]) + wire[5:]
     return [
         Invalid("empty-input", "no bytes at all", key, b"", b"", "TruncatedStreamError", b""),
         Invalid(
@@ -418,8 +418,24 @@ def invalid_vectors() -> list[Invalid]:
             text[:32],
         ),
         Invalid("bad-magic", "the magic is not GCMS", key, b"", bad_magic, "UnsupportedFormatError", b""),
-        Invalid("bad-version", "format version 2", key, b"", bad_version, "UnsupportedFormatError", b""),
-        Invalid("wrong-key", "opened with another key", OTHER_KEY, b"", wire, "KeyCommitmentError", b""),
+        Invalid(
+            "bad-version",
+            "format version 1 (never released, no longer read)",
+            key,
+            b"",
+            bad_version,
+            "UnsupportedFormatError",
+            b"",
+        ),
+        Invalid(
+            "wrong-key",
+            "opened with another key: its key ID is unknown",
+            OTHER_KEY,
+            b"",
+            wire,
+            "UnknownKeyError",
+            b"",
+        ),
         Invalid(
             "wrong-context",
             "sealed without a context, opened with one",
@@ -431,11 +447,11 @@ def invalid_vectors() -> list[Invalid]:
         ),
         Invalid(
             "wrong-suite",
-            "an AES-128-GCM stream opened with a 32-byte key",
+            "an AES-128-GCM stream opened with a 32-byte key (another key: its key ID is unknown)",
             KEY256,
             b"",
             wire,
-            "KeyCommitmentError",
+            "UnknownKeyError",
             b"",
         ),
         Invalid(

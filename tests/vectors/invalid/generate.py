@@ -35,6 +35,7 @@ from gcmstream.format import (
     FLAG_KEY_UPDATE,
     HARD_MAX_RECORD_SIZE,
     HEADER_SIZE,
+    MAX_FIELDS_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
@@ -100,6 +101,7 @@ def forge(
     record_size: int = RECORD_SIZE,
     role: Role = Role.ONE_WAY,
     secret: Callable[[bytes, bytes], bytes] | None = None,
+    fields: list[tuple[int, bytes]] | None = None,
 ) -> Forged:
     """Seal ``records`` (flags, plaintext) as a writer would, whatever the flags say.
 
@@ -107,7 +109,7 @@ def forge(
     then the next generation starts at sequence 0. ``secret`` maps (header, stream secret) to
     the secret to use (channels key each direction from both headers).
     """
-    header, stream_secret = make_header(key, role, record_size, context, salt)
+    header, stream_secret = make_header(key, role, record_size, context, salt, fields=fields or ())
     keys = TrafficKeys(stream_secret if secret is None else secret(header, stream_secret), Suite.for_key(key))
     out = Forged(header)
     seq = 0
@@ -445,15 +447,52 @@ def build_cases() -> list[Case]:
     h = base.header
     rest = b"".join(r)
     add("bad_magic", "magic GCMT", _header_with(h, 0, b"GCMT") + rest, "UnsupportedFormatError", 0)
-    add("bad_version", "version 2", _header_with(h, 4, b"\x02") + rest, "UnsupportedFormatError", 0)
-    add("bad_suite", "suite 3", _header_with(h, 5, b"\x03") + rest, "UnsupportedFormatError", 0)
-    add("bad_role", "role 3", _header_with(h, 6, b"\x03") + rest, "UnsupportedFormatError", 0)
+    add("bad_version", "version 3", _header_with(h, 4, b"\x03") + rest, "UnsupportedFormatError", 0)
     add(
-        "reserved_byte_set",
-        "reserved byte 1",
+        "version_1",
+        "version 1 (never released, no longer read)",
+        _header_with(h, 4, b"\x01") + rest,
+        "UnsupportedFormatError",
+        0,
+    )
+    add("bad_role", "role 3", _header_with(h, 5, b"\x03") + rest, "UnsupportedFormatError", 0)
+    add("bad_suite", "suite 3", _header_with(h, 6, b"\x03") + rest, "UnsupportedFormatError", 0)
+    add(
+        "key_exchange_on_one_way",
+        "key exchange 1 (X25519) in a one-way header",
         _header_with(h, 7, b"\x01") + rest,
         "UnsupportedFormatError",
         0,
+    )
+    add(
+        "fields_too_long",
+        f"fields length {MAX_FIELDS_SIZE + 1}, over the bound",
+        _header_with(h, 60, (MAX_FIELDS_SIZE + 1).to_bytes(2, "big")) + rest,
+        "UnsupportedFormatError",
+        0,
+    )
+    add(
+        "unknown_key_id",
+        "one bit of the key ID flipped: it names no key the reader holds",
+        flip(base.wire(), 12),
+        "UnknownKeyError",
+        0,
+    )
+    critical = forge(BASE, fields=[(0x7FFF, b"from the future")])
+    add(
+        "unknown_critical_field",
+        "a correctly committed header with critical field type 0x7fff",
+        critical.wire(),
+        "UnknownFieldError",
+        0,
+    )
+    optional = forge(BASE, fields=[(0x8001, b"ignore me")])
+    add(
+        "unknown_optional_field_then_cut",
+        "a correctly committed header with non-critical field 0x8001 (ignored), cut before FINAL",
+        optional.wire(optional.records[:4]),
+        "TruncatedStreamError",
+        4,
     )
     add("record_size_zero", "record size 0", _header_with(h, 8, bytes(4)) + rest, "UnsupportedFormatError", 0)
     add(
@@ -478,7 +517,7 @@ def build_cases() -> list[Case]:
         "KeyCommitmentError",
         0,
     )
-    add("altered_salt", "one bit of the salt flipped", flip(base.wire(), 20), "KeyCommitmentError", 0)
+    add("altered_salt", "one bit of the salt flipped", flip(base.wire(), 40), "KeyCommitmentError", 0)
     add(
         "altered_commitment",
         "one bit of the commitment flipped",
@@ -488,9 +527,9 @@ def build_cases() -> list[Case]:
     )
     add(
         "wrong_key",
-        "the stream was written under another key",
+        "the stream was written under another key (its key ID is unknown here)",
         forge(BASE, key=OTHER_KEY).wire(),
-        "KeyCommitmentError",
+        "UnknownKeyError",
         0,
     )
     add(
@@ -502,9 +541,9 @@ def build_cases() -> list[Case]:
     )
     add(
         "wrong_suite",
-        "the stream was written with a 256-bit key, the reader has a 128-bit key",
+        "the stream was written with a 256-bit key, the reader has a 128-bit key (unknown key ID)",
         forge(BASE, key=KEY_256).wire(),
-        "KeyCommitmentError",
+        "UnknownKeyError",
         0,
     )
     add(
