@@ -248,7 +248,10 @@ async def test_one_way_pipe_to_a_subprocess() -> None:
 async def test_wrong_context_is_refused_at_the_handshake() -> None:
     server = await gcmstream.start_server(lambda r, w: None, "127.0.0.1", 0, key=KEY, context=b"a")
     port = server.sockets[0].getsockname()[1]
-    with pytest.raises(gcmstream.KeyCommitmentError):
+    # the server refuses the header and hangs up: the client's handshake is cut short
+    with pytest.raises(
+        (gcmstream.TruncatedStreamError, ConnectionError), match=r"during the handshake|reset"
+    ):
         await gcmstream.open_connection("127.0.0.1", port, key=KEY, context=b"b")
     server.close()
     await server.wait_closed()
@@ -262,9 +265,8 @@ async def test_silent_client_is_dropped_after_the_handshake_timeout() -> None:
     )
     port = server.sockets[0].getsockname()[1]
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    header = await asyncio.wait_for(reader.readexactly(gcmstream.format.HEADER_SIZE), 5)  # its header
-    assert header[:4] == b"GCMS"
-    assert await asyncio.wait_for(reader.read(), 5) == b""  # then it hangs up on us
+    # a responder says nothing before the initiator's header; it hangs up at the timeout
+    assert await asyncio.wait_for(reader.read(), 5) == b""
     assert calls == []
     writer.close()
     server.close()

@@ -20,6 +20,8 @@ from gcmstream import (
     BufferFullError,
     Channel,
     GcmStreamError,
+    HandshakeError,
+    KeyCommitmentError,
     KeyLimits,
     LimitReachedError,
     MalformedRecordError,
@@ -45,6 +47,9 @@ from gcmstream.format import (
     RECORD_HEADER_SIZE,
     TAG_SIZE,
 )
+from gcmstream.testing import run_handshake
+
+from .helpers import handshake_bytes
 
 KEY = bytes(range(16))
 KEY256 = bytes(range(32))
@@ -856,8 +861,7 @@ def handshake(**kwargs: object) -> tuple[Channel, Channel]:
     initiator = Channel(KEY, role=Role.INITIATOR, **kwargs)  # type: ignore[arg-type]
     responder = Channel(KEY, role=Role.RESPONDER, **kwargs)  # type: ignore[arg-type]
     assert not initiator.handshake_complete()
-    initiator.opener.receive_data(responder.initial_data())
-    responder.opener.receive_data(initiator.initial_data())
+    run_handshake(initiator, responder)
     assert initiator.handshake_complete()
     assert responder.handshake_complete()
     return initiator, responder
@@ -885,17 +889,18 @@ def test_channel_directions_use_different_keys() -> None:
 
 
 def test_channel_replay_to_a_fresh_responder_fails() -> None:
-    initiator, responder = handshake(record_size=10)
-    recorded = initiator.sealer.header + bytes(initiator.sealer.seal(b"transfer 100 coins", flush=True))
-    responder.opener.receive_data(recorded[HEADER_SIZE:])
+    initiator = Channel(KEY, role=Role.INITIATOR, record_size=10)
+    responder = Channel(KEY, role=Role.RESPONDER, record_size=10)
+    handshake = handshake_bytes(initiator, responder)[0]
+    sealed = bytes(initiator.sealer.seal(b"transfer 100 coins", flush=True))
+    responder.opener.receive_data(sealed)
     assert responder.opener.read() == b"transfer 100 coins"
     fresh = Channel(KEY, role=Role.RESPONDER, record_size=10)
     fresh.initial_data()
-    fresh.opener.receive_data(recorded)
-    assert fresh.handshake_complete()  # the header is genuine...
-    with pytest.raises(AuthenticationError) as info:
-        fresh.opener.read()  # ...but the records were keyed for the other responder's salt
-    assert info.value.record_number == 0
+    fresh.opener.receive_data(handshake + sealed)
+    assert fresh.data_to_send()  # the header is genuine, so it answers with fresh keys...
+    with pytest.raises(HandshakeError, match="key confirmation"):
+        fresh.handshake_complete()  # ...which the recorded Finished does not confirm
 
 
 def test_channel_reflection_fails() -> None:
@@ -930,10 +935,9 @@ def test_channel_not_ready_before_the_peer_header() -> None:
             call()
         assert isinstance(info.value, RuntimeError)
     assert not channel.handshake_complete()
-    # Nothing changed: the channel works once the peer's header arrives.
+    # Nothing changed: the channel works once the handshake is done.
     peer = Channel(KEY, role=Role.RESPONDER)
-    channel.opener.receive_data(peer.initial_data())
-    peer.opener.receive_data(channel.initial_data())
+    run_handshake(channel, peer)
     peer.opener.receive_data(channel.sealer.seal(b"x", final=True))
     assert peer.opener.read() == b"x"
 
@@ -944,7 +948,7 @@ def test_channel_closed_direction() -> None:
     with pytest.raises(StreamClosedError):
         initiator.sealer.seal(b"late")
     with pytest.raises(StreamClosedError):
-        initiator.initial_data()  # the header was already taken
+        initiator.initial_data()  # the initial data was already taken
     assert responder.opener.read() == b""
     # The other direction is still open.
     initiator.opener.receive_data(responder.sealer.seal(b"still here", final=True))
@@ -960,8 +964,9 @@ def test_channel_wrong_context_fails_the_handshake() -> None:
     initiator = Channel(KEY, role=Role.INITIATOR, context=b"a")
     responder = Channel(KEY, role=Role.RESPONDER, context=b"b")
     responder.opener.receive_data(initiator.initial_data())
-    with pytest.raises(ProtocolError):
+    with pytest.raises(KeyCommitmentError):
         responder.handshake_complete()
+    assert responder.data_to_send() == b""  # it does not answer
 
 
 @pytest.mark.parametrize("how", FEEDS)

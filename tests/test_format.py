@@ -62,7 +62,8 @@ OFF_COMMITMENT = OFF_FIELDS_LENGTH + 2
 def header(
     key: bytes = KEY128, role: Role = Role.ONE_WAY, record_size: int = 1000, context: bytes = b""
 ) -> bytes:
-    raw, _ = make_header(key, role, record_size, context, SALT)
+    exchange = KeyExchange.NONE if role is Role.ONE_WAY else KeyExchange.X25519
+    raw, _ = make_header(key, role, record_size, context, SALT, key_exchange=exchange)
     return raw
 
 
@@ -89,13 +90,14 @@ def open_header(raw: bytes, key: bytes = KEY128, context: bytes = b"") -> GcmStr
 )
 @pytest.mark.parametrize("role", list(Role), ids=lambda r: r.name)
 def test_header_round_trip(key: bytes, suite: Suite, role: Role) -> None:
-    raw, secret = make_header(key, role, 4096, b"ctx", SALT)
+    exchange = KeyExchange.NONE if role is Role.ONE_WAY else KeyExchange.X25519
+    raw, secret = make_header(key, role, 4096, b"ctx", SALT, key_exchange=exchange)
     assert len(raw) == HEADER_SIZE == 94
     assert raw[:4] == MAGIC
     assert raw[OFF_VERSION] == VERSION == 2
     assert raw[OFF_SUITE] == suite
     assert raw[OFF_ROLE] == role
-    assert raw[OFF_EXCHANGE] == KeyExchange.NONE
+    assert raw[OFF_EXCHANGE] == exchange
     assert struct.unpack(">I", raw[OFF_SIZE:OFF_KEY_ID]) == (4096,)
     assert raw[OFF_KEY_ID:OFF_SALT] == key_id(key)
     assert raw[OFF_SALT:OFF_FIELDS_LENGTH] == SALT
@@ -104,7 +106,7 @@ def test_header_round_trip(key: bytes, suite: Suite, role: Role) -> None:
     assert parsed == StreamHeader(
         role=role,
         suite=suite,
-        key_exchange=KeyExchange.NONE,
+        key_exchange=exchange,
         record_size=4096,
         key_id=key_id(key),
         salt=SALT,
@@ -256,7 +258,7 @@ def test_wrong_key_size_is_a_suite_mismatch() -> None:
     ("offset", "value"),
     [
         pytest.param(OFF_ROLE, bytes([Role.RESPONDER]), id="role"),  # changed below to a valid role
-        pytest.param(OFF_EXCHANGE, bytes([KeyExchange.X25519]), id="key-exchange"),
+        pytest.param(OFF_EXCHANGE, bytes([KeyExchange.MLKEM768_X25519]), id="key-exchange"),
         pytest.param(OFF_SIZE, struct.pack(">I", 999), id="record-size"),
         pytest.param(OFF_SALT, b"\x00", id="salt-first"),
         pytest.param(OFF_FIELDS_LENGTH - 1, b"\x00", id="salt-last"),

@@ -417,6 +417,7 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         self._write_paused = False
         self._read_paused = False
         self._eof = False
+        self._handshaking = True
         self._closed: asyncio.Future[None] = loop.create_future()
         self.reader = SecureStreamReader(channel.opener, self, limit=limit)
 
@@ -446,10 +447,21 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
                 self.transport.pause_reading()
             return
         opener.buffer_updated(nbytes)
+        if self._handshaking:
+            self._send_handshake()
         if not opener.wants_data and not self._read_paused and self.transport is not None:
             self._read_paused = True
             self.transport.pause_reading()
         self._wake()
+
+    def _send_handshake(self) -> None:
+        """Send what the handshake produced (a responder's header and Finished, an initiator's
+        Finished) as soon as the bytes that caused it arrived."""
+        out = self.channel.data_to_send()
+        if out and self.transport is not None:
+            self.transport.write(out)
+        if self.channel.sealer.ready:
+            self._handshaking = False
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -715,6 +727,9 @@ async def wrap_streams(
         await writer.drain()
         while not channel.handshake_complete():
             await source.wait()
+            writer.write(channel.data_to_send())
+        writer.write(channel.data_to_send())  # the initiator's Finished
+        await writer.drain()
     secure_reader = SecureStreamReader(channel.opener, source, limit=limit)
     secure_writer = SecureStreamWriter(
         channel.sealer, _transport_of(writer), writer.drain, reader=secure_reader, closed=writer.wait_closed

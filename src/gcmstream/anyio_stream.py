@@ -98,17 +98,26 @@ class SecureStream(ByteStream):
             reuse_output=False,
         )
         stream = cls(transport_stream, channel)
-        await transport_stream.send(channel.initial_data())
+        await stream._send_handshake(channel.initial_data())
         while not channel.handshake_complete():
             await stream._receive_more()
+            await stream._send_handshake(channel.data_to_send())
+        await stream._send_handshake(channel.data_to_send())  # the initiator's Finished
         return stream
+
+    async def _send_handshake(self, data: bytes) -> None:
+        if data:
+            await self.transport_stream.send(data)
 
     async def _receive_more(self) -> None:
         opener = self.channel.opener
         if not opener.wants_data:  # read() said "need input": refusing it would spin forever
             raise RuntimeError("gcmstream bug: the opener needs input but cannot take any")
         try:
-            data = await self.transport_stream.receive(_RECEIVE_SIZE)  # type: ignore[call-arg]
+            # before confirmation, read no more than the handshake needs: an unconfirmed peer
+            # makes us hold its header and Finished, nothing else
+            size = opener.header_missing or _RECEIVE_SIZE
+            data = await self.transport_stream.receive(size)  # type: ignore[call-arg]
         except (anyio.EndOfStream, anyio.IncompleteRead):
             opener.receive_eof()
         except anyio.BrokenResourceError as exc:

@@ -27,6 +27,7 @@ __all__ = (
     "FLAG_FINAL",
     "FLAG_KEY_UPDATE",
     "HARD_MAX_RECORD_SIZE",
+    "FINISHED_SIZE",
     "HEADER_FIXED_SIZE",
     "HEADER_SIZE",
     "KEY_ID_SIZE",
@@ -53,7 +54,6 @@ __all__ = (
     "TrafficKeys",
     "as_key_ring",
     "byte_view",
-    "channel_secret",
     "check_header_start",
     "check_context",
     "check_record_size",
@@ -93,6 +93,7 @@ FIELD_HEADER = struct.Struct(">HH")  # field type, value length
 MAX_FIELDS_SIZE = 4096
 HEADER_SIZE = HEADER_FIXED_SIZE + COMMITMENT_SIZE  # 94: a header without fields (one-way streams)
 MAX_HEADER_SIZE = HEADER_SIZE + MAX_FIELDS_SIZE
+FINISHED_SIZE = 32  # a channel's key confirmation, HMAC-SHA256 over the transcript
 FIELD_CRITICAL_LIMIT = 0x8000  # field types below this are critical: a reader must understand them
 RECORD_HEADER = struct.Struct(">BI")  # flags, ciphertext length (tag included)
 RECORD_HEADER_SIZE = RECORD_HEADER.size  # 5
@@ -119,7 +120,6 @@ MAX_CONTEXT_SIZE = 64 * 1024
 
 _LABEL_KEY_ID = b"gcmstream/2 key id"
 _LABEL_HEADER = b"gcmstream/2 header"
-_LABEL_CHANNEL = b"gcmstream/2 channel"
 _LABEL_KEY = b"gcmstream/2 key"
 _LABEL_IV = b"gcmstream/2 iv"
 _LABEL_UPDATE = b"gcmstream/2 key update"
@@ -414,7 +414,7 @@ def parse_header_start(raw: Buffer) -> HeaderStart:
         raise UnsupportedFormatError(f"cipher suite {suite} is not supported (expected 1 or 2)")
     if exchange not in KeyExchange.__members__.values():
         raise UnsupportedFormatError(f"key exchange {exchange} is not supported (expected 0, 1 or 2)")
-    if role == Role.ONE_WAY and exchange != KeyExchange.NONE:
+    if (exchange == KeyExchange.NONE) != (role == Role.ONE_WAY):
         raise UnsupportedFormatError(f"key exchange {exchange} does not go with role {Role(role).name}")
     if not 1 <= record_size <= HARD_MAX_RECORD_SIZE:
         raise UnsupportedFormatError(f"record size {record_size} is outside 1..{HARD_MAX_RECORD_SIZE}")
@@ -504,18 +504,6 @@ def verify_header(key: Buffer, header: StreamHeader, context: Buffer) -> bytes:
         # The key length is the caller's choice, the suite the writer's: say which is which.
         raise KeyCommitmentError(f"stream uses {header.suite.name} but the key given is for {suite.name}")
     return verify_commitment(key, header.raw, context)
-
-
-def channel_secret(key: Buffer, sender_header: bytes, receiver_header: bytes, context: Buffer) -> bytes:
-    """Secret of one channel direction: bound to both headers, so to both fresh salts and roles."""
-    ctx = check_context(context)
-    info = (
-        _LABEL_CHANNEL
-        + hashlib.sha256(sender_header).digest()
-        + hashlib.sha256(receiver_header).digest()
-        + hashlib.sha256(ctx).digest()
-    )
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(bytes(key))
 
 
 def _expand(secret: bytes, label: bytes, length: int) -> bytes:

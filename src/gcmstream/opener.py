@@ -60,6 +60,7 @@ from .errors import (
 )
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
+    FINISHED_SIZE,
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
     HEADER_FIXED_SIZE,
@@ -99,9 +100,11 @@ _VIEW_SLOTS = 127  # view cache slots (prime, so record positions spread over it
 _NO_PLAINTEXT = memoryview(bytearray())  # writable and empty: an empty record's output
 _unpack_record_header = RECORD_HEADER.unpack_from
 
-# A channel's hook: (key, the peer's verified header) -> this direction's secret; it keys the
-# channel's sealer as a side effect.
-PeerHeaderHook = Callable[[bytes, StreamHeader], bytes]
+# A channel's hooks: once the peer's header verified, (key, header) runs our half of the key
+# exchange; once the peer's Finished arrived, (finished) confirms it and returns this
+# direction's secret (keying the channel's sealer as a side effect).
+PeerHeaderHook = Callable[[bytes, StreamHeader], None]
+PeerFinishedHook = Callable[[bytes], bytes]
 
 
 class Phase(enum.Enum):
@@ -142,6 +145,7 @@ class Opener:
         ring_records: int = DEFAULT_RING_RECORDS,
         _peer_role: Role = Role.ONE_WAY,
         _on_peer_header: PeerHeaderHook | None = None,
+        _on_peer_finished: PeerFinishedHook | None = None,
         _known_fields: frozenset[int] = frozenset(),
     ) -> None:
         keys = as_key_ring(key)
@@ -155,10 +159,12 @@ class Opener:
         self._limits = limits or KeyLimits()
         self._peer_role = _peer_role
         self._on_peer_header = _on_peer_header
+        self._on_peer_finished = _on_peer_finished
         self._phase = _HEADER
         self._error: ProtocolError | None = None  # the one slot: waiting (or, once FAILED, raised)
         self._eof = False
-        self._header_buf = bytearray(MAX_HEADER_SIZE)
+        # the peer's header, and on a channel its Finished: all an unconfirmed peer makes us hold
+        self._header_buf = bytearray(MAX_HEADER_SIZE + (FINISHED_SIZE if _on_peer_finished else 0))
         self._header_got = 0
         self._header_need = HEADER_FIXED_SIZE  # the whole header's size once its fixed part is read
         self._header_start: HeaderStart | None = None
@@ -340,7 +346,10 @@ class Opener:
                     elif before <= len(MAGIC):
                         check_header_start(memoryview(self._header_buf)[: self._header_got])
                 if self._header_start is not None and self._header_got == self._header_need:
-                    self._on_header()
+                    if self.header is None:
+                        self._on_header()
+                    else:
+                        self._on_finished()
             except ProtocolError as exc:
                 self._defer(exc)
         else:
@@ -381,12 +390,32 @@ class Opener:
         raw = bytes(memoryview(self._header_buf)[: self._header_need])
         secret = verify_commitment(key, raw, self._context)
         header = parse_header(raw, self._known_fields)
-        if self._on_peer_header is not None:
-            secret = self._on_peer_header(key, header)
         self.header = header
+        if self._on_peer_header is not None:  # a channel: its Finished comes next
+            self._on_peer_header(key, header)
+            self._header_need += FINISHED_SIZE
+            return
+        self._enter_records(secret)
+
+    def _on_finished(self) -> None:
+        if self._on_peer_finished is None:  # unreachable: only channels wait for Finished
+            raise ProtocolError("no Finished expected")
+        finished = bytes(memoryview(self._header_buf)[self._header_need - FINISHED_SIZE : self._header_need])
+        self._enter_records(self._on_peer_finished(finished))
+
+    def _enter_records(self, secret: bytes) -> None:
+        header = self.header
+        if header is None:  # unreachable: called once the header verified
+            raise ProtocolError("no stream header")
         self._max_ciphertext = header.record_size + TAG_SIZE
         self._direction = Direction(secret, header.suite, self._limits)
         self._phase = _RECORDS
+
+    @property
+    def header_missing(self) -> int:
+        """Bytes still needed to finish the header (and a channel's Finished) as far as known
+        now; 0 once records are read. Adapters read no more than this before confirmation."""
+        return self._header_need - self._header_got if self._phase is _HEADER else 0
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -575,6 +604,11 @@ class Opener:
         return False
 
     def _truncation(self) -> str:
+        if self._phase is _HEADER and self._on_peer_finished is not None:
+            return (
+                f"the connection ended during the handshake ({self._header_got} bytes received; "
+                "a peer with another key or context hangs up here)"
+            )
         if self._phase is _HEADER:
             if self._header_got:
                 return (

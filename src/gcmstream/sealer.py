@@ -64,13 +64,16 @@ class Sealer:
         self.suite = Suite.for_key(key)
         self._reuse_output = reuse_output
         self.record_size = check_record_size(record_size)
-        # _salt is for known-answer tests only: a repeated salt repeats every key and nonce
-        self.header, secret = make_header(key, _role, record_size, context, _salt)
         self._limits = limits or KeyLimits()
-        # a channel's sealer is keyed by install_secret() once the peer's header is known
-        self._direction = Direction(secret, self.suite, self._limits) if _role is Role.ONE_WAY else None
+        self._direction: Direction | None = None
+        if _role is Role.ONE_WAY:
+            # _salt is for known-answer tests only: a repeated salt repeats every key and nonce
+            self.header, secret = make_header(key, _role, record_size, context, _salt)
+            self._direction = Direction(secret, self.suite, self._limits)
+        else:  # a channel's: the Channel sends the headers, and keys it by install_secret()
+            self.header = b""
         self._auto = auto_key_update
-        self._header_sent = False
+        self._header_sent = not self.header
         self._pending: bytearray | None = None
         self._pending_len = 0
         self._out: bytearray | None = None
@@ -112,11 +115,14 @@ class Sealer:
         """How many key updates this stream made (tests and diagnostics read it)."""
         return self._direction.keys.generation if self._direction is not None else 0
 
-    def install_secret(self, secret: bytes) -> None:
-        """Key a channel's sealer once both headers are known (``Channel`` calls this). Only
+    def install_secret(self, secret: bytes, suite: Suite | None = None) -> None:
+        """Key a channel's sealer once its handshake is confirmed (``Channel`` calls this), under
+        ``suite`` (the key the handshake used: a responder's ring may hold several). Only
         once: keying it again would restart the sequence under a key already used."""
         if self._direction is not None:
             raise UsageError("this sealer is already keyed")
+        if suite is not None:
+            self.suite = suite
         self._direction = Direction(secret, self.suite, self._limits)
 
     def seal(self, data: Buffer, *, flush: bool = False, final: bool = False) -> memoryview:
@@ -203,7 +209,7 @@ class Sealer:
         if self._closed:
             raise StreamClosedError(f"cannot {verb}: the FINAL record was already sealed")
         if self._direction is None:
-            raise NotReadyError("cannot seal before the peer's stream header has arrived")
+            raise NotReadyError("cannot seal before the channel handshake is complete")
         return self._direction
 
     def _plan(self, direction: Direction, sizes: list[int], final: bool) -> list[int] | None:
@@ -235,7 +241,7 @@ class Sealer:
         return the end."""
         direction = self._direction
         if direction is None:  # unreachable: _ready() checked; kept for the type checker
-            raise NotReadyError("cannot seal before the peer's stream header has arrived")
+            raise NotReadyError("cannot seal before the channel handshake is complete")
         keys = direction.keys
         encrypt_into, nonce_into = keys.aead.encrypt_into, keys.nonce_into
         pack_into = RECORD_HEADER.pack_into
