@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 from anyio.abc import AnyByteStream, ByteStream, Listener, TaskGroup
 
+from .channel import DEFAULT_HANDSHAKE, HandshakeOptions
 from .codec import Channel
 from .errors import GcmStreamError, TruncatedStreamError
 from .format import (
@@ -32,8 +33,11 @@ from .format import (
     DEFAULT_RECORD_SIZE,
     Buffer,
     KeyLimits,
+    KeyRing,
+    Keys,
     Role,
 )
+from .pending import DEFAULT_MAX_PENDING_HANDSHAKES, PendingHandshakes
 
 __all__ = (
     "GcmStreamAttribute",
@@ -79,15 +83,17 @@ class SecureStream(ByteStream):
         cls,
         transport_stream: AnyByteStream,
         *,
-        key: Buffer,
+        key: Keys,
         role: Role,
         context: Buffer = b"",
         record_size: int = DEFAULT_RECORD_SIZE,
         max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
         limits: KeyLimits | None = None,
+        options: HandshakeOptions = DEFAULT_HANDSHAKE,
     ) -> SecureStream:
-        """Send our header, receive and verify the peer's. One side is Role.INITIATOR, the
-        other Role.RESPONDER. Raises KeyCommitmentError if the peer has another key/context."""
+        """Run the channel handshake (one round trip, both sides confirmed). One side is
+        Role.INITIATOR, the other Role.RESPONDER. A responder with another key or context
+        hangs up at the initiator's header (TruncatedStreamError at the initiator)."""
         channel = Channel(
             key,
             role=role,
@@ -96,6 +102,9 @@ class SecureStream(ByteStream):
             max_record_size=max_record_size,
             limits=limits,
             reuse_output=False,
+            key_exchange=options.key_exchange,
+            local_id=options.local_id,
+            peer_id=options.peer_id,
         )
         stream = cls(transport_stream, channel)
         await stream._send_handshake(channel.initial_data())
@@ -194,12 +203,13 @@ async def connect_tcp(
     remote_host: str,
     remote_port: int,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     limits: KeyLimits | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
+    options: HandshakeOptions = DEFAULT_HANDSHAKE,
 ) -> SecureStream:
     """``anyio.connect_tcp`` plus the handshake (as the channel's initiator)."""
     transport = await anyio.connect_tcp(remote_host, remote_port)
@@ -213,6 +223,7 @@ async def connect_tcp(
                 record_size=record_size,
                 max_record_size=max_record_size,
                 limits=limits,
+                options=options,
             )
     except BaseException:
         await anyio.aclose_forcefully(transport)
@@ -220,27 +231,45 @@ async def connect_tcp(
 
 
 @dataclass(eq=False)
+class _Pending:
+    """One handshake in progress on a listener: cancelling its scope drops it."""
+
+    scope: anyio.CancelScope
+
+    def drop(self) -> None:
+        self.scope.cancel()
+
+
+@dataclass(eq=False)
 class SecureListener(Listener[SecureStream]):
     """Wraps a listener so that ``serve()`` hands out handshaken SecureStreams (as responder).
-    Clients that fail the handshake or send no header within ``handshake_timeout`` are logged
-    and dropped; the listener keeps serving."""
+    Clients that fail the handshake or do not complete it within ``handshake_timeout`` are
+    logged and dropped; at most ``max_pending_handshakes`` wait at once (a new one beyond that
+    drops the oldest); the listener keeps serving."""
 
     listener: Listener[Any]
-    key: bytes = field(repr=False)
+    key: Keys = field(repr=False)
     context: bytes = field(default=b"", repr=False)
     record_size: int = DEFAULT_RECORD_SIZE
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE
     limits: KeyLimits | None = None
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+    options: HandshakeOptions = DEFAULT_HANDSHAKE
+    max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES
 
     async def serve(
         self,
         handler: Callable[[SecureStream], Any],
         task_group: TaskGroup | None = None,
     ) -> None:
+        # dropping the oldest closes its transport; its handshake then fails and is logged
+        pending: PendingHandshakes[_Pending] = PendingHandshakes(self.max_pending_handshakes, _Pending.drop)
+
         async def handle(transport: AnyByteStream) -> None:
+            entry = _Pending(anyio.CancelScope())
+            pending.add(entry)
             try:
-                with anyio.fail_after(self.handshake_timeout):
+                with entry.scope, anyio.fail_after(self.handshake_timeout):
                     stream = await SecureStream.wrap(
                         transport,
                         key=self.key,
@@ -249,6 +278,7 @@ class SecureListener(Listener[SecureStream]):
                         record_size=self.record_size,
                         max_record_size=self.max_record_size,
                         limits=self.limits,
+                        options=self.options,
                     )
             except (
                 GcmStreamError,
@@ -257,7 +287,18 @@ class SecureListener(Listener[SecureStream]):
                 anyio.BrokenResourceError,
                 anyio.ClosedResourceError,
             ) as exc:
-                logger.warning("handshake failed: %s", exc)
+                reason = (
+                    f"not complete within {self.handshake_timeout} s"
+                    if isinstance(exc, TimeoutError)
+                    else exc
+                )
+                logger.warning("handshake failed: %s", reason)
+                await anyio.aclose_forcefully(transport)
+                return
+            finally:
+                pending.done(entry)
+            if entry.scope.cancel_called:
+                logger.warning("handshake dropped: too many pending")
                 await anyio.aclose_forcefully(transport)
                 return
             await handler(stream)
@@ -274,7 +315,7 @@ class SecureListener(Listener[SecureStream]):
 
 async def create_tcp_listener(
     *,
-    key: Buffer,
+    key: Keys,
     local_host: str | None = None,
     local_port: int = 0,
     context: Buffer = b"",
@@ -282,15 +323,19 @@ async def create_tcp_listener(
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     limits: KeyLimits | None = None,
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    options: HandshakeOptions = DEFAULT_HANDSHAKE,
+    max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES,
 ) -> SecureListener:
     """``anyio.create_tcp_listener`` whose ``serve()`` hands out SecureStreams."""
     listener = await anyio.create_tcp_listener(local_host=local_host, local_port=local_port)
     return SecureListener(
         listener,
-        bytes(key),
+        key if isinstance(key, KeyRing) else bytes(key),
         bytes(context),
         record_size,
         max_record_size,
         limits,
         handshake_timeout,
+        options,
+        max_pending_handshakes,
     )

@@ -19,6 +19,7 @@ import contextvars
 import hmac
 import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from .errors import DowngradeError, HandshakeError, PeerIdentityError, SelfConnectionError, StreamClosedError
 from .format import (
@@ -48,7 +49,7 @@ from .opener import Opener
 from .ring import DEFAULT_RING_RECORDS
 from .sealer import Sealer
 
-__all__ = ("Channel", "self_connections_allowed")
+__all__ = ("DEFAULT_HANDSHAKE", "Channel", "HandshakeOptions", "self_connections_allowed")
 
 # Salts of the initiator headers this process made whose handshake has not ended: a responder
 # that receives one is talking to itself (the Selfie attack). Weak, so abandoned channels leave.
@@ -66,6 +67,18 @@ def self_connections_allowed() -> Iterator[None]:
         yield
     finally:
         _SELF_ALLOWED.reset(token)
+
+
+@dataclass(frozen=True)
+class HandshakeOptions:
+    """The handshake keywords of a Channel, carried together by the adapters."""
+
+    key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519
+    local_id: str | bytes | None = None
+    peer_id: str | bytes | None = None
+
+
+DEFAULT_HANDSHAKE = HandshakeOptions()
 
 
 def _identity(value: str | bytes | None, name: str) -> bytes | None:

@@ -66,7 +66,6 @@ from .format import (
     HEADER_FIXED_SIZE,
     KNOWN_FLAGS,
     MAGIC,
-    MAX_HEADER_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
@@ -163,8 +162,9 @@ class Opener:
         self._phase = _HEADER
         self._error: ProtocolError | None = None  # the one slot: waiting (or, once FAILED, raised)
         self._eof = False
-        # the peer's header, and on a channel its Finished: all an unconfirmed peer makes us hold
-        self._header_buf = bytearray(MAX_HEADER_SIZE + (FINISHED_SIZE if _on_peer_finished else 0))
+        # the peer's header (its fixed part first, then exactly its size), and on a channel its
+        # Finished: all an unconfirmed peer makes us hold
+        self._header_buf = bytearray(HEADER_FIXED_SIZE)
         self._header_got = 0
         self._header_need = HEADER_FIXED_SIZE  # the whole header's size once its fixed part is read
         self._header_start: HeaderStart | None = None
@@ -384,6 +384,9 @@ class Opener:
         self._header_key = find_key(keys, start)
         self._header_start = start
         self._header_need = start.size
+        whole = bytearray(start.size + (FINISHED_SIZE if self._on_peer_finished is not None else 0))
+        whole[:HEADER_FIXED_SIZE] = self._header_buf  # (a view of the old buffer may still exist)
+        self._header_buf = whole
 
     def _on_header(self) -> None:
         key, self._header_key = self._header_key, b""
@@ -410,6 +413,7 @@ class Opener:
         self._max_ciphertext = header.record_size + TAG_SIZE
         self._direction = Direction(secret, header.suite, self._limits)
         self._phase = _RECORDS
+        self._header_buf = bytearray()  # read and verified: ``header`` keeps what is needed
 
     @property
     def header_missing(self) -> int:
