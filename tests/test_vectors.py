@@ -52,12 +52,17 @@ def seal(vector: dict[str, Any]) -> bytes:
         _salt=bytes.fromhex(vector["salt"]),
     )
     out = bytearray()
+    last = len(vector["writes"]) - 1
     for index, data in enumerate(vector["writes"]):
+        if index == last and vector["final_with_last_write"]:
+            return bytes(out + sealer.seal(bytes.fromhex(data), final=True))
         out += sealer.seal(bytes.fromhex(data))
         if index in vector["update_key_after"]:
             sealer.update_key()
         if index in vector["flush_after"] or index in vector["update_key_after"]:
             out += sealer.flush()
+    if vector["update_key_at_close"]:
+        sealer.update_key()
     out += sealer.close()
     return bytes(out)
 

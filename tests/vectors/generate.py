@@ -73,6 +73,8 @@ class Valid:
     flush_after: list[int] = field(default_factory=list)
     update_key_after: list[int] = field(default_factory=list)
     limits: dict[str, int] | None = None
+    final_with_last_write: bool = False
+    update_key_at_close: bool = False
 
     @property
     def plaintext(self) -> bytes:
@@ -84,12 +86,17 @@ class Valid:
             self.key, context=self.context, record_size=self.record_size, limits=limits, _salt=self.salt
         )
         out = bytearray()
+        last = len(self.writes) - 1
         for index, data in enumerate(self.writes):
+            if index == last and self.final_with_last_write:
+                return bytes(out + sealer.seal(data, final=True))
             out += sealer.seal(data)
             if index in self.update_key_after:
                 sealer.update_key()
             if index in self.flush_after or index in self.update_key_after:
                 out += sealer.flush()
+        if self.update_key_at_close:
+            sealer.update_key()  # a request still pending at close is dropped: FINAL ends it
         out += sealer.close()
         return bytes(out)
 
@@ -106,6 +113,8 @@ class Valid:
             "writes": [data.hex() for data in self.writes],
             "flush_after": self.flush_after,
             "update_key_after": self.update_key_after,
+            "final_with_last_write": self.final_with_last_write,
+            "update_key_at_close": self.update_key_at_close,
             "plaintext": self.plaintext.hex(),
             "ciphertext": self.seal().hex(),
         }
@@ -170,6 +179,36 @@ VALID = [
         16,
         context=CONTEXT,
         limits={"update_after_records": 2, "hard_records": 4},
+    ),
+    Valid(
+        "aes128-final-on-a-record-boundary",
+        "64 bytes sealed with one seal(final=True) at record size 32: two records, the second is "
+        "FINAL (no empty FINAL record; compare aes128-full-records-empty-final)",
+        KEY128,
+        SALT_B,
+        [TEXT[:64]],
+        32,
+        final_with_last_write=True,
+    ),
+    Valid(
+        "aes128-automatic-key-update-by-bytes",
+        "KeyLimits(update_after_bytes=40): KEY_UPDATE on the record that brings the generation's "
+        "plaintext to 40 bytes or more (rule 6.3.5)",
+        KEY128,
+        SALT_A,
+        [TEXT[:100]],
+        16,
+        limits={"update_after_bytes": 40, "hard_bytes": 64},
+    ),
+    Valid(
+        "aes128-key-update-request-dropped-at-close",
+        "update_key() requested, then close(): the FINAL record never carries KEY_UPDATE, so the "
+        "request is dropped",
+        KEY128,
+        SALT_A,
+        [b"last words"],
+        16,
+        update_key_at_close=True,
     ),
 ]
 
