@@ -4,10 +4,11 @@ Theory of operation
 -------------------
 Phases (``Opener.phase``), in order, each entered once:
 
-* ``HEADER``: the stream header is arriving (copied into a buffer of at most
-  ``MAX_HEADER_SIZE`` bytes). Its fixed part is checked as soon as it is whole (format, size,
-  role, key ID), then the rest is read: the commitment is checked, then the fields; a
-  channel's hook then keys both directions.
+* ``HEADER``: the stream header is arriving (its 62-byte fixed part, then a buffer of exactly
+  the announced size, at most ``MAX_HEADER_SIZE``). The fixed part is checked as soon as it is
+  whole (format, size, role, key ID), then the commitment and the fields; on a channel the
+  first hook runs the key exchange, then the peer's 32-byte Finished is read into the same
+  buffer and the second hook confirms it and keys both directions. No ring exists before.
 * ``RECORDS``: records are opened one at a time, in stream order.
 * ``FINAL``: the FINAL record authenticated; its plaintext may still be unread. The end of the
   stream is reported once it is read (``read`` returns b"", ``at_eof`` is True).
