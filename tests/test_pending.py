@@ -11,6 +11,7 @@ import logging
 import time
 import tracemalloc
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anyio
 import pytest
@@ -265,3 +266,45 @@ async def test_anyio_refuses_its_own_connection_too() -> None:
         tg.cancel_scope.cancel()
     await listener.aclose()
     assert handled == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_a_downgrade_to_x25519_is_refused_by_a_server_that_requires_the_hybrid(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+    handled: list[object] = []
+    server = await gcmstream.start_server(
+        lambda r, w: handled.append(r), HOST, 0, key=KEY, handshake_timeout=5
+    )
+    port = server.sockets[0].getsockname()[1]
+    with pytest.raises((gcmstream.TruncatedStreamError, ConnectionError)):
+        await gcmstream.open_connection(HOST, port, key=KEY, key_exchange=KeyExchange.X25519)
+    # a server that accepts X25519 serves the same client
+    lenient = await gcmstream.start_server(
+        lambda r, w: handled.append(r), HOST, 0, key=KEY, key_exchange=KeyExchange.X25519
+    )
+    _, writer = await gcmstream.open_connection(
+        HOST, lenient.sockets[0].getsockname()[1], key=KEY, key_exchange=KeyExchange.X25519
+    )
+    for _ in range(100):  # the server completes once our Finished arrived
+        if handled:
+            break
+        await asyncio.sleep(0.02)
+    writer.close()
+    for one in (server, lenient):
+        one.close()
+        await one.wait_closed()
+    assert "this end requires MLKEM768_X25519" in caplog.text
+    assert len(handled) == 1
+
+
+def test_pipelines_decrypt_archives_made_under_an_old_key_with_a_key_ring(tmp_path: Path) -> None:
+    old, new = gcmstream.generate_key(), gcmstream.generate_key()
+    (tmp_path / "plain").write_bytes(b"archived under the old key")
+    gcmstream.encrypt_file(tmp_path / "plain", tmp_path / "old.gcms", key=old)
+    gcmstream.decrypt_file(tmp_path / "old.gcms", tmp_path / "back", key=gcmstream.KeyRing([new, old]))
+    assert (tmp_path / "back").read_bytes() == b"archived under the old key"
+    with pytest.raises(gcmstream.UnknownKeyError):
+        gcmstream.decrypt_file(tmp_path / "old.gcms", tmp_path / "again", key=new)

@@ -45,7 +45,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from .codec import Opener, Sealer
 from .errors import TrailingDataError, TruncatedStreamError
-from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, byte_view
+from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, Keys, byte_view
 
 __all__ = (
     "CHUNK_SIZE",
@@ -251,7 +251,7 @@ async def _decrypt(read: _Reader, write: _Writer, opener: Opener, *, eager: bool
 async def encrypt_iter(
     chunks: AsyncIterable[Buffer],
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
 ) -> AsyncIterator[bytes]:
@@ -267,7 +267,7 @@ async def encrypt_iter(
 async def decrypt_iter(
     chunks: AsyncIterable[Buffer],
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
 ) -> AsyncIterator[bytes]:
@@ -285,7 +285,7 @@ async def encrypt_stream(
     source: ByteSource,
     sink: ByteSink,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     progress: Progress | None = None,
@@ -300,7 +300,7 @@ async def decrypt_stream(
     source: ByteSource,
     sink: ByteSink,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     progress: Progress | None = None,
@@ -388,7 +388,7 @@ async def encrypt_file_async(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     progress: Progress | None = None,
@@ -403,7 +403,7 @@ async def decrypt_file_async(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     progress: Progress | None = None,
@@ -419,7 +419,7 @@ def encrypt_file(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     progress: Progress | None = None,
@@ -436,7 +436,7 @@ def decrypt_file(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     progress: Progress | None = None,
