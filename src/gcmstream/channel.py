@@ -230,6 +230,11 @@ class Channel:
                 f"the peer used key exchange {header.key_exchange.name}, "
                 f"this end requires {self.key_exchange.name}"
             )
+        if self.role is Role.INITIATOR and header.key_exchange != self.key_exchange:
+            offered = self.key_exchange.name
+            raise HandshakeError(
+                f"the responder answered {header.key_exchange.name} to an offer of {offered}"
+            )
         self._check_identity(header)
         self._suite = header.suite
         if self.role is Role.RESPONDER:
@@ -246,11 +251,8 @@ class Channel:
             self._derived = channel_keys(key, shared, header.raw, self._hello, self._context)
             self._outbox += self._hello + self._derived.responder_finished
         else:
-            if header.key_exchange != self.key_exchange or self._shares is None:
-                offered = self.key_exchange.name
-                raise HandshakeError(
-                    f"the responder answered {header.key_exchange.name} to an offer of {offered}"
-                )
+            if self._shares is None:  # unreachable: an initiator's shares live until Finished
+                raise HandshakeError("the handshake already ended")
             shared = self._shares.shared_secret(header)
             self._derived = channel_keys(key, shared, self._hello, header.raw, self._context)
 
