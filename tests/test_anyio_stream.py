@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -10,6 +11,7 @@ import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
 import gcmstream
+from gcmstream import KeyExchange
 from gcmstream.anyio_stream import GcmStreamAttribute, SecureStream
 
 KEY = bytes(range(32))
@@ -133,3 +135,44 @@ async def test_receive_zero_bytes_is_refused_not_taken_for_the_end() -> None:
             with pytest.raises(ValueError, match="max_bytes"):
                 await server.receive(0)
             assert await server.receive() == b"hello"
+
+
+async def test_identities_and_the_x25519_suite_through_the_listener() -> None:
+    from gcmstream.anyio_stream import connect_tcp, create_tcp_listener
+
+    listener = await create_tcp_listener(
+        key=KEY, local_host="127.0.0.1", key_exchange=KeyExchange.X25519, local_id="server", peer_id="client"
+    )
+    port = listener.extra(SocketAttribute.local_port)
+    seen: list[bytes | None] = []
+
+    async def handler(stream: SecureStream) -> None:
+        seen.append(stream.channel.peer_id)
+        await stream.send(b"hello client")
+        with contextlib.suppress(OSError, anyio.BrokenResourceError):  # the client may be gone
+            await stream.send_eof()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handler)
+        stream = await connect_tcp(
+            "127.0.0.1", port, key=KEY, key_exchange=KeyExchange.X25519, local_id="client", peer_id="server"
+        )
+        assert await stream.receive() == b"hello client"
+        assert stream.channel.peer_id == b"server"
+        await stream.aclose()
+        # a client that is not "client" is refused by the server; one expecting another server
+        # refuses it itself
+        with pytest.raises((gcmstream.TruncatedStreamError, anyio.BrokenResourceError, OSError)):
+            await connect_tcp("127.0.0.1", port, key=KEY, key_exchange=KeyExchange.X25519, local_id="mallory")
+        with pytest.raises(gcmstream.PeerIdentityError):
+            await connect_tcp(
+                "127.0.0.1",
+                port,
+                key=KEY,
+                key_exchange=KeyExchange.X25519,
+                local_id="client",
+                peer_id="other",
+            )
+        tg.cancel_scope.cancel()
+    await listener.aclose()
+    assert seen == [b"client"]

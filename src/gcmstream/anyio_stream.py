@@ -32,6 +32,7 @@ from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
     Buffer,
+    KeyExchange,
     KeyLimits,
     KeyRing,
     Keys,
@@ -89,7 +90,9 @@ class SecureStream(ByteStream):
         record_size: int = DEFAULT_RECORD_SIZE,
         max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
         limits: KeyLimits | None = None,
-        options: HandshakeOptions = DEFAULT_HANDSHAKE,
+        key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
+        local_id: str | bytes | None = None,
+        peer_id: str | bytes | None = None,
     ) -> SecureStream:
         """Run the channel handshake (one round trip, both sides confirmed). One side is
         Role.INITIATOR, the other Role.RESPONDER. A responder with another key or context
@@ -102,9 +105,9 @@ class SecureStream(ByteStream):
             max_record_size=max_record_size,
             limits=limits,
             reuse_output=False,
-            key_exchange=options.key_exchange,
-            local_id=options.local_id,
-            peer_id=options.peer_id,
+            key_exchange=key_exchange,
+            local_id=local_id,
+            peer_id=peer_id,
         )
         stream = cls(transport_stream, channel)
         await stream._send_handshake(channel.initial_data())
@@ -209,7 +212,9 @@ async def connect_tcp(
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     limits: KeyLimits | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
-    options: HandshakeOptions = DEFAULT_HANDSHAKE,
+    key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
+    local_id: str | bytes | None = None,
+    peer_id: str | bytes | None = None,
 ) -> SecureStream:
     """``anyio.connect_tcp`` plus the handshake (as the channel's initiator)."""
     transport = await anyio.connect_tcp(remote_host, remote_port)
@@ -223,7 +228,9 @@ async def connect_tcp(
                 record_size=record_size,
                 max_record_size=max_record_size,
                 limits=limits,
-                options=options,
+                key_exchange=key_exchange,
+                local_id=local_id,
+                peer_id=peer_id,
             )
     except BaseException:
         await anyio.aclose_forcefully(transport)
@@ -278,7 +285,9 @@ class SecureListener(Listener[SecureStream]):
                         record_size=self.record_size,
                         max_record_size=self.max_record_size,
                         limits=self.limits,
-                        options=self.options,
+                        key_exchange=self.options.key_exchange,
+                        local_id=self.options.local_id,
+                        peer_id=self.options.peer_id,
                     )
             except (
                 GcmStreamError,
@@ -323,7 +332,9 @@ async def create_tcp_listener(
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     limits: KeyLimits | None = None,
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
-    options: HandshakeOptions = DEFAULT_HANDSHAKE,
+    key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
+    local_id: str | bytes | None = None,
+    peer_id: str | bytes | None = None,
     max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES,
 ) -> SecureListener:
     """``anyio.create_tcp_listener`` whose ``serve()`` hands out SecureStreams."""
@@ -336,6 +347,6 @@ async def create_tcp_listener(
         max_record_size,
         limits,
         handshake_timeout,
-        options,
+        HandshakeOptions(key_exchange, local_id, peer_id),
         max_pending_handshakes,
     )
