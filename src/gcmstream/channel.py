@@ -25,6 +25,7 @@ from .errors import DowngradeError, HandshakeError, PeerIdentityError, SelfConne
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
+    SALT_SLICE,
     Buffer,
     FieldType,
     KeyExchange,
@@ -183,7 +184,7 @@ class Channel:
 
     @property
     def _hello_salt(self) -> bytes:
-        return self._hello[28:60]
+        return self._hello[SALT_SLICE]
 
     def _identity_field(self) -> list[tuple[int, bytes]]:
         return [(FieldType.IDENTITY, self._local_id)] if self._local_id is not None else []

@@ -39,6 +39,7 @@ __all__ = (
     "MAX_HARD_RECORDS",
     "RECORD_HEADER_SIZE",
     "SALT_SIZE",
+    "SALT_SLICE",
     "TAG_SIZE",
     "VERSION",
     "Buffer",
@@ -88,6 +89,7 @@ COMMITMENT_SIZE = 32
 # magic, version, role, suite, key exchange, record size, key ID, salt, length of the fields
 HEADER_FIXED = struct.Struct(">4sBBBBI16s32sH")
 HEADER_FIXED_SIZE = HEADER_FIXED.size  # 62
+SALT_SLICE = slice(28, 28 + SALT_SIZE)  # where the salt lies in every header
 FIELD_HEADER = struct.Struct(">HH")  # field type, value length
 # Bound on the typed fields: the largest today is an ML-KEM-768 public key (1,184 bytes).
 MAX_FIELDS_SIZE = 4096
@@ -487,7 +489,7 @@ def verify_commitment(key: Buffer, raw: bytes, context: Buffer) -> bytes:
     """Check the commitment of a whole header ``raw`` in constant time (check H12); return its
     stream secret. The suite and key ID were checked already (``find_key``)."""
     body = raw[: len(raw) - COMMITMENT_SIZE]
-    salt = raw[HEADER_FIXED_SIZE - 2 - SALT_SIZE : HEADER_FIXED_SIZE - 2]
+    salt = raw[SALT_SLICE]
     commitment, secret = _header_keys(key, body, salt, check_context(context))
     if not hmac.compare_digest(commitment, raw[len(body) :]):
         raise KeyCommitmentError(
