@@ -64,7 +64,7 @@ __all__ = (
 )
 
 KEY_ENV = "GCMSTREAM_KEY"
-HANDSHAKE_TIMEOUT = DEFAULT_HANDSHAKE_TIMEOUT  # seconds for the peer's stream header
+HANDSHAKE_TIMEOUT = DEFAULT_HANDSHAKE_TIMEOUT  # seconds for the whole channel handshake
 DEBUG_ENV = "GCMSTREAM_DEBUG"
 
 EXIT_OK = 0
@@ -575,7 +575,7 @@ def _classify(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, ProtocolError):
         return EXIT_TAMPERED, f"tampered or corrupt input: {exc}"
     if isinstance(exc, TimeoutError):
-        return EXIT_IO, "timed out waiting for the peer's stream header"
+        return EXIT_IO, "timed out waiting for the channel handshake to complete"
     if isinstance(exc, BrokenPipeError):
         return EXIT_IO, "output closed before the end (broken pipe)"
     if isinstance(exc, OSError):
