@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import itertools
 import os
@@ -995,6 +996,27 @@ def test_bash_completion_completes_commands_options_and_choices() -> None:
     for shell in ("zsh", "tcsh"):
         printed = gcm("--print-completion", shell)
         assert printed.returncode == 0 and b"gcmstream" in printed.stdout
+
+
+def test_listen_drops_the_oldest_silent_handshake_beyond_its_limit(tmp_path: Path, keyfile: Path) -> None:
+    """At most 16 handshakes wait: a 17th connection closes the oldest waiting one (not the
+    newcomer), long before the handshake timeout, and the real peer still gets through."""
+    listener = Listener(["-k", keyfile])
+    with contextlib.ExitStack() as stack:
+        silent = []
+        for _ in range(17):
+            address = ("127.0.0.1", listener.port)
+            silent.append(stack.enter_context(socket.create_connection(address, timeout=TIMEOUT)))
+            time.sleep(0.05)  # accepted in this order
+        silent[0].settimeout(10)  # far below the 30 s handshake timeout
+        assert silent[0].recv(1) == b""  # the oldest was closed
+        silent[-1].settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            silent[-1].recv(1)  # the newest still waits
+        right = gcm("connect", f"127.0.0.1:{listener.port}", "-k", keyfile, input=b"the real peer")
+        assert right.returncode == 0, right.stderr
+        assert listener.finish() == 0, listener.stderr
+    assert b"newer handshakes are waiting; still listening" in listener.stderr
 
 
 # -- messages ---------------------------------------------------------------------------------------
