@@ -25,26 +25,31 @@ from pathlib import Path
 import atheris
 
 with atheris.instrument_imports(include=["gcmstream"]):
-    from gcmstream import Channel, Opener, ProtocolError, Role
+    from gcmstream import Channel, KeyExchange, Opener, ProtocolError, Role
+    from gcmstream.handshake import FixedEphemeral
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = bytes(range(16))
 KEY_256 = bytes(range(32, 64))
 CONTEXT = b"gcmstream invalid vectors"
 RESPONDER_SALT = bytes([0xC3]) * 32
+RESPONDER_X25519 = bytes(range(33, 65))  # the channel cases' responder (tests/vectors/invalid)
 RESPONDER_RECORD_SIZE = 32
 MAX_RECORD_SIZE = 64 * 1024  # a small reader limit keeps each execution's ring small
 
 
 def make_opener(data: bytes) -> Opener:
-    key = KEY_256 if len(data) > 5 and data[5] == 2 else KEY
-    if len(data) > 6 and data[6] == Role.INITIATOR:
+    # header bytes 5 and 6 (docs/FORMAT.md 4.1): role, suite
+    key = KEY_256 if len(data) > 6 and data[6] == 2 else KEY
+    if len(data) > 5 and data[5] == Role.INITIATOR:
         channel = Channel(
             key,
             role=Role.RESPONDER,
             context=CONTEXT,
             record_size=RESPONDER_RECORD_SIZE,
+            key_exchange=KeyExchange.X25519,
             _salt=RESPONDER_SALT,
+            _ephemeral=FixedEphemeral(RESPONDER_X25519),
         )
         channel.initial_data()
         return channel.opener

@@ -250,7 +250,10 @@ async def test_one_way_pipe_to_a_subprocess() -> None:
 async def test_wrong_context_is_refused_at_the_handshake() -> None:
     server = await gcmstream.start_server(lambda r, w: None, "127.0.0.1", 0, key=KEY, context=b"a")
     port = server.sockets[0].getsockname()[1]
-    with pytest.raises(gcmstream.KeyCommitmentError):
+    # the server refuses the header and hangs up: the client's handshake is cut short
+    with pytest.raises(
+        (gcmstream.TruncatedStreamError, ConnectionError), match=r"during the handshake|reset"
+    ):
         await gcmstream.open_connection("127.0.0.1", port, key=KEY, context=b"b")
     server.close()
     await server.wait_closed()
@@ -264,9 +267,8 @@ async def test_silent_client_is_dropped_after_the_handshake_timeout() -> None:
     )
     port = server.sockets[0].getsockname()[1]
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    header = await asyncio.wait_for(reader.readexactly(76), 5)  # the server's header
-    assert header[:4] == b"GCMS"
-    assert await asyncio.wait_for(reader.read(), 5) == b""  # then it hangs up on us
+    # a responder says nothing before the initiator's header; it hangs up at the timeout
+    assert await asyncio.wait_for(reader.read(), 5) == b""
     assert calls == []
     writer.close()
     server.close()
@@ -471,7 +473,8 @@ async def test_failed_handshakes_close_the_connection_and_name_the_peer(
     port = server.sockets[0].getsockname()[1]
     raw_reader, raw_writer = await asyncio.open_connection("127.0.0.1", port)
     local = raw_writer.get_extra_info("sockname")
-    with pytest.raises(gcmstream.KeyCommitmentError):
+    # version 2 (issue 10): the server refuses the unknown key ID and hangs up without answering
+    with pytest.raises(gcmstream.TruncatedStreamError, match="during the handshake"):
         await aio.wrap_streams(raw_reader, raw_writer, key=bytes(16), role=gcmstream.Role.INITIATOR)
     assert raw_writer.transport.is_closing()  # wrap_streams closed it, as open_connection does
     for _ in range(100):

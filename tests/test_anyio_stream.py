@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -11,7 +12,7 @@ from anyio.abc import SocketAttribute, SocketStream
 
 import gcmstream
 import gcmstream.errors
-from gcmstream import anyio_stream
+from gcmstream import KeyExchange, anyio_stream
 from gcmstream.anyio_stream import GcmStreamAttribute, SecureStream
 
 KEY = bytes(range(32))
@@ -169,7 +170,12 @@ async def test_handshake_timeout_raises_and_closes_the_transport() -> None:
                 await SecureStream.wrap(raw, key=KEY, role=gcmstream.Role.INITIATOR, handshake_timeout=0.2)
             with pytest.raises(anyio.ClosedResourceError):
                 await raw.send(b"still open?")
-            assert len(await silent[0].receive()) == 76  # our header went out meanwhile
+            # our header went out meanwhile (version 2: the initiator's header with its shares)
+            header_size = len(gcmstream.Channel(KEY, role=gcmstream.Role.INITIATOR).initial_data())
+            received = b""
+            while len(received) < header_size:
+                received += await silent[0].receive()
+            assert len(received) == header_size
             await silent[0].aclose()
 
 
@@ -192,13 +198,14 @@ async def test_listener_hook_sees_failed_handshakes_and_the_peer_is_logged(
         port = listener.extra(SocketAttribute.local_port)
         async with anyio.create_task_group() as tg:
             tg.start_soon(listener.serve, lambda stream: None)
-            with pytest.raises(gcmstream.KeyCommitmentError):
+            # version 2 (issue 10): the listener refuses the unknown key ID and hangs up
+            with pytest.raises(gcmstream.TruncatedStreamError, match="during the handshake"):
                 await anyio_stream.connect_tcp("127.0.0.1", port, key=bytes(32))
             await called.wait()
             tg.cancel_scope.cancel()
         await listener.aclose()
-    assert seen == [gcmstream.KeyCommitmentError]
-    assert "handshake with ('127.0.0.1', " in caplog.text and "KeyCommitmentError" in caplog.text
+    assert seen == [gcmstream.UnknownKeyError]  # a KeyCommitmentError
+    assert "handshake with ('127.0.0.1', " in caplog.text and "UnknownKeyError" in caplog.text
 
 
 async def test_send_cancelled_before_it_began_breaks_nothing() -> None:
@@ -209,3 +216,44 @@ async def test_send_cancelled_before_it_began_breaks_nothing() -> None:
                 await client.send(b"never sealed")
             await client.send(b"sent")
             assert await server.receive() == b"sent"
+
+
+async def test_identities_and_the_x25519_suite_through_the_listener() -> None:
+    from gcmstream.anyio_stream import connect_tcp, create_tcp_listener
+
+    listener = await create_tcp_listener(
+        key=KEY, local_host="127.0.0.1", key_exchange=KeyExchange.X25519, local_id="server", peer_id="client"
+    )
+    port = listener.extra(SocketAttribute.local_port)
+    seen: list[bytes | None] = []
+
+    async def handler(stream: SecureStream) -> None:
+        seen.append(stream.channel.peer_id)
+        await stream.send(b"hello client")
+        with contextlib.suppress(OSError, anyio.BrokenResourceError):  # the client may be gone
+            await stream.send_eof()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handler)
+        stream = await connect_tcp(
+            "127.0.0.1", port, key=KEY, key_exchange=KeyExchange.X25519, local_id="client", peer_id="server"
+        )
+        assert await stream.receive() == b"hello client"
+        assert stream.channel.peer_id == b"server"
+        await stream.aclose()
+        # a client that is not "client" is refused by the server; one expecting another server
+        # refuses it itself
+        with pytest.raises((gcmstream.TruncatedStreamError, anyio.BrokenResourceError, OSError)):
+            await connect_tcp("127.0.0.1", port, key=KEY, key_exchange=KeyExchange.X25519, local_id="mallory")
+        with pytest.raises(gcmstream.PeerIdentityError):
+            await connect_tcp(
+                "127.0.0.1",
+                port,
+                key=KEY,
+                key_exchange=KeyExchange.X25519,
+                local_id="client",
+                peer_id="other",
+            )
+        tg.cancel_scope.cancel()
+    await listener.aclose()
+    assert seen == [b"client"]

@@ -20,6 +20,8 @@ from gcmstream import (
     BufferFullError,
     Channel,
     GcmStreamError,
+    HandshakeError,
+    KeyCommitmentError,
     KeyLimits,
     LimitReachedError,
     MalformedRecordError,
@@ -37,13 +39,19 @@ from gcmstream import (
     UsageError,
 )
 from gcmstream.format import (
+    FINISHED_SIZE,
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
+    HEADER_FIXED_SIZE,
     HEADER_SIZE,
+    MAGIC,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
 )
+from gcmstream.testing import run_handshake
+
+from .helpers import handshake_bytes
 
 KEY = bytes(range(16))
 KEY256 = bytes(range(32))
@@ -504,9 +512,9 @@ def test_feeding_after_eof_is_refused() -> None:
 def test_buffer_updated_beyond_the_view_is_refused() -> None:
     opener = Opener(KEY)
     room = opener.get_buffer()
-    assert len(room) == HEADER_SIZE
+    assert len(room) == HEADER_FIXED_SIZE  # the fixed part first: it says how long the rest is
     with pytest.raises(ValueError, match="exceeds"):
-        opener.buffer_updated(HEADER_SIZE + 1)
+        opener.buffer_updated(HEADER_FIXED_SIZE + 1)
 
 
 # -- truncation --------------------------------------------------------------------------------
@@ -532,7 +540,8 @@ def test_truncation_messages() -> None:
     wire = seal_stream([b"x" * 30], record_size=10)
     for cut, words in [
         (0, "before the stream header"),
-        (10, "10 of 76"),
+        (10, f"10 of {HEADER_FIXED_SIZE}"),
+        (HEADER_FIXED_SIZE + 1, f"{HEADER_FIXED_SIZE + 1} of {HEADER_SIZE}"),
         (HEADER_SIZE + 3, "inside a record"),
     ]:
         outcome = run(wire[:cut], "all", "copy")
@@ -892,8 +901,7 @@ def handshake(**kwargs: object) -> tuple[Channel, Channel]:
     initiator = Channel(KEY, role=Role.INITIATOR, **kwargs)  # type: ignore[arg-type]
     responder = Channel(KEY, role=Role.RESPONDER, **kwargs)  # type: ignore[arg-type]
     assert not initiator.handshake_complete()
-    initiator.opener.receive_data(responder.initial_data())
-    responder.opener.receive_data(initiator.initial_data())
+    run_handshake(initiator, responder)
     assert initiator.handshake_complete()
     assert responder.handshake_complete()
     return initiator, responder
@@ -921,17 +929,18 @@ def test_channel_directions_use_different_keys() -> None:
 
 
 def test_channel_replay_to_a_fresh_responder_fails() -> None:
-    initiator, responder = handshake(record_size=10)
-    recorded = initiator.sealer.header + bytes(initiator.sealer.seal(b"transfer 100 coins", flush=True))
-    responder.opener.receive_data(recorded[HEADER_SIZE:])
+    initiator = Channel(KEY, role=Role.INITIATOR, record_size=10)
+    responder = Channel(KEY, role=Role.RESPONDER, record_size=10)
+    handshake = handshake_bytes(initiator, responder)[0]
+    sealed = bytes(initiator.sealer.seal(b"transfer 100 coins", flush=True))
+    responder.opener.receive_data(sealed)
     assert responder.opener.read() == b"transfer 100 coins"
     fresh = Channel(KEY, role=Role.RESPONDER, record_size=10)
     fresh.initial_data()
-    fresh.opener.receive_data(recorded)
-    assert fresh.handshake_complete()  # the header is genuine...
-    with pytest.raises(AuthenticationError) as info:
-        fresh.opener.read()  # ...but the records were keyed for the other responder's salt
-    assert info.value.record_number == 0
+    fresh.opener.receive_data(handshake + sealed)
+    assert fresh.data_to_send()  # the header is genuine, so it answers with fresh keys...
+    with pytest.raises(HandshakeError, match="key confirmation"):
+        fresh.handshake_complete()  # ...which the recorded Finished does not confirm
 
 
 def test_channel_reflection_fails() -> None:
@@ -966,10 +975,9 @@ def test_channel_not_ready_before_the_peer_header() -> None:
             call()
         assert isinstance(info.value, RuntimeError)
     assert not channel.handshake_complete()
-    # Nothing changed: the channel works once the peer's header arrives.
+    # Nothing changed: the channel works once the handshake is done.
     peer = Channel(KEY, role=Role.RESPONDER)
-    channel.opener.receive_data(peer.initial_data())
-    peer.opener.receive_data(channel.initial_data())
+    run_handshake(channel, peer)
     peer.opener.receive_data(channel.sealer.seal(b"x", final=True))
     assert peer.opener.read() == b"x"
 
@@ -980,7 +988,7 @@ def test_channel_closed_direction() -> None:
     with pytest.raises(StreamClosedError):
         initiator.sealer.seal(b"late")
     with pytest.raises(StreamClosedError):
-        initiator.initial_data()  # the header was already taken
+        initiator.initial_data()  # the initial data was already taken
     assert responder.opener.read() == b""
     # The other direction is still open.
     initiator.opener.receive_data(responder.sealer.seal(b"still here", final=True))
@@ -996,8 +1004,9 @@ def test_channel_wrong_context_fails_the_handshake() -> None:
     initiator = Channel(KEY, role=Role.INITIATOR, context=b"a")
     responder = Channel(KEY, role=Role.RESPONDER, context=b"b")
     responder.opener.receive_data(initiator.initial_data())
-    with pytest.raises(ProtocolError):
+    with pytest.raises(KeyCommitmentError):
         responder.handshake_complete()
+    assert responder.data_to_send() == b""  # it does not answer
 
 
 @pytest.mark.parametrize("how", FEEDS)
@@ -1095,16 +1104,23 @@ def test_a_stale_get_buffer_view_cannot_be_committed() -> None:
         opener.buffer_updated(len(record))
 
 
-def test_channel_data_to_send_gives_the_header_once_then_nothing() -> None:
-    """What the adapters send while they read the peer's part of the handshake."""
+def test_channel_data_to_send_gives_each_message_once_then_nothing() -> None:
+    """What the adapters send while they read the peer's part of the handshake: the initiator's
+    header first, the responder's header and Finished once that arrived, the initiator's
+    Finished once those arrived (version 2's three messages, issue 10)."""
     initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    assert responder.data_to_send() == b""  # a responder speaks only once the initiator has
     header = initiator.data_to_send()
-    assert len(header) == HEADER_SIZE
+    assert header.startswith(MAGIC) and len(header) > HEADER_SIZE  # carries its key shares
     assert initiator.data_to_send() == b""
     responder.opener.receive_data(header)
     initiator.opener.receive_data(responder.data_to_send())
-    assert responder.handshake_complete() and initiator.handshake_complete()
-    assert responder.data_to_send() == b""
+    assert initiator.handshake_complete() and not responder.handshake_complete()
+    finished = initiator.data_to_send()
+    assert len(finished) == FINISHED_SIZE
+    responder.opener.receive_data(finished)
+    assert responder.handshake_complete()
+    assert responder.data_to_send() == b"" and initiator.data_to_send() == b""
     with pytest.raises(StreamClosedError):
         initiator.initial_data()  # taken once, by either name
 

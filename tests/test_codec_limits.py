@@ -32,6 +32,7 @@ from gcmstream.format import (
     RECORD_HEADER_SIZE,
     TAG_SIZE,
 )
+from gcmstream.testing import run_handshake
 
 KEY = bytes(range(16))
 RECORD = 4  # record size of every sealer here: limits are reached within a few records
@@ -247,11 +248,10 @@ def test_counts_add_up_across_key_generations() -> None:
 
 
 def connect(initiator: dict[str, object], responder: dict[str, object]) -> tuple[Channel, Channel]:
-    """Two channels with their headers exchanged; the handshake is left to the caller."""
+    """Two channels that ran their handshake; checking it is left to the caller."""
     first = Channel(KEY, role=Role.INITIATOR, record_size=RECORD, **initiator)  # type: ignore[arg-type]
     second = Channel(KEY, role=Role.RESPONDER, record_size=RECORD, **responder)  # type: ignore[arg-type]
-    first.opener.receive_data(second.initial_data())
-    second.opener.receive_data(first.initial_data())
+    run_handshake(first, second)
     return first, second
 
 
@@ -259,13 +259,13 @@ def test_channel_keeps_its_max_record_size() -> None:
     """Kills Channel dropping ``max_record_size`` on the way to its opener: a peer could then make
     it buffer records of up to the default 1 MiB instead of the caller's bound."""
     small = Channel(KEY, role=Role.INITIATOR, max_record_size=64)
-    small.opener.receive_data(Channel(KEY, role=Role.RESPONDER, record_size=65).initial_data())
+    run_handshake(small, Channel(KEY, role=Role.RESPONDER, record_size=65))
     with pytest.raises(RecordTooLargeError, match="65"):
         small.handshake_complete()
     with pytest.raises(StreamBrokenError):
         small.opener.read()
     fits = Channel(KEY, role=Role.INITIATOR, max_record_size=64)
-    fits.opener.receive_data(Channel(KEY, role=Role.RESPONDER, record_size=64).initial_data())
+    run_handshake(fits, Channel(KEY, role=Role.RESPONDER, record_size=64))
     assert fits.handshake_complete()
 
 
@@ -291,7 +291,7 @@ def test_channel_sealer_keeps_its_limits() -> None:
     sender, receiver = connect({"limits": often}, {"limits": often})
     assert sender.handshake_complete()
     assert receiver.handshake_complete()
-    wire = bytearray(HEADER_SIZE)  # stands for the header, already sent: parse records only
+    wire = bytearray(HEADER_SIZE)  # stands for a header: wire_records parses what follows it
     for number in range(6):
         sent = bytes(sender.sealer.seal(b"%d" % number, flush=True))
         wire += sent
@@ -330,10 +330,15 @@ READS: dict[str, Callable[[Opener], object]] = {
 
 
 def feed_zero_copy(opener: Opener, data: bytes) -> None:
-    room = opener.get_buffer()
-    assert len(room) >= len(data)
-    room[: len(data)] = data
-    opener.buffer_updated(len(data))
+    """Through get_buffer/buffer_updated, as many views as the opener offers (a header's fixed
+    part first, then the rest once its length is known)."""
+    while data:
+        room = opener.get_buffer()
+        assert room
+        count = min(len(room), len(data))
+        room[:count] = data[:count]
+        opener.buffer_updated(count)
+        data = data[count:]
 
 
 @pytest.mark.parametrize("zero_copy", [False, True], ids=["copy", "zero-copy"])
@@ -357,7 +362,7 @@ def test_header_then_eof_is_truncated(call: str, zero_copy: bool) -> None:
 def test_channel_header_then_eof_is_truncated() -> None:
     """The same through a channel: the handshake completes, then the input ends."""
     ours = Channel(KEY, role=Role.INITIATOR)
-    ours.opener.receive_data(Channel(KEY, role=Role.RESPONDER).initial_data())
+    run_handshake(ours, Channel(KEY, role=Role.RESPONDER))
     ours.opener.receive_eof()
     assert ours.handshake_complete()
     with pytest.raises(TruncatedStreamError, match="after 0 records"):

@@ -136,12 +136,16 @@ def test_channel_round_trips_and_refuses_any_change(
     messages: list[tuple[bool, bytes]], record_size: int, cuts: list[int], change: tuple[int, int] | None
 ) -> None:
     """Messages both ways through a channel; the initiator's bytes, split anyhow, possibly changed."""
-    from gcmstream import Channel, Role
+    from gcmstream import Role
 
-    initiator = Channel(KEY, role=Role.INITIATOR, record_size=record_size, _salt=SALT)
-    responder = Channel(KEY, role=Role.RESPONDER, record_size=record_size, _salt=bytes(32))
-    initiator.opener.receive_data(responder.initial_data())
-    to_responder = bytearray(initiator.initial_data())
+    from .helpers import fixed_channel, handshake_bytes
+
+    # the initiator's bytes are made against one deterministic responder and read by another
+    initiator = fixed_channel(KEY, Role.INITIATOR, record_size=record_size)
+    partner = fixed_channel(KEY, Role.RESPONDER, record_size=record_size)
+    to_responder = bytearray(handshake_bytes(initiator, partner)[0])
+    responder = fixed_channel(KEY, Role.RESPONDER, record_size=record_size)
+    responder.initial_data()
     for from_initiator, data in messages:
         if from_initiator:
             to_responder += initiator.sealer.seal(data, flush=True)
@@ -162,7 +166,7 @@ def test_channel_round_trips_and_refuses_any_change(
     assert ended
     assert out == sent
 
-    # The other direction, keyed by both headers, once the responder has the initiator's.
+    # The other direction, keyed by the same handshake, once the responder confirmed it.
     assert responder.handshake_complete()
     to_initiator = bytearray()
     for from_initiator, data in messages:

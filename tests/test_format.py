@@ -13,22 +13,28 @@ from gcmstream import (
     Channel,
     GcmStreamError,
     KeyCommitmentError,
+    KeyRing,
     Opener,
     Role,
     Sealer,
     StreamBrokenError,
     TruncatedStreamError,
+    UnknownFieldError,
+    UnknownKeyError,
     UnsupportedFormatError,
 )
 from gcmstream.format import (
     HARD_MAX_RECORD_SIZE,
+    HEADER_FIXED_SIZE,
     HEADER_SIZE,
     MAGIC,
     MAX_CONTEXT_SIZE,
+    MAX_FIELDS_SIZE,
     MAX_HARD_BYTES,
     MAX_HARD_RECORDS,
     SALT_SIZE,
     VERSION,
+    KeyExchange,
     KeyLimits,
     StreamHeader,
     Suite,
@@ -36,6 +42,7 @@ from gcmstream.format import (
     check_context,
     check_header_start,
     generate_key,
+    key_id,
     make_header,
     parse_header,
     verify_header,
@@ -45,15 +52,18 @@ KEY128 = bytes(range(0x40, 0x50))
 KEY256 = bytes(range(0x60, 0x80))
 SALT = bytes(range(0xA0, 0xA0 + SALT_SIZE))
 
-# Byte offsets of the header fields (docs/FORMAT.md): magic, version, suite, role, reserved, size.
-OFF_VERSION, OFF_SUITE, OFF_ROLE, OFF_RESERVED, OFF_SIZE, OFF_SALT = 4, 5, 6, 7, 8, 12
-OFF_COMMITMENT = OFF_SALT + SALT_SIZE
+# Byte offsets of the header fields (docs/FORMAT.md 4.1): magic, version, role, suite, key
+# exchange, record size, key ID, salt, fields length; then fields (none here) and commitment.
+OFF_VERSION, OFF_ROLE, OFF_SUITE, OFF_EXCHANGE, OFF_SIZE, OFF_KEY_ID, OFF_SALT = 4, 5, 6, 7, 8, 12, 28
+OFF_FIELDS_LENGTH = OFF_SALT + SALT_SIZE
+OFF_COMMITMENT = OFF_FIELDS_LENGTH + 2
 
 
 def header(
     key: bytes = KEY128, role: Role = Role.ONE_WAY, record_size: int = 1000, context: bytes = b""
 ) -> bytes:
-    raw, _ = make_header(key, role, record_size, context, SALT)
+    exchange = KeyExchange.NONE if role is Role.ONE_WAY else KeyExchange.X25519
+    raw, _ = make_header(key, role, record_size, context, SALT, key_exchange=exchange)
     return raw
 
 
@@ -80,18 +90,29 @@ def open_header(raw: bytes, key: bytes = KEY128, context: bytes = b"") -> GcmStr
 )
 @pytest.mark.parametrize("role", list(Role), ids=lambda r: r.name)
 def test_header_round_trip(key: bytes, suite: Suite, role: Role) -> None:
-    raw, secret = make_header(key, role, 4096, b"ctx", SALT)
-    assert len(raw) == HEADER_SIZE == 76
+    exchange = KeyExchange.NONE if role is Role.ONE_WAY else KeyExchange.X25519
+    raw, secret = make_header(key, role, 4096, b"ctx", SALT, key_exchange=exchange)
+    assert len(raw) == HEADER_SIZE == 94
     assert raw[:4] == MAGIC
-    assert raw[OFF_VERSION] == VERSION
+    assert raw[OFF_VERSION] == VERSION == 2
     assert raw[OFF_SUITE] == suite
     assert raw[OFF_ROLE] == role
-    assert raw[OFF_RESERVED] == 0
-    assert struct.unpack(">I", raw[OFF_SIZE:OFF_SALT]) == (4096,)
-    assert raw[OFF_SALT:OFF_COMMITMENT] == SALT
+    assert raw[OFF_EXCHANGE] == exchange
+    assert struct.unpack(">I", raw[OFF_SIZE:OFF_KEY_ID]) == (4096,)
+    assert raw[OFF_KEY_ID:OFF_SALT] == key_id(key)
+    assert raw[OFF_SALT:OFF_FIELDS_LENGTH] == SALT
+    assert raw[OFF_FIELDS_LENGTH:OFF_COMMITMENT] == bytes(2)
     parsed = parse_header(raw)
     assert parsed == StreamHeader(
-        suite=suite, role=role, record_size=4096, salt=SALT, commitment=raw[OFF_COMMITMENT:], raw=raw
+        role=role,
+        suite=suite,
+        key_exchange=exchange,
+        record_size=4096,
+        key_id=key_id(key),
+        salt=SALT,
+        fields=(),
+        commitment=raw[OFF_COMMITMENT:],
+        raw=raw,
     )
     assert verify_header(key, parsed, b"ctx") == secret
     assert len(secret) == 32
@@ -103,7 +124,7 @@ def test_header_is_deterministic_for_a_fixed_salt_and_random_otherwise() -> None
     )
     a, secret_a = make_header(KEY128, Role.ONE_WAY, 10, b"")
     b, secret_b = make_header(KEY128, Role.ONE_WAY, 10, b"")
-    assert a[OFF_SALT:OFF_COMMITMENT] != b[OFF_SALT:OFF_COMMITMENT]
+    assert a[OFF_SALT:OFF_FIELDS_LENGTH] != b[OFF_SALT:OFF_FIELDS_LENGTH]
     assert secret_a != secret_b
 
 
@@ -148,13 +169,21 @@ def test_key_must_be_bytes_like() -> None:
 
 UNSUPPORTED = [
     pytest.param(OFF_VERSION - 4, b"XCMS", ["b'XCMS'", "b'GCMS'"], id="magic"),
-    pytest.param(OFF_VERSION, bytes([2]), ["version 2", "version 1"], id="version"),
-    pytest.param(OFF_VERSION, bytes([0]), ["version 0", "version 1"], id="version-0"),
+    pytest.param(OFF_VERSION, bytes([1]), ["version 1", "version 2", "never released"], id="version-1"),
+    pytest.param(OFF_VERSION, bytes([3]), ["version 3", "version 2"], id="version"),
+    pytest.param(OFF_VERSION, bytes([0]), ["version 0", "version 2"], id="version-0"),
     pytest.param(OFF_SUITE, bytes([3]), ["suite 3", "1 or 2"], id="suite"),
     pytest.param(OFF_SUITE, bytes([0]), ["suite 0", "1 or 2"], id="suite-0"),
     pytest.param(OFF_ROLE, bytes([3]), ["role 3", "0, 1 or 2"], id="role"),
     pytest.param(OFF_ROLE, bytes([0xFF]), ["role 255", "0, 1 or 2"], id="role-255"),
-    pytest.param(OFF_RESERVED, bytes([1]), ["is 1", "expected 0"], id="reserved"),
+    pytest.param(OFF_EXCHANGE, bytes([3]), ["key exchange 3", "0, 1 or 2"], id="exchange"),
+    pytest.param(OFF_EXCHANGE, bytes([1]), ["key exchange 1", "ONE_WAY"], id="exchange-on-one-way"),
+    pytest.param(
+        OFF_FIELDS_LENGTH,
+        struct.pack(">H", MAX_FIELDS_SIZE + 1),
+        [f"{MAX_FIELDS_SIZE + 1} bytes", f"{MAX_FIELDS_SIZE}"],
+        id="fields-too-long",
+    ),
     pytest.param(OFF_SIZE, struct.pack(">I", 0), ["size 0", f"1..{HARD_MAX_RECORD_SIZE}"], id="size-0"),
     pytest.param(
         OFF_SIZE,
@@ -180,10 +209,12 @@ def test_unsupported_header_fields(offset: int, value: bytes, words: list[str]) 
         assert word in str(error)
 
 
-@pytest.mark.parametrize("length", [0, HEADER_SIZE - 1, HEADER_SIZE + 1])
+@pytest.mark.parametrize("length", [HEADER_FIXED_SIZE, HEADER_SIZE - 1, HEADER_SIZE + 1])
 def test_header_of_wrong_length(length: int) -> None:
     with pytest.raises(UnsupportedFormatError, match=f"{HEADER_SIZE} bytes, got {length}"):
         parse_header((header() * 2)[:length])
+    with pytest.raises(UnsupportedFormatError, match=f"{HEADER_FIXED_SIZE} fixed bytes, got 0"):
+        parse_header(b"")
 
 
 def test_non_gcmstream_data_is_unsupported() -> None:
@@ -199,7 +230,7 @@ def test_wrong_key_fails_commitment() -> None:
     parsed = parse_header(header())
     with pytest.raises(KeyCommitmentError):
         verify_header(bytes(16), parsed, b"")
-    assert isinstance(open_header(header(), key=bytes(16)), KeyCommitmentError)
+    assert isinstance(open_header(header(), key=bytes(16)), UnknownKeyError)
 
 
 def test_wrong_context_fails_commitment() -> None:
@@ -217,25 +248,27 @@ def test_wrong_key_size_is_a_suite_mismatch() -> None:
     with pytest.raises(KeyCommitmentError, match=r"AES_256_GCM.*AES_128_GCM"):
         verify_header(KEY128, parse_header(raw), b"")
     error = open_header(raw, key=KEY128)
-    assert isinstance(error, KeyCommitmentError)
-    assert "AES_256_GCM" in str(error)
-    # The prefix of the longer key is not the shorter key either.
-    assert isinstance(open_header(header(key=KEY128), key=KEY128 * 2), KeyCommitmentError)
+    assert isinstance(error, UnknownKeyError)
+    assert key_id(KEY256).hex() in str(error)
+    # Through a reader, the other key's ID is unknown before any suite question arises.
+    assert isinstance(open_header(header(key=KEY128), key=KEY128 * 2), UnknownKeyError)
 
 
 @pytest.mark.parametrize(
     ("offset", "value"),
     [
-        pytest.param(OFF_ROLE, bytes([Role.ONE_WAY]), id="role"),  # changed below to a valid role
+        pytest.param(OFF_ROLE, bytes([Role.RESPONDER]), id="role"),  # changed below to a valid role
+        pytest.param(OFF_EXCHANGE, bytes([KeyExchange.MLKEM768_X25519]), id="key-exchange"),
         pytest.param(OFF_SIZE, struct.pack(">I", 999), id="record-size"),
         pytest.param(OFF_SALT, b"\x00", id="salt-first"),
-        pytest.param(OFF_COMMITMENT - 1, b"\x00", id="salt-last"),
+        pytest.param(OFF_FIELDS_LENGTH - 1, b"\x00", id="salt-last"),
+        pytest.param(OFF_KEY_ID, b"\x00", id="key-id"),
         pytest.param(OFF_COMMITMENT, b"\x00", id="commitment-first"),
         pytest.param(HEADER_SIZE - 1, b"\x00", id="commitment-last"),
     ],
 )
 def test_altered_header_fails_commitment(offset: int, value: bytes) -> None:
-    raw = header(role=Role.INITIATOR) if offset == OFF_ROLE else header()
+    raw = header(role=Role.INITIATOR) if offset in (OFF_ROLE, OFF_EXCHANGE) else header()
     bad = altered(raw, offset, value)
     if bad == raw:
         bad = altered(raw, offset, bytes([raw[offset] ^ 1]))
@@ -439,7 +472,7 @@ def test_a_right_start_then_the_end_of_input_is_a_cut_header() -> None:
     opener = Opener(KEY128)
     opener.receive_data(MAGIC + bytes([VERSION]))
     opener.receive_eof()
-    with pytest.raises(TruncatedStreamError, match=f"5 of {HEADER_SIZE} bytes"):
+    with pytest.raises(TruncatedStreamError, match=f"5 of {HEADER_FIXED_SIZE} bytes"):
         opener.read()
 
 
@@ -474,3 +507,72 @@ def test_messages_name_what_was_found(call: Callable[[], object], error: type[Ex
     with pytest.raises(error) as info:
         call()
     assert words in str(info.value)
+
+
+# -- key IDs, key rings, typed fields ----------------------------------------------------------
+
+
+def test_key_id_is_hkdf_of_the_key_and_differs_per_key() -> None:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    expected = HKDF(hashes.SHA256(), 16, None, b"gcmstream/2 key id").derive(KEY128)
+    assert key_id(KEY128) == expected
+    assert key_id(KEY128) != key_id(KEY256)
+    assert len({key_id(generate_key()) for _ in range(20)}) == 20
+
+
+def test_a_key_ring_opens_streams_under_any_of_its_keys() -> None:
+    old, new = generate_key(), generate_key(256)
+    ring = KeyRing([new, old])
+    assert ring.primary == new and len(ring) == 2 and ring.key_ids == (key_id(new), key_id(old))
+    for key in (old, new):
+        opener = Opener(ring)
+        opener.receive_data(bytes(Sealer(key).seal(b"rotated", final=True)))
+        assert opener.read() == b"rotated"
+    # A ring seals under its primary key.
+    assert Sealer(ring).header[OFF_KEY_ID:OFF_SALT] == key_id(new)
+    # A key that is not in the ring is an unknown key ID, named in the message.
+    stranger = generate_key()
+    error = open_header(Sealer(stranger).header, key=old)
+    assert isinstance(error, UnknownKeyError)
+    assert key_id(stranger).hex() in str(error)
+    assert new.hex() not in repr(ring) and old.hex() not in repr(ring)
+    with pytest.raises(ValueError, match="at least one key"):
+        KeyRing([])
+
+
+def test_a_critical_unknown_field_is_refused_and_a_non_critical_one_ignored() -> None:
+    critical, _ = make_header(KEY128, Role.ONE_WAY, 100, b"", SALT, fields=[(0x7FFF, b"future")])
+    error = open_header(critical)
+    assert type(error) is UnknownFieldError
+    assert "0x7fff" in str(error)
+    optional, secret = make_header(KEY128, Role.ONE_WAY, 100, b"", SALT, fields=[(0x8001, b"hint")])
+    assert parse_header(optional).fields == ((0x8001, b"hint"),)
+    assert verify_header(KEY128, parse_header(optional), b"") == secret
+    # The field is committed: changing one byte of it fails the commitment.
+    bad = altered(optional, HEADER_FIXED_SIZE + 4, b"H")
+    assert isinstance(open_header(bad), KeyCommitmentError)
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        pytest.param(struct.pack(">HH", 0x8001, 5) + b"abc", "runs past", id="value-too-short"),
+        pytest.param(b"\x80", "inside a field header", id="cut-field-header"),
+        pytest.param(struct.pack(">HHHH", 0x8002, 0, 0x8001, 0), "out of order", id="order"),
+        pytest.param(struct.pack(">HHHH", 0x8001, 0, 0x8001, 0), "out of order or repeated", id="repeat"),
+    ],
+)
+def test_malformed_fields_are_unsupported(fields: bytes, words: str) -> None:
+    raw = header()
+    body = raw[:OFF_FIELDS_LENGTH] + struct.pack(">H", len(fields)) + fields
+    with pytest.raises(UnsupportedFormatError, match=words):
+        parse_header(body + bytes(32))
+
+
+def test_fields_are_bounded_when_written() -> None:
+    with pytest.raises(ValueError, match=f"exceed {MAX_FIELDS_SIZE}"):
+        make_header(KEY128, Role.ONE_WAY, 10, b"", SALT, fields=[(0x8001, bytes(MAX_FIELDS_SIZE))])
+    with pytest.raises(ValueError, match="increasing types"):
+        make_header(KEY128, Role.ONE_WAY, 10, b"", SALT, fields=[(2, b""), (1, b"")])

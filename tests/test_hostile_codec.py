@@ -23,10 +23,14 @@ import pytest
 from gcmstream import (
     AuthenticationError,
     Channel,
+    DowngradeError,
     GcmStreamError,
+    HandshakeError,
     KeyCommitmentError,
+    KeyExchange,
     MalformedRecordError,
     Opener,
+    PeerIdentityError,
     ProtocolError,
     RecordTooLargeError,
     Role,
@@ -35,6 +39,8 @@ from gcmstream import (
     StreamBrokenError,
     TrailingDataError,
     TruncatedStreamError,
+    UnknownFieldError,
+    UnknownKeyError,
     UnsupportedFormatError,
 )
 from gcmstream.format import (
@@ -43,6 +49,7 @@ from gcmstream.format import (
     FLAG_KEY_UPDATE,
     HARD_MAX_RECORD_SIZE,
     HEADER_SIZE,
+    MAX_FIELDS_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
@@ -50,6 +57,9 @@ from gcmstream.format import (
     TrafficKeys,
     make_header,
 )
+from gcmstream.handshake import FixedEphemeral
+
+from .helpers import fixed_channel, handshake_bytes
 
 VECTORS = Path(__file__).parent / "vectors" / "invalid"
 KEY = bytes(range(16))
@@ -85,7 +95,7 @@ class Stream:
         return b"".join(self.plaintexts if count is None else self.plaintexts[:count])
 
     def record_starts(self) -> list[int]:
-        starts, pos = [], HEADER_SIZE
+        starts, pos = [], len(self.header)
         for record in self.records:
             starts.append(pos)
             pos += len(record)
@@ -134,31 +144,25 @@ def one_way_stream() -> Stream:
 
 
 def channel_stream(sender_role: Role) -> Stream:
-    """What one side of a channel sends, and a factory for the other side with a fixed salt."""
-    salts = {Role.INITIATOR: INITIATOR_SALT, Role.RESPONDER: RESPONDER_SALT}
-    sender = Channel(
-        KEY, role=sender_role, context=CONTEXT, record_size=RECORD_SIZE, _salt=salts[sender_role]
-    )
+    """What one side of a channel sends (its handshake bytes, then records), and a factory for
+    the other side, which repeats the same deterministic handshake (tests/helpers.py)."""
     receiver_role = sender_role.peer
-
-    def make_receiver() -> Channel:
-        return Channel(
-            KEY, role=receiver_role, context=CONTEXT, record_size=RECORD_SIZE, _salt=salts[receiver_role]
-        )
-
-    header = sender.initial_data()
-    sender.opener.receive_data(make_receiver().initial_data())
-    assert sender.handshake_complete()
+    options = {"context": CONTEXT, "record_size": RECORD_SIZE}
+    sender = fixed_channel(KEY, sender_role, **options)
+    receiver = fixed_channel(KEY, receiver_role, **options)
+    initiator, responder = (sender, receiver) if sender_role is Role.INITIATOR else (receiver, sender)
+    sent = handshake_bytes(initiator, responder)
+    handshake = sent[0] if sender_role is Role.INITIATOR else sent[1]
     body, plaintexts = write_records(sender.sealer)
 
     def make_opener() -> Opener:
-        receiver = make_receiver()
-        receiver.initial_data()
-        return receiver.opener
+        fresh = fixed_channel(KEY, receiver_role, **options)
+        fresh.initial_data()  # (its answers go nowhere; the opener's hooks keep it alive)
+        return fresh.opener
 
     return Stream(
         f"channel-{sender_role.name.lower()}",
-        header,
+        handshake,
         split_records(body),
         plaintexts,
         make_opener,
@@ -176,6 +180,8 @@ STREAM_IDS = [s.name for s in STREAMS]
 # hot path), the others feed bytes, which whole records are opened from where they lie.
 STYLES = ("read", "read7", "readinto", "peek", "readinto-big", "ring-readinto-big")
 FILL = 0xEE  # no plaintext in these tests contains this byte
+FILLED = bytes([FILL]) * 4096
+UNTOUCHED = bytes([FILL, 0])  # what the caller's buffer may hold where nothing was released
 
 
 def run(
@@ -186,7 +192,7 @@ def run(
     opener = make_opener()
     released = bytearray()
     buffer = bytearray(11)
-    big = bytearray(4096)
+    big = bytearray(FILLED)
 
     def step() -> bytes | None:
         if style == "read":
@@ -197,14 +203,15 @@ def run(
             n = opener.readinto(buffer)
             return None if n is None else bytes(buffer[:n])
         if style.endswith("readinto-big"):  # whole records are decrypted straight into this buffer
-            big[:] = bytes([FILL]) * len(big)
+            if big != FILLED:
+                big[:] = FILLED
             try:
                 n = opener.readinto(big)
             except ProtocolError:
-                leaked = set(big) - {FILL, 0}
+                leaked = big.translate(None, UNTOUCHED)
                 assert not leaked, "unauthenticated plaintext left in the caller's buffer"
                 raise
-            assert set(big[n or 0 :]) <= {FILL, 0}, "bytes written past the count returned"
+            assert not big[n or 0 :].translate(None, UNTOUCHED), "bytes written past the count returned"
             return None if n is None else bytes(big[:n])
         view = opener.peek()
         if view is None:
@@ -282,21 +289,42 @@ def expected_for_flip(
     stream: Stream, offset: int, flipped: int
 ) -> tuple[type[ProtocolError], int, int | None]:
     """(error, records authenticated before it, record number for AuthenticationError)."""
-    if offset < HEADER_SIZE:
-        if offset < 6 or offset == 7:  # magic, version, suite, reserved
+    header = stream.header  # a channel's: its header, then its Finished
+    hello_size = 62 + int.from_bytes(header[60:62], "big") + 32
+    if hello_size <= offset < len(header):
+        return HandshakeError, 0, None  # Finished does not confirm the keys
+    if offset < len(header):  # offsets of docs/FORMAT.md 4.1
+        role, exchange = header[5], header[7]
+        if offset < 5:  # magic, version
             return UnsupportedFormatError, 0, None
-        if offset == 6:
-            if flipped > 2:
+        if offset == 5:
+            if flipped > 2 or (flipped == 0) != (exchange == 0):
                 return UnsupportedFormatError, 0, None
             return RoleMismatchError, 0, None  # another defined role than the sender's
+        if offset == 6:  # suite: the other defined suite does not match the key
+            return (UnsupportedFormatError if flipped > 2 or not flipped else KeyCommitmentError), 0, None
+        if offset == 7:  # key exchange
+            if flipped > 2 or (role == 0) != (flipped == 0):
+                return UnsupportedFormatError, 0, None
+            return KeyCommitmentError, 0, None
         if offset < 12:
-            raw = bytearray(stream.header[8:12])
+            raw = bytearray(header[8:12])
             raw[offset - 8] = flipped
             size = int.from_bytes(raw, "big")
             if not 1 <= size <= HARD_MAX_RECORD_SIZE:
                 return UnsupportedFormatError, 0, None
             if size > DEFAULT_MAX_RECORD_SIZE:
                 return RecordTooLargeError, 0, None
+        elif offset < 28:
+            return UnknownKeyError, 0, None
+        elif 60 <= offset < 62:
+            raw = bytearray(header[60:62])
+            raw[offset - 60] = flipped
+            fields_length = int.from_bytes(raw, "big")
+            if fields_length > MAX_FIELDS_SIZE:
+                return UnsupportedFormatError, 0, None
+            if 62 + fields_length + 32 > len(stream.wire):
+                return TruncatedStreamError, 0, None
         return KeyCommitmentError, 0, None
     starts = stream.record_starts()
     number = max(i for i, s in enumerate(starts) if s <= offset)
@@ -323,8 +351,14 @@ def test_every_bit_flip(stream: Stream) -> None:
         data = bytearray(wire)
         data[offset] ^= 1 << bit
         error, authenticated, number = expected_for_flip(stream, offset, data[offset])
-        # all at once, and in pieces whose size varies with the position
-        check(stream, bytes(data), error, authenticated, record_number=number, chunks=(0, 1, 2 + offset % 13))
+        # all at once, and in pieces whose size varies with the position; byte by byte (the
+        # slow way) for one bit of each byte. In the handshake bytes (a channel's are ~170) the
+        # other bits only all at once: the checks there do not depend on how bytes arrive.
+        if bit == offset % 8:
+            chunks: tuple[int, ...] = (0, 1, 2 + offset % 13)
+        else:
+            chunks = (0,) if offset < len(stream.header) else (0, 2 + offset % 13)
+        check(stream, bytes(data), error, authenticated, record_number=number, chunks=chunks)
         cases += 1
     assert cases == 8 * len(wire)
 
@@ -384,11 +418,10 @@ def test_spliced_from_another_stream(stream: Stream) -> None:
         other_header = other.take_header()
         other_records = split_records(write_records(other)[0])
     else:
-        sender = Channel(KEY, role=stream.role, context=CONTEXT, record_size=RECORD_SIZE, _salt=OTHER_SALT)
-        peer = Channel(KEY, role=stream.role.peer, context=CONTEXT, record_size=RECORD_SIZE)
-        other_header = sender.initial_data()
-        sender.opener.receive_data(peer.initial_data())
-        assert sender.handshake_complete()
+        sender = fixed_channel(KEY, stream.role, context=CONTEXT, record_size=RECORD_SIZE, _salt=OTHER_SALT)
+        peer = fixed_channel(KEY, stream.role.peer, context=CONTEXT, record_size=RECORD_SIZE)
+        pair = (sender, peer) if stream.role is Role.INITIATOR else (peer, sender)
+        other_header = handshake_bytes(*pair)[0 if stream.role is Role.INITIATOR else 1]
         other_records = split_records(write_records(sender.sealer)[0])
     r = stream.records
     assert len(other_records) == len(r)
@@ -506,12 +539,17 @@ ERRORS: dict[str, type[GcmStreamError]] = {
     cls.__name__: cls
     for cls in (
         AuthenticationError,
+        DowngradeError,
+        HandshakeError,
         KeyCommitmentError,
         MalformedRecordError,
+        PeerIdentityError,
         RecordTooLargeError,
         RoleMismatchError,
         TrailingDataError,
         TruncatedStreamError,
+        UnknownFieldError,
+        UnknownKeyError,
         UnsupportedFormatError,
     )
 }
@@ -523,12 +561,16 @@ def vector_opener(case: dict[str, object]) -> MakeOpener:
 
     def make() -> Opener:
         if case["mode"] == "channel":
+            peer_id = case.get("receiver_peer_id")
             channel = Channel(
                 key,
                 role=Role.RESPONDER,
                 context=context,
                 record_size=int(str(case["receiver_record_size"])),
+                key_exchange=KeyExchange(int(str(case["receiver_key_exchange"]))),
+                peer_id=bytes.fromhex(str(peer_id)) if peer_id is not None else None,
                 _salt=bytes.fromhex(str(case["receiver_salt"])),
+                _ephemeral=FixedEphemeral(x25519=bytes.fromhex(str(case["receiver_x25519"]))),
             )
             channel.initial_data()
             return channel.opener

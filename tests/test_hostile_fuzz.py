@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gcmstream import (
-    Channel,
     KeyCommitmentError,
     Opener,
     ProtocolError,
@@ -32,6 +31,8 @@ from gcmstream import (
 )
 from gcmstream.format import HARD_MAX_RECORD_SIZE, HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE
 from gcmstream.ring import DEFAULT_RING_SIZE
+
+from .helpers import fixed_channel, handshake_bytes
 
 T = TypeVar("T")
 KEY = bytes(range(16))
@@ -53,14 +54,12 @@ class Valid:
     plaintext: bytes
     boundaries: frozenset[int]  # cumulative plaintext lengths at record ends (and 0)
     key: bytes
-    channel_salt: bytes | None  # the reader is a RESPONDER with this salt, else a one-way Opener
+    channel: bool  # the reader is the deterministic RESPONDER of tests/helpers.py, else one-way
 
     def opener(self) -> Opener:
-        if self.channel_salt is None:
+        if not self.channel:
             return Opener(self.key, context=CONTEXT)
-        channel = Channel(
-            self.key, role=Role.RESPONDER, context=CONTEXT, record_size=40, _salt=self.channel_salt
-        )
+        channel = fixed_channel(self.key, Role.RESPONDER, context=CONTEXT, record_size=40)
         channel.initial_data()
         return channel.opener
 
@@ -101,21 +100,19 @@ def _valid_streams() -> list[Valid]:
                 bytes(plain),
                 _record_ends(wire[HEADER_SIZE:]),
                 key,
-                None,
+                False,
             )
         )
-    initiator = Channel(KEY, role=Role.INITIATOR, context=CONTEXT, record_size=40, _salt=b"\x01" * 32)
-    responder_salt = b"\x02" * 32
-    responder = Channel(KEY, role=Role.RESPONDER, context=CONTEXT, record_size=40, _salt=responder_salt)
-    wire = bytearray(initiator.initial_data())
-    initiator.opener.receive_data(responder.initial_data())
-    assert initiator.handshake_complete()
+    initiator = fixed_channel(KEY, Role.INITIATOR, context=CONTEXT, record_size=40)
+    responder = fixed_channel(KEY, Role.RESPONDER, context=CONTEXT, record_size=40)
+    handshake = handshake_bytes(initiator, responder)[0]
+    wire = bytearray(handshake)
     message = bytes(range(200))
     initiator.sealer.update_key()
     wire += initiator.sealer.seal(message[:90])
     wire += initiator.sealer.flush()
     wire += initiator.sealer.seal(message[90:], final=True)
-    out.append(Valid("channel", bytes(wire), message, _record_ends(wire[HEADER_SIZE:]), KEY, responder_salt))
+    out.append(Valid("channel", bytes(wire), message, _record_ends(wire[len(handshake) :]), KEY, True))
     return out
 
 

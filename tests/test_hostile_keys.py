@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 import gcmstream
 from gcmstream import (
-    AuthenticationError,
     Channel,
     GcmStreamError,
+    HandshakeError,
     KeyCommitmentError,
     KeyLimits,
     LimitReachedError,
@@ -38,6 +38,9 @@ from gcmstream import (
 )
 from gcmstream import format as wire_format
 from gcmstream.format import HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE, Buffer
+from gcmstream.testing import run_handshake
+
+from .helpers import fixed_channel, handshake_bytes
 
 KEY = bytes(range(16))
 KEY_256 = bytes(range(32, 64))
@@ -148,8 +151,7 @@ def test_long_stream_across_many_key_updates(ledger: Ledger) -> None:
     limits = KeyLimits(update_after_records=7, update_after_bytes=300, hard_records=8, hard_bytes=400)
     initiator = Channel(KEY, role=Role.INITIATOR, context=CONTEXT, record_size=64, limits=limits)
     responder = Channel(KEY, role=Role.RESPONDER, context=CONTEXT, record_size=64, limits=limits)
-    responder.opener.receive_data(initiator.initial_data())
-    initiator.opener.receive_data(responder.initial_data())
+    run_handshake(initiator, responder)
     assert initiator.handshake_complete()
     assert responder.handshake_complete()
     sent: dict[Role, bytearray] = {Role.INITIATOR: bytearray(), Role.RESPONDER: bytearray()}
@@ -251,43 +253,52 @@ def test_reader_refuses_a_peer_past_the_hard_limit(which: str) -> None:
 # -- replay, reflection, wrong key/context/suite --------------------------------------------
 
 
-def session(salts: tuple[bytes, bytes] = (b"\x01" * 32, b"\x02" * 32)) -> tuple[bytes, bytes]:
-    """A client session recorded on the wire: (client's bytes, server's header)."""
-    client = Channel(KEY, role=Role.INITIATOR, context=CONTEXT, _salt=salts[0])
-    server = Channel(KEY, role=Role.RESPONDER, context=CONTEXT, _salt=salts[1])
-    sent = bytearray(client.initial_data())
-    server_header = server.initial_data()
-    client.opener.receive_data(server_header)
-    assert client.handshake_complete()
-    sent += client.sealer.seal(b"transfer 100 to mallory", flush=True)
-    sent += client.sealer.close()
-    assert read_all(server.opener, bytes(sent)) == b"transfer 100 to mallory"
-    return bytes(sent), server_header
+def session(fixed: bool = False) -> bytes:
+    """A client session recorded on the wire: the client's handshake bytes and records. With
+    ``fixed``, both ends use the deterministic salts and ephemeral keys of tests/helpers.py."""
+    if fixed:
+        client, server = (
+            fixed_channel(KEY, Role.INITIATOR, context=CONTEXT),
+            fixed_channel(KEY, Role.RESPONDER, context=CONTEXT),
+        )
+    else:
+        client = Channel(KEY, role=Role.INITIATOR, context=CONTEXT)
+        server = Channel(KEY, role=Role.RESPONDER, context=CONTEXT)
+    sent = bytearray(handshake_bytes(client, server)[0])
+    records = bytes(client.sealer.seal(b"transfer 100 to mallory", flush=True)) + bytes(client.sealer.close())
+    sent += records
+    assert read_all(server.opener, records) == b"transfer 100 to mallory"
+    return bytes(sent)
 
 
-def test_replayed_session_fails_at_the_first_record() -> None:
-    recorded, _ = session()
+def test_replayed_session_fails_at_the_handshake() -> None:
+    """The server answers a replayed header with fresh ephemeral keys; the recorded Finished
+    does not confirm them, so nothing is released and the server never sends a record."""
+    recorded = session()
     fresh_server = Channel(KEY, role=Role.RESPONDER, context=CONTEXT)
     fresh_server.initial_data()
-    fresh_server.opener.receive_data(recorded[:HEADER_SIZE])
-    # the header alone is genuine (it commits to the key), so the handshake completes ...
-    assert fresh_server.handshake_complete()
-    fresh_server.opener.receive_data(recorded[HEADER_SIZE:])
-    # ... but this server's fresh salt keys the direction differently: record 0 fails
-    with pytest.raises(AuthenticationError) as info:
-        fresh_server.opener.read()
-    assert info.value.record_number == 0
+    fresh_server.opener.receive_data(recorded)
+    assert fresh_server.data_to_send()  # its answer: header and Finished, fresh keys
+    with pytest.raises(HandshakeError, match="key confirmation"):
+        fresh_server.handshake_complete()
     with pytest.raises(StreamBrokenError):
         fresh_server.opener.read()
+    with pytest.raises(gcmstream.NotReadyError):
+        fresh_server.sealer.seal(b"reply")
 
 
-def test_replay_with_the_same_server_salt_would_be_accepted_so_salts_must_be_fresh() -> None:
-    """Documents the assumption: the responder's salt is what defeats replay (never pass a
-    fixed ``_salt=`` outside tests)."""
-    recorded, server_header = session()
-    again = Channel(KEY, role=Role.RESPONDER, context=CONTEXT, _salt=b"\x02" * 32)
-    assert again.initial_data() == server_header
+def test_replay_would_be_accepted_only_if_the_server_repeated_its_ephemeral_key() -> None:
+    """Documents the assumption: the responder's fresh ephemeral key (and salt) is what defeats
+    replay. The test-only ``_ephemeral``/``_salt`` injection repeats them; then a replay passes."""
+    recorded = session(fixed=True)
+    again = fixed_channel(KEY, Role.RESPONDER, context=CONTEXT)
+    again.initial_data()
     assert read_all(again.opener, recorded) == b"transfer 100 to mallory"
+    fresh_salt_only = fixed_channel(KEY, Role.RESPONDER, context=CONTEXT, _salt=bytes(32))
+    fresh_salt_only.initial_data()
+    fresh_salt_only.opener.receive_data(recorded)
+    with pytest.raises(HandshakeError):
+        fresh_salt_only.handshake_complete()
 
 
 def test_reflected_stream_fails_at_the_header() -> None:
@@ -313,9 +324,9 @@ def test_one_way_stream_is_not_a_channel_peer() -> None:
 @pytest.mark.parametrize(
     ("reader_key", "reader_context", "match"),
     [
-        (bytes(range(1, 17)), CONTEXT, "wrong key"),
+        (bytes(range(1, 17)), CONTEXT, "key ID"),  # another key: its ID is unknown here
         (KEY, b"other context", "wrong key, wrong context"),
-        (KEY_256[:16], CONTEXT, "AES_256_GCM"),  # the writer used KEY_256: another suite
+        (KEY_256[:16], CONTEXT, "key ID"),  # the writer used KEY_256: another key and suite
     ],
     ids=["wrong-key", "wrong-context", "wrong-suite"],
 )
@@ -323,7 +334,7 @@ def test_one_way_stream_is_not_a_channel_peer() -> None:
 def test_wrong_key_context_or_suite_fails_at_the_header(
     reader_key: bytes, reader_context: bytes, match: str, mode: str
 ) -> None:
-    writer_key = KEY_256 if match == "AES_256_GCM" else KEY
+    writer_key = KEY_256 if reader_key == KEY_256[:16] else KEY
     if mode == "one-way":
         header = Sealer(writer_key, context=CONTEXT).take_header()
         opener = Opener(reader_key, context=reader_context)

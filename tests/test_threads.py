@@ -139,11 +139,12 @@ def test_a_peer_header_arriving_while_the_sealer_is_busy_still_keys_the_channel(
     arrived while another thread was inside seal() left the channel half-keyed for good. The
     other thread is simulated by holding the sealer's turn, which is exactly its state then."""
     initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
-    initiator_header = initiator.initial_data()
-    initiator.opener.receive_data(responder.initial_data())
+    responder.opener.receive_data(initiator.initial_data())
+    initiator.opener.receive_data(responder.data_to_send())  # its header and Finished
     record = bytes(initiator.sealer.seal(b"hello", final=True))
+    initiator_finished = initiator.data_to_send()  # version 2: this, not the header, keys it
     with responder.sealer._turn:  # another thread's seal() is under way
-        responder.opener.receive_data(initiator_header)
+        responder.opener.receive_data(initiator_finished)
         with pytest.raises(ConcurrencyError):
             responder.sealer.seal(b"x")  # the busy sealer still refuses a second caller
     assert responder.handshake_complete()

@@ -8,6 +8,8 @@ raises the named error after releasing exactly the expected plaintext.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import struct
 from pathlib import Path
@@ -15,11 +17,15 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
 import gcmstream.errors
-from gcmstream import Channel, GcmStreamError, KeyLimits, Opener, Role, Sealer
+from gcmstream import Channel, GcmStreamError, KeyExchange, KeyLimits, Opener, Role, Sealer
+from gcmstream.handshake import FixedEphemeral
+
+from .helpers import handshake_bytes
 
 VECTORS = Path(__file__).parent / "vectors"
 TAG_MIN = 16  # the AES-GCM tag: the shortest record body
@@ -46,12 +52,17 @@ def seal(vector: dict[str, Any]) -> bytes:
         _salt=bytes.fromhex(vector["salt"]),
     )
     out = bytearray()
+    last = len(vector["writes"]) - 1
     for index, data in enumerate(vector["writes"]):
+        if index == last and vector["final_with_last_write"]:
+            return bytes(out + sealer.seal(bytes.fromhex(data), final=True))
         out += sealer.seal(bytes.fromhex(data))
         if index in vector["update_key_after"]:
             sealer.update_key()
         if index in vector["flush_after"] or index in vector["update_key_after"]:
             out += sealer.flush()
+    if vector["update_key_at_close"]:
+        sealer.update_key()
     out += sealer.close()
     return bytes(out)
 
@@ -77,39 +88,43 @@ def open_with(opener: Opener, wire: bytes, bytewise: bool = False) -> tuple[byte
     return bytes(out), None
 
 
-def reference_open(
-    key: bytes, context: bytes, wire: bytes, role: int = 0, receiver_header: bytes = b""
-) -> bytes:
-    """An independent reader of valid streams: the format spelled out on cryptography's API.
+def _expand(secret: bytes, label: bytes, length: int) -> bytes:
+    return HKDFExpand(algorithm=hashes.SHA256(), length=length, info=label).derive(secret)
 
-    ``role`` is the sender's (0 one-way, 1 initiator, 2 responder); a channel direction is keyed
-    from both headers, so it needs the receiver's header too.
-    """
 
-    def expand(secret: bytes, label: bytes, length: int) -> bytes:
-        return HKDFExpand(algorithm=hashes.SHA256(), length=length, info=label).derive(secret)
+def _sha256(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
 
-    magic, version, suite, sender_role, reserved, record_size = struct.unpack_from(">4sBBBBI", wire)
-    assert (magic, version, sender_role, reserved) == (b"GCMS", 1, role, 0)
-    assert suite == {16: 1, 32: 2}[len(key)]
-    salt, commitment = wire[12:44], wire[44:76]
+
+def _key_id(key: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=16, salt=None, info=b"gcmstream/2 key id").derive(key)
+
+
+def _header(
+    key: bytes, context: bytes, role: int, exchange: int, record_size: int, salt: bytes, fields: bytes
+) -> tuple[bytes, bytes]:
+    """A header built from docs/FORMAT.md 4-5.1: (header bytes, its stream secret)."""
+    suite = {16: 1, 32: 2}[len(key)]
+    body = struct.pack(
+        ">4sBBBBI16s32sH", b"GCMS", 2, role, suite, exchange, record_size, _key_id(key), salt, len(fields)
+    )
+    body += fields
     okm = HKDF(
-        algorithm=hashes.SHA256(), length=64, salt=salt, info=b"gcmstream/1 stream" + wire[:44] + context
+        algorithm=hashes.SHA256(),
+        length=64,
+        salt=salt,
+        info=b"gcmstream/2 header" + _sha256(body) + _sha256(context),
     ).derive(key)
-    assert okm[:32] == commitment
-    secret = okm[32:]
-    if role:
-        secret = HKDF(
-            algorithm=hashes.SHA256(),
-            length=32,
-            salt=salt + receiver_header[12:44],
-            info=b"gcmstream/1 channel" + wire[:76] + receiver_header + context,
-        ).derive(key)
+    return body + okm[:32], okm[32:]
+
+
+def reference_records(key_size: int, secret: bytes, record_size: int, wire: bytes) -> bytes:
+    """Open the records of one direction (docs/FORMAT.md 5.3-6), from generation 0."""
     plaintext = bytearray()
-    pos, seq, final = 76, 0, False
+    pos, seq, final = 0, 0, False
     while not final:
-        aead = AESGCM(expand(secret, b"gcmstream/1 key", len(key)))
-        iv = int.from_bytes(expand(secret, b"gcmstream/1 iv", 12), "big")
+        aead = AESGCM(_expand(secret, b"gcmstream/2 key", key_size))
+        iv = int.from_bytes(_expand(secret, b"gcmstream/2 iv", 12), "big")
         flags, length = struct.unpack_from(">BI", wire, pos)
         assert TAG_MIN <= length <= record_size + TAG_MIN
         body = wire[pos + 5 : pos + 5 + length]
@@ -117,16 +132,96 @@ def reference_open(
         pos += 5 + length
         final = bool(flags & 1)
         if flags & 2:
-            secret, seq = expand(secret, b"gcmstream/1 key update", 32), 0
+            secret, seq = _expand(secret, b"gcmstream/2 key update", 32), 0
         else:
             seq += 1
     assert pos == len(wire)
     return bytes(plaintext)
 
 
+def reference_open(key: bytes, context: bytes, wire: bytes) -> bytes:
+    """An independent reader of valid one-way streams: the format spelled out on cryptography's
+    API. It rebuilds the header from its fields and compares it byte for byte."""
+    fixed = struct.unpack_from(">4sBBBBI16s32sH", wire)
+    _, _, role, _, exchange, record_size, _, salt, fields_length = fixed
+    assert (role, exchange, fields_length) == (0, 0, 0)
+    header, secret = _header(key, context, 0, 0, record_size, salt, b"")
+    assert wire.startswith(header)
+    return reference_records(len(key), secret, record_size, wire[len(header) :])
+
+
+def reference_channel(vector: dict[str, Any]) -> tuple[bytes, bytes]:
+    """An independent channel end for a valid channel vector (docs/FORMAT.md 5.2): rebuilds both
+    handshake messages byte for byte from the vector's inputs (fixed salts and ephemeral keys),
+    checks them against what each side sent, and opens both directions' records. Returns
+    (plaintext from the initiator, plaintext from the responder)."""
+    key, context = bytes.fromhex(vector["key"]), bytes.fromhex(vector["context"])
+    exchange, record_size = vector["key_exchange"], vector["record_size"]
+    hybrid = exchange == 2
+    initiator_x = x25519.X25519PrivateKey.from_private_bytes(
+        bytes.fromhex(vector["initiator_x25519_private"])
+    )
+    responder_x = x25519.X25519PrivateKey.from_private_bytes(
+        bytes.fromhex(vector["responder_x25519_private"])
+    )
+
+    def fields(x_share: bytes, kem_share: bytes | None, identity: str | None) -> bytes:
+        out = struct.pack(">HH", 1, 32) + x_share
+        if kem_share is not None:
+            out += struct.pack(">HH", 2, len(kem_share)) + kem_share
+        if identity is not None:
+            ident = bytes.fromhex(identity)
+            out += struct.pack(">HH", 3, len(ident)) + ident
+        return out
+
+    kem_private = (
+        mlkem.MLKEM768PrivateKey.from_seed_bytes(bytes.fromhex(vector["initiator_mlkem768_seed"]))
+        if hybrid
+        else None
+    )
+    kem_ciphertext = bytes.fromhex(vector["responder_mlkem768_ciphertext"]) if hybrid else None
+    initiator_fields = fields(
+        initiator_x.public_key().public_bytes_raw(),
+        kem_private.public_key().public_bytes_raw() if kem_private is not None else None,
+        vector["initiator_id"],
+    )
+    responder_fields = fields(
+        responder_x.public_key().public_bytes_raw(), kem_ciphertext, vector["responder_id"]
+    )
+    initiator_salt, responder_salt = (
+        bytes.fromhex(vector["initiator_salt"]),
+        bytes.fromhex(vector["responder_salt"]),
+    )
+    initiator_hello, _ = _header(key, context, 1, exchange, record_size, initiator_salt, initiator_fields)
+    responder_hello, _ = _header(key, context, 2, exchange, record_size, responder_salt, responder_fields)
+    shared = responder_x.exchange(initiator_x.public_key())
+    if kem_private is not None and kem_ciphertext is not None:
+        shared = kem_private.decapsulate(kem_ciphertext) + shared
+    transcript = _sha256(initiator_hello + responder_hello)
+    okm = HKDF(
+        algorithm=hashes.SHA256(),
+        length=128,
+        salt=key,
+        info=b"gcmstream/2 channel" + _sha256(context) + transcript,
+    ).derive(shared)
+    initiator_finished = hmac.digest(okm[64:96], transcript, "sha256")
+    responder_finished = hmac.digest(okm[96:128], transcript, "sha256")
+    from_initiator = bytes.fromhex(vector["initiator_ciphertext"])
+    from_responder = bytes.fromhex(vector["responder_ciphertext"])
+    initiator_handshake = initiator_hello + initiator_finished
+    responder_handshake = responder_hello + responder_finished
+    assert from_initiator.startswith(initiator_handshake)
+    assert from_responder.startswith(responder_handshake)
+    return (
+        reference_records(len(key), okm[0:32], record_size, from_initiator[len(initiator_handshake) :]),
+        reference_records(len(key), okm[32:64], record_size, from_responder[len(responder_handshake) :]),
+    )
+
+
 def test_there_are_vectors() -> None:
     assert len(VALID) >= 8
-    assert len(CHANNELS) >= 2
+    assert len(CHANNELS) >= 3
+    assert {v["key_exchange"] for v in CHANNELS} == {KeyExchange.X25519, KeyExchange.MLKEM768_X25519}
     assert len(INVALID) >= 15
     suites = {len(bytes.fromhex(v["key"])) for v in VALID}
     assert suites == {16, 32}
@@ -152,39 +247,55 @@ def test_valid_vector(vector: dict[str, Any]) -> None:
 @pytest.mark.parametrize("vector", CHANNELS, ids=[v["name"] for v in CHANNELS])
 def test_valid_channel_vector(vector: dict[str, Any]) -> None:
     key, context = bytes.fromhex(vector["key"]), bytes.fromhex(vector["context"])
-    salts = {Role.INITIATOR: vector["initiator_salt"], Role.RESPONDER: vector["responder_salt"]}
-    writes = {role: [bytes.fromhex(w) for w in vector[f"{role.name.lower()}_writes"]] for role in salts}
-    expected = {role: bytes.fromhex(vector[f"{role.name.lower()}_ciphertext"]) for role in salts}
+    roles = (Role.INITIATOR, Role.RESPONDER)
+    writes = {role: [bytes.fromhex(w) for w in vector[f"{role.name.lower()}_writes"]] for role in roles}
+    expected = {role: bytes.fromhex(vector[f"{role.name.lower()}_ciphertext"]) for role in roles}
+    hybrid = vector["key_exchange"] == KeyExchange.MLKEM768_X25519
+    kem_ciphertext = bytes.fromhex(vector["responder_mlkem768_ciphertext"]) if hybrid else b""
+    kem_seed = bytes.fromhex(vector["initiator_mlkem768_seed"]) if hybrid else None
 
     def channel(role: Role) -> Channel:
+        if role is Role.INITIATOR:
+            ephemeral = FixedEphemeral(bytes.fromhex(vector["initiator_x25519_private"]), mlkem_seed=kem_seed)
+        else:
+            encapsulation = None
+            if kem_seed is not None:  # the shared secret that goes with the stored ciphertext
+                shared = mlkem.MLKEM768PrivateKey.from_seed_bytes(kem_seed).decapsulate(kem_ciphertext)
+                encapsulation = (shared, kem_ciphertext)
+            ephemeral = FixedEphemeral(
+                bytes.fromhex(vector["responder_x25519_private"]), mlkem_encapsulation=encapsulation
+            )
+        identity = vector[f"{role.name.lower()}_id"]
         return Channel(
             key,
             role=role,
             context=context,
             record_size=vector["record_size"],
-            _salt=bytes.fromhex(salts[role]),
+            key_exchange=KeyExchange(vector["key_exchange"]),
+            local_id=bytes.fromhex(identity) if identity is not None else None,
+            _salt=bytes.fromhex(vector[f"{role.name.lower()}_salt"]),
+            _ephemeral=ephemeral,
         )
 
-    # Sealing with the injected salts gives exactly the expected bytes, each way.
-    sides = {role: channel(role) for role in salts}
-    sent = {role: bytearray(side.initial_data()) for role, side in sides.items()}
-    for role, side in sides.items():
-        side.opener.receive_data(sent[role.peer])
-    for role, side in sides.items():
+    # gcmstream with the injected salts and ephemeral keys sends exactly the expected bytes.
+    initiator, responder = channel(Role.INITIATOR), channel(Role.RESPONDER)
+    sent = dict(zip(roles, (bytearray(b) for b in handshake_bytes(initiator, responder)), strict=True))
+    for role, side in ((Role.INITIATOR, initiator), (Role.RESPONDER, responder)):
         for data in writes[role]:
             sent[role] += side.sealer.seal(data, flush=True)
         sent[role] += side.sealer.close()
     assert {role: bytes(out) for role, out in sent.items()} == expected
 
-    # Each side opens the other's bytes (a reader with a fresh salt could not: see test_codec).
-    for role in salts:
+    # A new end with the same inputs opens the other's bytes, handshake included.
+    for role in roles:
         reader = channel(role.peer)
         reader.initial_data()
         got, error = open_with(reader.opener, expected[role])
         assert error is None
         assert got == b"".join(writes[role])
-        plain = reference_open(key, context, expected[role], role, expected[role.peer][:76])
-        assert plain == b"".join(writes[role])
+
+    # The independent reader rebuilds both handshakes byte for byte and opens both directions.
+    assert reference_channel(vector) == (b"".join(writes[Role.INITIATOR]), b"".join(writes[Role.RESPONDER]))
 
 
 @pytest.mark.parametrize("vector", INVALID, ids=[v["name"] for v in INVALID])

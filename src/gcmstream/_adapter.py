@@ -127,9 +127,13 @@ def _leading(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return leaves[0]
 
 
-def describe_handshake_failure(exc: BaseException, peer: object) -> None:
-    """The one log line for a client that failed the handshake (never a key: errors hold none)."""
-    logger.warning("handshake with %s failed: %s: %s", peer, type(exc).__name__, exc)
+def describe_handshake_failure(exc: BaseException, peer: object, time_limit: float | None = None) -> None:
+    """The one log line for a client that failed the handshake (never a key: errors hold none).
+    A timeout says which limit ran out: the handshake did not complete in ``time_limit``."""
+    reason: object = exc
+    if isinstance(exc, TimeoutError) and time_limit is not None:
+        reason = f"not complete within {time_limit} s"
+    logger.warning("handshake with %s failed: %s: %s", peer, type(exc).__name__, reason)
 
 
 def check_can_take_input(opener: Opener) -> None:

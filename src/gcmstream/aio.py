@@ -37,6 +37,7 @@ from ._adapter import (
     handshake,
     logger,
 )
+from .channel import HandshakeOptions
 from .codec import Channel, Opener, Phase, Sealer
 from .errors import GcmStreamError, StreamClosedError, TruncatedStreamError
 from .format import (
@@ -44,9 +45,12 @@ from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
     Buffer,
+    KeyExchange,
     KeyLimits,
+    Keys,
     Role,
 )
+from .pending import DEFAULT_MAX_PENDING_HANDSHAKES, PendingHandshakes
 
 __all__ = (
     "SecureStreamReader",
@@ -686,12 +690,13 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
 
 
 def _channel(
-    key: Buffer,
+    key: Keys,
     role: Role,
     context: Buffer,
     record_size: int,
     max_record_size: int,
     limits: KeyLimits | None,
+    options: HandshakeOptions,
 ) -> Channel:
     return Channel(
         key,
@@ -700,6 +705,9 @@ def _channel(
         record_size=record_size,
         max_record_size=max_record_size,
         limits=limits,
+        key_exchange=options.key_exchange,
+        local_id=options.local_id,
+        peer_id=options.peer_id,
     )
 
 
@@ -707,7 +715,7 @@ async def open_connection(
     host: str | None = None,
     port: int | None = None,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
@@ -715,16 +723,22 @@ async def open_connection(
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
     record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
     limit: int = _DEFAULT_LIMIT,
+    key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
+    local_id: str | bytes | None = None,
+    peer_id: str | bytes | None = None,
     **kwargs: Any,
 ) -> tuple[SecureStreamReader, SecureStreamWriter]:
-    """Connect like ``asyncio.open_connection`` and run the channel handshake (both headers).
+    """Connect like ``asyncio.open_connection`` and run the channel handshake (one round trip).
 
-    Raises KeyCommitmentError if the server holds another key or context. ``kwargs`` go to
-    ``loop.create_connection``.
+    A server with another key or context hangs up at our header (TruncatedStreamError: the
+    connection ended during the handshake). ``key`` may be a KeyRing (its primary key is used);
+    ``key_exchange``, ``local_id``, ``peer_id`` as for :class:`~gcmstream.Channel`. ``kwargs``
+    go to ``loop.create_connection``.
     """
     _check_limit(limit)
     loop = asyncio.get_running_loop()
-    channel = _channel(key, Role.INITIATOR, context, record_size, max_record_size, limits)
+    options = HandshakeOptions(key_exchange, local_id, peer_id)
+    channel = _channel(key, Role.INITIATOR, context, record_size, max_record_size, limits, options)
     _, protocol = await loop.create_connection(
         lambda: _ChannelProtocol(channel, loop, limit, record_timeout=record_timeout),
         host,  # type: ignore[arg-type]  # None is valid with sock=
@@ -740,7 +754,7 @@ async def start_server(
     host: str | None = None,
     port: int | None = None,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
@@ -748,11 +762,18 @@ async def start_server(
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
     record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
     limit: int = _DEFAULT_LIMIT,
+    key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
+    local_id: str | bytes | None = None,
+    peer_id: str | bytes | None = None,
+    max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES,
     **kwargs: Any,
 ) -> asyncio.Server:
     """Serve like ``asyncio.start_server``: ``client_connected_cb(reader, writer)`` runs for
-    each client whose handshake verified. A client with another key or context, or one that
-    sends no header within ``handshake_timeout`` seconds, is logged and disconnected. A
+    each client whose handshake completed (its Finished verified). A client with another key
+    or context, one whose handshake fails, or one that does not complete it within
+    ``handshake_timeout`` seconds is logged and disconnected. At most
+    ``max_pending_handshakes`` connections wait for their handshake at once; a new one beyond
+    that disconnects the oldest. ``key`` may be a KeyRing: clients may use any key in it. A
     record that has begun to arrive must finish within ``record_timeout`` seconds (None: no
     limit), or the connection is dropped and logged, and its reader raises
     TruncatedStreamError caused by TimeoutError: a peer trickling bytes cannot hold its ring.
@@ -760,6 +781,11 @@ async def start_server(
     _check_limit(limit)
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
+    options = HandshakeOptions(key_exchange, local_id, peer_id)
+    pending: PendingHandshakes[asyncio.BaseTransport] = PendingHandshakes(
+        max_pending_handshakes,
+        lambda transport: transport.abort(),  # type: ignore[attr-defined]
+    )
 
     async def serve_one(protocol: _ChannelProtocol) -> None:
         transport = protocol.transport
@@ -768,8 +794,10 @@ async def start_server(
         try:
             await protocol.handshake(handshake_timeout)
         except Exception as exc:  # the transport is aborted already; cancellations propagate
-            describe_handshake_failure(exc, peer)
+            describe_handshake_failure(exc, peer, handshake_timeout)
             return
+        finally:
+            pending.done(transport)
         reader, writer = protocol.streams()
         try:
             result = client_connected_cb(reader, writer)
@@ -780,12 +808,14 @@ async def start_server(
             transport.abort()  # no FINAL: the client must not take this for a complete stream
 
     def start(protocol: _ChannelProtocol) -> None:
+        assert protocol.transport is not None
+        pending.add(protocol.transport)
         task = loop.create_task(serve_one(protocol))
         tasks.add(task)  # keep a reference until done
         task.add_done_callback(tasks.discard)
 
     def factory() -> _ChannelProtocol:
-        channel = _channel(key, Role.RESPONDER, context, record_size, max_record_size, limits)
+        channel = _channel(key, Role.RESPONDER, context, record_size, max_record_size, limits, options)
         return _ChannelProtocol(channel, loop, limit, on_connected=start, record_timeout=record_timeout)
 
     return await loop.create_server(factory, host, port, **kwargs)
@@ -821,7 +851,7 @@ def _transport_of(writer: asyncio.StreamWriter) -> asyncio.WriteTransport:
 def encrypting_writer(
     writer: asyncio.StreamWriter,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     limits: KeyLimits | None = None,
@@ -835,7 +865,7 @@ def encrypting_writer(
 def decrypting_reader(
     reader: asyncio.StreamReader,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     limits: KeyLimits | None = None,
@@ -850,7 +880,7 @@ async def wrap_streams(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     *,
-    key: Buffer,
+    key: Keys,
     role: Role,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
@@ -858,12 +888,16 @@ async def wrap_streams(
     limits: KeyLimits | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
     limit: int = _DEFAULT_LIMIT,
+    key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
+    local_id: str | bytes | None = None,
+    peer_id: str | bytes | None = None,
 ) -> tuple[SecureStreamReader, SecureStreamWriter]:
     """Duplex channel over existing asyncio streams. One side must use Role.INITIATOR and the
     other Role.RESPONDER. Runs the handshake before returning; if it fails (or takes longer
     than ``handshake_timeout`` seconds) the transport is aborted and the error raised."""
     _check_limit(limit)
-    channel = _channel(key, role, context, record_size, max_record_size, limits)
+    options = HandshakeOptions(key_exchange, local_id, peer_id)
+    channel = _channel(key, role, context, record_size, max_record_size, limits, options)
     source = _StreamReaderSource(channel.opener, reader)
 
     async def send(data: bytes) -> None:

@@ -44,6 +44,7 @@ from ._adapter import (
     handshake,
     logger,
 )
+from .channel import DEFAULT_HANDSHAKE, HandshakeOptions
 from .codec import Channel, Opener
 from .errors import StreamBrokenError, StreamClosedError, TruncatedStreamError
 from .format import (
@@ -51,9 +52,13 @@ from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
     Buffer,
+    KeyExchange,
     KeyLimits,
+    KeyRing,
+    Keys,
     Role,
 )
+from .pending import DEFAULT_MAX_PENDING_HANDSHAKES, PendingHandshakes
 
 __all__ = (
     "AnyioStreamBrokenError",
@@ -117,7 +122,7 @@ class SecureStream(ByteStream):
         cls,
         transport_stream: AnyByteStream,
         *,
-        key: Buffer,
+        key: Keys,
         role: Role,
         context: Buffer = b"",
         record_size: int = DEFAULT_RECORD_SIZE,
@@ -125,14 +130,21 @@ class SecureStream(ByteStream):
         limits: KeyLimits | None = None,
         handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
         record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
+        key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
+        local_id: str | bytes | None = None,
+        peer_id: str | bytes | None = None,
     ) -> SecureStream:
-        """Send our header while receiving and verifying the peer's (so it works over a
-        transport that does not buffer). One side is Role.INITIATOR, the other
-        Role.RESPONDER. Raises KeyCommitmentError if the peer has another key/context,
+        """Run the channel handshake (one round trip, both sides confirmed), sending while
+        receiving (so it works over a transport that does not buffer). One side is
+        Role.INITIATOR, the other Role.RESPONDER. A responder with another key or context
+        hangs up at the initiator's header (TruncatedStreamError at the initiator); an
+        initiator with another key gets KeyCommitmentError at the responder's header.
         TimeoutError after ``handshake_timeout`` seconds; on any failure the transport is
-        closed (forcefully) before the error is raised. A record that has begun to arrive
-        must finish within ``record_timeout`` seconds (None: no limit), or the transport is
-        closed and the receive raises AnyioTruncatedStreamError caused by TimeoutError."""
+        closed (forcefully) before the error is raised. ``key`` may be a KeyRing;
+        ``key_exchange``, ``local_id``, ``peer_id`` as for :class:`~gcmstream.Channel`. A
+        record that has begun to arrive must finish within ``record_timeout`` seconds (None:
+        no limit), or the transport is closed and the receive raises AnyioTruncatedStreamError
+        caused by TimeoutError."""
         channel = Channel(
             key,
             role=role,
@@ -141,6 +153,9 @@ class SecureStream(ByteStream):
             max_record_size=max_record_size,
             limits=limits,
             reuse_output=False,
+            key_exchange=key_exchange,
+            local_id=local_id,
+            peer_id=peer_id,
         )
         stream = cls(transport_stream, channel, record_timeout=record_timeout)
 
@@ -158,7 +173,10 @@ class SecureStream(ByteStream):
         deadline = self._record_deadline(opener)
         try:
             with anyio.fail_after(None if deadline is None else max(0.0, deadline - anyio.current_time())):
-                data = await self.transport_stream.receive(RECEIVE_SIZE)  # type: ignore[call-arg]
+                # before confirmation, read no more than the handshake needs: an unconfirmed
+                # peer makes us hold its header and Finished, nothing else
+                size = opener.header_missing or RECEIVE_SIZE
+                data = await self.transport_stream.receive(size)  # type: ignore[call-arg]
         except TimeoutError:
             reason = f"a record started more than {self.record_timeout:g} s ago has not finished arriving"
             peer = self.transport_stream.extra(SocketAttribute.remote_address, "the peer")
@@ -295,13 +313,16 @@ async def connect_tcp(
     remote_host: str,
     remote_port: int,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     limits: KeyLimits | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
     record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
+    key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
+    local_id: str | bytes | None = None,
+    peer_id: str | bytes | None = None,
 ) -> SecureStream:
     """``anyio.connect_tcp`` plus the handshake (as the channel's initiator); the connection
     is closed if the handshake fails."""
@@ -316,24 +337,40 @@ async def connect_tcp(
         limits=limits,
         handshake_timeout=handshake_timeout,
         record_timeout=record_timeout,
+        key_exchange=key_exchange,
+        local_id=local_id,
+        peer_id=peer_id,
     )
+
+
+@dataclass(eq=False)
+class _Pending:
+    """One handshake in progress on a listener: cancelling its scope drops it."""
+
+    scope: anyio.CancelScope
+
+    def drop(self) -> None:
+        self.scope.cancel()
 
 
 @dataclass(eq=False)
 class SecureListener(Listener[SecureStream]):
     """Wraps a listener so that ``serve()`` hands out handshaken SecureStreams (as responder).
-    Clients that fail the handshake or send no header within ``handshake_timeout`` are
-    dropped and passed to :meth:`handle_handshake_error` (as anyio's TLSListener does); the
+    Clients that fail the handshake or do not complete it within ``handshake_timeout`` are
+    dropped and passed to :meth:`handle_handshake_error` (as anyio's TLSListener does); at
+    most ``max_pending_handshakes`` wait at once (a new one beyond that drops the oldest); the
     listener keeps serving."""
 
     listener: Listener[Any]
-    key: bytes = field(repr=False)
+    key: Keys = field(repr=False)
     context: bytes = field(default=b"", repr=False)
     record_size: int = DEFAULT_RECORD_SIZE
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE
     limits: KeyLimits | None = None
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
     record_timeout: float | None = DEFAULT_RECORD_TIMEOUT
+    options: HandshakeOptions = DEFAULT_HANDSHAKE
+    max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES
 
     _peers: dict[int, object] = field(init=False, default_factory=dict, repr=False)
 
@@ -341,28 +378,38 @@ class SecureListener(Listener[SecureStream]):
         """Called when a client's handshake failed (``stream`` is its transport, closed
         already). Logs one line naming the peer (never a key). Override it to do more;
         cancellations are not passed here, they propagate."""
-        describe_handshake_failure(exc, self._peers.get(id(stream), "an unknown peer"))
+        peer = self._peers.get(id(stream), "an unknown peer")
+        describe_handshake_failure(exc, peer, self.handshake_timeout)
 
     async def serve(
         self,
         handler: Callable[[SecureStream], Any],
         task_group: TaskGroup | None = None,
     ) -> None:
+        # dropping the oldest closes its transport; its handshake then fails and is logged
+        pending: PendingHandshakes[_Pending] = PendingHandshakes(self.max_pending_handshakes, _Pending.drop)
+
         async def handle(transport: AnyByteStream) -> None:
             # the address, while it can still be asked: a closed socket no longer knows it
             self._peers[id(transport)] = transport.extra(SocketAttribute.remote_address, "an unknown peer")
+            entry = _Pending(anyio.CancelScope())
+            pending.add(entry)
             try:
-                stream = await SecureStream.wrap(
-                    transport,
-                    key=self.key,
-                    role=Role.RESPONDER,
-                    context=self.context,
-                    record_size=self.record_size,
-                    max_record_size=self.max_record_size,
-                    limits=self.limits,
-                    handshake_timeout=self.handshake_timeout,
-                    record_timeout=self.record_timeout,
-                )
+                with entry.scope:
+                    stream = await SecureStream.wrap(
+                        transport,
+                        key=self.key,
+                        role=Role.RESPONDER,
+                        context=self.context,
+                        record_size=self.record_size,
+                        max_record_size=self.max_record_size,
+                        limits=self.limits,
+                        handshake_timeout=self.handshake_timeout,
+                        record_timeout=self.record_timeout,
+                        key_exchange=self.options.key_exchange,
+                        local_id=self.options.local_id,
+                        peer_id=self.options.peer_id,
+                    )
             except BaseException as exc:
                 if isinstance(exc, Exception) and not isinstance(exc, anyio.get_cancelled_exc_class()):
                     await self.handle_handshake_error(exc, transport)
@@ -370,6 +417,10 @@ class SecureListener(Listener[SecureStream]):
                 raise
             finally:
                 self._peers.pop(id(transport), None)
+                pending.done(entry)
+            if entry.scope.cancel_called:  # dropped for a newer one (logged by PendingHandshakes)
+                await anyio.aclose_forcefully(transport)
+                return
             await handler(stream)
 
         await self.listener.serve(handle, task_group)
@@ -384,7 +435,7 @@ class SecureListener(Listener[SecureStream]):
 
 async def create_tcp_listener(
     *,
-    key: Buffer,
+    key: Keys,
     local_host: str | None = None,
     local_port: int = 0,
     context: Buffer = b"",
@@ -393,16 +444,22 @@ async def create_tcp_listener(
     limits: KeyLimits | None = None,
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
     record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
+    key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
+    local_id: str | bytes | None = None,
+    peer_id: str | bytes | None = None,
+    max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES,
 ) -> SecureListener:
     """``anyio.create_tcp_listener`` whose ``serve()`` hands out SecureStreams."""
     listener = await anyio.create_tcp_listener(local_host=local_host, local_port=local_port)
     return SecureListener(
         listener,
-        bytes(key),
+        key if isinstance(key, KeyRing) else bytes(key),
         context=bytes(context),
         record_size=record_size,
         max_record_size=max_record_size,
         limits=limits,
         handshake_timeout=handshake_timeout,
         record_timeout=record_timeout,
+        options=HandshakeOptions(key_exchange, local_id, peer_id),
+        max_pending_handshakes=max_pending_handshakes,
     )

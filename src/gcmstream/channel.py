@@ -1,27 +1,117 @@
 """Channel: both directions of one connection, a Sealer for what we send and an Opener for what
-we receive, keyed from both stream headers. Sans-IO."""
+we receive, keyed by a one-round-trip handshake (docs/FORMAT.md 5.2). Sans-IO.
+
+Messages, each side's bytes in order::
+
+    initiator -> responder   initiator header (its ephemeral shares)   Finished_I   records...
+    responder -> initiator   responder header (its shares)   Finished_R            records...
+
+The responder answers only once the initiator's header verified; the initiator may seal
+records as soon as Finished_R verified (one round trip), and sends Finished_I before them. The
+responder's handshake completes, and its sealer and receive ring come into being, only once
+Finished_I verified: until then a connection holds its header buffer and nothing else.
+"""
 
 from __future__ import annotations
 
-from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, KeyLimits, Role, channel_secret
+import contextlib
+import contextvars
+import hmac
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .errors import DowngradeError, HandshakeError, PeerIdentityError, SelfConnectionError, StreamClosedError
+from .format import (
+    DEFAULT_MAX_RECORD_SIZE,
+    DEFAULT_RECORD_SIZE,
+    SALT_SLICE,
+    Buffer,
+    FieldType,
+    KeyExchange,
+    KeyLimits,
+    Keys,
+    Role,
+    StreamHeader,
+    as_key_ring,
+    check_context,
+    make_header,
+)
+from .handshake import (
+    CHANNEL_FIELDS,
+    MAX_IDENTITY_SIZE,
+    ChannelKeys,
+    FixedEphemeral,
+    InitiatorShares,
+    channel_keys,
+    respond,
+)
 from .opener import Opener
 from .ring import DEFAULT_RING_SIZE
 from .sealer import Sealer
 
-__all__ = ("Channel",)
+__all__ = ("DEFAULT_HANDSHAKE", "Channel", "HandshakeOptions", "self_connections_allowed")
+
+# Salts of the initiator headers this process made whose handshake has not ended: a responder
+# that receives one is talking to itself (the Selfie attack). Weak, so abandoned channels leave.
+_OWN_HELLOS: weakref.WeakValueDictionary[bytes, Channel] = weakref.WeakValueDictionary()
+_SELF_ALLOWED: contextvars.ContextVar[bool] = contextvars.ContextVar("gcmstream_self_allowed", default=False)
+
+
+@contextlib.contextmanager
+def self_connections_allowed() -> Iterator[None]:
+    """Within this block (and tasks started in it) a responder accepts initiator headers made
+    by this same process. For tests and demos that run both ends of a channel in one process;
+    elsewhere such a connection is the Selfie attack and is refused (SelfConnectionError)."""
+    token = _SELF_ALLOWED.set(True)
+    try:
+        yield
+    finally:
+        _SELF_ALLOWED.reset(token)
+
+
+@dataclass(frozen=True)
+class HandshakeOptions:
+    """The handshake keywords of a Channel, carried together by the adapters."""
+
+    key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519
+    local_id: str | bytes | None = None
+    peer_id: str | bytes | None = None
+
+
+DEFAULT_HANDSHAKE = HandshakeOptions()
+
+
+def _identity(value: str | bytes | None, name: str) -> bytes | None:
+    if value is None:
+        return None
+    raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    if not 1 <= len(raw) <= MAX_IDENTITY_SIZE:
+        raise ValueError(f"{name} must be 1 to {MAX_IDENTITY_SIZE} bytes, got {len(raw)}")
+    return raw
 
 
 class Channel:
     """Both directions of one connection: a Sealer for what we send, an Opener for what we
-    receive. Each side sends its header (``data_to_send()``, or ``initial_data()``) while it
-    reads the peer's; once the peer's header has arrived (``handshake_complete()``), each
-    direction is keyed from both headers, so both fresh salts and both roles: a replayed
-    session or a reflected stream fails to open.
+    receive, keyed by an ephemeral key exchange (hybrid ML-KEM-768 + X25519 by default) mixed
+    with the pre-shared key, both headers and the context, and confirmed both ways.
+
+    Drive it by sending ``data_to_send()`` (first the initiator's header; nothing for a
+    responder until the initiator's header arrived) while feeding the peer's bytes to
+    ``opener``, and again after each feed, until ``handshake_complete()``; ``initial_data()``
+    takes the first part alone. Sending while reading (as ``_adapter.handshake`` does) also
+    completes over a transport that does not buffer. ``key`` may be a KeyRing: the initiator
+    uses its primary key, the responder the key the initiator's header names.
+
+    ``key_exchange`` is what an initiator offers and the least a responder accepts.
+    ``local_id`` names this end (sent in its header, bound into the keys); ``peer_id`` is the
+    identity the peer must have sent (PeerIdentityError otherwise). A peer that claims our own
+    ``local_id``, or an initiator header this process made, is SelfConnectionError.
     """
 
     def __init__(
         self,
-        key: Buffer,
+        key: Keys,
         *,
         role: Role,
         context: Buffer = b"",
@@ -31,54 +121,162 @@ class Channel:
         auto_key_update: bool = True,
         reuse_output: bool = True,
         ring_size: int = DEFAULT_RING_SIZE,
+        key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
+        local_id: str | bytes | None = None,
+        peer_id: str | bytes | None = None,
         _salt: bytes | None = None,
+        _ephemeral: FixedEphemeral | None = None,
     ) -> None:
         if role not in (Role.INITIATOR, Role.RESPONDER):
             raise ValueError("a channel role is Role.INITIATOR or Role.RESPONDER")
+        if key_exchange not in (KeyExchange.X25519, KeyExchange.MLKEM768_X25519):
+            raise ValueError("a channel's key_exchange is KeyExchange.MLKEM768_X25519 or KeyExchange.X25519")
         self.role = role
-        self._context = bytes(context)
-        self._header_due = True
+        self.key_exchange = KeyExchange(key_exchange)
+        self._keys = as_key_ring(key)
+        self._context = check_context(context)
+        self._record_size = record_size
+        self._local_id = _identity(local_id, "local_id")
+        self._peer_id = _identity(peer_id, "peer_id")
+        self._salt = _salt  # test vectors only
+        self._ephemeral = _ephemeral  # test vectors only
         self.sealer = Sealer(
-            key,
+            self._keys.primary,
             context=context,
             record_size=record_size,
             limits=limits,
             auto_key_update=auto_key_update,
-            _salt=_salt,
             reuse_output=reuse_output,
             _role=role,
         )
         self.opener = Opener(
-            key,
+            self._keys,
             context=context,
             max_record_size=max_record_size,
             limits=limits,
             ring_size=ring_size,
             _peer_role=role.peer,
             _on_peer_header=self._on_peer_header,
+            _on_peer_finished=self._on_peer_finished,
+            _known_fields=CHANNEL_FIELDS,
         )
+        self._outbox = bytearray()
+        self._initial_taken = False
+        self._shares: InitiatorShares | None = None
+        self._hello = b""  # our header
+        self._derived: ChannelKeys | None = None
+        self._suite = self.sealer.suite
+        self.peer_id: bytes | None = None  # the identity the peer sent, once its header verified
+        if role is Role.INITIATOR:
+            self._shares = InitiatorShares(self.key_exchange, _ephemeral)
+            self._hello, _ = make_header(
+                self._keys.primary,
+                Role.INITIATOR,
+                record_size,
+                self._context,
+                _salt,
+                key_exchange=self.key_exchange,
+                fields=self._shares.fields() + self._identity_field(),
+            )
+            _OWN_HELLOS[self._hello_salt] = self
+            self._outbox += self._hello
 
     def __repr__(self) -> str:
-        return f"<Channel {self.role.name} ready={self.sealer.ready}>"
+        return f"<Channel {self.role.name} {self.key_exchange.name} ready={self.sealer.ready}>"
+
+    @property
+    def _hello_salt(self) -> bytes:
+        return self._hello[SALT_SLICE]
+
+    def _identity_field(self) -> list[tuple[int, bytes]]:
+        return [(FieldType.IDENTITY, self._local_id)] if self._local_id is not None else []
 
     def initial_data(self) -> bytes:
-        """Our stream header: send it before anything else."""
-        self._header_due = False
-        return self.sealer.take_header()
+        """What to send as soon as the connection exists: the initiator's header; nothing for a
+        responder, which answers the initiator's header (``data_to_send``). Once only."""
+        if self._initial_taken:
+            raise StreamClosedError("the initial data was already taken")
+        self._initial_taken = True
+        return self.data_to_send() if self.role is Role.INITIATOR else b""
 
     def data_to_send(self) -> bytes:
-        """Handshake bytes due now (our header first), b"" when none is due. Adapters send them
-        while they read the peer's, so the handshake also completes over a transport that does
-        not buffer; they ask again after every input, for a handshake with more messages."""
-        return self.initial_data() if self._header_due else b""
+        """Handshake bytes waiting to be sent (the initiator's header if ``initial_data()`` did
+        not take it, a responder's header and Finished, an initiator's Finished); empty when
+        there are none. Call it at the start and after each feed of the opener."""
+        self._initial_taken = True  # the first part is taken once, by either name
+        out = bytes(self._outbox)
+        self._outbox.clear()
+        return out
 
     def handshake_complete(self) -> bool:
-        """True once the peer's header verified; raises its error if it did not, and
-        TruncatedStreamError if the input ended before it was whole."""
+        """True once the peer's header and Finished verified (our sealer is keyed); raises the
+        handshake's error if it failed, and TruncatedStreamError if the input ended before."""
         return self.opener.header_verified() and self.sealer.ready
 
-    def _on_peer_header(self, key: bytes, peer_header: bytes) -> bytes:
-        """The opener's hook once the peer's header verified: key both directions."""
-        own = self.sealer.header
-        self.sealer.install_secret(channel_secret(key, own, peer_header, self._context))
-        return channel_secret(key, peer_header, own, self._context)
+    def _check_identity(self, header: StreamHeader) -> None:
+        sent = header.field(FieldType.IDENTITY)
+        if sent is not None and not 1 <= len(sent) <= MAX_IDENTITY_SIZE:
+            raise HandshakeError(f"the peer's identity must be 1 to {MAX_IDENTITY_SIZE} bytes")
+        if self.role is Role.RESPONDER and header.salt in _OWN_HELLOS and not _SELF_ALLOWED.get():
+            raise SelfConnectionError(
+                "this initiator header was made by this process: a connection to itself"
+            )
+        if sent is not None and sent == self._local_id:
+            raise SelfConnectionError("the peer claims this end's own identity: a connection to itself?")
+        if self._peer_id is not None and sent != self._peer_id:
+            found = "no identity" if sent is None else f"identity {sent!r}"
+            raise PeerIdentityError(f"the peer sent {found}, expected {self._peer_id!r}")
+        self.peer_id = sent
+
+    def _on_peer_header(self, key: bytes, header: StreamHeader) -> None:
+        """The opener's hook once the peer's header verified: run our half of the exchange."""
+        if header.key_exchange < self.key_exchange:
+            raise DowngradeError(
+                f"the peer used key exchange {header.key_exchange.name}, "
+                f"this end requires {self.key_exchange.name}"
+            )
+        if self.role is Role.INITIATOR and header.key_exchange != self.key_exchange:
+            offered = self.key_exchange.name
+            raise HandshakeError(
+                f"the responder answered {header.key_exchange.name} to an offer of {offered}"
+            )
+        self._check_identity(header)
+        self._suite = header.suite
+        if self.role is Role.RESPONDER:
+            fields, shared = respond(header, self._ephemeral)
+            self._hello, _ = make_header(
+                key,
+                Role.RESPONDER,
+                self._record_size,
+                self._context,
+                self._salt,
+                key_exchange=header.key_exchange,
+                fields=fields + self._identity_field(),
+            )
+            self._derived = channel_keys(key, shared, header.raw, self._hello, self._context)
+            self._outbox += self._hello + self._derived.responder_finished
+        else:
+            if self._shares is None:  # unreachable: an initiator's shares live until Finished
+                raise HandshakeError("the handshake already ended")
+            shared = self._shares.shared_secret(header)
+            self._derived = channel_keys(key, shared, self._hello, header.raw, self._context)
+
+    def _on_peer_finished(self, finished: bytes) -> bytes:
+        """The opener's hook once the peer's Finished arrived: confirm, key our sealer, return
+        the receive secret. The ephemeral keys are dropped here, whatever the outcome."""
+        derived, self._derived = self._derived, None
+        self._shares = None
+        _OWN_HELLOS.pop(self._hello_salt, None)
+        if derived is None:  # unreachable: the header hook ran first
+            raise HandshakeError("Finished before the handshake header")
+        initiator = self.role is Role.INITIATOR
+        expected = derived.responder_finished if initiator else derived.initiator_finished
+        if not hmac.compare_digest(finished, expected):
+            raise HandshakeError("key confirmation failed: the peer did not derive the same keys")
+        if initiator:
+            self._outbox += derived.initiator_finished
+            send, receive = derived.initiator_to_responder, derived.responder_to_initiator
+        else:
+            send, receive = derived.responder_to_initiator, derived.initiator_to_responder
+        self.sealer.install_secret(send, self._suite)
+        return receive

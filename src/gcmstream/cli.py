@@ -36,6 +36,7 @@ from .errors import (
     RecordTooLargeError,
     StreamBrokenError,
     TruncatedStreamError,
+    UnknownKeyError,
     UnsupportedFormatError,
     UsageError,
 )
@@ -52,6 +53,7 @@ from .format import (
     generate_key,
 )
 from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
+from .pending import PendingHandshakes
 from .pipeline import CHUNK_SIZE, _decrypt, _encrypt, _output_target, _writer, atomic_output
 
 _T = TypeVar("_T")
@@ -77,7 +79,7 @@ __all__ = (
 )
 
 KEY_ENV = "GCMSTREAM_KEY"
-HANDSHAKE_TIMEOUT = DEFAULT_HANDSHAKE_TIMEOUT  # seconds for the peer's stream header
+HANDSHAKE_TIMEOUT = DEFAULT_HANDSHAKE_TIMEOUT  # seconds for the whole channel handshake
 DEBUG_ENV = "GCMSTREAM_DEBUG"
 
 EXIT_OK = 0
@@ -790,8 +792,9 @@ async def _handshake(transport: SocketStream, args: argparse.Namespace, key: byt
     )
 
 
-# Handshakes waiting at once; more connections than that are closed at once (and logged).
-# Each costs a socket and a few KiB until it sends a good header or its time runs out.
+# Handshakes waiting at once; a connection beyond that closes the oldest waiting one (logged),
+# as the library's servers do (pending.py). Each costs a socket and a few KiB until it
+# completes its handshake or its time runs out.
 MAX_PENDING_HANDSHAKES = 16
 
 
@@ -802,18 +805,26 @@ async def _first_peer(
     closed, so a stranger (a port scan, a probe, a wrong key) does not end the session.
     Handshakes run side by side: one that stalls does not hold up the real peer."""
     winner: list[SecureStream] = []
-    pending = 0
+    # dropping the oldest cancels its handshake, which closes its transport
+    pending: PendingHandshakes[anyio.CancelScope] = PendingHandshakes(
+        MAX_PENDING_HANDSHAKES, lambda scope: scope.cancel()
+    )
     async with anyio.create_task_group() as tg:
 
-        async def handshake(transport: SocketStream, peer: str) -> None:
-            nonlocal pending
+        async def handshake(transport: SocketStream, peer: str, scope: anyio.CancelScope) -> None:
             try:
-                stream = await _handshake(transport, args, key)
+                with scope:
+                    stream = await _handshake(transport, args, key)
             except Exception as exc:  # logged and survived: the listener keeps serving
                 _log.warning("%s: %s; still listening", peer, _peer_failure(exc, args))
                 return
             finally:
-                pending -= 1
+                pending.done(scope)
+            if scope.cancel_called:
+                await anyio.aclose_forcefully(transport)
+                limit = MAX_PENDING_HANDSHAKES
+                _log.warning("%s: closed: %d newer handshakes are waiting; still listening", peer, limit)
+                return
             if winner:
                 await anyio.aclose_forcefully(stream.transport_stream)
                 return
@@ -821,16 +832,12 @@ async def _first_peer(
             tg.cancel_scope.cancel()
 
         async def accept(sub: Any) -> None:
-            nonlocal pending
             while True:
                 transport = await sub.accept()
                 peer = _shown(transport.extra(anyio.abc.SocketAttribute.remote_address))
-                if pending >= MAX_PENDING_HANDSHAKES:
-                    await anyio.aclose_forcefully(transport)
-                    _log.warning("%s: closed: %d handshakes are already waiting", peer, pending)
-                    continue
-                pending += 1
-                tg.start_soon(handshake, transport, peer)
+                scope = anyio.CancelScope()
+                pending.add(scope)
+                tg.start_soon(handshake, transport, peer, scope)
 
         for sub in getattr(listener, "listeners", [listener]):
             tg.start_soon(accept, sub)
@@ -928,6 +935,8 @@ def _classify(exc: BaseException) -> tuple[int, str]:
         return EXIT_BROKEN_PIPE, ""
     if isinstance(exc, _Usage | UsageError):
         return EXIT_USAGE, str(exc)
+    if isinstance(exc, UnknownKeyError):  # its key ID, shown, would look like key text
+        return EXIT_WRONG_KEY, "wrong key: the stream names (by its key ID) a key that was not given"
     if isinstance(exc, KeyCommitmentError):
         return EXIT_WRONG_KEY, str(exc)  # it says "wrong key" and what else it can be
     if isinstance(exc, UnsupportedFormatError):
@@ -937,7 +946,9 @@ def _classify(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, ProtocolError):
         return EXIT_TAMPERED, f"tampered or corrupt input: {exc}"
     if isinstance(exc, TimeoutError):
-        return EXIT_IO, "timed out waiting for the peer's stream header"
+        return EXIT_IO, "timed out waiting for the channel handshake to complete"
+    if isinstance(exc, BrokenPipeError):
+        return EXIT_IO, "output closed before the end (broken pipe)"
     if isinstance(exc, OSError):
         reason = exc.strerror or str(exc) or type(exc).__name__
         return EXIT_IO, f"{exc.filename}: {reason}" if exc.filename else reason

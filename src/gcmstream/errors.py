@@ -6,8 +6,15 @@
     ├── ProtocolError                    the peer's bytes are bad; FATAL for the receiving side
     │   ├── UnsupportedFormatError       (also ValueError) not a gcmstream header, or a magic,
     │   │                                version, suite, role or record size this version refuses
+    │   │   └── UnknownFieldError        a critical header field this version does not know
     │   ├── KeyCommitmentError           header commitment mismatch: wrong key, wrong context,
-    │   │                                or an altered header; raised before any record is opened
+    │   │   │                            or an altered header; raised before any record is opened
+    │   │   └── UnknownKeyError          the header's key ID names no key this side holds
+    │   ├── HandshakeError               a channel handshake failed: key confirmation (Finished)
+    │   │   │                            did not verify, or a key share is malformed
+    │   │   ├── DowngradeError           the peer offered a weaker key exchange than required
+    │   │   ├── SelfConnectionError      the initiator's header came from this very process
+    │   │   └── PeerIdentityError        the peer's identity is not the one expected
     │   ├── RoleMismatchError            channel peer has the wrong role: a stream reflected back
     │   │                                to its sender, or one-way data fed to a channel
     │   ├── AuthenticationError          a record failed AES-GCM authentication (tampered,
@@ -80,19 +87,25 @@ __all__ = (
     "AuthenticationError",
     "BufferFullError",
     "ConcurrencyError",
+    "DowngradeError",
     "GcmStreamError",
+    "HandshakeError",
     "KeyCommitmentError",
     "LimitReachedError",
     "MalformedRecordError",
     "NotReadyError",
     "OutOfRangeError",
+    "PeerIdentityError",
     "ProtocolError",
     "RecordTooLargeError",
     "RoleMismatchError",
+    "SelfConnectionError",
     "StreamBrokenError",
     "StreamClosedError",
     "TrailingDataError",
     "TruncatedStreamError",
+    "UnknownFieldError",
+    "UnknownKeyError",
     "UnsupportedBufferError",
     "UnsupportedEndpointError",
     "UnsupportedFormatError",
@@ -112,8 +125,33 @@ class UnsupportedFormatError(ProtocolError, ValueError):
     """The stream header is not one this version reads (magic, version, suite, role, size)."""
 
 
+class UnknownFieldError(UnsupportedFormatError):
+    """The header carries a critical field type (below 0x8000) this version does not know."""
+
+
 class KeyCommitmentError(ProtocolError):
     """The header's key commitment does not match: wrong key, wrong context or altered header."""
+
+
+class UnknownKeyError(KeyCommitmentError):
+    """The header's key ID names no key held here (a KeyRing without it, or another key)."""
+
+
+class HandshakeError(ProtocolError):
+    """A channel handshake failed: key confirmation did not verify, or a share is malformed."""
+
+
+class DowngradeError(HandshakeError):
+    """The peer used a weaker key exchange (X25519 alone) where the hybrid is required."""
+
+
+class SelfConnectionError(HandshakeError):
+    """This process's own initiator header came back to it (the Selfie attack), or the peer
+    claims this end's own identity."""
+
+
+class PeerIdentityError(HandshakeError):
+    """The peer's identity (``local_id`` on its side) is missing or not the ``peer_id`` expected."""
 
 
 class RoleMismatchError(ProtocolError):

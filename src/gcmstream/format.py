@@ -7,17 +7,24 @@ AEAD key, nonce base and sequence position of one direction under one key genera
 from __future__ import annotations
 
 import enum
+import hashlib
 import hmac
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
-from .errors import KeyCommitmentError, UnsupportedBufferError, UnsupportedFormatError
+from .errors import (
+    KeyCommitmentError,
+    UnknownFieldError,
+    UnknownKeyError,
+    UnsupportedBufferError,
+    UnsupportedFormatError,
+)
 
 __all__ = (
     "DEFAULT_HANDSHAKE_TIMEOUT",
@@ -26,29 +33,46 @@ __all__ = (
     "FLAG_FINAL",
     "FLAG_KEY_UPDATE",
     "HARD_MAX_RECORD_SIZE",
+    "FINISHED_SIZE",
+    "HEADER_FIXED_SIZE",
     "HEADER_SIZE",
+    "KEY_ID_SIZE",
     "MAGIC",
+    "MAX_FIELDS_SIZE",
+    "MAX_HEADER_SIZE",
     "MAX_CONTEXT_SIZE",
     "MAX_HARD_BYTES",
     "MAX_HARD_RECORDS",
     "RECORD_HEADER_SIZE",
     "SALT_SIZE",
+    "SALT_SLICE",
     "TAG_SIZE",
     "VERSION",
     "Buffer",
+    "FieldType",
+    "HeaderStart",
+    "KeyExchange",
     "KeyLimits",
+    "KeyRing",
+    "Keys",
     "Role",
     "StreamHeader",
     "Suite",
     "TrafficKeys",
+    "as_key_ring",
     "byte_view",
-    "channel_secret",
     "check_header_start",
     "check_context",
     "check_record_size",
+    "encode_fields",
+    "find_key",
     "generate_key",
+    "key_id",
     "make_header",
+    "parse_fields",
     "parse_header",
+    "parse_header_start",
+    "verify_commitment",
     "verify_header",
 )
 
@@ -70,11 +94,21 @@ def byte_view(data: Buffer, *, writable: bool = False) -> memoryview:
 
 
 MAGIC = b"GCMS"
-VERSION = 1
+VERSION = 2
 SALT_SIZE = 32
+KEY_ID_SIZE = 16
 COMMITMENT_SIZE = 32
-HEADER_PREFIX = struct.Struct(">4sBBBBI")  # magic, version, suite, role, reserved, record size
-HEADER_SIZE = HEADER_PREFIX.size + SALT_SIZE + COMMITMENT_SIZE  # 76
+# magic, version, role, suite, key exchange, record size, key ID, salt, length of the fields
+HEADER_FIXED = struct.Struct(">4sBBBBI16s32sH")
+HEADER_FIXED_SIZE = HEADER_FIXED.size  # 62
+SALT_SLICE = slice(28, 28 + SALT_SIZE)  # where the salt lies in every header
+FIELD_HEADER = struct.Struct(">HH")  # field type, value length
+# Bound on the typed fields: the largest today is an ML-KEM-768 public key (1,184 bytes).
+MAX_FIELDS_SIZE = 4096
+HEADER_SIZE = HEADER_FIXED_SIZE + COMMITMENT_SIZE  # 94: a header without fields (one-way streams)
+MAX_HEADER_SIZE = HEADER_SIZE + MAX_FIELDS_SIZE
+FINISHED_SIZE = 32  # a channel's key confirmation, HMAC-SHA256 over the transcript
+FIELD_CRITICAL_LIMIT = 0x8000  # field types below this are critical: a reader must understand them
 RECORD_HEADER = struct.Struct(">BI")  # flags, ciphertext length (tag included)
 RECORD_HEADER_SIZE = RECORD_HEADER.size  # 5
 _NONCE_LOW = struct.Struct(">Q")  # a nonce's low 8 bytes: IV XOR sequence number
@@ -93,16 +127,16 @@ DEFAULT_RECORD_SIZE = 64 * 1024
 DEFAULT_MAX_RECORD_SIZE = 1024 * 1024
 # Hard cap on the record size field, as gRPC ALTS caps frames at 16 MiB.
 HARD_MAX_RECORD_SIZE = 16 * 1024 * 1024
-# Seconds a channel waits for the peer's stream header before giving up on it (adapters, CLI).
+# Seconds a channel waits for the handshake to complete before giving up on it (adapters, CLI).
 DEFAULT_HANDSHAKE_TIMEOUT = 30.0
-# Context is never sent; it only feeds HKDF's info. Bounded so it cannot be a memory lever.
+# Context is never sent; it only feeds HKDF (hashed). Bounded so it cannot be a memory lever.
 MAX_CONTEXT_SIZE = 64 * 1024
 
-_LABEL_STREAM = b"gcmstream/1 stream"
-_LABEL_CHANNEL = b"gcmstream/1 channel"
-_LABEL_KEY = b"gcmstream/1 key"
-_LABEL_IV = b"gcmstream/1 iv"
-_LABEL_UPDATE = b"gcmstream/1 key update"
+_LABEL_KEY_ID = b"gcmstream/2 key id"
+_LABEL_HEADER = b"gcmstream/2 header"
+_LABEL_KEY = b"gcmstream/2 key"
+_LABEL_IV = b"gcmstream/2 iv"
+_LABEL_UPDATE = b"gcmstream/2 key update"
 
 
 class Suite(enum.IntEnum):
@@ -185,16 +219,116 @@ class KeyLimits:
             )
 
 
+class KeyExchange(enum.IntEnum):
+    """Header byte 7: how a channel's ends agree on fresh secrets (docs/FORMAT.md 5.2).
+
+    One-way streams have none. A channel's default is the hybrid: ML-KEM-768 and X25519 both,
+    so its keys hold while either does; X25519 alone gives smaller headers."""
+
+    NONE = 0
+    X25519 = 1
+    MLKEM768_X25519 = 2
+
+
+class FieldType(enum.IntEnum):
+    """Typed header fields (docs/FORMAT.md 4.2). Types below 0x8000 are critical."""
+
+    X25519_SHARE = 0x0001
+    MLKEM768_SHARE = 0x0002
+    IDENTITY = 0x0003
+
+
+def key_id(key: Buffer) -> bytes:
+    """The key's public 16-byte identifier: HKDF(key, info="gcmstream/2 key id"). It names the
+    key in every header; it reveals nothing about the key (HKDF is a PRF), but it does let an
+    observer see that two streams use the same key."""
+    Suite.for_key(key)
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_ID_SIZE, salt=None, info=_LABEL_KEY_ID).derive(
+        bytes(key)
+    )
+
+
+class KeyRing:
+    """Several keys, found by their key ID. The first is the primary: it seals and initiates.
+    Readers and responders accept a header under any key in the ring, so a key can be rotated
+    (new primary first, the old one kept for a while) without cutting anybody off."""
+
+    __slots__ = ("_keys", "_order")
+
+    def __init__(self, keys: Iterable[Buffer]) -> None:
+        self._keys: dict[bytes, bytes] = {}
+        self._order: list[bytes] = []
+        for key in keys:
+            ident = key_id(key)
+            if ident not in self._keys:
+                self._keys[ident] = bytes(key)
+                self._order.append(ident)
+        if not self._order:
+            raise ValueError("a KeyRing needs at least one key")
+
+    @property
+    def primary(self) -> bytes:
+        return self._keys[self._order[0]]
+
+    @property
+    def key_ids(self) -> tuple[bytes, ...]:
+        return tuple(self._order)
+
+    def get(self, ident: bytes) -> bytes | None:
+        """The key with this key ID, or None."""
+        return self._keys.get(bytes(ident))
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __repr__(self) -> str:  # key IDs are public; keys never shown
+        return f"<KeyRing {', '.join(ident.hex()[:8] for ident in self._order)}>"
+
+
+Keys = Buffer | KeyRing
+
+
+def as_key_ring(key: Keys) -> KeyRing:
+    return key if isinstance(key, KeyRing) else KeyRing([key])
+
+
+@dataclass(frozen=True)
+class HeaderStart:
+    """The fixed part of a header (its first 62 bytes), checked for range, not yet verified."""
+
+    role: Role
+    suite: Suite
+    key_exchange: KeyExchange
+    record_size: int
+    key_id: bytes
+    salt: bytes
+    fields_length: int
+
+    @property
+    def size(self) -> int:
+        """Bytes of the whole header: fixed part, fields, commitment."""
+        return HEADER_FIXED_SIZE + self.fields_length + COMMITMENT_SIZE
+
+
 @dataclass(frozen=True)
 class StreamHeader:
-    """The parsed fields of a 76-byte stream header."""
+    """The parsed fields of a stream header."""
 
-    suite: Suite
     role: Role
+    suite: Suite
+    key_exchange: KeyExchange
     record_size: int
+    key_id: bytes
     salt: bytes
+    fields: tuple[tuple[int, bytes], ...]
     commitment: bytes
     raw: bytes
+
+    def field(self, field_type: int) -> bytes | None:
+        for kind, value in self.fields:
+            if kind == field_type:
+                return value
+        return None
 
 
 def check_context(context: Buffer) -> bytes:
@@ -211,19 +345,39 @@ def check_record_size(record_size: int, name: str = "record_size") -> int:
     return record_size
 
 
-def _stream_keys(key: Buffer, prefix_and_salt: bytes, salt: bytes, context: bytes) -> tuple[bytes, bytes]:
-    """(commitment, stream secret) for one header: HKDF-SHA256 over the key."""
-    okm = HKDF(
-        algorithm=hashes.SHA256(),
-        length=COMMITMENT_SIZE + 32,
-        salt=salt,
-        info=_LABEL_STREAM + prefix_and_salt + context,
-    ).derive(bytes(key))
+def encode_fields(fields: Iterable[tuple[int, bytes]]) -> bytes:
+    """Fields in canonical form: strictly increasing types, each value under 64 KiB."""
+    out = bytearray()
+    last = -1
+    for kind, value in fields:
+        if not last < kind < 0x10000 or len(value) > 0xFFFF:
+            raise ValueError("header fields must have increasing types and values under 64 KiB")
+        out += FIELD_HEADER.pack(kind, len(value)) + value
+        last = kind
+    if len(out) > MAX_FIELDS_SIZE:
+        raise ValueError(f"header fields of {len(out)} bytes exceed {MAX_FIELDS_SIZE} bytes")
+    return bytes(out)
+
+
+def _header_keys(key: Buffer, body: Buffer, salt: bytes, context: bytes) -> tuple[bytes, bytes]:
+    """(commitment, stream secret) of a header whose bytes before the commitment are ``body``.
+    HKDF's info holds hashes, so it stays short (84 bytes) whatever the fields and context."""
+    info = _LABEL_HEADER + hashlib.sha256(body).digest() + hashlib.sha256(context).digest()
+    okm = HKDF(algorithm=hashes.SHA256(), length=COMMITMENT_SIZE + 32, salt=salt, info=info).derive(
+        bytes(key)
+    )
     return okm[:COMMITMENT_SIZE], okm[COMMITMENT_SIZE:]
 
 
 def make_header(
-    key: Buffer, role: Role, record_size: int, context: Buffer, salt: bytes | None = None
+    key: Buffer,
+    role: Role,
+    record_size: int,
+    context: Buffer,
+    salt: bytes | None = None,
+    *,
+    key_exchange: KeyExchange = KeyExchange.NONE,
+    fields: Iterable[tuple[int, bytes]] = (),
 ) -> tuple[bytes, bytes]:
     """A new header for ``key`` and its stream secret: (header bytes, secret)."""
     suite = Suite.for_key(key)
@@ -233,53 +387,128 @@ def make_header(
         salt = os.urandom(SALT_SIZE)
     elif len(salt) != SALT_SIZE:
         raise ValueError(f"salt must be {SALT_SIZE} bytes, got {len(salt)}")
-    prefix = HEADER_PREFIX.pack(MAGIC, VERSION, suite, role, 0, record_size) + salt
-    commitment, secret = _stream_keys(key, prefix, salt, ctx)
-    return prefix + commitment, secret
+    encoded = encode_fields(fields)
+    body = (
+        HEADER_FIXED.pack(
+            MAGIC, VERSION, role, suite, key_exchange, record_size, key_id(key), salt, len(encoded)
+        )
+        + encoded
+    )
+    commitment, secret = _header_keys(key, body, salt, ctx)
+    return body + commitment, secret
 
 
 def check_header_start(start: Buffer) -> None:
-    """Reject a stream by its first bytes (magic, version) before the whole header arrives,
-    so garbage or another format is named as such rather than as a truncation."""
+    """Reject a stream by its first bytes (magic, version) before the fixed part arrives, so
+    garbage or another format is named as such rather than as a truncation (checks H1, H2)."""
     start = bytes(start[: len(MAGIC) + 1])
     magic = start[: len(MAGIC)]
     if magic != MAGIC[: len(magic)]:
-        raise UnsupportedFormatError(f"not a gcmstream stream: starts with {magic!r}, expected {MAGIC!r}")
+        raise UnsupportedFormatError(
+            f"not a gcmstream stream: starts with {magic!r}, expected the magic {MAGIC!r}"
+        )
     if len(start) > len(MAGIC) and start[len(MAGIC)] != VERSION:
+        version = start[len(MAGIC)]
+        dropped = " (version 1 was never released and is no longer read)" if version == 1 else ""
         raise UnsupportedFormatError(
-            f"format version {start[len(MAGIC)]} is not supported (this reads version {VERSION})"
+            f"format version {version} is not supported (this reads version {VERSION}){dropped}"
         )
 
 
-def parse_header(raw: Buffer) -> StreamHeader:
-    """Parse the fields of a header without checking its commitment (no key needed)."""
-    raw = bytes(raw)
-    if len(raw) != HEADER_SIZE:
-        raise UnsupportedFormatError(f"stream header must be {HEADER_SIZE} bytes, got {len(raw)}")
-    magic, version, suite, role, reserved, record_size = HEADER_PREFIX.unpack_from(raw)
-    if magic != MAGIC:
-        raise UnsupportedFormatError(f"not a gcmstream stream: magic {magic!r}, expected {MAGIC!r}")
-    if version != VERSION:
-        raise UnsupportedFormatError(
-            f"format version {version} is not supported (this reads version {VERSION})"
-        )
-    if suite not in Suite.__members__.values():
-        raise UnsupportedFormatError(f"cipher suite {suite} is not supported (expected 1 or 2)")
+def parse_header_start(raw: Buffer) -> HeaderStart:
+    """Check the fixed part (checks H1..H7 of docs/FORMAT.md 8.1) without a key."""
+    raw = bytes(raw[:HEADER_FIXED_SIZE])
+    if len(raw) != HEADER_FIXED_SIZE:
+        raise UnsupportedFormatError(f"a header starts with {HEADER_FIXED_SIZE} fixed bytes, got {len(raw)}")
+    check_header_start(raw)
+    _, _, role, suite, exchange, record_size, ident, salt, fields_length = HEADER_FIXED.unpack(raw)
     if role not in Role.__members__.values():
         raise UnsupportedFormatError(f"role {role} is not defined (expected 0, 1 or 2)")
-    if reserved != 0:
-        raise UnsupportedFormatError(f"reserved header byte is {reserved}, expected 0")
+    if suite not in Suite.__members__.values():
+        raise UnsupportedFormatError(f"cipher suite {suite} is not supported (expected 1 or 2)")
+    if exchange not in KeyExchange.__members__.values():
+        raise UnsupportedFormatError(f"key exchange {exchange} is not supported (expected 0, 1 or 2)")
+    if (exchange == KeyExchange.NONE) != (role == Role.ONE_WAY):
+        raise UnsupportedFormatError(f"key exchange {exchange} does not go with role {Role(role).name}")
     if not 1 <= record_size <= HARD_MAX_RECORD_SIZE:
         raise UnsupportedFormatError(f"record size {record_size} is outside 1..{HARD_MAX_RECORD_SIZE}")
-    off = HEADER_PREFIX.size
+    if fields_length > MAX_FIELDS_SIZE:
+        raise UnsupportedFormatError(f"header fields of {fields_length} bytes exceed {MAX_FIELDS_SIZE} bytes")
+    return HeaderStart(
+        Role(role), Suite(suite), KeyExchange(exchange), record_size, ident, salt, fields_length
+    )
+
+
+def parse_fields(data: bytes) -> tuple[tuple[int, bytes], ...]:
+    """Split the fields area (check H12): whole fields, strictly increasing types."""
+    fields = []
+    pos, last = 0, -1
+    while pos < len(data):
+        if len(data) - pos < FIELD_HEADER.size:
+            raise UnsupportedFormatError("header fields end inside a field header")
+        kind, length = FIELD_HEADER.unpack_from(data, pos)
+        pos += FIELD_HEADER.size
+        if length > len(data) - pos:
+            raise UnsupportedFormatError(f"header field 0x{kind:04x} runs past the end of the fields")
+        if kind <= last:
+            raise UnsupportedFormatError(f"header field 0x{kind:04x} is out of order or repeated")
+        fields.append((kind, data[pos : pos + length]))
+        pos += length
+        last = kind
+    return tuple(fields)
+
+
+def parse_header(raw: Buffer, known_fields: Iterable[int] = ()) -> StreamHeader:
+    """Parse a whole header without checking its commitment (no key needed). A critical field
+    type outside ``known_fields`` raises UnknownFieldError."""
+    raw = bytes(raw)
+    start = parse_header_start(raw)
+    if len(raw) != start.size:
+        raise UnsupportedFormatError(f"stream header must be {start.size} bytes, got {len(raw)}")
+    end = HEADER_FIXED_SIZE + start.fields_length
+    fields = parse_fields(raw[HEADER_FIXED_SIZE:end])
+    known = set(known_fields)
+    for kind, _ in fields:
+        if kind < FIELD_CRITICAL_LIMIT and kind not in known:
+            raise UnknownFieldError(
+                f"header has critical field 0x{kind:04x}, which this reader does not know"
+            )
     return StreamHeader(
-        suite=Suite(suite),
-        role=Role(role),
-        record_size=record_size,
-        salt=raw[off : off + SALT_SIZE],
-        commitment=raw[off + SALT_SIZE :],
+        role=start.role,
+        suite=start.suite,
+        key_exchange=start.key_exchange,
+        record_size=start.record_size,
+        key_id=start.key_id,
+        salt=start.salt,
+        fields=fields,
+        commitment=raw[end:],
         raw=raw,
     )
+
+
+def find_key(keys: KeyRing, start: HeaderStart) -> bytes:
+    """The key a header names (check H10), and its suite (H11)."""
+    key = keys.get(start.key_id)
+    if key is None:
+        raise UnknownKeyError(f"the stream's key ID {start.key_id.hex()} names no key held here")
+    suite = Suite.for_key(key)
+    if suite != start.suite:  # only a writer that lies about its key's size gets here
+        raise KeyCommitmentError(f"stream uses {start.suite.name} but its key is for {suite.name}")
+    return key
+
+
+def verify_commitment(key: Buffer, raw: bytes, context: Buffer) -> bytes:
+    """Check the commitment of a whole header ``raw`` in constant time (check H12); return its
+    stream secret. The suite and key ID were checked already (``find_key``)."""
+    body = raw[: len(raw) - COMMITMENT_SIZE]
+    salt = raw[SALT_SLICE]
+    commitment, secret = _header_keys(key, body, salt, check_context(context))
+    if not hmac.compare_digest(commitment, raw[len(body) :]):
+        raise KeyCommitmentError(
+            "stream header does not match this key and context "
+            "(wrong key, wrong context, or an altered header)"
+        )
+    return secret
 
 
 def verify_header(key: Buffer, header: StreamHeader, context: Buffer) -> bytes:
@@ -288,28 +517,7 @@ def verify_header(key: Buffer, header: StreamHeader, context: Buffer) -> bytes:
     if suite != header.suite:
         # The key length is the caller's choice, the suite the writer's: say which is which.
         raise KeyCommitmentError(f"stream uses {header.suite.name} but the key given is for {suite.name}")
-    ctx = check_context(context)
-    prefix_and_salt = header.raw[: HEADER_SIZE - COMMITMENT_SIZE]
-    commitment, secret = _stream_keys(key, prefix_and_salt, header.salt, ctx)
-    if not hmac.compare_digest(commitment, header.commitment):
-        raise KeyCommitmentError(
-            "stream header does not match this key and context "
-            "(wrong key, wrong context, or an altered header)"
-        )
-    return secret
-
-
-def channel_secret(key: Buffer, sender_header: bytes, receiver_header: bytes, context: Buffer) -> bytes:
-    """Secret of one channel direction: bound to both headers, so to both fresh salts and roles."""
-    ctx = check_context(context)
-    s_salt = sender_header[HEADER_PREFIX.size : HEADER_PREFIX.size + SALT_SIZE]
-    r_salt = receiver_header[HEADER_PREFIX.size : HEADER_PREFIX.size + SALT_SIZE]
-    return HKDF(
-        algorithm=hashes.SHA256(),
-        length=32,
-        salt=s_salt + r_salt,
-        info=_LABEL_CHANNEL + sender_header + receiver_header + ctx,
-    ).derive(bytes(key))
+    return verify_commitment(key, header.raw, context)
 
 
 def _expand(secret: bytes, label: bytes, length: int) -> bytes:
@@ -364,7 +572,7 @@ class TrafficKeys:
         return self._nonce
 
     def next(self) -> TrafficKeys:
-        """The next generation: secret' = HKDF-Expand(secret, "gcmstream/1 key update")."""
+        """The next generation: secret' = HKDF-Expand(secret, "gcmstream/2 key update")."""
         return TrafficKeys(_expand(self.secret, _LABEL_UPDATE, 32), self.suite, self.generation + 1)
 
     def __repr__(self) -> str:  # never show key material

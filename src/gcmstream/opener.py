@@ -4,8 +4,11 @@ Theory of operation
 -------------------
 Phases (``Opener.phase``), in order, each entered once:
 
-* ``HEADER``: the stream header is arriving (copied into a 76-byte buffer). When it is whole it
-  is parsed and its key commitment checked; a channel's hook then keys both directions.
+* ``HEADER``: the stream header is arriving (its 62-byte fixed part, then a buffer of exactly
+  the announced size, at most ``MAX_HEADER_SIZE``). The fixed part is checked as soon as it is
+  whole (format, size, role, key ID), then the commitment and the fields; on a channel the
+  first hook runs the key exchange, then the peer's 32-byte Finished is read into the same
+  buffer and the second hook confirms it and keys both directions. No ring exists before.
 * ``RECORDS``: records are opened one at a time, in stream order.
 * ``FINAL``: the FINAL record authenticated; its plaintext may still be unread. The end of the
   stream is reported once it is read (``read`` returns b"", ``at_eof`` is True).
@@ -59,25 +62,32 @@ from .errors import (
 )
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
+    FINISHED_SIZE,
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
-    HEADER_SIZE,
+    HEADER_FIXED_SIZE,
     KNOWN_FLAGS,
     MAGIC,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
     Buffer,
+    HeaderStart,
     KeyLimits,
+    KeyRing,
+    Keys,
     Role,
     StreamHeader,
     Suite,
+    as_key_ring,
     byte_view,
     check_context,
     check_header_start,
     check_record_size,
+    find_key,
     parse_header,
-    verify_header,
+    parse_header_start,
+    verify_commitment,
 )
 from .ring import DEFAULT_RING_SIZE, RecordRing, check_record_length, ring_capacity
 
@@ -97,9 +107,11 @@ _CALL_RECORDS = 1024
 _NO_PLAINTEXT = memoryview(bytearray())  # writable and empty: an empty record's output
 _unpack_record_header = RECORD_HEADER.unpack_from
 
-# A channel's hook: (key, the peer's raw header) -> this direction's secret; it keys the
-# channel's sealer as a side effect.
-PeerHeaderHook = Callable[[bytes, bytes], bytes]
+# A channel's hooks: once the peer's header verified, (key, header) runs our half of the key
+# exchange; once the peer's Finished arrived, (finished) confirms it and returns this
+# direction's secret (keying the channel's sealer as a side effect).
+PeerHeaderHook = Callable[[bytes, StreamHeader], None]
+PeerFinishedHook = Callable[[bytes], bytes]
 
 
 class Phase(enum.Enum):
@@ -131,14 +143,15 @@ class Opener:
 
     Memory: the receive ring holds ``max(ring_size, record_size + 26)`` bytes (the announced
     record size, at most ``max_record_size``: one largest record and the next header at
-    least), allocated when the first record byte arrives; plus the 76-byte header buffer and
-    at most one input held by reference (the caller's own object, not a copy, unless the
+    least), allocated when the first record byte arrives; plus the header buffer (the 62-byte
+    fixed part, then the announced header and a channel's Finished, released once records
+    start) and at most one input held by reference (the caller's own object, not a copy, unless the
     caller passed a mutable buffer whose rest did not fit).
     """
 
     def __init__(
         self,
-        key: Buffer,
+        key: Keys,
         *,
         context: Buffer = b"",
         max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
@@ -146,16 +159,21 @@ class Opener:
         ring_size: int = DEFAULT_RING_SIZE,
         _peer_role: Role = Role.ONE_WAY,
         _on_peer_header: PeerHeaderHook | None = None,
+        _on_peer_finished: PeerFinishedHook | None = None,
+        _known_fields: frozenset[int] = frozenset(),
     ) -> None:
-        self.suite = Suite.for_key(key)
+        keys = as_key_ring(key)
+        self.suite = Suite.for_key(keys.primary)
         self.max_record_size = check_record_size(max_record_size, "max_record_size")
         ring_capacity(self.max_record_size, ring_size)  # refuse a bad size now, not at the header
         self.ring_size = ring_size
-        self._key = bytes(key)  # kept only until the header is verified
+        self._keys: KeyRing | None = keys  # kept only until the header is verified
+        self._known_fields = _known_fields
         self._context = check_context(context)
         self._limits = limits or KeyLimits()
         self._peer_role = _peer_role
         self._on_peer_header = _on_peer_header
+        self._on_peer_finished = _on_peer_finished
         self._turn = Turn("this Opener")  # one thread at a time (_turn.py)
         self._phase = _HEADER
         self._error: ProtocolError | None = None  # the one slot: waiting (or, once FAILED, raised)
@@ -163,8 +181,13 @@ class Opener:
         self._untaken = False  # receive_some left bytes outside that follow what it took
         self._plain_aad = (-1, b"")  # (length, header) of the last plain record the runs opened
         self._run_capped = False  # the last run loop stopped at _CALL_RECORDS
-        self._header_buf = bytearray(HEADER_SIZE)
+        # the peer's header (its fixed part first, then exactly its size), and on a channel its
+        # Finished: all an unconfirmed peer makes us hold
+        self._header_buf = bytearray(HEADER_FIXED_SIZE)
         self._header_got = 0
+        self._header_need = HEADER_FIXED_SIZE  # the whole header's size once its fixed part is read
+        self._header_start: HeaderStart | None = None
+        self._header_key = b""
         self.header: StreamHeader | None = None
         self._direction: Direction | None = None
         self._max_ciphertext = 0
@@ -370,22 +393,28 @@ class Opener:
         if self._error is not None:
             return memoryview(b"")
         if self._phase is _HEADER:
-            return memoryview(self._header_buf)[self._header_got :]
+            return memoryview(self._header_buf)[self._header_got : self._header_need]
         return (self._ring or self._get_ring()).writable()
 
     def _commit(self, nbytes: int) -> None:
         if self._phase is _FINAL:
             self._defer(TrailingDataError("data follows the FINAL record"))
         elif self._phase is _HEADER:
-            if nbytes < 0 or self._header_got + nbytes > HEADER_SIZE:
+            if nbytes < 0 or self._header_got + nbytes > self._header_need:
                 raise OutOfRangeError(f"buffer_updated({nbytes}) exceeds the view that was offered")
             before = self._header_got
             self._header_got += nbytes
             try:
-                if self._header_got == HEADER_SIZE:
-                    self._on_header()
-                elif before <= len(MAGIC):
-                    check_header_start(memoryview(self._header_buf)[: self._header_got])
+                if self._header_start is None:
+                    if self._header_got == HEADER_FIXED_SIZE:
+                        self._on_header_start()
+                    elif before <= len(MAGIC):
+                        check_header_start(memoryview(self._header_buf)[: self._header_got])
+                if self._header_start is not None and self._header_got == self._header_need:
+                    if self.header is None:
+                        self._on_header()
+                    else:
+                        self._on_finished()
             except ProtocolError as exc:
                 self._defer(exc)
         else:
@@ -402,24 +431,60 @@ class Opener:
             self._ring = RecordRing(record_size, ring_capacity(record_size, self.ring_size))
         return self._ring
 
-    def _on_header(self) -> None:
-        key, self._key = self._key, b""
-        header = parse_header(self._header_buf)
-        if header.record_size > self.max_record_size:
-            raise RecordTooLargeError("announced record size", header.record_size, self.max_record_size)
+    def _on_header_start(self) -> None:
+        """The fixed part arrived: refuse what can be refused before reading more (checks
+        H1..H11: format, sizes, role, key ID, suite), then wait for the rest of the header."""
+        start = parse_header_start(self._header_buf)
+        if start.record_size > self.max_record_size:
+            raise RecordTooLargeError("announced record size", start.record_size, self.max_record_size)
         expected = self._peer_role
-        if header.role != expected:
-            reason = " (a stream reflected back to its sender?)" if header.role == expected.peer else ""
+        if start.role != expected:
+            reason = " (a stream reflected back to its sender?)" if start.role == expected.peer else ""
             raise RoleMismatchError(
-                f"peer header has role {header.role.name}, expected {expected.name}{reason}"
+                f"peer header has role {start.role.name}, expected {expected.name}{reason}"
             )
-        secret = verify_header(key, header, self._context)
-        if self._on_peer_header is not None:
-            secret = self._on_peer_header(key, header.raw)
+        keys, self._keys = self._keys, None
+        if keys is None:  # unreachable: the fixed part is read once
+            raise ProtocolError("header already read")
+        self._header_key = find_key(keys, start)
+        self._header_start = start
+        self._header_need = start.size
+        whole = bytearray(start.size + (FINISHED_SIZE if self._on_peer_finished is not None else 0))
+        whole[:HEADER_FIXED_SIZE] = self._header_buf  # (a view of the old buffer may still exist)
+        self._header_buf = whole
+
+    def _on_header(self) -> None:
+        key, self._header_key = self._header_key, b""
+        raw = bytes(memoryview(self._header_buf)[: self._header_need])
+        secret = verify_commitment(key, raw, self._context)
+        header = parse_header(raw, self._known_fields)
         self.header = header
+        if self._on_peer_header is not None:  # a channel: its Finished comes next
+            self._on_peer_header(key, header)
+            self._header_need += FINISHED_SIZE
+            return
+        self._enter_records(secret)
+
+    def _on_finished(self) -> None:
+        if self._on_peer_finished is None:  # unreachable: only channels wait for Finished
+            raise ProtocolError("no Finished expected")
+        finished = bytes(memoryview(self._header_buf)[self._header_need - FINISHED_SIZE : self._header_need])
+        self._enter_records(self._on_peer_finished(finished))
+
+    def _enter_records(self, secret: bytes) -> None:
+        header = self.header
+        if header is None:  # unreachable: called once the header verified
+            raise ProtocolError("no stream header")
         self._max_ciphertext = header.record_size + TAG_SIZE
         self._direction = Direction(secret, header.suite, self._limits)
         self._phase = _RECORDS
+        self._header_buf = bytearray()  # read and verified: ``header`` keeps what is needed
+
+    @property
+    def header_missing(self) -> int:
+        """Bytes still needed to finish the header (and a channel's Finished) as far as known
+        now; 0 once records are read. Adapters read no more than this before confirmation."""
+        return self._header_need - self._header_got if self._phase is _HEADER else 0
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -720,9 +785,16 @@ class Opener:
         return False
 
     def _truncation(self) -> str:
+        if self._phase is _HEADER and self._on_peer_finished is not None:
+            return (
+                f"the connection ended during the handshake ({self._header_got} bytes received; "
+                "a peer with another key or context hangs up here)"
+            )
         if self._phase is _HEADER:
             if self._header_got:
-                return f"input ended inside the stream header ({self._header_got} of {HEADER_SIZE} bytes)"
+                return (
+                    f"input ended inside the stream header ({self._header_got} of {self._header_need} bytes)"
+                )
             return "input ended before the stream header"
         where = "inside a record" if self._ring is not None and self._ring.stored else "at a record boundary"
         records = f"{self.records_opened} record{'' if self.records_opened == 1 else 's'}"

@@ -50,7 +50,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from .codec import Opener, Sealer
 from .errors import TrailingDataError, TruncatedStreamError, UnsupportedEndpointError
-from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, byte_view
+from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, Keys, byte_view
 
 __all__ = (
     "CHUNK_SIZE",
@@ -268,7 +268,7 @@ async def _decrypt(read: _Reader, write: _Writer, opener: Opener, *, eager: bool
 async def encrypt_iter(
     chunks: AsyncIterable[Buffer],
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
 ) -> AsyncIterator[bytes]:
@@ -284,7 +284,7 @@ async def encrypt_iter(
 async def decrypt_iter(
     chunks: AsyncIterable[Buffer],
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
 ) -> AsyncIterator[bytes]:
@@ -302,7 +302,7 @@ async def encrypt_stream(
     source: ByteSource,
     sink: ByteSink,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     progress: Progress | None = None,
@@ -317,7 +317,7 @@ async def decrypt_stream(
     source: ByteSource,
     sink: ByteSink,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     progress: Progress | None = None,
@@ -440,7 +440,7 @@ async def encrypt_file_async(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     progress: Progress | None = None,
@@ -455,7 +455,7 @@ async def decrypt_file_async(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     progress: Progress | None = None,
@@ -471,7 +471,7 @@ def encrypt_file(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     progress: Progress | None = None,
@@ -488,7 +488,7 @@ def decrypt_file(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Buffer,
+    key: Keys,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     progress: Progress | None = None,

@@ -15,12 +15,14 @@ from .format import (
     DEFAULT_RECORD_SIZE,
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
-    HEADER_SIZE,
+    MAX_HEADER_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
     Buffer,
     KeyLimits,
+    KeyRing,
+    Keys,
     Role,
     Suite,
     byte_view,
@@ -48,7 +50,7 @@ class Sealer:
 
     def __init__(
         self,
-        key: Buffer,
+        key: Keys,
         *,
         context: Buffer = b"",
         record_size: int = DEFAULT_RECORD_SIZE,
@@ -58,16 +60,21 @@ class Sealer:
         _salt: bytes | None = None,
         _role: Role = Role.ONE_WAY,
     ) -> None:
+        if isinstance(key, KeyRing):
+            key = key.primary  # a ring seals under its primary key; readers find it by its ID
         self.suite = Suite.for_key(key)
         self._reuse_output = reuse_output
         self.record_size = check_record_size(record_size)
-        # _salt is for known-answer tests only: a repeated salt repeats every key and nonce
-        self.header, secret = make_header(key, _role, record_size, context, _salt)
         self._limits = limits or KeyLimits()
-        # a channel's sealer is keyed by install_secret() once the peer's header is known
-        self._direction = Direction(secret, self.suite, self._limits) if _role is Role.ONE_WAY else None
+        self._direction: Direction | None = None
+        if _role is Role.ONE_WAY:
+            # _salt is for known-answer tests only: a repeated salt repeats every key and nonce
+            self.header, secret = make_header(key, _role, record_size, context, _salt)
+            self._direction = Direction(secret, self.suite, self._limits)
+        else:  # a channel's: the Channel sends the headers, and keys it by install_secret()
+            self.header = b""
         self._auto = auto_key_update
-        self._header_sent = False
+        self._header_sent = not self.header
         self._pending: bytearray | None = None
         self._pending_len = 0
         self._out: bytearray | None = None
@@ -110,15 +117,18 @@ class Sealer:
         """How many key updates this stream made (tests and diagnostics read it)."""
         return self._direction.keys.generation if self._direction is not None else 0
 
-    def install_secret(self, secret: bytes) -> None:
-        """Key a channel's sealer once both headers are known (``Channel`` calls this). Only
+    def install_secret(self, secret: bytes, suite: Suite | None = None) -> None:
+        """Key a channel's sealer once its handshake is confirmed (``Channel`` calls this), under
+        ``suite`` (the key the handshake used: a responder's ring may hold several). Only
         once: keying it again would restart the sequence under a key already used.
 
-        It takes no turn: it runs inside the opener's call that verified the peer's header,
+        It takes no turn: it runs inside the opener's call that confirmed the peer's Finished,
         and a seal() racing it on another thread sees either no key (NotReadyError) or the
         whole Direction, which one assignment installs."""
         if self._direction is not None:
             raise UsageError("this sealer is already keyed")
+        if suite is not None:
+            self.suite = suite
         self._direction = Direction(secret, self.suite, self._limits)
 
     def seal(self, data: Buffer, *, flush: bool = False, final: bool = False) -> memoryview:
@@ -183,7 +193,9 @@ class Sealer:
         if ((final or flush) and total % size) or (final and not sizes):
             sizes.append(total % size)
         flags = self._plan(direction, sizes, final)
-        out = self._output(len(sizes) * _OVERHEAD + sum(sizes) + (0 if self._header_sent else HEADER_SIZE))
+        out = self._output(
+            len(sizes) * _OVERHEAD + sum(sizes) + (0 if self._header_sent else len(self.header))
+        )
         pos = self._put_header(out)
         taken = 0
         if self._pending_len and sizes:  # the first record completes what was pending
@@ -216,7 +228,7 @@ class Sealer:
         if self._update_requested and direction.key_bytes + length > self._limits.hard_bytes:
             sizes = [0, length]
         flags = self._plan(direction, sizes, False)
-        out = self._output(len(sizes) * _OVERHEAD + length + (0 if self._header_sent else HEADER_SIZE))
+        out = self._output(len(sizes) * _OVERHEAD + length + (0 if self._header_sent else len(self.header)))
         pos = self._put_header(out)
         if sizes:
             self._pending_len = 0
@@ -254,7 +266,7 @@ class Sealer:
         if self._closed:
             raise StreamClosedError(f"cannot {verb}: the FINAL record was already sealed")
         if self._direction is None:
-            raise NotReadyError("cannot seal before the peer's stream header has arrived")
+            raise NotReadyError("cannot seal before the channel handshake is complete")
         return self._direction
 
     def _plan(self, direction: Direction, sizes: list[int], final: bool) -> list[int] | None:
@@ -286,7 +298,7 @@ class Sealer:
         return the end."""
         direction = self._direction
         if direction is None:  # unreachable: _ready() checked; kept for the type checker
-            raise NotReadyError("cannot seal before the peer's stream header has arrived")
+            raise NotReadyError("cannot seal before the channel handshake is complete")
         keys = direction.keys
         encrypt_into = keys.aead.encrypt_into
         nonce, pack_low, iv_low = keys.nonce_parts
@@ -344,7 +356,7 @@ class Sealer:
         larger than that gets one exact buffer of its own."""
         out = self._out
         if self._reuse_output and size and (out is None or size > len(out)):
-            capacity = HEADER_SIZE + _OUTPUT_RECORDS * (self.record_size + _OVERHEAD)
+            capacity = MAX_HEADER_SIZE + _OUTPUT_RECORDS * (self.record_size + _OVERHEAD)
             if size <= capacity:
                 grown = max(size, 2 * len(out) if out is not None else _MIN_OUTPUT)
                 out = self._out = bytearray(min(grown, capacity))
@@ -356,8 +368,8 @@ class Sealer:
         if self._header_sent:
             return 0
         self._header_sent = True
-        out[:HEADER_SIZE] = self.header
-        return HEADER_SIZE
+        out[: len(self.header)] = self.header
+        return len(self.header)
 
     def _lend(self, out: memoryview, end: int) -> memoryview:
         result = out[:end]

@@ -34,7 +34,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "src"))
 
-from gcmstream import Channel, GcmStreamError, KeyLimits, Opener, Sealer  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import mlkem  # noqa: E402
+
+from gcmstream import Channel, GcmStreamError, KeyExchange, KeyLimits, Opener, Sealer  # noqa: E402
+from gcmstream.channel import self_connections_allowed  # noqa: E402
 from gcmstream.format import (  # noqa: E402
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
@@ -47,6 +50,7 @@ from gcmstream.format import (  # noqa: E402
     TrafficKeys,
     make_header,
 )
+from gcmstream.handshake import FixedEphemeral  # noqa: E402
 
 KEY128 = bytes(range(16))
 KEY256 = bytes(range(0x20, 0x40))
@@ -69,6 +73,8 @@ class Valid:
     flush_after: list[int] = field(default_factory=list)
     update_key_after: list[int] = field(default_factory=list)
     limits: dict[str, int] | None = None
+    final_with_last_write: bool = False
+    update_key_at_close: bool = False
 
     @property
     def plaintext(self) -> bytes:
@@ -80,12 +86,17 @@ class Valid:
             self.key, context=self.context, record_size=self.record_size, limits=limits, _salt=self.salt
         )
         out = bytearray()
+        last = len(self.writes) - 1
         for index, data in enumerate(self.writes):
+            if index == last and self.final_with_last_write:
+                return bytes(out + sealer.seal(data, final=True))
             out += sealer.seal(data)
             if index in self.update_key_after:
                 sealer.update_key()
             if index in self.flush_after or index in self.update_key_after:
                 out += sealer.flush()
+        if self.update_key_at_close:
+            sealer.update_key()  # a request still pending at close is dropped: FINAL ends it
         out += sealer.close()
         return bytes(out)
 
@@ -102,6 +113,8 @@ class Valid:
             "writes": [data.hex() for data in self.writes],
             "flush_after": self.flush_after,
             "update_key_after": self.update_key_after,
+            "final_with_last_write": self.final_with_last_write,
+            "update_key_at_close": self.update_key_at_close,
             "plaintext": self.plaintext.hex(),
             "ciphertext": self.seal().hex(),
         }
@@ -167,12 +180,72 @@ VALID = [
         context=CONTEXT,
         limits={"update_after_records": 2, "hard_records": 4},
     ),
+    Valid(
+        "aes128-final-on-a-record-boundary",
+        "64 bytes sealed with one seal(final=True) at record size 32: two records, the second is "
+        "FINAL (no empty FINAL record; compare aes128-full-records-empty-final)",
+        KEY128,
+        SALT_B,
+        [TEXT[:64]],
+        32,
+        final_with_last_write=True,
+    ),
+    Valid(
+        "aes128-automatic-key-update-by-bytes",
+        "KeyLimits(update_after_bytes=40): KEY_UPDATE on the record that brings the generation's "
+        "plaintext to 40 bytes or more (rule 6.3.5)",
+        KEY128,
+        SALT_A,
+        [TEXT[:100]],
+        16,
+        limits={"update_after_bytes": 40, "hard_bytes": 64},
+    ),
+    Valid(
+        "aes128-key-update-request-dropped-at-close",
+        "update_key() requested, then close(): the FINAL record never carries KEY_UPDATE, so the "
+        "request is dropped",
+        KEY128,
+        SALT_A,
+        [b"last words"],
+        16,
+        update_key_at_close=True,
+    ),
 ]
+
+
+ENCAPSULATION_FILE = HERE / "mlkem768_encapsulation.json"
+INITIATOR_X25519 = bytes(range(0x41, 0x61))
+RESPONDER_X25519 = bytes(range(0x61, 0x81))
+INITIATOR_MLKEM_SEED = bytes(range(0x81, 0xC1))
+
+
+def encapsulation() -> tuple[bytes, bytes]:
+    """(shared secret, ciphertext) of one ML-KEM-768 encapsulation to the public key of
+    INITIATOR_MLKEM_SEED. Encapsulation is randomized, so it was made once
+    (``--new-encapsulation``) and is an input of the hybrid vectors, like the salts."""
+    data = json.loads(ENCAPSULATION_FILE.read_text())
+    assert bytes.fromhex(data["initiator_seed"]) == INITIATOR_MLKEM_SEED
+    shared, ciphertext = bytes.fromhex(data["shared_secret"]), bytes.fromhex(data["ciphertext"])
+    private = mlkem.MLKEM768PrivateKey.from_seed_bytes(INITIATOR_MLKEM_SEED)
+    assert private.decapsulate(ciphertext) == shared, "the stored encapsulation does not decapsulate"
+    return shared, ciphertext
+
+
+def new_encapsulation() -> None:
+    private = mlkem.MLKEM768PrivateKey.from_seed_bytes(INITIATOR_MLKEM_SEED)
+    shared, ciphertext = private.public_key().encapsulate()
+    data = {
+        "initiator_seed": INITIATOR_MLKEM_SEED.hex(),
+        "ciphertext": ciphertext.hex(),
+        "shared_secret": shared.hex(),
+    }
+    ENCAPSULATION_FILE.write_text(json.dumps(data, indent=1) + "\n")
 
 
 @dataclass
 class ValidChannel:
-    """A duplex channel: each side's writes are sealed with ``flush=True``, then closed."""
+    """A duplex channel with fixed salts and ephemeral keys (the test-only injection): the
+    handshake, then each side's writes sealed with ``flush=True``, then closed."""
 
     name: str
     description: str
@@ -183,19 +256,36 @@ class ValidChannel:
     responder_writes: list[bytes]
     record_size: int
     context: bytes = b""
+    key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519
+    initiator_id: bytes | None = None
+    responder_id: bytes | None = None
+
+    def ephemeral(self, role: Role) -> FixedEphemeral:
+        hybrid = self.key_exchange is KeyExchange.MLKEM768_X25519
+        if role is Role.INITIATOR:
+            return FixedEphemeral(INITIATOR_X25519, mlkem_seed=INITIATOR_MLKEM_SEED if hybrid else None)
+        return FixedEphemeral(RESPONDER_X25519, mlkem_encapsulation=encapsulation() if hybrid else None)
+
+    def channel(self, role: Role) -> Channel:
+        salt = self.initiator_salt if role is Role.INITIATOR else self.responder_salt
+        return Channel(
+            self.key,
+            role=role,
+            context=self.context,
+            record_size=self.record_size,
+            key_exchange=self.key_exchange,
+            local_id=self.initiator_id if role is Role.INITIATOR else self.responder_id,
+            _salt=salt,
+            _ephemeral=self.ephemeral(role),
+        )
 
     def seal(self) -> tuple[bytes, bytes]:
-        """(bytes the initiator sends, bytes the responder sends), headers included."""
-        sides = [
-            Channel(self.key, role=role, context=self.context, record_size=self.record_size, _salt=salt)
-            for role, salt in ((Role.INITIATOR, self.initiator_salt), (Role.RESPONDER, self.responder_salt))
-        ]
-        initiator, responder = sides
-        sent = [bytearray(initiator.initial_data()), bytearray(responder.initial_data())]
-        initiator.opener.receive_data(sent[1])
-        responder.opener.receive_data(sent[0])
+        """(bytes the initiator sends, bytes the responder sends): handshake, then records."""
+        initiator, responder = self.channel(Role.INITIATOR), self.channel(Role.RESPONDER)
+        with self_connections_allowed():
+            sent = [bytearray(b) for b in handshake_messages(initiator, responder)]
         for side, writes, out in zip(
-            sides, (self.initiator_writes, self.responder_writes), sent, strict=True
+            (initiator, responder), (self.initiator_writes, self.responder_writes), sent, strict=True
         ):
             for data in writes:
                 out += side.sealer.seal(data, flush=True)
@@ -204,26 +294,48 @@ class ValidChannel:
 
     def to_json(self) -> dict[str, Any]:
         from_initiator, from_responder = self.seal()
-        return {
+        hybrid = self.key_exchange is KeyExchange.MLKEM768_X25519
+        out: dict[str, Any] = {
             "name": self.name,
             "mode": "channel",
             "description": self.description,
             "key": self.key.hex(),
             "context": self.context.hex(),
             "record_size": self.record_size,
+            "key_exchange": int(self.key_exchange),
             "initiator_salt": self.initiator_salt.hex(),
             "responder_salt": self.responder_salt.hex(),
+            "initiator_x25519_private": INITIATOR_X25519.hex(),
+            "responder_x25519_private": RESPONDER_X25519.hex(),
+            "initiator_mlkem768_seed": INITIATOR_MLKEM_SEED.hex() if hybrid else None,
+            "responder_mlkem768_ciphertext": encapsulation()[1].hex() if hybrid else None,
+            "initiator_id": self.initiator_id.hex() if self.initiator_id is not None else None,
+            "responder_id": self.responder_id.hex() if self.responder_id is not None else None,
             "initiator_writes": [data.hex() for data in self.initiator_writes],
             "responder_writes": [data.hex() for data in self.responder_writes],
             "initiator_ciphertext": from_initiator.hex(),
             "responder_ciphertext": from_responder.hex(),
         }
+        return out
+
+
+def handshake_messages(initiator: Channel, responder: Channel) -> tuple[bytes, bytes]:
+    """Run a handshake; return what each side sent before its records."""
+    responder.initial_data()
+    hello = initiator.initial_data()
+    responder.opener.receive_data(hello)
+    answer = responder.data_to_send()
+    initiator.opener.receive_data(answer)
+    finished = initiator.data_to_send()
+    responder.opener.receive_data(finished)
+    assert initiator.handshake_complete() and responder.handshake_complete()
+    return hello + finished, answer
 
 
 VALID_CHANNELS = [
     ValidChannel(
-        "channel-aes128",
-        "a request and a reply, one flushed record each",
+        "channel-aes128-hybrid",
+        "ML-KEM-768 + X25519 (the default); a request and a reply, one flushed record each",
         KEY128,
         SALT_A,
         SALT_B,
@@ -232,8 +344,9 @@ VALID_CHANNELS = [
         64,
     ),
     ValidChannel(
-        "channel-aes256-context-multi-record",
-        "AES-256-GCM with a context; several writes each way across records; one side sends nothing",
+        "channel-aes256-x25519-context-multi-record",
+        "X25519 only, AES-256-GCM with a context; several writes each way across records; "
+        "one side sends nothing",
         KEY256,
         SALT_B,
         SALT_A,
@@ -241,6 +354,20 @@ VALID_CHANNELS = [
         [],
         16,
         context=CONTEXT,
+        key_exchange=KeyExchange.X25519,
+    ),
+    ValidChannel(
+        "channel-aes128-hybrid-identities",
+        "ML-KEM-768 + X25519 with identities: the initiator is alice, the responder bob",
+        KEY128,
+        SALT_A,
+        SALT_B,
+        [b"hello bob"],
+        [b"hello alice"],
+        32,
+        context=CONTEXT,
+        initiator_id=b"alice",
+        responder_id=b"bob",
     ),
 ]
 
@@ -290,7 +417,8 @@ def hand_sealed(
     key: bytes, record_size: int, records: list[tuple[int, bytes]], role: Role = Role.ONE_WAY
 ) -> bytes:
     """A stream whose records (flags, plaintext) are sealed by hand, in order, under generation 0."""
-    header, secret = make_header(key, role, record_size, b"", SALT_A)
+    exchange = KeyExchange.NONE if role is Role.ONE_WAY else KeyExchange.X25519
+    header, secret = make_header(key, role, record_size, b"", SALT_A, key_exchange=exchange)
     keys = TrafficKeys(secret, Suite.for_key(key))
     out = bytearray(header)
     for seq, (flags, data) in enumerate(records):
@@ -312,7 +440,7 @@ def invalid_vectors() -> list[Invalid]:
     too_short = bytearray(wire)
     RECORD_HEADER.pack_into(too_short, second[0], 0, TAG_SIZE - 1)
     bad_magic = b"GCMX" + wire[4:]
-    bad_version = wire[:4] + bytes([2]) + wire[5:]
+    bad_version = wire[:4] + bytes([1]) + wire[5:]
     return [
         Invalid("empty-input", "no bytes at all", key, b"", b"", "TruncatedStreamError", b""),
         Invalid(
@@ -418,8 +546,24 @@ def invalid_vectors() -> list[Invalid]:
             text[:32],
         ),
         Invalid("bad-magic", "the magic is not GCMS", key, b"", bad_magic, "UnsupportedFormatError", b""),
-        Invalid("bad-version", "format version 2", key, b"", bad_version, "UnsupportedFormatError", b""),
-        Invalid("wrong-key", "opened with another key", OTHER_KEY, b"", wire, "KeyCommitmentError", b""),
+        Invalid(
+            "bad-version",
+            "format version 1 (never released, no longer read)",
+            key,
+            b"",
+            bad_version,
+            "UnsupportedFormatError",
+            b"",
+        ),
+        Invalid(
+            "wrong-key",
+            "opened with another key: its key ID is unknown",
+            OTHER_KEY,
+            b"",
+            wire,
+            "UnknownKeyError",
+            b"",
+        ),
         Invalid(
             "wrong-context",
             "sealed without a context, opened with one",
@@ -431,11 +575,11 @@ def invalid_vectors() -> list[Invalid]:
         ),
         Invalid(
             "wrong-suite",
-            "an AES-128-GCM stream opened with a 32-byte key",
+            "an AES-128-GCM stream opened with a 32-byte key (another key: its key ID is unknown)",
             KEY256,
             b"",
             wire,
-            "KeyCommitmentError",
+            "UnknownKeyError",
             b"",
         ),
         Invalid(
@@ -518,20 +662,19 @@ def render() -> dict[str, str]:
             )
     for channel in VALID_CHANNELS:
         from_initiator, from_responder = channel.seal()
-        # Each side reads with its own salt again: a reader with a fresh salt could not open the
-        # peer's records, which are bound to both headers.
-        for role, salt, wire, writes in (
-            (Role.RESPONDER, channel.responder_salt, from_initiator, channel.initiator_writes),
-            (Role.INITIATOR, channel.initiator_salt, from_responder, channel.responder_writes),
+        # A second pair with the same fixed inputs opens each side's bytes: the handshake and
+        # every record are reproducible from the vector's inputs alone.
+        for role, wire, writes in (
+            (Role.RESPONDER, from_initiator, channel.initiator_writes),
+            (Role.INITIATOR, from_responder, channel.responder_writes),
         ):
-            reader = Channel(
-                channel.key, role=role, context=channel.context, record_size=channel.record_size, _salt=salt
-            )
+            reader = channel.channel(role)
             reader.initial_data()
-            reader.opener.receive_data(wire)
-            received = bytearray()
-            while chunk := reader.opener.read():
-                received += chunk
+            with self_connections_allowed():
+                reader.opener.receive_data(wire)
+                received = bytearray()
+                while chunk := reader.opener.read():
+                    received += chunk
             if received != b"".join(writes) or not reader.opener.at_eof:
                 raise SystemExit(f"channel vector {channel.name} does not round-trip")
     names = [v["name"] for v in valid] + [c.name for c in invalid]
@@ -545,7 +688,14 @@ def render() -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="compare with the files instead of writing")
+    parser.add_argument(
+        "--new-encapsulation",
+        action="store_true",
+        help="make a new ML-KEM-768 encapsulation input (changes every hybrid vector)",
+    )
     args = parser.parse_args(argv)
+    if args.new_encapsulation or not ENCAPSULATION_FILE.exists():
+        new_encapsulation()
     stale = []
     for name, text in render().items():
         path = HERE / name

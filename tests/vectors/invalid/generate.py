@@ -35,13 +35,25 @@ from gcmstream.format import (
     FLAG_KEY_UPDATE,
     HARD_MAX_RECORD_SIZE,
     HEADER_SIZE,
+    MAX_FIELDS_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
+    FieldType,
+    KeyExchange,
     Suite,
     TrafficKeys,
-    channel_secret,
     make_header,
+    parse_header,
+    verify_header,
+)
+from gcmstream.handshake import (
+    CHANNEL_FIELDS,
+    ChannelKeys,
+    FixedEphemeral,
+    InitiatorShares,
+    channel_keys,
+    respond,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -55,6 +67,10 @@ SALT_A = bytes([0xA1]) * 32
 SALT_B = bytes([0xB2]) * 32
 SALT_R1 = bytes([0xC3]) * 32
 SALT_R2 = bytes([0xD4]) * 32
+SALT_I = bytes([0xE5]) * 32
+# fixed ephemeral X25519 keys (test-only injection): channel cases use the X25519 exchange
+INITIATOR_X25519 = bytes(range(1, 33))
+RESPONDER_X25519 = bytes(range(33, 65))
 
 # Plaintext of the base stream: five records, the second one carries KEY_UPDATE, the third is
 # short (a flush), the last is FINAL. Distinct bytes everywhere so any mix-up is visible.
@@ -100,6 +116,7 @@ def forge(
     record_size: int = RECORD_SIZE,
     role: Role = Role.ONE_WAY,
     secret: Callable[[bytes, bytes], bytes] | None = None,
+    fields: list[tuple[int, bytes]] | None = None,
 ) -> Forged:
     """Seal ``records`` (flags, plaintext) as a writer would, whatever the flags say.
 
@@ -107,7 +124,10 @@ def forge(
     then the next generation starts at sequence 0. ``secret`` maps (header, stream secret) to
     the secret to use (channels key each direction from both headers).
     """
-    header, stream_secret = make_header(key, role, record_size, context, salt)
+    exchange = KeyExchange.NONE if role is Role.ONE_WAY else KeyExchange.X25519
+    header, stream_secret = make_header(
+        key, role, record_size, context, salt, key_exchange=exchange, fields=fields or ()
+    )
     keys = TrafficKeys(stream_secret if secret is None else secret(header, stream_secret), Suite.for_key(key))
     out = Forged(header)
     seq = 0
@@ -121,19 +141,46 @@ def forge(
     return out
 
 
-def responder_header(salt: bytes, key: bytes = KEY, context: bytes = CONTEXT) -> bytes:
-    return make_header(key, Role.RESPONDER, RECORD_SIZE, context, salt)[0]
+def initiator_hello(
+    context: bytes = CONTEXT,
+    key_exchange: KeyExchange = KeyExchange.X25519,
+    fields: list[tuple[int, bytes]] | None = None,
+) -> bytes:
+    """The INITIATOR's header, with its fixed X25519 ephemeral key (or the ``fields`` given)."""
+    if fields is None:
+        fields = InitiatorShares(KeyExchange.X25519, FixedEphemeral(INITIATOR_X25519)).fields()
+    return make_header(
+        KEY, Role.INITIATOR, RECORD_SIZE, context, SALT_I, key_exchange=key_exchange, fields=fields
+    )[0]
+
+
+def responder_answer(
+    hello: bytes, receiver_salt: bytes, context: bytes = CONTEXT
+) -> tuple[bytes, ChannelKeys]:
+    """What the RESPONDER with ``receiver_salt`` and its fixed X25519 key answers to ``hello``,
+    and the keys both sides derive."""
+    fields, shared = respond(parse_header(hello, CHANNEL_FIELDS), FixedEphemeral(RESPONDER_X25519))
+    answer = make_header(
+        KEY,
+        Role.RESPONDER,
+        RECORD_SIZE,
+        context,
+        receiver_salt,
+        key_exchange=KeyExchange.X25519,
+        fields=fields,
+    )[0]
+    return answer, channel_keys(KEY, shared, hello, answer, context)
 
 
 def forge_channel(records: list[tuple[int, bytes]], receiver_salt: bytes, context: bytes = CONTEXT) -> Forged:
-    """The INITIATOR's bytes to a RESPONDER whose header used ``receiver_salt``."""
-    peer = responder_header(receiver_salt)
-    return forge(
-        records,
-        role=Role.INITIATOR,
-        context=context,
-        secret=lambda own, _stream: channel_secret(KEY, own, peer, context),
+    """The INITIATOR's bytes (header, Finished, records) to the RESPONDER with ``receiver_salt``."""
+    hello = initiator_hello(context)
+    _, keys = responder_answer(hello, receiver_salt, context)
+    forged = forge(
+        records, role=Role.INITIATOR, context=context, secret=lambda _h, _s: keys.initiator_to_responder
     )
+    forged.header = hello + keys.initiator_finished
+    return forged
 
 
 def flip(data: bytes, index: int, bit: int = 0) -> bytes:
@@ -155,6 +202,8 @@ class Case:
     context: bytes = CONTEXT
     max_record_size: int | None = None
     receiver_salt: bytes | None = None
+    receiver_key_exchange: int = KeyExchange.X25519
+    receiver_peer_id: bytes | None = None
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -169,6 +218,10 @@ class Case:
         if self.receiver_salt is not None:
             out["receiver_salt"] = self.receiver_salt.hex()
             out["receiver_record_size"] = RECORD_SIZE
+            out["receiver_x25519"] = RESPONDER_X25519.hex()
+            out["receiver_key_exchange"] = self.receiver_key_exchange
+            if self.receiver_peer_id is not None:
+                out["receiver_peer_id"] = self.receiver_peer_id.hex()
         out.update(
             expect=self.expect,
             released_length=len(self.released),
@@ -445,15 +498,52 @@ def build_cases() -> list[Case]:
     h = base.header
     rest = b"".join(r)
     add("bad_magic", "magic GCMT", _header_with(h, 0, b"GCMT") + rest, "UnsupportedFormatError", 0)
-    add("bad_version", "version 2", _header_with(h, 4, b"\x02") + rest, "UnsupportedFormatError", 0)
-    add("bad_suite", "suite 3", _header_with(h, 5, b"\x03") + rest, "UnsupportedFormatError", 0)
-    add("bad_role", "role 3", _header_with(h, 6, b"\x03") + rest, "UnsupportedFormatError", 0)
+    add("bad_version", "version 3", _header_with(h, 4, b"\x03") + rest, "UnsupportedFormatError", 0)
     add(
-        "reserved_byte_set",
-        "reserved byte 1",
+        "version_1",
+        "version 1 (never released, no longer read)",
+        _header_with(h, 4, b"\x01") + rest,
+        "UnsupportedFormatError",
+        0,
+    )
+    add("bad_role", "role 3", _header_with(h, 5, b"\x03") + rest, "UnsupportedFormatError", 0)
+    add("bad_suite", "suite 3", _header_with(h, 6, b"\x03") + rest, "UnsupportedFormatError", 0)
+    add(
+        "key_exchange_on_one_way",
+        "key exchange 1 (X25519) in a one-way header",
         _header_with(h, 7, b"\x01") + rest,
         "UnsupportedFormatError",
         0,
+    )
+    add(
+        "fields_too_long",
+        f"fields length {MAX_FIELDS_SIZE + 1}, over the bound",
+        _header_with(h, 60, (MAX_FIELDS_SIZE + 1).to_bytes(2, "big")) + rest,
+        "UnsupportedFormatError",
+        0,
+    )
+    add(
+        "unknown_key_id",
+        "one bit of the key ID flipped: it names no key the reader holds",
+        flip(base.wire(), 12),
+        "UnknownKeyError",
+        0,
+    )
+    critical = forge(BASE, fields=[(0x7FFF, b"from the future")])
+    add(
+        "unknown_critical_field",
+        "a correctly committed header with critical field type 0x7fff",
+        critical.wire(),
+        "UnknownFieldError",
+        0,
+    )
+    optional = forge(BASE, fields=[(0x8001, b"ignore me")])
+    add(
+        "unknown_optional_field_then_cut",
+        "a correctly committed header with non-critical field 0x8001 (ignored), cut before FINAL",
+        optional.wire(optional.records[:4]),
+        "TruncatedStreamError",
+        4,
     )
     add("record_size_zero", "record size 0", _header_with(h, 8, bytes(4)) + rest, "UnsupportedFormatError", 0)
     add(
@@ -478,7 +568,7 @@ def build_cases() -> list[Case]:
         "KeyCommitmentError",
         0,
     )
-    add("altered_salt", "one bit of the salt flipped", flip(base.wire(), 20), "KeyCommitmentError", 0)
+    add("altered_salt", "one bit of the salt flipped", flip(base.wire(), 40), "KeyCommitmentError", 0)
     add(
         "altered_commitment",
         "one bit of the commitment flipped",
@@ -488,9 +578,9 @@ def build_cases() -> list[Case]:
     )
     add(
         "wrong_key",
-        "the stream was written under another key",
+        "the stream was written under another key (its key ID is unknown here)",
         forge(BASE, key=OTHER_KEY).wire(),
-        "KeyCommitmentError",
+        "UnknownKeyError",
         0,
     )
     add(
@@ -502,9 +592,9 @@ def build_cases() -> list[Case]:
     )
     add(
         "wrong_suite",
-        "the stream was written with a 256-bit key, the reader has a 128-bit key",
+        "the stream was written with a 256-bit key, the reader has a 128-bit key (unknown key ID)",
         forge(BASE, key=KEY_256).wire(),
-        "KeyCommitmentError",
+        "UnknownKeyError",
         0,
     )
     add(
@@ -523,28 +613,82 @@ def build_cases() -> list[Case]:
         kw.setdefault("receiver_salt", SALT_R1)
         cases.append(Case(name, comment, data, expect, chan.plain(released), true, mode="channel", **kw))  # type: ignore[arg-type]
 
+    hello = initiator_hello()
+    answer, keys = responder_answer(hello, SALT_R1)
     add_channel(
         "channel_replayed_session",
-        "an initiator's session recorded against one responder, replayed to a new responder",
+        "an initiator's session recorded against one responder, replayed to a new responder: its "
+        "Finished does not confirm the keys of the new responder's fresh handshake",
         chan.wire(),
-        "AuthenticationError",
+        "HandshakeError",
         0,
         receiver_salt=SALT_R2,
     )
     add_channel(
         "channel_reflected",
         "the responder's own header sent back to it",
-        responder_header(SALT_R1),
+        answer,
         "RoleMismatchError",
         0,
     )
     add_channel(
         "channel_one_way_stream", "a one-way stream fed to a channel", base.wire(), "RoleMismatchError", 0
     )
+    hello_size = len(hello)
+    add_channel(
+        "channel_flipped_finished",
+        "one bit of the initiator's Finished flipped",
+        flip(chan.wire(), hello_size + 5),
+        "HandshakeError",
+        0,
+    )
+    add_channel(
+        "channel_no_finished",
+        "the initiator's header, then the end of input",
+        hello,
+        "TruncatedStreamError",
+        0,
+    )
+    add_channel(
+        "channel_downgrade",
+        "an X25519-only initiator to a responder that requires ML-KEM-768 + X25519",
+        chan.wire(),
+        "DowngradeError",
+        0,
+        receiver_key_exchange=KeyExchange.MLKEM768_X25519,
+    )
+    add_channel(
+        "channel_missing_share",
+        "a correctly committed X25519 header without its X25519 share",
+        initiator_hello(fields=[]) + bytes(32),
+        "HandshakeError",
+        0,
+    )
+    add_channel(
+        "channel_short_share",
+        "a correctly committed X25519 header whose X25519 share has 31 bytes",
+        initiator_hello(fields=[(FieldType.X25519_SHARE, bytes(range(31)))]) + bytes(32),
+        "HandshakeError",
+        0,
+    )
+    add_channel(
+        "channel_unexpected_identity",
+        "the initiator names itself mallory; the responder expects bob (peer_id)",
+        initiator_hello(
+            fields=[
+                *InitiatorShares(KeyExchange.X25519, FixedEphemeral(INITIATOR_X25519)).fields(),
+                (FieldType.IDENTITY, b"mallory"),
+            ]
+        )
+        + bytes(32),
+        "PeerIdentityError",
+        0,
+        receiver_peer_id=b"bob",
+    )
     add_channel(
         "channel_flipped_tag",
         "one bit of record 3's tag flipped",
-        flip(chan.wire(), HEADER_SIZE + sum(map(len, cr[:4])) - 1),
+        flip(chan.wire(), len(chan.header) + sum(map(len, cr[:4])) - 1),
         "AuthenticationError",
         3,
     )
@@ -560,10 +704,11 @@ def build_cases() -> list[Case]:
         2,
     )
     add_channel("channel_trailing_data", "a byte after FINAL", chan.wire() + b"\xff", "TrailingDataError", 4)
+    stream_secret = verify_header(KEY, parse_header(hello, CHANNEL_FIELDS), CONTEXT)
     add_channel(
         "channel_one_way_keyed_records",
-        "a channel header followed by records sealed with the one-way stream key of that header",
-        chan.header + b"".join(forge(BASE, role=Role.INITIATOR).records),
+        "the initiator's header and Finished, then records sealed with that header's one-way stream secret",
+        chan.header + b"".join(forge(BASE, role=Role.INITIATOR, secret=lambda _h, _s: stream_secret).records),
         "AuthenticationError",
         0,
     )
@@ -577,6 +722,23 @@ def build_cases() -> list[Case]:
     return cases
 
 
+def channel_reader(case: dict[str, object]) -> Opener:
+    """The RESPONDER a channel case describes; its answers to the input are dropped."""
+    peer_id = case.get("receiver_peer_id")
+    channel = Channel(
+        bytes.fromhex(str(case["key"])),
+        role=Role.RESPONDER,
+        context=bytes.fromhex(str(case["context"])),
+        record_size=int(str(case["receiver_record_size"])),
+        key_exchange=KeyExchange(int(str(case["receiver_key_exchange"]))),
+        peer_id=bytes.fromhex(str(peer_id)) if peer_id is not None else None,
+        _salt=bytes.fromhex(str(case["receiver_salt"])),
+        _ephemeral=FixedEphemeral(x25519=bytes.fromhex(str(case["receiver_x25519"]))),
+    )
+    channel.initial_data()
+    return channel.opener  # (its hooks keep the channel alive)
+
+
 def replay(case: dict[str, object], chunk_size: int = 0) -> tuple[bytes, GcmStreamError | None]:
     """Feed a case's input (all at once, or in ``chunk_size`` pieces), then EOF; return the
     plaintext released and the error raised (None if the stream ended cleanly)."""
@@ -584,15 +746,7 @@ def replay(case: dict[str, object], chunk_size: int = 0) -> tuple[bytes, GcmStre
     context = bytes.fromhex(str(case["context"]))
     data = bytes.fromhex(str(case["input"]))
     if case["mode"] == "channel":
-        channel = Channel(
-            key,
-            role=Role.RESPONDER,
-            context=context,
-            record_size=int(str(case["receiver_record_size"])),
-            _salt=bytes.fromhex(str(case["receiver_salt"])),
-        )
-        channel.initial_data()
-        opener = channel.opener
+        opener = channel_reader(case)
     else:
         max_record_size = case.get("max_record_size")
         if max_record_size is None:

@@ -1,0 +1,311 @@
+"""The channel handshake (docs/FORMAT.md 5.2), sans-IO: forward secrecy, key confirmation before
+anything is allocated, self-connections, identities, downgrades, key rings."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from gcmstream import (
+    AuthenticationError,
+    Channel,
+    DowngradeError,
+    HandshakeError,
+    KeyExchange,
+    KeyRing,
+    NotReadyError,
+    PeerIdentityError,
+    Role,
+    SelfConnectionError,
+    UnknownKeyError,
+    generate_key,
+    key_id,
+)
+from gcmstream.channel import self_connections_allowed
+from gcmstream.format import FINISHED_SIZE, MAX_HEADER_SIZE
+from gcmstream.handshake import handshake_sizes
+from gcmstream.testing import run_handshake
+
+from .helpers import FIXED_EPHEMERAL, FIXED_SALTS, handshake_bytes
+
+KEY = bytes(range(16))
+
+
+def first_record(initiator: Channel) -> bytes:
+    return bytes(initiator.sealer.seal(b"the same plaintext", flush=True))
+
+
+# -- forward secrecy ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("exchange", list(KeyExchange)[1:], ids=lambda e: e.name)
+def test_sessions_with_the_same_key_and_salts_derive_different_traffic_keys(exchange: KeyExchange) -> None:
+    """Two sessions with the same key and forced salts: the ephemeral keys alone make their
+    traffic keys differ, so the same plaintext seals differently."""
+    records = []
+    for _ in range(2):
+        initiator = Channel(
+            KEY, role=Role.INITIATOR, key_exchange=exchange, _salt=FIXED_SALTS[Role.INITIATOR]
+        )
+        responder = Channel(
+            KEY, role=Role.RESPONDER, key_exchange=exchange, _salt=FIXED_SALTS[Role.RESPONDER]
+        )
+        run_handshake(initiator, responder)
+        assert initiator.handshake_complete() and responder.handshake_complete()
+        records.append(first_record(initiator))
+    assert records[0] != records[1]
+
+
+def test_a_recorded_session_does_not_open_with_the_key_alone() -> None:
+    """Whoever learns the pre-shared key after the session, with every byte of it recorded, cannot
+    read it: playing either end with the key (and even the recorded salt) gives other keys."""
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    from_initiator, from_responder = handshake_bytes(initiator, responder)
+    from_initiator += first_record(initiator)
+    from_responder += bytes(responder.sealer.seal(b"the reply", flush=True))
+    # as the responder, fed the initiator's recorded bytes (same salt as the recorded answer)
+    as_responder = Channel(KEY, role=Role.RESPONDER, _salt=from_responder[28:60])
+    as_responder.initial_data()
+    as_responder.opener.receive_data(from_initiator)
+    with pytest.raises(HandshakeError, match="key confirmation"):
+        as_responder.handshake_complete()
+    # as the initiator, fed the responder's recorded bytes: its own ephemeral key is not the one
+    # the recorded answer was made for
+    as_initiator = Channel(KEY, role=Role.INITIATOR, _salt=from_initiator[28:60])
+    as_initiator.initial_data()
+    as_initiator.opener.receive_data(from_responder)
+    with pytest.raises(HandshakeError, match="key confirmation"):
+        as_initiator.handshake_complete()
+
+
+def test_with_the_ephemeral_keys_the_recording_opens() -> None:
+    """The contrast: what protects a recording is the ephemeral secret, not the salts (test-only
+    injection of fixed ephemeral keys reproduces the session)."""
+    initiator = Channel(
+        KEY,
+        role=Role.INITIATOR,
+        key_exchange=KeyExchange.X25519,
+        _salt=FIXED_SALTS[Role.INITIATOR],
+        _ephemeral=FIXED_EPHEMERAL[Role.INITIATOR],
+    )
+    responder = Channel(
+        KEY,
+        role=Role.RESPONDER,
+        key_exchange=KeyExchange.X25519,
+        _salt=FIXED_SALTS[Role.RESPONDER],
+        _ephemeral=FIXED_EPHEMERAL[Role.RESPONDER],
+    )
+    from_initiator = handshake_bytes(initiator, responder)[0] + first_record(initiator)
+    again = Channel(
+        KEY,
+        role=Role.RESPONDER,
+        key_exchange=KeyExchange.X25519,
+        _salt=FIXED_SALTS[Role.RESPONDER],
+        _ephemeral=FIXED_EPHEMERAL[Role.RESPONDER],
+    )
+    again.initial_data()
+    again.opener.receive_data(from_initiator)
+    assert again.opener.read() == b"the same plaintext"
+
+
+def ephemeral_dropped(channel: Channel) -> bool:
+    """No ephemeral private key (initiator) nor derived handshake secret left in ``channel``."""
+    return channel._shares is None and channel._derived is None
+
+
+def test_ephemeral_private_keys_are_dropped_when_the_handshake_ends() -> None:
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    assert not ephemeral_dropped(initiator)
+    run_handshake(initiator, responder)
+    assert initiator.handshake_complete() and responder.handshake_complete()
+    assert ephemeral_dropped(initiator) and ephemeral_dropped(responder)
+    failed = Channel(KEY, role=Role.INITIATOR)
+    failed.initial_data()
+    liar = Channel(KEY, role=Role.RESPONDER)
+    liar.opener.receive_data(Channel(KEY, role=Role.INITIATOR).initial_data())
+    failed.opener.receive_data(liar.data_to_send())  # an answer to another initiator
+    with pytest.raises(HandshakeError):
+        failed.handshake_complete()
+    assert ephemeral_dropped(failed)
+
+
+# -- key confirmation before anything costs --------------------------------------------------------
+
+
+def test_nothing_is_allocated_or_sealed_before_the_initiator_confirms() -> None:
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    responder.initial_data()
+    responder.opener.receive_data(initiator.initial_data())
+    answer = responder.data_to_send()
+    assert len(answer) == handshake_sizes(KeyExchange.MLKEM768_X25519)[1]
+    # the answer is out, but the responder is not done: no ring, no sealing, not complete
+    assert not responder.handshake_complete()
+    assert responder.opener._ring is None
+    with pytest.raises(NotReadyError):
+        responder.sealer.seal(b"too early")
+    # records that arrive before Finished wait in the header buffer, bounded by its size
+    assert responder.opener.header_missing == FINISHED_SIZE
+    hello_size = handshake_sizes(KeyExchange.MLKEM768_X25519)[0] - FINISHED_SIZE
+    assert len(responder.opener._header_buf) == hello_size + FINISHED_SIZE <= MAX_HEADER_SIZE + FINISHED_SIZE
+    initiator.opener.receive_data(answer)
+    assert initiator.handshake_complete()  # the initiator may send after one round trip
+    responder.opener.receive_data(initiator.data_to_send() + first_record(initiator))
+    assert responder.handshake_complete()
+    assert responder.opener.read() == b"the same plaintext"
+
+
+def test_a_forged_finished_is_refused() -> None:
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    responder.initial_data()
+    responder.opener.receive_data(initiator.initial_data())
+    initiator.opener.receive_data(responder.data_to_send())
+    finished = bytearray(initiator.data_to_send())
+    finished[0] ^= 1
+    responder.opener.receive_data(bytes(finished))
+    with pytest.raises(HandshakeError, match="key confirmation"):
+        responder.handshake_complete()
+
+
+def test_handshake_sizes_match_what_is_sent() -> None:
+    for exchange in (KeyExchange.X25519, KeyExchange.MLKEM768_X25519):
+        for ids in ((None, None), ("alice", "bob")):
+            initiator = Channel(KEY, role=Role.INITIATOR, key_exchange=exchange, local_id=ids[0])
+            responder = Channel(KEY, role=Role.RESPONDER, key_exchange=exchange, local_id=ids[1])
+            sent = handshake_bytes(initiator, responder)
+            sizes = tuple(len(name) if name else 0 for name in ids)
+            assert tuple(map(len, sent)) == handshake_sizes(exchange, sizes)  # type: ignore[arg-type]
+
+
+# -- self-connections and identities ---------------------------------------------------------------
+
+
+@pytest.mark.refuse_self_connections
+def test_a_process_refuses_its_own_initiator_header() -> None:
+    """The Selfie attack: this process's outgoing handshake routed into its own server."""
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    responder.initial_data()
+    responder.opener.receive_data(initiator.initial_data())
+    with pytest.raises(SelfConnectionError, match="this process"):
+        responder.handshake_complete()
+    assert responder.data_to_send() == b""  # no answer
+    # within self_connections_allowed() (tests, demos) the same is accepted
+    with self_connections_allowed():
+        run_handshake(Channel(KEY, role=Role.INITIATOR), allowed := Channel(KEY, role=Role.RESPONDER))
+        assert allowed.handshake_complete()
+
+
+@pytest.mark.refuse_self_connections
+def test_a_finished_or_abandoned_initiator_is_forgotten() -> None:
+    initiator = Channel(KEY, role=Role.INITIATOR)
+    hello = initiator.initial_data()
+    del initiator
+    gc.collect()
+    responder = Channel(KEY, role=Role.RESPONDER)
+    responder.opener.receive_data(hello)
+    assert responder.data_to_send()  # answered: the header is no longer one of ours in flight
+
+
+def test_identities_are_sent_bound_and_checked() -> None:
+    alice = Channel(KEY, role=Role.INITIATOR, local_id="alice", peer_id="bob")
+    bob = Channel(KEY, role=Role.RESPONDER, local_id="bob", peer_id="alice")
+    run_handshake(alice, bob)
+    assert alice.handshake_complete() and bob.handshake_complete()
+    assert (alice.peer_id, bob.peer_id) == (b"bob", b"alice")
+    # a responder that expects bob refuses carol, and one without an identity
+    for name in ("carol", None):
+        server = Channel(KEY, role=Role.RESPONDER, peer_id="bob")
+        server.opener.receive_data(Channel(KEY, role=Role.INITIATOR, local_id=name).initial_data())
+        with pytest.raises(PeerIdentityError, match="expected b'bob'"):
+            server.handshake_complete()
+    # an initiator that expects bob refuses a responder that is carol
+    client = Channel(KEY, role=Role.INITIATOR, peer_id="bob")
+    run_handshake(client, Channel(KEY, role=Role.RESPONDER, local_id="carol"))
+    with pytest.raises(PeerIdentityError):
+        client.handshake_complete()
+
+
+def test_two_processes_sharing_a_key_cannot_be_reflected_when_they_name_themselves() -> None:
+    """A peer that claims this end's own identity is a reflection (Selfie across processes that
+    share the key): refused even without peer_id."""
+    server = Channel(KEY, role=Role.RESPONDER, local_id="node-1")
+    server.opener.receive_data(Channel(KEY, role=Role.INITIATOR, local_id="node-1").initial_data())
+    with pytest.raises(SelfConnectionError, match="own identity"):
+        server.handshake_complete()
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 256])
+def test_identity_length_is_checked(bad: str) -> None:
+    with pytest.raises(ValueError, match="1 to 255"):
+        Channel(KEY, role=Role.INITIATOR, local_id=bad)
+
+
+# -- downgrades and key exchange choices -----------------------------------------------------------
+
+
+def test_an_x25519_only_initiator_is_refused_where_the_hybrid_is_required() -> None:
+    server = Channel(KEY, role=Role.RESPONDER)  # the default requires the hybrid
+    server.opener.receive_data(
+        Channel(KEY, role=Role.INITIATOR, key_exchange=KeyExchange.X25519).initial_data()
+    )
+    with pytest.raises(DowngradeError, match="X25519"):
+        server.handshake_complete()
+    # a responder that accepts X25519 answers a hybrid offer with the hybrid
+    hybrid = Channel(KEY, role=Role.INITIATOR)
+    lenient = Channel(KEY, role=Role.RESPONDER, key_exchange=KeyExchange.X25519)
+    run_handshake(hybrid, lenient)
+    assert hybrid.handshake_complete() and lenient.handshake_complete()
+    assert (
+        len(handshake_bytes(Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER))[1]) > 1000
+    )
+
+
+def test_an_initiator_refuses_a_weaker_answer() -> None:
+    """A responder (holding the key) that answers a hybrid offer with X25519 alone."""
+    x_only = Channel(KEY, role=Role.INITIATOR, key_exchange=KeyExchange.X25519)
+    answerer = Channel(KEY, role=Role.RESPONDER, key_exchange=KeyExchange.X25519)
+    answerer.opener.receive_data(x_only.initial_data())
+    weaker_answer = answerer.data_to_send()
+    hybrid = Channel(KEY, role=Role.INITIATOR)
+    hybrid.initial_data()
+    hybrid.opener.receive_data(weaker_answer)
+    with pytest.raises(DowngradeError):
+        hybrid.handshake_complete()
+
+
+def test_key_exchange_none_is_not_a_channel() -> None:
+    with pytest.raises(ValueError, match="key_exchange"):
+        Channel(KEY, role=Role.INITIATOR, key_exchange=KeyExchange.NONE)
+
+
+# -- key rings --------------------------------------------------------------------------------------
+
+
+def test_a_server_with_a_key_ring_serves_clients_with_different_keys() -> None:
+    old, new = generate_key(), generate_key(256)
+    server_keys = KeyRing([new, old])
+    for client_key in (old, new):
+        client = Channel(client_key, role=Role.INITIATOR)
+        server = Channel(server_keys, role=Role.RESPONDER)
+        run_handshake(client, server)
+        assert client.handshake_complete() and server.handshake_complete()
+        server.opener.receive_data(first_record(client))
+        assert server.opener.read() == b"the same plaintext"
+        client.opener.receive_data(bytes(server.sealer.seal(b"answered under your key", flush=True)))
+        assert client.opener.read() == b"answered under your key"
+        assert server.sealer.suite == client.sealer.suite
+    # a retired key is an unknown key ID
+    retired = Channel(generate_key(), role=Role.INITIATOR)
+    server = Channel(server_keys, role=Role.RESPONDER)
+    server.opener.receive_data(retired.initial_data())
+    with pytest.raises(UnknownKeyError, match=key_id(retired._keys.primary).hex()):
+        server.handshake_complete()
+
+
+def test_records_of_one_direction_do_not_open_in_the_other() -> None:
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    run_handshake(initiator, responder)
+    initiator.handshake_complete()
+    initiator.opener.receive_data(first_record(initiator))  # reflected after the handshake
+    with pytest.raises(AuthenticationError):
+        initiator.opener.read()
