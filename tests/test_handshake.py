@@ -309,3 +309,24 @@ def test_records_of_one_direction_do_not_open_in_the_other() -> None:
     initiator.opener.receive_data(first_record(initiator))  # reflected after the handshake
     with pytest.raises(AuthenticationError):
         initiator.opener.read()
+
+
+def test_an_initiator_with_a_key_ring_accepts_only_the_key_it_offered() -> None:
+    """Review finding (high): an initiator holding KeyRing([current, old]) offers `current`; an
+    attacker holding only `old` builds a responder's answer from the format under `old`. The
+    initiator must refuse it: it would otherwise complete and send its data to the attacker."""
+    from gcmstream import HandshakeError, KeyRing, UnknownKeyError
+    from gcmstream.format import make_header, parse_header
+    from gcmstream.handshake import CHANNEL_FIELDS, channel_keys, respond
+
+    current, old = generate_key(), generate_key()
+    client = Channel(KeyRing([current, old]), role=Role.INITIATOR)
+    hello = client.initial_data()
+    offered = parse_header(hello, CHANNEL_FIELDS)  # public bytes: no key needed to parse them
+    fields, shared = respond(offered)  # the attacker's half of the exchange
+    answer, _ = make_header(old, Role.RESPONDER, 65536, b"", key_exchange=offered.key_exchange, fields=fields)
+    keys = channel_keys(old, shared, hello, answer, b"")
+    client.opener.receive_data(answer + keys.responder_finished)
+    with pytest.raises((UnknownKeyError, HandshakeError)):
+        client.handshake_complete()
+    assert not client.sealer.ready

@@ -30,11 +30,13 @@ from .format import (
     FieldType,
     KeyExchange,
     KeyLimits,
+    KeyRing,
     Keys,
     Role,
     StreamHeader,
     as_key_ring,
     check_context,
+    key_id,
     make_header,
 )
 from .handshake import (
@@ -150,7 +152,10 @@ class Channel:
             _role=role,
         )
         self.opener = Opener(
-            self._keys,
+            # An initiator offered one key (its header names the primary): the responder must
+            # answer under that key, never under another key of the ring (review finding: any
+            # ring member could otherwise impersonate the server). A responder takes the ring.
+            KeyRing([self._keys.primary]) if role is Role.INITIATOR else self._keys,
             context=context,
             max_record_size=max_record_size,
             limits=limits,
@@ -230,6 +235,8 @@ class Channel:
 
     def _on_peer_header(self, key: bytes, header: StreamHeader) -> None:
         """The opener's hook once the peer's header verified: run our half of the exchange."""
+        if self.role is Role.INITIATOR and header.key_id != key_id(self._keys.primary):
+            raise HandshakeError("the responder answered under another key than the one offered")
         if header.key_exchange < self.key_exchange:
             raise DowngradeError(
                 f"the peer used key exchange {header.key_exchange.name}, "
