@@ -405,7 +405,9 @@ def check_header_start(start: Buffer) -> None:
     magic = start[: len(MAGIC)]
     if magic != MAGIC[: len(magic)]:
         raise UnsupportedFormatError(
-            f"not a gcmstream stream: starts with {magic!r}, expected the magic {MAGIC!r}"
+            # The input's own bytes are not shown: they may be plaintext or a key given here
+            # by mistake (a new user found 4 characters of a key file in this message).
+            f"not a gcmstream stream: it does not start with the magic {MAGIC!r}"
         )
     if len(start) > len(MAGIC) and start[len(MAGIC)] != VERSION:
         version = start[len(MAGIC)]
