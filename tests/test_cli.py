@@ -1092,3 +1092,22 @@ def test_closed_reader_leaves_no_progress_bar_behind(tmp_path: Path, keyfile: Pa
     assert "encrypt:" in text  # the bar was there
     assert "\n" not in text.strip(), text  # no message, no summary line
     assert text.rsplit("\r", 1)[-1].strip() == "", text  # the bar's line was cleared at the end
+
+
+def test_completion_into_a_closed_pipe_exits_quietly() -> None:
+    """Found by a new user: `gcmstream --print-completion bash | head -1` printed a traceback.
+    Here the pipe's reader is gone before anything is written, so every run meets it."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gcmstream", "--print-completion", "bash"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=TIMEOUT,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert b"Traceback" not in done.stderr, done.stderr
+    assert done.returncode == EXIT_BROKEN_PIPE

@@ -997,7 +997,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     if argv is None:
         argv = sys.argv[1:]
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)  # (help and --print-completion write here, then exit)
+    except BrokenPipeError:  # `gcmstream --print-completion bash | head`: quiet, as cat
+        _close_stdout()
+        return EXIT_BROKEN_PIPE
     if args.command is None:  # bare `gcmstream`: the help, as a usage error
         parser.print_help()
         return EXIT_USAGE
