@@ -513,3 +513,31 @@ async def test_write_after_close_is_refused_where_asyncio_drops_it() -> None:
         writer.close()
         with pytest.raises(gcmstream.StreamClosedError, match="closing"):
             writer.write(b"b")
+
+
+@pytest.mark.asyncio
+async def test_a_key_ring_server_sees_which_key_the_client_proved() -> None:
+    """Review finding: identities are claims; the key a client proved is what tells key-ring
+    clients apart, so the server must be able to read it (its public key ID)."""
+    from gcmstream import KeyRing, generate_key
+    from gcmstream.format import key_id
+
+    alice, bob = generate_key(), generate_key()
+    seen: list[object] = []
+
+    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        seen.append(writer.get_extra_info("gcmstream_peer_key_id"))
+        async with writer:
+            await reader.read()
+
+    server = await gcmstream.start_server(handler, "127.0.0.1", 0, key=KeyRing([alice, bob]))
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        for key in (bob, alice):
+            reader, writer = await gcmstream.open_connection("127.0.0.1", port, key=key)
+            assert writer.get_extra_info("gcmstream_peer_key_id") == key_id(key)  # the server's
+            writer.write_eof()
+            assert await reader.read() == b""
+            writer.close()
+            await writer.wait_closed()
+    assert seen == [key_id(bob), key_id(alice)]

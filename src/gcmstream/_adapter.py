@@ -161,4 +161,7 @@ def connection_statistics(sealer: Sealer, opener: Opener | None) -> dict[str, ob
     if opener is not None:
         figures["records_opened"] = opener.records_opened
         figures["bytes_opened"] = opener.bytes_opened
+        # the key the peer proved (its public key ID): what tells key-ring clients apart, where
+        # an identity field is only a claim (SECURITY.md, "Identities")
+        figures["peer_key_id"] = opener.header.key_id if opener.header is not None else None
     return figures

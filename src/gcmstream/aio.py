@@ -498,7 +498,8 @@ class SecureStreamWriter:
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         """The transport's keys, plus gcmstream's: ``gcmstream_suite``, ``gcmstream_record_size``,
         ``gcmstream_records_sealed``, ``gcmstream_bytes_sealed``, ``gcmstream_records_opened``,
-        ``gcmstream_bytes_opened``."""
+        ``gcmstream_bytes_opened``, ``gcmstream_peer_key_id`` (the public ID of the key the
+        peer proved: with a KeyRing, which of its keys)."""
         if name.startswith("gcmstream_"):
             opener = self._reader.opener if self._reader is not None else None
             figures = connection_statistics(self._sealer, opener)

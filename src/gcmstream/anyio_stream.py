@@ -97,6 +97,8 @@ class GcmStreamAttribute(anyio.TypedAttributeSet):
     bytes_sealed: int = anyio.typed_attribute()
     records_opened: int = anyio.typed_attribute()
     bytes_opened: int = anyio.typed_attribute()
+    #: the public ID of the key the peer proved in the handshake (from a KeyRing: which one)
+    peer_key_id: bytes = anyio.typed_attribute()
 
 
 @dataclass(eq=False)
@@ -306,7 +308,15 @@ class SecureStream(ByteStream):
         }
 
 
-_FIGURES = ("suite", "record_size", "records_sealed", "bytes_sealed", "records_opened", "bytes_opened")
+_FIGURES = (
+    "suite",
+    "record_size",
+    "records_sealed",
+    "bytes_sealed",
+    "records_opened",
+    "bytes_opened",
+    "peer_key_id",
+)
 
 
 async def connect_tcp(
