@@ -44,7 +44,7 @@ def test_every_test_the_documents_cite_exists() -> None:
     """SECURITY.md, README.md and docs/FORMAT.md point at tests by name: those tests exist."""
     root = DOCS.parent
     defined = set()
-    for path in (root / "tests").glob("test_*.py"):
+    for path in (root / "tests").rglob("test_*.py"):
         defined |= set(re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.MULTILINE))
     cited = set()
     for name in ("SECURITY.md", "README.md", "docs/FORMAT.md"):

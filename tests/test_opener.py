@@ -36,9 +36,9 @@ from gcmstream.format import (
     TAG_SIZE,
 )
 
+from .hostile.test_codec import CONTEXT, forge
 from .test_codec import KEY, records, seal_stream, tampered, wants_data
 from .test_codec_limits import feed_zero_copy
-from .test_hostile_codec import CONTEXT, forge
 
 # Two ways in: ``bytes`` are held by reference (whole records open straight from them), a
 # ``bytearray`` is copied into the ring (records open in place there); each has its own run loop.

@@ -103,7 +103,7 @@ class SecureStreamReader:
 
     Every record that arrived whole counts as buffered, as the bytes fed to a StreamReader do:
     ``read(n)``, ``readuntil``'s limit and ``at_eof()`` see the same data asyncio's would if it
-    were fed each record's plaintext as it arrived (tests/test_aio_differential.py compares
+    were fed each record's plaintext as it arrived (tests/differential/test_aio.py compares
     them). Deliberate differences: an error in a record raises (after the authenticated bytes
     before it were returned), and ``at_eof()`` is True only at an authenticated end.
     """

@@ -1,7 +1,7 @@
 """anyio adapter: a secure ``anyio.abc.ByteStream`` over any byte stream, on asyncio and trio.
 
-Modelled on anyio's ``TLSStream`` and checked against it (tests/test_anyio_differential.py)
-and against trio's stream suite (tests/test_anyio_trio_suite.py): :meth:`SecureStream.wrap`
+Modelled on anyio's ``TLSStream`` and checked against it (tests/differential/test_anyio_stream.py)
+and against trio's stream suite (tests/differential/test_trio_suite.py): :meth:`SecureStream.wrap`
 runs the channel handshake over ``transport_stream`` (a public field); ``receive()`` never
 returns empty bytes and raises ``EndOfStream`` only after an authenticated FINAL record; a
 transport that ends without one raises :class:`AnyioTruncatedStreamError`, which is both

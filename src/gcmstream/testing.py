@@ -1,6 +1,6 @@
 """A conformance suite for gcmstream adapters, over real loopback sockets.
 
-Every adapter in gcmstream runs through it (tests/test_conformance.py), and so can yours: wrap
+Every adapter in gcmstream runs through it (tests/test_testing.py), and so can yours: wrap
 your transport in an :class:`Adapter` (how to serve, how to connect, both giving
 :class:`Endpoint` objects) and run each check in :data:`CHECKS` under anyio (any backend)::
 

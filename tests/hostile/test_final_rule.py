@@ -25,7 +25,7 @@ from gcmstream import Opener, pipeline
 from gcmstream.aio import decrypting_reader
 from gcmstream.keyfile import write_key_file
 
-VECTORS = sorted((Path(__file__).parent / "vectors" / "invalid").glob("*.json"))
+VECTORS = sorted((Path(__file__).parent.parent / "vectors" / "invalid").glob("*.json"))
 CASES = [case for case in (json.loads(p.read_text()) for p in VECTORS) if case["mode"] == "one-way"]
 
 

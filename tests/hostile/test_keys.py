@@ -40,7 +40,7 @@ from gcmstream import format as wire_format
 from gcmstream.format import HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE, Buffer
 from gcmstream.testing import run_handshake
 
-from .helpers import fixed_channel, handshake_bytes
+from ..helpers import fixed_channel, handshake_bytes
 
 KEY = bytes(range(16))
 KEY_256 = bytes(range(32, 64))

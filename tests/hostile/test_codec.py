@@ -59,9 +59,9 @@ from gcmstream.format import (
 )
 from gcmstream.handshake import FixedEphemeral
 
-from .helpers import fixed_channel, handshake_bytes
+from ..helpers import fixed_channel, handshake_bytes
 
-VECTORS = Path(__file__).parent / "vectors" / "invalid"
+VECTORS = Path(__file__).parent.parent / "vectors" / "invalid"
 KEY = bytes(range(16))
 CONTEXT = b"hostile codec tests"
 RECORD_SIZE = 24
