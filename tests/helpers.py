@@ -1,28 +1,61 @@
-"""Helpers shared by the tests: deterministic channel ends.
+"""Helpers shared by the tests: keys, deterministic channel ends, and feeding an Opener.
+
+Constants: ``KEY`` (AES-128) and ``SALT`` are the defaults every test uses unless it needs a
+key of its own; ``CONTEXT`` is the context of forged streams.
 
 A channel's keys come from fresh ephemeral keys, so a stream one end sent can be opened later
 only by an end that repeats the same handshake. ``fixed_channel`` injects fixed salts and fixed
 X25519 ephemeral keys (the test-only ``_salt``/``_ephemeral``), so a new end of the same role
 always answers the same way: exactly what known-answer and tamper tests need.
+
+Parser tests feed each input three ways (h11's rule, ``WAYS``): all at once, byte by byte (the
+opener must answer "need more" and never "end" before the last byte) and with trailing data
+(which must raise TrailingDataError and never come out as plaintext). Each way is run with
+copying input (``receive_data``) and with zero-copy input (``get_buffer``/``buffer_updated``),
+the two ``FEEDS``; ``run`` and ``check_valid`` do both, ``open_chunks`` feeds given chunks.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from gcmstream import Channel, KeyExchange, Role
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from gcmstream import (
+    Channel,
+    GcmStreamError,
+    KeyExchange,
+    KeyLimits,
+    LimitReachedError,
+    Opener,
+    ProtocolError,
+    Role,
+    Sealer,
+    StreamBrokenError,
+    TrailingDataError,
+)
 from gcmstream.channel import self_connections_allowed
+from gcmstream.format import (
+    FLAG_KEY_UPDATE,
+    HEADER_SIZE,
+    RECORD_HEADER,
+    RECORD_HEADER_SIZE,
+    TAG_SIZE,
+    Suite,
+    TrafficKeys,
+    make_header,
+)
 from gcmstream.handshake import FixedEphemeral
 from gcmstream.testing import run_handshake
 
-__all__ = (
-    "FIXED_EPHEMERAL",
-    "FIXED_SALTS",
-    "fixed_channel",
-    "fixed_pair",
-    "handshake_bytes",
-    "run_handshake",
-)
+KEY = bytes(range(16))
+SALT = bytes(range(32))
+CONTEXT = b"hostile codec tests"
 
 FIXED_SALTS = {Role.INITIATOR: b"\x01" * 32, Role.RESPONDER: b"\x02" * 32}
 FIXED_EPHEMERAL = {
@@ -62,3 +95,246 @@ def handshake_bytes(initiator: Channel, responder: Channel) -> tuple[bytes, byte
         responder.opener.receive_data(finished)
         assert initiator.handshake_complete() and responder.handshake_complete()
     return hello + finished, answer
+
+
+JUNK = b"\x00trailing junk"
+
+FEEDS = ["copy", "zero-copy"]
+WAYS = ["all", "bytewise", "trailing"]
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def seal_stream(
+    writes: list[bytes],
+    *,
+    record_size: int = 7,
+    key: bytes = KEY,
+    context: bytes = b"",
+    flush_after: bool = False,
+    limits: KeyLimits | None = None,
+) -> bytes:
+    sealer = Sealer(key, context=context, record_size=record_size, limits=limits)
+    out = bytearray()
+    for data in writes:
+        out += sealer.seal(data)
+        if flush_after:
+            out += sealer.flush()
+    out += sealer.close()
+    return bytes(out)
+
+
+def records(wire: bytes) -> Iterator[tuple[int, int, int]]:
+    """(start, flags, wire length) of each record of a valid stream."""
+    pos = HEADER_SIZE
+    while pos < len(wire):
+        flags, length = RECORD_HEADER.unpack_from(wire, pos)
+        yield pos, flags, RECORD_HEADER_SIZE + length
+        pos += RECORD_HEADER_SIZE + length
+
+
+def drain(opener: Opener, out: bytearray) -> bool:
+    """Read everything that is ready into ``out``; True if the authenticated end was reached."""
+    while True:
+        got = opener.read()
+        if got is None:
+            return False
+        if not got:
+            return True
+        out += got
+
+
+def feed(opener: Opener, chunk: bytes, how: str, out: bytearray) -> None:
+    """Give ``chunk`` to the opener, reading whenever it has no room (as an adapter would)."""
+    if how == "copy":
+        opener.receive_data(chunk)
+        return
+    pos = 0
+    while pos < len(chunk):
+        room = opener.get_buffer()
+        if not room:
+            before = len(out)
+            drain(opener, out)
+            room = opener.get_buffer()
+            if not room:
+                if len(out) == before:  # no room and nothing to read: only a failed opener
+                    opener.read()  # raises the error that stops input
+                    raise AssertionError("deadlock: opener offers no room and has nothing to read")
+                continue
+        count = min(len(room), len(chunk) - pos)
+        room[:count] = chunk[pos : pos + count]
+        opener.buffer_updated(count)
+        pos += count
+
+
+@dataclass
+class Outcome:
+    plaintext: bytes
+    error: GcmStreamError | None
+    ended_at: int | None  # index of the chunk after which the end was first reported
+
+
+def chunks_for(data: bytes, way: str) -> list[bytes]:
+    if way == "all":
+        return [data]
+    if way == "bytewise":
+        return [data[i : i + 1] for i in range(len(data))]
+    if way == "trailing":
+        return [data + JUNK]
+    raise AssertionError(way)
+
+
+def run(
+    data: bytes, way: str, how: str, make: Callable[[], Opener] = lambda: Opener(KEY), eof: bool = True
+) -> Outcome:
+    opener = make()
+    out = bytearray()
+    ended_at: int | None = None
+    chunks = chunks_for(data, way)
+    try:
+        for index, chunk in enumerate(chunks):
+            feed(opener, chunk, how, out)
+            if drain(opener, out) and ended_at is None:
+                ended_at = index
+        if eof:
+            opener.receive_eof()
+        if drain(opener, out) and ended_at is None:
+            ended_at = len(chunks)
+    except GcmStreamError as exc:
+        error: GcmStreamError | None = exc
+    else:
+        return Outcome(bytes(out), None, ended_at)
+    assert isinstance(error, ProtocolError), f"{type(error).__name__} is not a protocol error"
+    # After the error, everything raises StreamBrokenError (or, once, the error itself).
+    with pytest.raises(GcmStreamError):
+        opener.read()
+    with pytest.raises(StreamBrokenError) as broken:
+        opener.read()
+    assert broken.value.original is error
+    assert broken.value.__cause__ is error
+    return Outcome(bytes(out), error, ended_at)
+
+
+def check_valid(
+    data: bytes, plaintext: bytes, way: str, how: str, make: Callable[[], Opener] = lambda: Opener(KEY)
+) -> None:
+    outcome = run(data, way, how, make)
+    if way == "trailing":
+        assert isinstance(outcome.error, TrailingDataError)
+        assert plaintext.startswith(outcome.plaintext)
+        assert JUNK not in outcome.plaintext
+        return
+    assert outcome.error is None
+    assert outcome.plaintext == plaintext
+    # The end is reported after the last byte and not before.
+    last = len(chunks_for(data, way)) - 1
+    assert outcome.ended_at in (last, last + 1)
+
+
+# -- reading API semantics -------------------------------------------------------------------
+
+
+def opened(writes: list[bytes], record_size: int = 7) -> Opener:
+    opener = Opener(KEY)
+    opener.receive_data(seal_stream(writes, record_size=record_size))
+    return opener
+
+
+def wants_data(opener: Opener) -> bool:
+    return opener.wants_data  # a call, so that mypy does not narrow the property across calls
+
+
+# -- failures are final ------------------------------------------------------------------------
+
+
+def tampered(wire: bytes, offset: int, mask: int = 1) -> bytes:
+    out = bytearray(wire)
+    out[offset] ^= mask
+    return bytes(out)
+
+
+def wire_records(wire: bytes) -> list[tuple[int, int]]:
+    """(flags, plaintext length) of each record after the stream header."""
+    found = []
+    pos = HEADER_SIZE
+    while pos < len(wire):
+        flags, length = RECORD_HEADER.unpack_from(wire, pos)
+        found.append((flags, length - TAG_SIZE))
+        pos += RECORD_HEADER_SIZE + length
+    assert pos == len(wire), "the last record is cut"
+    return found
+
+
+def refuses_untouched(seal: Sealer, data: bytes, **kwargs: bool) -> None:
+    """seal() raises LimitReachedError and seals nothing, takes nothing."""
+    before = (seal.records_sealed, seal.bytes_sealed, seal.pending, seal.key_generation)
+    with pytest.raises(LimitReachedError, match="update_key"):
+        seal.seal(data, **kwargs)
+    assert (seal.records_sealed, seal.bytes_sealed, seal.pending, seal.key_generation) == before
+
+
+def feed_zero_copy(opener: Opener, data: bytes) -> None:
+    """Through get_buffer/buffer_updated, as many views as the opener offers (a header's fixed
+    part first, then the rest once its length is known)."""
+    while data:
+        room = opener.get_buffer()
+        assert room
+        count = min(len(room), len(data))
+        room[:count] = data[:count]
+        opener.buffer_updated(count)
+        data = data[count:]
+
+
+# derandomize: the same examples on every run, so that the suite is deterministic.
+PROPERTY_SETTINGS = settings(
+    max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+def split(data: bytes, cuts: list[int]) -> list[bytes]:
+    """``data`` cut at the given offsets (taken modulo its length, in any order)."""
+    points = sorted({cut % (len(data) + 1) for cut in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in itertools.pairwise(points)]
+
+
+def open_chunks(opener: Opener, chunks: list[bytes], zero_copy: bool, out: bytearray) -> bool:
+    """Feed the chunks (reading as needed), then EOF; plaintext goes to ``out`` as it is
+    released. True if the authenticated end was reached; errors propagate."""
+    how = "zero-copy" if zero_copy else "copy"
+    for chunk in chunks:
+        feed(opener, chunk, how, out)
+        drain(opener, out)
+    opener.receive_eof()
+    return drain(opener, out)
+
+
+@st.composite
+def sealed_streams(draw: st.DrawFn) -> tuple[bytes, bytes, int]:
+    """(wire, plaintext, record size): random writes with random flushes and key updates."""
+    record_size = draw(st.integers(1, 64))
+    writes = draw(
+        st.lists(st.tuples(st.binary(max_size=200), st.sampled_from(["", "flush", "update"])), max_size=8)
+    )
+    limits = draw(st.sampled_from([None, KeyLimits(update_after_records=3, hard_records=4)]))
+    sealer = Sealer(KEY, record_size=record_size, _salt=SALT, limits=limits)
+    wire = bytearray()
+    for data, then in writes:
+        wire += sealer.seal(data)
+        if then == "update":
+            sealer.update_key()
+        if then:
+            wire += sealer.flush()
+    wire += sealer.close()
+    return bytes(wire), b"".join(data for data, _ in writes), record_size
+
+
+def forge(records: list[tuple[int, bytes]], *, record_size: int = 24) -> tuple[bytes, list[bytes]]:
+    """A one-way stream whose records are sealed correctly whatever their flags say."""
+    header, secret = make_header(KEY, Role.ONE_WAY, record_size, CONTEXT, SALT)
+    keys, seq, out = TrafficKeys(secret, Suite.AES_128_GCM), 0, bytearray(header)
+    for flags, plaintext in records:
+        record_header = RECORD_HEADER.pack(flags, len(plaintext) + TAG_SIZE)
+        out += record_header + keys.aead.encrypt(keys.nonce(seq), plaintext, record_header)
+        keys, seq = (keys.next(), 0) if flags & FLAG_KEY_UPDATE else (keys, seq + 1)
+    return bytes(out), [p for _, p in records]

@@ -10,35 +10,63 @@ from __future__ import annotations
 
 import random
 import tracemalloc
+from collections.abc import Callable
 
 import pytest
+from cryptography.exceptions import InvalidTag
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gcmstream import (
     AuthenticationError,
+    BufferFullError,
     GcmStreamError,
     KeyLimits,
     MalformedRecordError,
     Opener,
     OutOfRangeError,
+    ProtocolError,
+    RecordTooLargeError,
     Sealer,
     StreamBrokenError,
+    StreamClosedError,
     TrailingDataError,
     TruncatedStreamError,
     UnsupportedBufferError,
+    UsageError,
 )
 from gcmstream.codec import Phase
 from gcmstream.format import (
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
+    HEADER_FIXED_SIZE,
     HEADER_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
 )
 
-from .hostile.test_codec import CONTEXT, forge
-from .test_codec import KEY, records, seal_stream, tampered, wants_data
-from .test_codec_limits import feed_zero_copy
+from .helpers import (
+    CONTEXT,
+    FEEDS,
+    KEY,
+    PROPERTY_SETTINGS,
+    WAYS,
+    check_valid,
+    drain,
+    feed,
+    feed_zero_copy,
+    forge,
+    open_chunks,
+    opened,
+    records,
+    run,
+    seal_stream,
+    sealed_streams,
+    split,
+    tampered,
+    wants_data,
+)
 
 # Two ways in: ``bytes`` are held by reference (whole records open straight from them), a
 # ``bytearray`` is copied into the ring (records open in place there); each has its own run loop.
@@ -615,3 +643,601 @@ def test_a_record_breaking_the_flag_rules_is_named(
     assert opener.read() == b"x"
     with pytest.raises(error, match=message):
         opener.read()
+
+
+KEY256 = bytes(range(32))
+
+
+STREAMS: dict[str, tuple[list[bytes], int, bool]] = {
+    # name: (writes, record size, flush after each write)
+    "empty": ([], 7, False),
+    "one-byte": ([b"x"], 7, False),
+    "one-short-record": ([b"hello"], 7, False),
+    "exact-record": ([b"1234567"], 7, False),
+    "two-exact-records": ([b"12345678901234"], 7, False),
+    "multi-record-short-final": ([b"the quick brown fox jumps over the lazy dog"], 7, False),
+    "many-writes": ([b"ab", b"", b"cdefghij", b"k" * 20, b"lmn"], 7, False),
+    "flushed": ([b"ab", b"cdefghij", b"k" * 20, b"", b"lmn"], 7, True),
+    "record-size-1": ([b"abcdef"], 1, False),
+    "large-records": ([bytes(range(256)) * 9], 1000, False),
+}
+
+
+@pytest.fixture(params=sorted(STREAMS))
+def stream(request: pytest.FixtureRequest) -> tuple[bytes, bytes]:
+    writes, record_size, flush_after = STREAMS[request.param]
+    return seal_stream(writes, record_size=record_size, flush_after=flush_after), b"".join(writes)
+
+
+# -- round trips, three ways, two feeds ------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", FEEDS)
+@pytest.mark.parametrize("way", WAYS)
+def test_round_trip(stream: tuple[bytes, bytes], way: str, how: str) -> None:
+    wire, plaintext = stream
+    check_valid(wire, plaintext, way, how)
+
+
+@pytest.mark.parametrize("how", FEEDS)
+@pytest.mark.parametrize("way", WAYS)
+def test_round_trip_aes256_with_context(way: str, how: str) -> None:
+    plaintext = b"records under a 256-bit key, bound to a context" * 3
+    wire = seal_stream([plaintext], key=KEY256, context=b"ctx", record_size=50)
+    check_valid(wire, plaintext, way, how, lambda: Opener(KEY256, context=b"ctx"))
+
+
+@pytest.mark.parametrize("how", FEEDS)
+def test_bytewise_single_record_needs_every_byte(how: str) -> None:
+    wire = seal_stream([b"hello"], record_size=100)  # one FINAL record
+    opener = Opener(KEY)
+    out = bytearray()
+    for i in range(len(wire) - 1):
+        feed(opener, wire[i : i + 1], how, out)
+        assert opener.read() is None
+        assert opener.peek() is None
+        assert opener.read_view() is None
+        assert opener.readinto(bytearray(10)) is None
+        assert not opener.at_eof
+    feed(opener, wire[-1:], how, out)
+    assert opener.read() == b"hello"
+    assert opener.read() == b""
+    assert opener.at_eof
+
+
+@pytest.mark.parametrize("how", FEEDS)
+@pytest.mark.parametrize("seed", range(5))
+def test_round_trip_through_many_ring_fills(how: str, seed: int) -> None:
+    rng = random.Random(seed)
+    plaintext = rng.randbytes(rng.randint(200_000, 400_000))
+    record_size = rng.choice([1000, 4096, 16384, 65536])
+    wire = seal_stream([plaintext], record_size=record_size)
+    opener = Opener(KEY)
+    out = bytearray()
+    pos = 0
+    while pos < len(wire):
+        size = rng.choice([1, 5, 100, 4096, 65536, 300_000])
+        feed(opener, wire[pos : pos + size], how, out)
+        pos += size
+        if rng.random() < 0.5:
+            drain(opener, out)
+    opener.receive_eof()
+    assert drain(opener, out)
+    assert out == plaintext
+
+
+def test_trailing_data_after_the_final_record_is_never_plaintext() -> None:
+    wire = seal_stream([b"abc"], record_size=100)
+    opener = Opener(KEY)
+    opener.receive_data(wire + b"def")
+    with pytest.raises(TrailingDataError):
+        opener.read()
+    # The final record itself was withheld too: its end is not authenticated as the end.
+    with pytest.raises(StreamBrokenError):
+        opener.read()
+
+
+def test_trailing_data_arriving_after_the_end_was_read() -> None:
+    wire = seal_stream([b"abc"], record_size=100)
+    opener = Opener(KEY)
+    opener.receive_data(wire)
+    assert opener.read() == b"abc"
+    assert opener.read() == b""
+    opener.receive_data(b"x")
+    with pytest.raises(TrailingDataError):
+        opener.read()
+
+
+def test_nothing_fed_means_need_input() -> None:
+    opener = Opener(KEY)
+    assert opener.read(0) == b""  # nothing asked for: nothing, and no need to say "need input"
+    assert opener.read() is None
+    assert opener.read(5) is None
+    assert opener.readinto(bytearray(5)) is None
+    assert opener.read_view() is None
+    assert opener.peek() is None
+    assert opener.wants_data
+    assert not opener.at_eof
+    assert opener.header is None
+
+
+def test_end_of_stream_is_empty_everywhere() -> None:
+    opener = opened([])
+    assert opener.read() == b""
+    assert opener.read(5) == b""
+    assert opener.readinto(bytearray(5)) == 0
+    view = opener.read_view()
+    assert view is not None
+    assert len(view) == 0
+    peeked = opener.peek()
+    assert peeked is not None
+    assert len(peeked) == 0
+    assert opener.at_eof
+    assert opener.records_opened == 1  # the empty FINAL record
+
+
+def test_read_crosses_records_and_respects_max_bytes() -> None:
+    opener = opened([b"abcdefghijklmnopqrstuvwxyz"], record_size=7)
+    assert opener.read(3) == b"abc"
+    assert opener.read(10) == b"defghijklm"
+    assert opener.read() == b"nopqrstuvwxyz"
+    assert opener.read() == b""
+    # across three records: the count of bytes gathered must grow by what each record gave
+    opener = opened([b"abcdefghijklmnopqrstuvwxyz"], record_size=7)
+    assert opener.read(1) == b"a"
+    assert opener.read(20) == b"bcdefghijklmnopqrstu"
+
+
+def test_readinto_fills_across_records() -> None:
+    opener = opened([b"abcdefghijklmnopqrstuvwxyz"], record_size=7)
+    buf = bytearray(10)
+    assert opener.readinto(buf) == 10
+    assert buf == b"abcdefghij"
+    assert opener.readinto(memoryview(buf)[:4]) == 4
+    assert buf[:4] == b"klmn"
+    big = bytearray(100)
+    assert opener.readinto(big) == 12
+    assert big[:12] == b"opqrstuvwxyz"
+    assert opener.readinto(big) == 0
+
+
+def test_readinto_accepts_non_byte_views() -> None:
+    import array
+
+    opener = opened([b"abcdefgh"], record_size=7)
+    target = array.array("H", [0, 0])
+    assert opener.readinto(memoryview(target)) == 4
+    assert target.tobytes() == b"abcd"
+    # a byte view of two dimensions counts its bytes, not its rows (kills the 1-D shortcut's
+    # ``ndim == 1`` turned into ``!= 1`` or ``== 2``)
+    grid = bytearray(4)
+    assert opener.readinto(memoryview(grid).cast("B", (2, 2))) == 4
+    assert grid == b"efgh"
+
+
+def test_read_view_is_within_one_record() -> None:
+    opener = opened([b"abcdefghij"], record_size=7)
+    first = opener.read_view()
+    assert first is not None
+    assert bytes(first) == b"abcdefg"
+    second = opener.read_view(2)
+    assert second is not None
+    assert bytes(second) == b"hi"
+    third = opener.read_view(100)
+    assert third is not None
+    assert bytes(third) == b"j"
+    end = opener.read_view()
+    assert end is not None
+    assert len(end) == 0
+
+
+def test_peek_and_consume() -> None:
+    opener = opened([b"abcdefghij"], record_size=7)
+    view = opener.peek()
+    assert view is not None
+    assert bytes(view) == b"abcdefg"
+    again = opener.peek()  # peeking does not consume
+    assert again is not None
+    assert bytes(again) == b"abcdefg"
+    opener.consume(3)
+    view = opener.peek()
+    assert view is not None
+    assert bytes(view) == b"defg"
+    with pytest.raises(ValueError, match="cannot consume 5 bytes"):
+        opener.consume(5)
+    with pytest.raises(ValueError, match="cannot consume"):
+        opener.consume(-1)
+    opener.consume(4)
+    view = opener.peek()
+    assert view is not None
+    assert bytes(view) == b"hij"
+    opener.consume(3)
+    view = opener.peek()
+    assert view is not None
+    assert len(view) == 0
+    assert opener.at_eof
+
+
+@pytest.mark.parametrize(
+    "next_call",
+    [
+        pytest.param(lambda o: o.read(), id="read"),
+        pytest.param(lambda o: o.peek(), id="peek"),
+        pytest.param(lambda o: o.read_view(), id="read_view"),
+        pytest.param(lambda o: o.readinto(bytearray(1)), id="readinto"),
+        pytest.param(lambda o: o.consume(0), id="consume"),
+    ],
+)
+@pytest.mark.parametrize("source", ["peek", "read_view"])
+def test_views_die_at_the_next_read_side_call(source: str, next_call: Callable[[Opener], object]) -> None:
+    opener = opened([b"abcdefghijklmn"], record_size=7)
+    view = opener.peek() if source == "peek" else opener.read_view(3)
+    assert view is not None
+    assert bytes(view[:1]) == b"a"
+    next_call(opener)
+    with pytest.raises(ValueError, match="released"):
+        bytes(view)
+
+
+@pytest.mark.parametrize(
+    "feed",
+    [
+        pytest.param(lambda o: o.get_buffer(), id="get_buffer"),
+        pytest.param(lambda o: o.receive_data(b""), id="receive_data"),
+        pytest.param(lambda o: o.receive_eof(), id="receive_eof"),
+    ],
+)
+@pytest.mark.parametrize("source", ["peek", "read_view"])
+def test_feeding_leaves_views_intact(source: str, feed: Callable[[Opener], object]) -> None:
+    """Feeding only writes free ring space, so a reader may hold a view across an await while
+    the transport delivers more (iter_chunks in a proxy does exactly that)."""
+    opener = opened([b"abcdefghijklmn"], record_size=7)
+    view = opener.peek() if source == "peek" else opener.read_view(3)
+    assert view is not None
+    expected = bytes(view)
+    feed(opener)
+    assert bytes(view) == expected
+
+
+def test_receive_data_while_backlog_waits_is_buffer_full() -> None:
+    plaintext = random.Random(3).randbytes(300_000)
+    wire = seal_stream([plaintext], record_size=16384)
+    opener = Opener(KEY, ring_size=64 * 1024)
+    opener.receive_data(wire[:200_000])  # more than the 64 KiB ring
+    assert not wants_data(opener)
+    with pytest.raises(BufferFullError) as info:
+        opener.receive_data(wire[200_000:])
+    assert isinstance(info.value, UsageError)
+    assert len(opener.get_buffer()) == 0  # no room either way
+    out = bytearray()
+    drain(opener, out)  # reading takes in the backlog as room frees up
+    assert wants_data(opener)
+    opener.receive_data(wire[200_000:])  # the refused call changed nothing: retry works
+    opener.receive_eof()
+    assert drain(opener, out)
+    assert out == plaintext
+
+
+def test_backlog_from_a_mutable_buffer_is_copied() -> None:
+    wire = bytearray(seal_stream([bytes(100_000)], record_size=16384))
+    opener = Opener(KEY)
+    opener.receive_data(wire)
+    wire[:] = bytes(len(wire))  # the caller reuses its buffer
+    out = bytearray()
+    assert drain(opener, out)
+    assert out == bytes(100_000)
+
+
+def test_feeding_after_eof_is_refused() -> None:
+    opener = Opener(KEY)
+    opener.receive_eof()
+    with pytest.raises(StreamClosedError):
+        opener.receive_data(b"x")
+    with pytest.raises(StreamClosedError):
+        opener.buffer_updated(1)
+    assert not opener.wants_data
+
+
+def test_buffer_updated_beyond_the_view_is_refused() -> None:
+    opener = Opener(KEY)
+    room = opener.get_buffer()
+    assert len(room) == HEADER_FIXED_SIZE  # the fixed part first: it says how long the rest is
+    with pytest.raises(ValueError, match="exceeds"):
+        opener.buffer_updated(HEADER_FIXED_SIZE + 1)
+
+
+# -- truncation --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", FEEDS)
+@pytest.mark.parametrize("way", ["all", "bytewise"])
+def test_truncation_at_every_position(way: str, how: str) -> None:
+    plaintext = b"the quick brown fox jumps over the lazy dog"
+    wire = seal_stream([plaintext], record_size=10)
+    boundaries = {HEADER_SIZE} | {start + length for start, _, length in records(wire)}
+    cuts = range(len(wire)) if way == "all" else [*sorted(boundaries - {len(wire)}), 0, 1, 50, 90]
+    for cut in cuts:
+        outcome = run(wire[:cut], way, how)
+        assert isinstance(outcome.error, TruncatedStreamError), cut
+        assert isinstance(outcome.error, EOFError)
+        assert plaintext.startswith(outcome.plaintext)
+        if cut in boundaries:
+            assert "at a record boundary" in str(outcome.error) or cut <= HEADER_SIZE
+
+
+def test_truncation_messages() -> None:
+    wire = seal_stream([b"x" * 30], record_size=10)
+    for cut, words in [
+        (0, "before the stream header"),
+        (10, f"10 of {HEADER_FIXED_SIZE}"),
+        (HEADER_FIXED_SIZE + 1, f"{HEADER_FIXED_SIZE + 1} of {HEADER_SIZE}"),
+        (HEADER_SIZE + 3, "inside a record"),
+    ]:
+        outcome = run(wire[:cut], "all", "copy")
+        assert isinstance(outcome.error, TruncatedStreamError)
+        assert words in str(outcome.error)
+
+
+def test_without_eof_a_cut_stream_is_just_waiting() -> None:
+    wire = seal_stream([b"x" * 30], record_size=10)
+    outcome = run(wire[: len(wire) - 1], "all", "copy", eof=False)
+    assert outcome.error is None
+    assert outcome.ended_at is None
+    assert outcome.plaintext == b"x" * 30  # every full record before the FINAL one
+
+
+@pytest.mark.parametrize("how", FEEDS)
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("part", ["flags", "body", "tag"])
+def test_tampering_is_an_authentication_error(way: str, how: str, part: str) -> None:
+    plaintext = bytes(range(50))
+    wire = seal_stream([plaintext], record_size=10)
+    for number, (start, _, length) in enumerate(records(wire)):
+        offset = {"flags": start, "body": start + RECORD_HEADER_SIZE, "tag": start + length - 1}[part]
+        mask = 0x80 if part == "flags" else 1  # an unknown flag bit: only the tag catches it
+        outcome = run(tampered(wire, offset, mask), way, how)
+        error = outcome.error
+        assert isinstance(error, AuthenticationError), (number, error)
+        assert error.record_number == number
+        assert f"record {number}" in str(error)
+        assert isinstance(error.__cause__, InvalidTag)
+        assert outcome.plaintext == plaintext[: 10 * number]
+
+
+def test_reordered_and_dropped_records_fail() -> None:
+    wire = seal_stream([bytes(range(40))], record_size=10)
+    recs = [wire[s : s + n] for s, _, n in records(wire)]
+    header = wire[:HEADER_SIZE]
+    for bad in (
+        header + recs[1] + recs[0] + b"".join(recs[2:]),
+        header + b"".join(recs[1:]),
+        header + recs[0] + b"".join(recs[2:]),
+        header + recs[0] + recs[0] + b"".join(recs[1:]),
+    ):
+        outcome = run(bad, "all", "copy")
+        assert isinstance(outcome.error, AuthenticationError)
+
+
+def test_multi_record_read_returns_prefix_then_the_original_error() -> None:
+    plaintext = bytes(range(40))
+    wire = seal_stream([plaintext], record_size=10)
+    start = list(records(wire))[2][0]
+    opener = Opener(KEY)
+    opener.receive_data(tampered(wire, start + RECORD_HEADER_SIZE))
+    assert opener.read() == plaintext[:20]  # the authenticated prefix
+    with pytest.raises(AuthenticationError) as info:
+        opener.read()  # the original error type, raised once
+    assert info.value.record_number == 2
+    assert isinstance(info.value.__cause__, InvalidTag)
+    for call in (opener.read, opener.peek, opener.read_view, lambda: opener.readinto(bytearray(5))):
+        with pytest.raises(StreamBrokenError) as broken:
+            call()
+        assert broken.value.original is info.value
+        assert broken.value.__cause__ is info.value
+        assert "record 2" in str(broken.value)
+
+
+def test_readinto_returns_prefix_then_the_original_error() -> None:
+    plaintext = bytes(range(40))
+    wire = seal_stream([plaintext], record_size=10)
+    start = list(records(wire))[1][0]
+    opener = Opener(KEY)
+    opener.receive_data(tampered(wire, start + RECORD_HEADER_SIZE))
+    buf = bytearray(100)
+    assert opener.readinto(buf) == 10
+    assert buf[:10] == plaintext[:10]
+    with pytest.raises(AuthenticationError):
+        opener.readinto(buf)
+    with pytest.raises(StreamBrokenError):
+        opener.readinto(buf)
+
+
+def test_tampered_plaintext_never_stays_in_the_ring() -> None:
+    wire = seal_stream([b"secret!!" * 4], record_size=100)
+    start = next(records(wire))[0]
+    opener = Opener(KEY)
+    opener.receive_data(tampered(wire, start + RECORD_HEADER_SIZE + 3))
+    with pytest.raises(AuthenticationError):
+        opener.read()
+    ring = opener._ring
+    assert ring is not None
+    assert b"secret" not in ring.buf
+    assert b"s\x65cret" not in ring.buf
+
+
+def test_header_errors_are_final() -> None:
+    wire = seal_stream([b"abc"])
+    opener = Opener(bytes(16))
+    opener.receive_data(wire)
+    with pytest.raises(GcmStreamError) as first:
+        opener.read()
+    with pytest.raises(StreamBrokenError) as broken:
+        opener.peek()
+    assert broken.value.original is first.value
+
+
+def test_reader_record_size_limit() -> None:
+    wire = seal_stream([b"abc"], record_size=5000)
+    outcome = run(wire, "all", "copy", lambda: Opener(KEY, max_record_size=4999))
+    assert isinstance(outcome.error, RecordTooLargeError)
+    assert "5000" in str(outcome.error)
+    assert "4999" in str(outcome.error)
+    check_valid(wire, b"abc", "all", "copy", lambda: Opener(KEY, max_record_size=5000))
+
+
+@pytest.mark.parametrize("how", FEEDS)
+@pytest.mark.parametrize(
+    ("length", "error"), [(100, RecordTooLargeError), (TAG_SIZE - 1, MalformedRecordError)]
+)
+def test_bad_length_field_fails_before_the_record(how: str, length: int, error: type[Exception]) -> None:
+    wire = seal_stream([bytes(30)], record_size=10)
+    start = list(records(wire))[1][0]
+    bad = bytearray(wire)
+    RECORD_HEADER.pack_into(bad, start, 0, length)
+    outcome = run(bytes(bad[: start + RECORD_HEADER_SIZE]), "all", how, eof=False)  # no body needed
+    assert isinstance(outcome.error, error)
+    assert outcome.plaintext == bytes(10)
+
+
+def test_reader_enforces_the_hard_record_limit() -> None:
+    wire = seal_stream([bytes(100)], record_size=10)  # default limits: no key update
+    outcome = run(
+        wire, "all", "copy", lambda: Opener(KEY, limits=KeyLimits(update_after_records=3, hard_records=3))
+    )
+    assert isinstance(outcome.error, MalformedRecordError)
+    assert "record 3" in str(outcome.error)
+    assert outcome.plaintext == bytes(30)
+
+
+def test_reader_enforces_the_hard_byte_limit() -> None:
+    wire = seal_stream([bytes(100)], record_size=10)
+    outcome = run(
+        wire, "all", "copy", lambda: Opener(KEY, limits=KeyLimits(update_after_bytes=25, hard_bytes=25))
+    )
+    assert isinstance(outcome.error, MalformedRecordError)
+    assert outcome.plaintext == bytes(20)
+
+
+@pytest.mark.parametrize("how", FEEDS)
+def test_feeding_a_failed_opener_releases_nothing(how: str) -> None:
+    wire = seal_stream([bytes(range(40))], record_size=10)
+    start, _, length = list(records(wire))[1]
+    end = start + length
+    opener = Opener(KEY)
+    opener.receive_data(tampered(wire, start + RECORD_HEADER_SIZE)[:end])
+    assert opener.read() == bytes(range(10))
+    with pytest.raises(AuthenticationError):
+        opener.read()
+    # More input (even the genuine rest of the stream) is dropped: the opener stays failed.
+    assert len(opener.get_buffer()) == 0
+    assert not opener.wants_data
+    if how == "copy":
+        opener.receive_data(wire[end:])
+    else:
+        opener.buffer_updated(0)
+    opener.receive_eof()
+    for call in (opener.read, opener.peek, opener.read_view):
+        with pytest.raises(StreamBrokenError):
+            call()
+
+
+def test_a_failed_opener_discards_further_input() -> None:
+    """A length error waits for the next read, but the opener already reports itself failed and
+    takes whatever else arrives without complaint, so an I/O loop can run to its end."""
+    sealer = Sealer(KEY, record_size=16)
+    opener = Opener(KEY, max_record_size=16)
+    opener.receive_data(sealer.take_header() + RECORD_HEADER.pack(0, 10**6))
+    assert opener.failed
+    assert "failed" in repr(opener)
+    for _ in range(3):
+        opener.receive_data(b"more junk" * 1000)  # no BufferFullError
+    with pytest.raises(RecordTooLargeError):
+        opener.read()
+
+
+def test_a_stale_get_buffer_view_cannot_be_committed() -> None:
+    sealer = Sealer(KEY, record_size=16)
+    opener = Opener(KEY, max_record_size=16)
+    opener.receive_data(sealer.take_header() + bytes(sealer.seal(b"one", flush=True)))
+    stale = opener.get_buffer()
+    assert opener.read() == b"one"  # the ring empties and restarts at 0
+    assert opener.read() is None
+    record = bytes(sealer.seal(b"two", flush=True))
+    stale[: len(record)] = record
+    with pytest.raises(ValueError, match="offered"):
+        opener.buffer_updated(len(record))
+
+
+# -- a header, then the end of input ------------------------------------------------------------
+
+READS: dict[str, Callable[[Opener], object]] = {
+    "read": lambda opener: opener.read(),
+    "read(1)": lambda opener: opener.read(1),
+    "readinto": lambda opener: opener.readinto(bytearray(8)),
+    "read_view": lambda opener: opener.read_view(),
+    "peek": lambda opener: opener.peek(),
+}
+
+
+@pytest.mark.parametrize("zero_copy", [False, True], ids=["copy", "zero-copy"])
+@pytest.mark.parametrize("call", list(READS))
+def test_header_then_eof_is_truncated(call: str, zero_copy: bool) -> None:
+    """Kills inverting the end-of-input test for a stream with no record byte: a header followed
+    by EOF, with no read before the EOF, must be truncation, not "need input" forever."""
+    opener = Opener(KEY)
+    header = Sealer(KEY).take_header()
+    if zero_copy:
+        feed_zero_copy(opener, header)
+    else:
+        opener.receive_data(header)
+    opener.receive_eof()
+    with pytest.raises(TruncatedStreamError, match="at a record boundary after 0 records"):
+        READS[call](opener)
+    with pytest.raises(StreamBrokenError):
+        READS[call](opener)
+
+
+@PROPERTY_SETTINGS
+@given(stream=sealed_streams(), cuts=st.lists(st.integers(0, 1 << 16), max_size=30), zero_copy=st.booleans())
+def test_any_split_round_trips(stream: tuple[bytes, bytes, int], cuts: list[int], zero_copy: bool) -> None:
+    wire, plaintext, _ = stream
+    out = bytearray()
+    assert open_chunks(Opener(KEY), split(wire, cuts), zero_copy, out)
+    assert out == plaintext
+
+
+@PROPERTY_SETTINGS
+@given(
+    stream=sealed_streams(),
+    position=st.integers(0, 1 << 16),
+    delta=st.integers(1, 255),
+    cuts=st.lists(st.integers(0, 1 << 16), max_size=5),
+    zero_copy=st.booleans(),
+)
+def test_any_single_byte_change_is_a_documented_error(
+    stream: tuple[bytes, bytes, int], position: int, delta: int, cuts: list[int], zero_copy: bool
+) -> None:
+    wire, plaintext, _ = stream
+    bad = bytearray(wire)
+    bad[position % len(bad)] ^= delta
+    opener = Opener(KEY)
+    released = bytearray()
+    error: GcmStreamError | None = None
+    try:
+        open_chunks(opener, split(bytes(bad), cuts), zero_copy, released)
+    except GcmStreamError as exc:
+        error = exc
+    assert error is not None, "a changed stream was accepted"
+    assert isinstance(error, ProtocolError), f"{type(error).__name__} is not a documented peer error"
+    assert type(error).__module__ == "gcmstream.errors"
+    # Whatever came out before the error is plaintext that was really sealed, in order.
+    assert plaintext.startswith(released)
+    # And the opener stays failed.
+    with pytest.raises(GcmStreamError) as again:
+        opener.read()
+    assert again.value is error or (
+        isinstance(again.value, StreamBrokenError) and again.value.original is error
+    )
+    with pytest.raises(StreamBrokenError) as broken:
+        opener.read()
+    assert broken.value.original is error

@@ -53,17 +53,13 @@ from gcmstream.format import (
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
-    Suite,
-    TrafficKeys,
-    make_header,
 )
 from gcmstream.handshake import FixedEphemeral
 
-from ..helpers import fixed_channel, handshake_bytes
+from ..helpers import CONTEXT, fixed_channel, forge, handshake_bytes
 
 VECTORS = Path(__file__).parent.parent / "vectors" / "invalid"
 KEY = bytes(range(16))
-CONTEXT = b"hostile codec tests"
 RECORD_SIZE = 24
 SALT = b"\x11" * 32
 OTHER_SALT = b"\x22" * 32
@@ -460,17 +456,6 @@ def test_trailing_valid_records_longer_than_the_ring() -> None:
 
 
 # -- records that authenticate but break the rules ---------------------------------------------
-
-
-def forge(records: list[tuple[int, bytes]], *, record_size: int = RECORD_SIZE) -> tuple[bytes, list[bytes]]:
-    """A one-way stream whose records are sealed correctly whatever their flags say."""
-    header, secret = make_header(KEY, Role.ONE_WAY, record_size, CONTEXT, SALT)
-    keys, seq, out = TrafficKeys(secret, Suite.AES_128_GCM), 0, bytearray(header)
-    for flags, plaintext in records:
-        record_header = RECORD_HEADER.pack(flags, len(plaintext) + TAG_SIZE)
-        out += record_header + keys.aead.encrypt(keys.nonce(seq), plaintext, record_header)
-        keys, seq = (keys.next(), 0) if flags & FLAG_KEY_UPDATE else (keys, seq + 1)
-    return bytes(out), [p for _, p in records]
 
 
 def forged_stream(records: list[tuple[int, bytes]]) -> tuple[Stream, bytes]:

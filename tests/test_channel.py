@@ -1,0 +1,325 @@
+"""The Channel: a Sealer and an Opener keyed for the two directions of one connection, the
+options it hands to each, and its properties under any split and any single-byte change.
+
+The handshake itself (forward secrecy, key confirmation, identities) is tests/test_handshake.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gcmstream import (
+    AuthenticationError,
+    Channel,
+    HandshakeError,
+    KeyCommitmentError,
+    KeyLimits,
+    MalformedRecordError,
+    NotReadyError,
+    ProtocolError,
+    RecordTooLargeError,
+    Role,
+    RoleMismatchError,
+    StreamBrokenError,
+    StreamClosedError,
+    TruncatedStreamError,
+)
+from gcmstream.format import (
+    FINISHED_SIZE,
+    FLAG_KEY_UPDATE,
+    HEADER_SIZE,
+    MAGIC,
+)
+from gcmstream.testing import run_handshake
+
+from .helpers import (
+    KEY,
+    PROPERTY_SETTINGS,
+    fixed_channel,
+    handshake_bytes,
+    open_chunks,
+    refuses_untouched,
+    run,
+    seal_stream,
+    split,
+    wire_records,
+)
+
+# -- channel -----------------------------------------------------------------------------------
+
+
+def handshake(**kwargs: object) -> tuple[Channel, Channel]:
+    initiator = Channel(KEY, role=Role.INITIATOR, **kwargs)  # type: ignore[arg-type]
+    responder = Channel(KEY, role=Role.RESPONDER, **kwargs)  # type: ignore[arg-type]
+    assert not initiator.handshake_complete()
+    run_handshake(initiator, responder)
+    assert initiator.handshake_complete()
+    assert responder.handshake_complete()
+    return initiator, responder
+
+
+def test_channel_both_directions() -> None:
+    initiator, responder = handshake(record_size=10, context=b"app")
+    responder.opener.receive_data(initiator.sealer.seal(b"ping from the initiator", flush=True))
+    assert responder.opener.read() == b"ping from the initiator"
+    initiator.opener.receive_data(responder.sealer.seal(b"pong from the responder", flush=True))
+    assert initiator.opener.read() == b"pong from the responder"
+    responder.opener.receive_data(initiator.sealer.close())
+    initiator.opener.receive_data(responder.sealer.close())
+    assert responder.opener.read() == b""
+    assert initiator.opener.read() == b""
+
+
+def test_channel_directions_use_different_keys() -> None:
+    initiator, _responder = handshake(record_size=10)
+    sent = bytes(initiator.sealer.seal(b"0123456789"))
+    # Fed back to the initiator's own opener (reflection after the handshake): it cannot open.
+    initiator.opener.receive_data(sent)
+    with pytest.raises(AuthenticationError):
+        initiator.opener.read()
+
+
+def test_channel_replay_to_a_fresh_responder_fails() -> None:
+    initiator = Channel(KEY, role=Role.INITIATOR, record_size=10)
+    responder = Channel(KEY, role=Role.RESPONDER, record_size=10)
+    handshake = handshake_bytes(initiator, responder)[0]
+    sealed = bytes(initiator.sealer.seal(b"transfer 100 coins", flush=True))
+    responder.opener.receive_data(sealed)
+    assert responder.opener.read() == b"transfer 100 coins"
+    fresh = Channel(KEY, role=Role.RESPONDER, record_size=10)
+    fresh.initial_data()
+    fresh.opener.receive_data(handshake + sealed)
+    assert fresh.data_to_send()  # the header is genuine, so it answers with fresh keys...
+    with pytest.raises(HandshakeError, match="key confirmation"):
+        fresh.handshake_complete()  # ...which the recorded Finished does not confirm
+
+
+def test_channel_reflection_fails() -> None:
+    channel = Channel(KEY, role=Role.INITIATOR)
+    channel.opener.receive_data(channel.initial_data())
+    with pytest.raises(RoleMismatchError, match="reflected"):
+        channel.handshake_complete()
+    with pytest.raises(StreamBrokenError):
+        channel.opener.read()
+
+
+@pytest.mark.parametrize("role", [Role.INITIATOR, Role.RESPONDER])
+def test_one_way_stream_fed_to_a_channel_fails(role: Role) -> None:
+    channel = Channel(KEY, role=role)
+    channel.opener.receive_data(seal_stream([b"one way"]))
+    with pytest.raises(RoleMismatchError, match="ONE_WAY"):
+        channel.opener.read()
+
+
+def test_channel_stream_fed_to_a_one_way_opener_fails() -> None:
+    channel = Channel(KEY, role=Role.INITIATOR)
+    outcome = run(channel.initial_data(), "all", "copy", eof=False)
+    assert isinstance(outcome.error, RoleMismatchError)
+
+
+def test_channel_not_ready_before_the_peer_header() -> None:
+    channel = Channel(KEY, role=Role.INITIATOR)
+    sealer = channel.sealer
+    calls: list[Callable[[], object]] = [lambda: sealer.seal(b"x"), sealer.flush, sealer.close]
+    for call in calls:
+        with pytest.raises(NotReadyError) as info:
+            call()
+        assert isinstance(info.value, RuntimeError)
+    assert not channel.handshake_complete()
+    # Nothing changed: the channel works once the handshake is done.
+    peer = Channel(KEY, role=Role.RESPONDER)
+    run_handshake(channel, peer)
+    peer.opener.receive_data(channel.sealer.seal(b"x", final=True))
+    assert peer.opener.read() == b"x"
+
+
+def test_channel_closed_direction() -> None:
+    initiator, responder = handshake()
+    responder.opener.receive_data(initiator.sealer.close())
+    with pytest.raises(StreamClosedError):
+        initiator.sealer.seal(b"late")
+    with pytest.raises(StreamClosedError):
+        initiator.initial_data()  # the initial data was already taken
+    assert responder.opener.read() == b""
+    # The other direction is still open.
+    initiator.opener.receive_data(responder.sealer.seal(b"still here", final=True))
+    assert initiator.opener.read() == b"still here"
+
+
+def test_channel_role_must_be_a_channel_role() -> None:
+    with pytest.raises(ValueError, match=r"INITIATOR or Role\.RESPONDER"):
+        Channel(KEY, role=Role.ONE_WAY)
+
+
+def test_channel_wrong_context_fails_the_handshake() -> None:
+    initiator = Channel(KEY, role=Role.INITIATOR, context=b"a")
+    responder = Channel(KEY, role=Role.RESPONDER, context=b"b")
+    responder.opener.receive_data(initiator.initial_data())
+    with pytest.raises(KeyCommitmentError):
+        responder.handshake_complete()
+    assert responder.data_to_send() == b""  # it does not answer
+
+
+def test_channel_data_to_send_gives_each_message_once_then_nothing() -> None:
+    """What the adapters send while they read the peer's part of the handshake: the initiator's
+    header first, the responder's header and Finished once that arrived, the initiator's
+    Finished once those arrived (version 2's three messages, issue 10)."""
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    assert responder.data_to_send() == b""  # a responder speaks only once the initiator has
+    header = initiator.data_to_send()
+    assert header.startswith(MAGIC) and len(header) > HEADER_SIZE  # carries its key shares
+    assert initiator.data_to_send() == b""
+    responder.opener.receive_data(header)
+    initiator.opener.receive_data(responder.data_to_send())
+    assert initiator.handshake_complete() and not responder.handshake_complete()
+    finished = initiator.data_to_send()
+    assert len(finished) == FINISHED_SIZE
+    responder.opener.receive_data(finished)
+    assert responder.handshake_complete()
+    assert responder.data_to_send() == b"" and initiator.data_to_send() == b""
+    with pytest.raises(StreamClosedError):
+        initiator.initial_data()  # taken once, by either name
+
+
+RECORD = 4  # record size of every sealer here: limits are reached within a few records
+
+
+# -- a channel hands every option to its two directions -----------------------------------------
+
+
+def connect(initiator: dict[str, object], responder: dict[str, object]) -> tuple[Channel, Channel]:
+    """Two channels that ran their handshake; checking it is left to the caller."""
+    first = Channel(KEY, role=Role.INITIATOR, record_size=RECORD, **initiator)  # type: ignore[arg-type]
+    second = Channel(KEY, role=Role.RESPONDER, record_size=RECORD, **responder)  # type: ignore[arg-type]
+    run_handshake(first, second)
+    return first, second
+
+
+def test_channel_keeps_its_max_record_size() -> None:
+    """Kills Channel dropping ``max_record_size`` on the way to its opener: a peer could then make
+    it buffer records of up to the default 1 MiB instead of the caller's bound."""
+    small = Channel(KEY, role=Role.INITIATOR, max_record_size=64)
+    run_handshake(small, Channel(KEY, role=Role.RESPONDER, record_size=65))
+    with pytest.raises(RecordTooLargeError, match="65"):
+        small.handshake_complete()
+    with pytest.raises(StreamBrokenError):
+        small.opener.read()
+    fits = Channel(KEY, role=Role.INITIATOR, max_record_size=64)
+    run_handshake(fits, Channel(KEY, role=Role.RESPONDER, record_size=64))
+    assert fits.handshake_complete()
+
+
+def test_channel_opener_keeps_its_limits() -> None:
+    """Kills Channel dropping ``limits`` on the way to its opener: a peer that never updates its
+    key must fail at this side's hard record limit."""
+    strict = KeyLimits(update_after_records=3, hard_records=3)
+    receiver, sender = connect({"limits": strict}, {})
+    assert receiver.handshake_complete()
+    assert sender.handshake_complete()
+    for number in range(5):
+        receiver.opener.receive_data(sender.sealer.seal(b"%d" % number, flush=True))
+    assert sender.sealer.key_generation == 0
+    assert receiver.opener.read() == b"012"
+    with pytest.raises(MalformedRecordError, match="record 3"):
+        receiver.opener.read()
+
+
+def test_channel_sealer_keeps_its_limits() -> None:
+    """Kills Channel dropping ``limits`` on the way to its sealer: keys must update on this side's
+    schedule, not the default one."""
+    often = KeyLimits(update_after_records=2, hard_records=4)
+    sender, receiver = connect({"limits": often}, {"limits": often})
+    assert sender.handshake_complete()
+    assert receiver.handshake_complete()
+    wire = bytearray(HEADER_SIZE)  # stands for a header: wire_records parses what follows it
+    for number in range(6):
+        sent = bytes(sender.sealer.seal(b"%d" % number, flush=True))
+        wire += sent
+        receiver.opener.receive_data(sent)
+    assert [flags for flags, _ in wire_records(bytes(wire))] == [0, FLAG_KEY_UPDATE] * 3
+    assert sender.sealer.key_generation == 3
+    assert receiver.opener.read() == b"012345"
+
+
+def test_channel_keeps_auto_key_update_off() -> None:
+    """Kills Channel dropping ``auto_key_update``: with it off, reaching the hard limit must refuse
+    (the caller decides when keys change), not update behind the caller's back."""
+    strict = KeyLimits(update_after_records=3, hard_records=3)
+    sender, receiver = connect({"limits": strict, "auto_key_update": False}, {"limits": strict})
+    assert sender.handshake_complete()
+    assert receiver.handshake_complete()
+    wire = bytes(sender.sealer.seal(bytes(2 * RECORD)))
+    refuses_untouched(sender.sealer, bytes(RECORD))
+    sender.sealer.update_key()
+    wire += bytes(sender.sealer.seal(bytes(RECORD))) + bytes(sender.sealer.close())
+    assert sender.sealer.key_generation == 1
+    receiver.opener.receive_data(wire)
+    assert receiver.opener.read() == bytes(3 * RECORD)
+    assert receiver.opener.read() == b""
+
+
+def test_channel_header_then_eof_is_truncated() -> None:
+    """The same through a channel: the handshake completes, then the input ends."""
+    ours = Channel(KEY, role=Role.INITIATOR)
+    run_handshake(ours, Channel(KEY, role=Role.RESPONDER))
+    ours.opener.receive_eof()
+    assert ours.handshake_complete()
+    with pytest.raises(TruncatedStreamError, match="after 0 records"):
+        ours.opener.read()
+
+
+@PROPERTY_SETTINGS
+@given(
+    messages=st.lists(st.tuples(st.booleans(), st.binary(max_size=100)), max_size=10),
+    record_size=st.integers(1, 40),
+    cuts=st.lists(st.integers(0, 1 << 16), max_size=10),
+    change=st.one_of(st.none(), st.tuples(st.integers(0, 1 << 16), st.integers(1, 255))),
+)
+def test_channel_round_trips_and_refuses_any_change(
+    messages: list[tuple[bool, bytes]], record_size: int, cuts: list[int], change: tuple[int, int] | None
+) -> None:
+    """Messages both ways through a channel; the initiator's bytes, split anyhow, possibly changed."""
+    from gcmstream import Role
+
+    from .helpers import handshake_bytes
+
+    # the initiator's bytes are made against one deterministic responder and read by another
+    initiator = fixed_channel(KEY, Role.INITIATOR, record_size=record_size)
+    partner = fixed_channel(KEY, Role.RESPONDER, record_size=record_size)
+    to_responder = bytearray(handshake_bytes(initiator, partner)[0])
+    responder = fixed_channel(KEY, Role.RESPONDER, record_size=record_size)
+    responder.initial_data()
+    for from_initiator, data in messages:
+        if from_initiator:
+            to_responder += initiator.sealer.seal(data, flush=True)
+    to_responder += initiator.sealer.close()
+    sent = b"".join(data for from_initiator, data in messages if from_initiator)
+    if change is not None:
+        position, delta = change
+        to_responder[position % len(to_responder)] ^= delta
+
+    out = bytearray()
+    try:
+        ended = open_chunks(responder.opener, split(bytes(to_responder), cuts), True, out)
+    except ProtocolError:
+        assert change is not None, "an unchanged channel stream failed"
+        assert sent.startswith(out)
+        return
+    assert change is None, "a changed channel stream was accepted"
+    assert ended
+    assert out == sent
+
+    # The other direction, keyed by the same handshake, once the responder confirmed it.
+    assert responder.handshake_complete()
+    to_initiator = bytearray()
+    for from_initiator, data in messages:
+        if not from_initiator:
+            to_initiator += responder.sealer.seal(data, flush=True)
+    to_initiator += responder.sealer.close()
+    out.clear()
+    assert open_chunks(initiator.opener, split(bytes(to_initiator), cuts), False, out)
+    assert out == b"".join(data for from_initiator, data in messages if not from_initiator)
