@@ -1,5 +1,6 @@
 """Shared fixtures: most tests run both ends of a channel in this one process, which a
-responder otherwise refuses as a connection to itself (tests/test_handshake.py checks that)."""
+responder otherwise refuses as a connection to itself (tests/test_handshake.py checks that);
+tests marked ``@pytest.mark.anyio`` run on asyncio and on trio (``anyio_backend``)."""
 
 from __future__ import annotations
 
@@ -17,3 +18,10 @@ def _both_ends_in_this_process(request: pytest.FixtureRequest) -> Iterator[None]
         return
     with self_connections_allowed():
         yield
+
+
+@pytest.fixture(params=[pytest.param(("asyncio", {}), id="asyncio"), pytest.param(("trio", {}), id="trio")])
+def anyio_backend(request: pytest.FixtureRequest) -> object:
+    """Every ``@pytest.mark.anyio`` test on both backends; a test narrows it by parametrizing
+    ``anyio_backend`` itself (tests/differential/test_trio_suite.py, tests/test_testing.py)."""
+    return request.param

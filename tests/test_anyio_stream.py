@@ -20,11 +20,6 @@ KEY = bytes(range(32))
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=[pytest.param(("asyncio", {}), id="asyncio"), pytest.param(("trio", {}), id="trio")])
-def anyio_backend(request: pytest.FixtureRequest) -> object:
-    return request.param
-
-
 @asynccontextmanager
 async def secure_pair() -> AsyncIterator[tuple[SecureStream, SecureStream]]:
     """Two SecureStreams over a real TCP connection on 127.0.0.1."""

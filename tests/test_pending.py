@@ -31,11 +31,6 @@ HOST = "127.0.0.1"
 UNCONFIRMED_BOUND = 32 * 1024
 
 
-@pytest.fixture(params=[pytest.param(("asyncio", {}), id="asyncio"), pytest.param(("trio", {}), id="trio")])
-def anyio_backend(request: pytest.FixtureRequest) -> object:
-    return request.param
-
-
 async def replay_and_go_silent(port: int, header: bytes) -> tuple[float, bytes]:
     """Send a recorded initiator header and 6 more bytes, then nothing; return how long the
     server kept the connection and what it sent."""

@@ -20,12 +20,6 @@ from gcmstream.format import HEADER_SIZE, RECORD_HEADER_SIZE, TAG_SIZE
 KEY = bytes(range(16))
 RECORD = gcmstream.DEFAULT_RECORD_SIZE
 SIZES = [0, 1, RECORD - 1, RECORD, RECORD + 1, 3 * 1024 * 1024 + 5]
-BACKENDS = [pytest.param(("asyncio", {}), id="asyncio"), pytest.param(("trio", {}), id="trio")]
-
-
-@pytest.fixture(params=BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> object:
-    return request.param
 
 
 def payload(size: int) -> bytes:

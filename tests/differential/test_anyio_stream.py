@@ -50,11 +50,6 @@ CATEGORIES: list[type[BaseException]] = [
 ]
 
 
-@pytest.fixture(params=[pytest.param(("asyncio", {}), id="asyncio"), pytest.param(("trio", {}), id="trio")])
-def anyio_backend(request: pytest.FixtureRequest) -> object:
-    return request.param
-
-
 @pytest.fixture(scope="module")
 def tls_contexts(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     """A self-signed certificate for localhost: server and client contexts."""

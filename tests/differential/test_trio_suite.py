@@ -32,13 +32,8 @@ from gcmstream.anyio_stream import AnyioTruncatedStreamError, SecureStream
 KEY = bytes(range(16))
 GRACEFUL_CLOSE_CHECK = "receive_send_then_close"  # the function in trio/testing/_check_streams.py
 
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "trio"
-
+# trio's suite runs on trio only (the conftest's anyio_backend would add asyncio)
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["trio"])]
 
 _TO_TRIO: list[tuple[type[Exception], type[Exception]]] = [
     (anyio.ClosedResourceError, trio.ClosedResourceError),
