@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from gcmstream import (
+    DEFAULT_RECORD_SIZE,
     Channel,
     GcmStreamError,
     KeyExchange,
@@ -338,3 +339,20 @@ def forge(records: list[tuple[int, bytes]], *, record_size: int = 24) -> tuple[b
         out += record_header + keys.aead.encrypt(keys.nonce(seq), plaintext, record_header)
         keys, seq = (keys.next(), 0) if flags & FLAG_KEY_UPDATE else (keys, seq + 1)
     return bytes(out), [p for _, p in records]
+
+
+def record_offset(index: int, record_size: int = DEFAULT_RECORD_SIZE) -> int:
+    """Wire offset of full record ``index`` of a one-way stream sealed with ``record_size``."""
+    return HEADER_SIZE + index * (RECORD_HEADER_SIZE + record_size + TAG_SIZE)
+
+
+def read_all(opener: Opener, wire: bytes) -> bytes:
+    """Give the opener the whole of ``wire`` and the end of input; the plaintext up to the
+    authenticated end (errors propagate)."""
+    opener.receive_data(wire)
+    opener.receive_eof()
+    out = bytearray()
+    while (got := opener.read()) is not None and got:
+        out += got
+    assert got == b""
+    return bytes(out)

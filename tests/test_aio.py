@@ -17,7 +17,8 @@ import pytest
 import gcmstream
 from gcmstream import aio
 
-KEY = bytes(range(16))
+from .helpers import KEY
+
 Pair = tuple[gcmstream.SecureStreamReader, gcmstream.SecureStreamWriter]
 
 

@@ -15,8 +15,8 @@ import pytest
 from gcmstream import Opener, Sealer
 from gcmstream.ring import ring_capacity
 
-KEY = bytes(range(16))
-SALT = bytes(range(32))
+from .helpers import KEY, SALT
+
 PEAK_LIMIT = 2048  # bytes per record, whatever the record size
 GROWTH_LIMIT = 2048  # bytes over the whole measured run, whatever the number of records
 

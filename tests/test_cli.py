@@ -41,8 +41,9 @@ from gcmstream.cli import (
     EXIT_WRONG_KEY,
     KEY_ENV,
 )
-from gcmstream.format import HEADER_SIZE, RECORD_HEADER_SIZE, TAG_SIZE
 from gcmstream.keyfile import KEY_PREFIX, parse_key
+
+from .helpers import record_offset
 
 RECORD = gcmstream.DEFAULT_RECORD_SIZE
 SIZES = [0, 1, RECORD - 1, RECORD, RECORD + 1, 3 * 1024 * 1024 + 7]
@@ -99,10 +100,6 @@ def sealed(tmp_path_factory: pytest.TempPathFactory, keyfile: Path) -> tuple[byt
     result = gcm("encrypt", "-k", keyfile, "--context", "ctx", input=plain)
     assert result.returncode == 0, result.stderr
     return plain, result.stdout
-
-
-def record_offset(index: int) -> int:
-    return HEADER_SIZE + index * (RECORD_HEADER_SIZE + RECORD + TAG_SIZE)
 
 
 # -- help, keys, usage -------------------------------------------------------------------------

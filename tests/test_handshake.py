@@ -27,9 +27,7 @@ from gcmstream.format import FINISHED_SIZE, MAX_HEADER_SIZE
 from gcmstream.handshake import handshake_sizes
 from gcmstream.testing import run_handshake
 
-from .helpers import FIXED_EPHEMERAL, FIXED_SALTS, handshake_bytes
-
-KEY = bytes(range(16))
+from .helpers import FIXED_EPHEMERAL, FIXED_SALTS, KEY, handshake_bytes
 
 
 def first_record(initiator: Channel) -> bytes:

@@ -16,7 +16,8 @@ from gcmstream import Opener, Sealer
 from gcmstream.format import RECORD_HEADER_SIZE, TAG_SIZE
 from gcmstream.ring import DEFAULT_RING_SIZE
 
-KEY = bytes(range(16))
+from .helpers import KEY
+
 SLACK = 160 * 1024  # the feeding loop's own: a 64 KiB slice and its 64 KiB bytearray copy
 
 

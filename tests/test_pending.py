@@ -23,7 +23,8 @@ from gcmstream.handshake import handshake_sizes
 from gcmstream.pending import PendingHandshakes
 from gcmstream.testing import _proxy
 
-KEY = bytes(range(16))
+from .helpers import KEY
+
 HOST = "127.0.0.1"
 # The most an unconfirmed connection may make a server hold. 16 KiB on issue 10's branch (11.7 KB
 # measured); the shared handshake glue of issue 11 (a sender task, its events, a timeout scope)

@@ -15,9 +15,9 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, SocketAttribute, Socket
 
 import gcmstream
 from gcmstream import pipeline
-from gcmstream.format import HEADER_SIZE, RECORD_HEADER_SIZE, TAG_SIZE
 
-KEY = bytes(range(16))
+from .helpers import KEY, read_all, record_offset
+
 RECORD = gcmstream.DEFAULT_RECORD_SIZE
 SIZES = [0, 1, RECORD - 1, RECORD, RECORD + 1, 3 * 1024 * 1024 + 5]
 
@@ -32,13 +32,7 @@ def seal(data: bytes, *, context: bytes = b"", record_size: int = RECORD) -> byt
 
 
 def open_all(wire: bytes, *, context: bytes = b"") -> bytes:
-    opener = gcmstream.Opener(KEY, context=context)
-    opener.receive_data(wire)
-    opener.receive_eof()
-    out = bytearray()
-    while chunk := opener.read():
-        out += chunk
-    return bytes(out)
+    return read_all(gcmstream.Opener(KEY, context=context), wire)
 
 
 def pieces(data: bytes, size: int) -> list[bytes]:
@@ -52,11 +46,6 @@ async def agen(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
 
 async def collect(chunks: AsyncIterator[bytes]) -> bytes:
     return b"".join([chunk async for chunk in chunks])
-
-
-def record_offset(index: int, record_size: int = RECORD) -> int:
-    """Wire offset of full record ``index`` of a stream sealed with ``record_size``."""
-    return HEADER_SIZE + index * (RECORD_HEADER_SIZE + record_size + TAG_SIZE)
 
 
 class ListReceiveStream(ByteReceiveStream):

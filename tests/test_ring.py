@@ -11,7 +11,7 @@ from gcmstream.errors import MalformedRecordError, OutOfRangeError, RecordTooLar
 from gcmstream.format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
 from gcmstream.ring import DEFAULT_RING_SIZE, RecordRing, ring_capacity
 
-KEY = bytes(range(16))
+from .helpers import KEY
 
 
 class CheckedRing(RecordRing):

@@ -18,7 +18,8 @@ import pytest
 from gcmstream import Channel, ConcurrencyError, Opener, Role, Sealer, UsageError
 from gcmstream.format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
 
-KEY = bytes(range(16))
+from .helpers import KEY
+
 ROUNDS = 400  # records; an unguarded Sealer reused nonces within the first few dozen
 MAX_ROUNDS = 20_000  # per thread, at most: the loops stop once they have overlapped
 SIZE = 32 * 1024  # large enough that encrypt_into releases the GIL for microseconds

@@ -21,7 +21,8 @@ import pytest
 
 from gcmstream import AuthenticationError, Opener, Sealer, StreamBrokenError, aio
 
-KEY = bytes(range(16))
+from ..helpers import KEY
+
 SCENARIOS = 320
 SEPARATORS = [b"\n", b"\r\n", b"ab", b"\n\n", b"a\r\n", b"\r\n\r\n", b"ba", b"aaa", b"b\nab"]
 ALPHABET = b"ab\r\n"

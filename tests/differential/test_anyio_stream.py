@@ -34,7 +34,8 @@ from cryptography.x509.oid import NameOID
 import gcmstream
 from gcmstream.anyio_stream import AnyioTruncatedStreamError, SecureStream
 
-KEY = bytes(range(16))
+from ..helpers import KEY
+
 UNKNOWN_ATTRIBUTE: Any = anyio.typed_attribute()
 
 pytestmark = pytest.mark.anyio

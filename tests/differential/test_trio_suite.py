@@ -29,7 +29,8 @@ from anyio.abc import SocketAttribute
 import gcmstream
 from gcmstream.anyio_stream import AnyioTruncatedStreamError, SecureStream
 
-KEY = bytes(range(16))
+from ..helpers import KEY
+
 GRACEFUL_CLOSE_CHECK = "receive_send_then_close"  # the function in trio/testing/_check_streams.py
 
 # trio's suite runs on trio only (the conftest's anyio_backend would add asyncio)

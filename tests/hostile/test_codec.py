@@ -56,10 +56,10 @@ from gcmstream.format import (
 )
 from gcmstream.handshake import FixedEphemeral
 
-from ..helpers import CONTEXT, fixed_channel, forge, handshake_bytes
+from ..helpers import CONTEXT, KEY, fixed_channel, forge, handshake_bytes
 
 VECTORS = Path(__file__).parent.parent / "vectors" / "invalid"
-KEY = bytes(range(16))
+
 RECORD_SIZE = 24
 SALT = b"\x11" * 32
 OTHER_SALT = b"\x22" * 32

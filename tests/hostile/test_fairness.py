@@ -22,7 +22,8 @@ from gcmstream._adapter import FAIR_RECORDS
 from gcmstream.anyio_stream import SecureStream
 from gcmstream.opener import _CALL_RECORDS
 
-KEY = bytes(range(16))
+from ..helpers import KEY
+
 FLOOD = 40_000  # one-byte records: about 880 KB on the wire, most of a 1 MiB ring
 # Records one stretch may open: one read call and one fairness quantum, times the turns the
 # scheduler may give the reader in a row (trio randomises the order of ready tasks: 5 and 6 in

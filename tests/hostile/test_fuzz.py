@@ -32,10 +32,9 @@ from gcmstream import (
 from gcmstream.format import HARD_MAX_RECORD_SIZE, HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE
 from gcmstream.ring import DEFAULT_RING_SIZE
 
-from ..helpers import fixed_channel, handshake_bytes
+from ..helpers import KEY, fixed_channel, handshake_bytes
 
 T = TypeVar("T")
-KEY = bytes(range(16))
 KEY_256 = bytes(range(32, 64))
 CONTEXT = b"hostile fuzz"
 EXAMPLES = int(os.environ.get("HOSTILE_FUZZ_EXAMPLES", "1500"))

@@ -40,9 +40,8 @@ from gcmstream import format as wire_format
 from gcmstream.format import HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE, Buffer
 from gcmstream.testing import run_handshake
 
-from ..helpers import fixed_channel, handshake_bytes
+from ..helpers import KEY, fixed_channel, handshake_bytes, read_all
 
-KEY = bytes(range(16))
 KEY_256 = bytes(range(32, 64))
 CONTEXT = b"hostile keys"
 
@@ -94,16 +93,6 @@ def ledger(monkeypatch: pytest.MonkeyPatch) -> Ledger:
     monkeypatch.setattr(RecordingAESGCM, "ledger", fresh)
     monkeypatch.setattr(wire_format, "AESGCM", RecordingAESGCM)
     return fresh
-
-
-def read_all(opener: Opener, data: bytes) -> bytes:
-    opener.receive_data(data)
-    opener.receive_eof()
-    out = bytearray()
-    while (got := opener.read()) is not None and got:
-        out += got
-    assert got == b""
-    return bytes(out)
 
 
 # -- nonces --------------------------------------------------------------------------------

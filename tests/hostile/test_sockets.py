@@ -34,7 +34,8 @@ from gcmstream.format import FINISHED_SIZE
 from gcmstream.handshake import handshake_sizes
 from gcmstream.ring import RecordRing
 
-KEY = bytes(range(16))
+from ..helpers import KEY
+
 RESPONDER_HANDSHAKE = handshake_sizes(KeyExchange.MLKEM768_X25519)[1]
 CONTEXT = b"hostile sockets"
 HOST = "127.0.0.1"
