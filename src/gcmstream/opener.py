@@ -104,6 +104,11 @@ _VIEW_SLOTS = 31
 # Records one read call opens at most (it returns what it has, up to its size): a peer that
 # slices its stream into 1-byte records cannot make one call run for long (about 1 ms).
 _CALL_RECORDS = 1024
+# Held input copied into the ring at a record boundary, at most, per step: a held piece of
+# tiny records is committed record by record (a few us each), so copying a 256 KiB read of
+# one-byte records at once ran ~12,000 of them in one step (60-110 ms, benchmarks/ part 7);
+# 16 KiB is ~750 of them, and still 16 records of 1 KiB per copy.
+_ABSORB_BYTES = 16 * 1024
 _NO_PLAINTEXT = memoryview(bytearray())  # writable and empty: an empty record's output
 _unpack_record_header = RECORD_HEADER.unpack_from
 
@@ -775,7 +780,7 @@ class Opener:
                     fits = target is not None and size <= len(target)
                     if whole and (length >= _IN_PLACE_MIN or fits or not size):
                         return True
-                self._absorb()
+                self._absorb(_ABSORB_BYTES)
             if self._held is held and self._held_pos == before:
                 return False  # no room at all: cannot happen while the ring holds no whole record
         if self._error is not None:
