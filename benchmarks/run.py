@@ -1,6 +1,6 @@
 """Run gcmstream's benchmarks: ``python benchmarks/run.py [PART ...] [--quick]``.
 
-Parts: seed, allocs, codec, sockets, echo, conns, handshake, flood (default: all, in that order). Each writes
+Parts: seed, allocs, codec, sockets, echo, conns, handshake, flood, guard (default: all, in that order). Each writes
 benchmarks/results/<part>.json (``--quick``: <part>.quick.json, tiny sizes, seconds; set
 GCMSTREAM_BENCH_RESULTS to write elsewhere). ``python benchmarks/render.py`` turns the
 results into benchmarks/README.md's tables and chart.
@@ -27,6 +27,7 @@ PARTS = {
     "conns": "bench_conns",
     "handshake": "bench_handshake",
     "flood": "bench_flood",
+    "guard": "bench_guard",
 }
 
 
