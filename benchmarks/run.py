@@ -1,8 +1,8 @@
 """Run gcmstream's benchmarks: ``python benchmarks/run.py [PART ...] [--quick]``.
 
-Parts: seed, allocs, codec, sockets, echo, conns, handshake, flood, guard (default: all, in that order). Each writes
-benchmarks/results/<part>.json (``--quick``: <part>.quick.json, tiny sizes, seconds; set
-GCMSTREAM_BENCH_RESULTS to write elsewhere). ``python benchmarks/render.py`` turns the
+Parts: seed, allocs, codec, sockets, echo, conns, handshake, flood, guard (default: all, in
+that order). Each writes benchmarks/results/<part>.json (``--quick``: <part>.quick.json, tiny
+sizes, seconds; set GCMSTREAM_BENCH_RESULTS to write elsewhere). ``python benchmarks/render.py`` turns the
 results into benchmarks/README.md's tables and chart.
 """
 
