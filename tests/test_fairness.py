@@ -336,12 +336,13 @@ async def test_anyio_listener_drops_a_client_idle_past_the_idle_timeout(
 
 @pytest.mark.anyio
 async def test_anyio_stream_without_idle_timeout_waits_for_a_quiet_peer() -> None:
-    """The default (None): a peer silent for longer than any test timeout is still connected."""
+    """The default (None): a peer silent for longer than any test timeout is still connected
+    (with the record timer off too: neither limit applies)."""
     near, far = memory_pipe()
     streams: dict[str, SecureStream] = {}
 
     async def wrap(name: str, transport: MemoryByteStream, role: Role) -> None:
-        streams[name] = await SecureStream.wrap(transport, key=KEY, role=role)
+        streams[name] = await SecureStream.wrap(transport, key=KEY, role=role, record_timeout=None)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(wrap, "client", near, Role.INITIATOR)

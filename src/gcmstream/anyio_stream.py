@@ -182,16 +182,11 @@ class SecureStream(ByteStream):
         opener = self.channel.opener
         check_can_take_input(opener)
         deadline = self._record_deadline(opener)
-        why = "record_timeout"
-        reason = f"a record started more than {self.record_timeout:g} s ago has not finished arriving"
+        idle = False  # which deadline is the nearer one
         if self.idle_timeout is not None and self.channel.handshake_complete():
             idle_deadline = anyio.current_time() + self.idle_timeout  # silence from now on
             if deadline is None or idle_deadline < deadline:
-                deadline, why, reason = (
-                    idle_deadline,
-                    "idle_timeout",
-                    f"nothing received for {self.idle_timeout:g} s",
-                )
+                deadline, idle = idle_deadline, True
         try:
             with anyio.fail_after(None if deadline is None else max(0.0, deadline - anyio.current_time())):
                 # before confirmation, read no more than the handshake needs: an unconfirmed
@@ -200,6 +195,11 @@ class SecureStream(ByteStream):
                 data = await self.transport_stream.receive(size)  # type: ignore[call-arg]
         except TimeoutError:
             peer = self.transport_stream.extra(SocketAttribute.remote_address, "the peer")
+            if idle:
+                why, reason = "idle_timeout", f"nothing received for {self.idle_timeout:g} s"
+            else:
+                why = "record_timeout"
+                reason = f"a record started more than {self.record_timeout:g} s ago has not finished arriving"
             logger.warning("dropping %s: %s (%s)", peer, reason, why)
             opener.receive_eof()
             self._receive_lost = TimeoutError(reason)
