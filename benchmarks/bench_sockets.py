@@ -154,12 +154,13 @@ async def _asyncio_receiver(kind: str, nbytes: int) -> None:
         server = await asyncio.start_server(wrapped_handler, "127.0.0.1", 0)
     elif kind.startswith("gcm_protocol"):
         import gcmstream.aio
-        import gcmstream.channel
+        from gcmstream.ring import DEFAULT_RING_SIZE
 
-        if kind.endswith("16"):  # the receive ring's capacity in records (default: ring.py)
-            defaults = gcmstream.channel.Channel.__init__.__kwdefaults__ or {}
-            defaults["ring_size"] = 16 * (65536 + 21)
-        server = await gcmstream.aio.start_server(gcm_handler, "127.0.0.1", 0, key=KEY, context=CONTEXT)
+        # the receive ring's byte budget: 16 records of 64 KiB, or the default (four)
+        ring_size = 16 * (65536 + 21) if kind.endswith("16") else DEFAULT_RING_SIZE
+        server = await gcmstream.aio.start_server(
+            gcm_handler, "127.0.0.1", 0, key=KEY, context=CONTEXT, ring_size=ring_size
+        )
     elif kind == "plain_protocol":
         buffer = memoryview(bytearray(CHUNK))
 

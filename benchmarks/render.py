@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 README = HERE / "README.md"
 CHART = HERE / "chart.png"
-PARTS = ["seed", "allocs", "codec", "sockets", "echo", "conns"]
+PARTS = ["seed", "allocs", "codec", "sockets", "echo", "conns", "flood"]
 
 
 def load(quick: bool) -> dict[str, dict[str, Any]]:
@@ -346,6 +346,54 @@ def conns_section(d: dict[str, Any]) -> str:
     )
 
 
+def flood_section(d: dict[str, Any]) -> str:
+    p = d["params"]
+    rows = []
+    for r in d["rows"]:
+        base, flood = r["baseline"], r["flood"]
+        rows.append(
+            [
+                r["name"],
+                _f(base["worst_ms"], 1),
+                _f(base["median_ms"], 2),
+                _f(base["p99_ms"], 1),
+                _f(flood["worst_ms"], 1),
+                _f(flood["median_ms"], 2),
+                _f(flood["p99_ms"], 1),
+                f"{base['count']} / {flood['count']}",
+                ", ".join(_f(s, 1) for s in r["flood_seconds"]),
+                ", ".join(_f(c, 1) for c in r["server_cpu_us_per_record"]),
+                r.get("error") or "",
+            ]
+        )
+    return (
+        "## 7. Echo under a flood of one-byte records (ms)\n\n"
+        f"A peer with the key announces {_size(p['record_size_announced'])} records and sends "
+        f"{p['records']:,} one-byte records (then FINAL) at once, while an echo client "
+        f"({p['message']}-byte messages) measures round trips on another connection to the same "
+        f"server; the no-flood baseline is the same client in the {p['baseline_s']:g} s before "
+        f"the flood, same run. Only the server runs on the loop named; {p['reps']} runs per loop, "
+        "interleaved, round trips pooled. Command: `python benchmarks/run.py flood`.\n\n"
+        + table(
+            [
+                "server loop",
+                "no flood: worst",
+                "median",
+                "p99",
+                "flood: worst",
+                "median",
+                "p99",
+                "round trips (base / flood)",
+                "flood lasted (s)",
+                "server CPU us / record",
+                "note",
+            ],
+            rows,
+        )
+        + "\n"
+    )
+
+
 def targets_section(data: dict[str, dict[str, Any]]) -> str:
     rows = []
     for part in PARTS:
@@ -459,6 +507,7 @@ def render(data: dict[str, dict[str, Any]], with_chart: bool) -> str:
         ("sockets", sockets_section),
         ("echo", echo_section),
         ("conns", conns_section),
+        ("flood", flood_section),
     ):
         if part in data:
             parts.append(fn(data[part]))

@@ -58,3 +58,106 @@ def test_a_full_ring_costs_what_the_formula_says(record_size: int, ring_size: in
 def test_the_ring_of_a_16_mib_record_size_is_one_record_not_four() -> None:
     """At the 16 MiB cap a connection used to hold 4 records (64 MiB); now one and a header."""
     assert formula(DEFAULT_RING_SIZE, 16 * 1024 * 1024) < 17 * 1024 * 1024
+
+
+def receiving_side_held(snapshot: tracemalloc.Snapshot) -> int:
+    """Bytes the receiving code (opener.py, ring.py) allocated and still holds: the ring, the
+    header buffer, the view cache (the client's sealed output, in sealer.py, is not counted)."""
+    receiving = [
+        tracemalloc.Filter(True, "*gcmstream/opener.py"),
+        tracemalloc.Filter(True, "*gcmstream/ring.py"),
+    ]
+    return sum(trace.size for trace in snapshot.filter_traces(receiving).traces)
+
+
+RING_SIZE = 1 << 20  # not the default: what the entry points' ``ring_size`` sets
+RECORD = 64 * 1024
+
+
+async def _fill_and_measure(serve: str) -> int:
+    """A server with ``ring_size=RING_SIZE`` whose handler never reads; a client with the key
+    sends more than the ring holds. What gcmstream holds on the server once its ring is full."""
+    import asyncio
+
+    import anyio
+
+    import gcmstream
+    from gcmstream.anyio_stream import SecureStream, connect_tcp, create_tcp_listener
+
+    wire_plain = bytes(4 * RING_SIZE)
+    held: list[int] = []
+    full = anyio.Event()
+
+    def measure(opener: Opener) -> None:
+        held.append(receiving_side_held(tracemalloc.take_snapshot()))
+        assert not opener.wants_data, "the ring was not full"
+        full.set()
+
+    tracemalloc.start()
+    try:
+        if serve == "asyncio":
+
+            async def handler(
+                reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter
+            ) -> None:
+                for _ in range(500):  # the loop fills the ring and pauses reading: no read here
+                    if not reader.opener.wants_data:
+                        break
+                    await asyncio.sleep(0.01)
+                measure(reader.opener)
+                writer.close()
+
+            server = await gcmstream.start_server(handler, "127.0.0.1", 0, key=KEY, ring_size=RING_SIZE)
+            port = server.sockets[0].getsockname()[1]
+            async with server:
+                _, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY, record_size=RECORD)
+                writer.write(wire_plain)  # the transport keeps what the peer does not take
+                with anyio.fail_after(20):
+                    await full.wait()
+                writer.transport.abort()
+        else:
+            listener = await create_tcp_listener(key=KEY, local_host="127.0.0.1", ring_size=RING_SIZE)
+            port = listener.extra(anyio.abc.SocketAttribute.local_port)
+
+            async def serve_one(stream: SecureStream) -> None:
+                opener = stream.channel.opener
+                with anyio.fail_after(20):  # receive 1 byte at a time: the ring fills as the data arrives
+                    await stream.receive(1)
+                    while opener.wants_data:
+                        await stream._receive_more()
+                measure(opener)
+                try:
+                    await anyio.sleep_forever()  # until the test is done with the client
+                finally:
+                    await anyio.aclose_forcefully(stream)
+
+            async with listener, anyio.create_task_group() as tg:
+                tg.start_soon(listener.serve, serve_one)
+                client = await connect_tcp("127.0.0.1", port, key=KEY, record_size=RECORD)
+
+                async def send() -> None:
+                    with anyio.move_on_after(20):
+                        await client.send(wire_plain)
+
+                tg.start_soon(send)
+                with anyio.fail_after(20):
+                    await full.wait()
+                tg.cancel_scope.cancel()  # the send first, then the client
+            await client.aclose()
+    finally:
+        tracemalloc.stop()
+    return held[0]
+
+
+@pytest.mark.asyncio
+async def test_start_server_ring_size_sets_what_a_connection_holds() -> None:
+    held = await _fill_and_measure("asyncio")
+    assert formula(RING_SIZE, RECORD) <= held <= formula(RING_SIZE, RECORD) + SLACK, held
+    assert held > 2 * DEFAULT_RING_SIZE  # the parameter reached the ring
+
+
+@pytest.mark.anyio
+async def test_anyio_listener_ring_size_sets_what_a_connection_holds() -> None:
+    held = await _fill_and_measure("anyio")
+    assert formula(RING_SIZE, RECORD) <= held <= formula(RING_SIZE, RECORD) + SLACK, held
+    assert held > 2 * DEFAULT_RING_SIZE

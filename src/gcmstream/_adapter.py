@@ -27,6 +27,13 @@ RECEIVE_SIZE = 256 * 1024
 # takes on any link that can carry this traffic (0.2 s at 1 Gbit/s, 13 s at 10 Mbit/s).
 DEFAULT_RECORD_TIMEOUT = 30.0
 
+# A server may drop a client that sends nothing for this many seconds after its handshake.
+# None by default, as asyncio's and anyio's servers: silence is normal in many protocols (a
+# client that sent its request and now only reads, a long poll), an idle connection holds no
+# ring (about 16 KiB, benchmarks/README.md part 6), and the states a peer could use to hold
+# memory are bounded already (handshake_timeout, record_timeout, max_pending_handshakes).
+DEFAULT_IDLE_TIMEOUT: float | None = None
+
 # A reader yields to its event loop once it has opened this much without waiting for input,
 # so a peer that slices its stream into tiny records cannot hold the loop: 64 one-byte records
 # cost ~0.2 ms, 4 MiB of full records ~0.5 ms (benchmarks/README.md, the flood row).

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 from ._adapter import (
+    DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECORD_TIMEOUT,
     RECEIVE_SIZE,
     Fairness,
@@ -51,6 +52,7 @@ from .format import (
     Role,
 )
 from .pending import DEFAULT_MAX_PENDING_HANDSHAKES, PendingHandshakes
+from .ring import DEFAULT_RING_SIZE, ring_capacity
 
 __all__ = (
     "SecureStreamReader",
@@ -526,6 +528,9 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         self.channel = channel
         self._record_timeout = record_timeout
         self._record_timer: asyncio.TimerHandle | None = None
+        self._idle_timeout: float | None = None  # set once the handshake is over (servers)
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._last_input = 0.0  # loop.time() of the last bytes received, or of resuming reading
         self._on_connected = on_connected
         self._scratch: memoryview | None = None
         self._into_scratch = False
@@ -568,6 +573,8 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
             self._read_paused = True
             self.transport.pause_reading()
         self._time_record()
+        if self._idle_timer is not None:
+            self._last_input = self._loop.time()  # (one clock read: the timer is not re-armed here)
         self._wake()
 
     def _time_record(self) -> None:
@@ -596,7 +603,40 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         self.connection_error = TimeoutError(reason)
         _abort(self.transport)
 
+    def watch_idle(self, idle_timeout: float | None) -> None:
+        """Drop the connection once the peer has sent nothing for ``idle_timeout`` seconds
+        while we were reading (None: never). Time while we paused reading for a slow local
+        reader does not count, and a peer that ended its stream (EOF) is not idle."""
+        self._idle_timeout = idle_timeout
+        if idle_timeout is not None and not self._eof and self.transport is not None:
+            self._last_input = self._loop.time()
+            self._idle_timer = self._loop.call_later(idle_timeout, self._idle_check)
+
+    def _idle_check(self) -> None:
+        self._idle_timer = None
+        timeout = self._idle_timeout
+        if timeout is None or self._eof or self.transport is None or self.transport.is_closing():
+            return
+        now = self._loop.time()
+        if self._read_paused:
+            self._last_input = now  # our reader's delay, not the peer's silence
+        due = self._last_input + timeout
+        if now < due:
+            self._idle_timer = self._loop.call_at(due, self._idle_check)
+            return
+        peer = self.transport.get_extra_info("peername")
+        reason = f"nothing received for {timeout:g} s"
+        logger.warning("dropping %s: %s (idle_timeout)", peer, reason)
+        self.connection_error = TimeoutError(reason)
+        _abort(self.transport)
+
+    def _stop_idle(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
     def eof_received(self) -> bool:
+        self._stop_idle()
         self._eof = True
         self.channel.opener.receive_eof()
         self._wake()
@@ -606,7 +646,8 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         if self._record_timer is not None:
             self._record_timer.cancel()
             self._record_timer = None
-        if not isinstance(self.connection_error, TimeoutError):  # (the record timer's cause stays)
+        self._stop_idle()
+        if not isinstance(self.connection_error, TimeoutError):  # (a timer's cause stays)
             self.connection_error = exc
         if not self._eof:
             self._eof = True
@@ -652,6 +693,7 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
             self._read_paused = False
             self.transport.resume_reading()
             self._time_record()
+            self._last_input = self._loop.time()  # the peer's silence counts from here
 
     async def drain(self) -> None:
         if self._closed.done():  # as asyncio's StreamWriter: a lost connection cannot drain
@@ -698,6 +740,7 @@ def _channel(
     max_record_size: int,
     limits: KeyLimits | None,
     options: HandshakeOptions,
+    ring_size: int,
 ) -> Channel:
     return Channel(
         key,
@@ -706,6 +749,7 @@ def _channel(
         record_size=record_size,
         max_record_size=max_record_size,
         limits=limits,
+        ring_size=ring_size,
         key_exchange=options.key_exchange,
         local_id=options.local_id,
         peer_id=options.peer_id,
@@ -723,6 +767,7 @@ async def open_connection(
     limits: KeyLimits | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
     record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
+    ring_size: int = DEFAULT_RING_SIZE,
     limit: int = _DEFAULT_LIMIT,
     key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
     local_id: str | bytes | None = None,
@@ -733,13 +778,14 @@ async def open_connection(
 
     A server with another key or context hangs up at our header (TruncatedStreamError: the
     connection ended during the handshake). ``key`` may be a KeyRing (its primary key is used);
-    ``key_exchange``, ``local_id``, ``peer_id`` as for :class:`~gcmstream.Channel`. ``kwargs``
-    go to ``loop.create_connection``.
+    ``key_exchange``, ``local_id``, ``peer_id``, ``ring_size`` (the receive ring's byte budget,
+    SECURITY.md "Memory per connection") as for :class:`~gcmstream.Channel`. ``kwargs`` go to
+    ``loop.create_connection``.
     """
     _check_limit(limit)
     loop = asyncio.get_running_loop()
     options = HandshakeOptions(key_exchange, local_id, peer_id)
-    channel = _channel(key, Role.INITIATOR, context, record_size, max_record_size, limits, options)
+    channel = _channel(key, Role.INITIATOR, context, record_size, max_record_size, limits, options, ring_size)
     _, protocol = await loop.create_connection(
         lambda: _ChannelProtocol(channel, loop, limit, record_timeout=record_timeout),
         host,  # type: ignore[arg-type]  # None is valid with sock=
@@ -762,6 +808,8 @@ async def start_server(
     limits: KeyLimits | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
     record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    ring_size: int = DEFAULT_RING_SIZE,
     limit: int = _DEFAULT_LIMIT,
     key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
     local_id: str | bytes | None = None,
@@ -778,8 +826,13 @@ async def start_server(
     record that has begun to arrive must finish within ``record_timeout`` seconds (None: no
     limit), or the connection is dropped and logged, and its reader raises
     TruncatedStreamError caused by TimeoutError: a peer trickling bytes cannot hold its ring.
-    Unlike asyncio's, a bad ``limit`` raises ValueError here, not at each connection."""
+    A client that sends nothing for ``idle_timeout`` seconds after its handshake is dropped the
+    same way (None, the default: never; see SECURITY.md "Memory per connection" for why).
+    ``ring_size`` is the receive ring's byte budget per connection (as for
+    :class:`~gcmstream.Channel`). Unlike asyncio's, a bad ``limit`` raises ValueError here,
+    not at each connection."""
     _check_limit(limit)
+    ring_capacity(max_record_size, ring_size)  # a bad ring_size raises now, not per client
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
     options = HandshakeOptions(key_exchange, local_id, peer_id)
@@ -799,6 +852,7 @@ async def start_server(
             return
         finally:
             pending.done(transport)
+        protocol.watch_idle(idle_timeout)
         reader, writer = protocol.streams()
         try:
             result = client_connected_cb(reader, writer)
@@ -816,7 +870,9 @@ async def start_server(
         task.add_done_callback(tasks.discard)
 
     def factory() -> _ChannelProtocol:
-        channel = _channel(key, Role.RESPONDER, context, record_size, max_record_size, limits, options)
+        channel = _channel(
+            key, Role.RESPONDER, context, record_size, max_record_size, limits, options, ring_size
+        )
         return _ChannelProtocol(channel, loop, limit, on_connected=start, record_timeout=record_timeout)
 
     return await loop.create_server(factory, host, port, **kwargs)
@@ -871,9 +927,11 @@ def decrypting_reader(
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     limits: KeyLimits | None = None,
     limit: int = _DEFAULT_LIMIT,
+    ring_size: int = DEFAULT_RING_SIZE,
 ) -> SecureStreamReader:
-    """One-way: decrypt what ``reader`` delivers (written by ``encrypting_writer`` or a Sealer)."""
-    opener = Opener(key, context=context, max_record_size=max_record_size, limits=limits)
+    """One-way: decrypt what ``reader`` delivers (written by ``encrypting_writer`` or a Sealer).
+    ``ring_size``: the receive ring's byte budget, as for :class:`~gcmstream.Opener`."""
+    opener = Opener(key, context=context, max_record_size=max_record_size, limits=limits, ring_size=ring_size)
     return SecureStreamReader(opener, _StreamReaderSource(opener, reader), limit=limit)
 
 
@@ -892,13 +950,15 @@ async def wrap_streams(
     key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
     local_id: str | bytes | None = None,
     peer_id: str | bytes | None = None,
+    ring_size: int = DEFAULT_RING_SIZE,
 ) -> tuple[SecureStreamReader, SecureStreamWriter]:
     """Duplex channel over existing asyncio streams. One side must use Role.INITIATOR and the
     other Role.RESPONDER. Runs the handshake before returning; if it fails (or takes longer
-    than ``handshake_timeout`` seconds) the transport is aborted and the error raised."""
+    than ``handshake_timeout`` seconds) the transport is aborted and the error raised.
+    ``ring_size``: the receive ring's byte budget, as for :class:`~gcmstream.Channel`."""
     _check_limit(limit)
     options = HandshakeOptions(key_exchange, local_id, peer_id)
-    channel = _channel(key, role, context, record_size, max_record_size, limits, options)
+    channel = _channel(key, role, context, record_size, max_record_size, limits, options, ring_size)
     source = _StreamReaderSource(channel.opener, reader)
 
     async def send(data: bytes) -> None:

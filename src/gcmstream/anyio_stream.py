@@ -35,6 +35,7 @@ from anyio.abc import AnyByteStream, ByteStream, Listener, SocketAttribute, Task
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from ._adapter import (
+    DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECORD_TIMEOUT,
     RECEIVE_SIZE,
     blame_connection,
@@ -59,6 +60,7 @@ from .format import (
     Role,
 )
 from .pending import DEFAULT_MAX_PENDING_HANDSHAKES, PendingHandshakes
+from .ring import DEFAULT_RING_SIZE, ring_capacity
 
 __all__ = (
     "AnyioStreamBrokenError",
@@ -114,6 +116,7 @@ class SecureStream(ByteStream):
     _closed: bool = field(init=False, default=False, repr=False)
     record_timeout: float | None = field(default=DEFAULT_RECORD_TIMEOUT, repr=False)
     _record_since: float | None = field(init=False, default=None, repr=False)
+    idle_timeout: float | None = field(default=DEFAULT_IDLE_TIMEOUT, repr=False)
 
     def __post_init__(self) -> None:
         self._receive_guard = anyio.ResourceGuard("reading from")
@@ -132,6 +135,8 @@ class SecureStream(ByteStream):
         limits: KeyLimits | None = None,
         handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
         record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        ring_size: int = DEFAULT_RING_SIZE,
         key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
         local_id: str | bytes | None = None,
         peer_id: str | bytes | None = None,
@@ -146,7 +151,10 @@ class SecureStream(ByteStream):
         ``key_exchange``, ``local_id``, ``peer_id`` as for :class:`~gcmstream.Channel`. A
         record that has begun to arrive must finish within ``record_timeout`` seconds (None:
         no limit), or the transport is closed and the receive raises AnyioTruncatedStreamError
-        caused by TimeoutError."""
+        caused by TimeoutError; so does a receive that waited ``idle_timeout`` seconds after the
+        handshake with nothing arriving (None, the default: no limit; meant for servers, see
+        SECURITY.md "Memory per connection"). ``ring_size`` is the receive ring's byte budget
+        (as for :class:`~gcmstream.Channel`)."""
         channel = Channel(
             key,
             role=role,
@@ -155,11 +163,12 @@ class SecureStream(ByteStream):
             max_record_size=max_record_size,
             limits=limits,
             reuse_output=False,
+            ring_size=ring_size,
             key_exchange=key_exchange,
             local_id=local_id,
             peer_id=peer_id,
         )
-        stream = cls(transport_stream, channel, record_timeout=record_timeout)
+        stream = cls(transport_stream, channel, record_timeout=record_timeout, idle_timeout=idle_timeout)
 
         async def abort() -> None:
             await anyio.aclose_forcefully(transport_stream)
@@ -173,6 +182,11 @@ class SecureStream(ByteStream):
         opener = self.channel.opener
         check_can_take_input(opener)
         deadline = self._record_deadline(opener)
+        idle = False  # which deadline is the nearer one
+        if self.idle_timeout is not None and self.channel.handshake_complete():
+            idle_deadline = anyio.current_time() + self.idle_timeout  # silence from now on
+            if deadline is None or idle_deadline < deadline:
+                deadline, idle = idle_deadline, True
         try:
             with anyio.fail_after(None if deadline is None else max(0.0, deadline - anyio.current_time())):
                 # before confirmation, read no more than the handshake needs: an unconfirmed
@@ -180,9 +194,13 @@ class SecureStream(ByteStream):
                 size = opener.header_missing or RECEIVE_SIZE
                 data = await self.transport_stream.receive(size)  # type: ignore[call-arg]
         except TimeoutError:
-            reason = f"a record started more than {self.record_timeout:g} s ago has not finished arriving"
             peer = self.transport_stream.extra(SocketAttribute.remote_address, "the peer")
-            logger.warning("dropping %s: %s (record_timeout)", peer, reason)
+            if idle:
+                why, reason = "idle_timeout", f"nothing received for {self.idle_timeout:g} s"
+            else:
+                why = "record_timeout"
+                reason = f"a record started more than {self.record_timeout:g} s ago has not finished arriving"
+            logger.warning("dropping %s: %s (%s)", peer, reason, why)
             opener.receive_eof()
             self._receive_lost = TimeoutError(reason)
             await anyio.aclose_forcefully(self.transport_stream)
@@ -330,12 +348,13 @@ async def connect_tcp(
     limits: KeyLimits | None = None,
     handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
     record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
+    ring_size: int = DEFAULT_RING_SIZE,
     key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
     local_id: str | bytes | None = None,
     peer_id: str | bytes | None = None,
 ) -> SecureStream:
     """``anyio.connect_tcp`` plus the handshake (as the channel's initiator); the connection
-    is closed if the handshake fails."""
+    is closed if the handshake fails. Options as for :meth:`SecureStream.wrap`."""
     transport = await anyio.connect_tcp(remote_host, remote_port)
     return await SecureStream.wrap(
         transport,
@@ -347,6 +366,7 @@ async def connect_tcp(
         limits=limits,
         handshake_timeout=handshake_timeout,
         record_timeout=record_timeout,
+        ring_size=ring_size,
         key_exchange=key_exchange,
         local_id=local_id,
         peer_id=peer_id,
@@ -379,6 +399,8 @@ class SecureListener(Listener[SecureStream]):
     limits: KeyLimits | None = None
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
     record_timeout: float | None = DEFAULT_RECORD_TIMEOUT
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT
+    ring_size: int = DEFAULT_RING_SIZE
     options: HandshakeOptions = DEFAULT_HANDSHAKE
     max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES
 
@@ -416,6 +438,8 @@ class SecureListener(Listener[SecureStream]):
                         limits=self.limits,
                         handshake_timeout=self.handshake_timeout,
                         record_timeout=self.record_timeout,
+                        idle_timeout=self.idle_timeout,
+                        ring_size=self.ring_size,
                         key_exchange=self.options.key_exchange,
                         local_id=self.options.local_id,
                         peer_id=self.options.peer_id,
@@ -454,12 +478,17 @@ async def create_tcp_listener(
     limits: KeyLimits | None = None,
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
     record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+    ring_size: int = DEFAULT_RING_SIZE,
     key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
     local_id: str | bytes | None = None,
     peer_id: str | bytes | None = None,
     max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES,
 ) -> SecureListener:
-    """``anyio.create_tcp_listener`` whose ``serve()`` hands out SecureStreams."""
+    """``anyio.create_tcp_listener`` whose ``serve()`` hands out SecureStreams. A client that
+    sends nothing for ``idle_timeout`` seconds while its handler waits to receive is dropped
+    (None, the default: never); other options as for :meth:`SecureStream.wrap`."""
+    ring_capacity(max_record_size, ring_size)  # a bad ring_size raises now, not per client
     listener = await anyio.create_tcp_listener(local_host=local_host, local_port=local_port)
     return SecureListener(
         listener,
@@ -470,6 +499,8 @@ async def create_tcp_listener(
         limits=limits,
         handshake_timeout=handshake_timeout,
         record_timeout=record_timeout,
+        idle_timeout=idle_timeout,
+        ring_size=ring_size,
         options=HandshakeOptions(key_exchange, local_id, peer_id),
         max_pending_handshakes=max_pending_handshakes,
     )

@@ -102,8 +102,17 @@ _IN_PLACE_MIN = 16 * 1024
 # The run loops do not use it: small records would thrash it.
 _VIEW_SLOTS = 31
 # Records one read call opens at most (it returns what it has, up to its size): a peer that
-# slices its stream into 1-byte records cannot make one call run for long (about 1 ms).
-_CALL_RECORDS = 1024
+# slices its stream into 1-byte records cannot make one call run for long. 256: an anyio
+# receive (one call per turn of the loop) of one-byte records then takes ~1-2 ms, where 1,024
+# took 5-10 ms and let a flood push a concurrent echo past 100 ms on a loaded machine
+# (benchmarks/ part 7); a 64 KiB read of 256-byte or larger records is not cut short.
+_CALL_RECORDS = 256
+# Held input copied into the ring at a record boundary, at most, per step: a held piece of
+# tiny records is committed record by record (a few us each), so copying a 256 KiB read of
+# one-byte records at once ran ~12,000 of them in one step (60-70 ms, benchmarks/ part 7);
+# 4 KiB is ~190 of them, and still 4 records of 1 KiB per copy. Codec throughput with both
+# limits against 1,024 records and no copy limit, A/B in one process: 0.95-1.05 at 1 and 4 KiB.
+_ABSORB_BYTES = 4 * 1024
 _NO_PLAINTEXT = memoryview(bytearray())  # writable and empty: an empty record's output
 _unpack_record_header = RECORD_HEADER.unpack_from
 
@@ -775,7 +784,7 @@ class Opener:
                     fits = target is not None and size <= len(target)
                     if whole and (length >= _IN_PLACE_MIN or fits or not size):
                         return True
-                self._absorb()
+                self._absorb(_ABSORB_BYTES)
             if self._held is held and self._held_pos == before:
                 return False  # no room at all: cannot happen while the ring holds no whole record
         if self._error is not None:

@@ -213,3 +213,145 @@ async def test_anyio_stream_drops_a_peer_trickling_a_record(caplog: pytest.LogCa
     assert isinstance(info.value.__cause__, TimeoutError)
     assert 0.4 < anyio.current_time() - start < 5
     assert any("record_timeout" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.asyncio
+async def test_start_server_drops_a_client_idle_past_the_idle_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client that completes its handshake, sends one message, then nothing: dropped after
+    ``idle_timeout``, its reader raising TruncatedStreamError caused by TimeoutError. A client
+    that keeps talking more often than that stays."""
+    errors: list[BaseException] = []
+    received: list[bytes] = []
+    ended: list[bool] = []
+    both_ended = asyncio.Event()
+
+    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                received.append(data)
+        except gcmstream.TruncatedStreamError as exc:
+            errors.append(exc)
+        ended.append(True)
+        if len(ended) == 2:
+            both_ended.set()
+        writer.close()
+
+    server = await gcmstream.start_server(handler, "127.0.0.1", 0, key=KEY, idle_timeout=0.4)
+    port = server.sockets[0].getsockname()[1]
+    loop = asyncio.get_running_loop()
+    async with server:
+        _, chatty = await gcmstream.open_connection("127.0.0.1", port, key=KEY)
+        _, quiet = await gcmstream.open_connection("127.0.0.1", port, key=KEY)
+        quiet.write(b"hello")
+        await quiet.drain()
+        start = loop.time()
+        async with asyncio.timeout(10):
+            while not errors:
+                chatty.write(b".")  # every 0.1 s: never idle for 0.4 s
+                await chatty.drain()
+                await asyncio.sleep(0.1)
+        elapsed = loop.time() - start
+        assert not chatty.transport.is_closing()
+        chatty.write_eof()  # the chatty client ends cleanly: its handler ends without error
+        async with asyncio.timeout(10):
+            await both_ended.wait()
+        chatty.close()
+        quiet.close()
+    assert len(errors) == 1, errors
+    assert isinstance(errors[0].__cause__, TimeoutError)
+    assert 0.3 < elapsed < 5
+    assert b"hello" in received
+    lines = [r.getMessage() for r in caplog.records if "idle_timeout" in r.getMessage()]
+    assert len(lines) == 1 and "127.0.0.1" in lines[0] and "nothing received for 0.4 s" in lines[0], lines
+
+
+@pytest.mark.asyncio
+async def test_idle_timeout_does_not_count_while_the_server_paused_reading() -> None:
+    """A full ring pauses reading for a slow handler: the peer cannot send, so it is not idle."""
+    got: list[int] = []
+    handled = asyncio.Event()
+
+    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        await asyncio.sleep(1.0)  # 2.5 x the idle timeout without reading, the ring full
+        total = 0
+        try:
+            while data := await reader.read(1 << 20):
+                total += len(data)
+        finally:
+            got.append(total)
+            handled.set()
+            writer.close()
+
+    server = await gcmstream.start_server(handler, "127.0.0.1", 0, key=KEY, idle_timeout=0.4)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        _, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY)
+        writer.write(bytes(4 << 20))  # far more than the ring and the socket buffers take
+        writer.write_eof()
+        async with asyncio.timeout(20):
+            await writer.drain()
+            await handled.wait()
+        writer.close()
+    assert got == [4 << 20]
+
+
+@pytest.mark.anyio
+async def test_anyio_listener_drops_a_client_idle_past_the_idle_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from gcmstream.anyio_stream import connect_tcp, create_tcp_listener
+
+    errors: list[BaseException] = []
+    dropped = anyio.Event()
+    listener = await create_tcp_listener(key=KEY, local_host="127.0.0.1", idle_timeout=0.4)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+
+    async def serve_one(stream: SecureStream) -> None:
+        try:
+            while True:
+                await stream.receive()
+        except (gcmstream.TruncatedStreamError, anyio.EndOfStream) as exc:
+            errors.append(exc)
+            dropped.set()
+        finally:
+            await anyio.aclose_forcefully(stream)
+
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve_one)
+        client = await connect_tcp("127.0.0.1", port, key=KEY)
+        await client.send(b"hello")
+        start = anyio.current_time()
+        with anyio.fail_after(10):
+            await dropped.wait()
+        elapsed = anyio.current_time() - start
+        tg.cancel_scope.cancel()
+    await client.aclose()
+    assert isinstance(errors[0], gcmstream.TruncatedStreamError), errors
+    assert isinstance(errors[0].__cause__, TimeoutError)
+    assert 0.3 < elapsed < 5
+    lines = [r.getMessage() for r in caplog.records if "idle_timeout" in r.getMessage()]
+    assert len(lines) == 1 and "127.0.0.1" in lines[0] and "nothing received for 0.4 s" in lines[0], lines
+
+
+@pytest.mark.anyio
+async def test_anyio_stream_without_idle_timeout_waits_for_a_quiet_peer() -> None:
+    """The default (None): a peer silent for longer than any test timeout is still connected
+    (with the record timer off too: neither limit applies)."""
+    near, far = memory_pipe()
+    streams: dict[str, SecureStream] = {}
+
+    async def wrap(name: str, transport: MemoryByteStream, role: Role) -> None:
+        streams[name] = await SecureStream.wrap(transport, key=KEY, role=role, record_timeout=None)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wrap, "client", near, Role.INITIATOR)
+        tg.start_soon(wrap, "server", far, Role.RESPONDER)
+    assert streams["server"].idle_timeout is None
+    with anyio.move_on_after(0.5) as scope:
+        await streams["server"].receive()
+    assert scope.cancelled_caught  # still waiting, not dropped
+    await streams["client"].send(b"late")
+    with anyio.fail_after(5):
+        assert await streams["server"].receive() == b"late"

@@ -1,0 +1,160 @@
+"""The adapters' log lines (the glue in _adapter.py and the timers of both adapters) always
+say why a connection was dropped and whose it was, and never carry key material.
+
+Each case drives a real server on 127.0.0.1 into one failure: a handshake that never comes
+(handshake_timeout), a record that stops half way (record_timeout), a client that goes quiet
+(idle_timeout), and a tampered record (the handler's AuthenticationError). The captured text
+(messages and formatted tracebacks) must name the reason and the peer's address, and contain
+the key in none of the forms a log could show it: hex, base64, base64url, Python's repr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import socket
+
+import anyio
+import pytest
+
+import gcmstream
+from gcmstream.anyio_stream import SecureStream, connect_tcp, create_tcp_listener
+
+KEY = os.urandom(16)  # random: any trace of it in a log is a leak, not a coincidence
+
+
+def key_forms(key: bytes) -> list[str]:
+    forms = [key.hex(), key.hex().upper(), repr(key), str(key)]
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        text = encode(key).decode()
+        forms += [text, text.rstrip("=")]
+    return forms
+
+
+def check_log(caplog: pytest.LogCaptureFixture, *reasons: str) -> str:
+    text = caplog.text  # every record, with its formatted traceback
+    for reason in reasons:
+        assert reason in text, f"{reason!r} not in the log:\n{text}"
+    assert "127.0.0.1" in text, text
+    for form in key_forms(KEY):
+        assert form not in text, f"the key appears in the log as {form!r}"
+    return text
+
+
+async def logged(caplog: pytest.LogCaptureFixture, what: str) -> None:
+    """Wait (at most 10 s) until a captured log line contains ``what``."""
+    for _ in range(200):
+        if what in caplog.text:
+            return
+        await anyio.sleep(0.05)
+    raise AssertionError(f"nothing logged with {what!r}:\n{caplog.text}")
+
+
+@pytest.fixture(autouse=True)
+def _capture_gcmstream_warnings(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+
+
+async def _server(
+    handler: gcmstream.aio.ClientConnectedCallback, **options: object
+) -> tuple[asyncio.Server, int]:
+    server = await gcmstream.start_server(handler, "127.0.0.1", 0, key=KEY, **options)  # type: ignore[arg-type]
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def _reads_until_error(
+    reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter
+) -> None:
+    try:
+        while await reader.read(65536):
+            pass
+    finally:
+        writer.close()
+
+
+@pytest.mark.asyncio
+async def test_handshake_timeout_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    server, port = await _server(_reads_until_error, handshake_timeout=0.3)
+    async with server:
+        with socket.create_connection(("127.0.0.1", port)) as silent:  # connects, sends nothing
+            await logged(caplog, "handshake with")
+            silent.close()
+    check_log(caplog, "handshake with", "TimeoutError", "not complete within 0.3 s")
+
+
+@pytest.mark.asyncio
+async def test_record_timeout_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    server, port = await _server(_reads_until_error, record_timeout=0.3)
+    async with server:
+        _, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY)
+        record = bytes(writer.sealer.seal(b"x" * 1000, flush=True))
+        writer.transport.write(record[:100])  # the rest never comes
+        await logged(caplog, "record_timeout")
+        writer.close()
+    check_log(caplog, "record_timeout", "has not finished arriving", "0.3 s")
+
+
+@pytest.mark.asyncio
+async def test_idle_timeout_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    server, port = await _server(_reads_until_error, idle_timeout=0.3)
+    async with server:
+        _, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY)
+        await logged(caplog, "idle_timeout")
+        writer.close()
+    check_log(caplog, "idle_timeout", "nothing received for 0.3 s")
+
+
+@pytest.mark.asyncio
+async def test_a_bad_record_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    """The handler lets the AuthenticationError escape: start_server logs it with the peer."""
+    server, port = await _server(_reads_until_error)
+    async with server:
+        _, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY)
+        record = bytearray(writer.sealer.seal(b"secret plaintext", flush=True))
+        record[-1] ^= 1  # the tag
+        writer.transport.write(bytes(record))
+        await logged(caplog, "client_connected_cb failed")
+        writer.close()
+    text = check_log(caplog, "client_connected_cb failed", "AuthenticationError")
+    assert "secret plaintext" not in text
+
+
+@pytest.mark.anyio
+async def test_anyio_listener_timeouts_say_so(caplog: pytest.LogCaptureFixture) -> None:
+    """handshake, record and idle timeouts on the anyio listener, on asyncio and trio."""
+    listener = await create_tcp_listener(
+        key=KEY, local_host="127.0.0.1", handshake_timeout=0.3, record_timeout=0.3, idle_timeout=0.6
+    )
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+
+    async def handler(stream: SecureStream) -> None:
+        try:
+            while True:
+                await stream.receive()
+        except (anyio.EndOfStream, gcmstream.TruncatedStreamError):
+            pass
+        finally:
+            await anyio.aclose_forcefully(stream)
+
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handler)
+        silent = await anyio.connect_tcp("127.0.0.1", port)  # no handshake
+        await logged(caplog, "handshake with")
+        await silent.aclose()
+        partial = await connect_tcp("127.0.0.1", port, key=KEY)
+        record = bytes(partial.channel.sealer.seal(b"x" * 1000, flush=True))
+        await partial.transport_stream.send(record[:100])
+        await logged(caplog, "record_timeout")
+        quiet = await connect_tcp("127.0.0.1", port, key=KEY)
+        await logged(caplog, "idle_timeout")
+        tg.cancel_scope.cancel()
+    await partial.aclose()
+    await quiet.aclose()
+    check_log(
+        caplog,
+        "not complete within 0.3 s",
+        "has not finished arriving",
+        "nothing received for 0.6 s",
+    )
