@@ -330,3 +330,32 @@ def test_an_initiator_with_a_key_ring_accepts_only_the_key_it_offered() -> None:
     with pytest.raises((UnknownKeyError, HandshakeError)):
         client.handshake_complete()
     assert not client.sealer.ready
+
+
+def test_a_named_key_ring_gives_the_identity_of_the_key_proved() -> None:
+    alice, bob = generate_key(), generate_key()
+    ring = KeyRing({"alice": alice, "bob": bob})
+    assert (ring.name(key_id(alice)), ring.name(key_id(bob)), ring.name(key_id(KEY))) == (
+        b"alice",
+        b"bob",
+        None,
+    )
+    assert ring.primary == alice
+    assert repr(ring) == f"<KeyRing alice={key_id(alice).hex()[:8]}, bob={key_id(bob).hex()[:8]}>"
+    server = Channel(ring, role=Role.RESPONDER)
+    run_handshake(Channel(bob, role=Role.INITIATOR), server)  # bob does not name himself
+    assert server.handshake_complete() and server.peer_id == b"bob"
+    liar = Channel(ring, role=Role.RESPONDER)
+    liar.opener.receive_data(Channel(bob, role=Role.INITIATOR, local_id="alice").initial_data())
+    with pytest.raises(PeerIdentityError, match="claims identity b'alice' but proved the key named b'bob'"):
+        liar.handshake_complete()
+    assert not liar.data_to_send()  # refused before answering
+    with pytest.raises(ValueError, match="two names"):
+        KeyRing({"alice": alice, "also alice": alice})
+    with pytest.raises(ValueError, match="1 to 255"):
+        KeyRing({"": alice})
+    # several keys may share a name (a rotation)
+    new_alice = generate_key()
+    rotated = KeyRing({"alice": [new_alice, alice], "bob": [bob]})
+    assert rotated.key_ids == (key_id(new_alice), key_id(alice), key_id(bob))
+    assert rotated.name(key_id(alice)) == rotated.name(key_id(new_alice)) == b"alice"

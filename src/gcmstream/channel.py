@@ -36,6 +36,7 @@ from .format import (
     StreamHeader,
     as_key_ring,
     check_context,
+    check_identity,
     key_id,
     make_header,
 )
@@ -85,12 +86,7 @@ DEFAULT_HANDSHAKE = HandshakeOptions()
 
 
 def _identity(value: str | bytes | None, name: str) -> bytes | None:
-    if value is None:
-        return None
-    raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
-    if not 1 <= len(raw) <= MAX_IDENTITY_SIZE:
-        raise ValueError(f"{name} must be 1 to {MAX_IDENTITY_SIZE} bytes, got {len(raw)}")
-    return raw
+    return None if value is None else check_identity(value, name)
 
 
 class Channel:
@@ -107,8 +103,10 @@ class Channel:
 
     ``key_exchange`` is what an initiator offers and the least a responder accepts.
     ``local_id`` names this end (sent in its header, bound into the keys); ``peer_id`` is the
-    identity the peer must have sent (PeerIdentityError otherwise). A peer that claims our own
-    ``local_id``, or an initiator header this process made, is SelfConnectionError.
+    identity the peer must have (PeerIdentityError otherwise). A peer that claims our own
+    ``local_id``, or an initiator header this process made, is SelfConnectionError. With a
+    KeyRing that names its keys, a responder takes the name of the key the initiator proved as
+    its identity (``peer_id`` after the handshake) and refuses an initiator claiming another.
     """
 
     def __init__(
@@ -171,7 +169,9 @@ class Channel:
         self._hello = b""  # our header
         self._derived: ChannelKeys | None = None
         self._suite = self.sealer.suite
-        self.peer_id: bytes | None = None  # the identity the peer sent, once its header verified
+        # the peer's identity once its header verified: the name of the key it proved (a
+        # responder's named KeyRing), else what it sent (a claim)
+        self.peer_id: bytes | None = None
         if role is Role.INITIATOR:
             self._shares = InitiatorShares(self.key_exchange, _ephemeral)
             self._hello, _ = make_header(
@@ -228,6 +228,13 @@ class Channel:
             )
         if sent is not None and sent == self._local_id:
             raise SelfConnectionError("the peer claims this end's own identity: a connection to itself?")
+        proved = self._keys.name(header.key_id) if self.role is Role.RESPONDER else None
+        if proved is not None:  # a named key: its name is who holds it, whatever is claimed
+            if sent is not None and sent != proved:
+                raise PeerIdentityError(
+                    f"the peer claims identity {sent!r} but proved the key named {proved!r}"
+                )
+            sent = proved
         if self._peer_id is not None and sent != self._peer_id:
             found = "no identity" if sent is None else f"identity {sent!r}"
             raise PeerIdentityError(f"the peer sent {found}, expected {self._peer_id!r}")

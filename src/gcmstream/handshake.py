@@ -16,7 +16,15 @@ from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .errors import HandshakeError
-from .format import FIELD_HEADER, FINISHED_SIZE, HEADER_SIZE, FieldType, KeyExchange, StreamHeader
+from .format import (
+    FIELD_HEADER,
+    FINISHED_SIZE,
+    HEADER_SIZE,
+    MAX_IDENTITY_SIZE,
+    FieldType,
+    KeyExchange,
+    StreamHeader,
+)
 
 __all__ = (
     "CHANNEL_FIELDS",
@@ -34,7 +42,6 @@ __all__ = (
 X25519_SIZE = 32
 MLKEM768_PUBLIC_SIZE = 1184
 MLKEM768_CIPHERTEXT_SIZE = 1088
-MAX_IDENTITY_SIZE = 255
 CHANNEL_FIELDS = frozenset({FieldType.X25519_SHARE, FieldType.MLKEM768_SHARE, FieldType.IDENTITY})
 _LABEL_CHANNEL = b"gcmstream/2 channel"
 
