@@ -144,10 +144,14 @@ def test_nothing_is_allocated_or_sealed_before_the_initiator_confirms() -> None:
     assert responder.opener._ring is None
     with pytest.raises(NotReadyError):
         responder.sealer.seal(b"too early")
-    # records that arrive before Finished wait in the header buffer, bounded by its size
+    # what arrives before Finished waits outside (header_missing says how much is wanted); the
+    # peer's header is held once, as header.raw, and the receive buffer is the Finished alone
     assert responder.opener.header_missing == FINISHED_SIZE
     hello_size = handshake_sizes(KeyExchange.MLKEM768_X25519)[0] - FINISHED_SIZE
-    assert len(responder.opener._header_buf) == hello_size + FINISHED_SIZE <= MAX_HEADER_SIZE + FINISHED_SIZE
+    header = responder.opener.header
+    assert header is not None and len(header.raw) == hello_size <= MAX_HEADER_SIZE
+    assert len(responder.opener._header_buf) == FINISHED_SIZE
+    assert header.field_spans and all(type(v) is bytes for _, v in header.fields)  # sliced on demand
     initiator.opener.receive_data(answer)
     assert initiator.handshake_complete()  # the initiator may send after one round trip
     responder.opener.receive_data(initiator.data_to_send() + first_record(initiator))

@@ -173,12 +173,15 @@ class SecureStream(ByteStream):
         opener = self.channel.opener
         check_can_take_input(opener)
         deadline = self._record_deadline(opener)
+        # before confirmation, read no more than the handshake needs: an unconfirmed peer makes
+        # us hold its header and Finished, nothing else
+        size = opener.header_missing or RECEIVE_SIZE
         try:
-            with anyio.fail_after(None if deadline is None else max(0.0, deadline - anyio.current_time())):
-                # before confirmation, read no more than the handshake needs: an unconfirmed
-                # peer makes us hold its header and Finished, nothing else
-                size = opener.header_missing or RECEIVE_SIZE
+            if deadline is None:  # no scope then: a cancel scope costs ~2 KB on trio while it waits
                 data = await self.transport_stream.receive(size)  # type: ignore[call-arg]
+            else:
+                with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
+                    data = await self.transport_stream.receive(size)  # type: ignore[call-arg]
         except TimeoutError:
             reason = f"a record started more than {self.record_timeout:g} s ago has not finished arriving"
             peer = self.transport_stream.extra(SocketAttribute.remote_address, "the peer")

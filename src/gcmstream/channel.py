@@ -166,7 +166,8 @@ class Channel:
         self._outbox = bytearray()
         self._initial_taken = False
         self._shares: InitiatorShares | None = None
-        self._hello = b""  # our header
+        self._hello = b""  # an initiator's header, until the transcript no longer needs it
+        self._hello_salt = b""
         self._derived: ChannelKeys | None = None
         self._suite = self.sealer.suite
         # the peer's identity once its header verified: the name of the key it proved (a
@@ -183,15 +184,12 @@ class Channel:
                 key_exchange=self.key_exchange,
                 fields=self._shares.fields() + self._identity_field(),
             )
+            self._hello_salt = self._hello[SALT_SLICE]
             _OWN_HELLOS[self._hello_salt] = self
             self._outbox += self._hello
 
     def __repr__(self) -> str:
         return f"<Channel {self.role.name} {self.key_exchange.name} ready={self.sealer.ready}>"
-
-    @property
-    def _hello_salt(self) -> bytes:
-        return self._hello[SALT_SLICE]
 
     def _identity_field(self) -> list[tuple[int, bytes]]:
         return [(FieldType.IDENTITY, self._local_id)] if self._local_id is not None else []
@@ -258,7 +256,7 @@ class Channel:
         self._suite = header.suite
         if self.role is Role.RESPONDER:
             fields, shared = respond(header, self._ephemeral)
-            self._hello, _ = make_header(
+            answer, _ = make_header(  # not kept: once queued, the outbox holds it until sent
                 key,
                 Role.RESPONDER,
                 self._record_size,
@@ -267,13 +265,15 @@ class Channel:
                 key_exchange=header.key_exchange,
                 fields=fields + self._identity_field(),
             )
-            self._derived = channel_keys(key, shared, header.raw, self._hello, self._context)
-            self._outbox += self._hello + self._derived.responder_finished
+            self._derived = channel_keys(key, shared, header.raw, answer, self._context)
+            self._outbox += answer
+            self._outbox += self._derived.responder_finished
         else:
             if self._shares is None:  # unreachable: an initiator's shares live until Finished
                 raise HandshakeError("the handshake already ended")
             shared = self._shares.shared_secret(header)
             self._derived = channel_keys(key, shared, self._hello, header.raw, self._context)
+            self._hello = b""
 
     def _on_peer_finished(self, finished: bytes) -> bytes:
         """The opener's hook once the peer's Finished arrived: confirm, key our sealer, return

@@ -376,14 +376,25 @@ class StreamHeader:
     record_size: int
     key_id: bytes
     salt: bytes
-    fields: tuple[tuple[int, bytes], ...]
+    #: each field as (type, start, end): its value is ``raw[start:end]``. The header is held
+    #: once, in ``raw``; values are sliced when asked for (an unconfirmed peer costs one copy).
+    field_spans: tuple[tuple[int, int, int], ...]
     commitment: bytes
     raw: bytes
 
+    @property
+    def fields(self) -> tuple[tuple[int, bytes], ...]:
+        """Every field as (type, value), in order."""
+        return tuple((kind, self.raw[start:end]) for kind, start, end in self.field_spans)
+
+    @property
+    def field_types(self) -> tuple[int, ...]:
+        return tuple(kind for kind, _, _ in self.field_spans)
+
     def field(self, field_type: int) -> bytes | None:
-        for kind, value in self.fields:
+        for kind, start, end in self.field_spans:
             if kind == field_type:
-                return value
+                return self.raw[start:end]
         return None
 
 
@@ -499,21 +510,26 @@ def parse_header_start(raw: Buffer) -> HeaderStart:
 
 def parse_fields(data: bytes) -> tuple[tuple[int, bytes], ...]:
     """Split the fields area (check H12): whole fields, strictly increasing types."""
-    fields = []
-    pos, last = 0, -1
-    while pos < len(data):
-        if len(data) - pos < FIELD_HEADER.size:
+    return tuple((kind, data[start:end]) for kind, start, end in _field_spans(data, 0, len(data)))
+
+
+def _field_spans(data: bytes, pos: int, stop: int) -> tuple[tuple[int, int, int], ...]:
+    """(type, start, end) of each field in ``data[pos:stop]`` (check H12)."""
+    spans = []
+    last = -1
+    while pos < stop:
+        if stop - pos < FIELD_HEADER.size:
             raise UnsupportedFormatError("header fields end inside a field header")
         kind, length = FIELD_HEADER.unpack_from(data, pos)
         pos += FIELD_HEADER.size
-        if length > len(data) - pos:
+        if length > stop - pos:
             raise UnsupportedFormatError(f"header field 0x{kind:04x} runs past the end of the fields")
         if kind <= last:
             raise UnsupportedFormatError(f"header field 0x{kind:04x} is out of order or repeated")
-        fields.append((kind, data[pos : pos + length]))
+        spans.append((kind, pos, pos + length))
         pos += length
         last = kind
-    return tuple(fields)
+    return tuple(spans)
 
 
 def parse_header(raw: Buffer, known_fields: Iterable[int] = ()) -> StreamHeader:
@@ -524,9 +540,9 @@ def parse_header(raw: Buffer, known_fields: Iterable[int] = ()) -> StreamHeader:
     if len(raw) != start.size:
         raise UnsupportedFormatError(f"stream header must be {start.size} bytes, got {len(raw)}")
     end = HEADER_FIXED_SIZE + start.fields_length
-    fields = parse_fields(raw[HEADER_FIXED_SIZE:end])
+    spans = _field_spans(raw, HEADER_FIXED_SIZE, end)
     known = set(known_fields)
-    for kind, _ in fields:
+    for kind, _, _ in spans:
         if kind < FIELD_CRITICAL_LIMIT and kind not in known:
             raise UnknownFieldError(
                 f"header has critical field 0x{kind:04x}, which this reader does not know"
@@ -538,7 +554,7 @@ def parse_header(raw: Buffer, known_fields: Iterable[int] = ()) -> StreamHeader:
         record_size=start.record_size,
         key_id=start.key_id,
         salt=start.salt,
-        fields=fields,
+        field_spans=spans,
         commitment=raw[end:],
         raw=raw,
     )

@@ -80,7 +80,7 @@ def _check_exchange(header: StreamHeader, exchange: KeyExchange, role: str) -> N
     if exchange is KeyExchange.MLKEM768_X25519:
         expected.add(FieldType.MLKEM768_SHARE)
     present = {
-        kind for kind, _ in header.fields if kind in (FieldType.X25519_SHARE, FieldType.MLKEM768_SHARE)
+        kind for kind in header.field_types if kind in (FieldType.X25519_SHARE, FieldType.MLKEM768_SHARE)
     }
     if present != expected:
         raise HandshakeError(f"the {role}'s key shares do not match its key exchange {exchange.name}")

@@ -149,6 +149,45 @@ class Opener:
     caller passed a mutable buffer whose rest did not fit).
     """
 
+    # Slots, not a dict: each unconfirmed connection holds an Opener (docs/FORMAT.md 5.2's bound).
+    __slots__ = (
+        "__weakref__",
+        "_context",
+        "_direction",
+        "_eof",
+        "_error",
+        "_header_base",
+        "_header_buf",
+        "_header_got",
+        "_header_key",
+        "_header_need",
+        "_header_start",
+        "_held",
+        "_held_pos",
+        "_keys",
+        "_known_fields",
+        "_lent",
+        "_limits",
+        "_max_ciphertext",
+        "_on_peer_finished",
+        "_on_peer_header",
+        "_peer_role",
+        "_phase",
+        "_plain_aad",
+        "_pt_end",
+        "_pt_pos",
+        "_record_wire",
+        "_ring",
+        "_run_capped",
+        "_turn",
+        "_untaken",
+        "_views",
+        "header",
+        "max_record_size",
+        "ring_size",
+        "suite",
+    )
+
     def __init__(
         self,
         key: Keys,
@@ -186,6 +225,7 @@ class Opener:
         self._header_buf = bytearray(HEADER_FIXED_SIZE)
         self._header_got = 0
         self._header_need = HEADER_FIXED_SIZE  # the whole header's size once its fixed part is read
+        self._header_base = 0  # bytes received before the buffer (the header, while reading Finished)
         self._header_start: HeaderStart | None = None
         self._header_key = b""
         self.header: StreamHeader | None = None
@@ -202,8 +242,8 @@ class Opener:
         # A small direct-mapped cache: ring position -> (position, ciphertext length, AAD view,
         # ciphertext view, plaintext view). Records of one size land on the same few positions,
         # so opening reuses views instead of slicing three new ones per record. Fixed size, so
-        # it never allocates as it fills.
-        self._views: list[tuple[int, int, memoryview, memoryview, memoryview] | None] = [None] * _VIEW_SLOTS
+        # it never allocates as it fills; made with the ring (an unconfirmed peer has neither).
+        self._views: list[tuple[int, int, memoryview, memoryview, memoryview] | None] = []
 
     @property
     def phase(self) -> Phase:
@@ -429,6 +469,7 @@ class Opener:
         if self._ring is None:
             record_size = self.header.record_size if self.header is not None else self.max_record_size
             self._ring = RecordRing(record_size, ring_capacity(record_size, self.ring_size))
+            self._views = [None] * _VIEW_SLOTS
         return self._ring
 
     def _on_header_start(self) -> None:
@@ -456,19 +497,23 @@ class Opener:
     def _on_header(self) -> None:
         key, self._header_key = self._header_key, b""
         raw = bytes(memoryview(self._header_buf)[: self._header_need])
+        # from here the header is held once, as ``raw`` (``header.raw``, its fields sliced from
+        # it when asked for): the receive buffer goes, or shrinks to the Finished still to come
+        self._header_buf = bytearray(FINISHED_SIZE if self._on_peer_header is not None else 0)
+        self._header_base, self._header_got = self._header_got, 0
+        self._header_need = len(self._header_buf)
         secret = verify_commitment(key, raw, self._context)
         header = parse_header(raw, self._known_fields)
         self.header = header
         if self._on_peer_header is not None:  # a channel: its Finished comes next
             self._on_peer_header(key, header)
-            self._header_need += FINISHED_SIZE
             return
         self._enter_records(secret)
 
     def _on_finished(self) -> None:
         if self._on_peer_finished is None:  # unreachable: only channels wait for Finished
             raise ProtocolError("no Finished expected")
-        finished = bytes(memoryview(self._header_buf)[self._header_need - FINISHED_SIZE : self._header_need])
+        finished = bytes(self._header_buf)
         self._enter_records(self._on_peer_finished(finished))
 
     def _enter_records(self, secret: bytes) -> None:
@@ -786,8 +831,9 @@ class Opener:
 
     def _truncation(self) -> str:
         if self._phase is _HEADER and self._on_peer_finished is not None:
+            received = self._header_base + self._header_got
             return (
-                f"the connection ended during the handshake ({self._header_got} bytes received; "
+                f"the connection ended during the handshake ({received} bytes received; "
                 "a peer with another key or context hangs up here)"
             )
         if self._phase is _HEADER:
@@ -1014,7 +1060,8 @@ class Opener:
             self._ring.clear()
         self._record_wire = 0
         self._pt_pos = self._pt_end = 0
-        self._views = [None] * _VIEW_SLOTS
+        if self._ring is not None:
+            self._views = [None] * _VIEW_SLOTS
 
     def _revoke(self) -> None:
         if self._lent is not None:
