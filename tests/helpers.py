@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gcmstream import Channel, KeyExchange, Role
+from gcmstream._fixed import fixed_channel as fixed_randomness_channel
 from gcmstream.channel import self_connections_allowed
 from gcmstream.handshake import FixedEphemeral
 from gcmstream.testing import run_handshake
@@ -32,10 +33,11 @@ FIXED_EPHEMERAL = {
 
 
 def fixed_channel(key: bytes, role: Role, **options: Any) -> Channel:
-    """A channel end with a fixed salt and fixed X25519 ephemeral key (X25519 suite)."""
-    options.setdefault("_salt", FIXED_SALTS[role])
-    return Channel(
-        key, role=role, key_exchange=KeyExchange.X25519, _ephemeral=FIXED_EPHEMERAL[role], **options
+    """A channel end with a fixed salt (option ``salt``, or the role's) and fixed X25519
+    ephemeral key (X25519 suite)."""
+    options.setdefault("salt", FIXED_SALTS[role])
+    return fixed_randomness_channel(
+        key, role=role, key_exchange=KeyExchange.X25519, ephemeral=FIXED_EPHEMERAL[role], **options
     )
 
 

@@ -387,3 +387,38 @@ def test_pipelines_decrypt_archives_made_under_an_old_key_with_a_key_ring(tmp_pa
     assert (tmp_path / "back").read_bytes() == b"archived under the old key"
     with pytest.raises(gcmstream.UnknownKeyError):
         gcmstream.decrypt_file(tmp_path / "old.gcms", tmp_path / "again", key=new)
+
+
+@pytest.mark.asyncio
+@pytest.mark.refuse_self_connections
+@pytest.mark.timeout(30)
+async def test_a_server_started_inside_self_connections_allowed_refuses_once_it_ended(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Review LOW-5: the allowance was a context variable that asyncio copied into the server's
+    callbacks, so the server kept accepting this process's own connections after the block."""
+    from gcmstream.channel import self_connections_allowed
+
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+    handled: list[object] = []
+
+    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        handled.append(reader)
+        writer.write_eof()
+        writer.close()
+
+    with self_connections_allowed():
+        server = await gcmstream.start_server(handler, HOST, 0, key=KEY, handshake_timeout=5)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await gcmstream.open_connection(HOST, port, key=KEY)  # allowed inside
+        assert await reader.read() == b""
+        writer.close()
+    async with server:
+        with pytest.raises((gcmstream.TruncatedStreamError, ConnectionError)):
+            await gcmstream.open_connection(HOST, port, key=KEY)
+        for _ in range(50):
+            if "made by this process" in caplog.text:
+                break
+            await asyncio.sleep(0.02)
+    assert len(handled) == 1
+    assert "made by this process" in caplog.text

@@ -77,6 +77,7 @@ async def handshake(
         with anyio.fail_after(time_limit):
             await _exchange(channel, send, receive_more)
     except BaseException:
+        channel.end_handshake()  # a timeout or a cancellation ends it too: drop its secrets
         with anyio.CancelScope(shield=True):
             await abort()
         raise

@@ -15,7 +15,6 @@ Finished_I verified: until then a connection holds its header buffer and nothing
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import hmac
 import weakref
 from collections.abc import Iterator
@@ -58,19 +57,38 @@ __all__ = ("DEFAULT_HANDSHAKE", "Channel", "HandshakeOptions", "self_connections
 # Salts of the initiator headers this process made whose handshake has not ended: a responder
 # that receives one is talking to itself (the Selfie attack). Weak, so abandoned channels leave.
 _OWN_HELLOS: weakref.WeakValueDictionary[bytes, Channel] = weakref.WeakValueDictionary()
-_SELF_ALLOWED: contextvars.ContextVar[bool] = contextvars.ContextVar("gcmstream_self_allowed", default=False)
+
+
+class _SelfAllowed:
+    """How many self_connections_allowed() blocks are open now, process-wide. Not a context
+    variable: asyncio copies the context into a server's callbacks, so a server started inside
+    the block kept the allowance after it ended (review LOW-5). This is read at the check."""
+
+    open_blocks = 0
 
 
 @contextlib.contextmanager
 def self_connections_allowed() -> Iterator[None]:
-    """Within this block (and tasks started in it) a responder accepts initiator headers made
-    by this same process. For tests and demos that run both ends of a channel in one process;
-    elsewhere such a connection is the Selfie attack and is refused (SelfConnectionError)."""
-    token = _SELF_ALLOWED.set(True)
+    """While this block runs, responders in this process accept initiator headers made by this
+    same process, whichever task or thread runs them; once it ends they refuse them again,
+    servers started inside it included. For tests and demos that run both ends of a channel in
+    one process; elsewhere such a connection is the Selfie attack and is refused
+    (SelfConnectionError)."""
+    _SelfAllowed.open_blocks += 1
     try:
         yield
     finally:
-        _SELF_ALLOWED.reset(token)
+        _SelfAllowed.open_blocks -= 1
+
+
+@contextlib.contextmanager
+def _self_connections_refused() -> Iterator[None]:
+    """The opposite, for gcmstream.testing's check: refused inside, whatever blocks are open."""
+    saved, _SelfAllowed.open_blocks = _SelfAllowed.open_blocks, 0
+    try:
+        yield
+    finally:
+        _SelfAllowed.open_blocks = saved
 
 
 @dataclass(frozen=True)
@@ -109,6 +127,11 @@ class Channel:
     its identity (``peer_id`` after the handshake) and refuses an initiator claiming another.
     """
 
+    # Fixed randomness for known-answer vectors: set only by the test-only factory
+    # gcmstream._fixed.fixed_channel, never through the public constructor.
+    _salt: bytes | None = None
+    _ephemeral: FixedEphemeral | None = None
+
     def __init__(
         self,
         key: Keys,
@@ -124,8 +147,6 @@ class Channel:
         key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
         local_id: str | bytes | None = None,
         peer_id: str | bytes | None = None,
-        _salt: bytes | None = None,
-        _ephemeral: FixedEphemeral | None = None,
     ) -> None:
         if role not in (Role.INITIATOR, Role.RESPONDER):
             raise ValueError("a channel role is Role.INITIATOR or Role.RESPONDER")
@@ -138,8 +159,6 @@ class Channel:
         self._record_size = record_size
         self._local_id = _identity(local_id, "local_id")
         self._peer_id = _identity(peer_id, "peer_id")
-        self._salt = _salt  # test vectors only
-        self._ephemeral = _ephemeral  # test vectors only
         self.sealer = Sealer(
             self._keys.primary,
             context=context,
@@ -174,13 +193,13 @@ class Channel:
         # responder's named KeyRing), else what it sent (a claim)
         self.peer_id: bytes | None = None
         if role is Role.INITIATOR:
-            self._shares = InitiatorShares(self.key_exchange, _ephemeral)
+            self._shares = InitiatorShares(self.key_exchange, self._ephemeral)
             self._hello, _ = make_header(
                 self._keys.primary,
                 Role.INITIATOR,
                 record_size,
                 self._context,
-                _salt,
+                self._salt,
                 key_exchange=self.key_exchange,
                 fields=self._shares.fields() + self._identity_field(),
             )
@@ -213,14 +232,35 @@ class Channel:
 
     def handshake_complete(self) -> bool:
         """True once the peer's header and Finished verified (our sealer is keyed); raises the
-        handshake's error if it failed, and TruncatedStreamError if the input ended before."""
-        return self.opener.header_verified() and self.sealer.ready
+        handshake's error if it failed, and TruncatedStreamError if the input ended before
+        (the handshake then ends: ``end_handshake``)."""
+        try:
+            return self.opener.header_verified() and self.sealer.ready
+        except BaseException:
+            self.end_handshake()
+            raise
+
+    def end_handshake(self) -> None:
+        """Drop the handshake's ephemeral private keys, derived secrets and own header, and
+        forget this end as a pending initiator: done when the handshake ends, whatever its
+        outcome (confirmed, refused, EOF; the adapters call it on a timeout or a cancellation
+        too). The opener lets go of this channel's hooks, and a failed opener keeps its error
+        without traceback (an equal copy): the error raised to the caller, whose traceback
+        holds these frames, and this channel do not keep each other alive, so a failed
+        connection is freed when its last reference goes, without the cyclic GC."""
+        self._shares = None
+        self._derived = None
+        self._ephemeral = None
+        self._hello = b""
+        if self._hello_salt:
+            _OWN_HELLOS.pop(self._hello_salt, None)
+        self.opener._end_handshake(failed=not self.sealer.ready)
 
     def _check_identity(self, header: StreamHeader) -> None:
         sent = header.field(FieldType.IDENTITY)
         if sent is not None and not 1 <= len(sent) <= MAX_IDENTITY_SIZE:
             raise HandshakeError(f"the peer's identity must be 1 to {MAX_IDENTITY_SIZE} bytes")
-        if self.role is Role.RESPONDER and header.salt in _OWN_HELLOS and not _SELF_ALLOWED.get():
+        if self.role is Role.RESPONDER and header.salt in _OWN_HELLOS and not _SelfAllowed.open_blocks:
             raise SelfConnectionError(
                 "this initiator header was made by this process: a connection to itself"
             )
@@ -278,19 +318,20 @@ class Channel:
     def _on_peer_finished(self, finished: bytes) -> bytes:
         """The opener's hook once the peer's Finished arrived: confirm, key our sealer, return
         the receive secret. The ephemeral keys are dropped here, whatever the outcome."""
-        derived, self._derived = self._derived, None
-        self._shares = None
-        _OWN_HELLOS.pop(self._hello_salt, None)
-        if derived is None:  # unreachable: the header hook ran first
-            raise HandshakeError("Finished before the handshake header")
-        initiator = self.role is Role.INITIATOR
-        expected = derived.responder_finished if initiator else derived.initiator_finished
-        if not hmac.compare_digest(finished, expected):
-            raise HandshakeError("key confirmation failed: the peer did not derive the same keys")
-        if initiator:
-            self._outbox += derived.initiator_finished
-            send, receive = derived.initiator_to_responder, derived.responder_to_initiator
-        else:
-            send, receive = derived.responder_to_initiator, derived.initiator_to_responder
-        self.sealer.install_secret(send, self._suite)
-        return receive
+        derived = self._derived
+        try:
+            if derived is None:  # unreachable: the header hook ran first
+                raise HandshakeError("Finished before the handshake header")
+            initiator = self.role is Role.INITIATOR
+            expected = derived.responder_finished if initiator else derived.initiator_finished
+            if not hmac.compare_digest(finished, expected):
+                raise HandshakeError("key confirmation failed: the peer did not derive the same keys")
+            if initiator:
+                self._outbox += derived.initiator_finished
+                send, receive = derived.initiator_to_responder, derived.responder_to_initiator
+            else:
+                send, receive = derived.responder_to_initiator, derived.initiator_to_responder
+            self.sealer.install_secret(send, self._suite)
+            return receive
+        finally:
+            self.end_handshake()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
@@ -55,9 +55,9 @@ class FixedEphemeral:
     64-byte ML-KEM-768 seed. ``mlkem_encapsulation``: the responder's (shared secret,
     ciphertext), made once against the initiator's public key (encapsulation is randomized)."""
 
-    x25519: bytes
-    mlkem_seed: bytes | None = None
-    mlkem_encapsulation: tuple[bytes, bytes] | None = None
+    x25519: bytes = field(repr=False)
+    mlkem_seed: bytes | None = field(default=None, repr=False)
+    mlkem_encapsulation: tuple[bytes, bytes] | None = field(default=None, repr=False)
 
 
 def _share(header: StreamHeader, kind: FieldType, size: int, what: str) -> bytes:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from typing import NoReturn
 
 from cryptography.exceptions import InvalidTag
 
@@ -112,6 +113,11 @@ _unpack_record_header = RECORD_HEADER.unpack_from
 # direction's secret (keying the channel's sealer as a side effect).
 PeerHeaderHook = Callable[[bytes, StreamHeader], None]
 PeerFinishedHook = Callable[[bytes], bytes]
+
+
+def _handshake_ended(*_: object) -> NoReturn:
+    """A channel opener's hooks once its handshake ended (unreachable: no header comes again)."""
+    raise ProtocolError("the handshake already ended")
 
 
 class Phase(enum.Enum):
@@ -424,10 +430,28 @@ class Opener:
         return self._error is not None
 
     def _defer(self, exc: ProtocolError) -> None:
-        """Keep ``exc`` for the reader (the first error wins) and take no more input."""
+        """Keep ``exc`` for the reader (the first error wins) and take no more input. Kept
+        without its traceback, whose frames hold this opener (a cycle)."""
         if self._error is None:
-            self._error = exc
+            self._error = exc.with_traceback(None)
         self._held = None
+
+    def _end_handshake(self, *, failed: bool) -> None:
+        """The channel's handshake ended: drop its hooks (bound to the channel, which holds
+        this opener: a cycle). If it ``failed``, drop the header state too and keep an equal
+        copy of the error without traceback, cause or context instead of the error itself:
+        that one was raised, and its traceback's frames hold this opener."""
+        self._on_peer_header = _handshake_ended
+        self._on_peer_finished = _handshake_ended
+        if not failed:
+            return
+        error = self._error
+        if error is not None:
+            copy = type(error).__new__(type(error), *error.args)
+            copy.__dict__.update(error.__dict__)
+            self._error = copy
+        self._header_buf = bytearray()
+        self._header_key = b""
 
     def _writable(self) -> memoryview:
         if self._error is not None:
