@@ -20,7 +20,15 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .errors import DowngradeError, HandshakeError, PeerIdentityError, SelfConnectionError, StreamClosedError
+from .errors import (
+    DowngradeError,
+    HandshakeError,
+    PeerIdentityError,
+    ProtocolError,
+    SelfConnectionError,
+    StreamBrokenError,
+    StreamClosedError,
+)
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
@@ -236,7 +244,7 @@ class Channel:
         (the handshake then ends: ``end_handshake``)."""
         try:
             return self.opener.header_verified() and self.sealer.ready
-        except BaseException:
+        except (ProtocolError, StreamBrokenError):  # not a ConcurrencyError: another call is running
             self.end_handshake()
             raise
 
