@@ -25,7 +25,8 @@ from pathlib import Path
 import atheris
 
 with atheris.instrument_imports(include=["gcmstream"]):
-    from gcmstream import Channel, KeyExchange, Opener, ProtocolError, Role
+    from gcmstream import KeyExchange, Opener, ProtocolError, Role
+    from gcmstream._fixed import fixed_channel
     from gcmstream.handshake import FixedEphemeral
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,14 +43,14 @@ def make_opener(data: bytes) -> Opener:
     # header bytes 5 and 6 (docs/FORMAT.md 4.1): role, suite
     key = KEY_256 if len(data) > 6 and data[6] == 2 else KEY
     if len(data) > 5 and data[5] == Role.INITIATOR:
-        channel = Channel(
+        channel = fixed_channel(
             key,
             role=Role.RESPONDER,
             context=CONTEXT,
             record_size=RESPONDER_RECORD_SIZE,
             key_exchange=KeyExchange.X25519,
-            _salt=RESPONDER_SALT,
-            _ephemeral=FixedEphemeral(RESPONDER_X25519),
+            salt=RESPONDER_SALT,
+            ephemeral=FixedEphemeral(RESPONDER_X25519),
         )
         channel.initial_data()
         return channel.opener

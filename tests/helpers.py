@@ -40,6 +40,7 @@ from gcmstream import (
     StreamBrokenError,
     TrailingDataError,
 )
+from gcmstream._fixed import fixed_channel as fixed_randomness_channel
 from gcmstream.channel import self_connections_allowed
 from gcmstream.format import (
     FLAG_KEY_UPDATE,
@@ -66,10 +67,11 @@ FIXED_EPHEMERAL = {
 
 
 def fixed_channel(key: bytes, role: Role, **options: Any) -> Channel:
-    """A channel end with a fixed salt and fixed X25519 ephemeral key (X25519 suite)."""
-    options.setdefault("_salt", FIXED_SALTS[role])
-    return Channel(
-        key, role=role, key_exchange=KeyExchange.X25519, _ephemeral=FIXED_EPHEMERAL[role], **options
+    """A channel end with a fixed salt (option ``salt``, or the role's) and fixed X25519
+    ephemeral key (X25519 suite)."""
+    options.setdefault("salt", FIXED_SALTS[role])
+    return fixed_randomness_channel(
+        key, role=role, key_exchange=KeyExchange.X25519, ephemeral=FIXED_EPHEMERAL[role], **options
     )
 
 

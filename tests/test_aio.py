@@ -16,6 +16,7 @@ import pytest
 
 import gcmstream
 from gcmstream import aio
+from gcmstream.format import key_id
 
 from .helpers import KEY
 
@@ -542,3 +543,55 @@ async def test_a_key_ring_server_sees_which_key_the_client_proved() -> None:
             writer.close()
             await writer.wait_closed()
     assert seen == [key_id(bob), key_id(alice)]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_a_named_key_ring_authenticates_identities(caplog: pytest.LogCaptureFixture) -> None:
+    """Review MEDIUM-2: with KeyRing({"alice": ..., "bob": ...}) a client's identity is the name
+    of the key it proved. Bob (holding only bob's key) claiming to be alice is refused before
+    the handler, as is bob where alice is expected; alice is served without naming herself."""
+    from gcmstream import KeyRing, generate_key
+
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+    alice, bob = generate_key(), generate_key()
+    served: list[tuple[bytes, bytes]] = []
+
+    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        served.append((await reader.read(), writer.get_extra_info("gcmstream_peer_key_id")))
+        writer.write_eof()
+        writer.close()
+
+    ring = KeyRing({"alice": alice, "bob": bob})
+    async with (
+        await gcmstream.start_server(handler, "127.0.0.1", 0, key=ring, handshake_timeout=5) as anyone,
+        await gcmstream.start_server(
+            handler, "127.0.0.1", 0, key=ring, peer_id="alice", handshake_timeout=5
+        ) as alice_only,
+    ):
+        ports = [server.sockets[0].getsockname()[1] for server in (anyone, alice_only)]
+
+        async def attempt(port: int, key: bytes, local_id: str | None) -> bool:
+            try:
+                reader, writer = await gcmstream.open_connection(
+                    "127.0.0.1", port, key=key, local_id=local_id, handshake_timeout=5
+                )
+            except gcmstream.TruncatedStreamError:
+                return False  # the server hung up during the handshake
+            writer.write(b"hello")
+            writer.write_eof()
+            await reader.read()
+            writer.close()
+            await writer.wait_closed()
+            return True
+
+        assert not await attempt(ports[0], bob, "alice")  # a claim that the key contradicts
+        assert not await attempt(ports[1], bob, "alice")
+        assert not await attempt(ports[1], bob, None)  # bob's key is bob, not the alice expected
+        assert await attempt(ports[1], alice, None)
+        assert await attempt(ports[0], bob, "bob")
+    assert served == [(b"hello", key_id(alice)), (b"hello", key_id(bob))]
+    refusals = [r.getMessage() for r in caplog.records if "PeerIdentityError" in r.getMessage()]
+    assert len(refusals) == 3, caplog.text
+    assert sum("claims identity b'alice' but proved the key named b'bob'" in m for m in refusals) == 2
+    assert sum("the peer sent identity b'bob', expected b'alice'" in m for m in refusals) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import itertools
@@ -30,6 +31,7 @@ import gcmstream
 from gcmstream.cli import (
     EXIT_BROKEN_PIPE,
     EXIT_CODES,
+    EXIT_IDENTITY,
     EXIT_INTERRUPTED,
     EXIT_IO,
     EXIT_RECORD_LIMIT,
@@ -171,6 +173,21 @@ def test_keygen(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k"]
     printed = gcm("keygen", "-o", "-", "--suite", "aes256")
     assert printed.returncode == 0 and len(parse_key(printed.stdout.decode())) == 32
+
+
+def test_key_line_is_unpadded_base64url_and_context_is_utf8(tmp_path: Path) -> None:
+    """README: the key line's encoding and --context's bytes, checked against the library."""
+    path = tmp_path / "k"
+    assert gcm("keygen", "-o", path, "--suite", "aes256").returncode == 0
+    line = path.read_text().strip()
+    assert re.fullmatch(rf"{KEY_PREFIX}:aes256:[A-Za-z0-9_-]{{43}}", line), line
+    key = base64.urlsafe_b64decode(line.rsplit(":", 1)[1] + "=")
+    sealed = gcm("encrypt", "-k", path, "--context", "café ☕", input=b"hello")
+    assert sealed.returncode == 0, sealed.stderr
+    opener = gcmstream.Opener(key, context="café ☕".encode())
+    opener.receive_data(sealed.stdout)
+    opener.receive_eof()
+    assert opener.read() == b"hello"
 
 
 def test_usage_errors(tmp_path: Path, keyfile: Path) -> None:
@@ -560,6 +577,123 @@ def test_listen_connect_wrong_key(tmp_path: Path, keyfile: Path) -> None:
     assert "during the handshake" in one_line_error(connected, EXIT_TRUNCATED)
     assert listener.finish() == EXIT_WRONG_KEY
     assert listener.stdout == b""
+
+
+class Redirect:
+    """An on-path attacker without the key: a TCP proxy on 127.0.0.1 that sends every
+    connection it gets to ``target_port`` (threads, plain sockets; one connection)."""
+
+    def __init__(self, target_port: int) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        self._target = target_port
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        with self._server:
+            self._server.settimeout(TIMEOUT)
+            client, _ = self._server.accept()
+        with client, socket.create_connection(("127.0.0.1", self._target), timeout=TIMEOUT) as server:
+            pumps = [
+                threading.Thread(target=self._pump, args=(a, b), daemon=True)
+                for a, b in ((client, server), (server, client))
+            ]
+            for pump in pumps:
+                pump.start()
+            for pump in pumps:
+                pump.join(TIMEOUT)
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+            sink.shutdown(socket.SHUT_WR)
+
+
+def test_a_connect_reflected_into_its_own_hosts_listen_is_refused(keyfile: Path) -> None:
+    """Review MEDIUM-3 (the Selfie attack across processes): host A runs 'listen' and a
+    'connect' meant for peer B with one key; an attacker without the key routes the connect
+    into A's own listener. Named ends refuse it: the listener exits 9 without taking a byte,
+    and the connecting side sees its handshake cut (it never sends its data)."""
+    listener = Listener(["-k", keyfile, "--once", "--local-id", "A", "--peer-id", "B"])
+    attacker = Redirect(listener.port)
+    connected = gcm(
+        "connect", f"127.0.0.1:{attacker.port}", "-k", keyfile, "--local-id", "A", "--peer-id", "B",
+        input=b"order for peer B: wire 1000 EUR",
+    )  # fmt: skip
+    assert listener.finish() == EXIT_IDENTITY, listener.stderr
+    assert b"identity refused: the peer claims this end's own identity" in listener.stderr
+    assert listener.stdout == b""
+    assert "during the handshake" in one_line_error(connected, EXIT_TRUNCATED)
+    assert connected.stdout == b""
+
+
+def test_a_reflected_connect_without_names_is_accepted(keyfile: Path) -> None:
+    """Why the help says a host running both ends must set --local-id: without names the same
+    reflection succeeds (two processes cannot know each other's headers)."""
+    listener = Listener(["-k", keyfile, "--once"])
+    attacker = Redirect(listener.port)
+    connected = gcm("connect", f"127.0.0.1:{attacker.port}", "-k", keyfile, input=b"order for peer B")
+    assert listener.finish() == 0, listener.stderr
+    assert connected.returncode == 0, connected.stderr
+    assert listener.stdout == b"order for peer B"
+
+
+@pytest.mark.parametrize(
+    ("listen_args", "connect_args", "words"),
+    [
+        (
+            ["--peer-id", "B"],
+            ["--local-id", "C"],
+            b"identity refused: the peer sent identity b'C', expected b'B'",
+        ),
+        (["--peer-id", "B"], [], b"identity refused: the peer sent no identity, expected b'B'"),
+    ],
+)
+def test_listen_refuses_a_peer_that_is_not_its_peer_id(
+    keyfile: Path, listen_args: list[str], connect_args: list[str], words: bytes
+) -> None:
+    listener = Listener(["-k", keyfile, "--once", *listen_args])
+    connected = gcm("connect", f"127.0.0.1:{listener.port}", "-k", keyfile, *connect_args, input=b"hi")
+    assert listener.finish() == EXIT_IDENTITY, listener.stderr
+    assert words in listener.stderr
+    assert listener.stdout == b""
+    assert connected.returncode == EXIT_TRUNCATED, connected.stderr
+
+
+def test_connect_refuses_a_listener_that_is_not_its_peer_id(keyfile: Path) -> None:
+    listener = Listener(["-k", keyfile, "--once", "--local-id", "C"])
+    connected = gcm("connect", f"127.0.0.1:{listener.port}", "-k", keyfile, "--peer-id", "B", input=b"hi")
+    message = one_line_error(connected, EXIT_IDENTITY)
+    assert "identity refused: the peer sent identity b'C', expected b'B'" in message
+    assert listener.finish() != 0
+    assert listener.stdout == b""
+
+
+@pytest.mark.parametrize(("listen_exchange", "connect_exchange", "code"), [
+    ("x25519", "x25519", 0), ("x25519", "hybrid", 0), ("hybrid", "x25519", EXIT_TAMPERED),
+])  # fmt: skip
+def test_key_exchange_option(keyfile: Path, listen_exchange: str, connect_exchange: str, code: int) -> None:
+    """--key-exchange: connect offers it, listen accepts it or a stronger one; a listener that
+    requires the hybrid refuses an X25519 offer (a downgrade) before answering."""
+    listener = Listener(["-k", keyfile, "--once", "--key-exchange", listen_exchange])
+    connected = gcm(
+        "connect", f"127.0.0.1:{listener.port}", "-k", keyfile, "--key-exchange", connect_exchange, input=b"x"
+    )
+    assert listener.finish() == code, listener.stderr
+    if code:
+        assert b"the peer used key exchange X25519, this end requires MLKEM768_X25519" in listener.stderr
+        assert connected.returncode == EXIT_TRUNCATED
+    else:
+        assert listener.stdout == b"x"
+        assert connected.returncode == 0, connected.stderr
+
+
+def test_identity_option_is_checked() -> None:
+    result = gcm("connect", "127.0.0.1:1", "--local-id", "x" * 256)
+    assert "a name is 1 to 255 bytes of UTF-8, got 256" in one_line_error(result, EXIT_USAGE)
 
 
 def test_connect_refused_names_the_address_and_the_cause(keyfile: Path) -> None:

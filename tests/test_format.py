@@ -110,7 +110,7 @@ def test_header_round_trip(key: bytes, suite: Suite, role: Role) -> None:
         record_size=4096,
         key_id=key_id(key),
         salt=SALT,
-        fields=(),
+        field_spans=(),
         commitment=raw[OFF_COMMITMENT:],
         raw=raw,
     )

@@ -4,6 +4,8 @@ anything is allocated, self-connections, identities, downgrades, key rings."""
 from __future__ import annotations
 
 import gc
+import weakref
+from typing import Any
 
 import pytest
 
@@ -18,11 +20,14 @@ from gcmstream import (
     PeerIdentityError,
     Role,
     SelfConnectionError,
+    StreamBrokenError,
+    TruncatedStreamError,
     UnknownKeyError,
     generate_key,
     key_id,
 )
-from gcmstream.channel import self_connections_allowed
+from gcmstream._fixed import fixed_channel as fixed_randomness_channel
+from gcmstream.channel import _OWN_HELLOS, self_connections_allowed
 from gcmstream.format import FINISHED_SIZE, MAX_HEADER_SIZE
 from gcmstream.handshake import handshake_sizes
 from gcmstream.testing import run_handshake
@@ -43,11 +48,11 @@ def test_sessions_with_the_same_key_and_salts_derive_different_traffic_keys(exch
     traffic keys differ, so the same plaintext seals differently."""
     records = []
     for _ in range(2):
-        initiator = Channel(
-            KEY, role=Role.INITIATOR, key_exchange=exchange, _salt=FIXED_SALTS[Role.INITIATOR]
+        initiator = fixed_randomness_channel(
+            KEY, role=Role.INITIATOR, key_exchange=exchange, salt=FIXED_SALTS[Role.INITIATOR]
         )
-        responder = Channel(
-            KEY, role=Role.RESPONDER, key_exchange=exchange, _salt=FIXED_SALTS[Role.RESPONDER]
+        responder = fixed_randomness_channel(
+            KEY, role=Role.RESPONDER, key_exchange=exchange, salt=FIXED_SALTS[Role.RESPONDER]
         )
         run_handshake(initiator, responder)
         assert initiator.handshake_complete() and responder.handshake_complete()
@@ -63,14 +68,14 @@ def test_a_recorded_session_does_not_open_with_the_key_alone() -> None:
     from_initiator += first_record(initiator)
     from_responder += bytes(responder.sealer.seal(b"the reply", flush=True))
     # as the responder, fed the initiator's recorded bytes (same salt as the recorded answer)
-    as_responder = Channel(KEY, role=Role.RESPONDER, _salt=from_responder[28:60])
+    as_responder = fixed_randomness_channel(KEY, role=Role.RESPONDER, salt=from_responder[28:60])
     as_responder.initial_data()
     as_responder.opener.receive_data(from_initiator)
     with pytest.raises(HandshakeError, match="key confirmation"):
         as_responder.handshake_complete()
     # as the initiator, fed the responder's recorded bytes: its own ephemeral key is not the one
     # the recorded answer was made for
-    as_initiator = Channel(KEY, role=Role.INITIATOR, _salt=from_initiator[28:60])
+    as_initiator = fixed_randomness_channel(KEY, role=Role.INITIATOR, salt=from_initiator[28:60])
     as_initiator.initial_data()
     as_initiator.opener.receive_data(from_responder)
     with pytest.raises(HandshakeError, match="key confirmation"):
@@ -80,27 +85,27 @@ def test_a_recorded_session_does_not_open_with_the_key_alone() -> None:
 def test_with_the_ephemeral_keys_the_recording_opens() -> None:
     """The contrast: what protects a recording is the ephemeral secret, not the salts (test-only
     injection of fixed ephemeral keys reproduces the session)."""
-    initiator = Channel(
+    initiator = fixed_randomness_channel(
         KEY,
         role=Role.INITIATOR,
         key_exchange=KeyExchange.X25519,
-        _salt=FIXED_SALTS[Role.INITIATOR],
-        _ephemeral=FIXED_EPHEMERAL[Role.INITIATOR],
+        salt=FIXED_SALTS[Role.INITIATOR],
+        ephemeral=FIXED_EPHEMERAL[Role.INITIATOR],
     )
-    responder = Channel(
+    responder = fixed_randomness_channel(
         KEY,
         role=Role.RESPONDER,
         key_exchange=KeyExchange.X25519,
-        _salt=FIXED_SALTS[Role.RESPONDER],
-        _ephemeral=FIXED_EPHEMERAL[Role.RESPONDER],
+        salt=FIXED_SALTS[Role.RESPONDER],
+        ephemeral=FIXED_EPHEMERAL[Role.RESPONDER],
     )
     from_initiator = handshake_bytes(initiator, responder)[0] + first_record(initiator)
-    again = Channel(
+    again = fixed_randomness_channel(
         KEY,
         role=Role.RESPONDER,
         key_exchange=KeyExchange.X25519,
-        _salt=FIXED_SALTS[Role.RESPONDER],
-        _ephemeral=FIXED_EPHEMERAL[Role.RESPONDER],
+        salt=FIXED_SALTS[Role.RESPONDER],
+        ephemeral=FIXED_EPHEMERAL[Role.RESPONDER],
     )
     again.initial_data()
     again.opener.receive_data(from_initiator)
@@ -128,6 +133,73 @@ def test_ephemeral_private_keys_are_dropped_when_the_handshake_ends() -> None:
     assert ephemeral_dropped(failed)
 
 
+def _fails_by_eof(role: Role) -> Channel:
+    """A channel whose handshake ends by EOF before Finished: an initiator after its header, a
+    responder after answering a replayed header."""
+    channel = Channel(KEY, role=role)
+    if role is Role.INITIATOR:
+        channel.initial_data()
+    else:
+        channel.opener.receive_data(Channel(KEY, role=Role.INITIATOR).initial_data())
+        assert channel.data_to_send()  # answered: it holds derived secrets now
+    assert not ephemeral_dropped(channel)
+    channel.opener.receive_eof()
+    with pytest.raises(TruncatedStreamError, match="during the handshake"):
+        channel.handshake_complete()
+    return channel
+
+
+@pytest.mark.parametrize("role", [Role.INITIATOR, Role.RESPONDER], ids=lambda r: r.name)
+def test_ephemeral_secrets_are_dropped_when_the_handshake_fails_before_finished(role: Role) -> None:
+    """Review LOW-4: EOF (or any error) before Finished drops them too, not only Finished."""
+    channel = _fails_by_eof(role)
+    assert ephemeral_dropped(channel) and channel._hello == b""
+    assert channel._hello_salt not in _OWN_HELLOS
+    with pytest.raises(StreamBrokenError) as again:  # still failed for good, with the same error
+        channel.handshake_complete()
+    assert isinstance(again.value.original, TruncatedStreamError)
+    assert again.value.original.__traceback__ is None
+
+
+@pytest.mark.parametrize("role", [Role.INITIATOR, Role.RESPONDER], ids=lambda r: r.name)
+def test_a_failed_channel_is_freed_without_the_cyclic_gc(role: Role) -> None:
+    """Review LOW-4: the error the caller saw and the failed channel do not keep each other
+    alive: the channel goes when its last reference goes, with the cyclic GC off."""
+    gc.collect()
+    gc.disable()
+    try:
+        channel = _fails_by_eof(role)
+        alive = weakref.ref(channel)
+        del channel
+        assert alive() is None
+    finally:
+        gc.enable()
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_a_handshake_timeout_drops_the_ephemeral_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The adapters end the handshake on a timeout (or a cancellation) too."""
+    import asyncio
+
+    from gcmstream import aio
+
+    made: list[Channel] = []
+
+    def recording(*args: Any, **kwargs: Any) -> Channel:
+        made.append(Channel(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(aio, "Channel", recording)
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)  # accepts, never answers
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        with pytest.raises(TimeoutError):
+            await aio.open_connection("127.0.0.1", port, key=KEY, handshake_timeout=0.3)
+    assert len(made) == 1 and ephemeral_dropped(made[0]) and made[0]._hello == b""
+    assert made[0]._hello_salt not in _OWN_HELLOS
+
+
 # -- key confirmation before anything costs --------------------------------------------------------
 
 
@@ -142,10 +214,14 @@ def test_nothing_is_allocated_or_sealed_before_the_initiator_confirms() -> None:
     assert responder.opener._ring is None
     with pytest.raises(NotReadyError):
         responder.sealer.seal(b"too early")
-    # records that arrive before Finished wait in the header buffer, bounded by its size
+    # what arrives before Finished waits outside (header_missing says how much is wanted); the
+    # peer's header is held once, as header.raw, and the receive buffer is the Finished alone
     assert responder.opener.header_missing == FINISHED_SIZE
     hello_size = handshake_sizes(KeyExchange.MLKEM768_X25519)[0] - FINISHED_SIZE
-    assert len(responder.opener._header_buf) == hello_size + FINISHED_SIZE <= MAX_HEADER_SIZE + FINISHED_SIZE
+    header = responder.opener.header
+    assert header is not None and len(header.raw) == hello_size <= MAX_HEADER_SIZE
+    assert len(responder.opener._header_buf) == FINISHED_SIZE
+    assert header.field_spans and all(type(v) is bytes for _, v in header.fields)  # sliced on demand
     initiator.opener.receive_data(answer)
     assert initiator.handshake_complete()  # the initiator may send after one round trip
     responder.opener.receive_data(initiator.data_to_send() + first_record(initiator))
@@ -328,3 +404,47 @@ def test_an_initiator_with_a_key_ring_accepts_only_the_key_it_offered() -> None:
     with pytest.raises((UnknownKeyError, HandshakeError)):
         client.handshake_complete()
     assert not client.sealer.ready
+
+
+def test_a_named_key_ring_gives_the_identity_of_the_key_proved() -> None:
+    alice, bob = generate_key(), generate_key()
+    ring = KeyRing({"alice": alice, "bob": bob})
+    assert (ring.name(key_id(alice)), ring.name(key_id(bob)), ring.name(key_id(KEY))) == (
+        b"alice",
+        b"bob",
+        None,
+    )
+    assert ring.primary == alice
+    assert repr(ring) == f"<KeyRing alice={key_id(alice).hex()[:8]}, bob={key_id(bob).hex()[:8]}>"
+    server = Channel(ring, role=Role.RESPONDER)
+    run_handshake(Channel(bob, role=Role.INITIATOR), server)  # bob does not name himself
+    assert server.handshake_complete() and server.peer_id == b"bob"
+    liar = Channel(ring, role=Role.RESPONDER)
+    liar.opener.receive_data(Channel(bob, role=Role.INITIATOR, local_id="alice").initial_data())
+    with pytest.raises(PeerIdentityError, match="claims identity b'alice' but proved the key named b'bob'"):
+        liar.handshake_complete()
+    assert not liar.data_to_send()  # refused before answering
+    with pytest.raises(ValueError, match="two names"):
+        KeyRing({"alice": alice, "also alice": alice})
+    with pytest.raises(ValueError, match="1 to 255"):
+        KeyRing({"": alice})
+    # several keys may share a name (a rotation)
+    new_alice = generate_key()
+    rotated = KeyRing({"alice": [new_alice, alice], "bob": [bob]})
+    assert rotated.key_ids == (key_id(new_alice), key_id(alice), key_id(bob))
+    assert rotated.name(key_id(alice)) == rotated.name(key_id(new_alice)) == b"alice"
+
+
+def test_fixed_randomness_is_not_reachable_from_the_public_constructor() -> None:
+    """Review LOW-7: the test-only injection lives in gcmstream._fixed, and a FixedEphemeral's
+    repr shows no key bytes."""
+    import inspect
+
+    from gcmstream.handshake import FixedEphemeral
+
+    assert not [name for name in inspect.signature(Channel).parameters if name.startswith("_")]
+    with pytest.raises(TypeError):
+        Channel(KEY, role=Role.INITIATOR, _salt=bytes(32))  # type: ignore[call-arg]
+    secret = bytes(range(100, 132))
+    shown = repr(FixedEphemeral(secret, mlkem_seed=bytes(64), mlkem_encapsulation=(secret, secret)))
+    assert secret.hex() not in shown and str(secret) not in shown and shown == "FixedEphemeral()"

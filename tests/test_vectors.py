@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
 import gcmstream.errors
 from gcmstream import Channel, GcmStreamError, KeyExchange, KeyLimits, Opener, Role, Sealer
+from gcmstream._fixed import fixed_channel as fixed_randomness_channel
 from gcmstream.handshake import FixedEphemeral
 
 from .helpers import handshake_bytes
@@ -206,6 +207,18 @@ def reference_channel(vector: dict[str, Any]) -> tuple[bytes, bytes]:
     ).derive(shared)
     initiator_finished = hmac.digest(okm[64:96], transcript, "sha256")
     responder_finished = hmac.digest(okm[96:128], transcript, "sha256")
+    # the vector's intermediate values, for whoever has to find where they disagree
+    ss_x25519 = shared[-32:]
+    assert vector["intermediate"] == {
+        "initiator_header_size": str(len(initiator_hello)),
+        "responder_header_size": str(len(responder_hello)),
+        "ss_mlkem": shared[:32].hex() if hybrid else None,
+        "ss_x25519": ss_x25519.hex(),
+        "transcript_hash": transcript.hex(),
+        "okm": okm.hex(),
+        "initiator_finished": initiator_finished.hex(),
+        "responder_finished": responder_finished.hex(),
+    }
     from_initiator = bytes.fromhex(vector["initiator_ciphertext"])
     from_responder = bytes.fromhex(vector["responder_ciphertext"])
     initiator_handshake = initiator_hello + initiator_finished
@@ -266,15 +279,15 @@ def test_valid_channel_vector(vector: dict[str, Any]) -> None:
                 bytes.fromhex(vector["responder_x25519_private"]), mlkem_encapsulation=encapsulation
             )
         identity = vector[f"{role.name.lower()}_id"]
-        return Channel(
+        return fixed_randomness_channel(
             key,
             role=role,
             context=context,
             record_size=vector["record_size"],
             key_exchange=KeyExchange(vector["key_exchange"]),
             local_id=bytes.fromhex(identity) if identity is not None else None,
-            _salt=bytes.fromhex(vector[f"{role.name.lower()}_salt"]),
-            _ephemeral=ephemeral,
+            salt=bytes.fromhex(vector[f"{role.name.lower()}_salt"]),
+            ephemeral=ephemeral,
         )
 
     # gcmstream with the injected salts and ephemeral keys sends exactly the expected bytes.

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from .codec import Channel, Opener, Sealer
-from .errors import GcmStreamError, TruncatedStreamError
+from .errors import TruncatedStreamError
 
 logger = logging.getLogger("gcmstream")
 
@@ -76,62 +76,33 @@ async def handshake(
     (the peer's header, a timeout, a lost connection, a cancellation) the connection is closed
     at once with ``abort`` and the error re-raised: a half-made connection is never handed on.
 
-    What the channel has to send (``data_to_send()``) is sent while the peer's part is read,
-    not before: over a transport without buffering (``trio.testing.lockstep_stream_pair``) two
-    sides that both sent first would wait for each other forever. The sender keeps asking the
-    channel after every read, so a handshake with more messages works the same way."""
+    What the channel has to send (``data_to_send()``) is sent before the next read: the
+    handshake's messages alternate, so this completes over a transport without buffering
+    (``trio.testing.lockstep_stream_pair``) too. A handshake whose two sides could both send
+    at once would need a sender task beside the reads (as issue 11 had)."""
     try:
         with anyio.fail_after(time_limit):
             await _exchange(channel, send, receive_more)
     except BaseException:
+        channel.end_handshake()  # a timeout or a cancellation ends it too: drop its secrets
         with anyio.CancelScope(shield=True):
             await abort()
         raise
 
 
 async def _exchange(channel: Channel, send: Send, receive_more: ReceiveMore) -> None:
-    progress = anyio.Event()
-    receiving = True
-
-    async def sender() -> None:
-        nonlocal progress
-        while True:
-            while data := channel.data_to_send():
-                await send(data)
-            if not receiving:
-                return
-            progress = anyio.Event()  # no await between the check above and the wait below
-            await progress.wait()
-
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(sender)
-            while not channel.handshake_complete():
-                await receive_more()
-                progress.set()
-            receiving = False
-            progress.set()
-    except BaseExceptionGroup as group:
-        leading = _leading(group)
-        raise leading from leading.__cause__  # its own cause, not the task group
-
-
-def _leading(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The exception that explains a failed handshake: the peer's error (a GcmStreamError)
-    before a transport error it caused, and anything before a cancellation."""
-    leaves: list[BaseException] = []
-
-    def collect(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for inner in exc.exceptions:
-                collect(inner)
-        else:
-            leaves.append(exc)
-
-    collect(group)
-    cancelled = anyio.get_cancelled_exc_class()
-    leaves.sort(key=lambda exc: (not isinstance(exc, GcmStreamError), isinstance(exc, cancelled)))
-    return leaves[0]
+    # One task sends, then reads: the channel's messages alternate (docs/FORMAT.md 5.2). The
+    # responder sends nothing before the initiator's header is whole and nothing after its
+    # Finished; the initiator sends its Finished only once the responder's arrived. So neither
+    # side ever waits to send while its peer waits to send, even over a transport that does not
+    # buffer (trio's lockstep pair), and a server waiting for a Finished holds no second task
+    # (the 16 KiB bound on an unconfirmed connection).
+    while True:
+        while data := channel.data_to_send():
+            await send(data)
+        if channel.handshake_complete():
+            return
+        await receive_more()
 
 
 def describe_handshake_failure(exc: BaseException, peer: object, time_limit: float | None = None) -> None:

@@ -182,17 +182,20 @@ class SecureStream(ByteStream):
         opener = self.channel.opener
         check_can_take_input(opener)
         deadline = self._record_deadline(opener)
+        # before confirmation, read no more than the handshake needs: an unconfirmed peer makes
+        # us hold its header and Finished, nothing else
+        size = opener.header_missing or RECEIVE_SIZE
         idle = False  # which deadline is the nearer one
         if self.idle_timeout is not None and self.channel.handshake_complete():
             idle_deadline = anyio.current_time() + self.idle_timeout  # silence from now on
             if deadline is None or idle_deadline < deadline:
                 deadline, idle = idle_deadline, True
         try:
-            with anyio.fail_after(None if deadline is None else max(0.0, deadline - anyio.current_time())):
-                # before confirmation, read no more than the handshake needs: an unconfirmed
-                # peer makes us hold its header and Finished, nothing else
-                size = opener.header_missing or RECEIVE_SIZE
+            if deadline is None:  # no scope then: a cancel scope costs ~2 KB on trio while it waits
                 data = await self.transport_stream.receive(size)  # type: ignore[call-arg]
+            else:
+                with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
+                    data = await self.transport_stream.receive(size)  # type: ignore[call-arg]
         except TimeoutError:
             peer = self.transport_stream.extra(SocketAttribute.remote_address, "the peer")
             if idle:

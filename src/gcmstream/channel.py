@@ -15,13 +15,20 @@ Finished_I verified: until then a connection holds its header buffer and nothing
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import hmac
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .errors import DowngradeError, HandshakeError, PeerIdentityError, SelfConnectionError, StreamClosedError
+from .errors import (
+    DowngradeError,
+    HandshakeError,
+    PeerIdentityError,
+    ProtocolError,
+    SelfConnectionError,
+    StreamBrokenError,
+    StreamClosedError,
+)
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
@@ -36,6 +43,7 @@ from .format import (
     StreamHeader,
     as_key_ring,
     check_context,
+    check_identity,
     key_id,
     make_header,
 )
@@ -57,19 +65,38 @@ __all__ = ("DEFAULT_HANDSHAKE", "Channel", "HandshakeOptions", "self_connections
 # Salts of the initiator headers this process made whose handshake has not ended: a responder
 # that receives one is talking to itself (the Selfie attack). Weak, so abandoned channels leave.
 _OWN_HELLOS: weakref.WeakValueDictionary[bytes, Channel] = weakref.WeakValueDictionary()
-_SELF_ALLOWED: contextvars.ContextVar[bool] = contextvars.ContextVar("gcmstream_self_allowed", default=False)
+
+
+class _SelfAllowed:
+    """How many self_connections_allowed() blocks are open now, process-wide. Not a context
+    variable: asyncio copies the context into a server's callbacks, so a server started inside
+    the block kept the allowance after it ended (review LOW-5). This is read at the check."""
+
+    open_blocks = 0
 
 
 @contextlib.contextmanager
 def self_connections_allowed() -> Iterator[None]:
-    """Within this block (and tasks started in it) a responder accepts initiator headers made
-    by this same process. For tests and demos that run both ends of a channel in one process;
-    elsewhere such a connection is the Selfie attack and is refused (SelfConnectionError)."""
-    token = _SELF_ALLOWED.set(True)
+    """While this block runs, responders in this process accept initiator headers made by this
+    same process, whichever task or thread runs them; once it ends they refuse them again,
+    servers started inside it included. For tests and demos that run both ends of a channel in
+    one process; elsewhere such a connection is the Selfie attack and is refused
+    (SelfConnectionError)."""
+    _SelfAllowed.open_blocks += 1
     try:
         yield
     finally:
-        _SELF_ALLOWED.reset(token)
+        _SelfAllowed.open_blocks -= 1
+
+
+@contextlib.contextmanager
+def _self_connections_refused() -> Iterator[None]:
+    """The opposite, for gcmstream.testing's check: refused inside, whatever blocks are open."""
+    saved, _SelfAllowed.open_blocks = _SelfAllowed.open_blocks, 0
+    try:
+        yield
+    finally:
+        _SelfAllowed.open_blocks = saved
 
 
 @dataclass(frozen=True)
@@ -85,12 +112,7 @@ DEFAULT_HANDSHAKE = HandshakeOptions()
 
 
 def _identity(value: str | bytes | None, name: str) -> bytes | None:
-    if value is None:
-        return None
-    raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
-    if not 1 <= len(raw) <= MAX_IDENTITY_SIZE:
-        raise ValueError(f"{name} must be 1 to {MAX_IDENTITY_SIZE} bytes, got {len(raw)}")
-    return raw
+    return None if value is None else check_identity(value, name)
 
 
 class Channel:
@@ -107,9 +129,16 @@ class Channel:
 
     ``key_exchange`` is what an initiator offers and the least a responder accepts.
     ``local_id`` names this end (sent in its header, bound into the keys); ``peer_id`` is the
-    identity the peer must have sent (PeerIdentityError otherwise). A peer that claims our own
-    ``local_id``, or an initiator header this process made, is SelfConnectionError.
+    identity the peer must have (PeerIdentityError otherwise). A peer that claims our own
+    ``local_id``, or an initiator header this process made, is SelfConnectionError. With a
+    KeyRing that names its keys, a responder takes the name of the key the initiator proved as
+    its identity (``peer_id`` after the handshake) and refuses an initiator claiming another.
     """
+
+    # Fixed randomness for known-answer vectors: set only by the test-only factory
+    # gcmstream._fixed.fixed_channel, never through the public constructor.
+    _salt: bytes | None = None
+    _ephemeral: FixedEphemeral | None = None
 
     def __init__(
         self,
@@ -126,8 +155,6 @@ class Channel:
         key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
         local_id: str | bytes | None = None,
         peer_id: str | bytes | None = None,
-        _salt: bytes | None = None,
-        _ephemeral: FixedEphemeral | None = None,
     ) -> None:
         if role not in (Role.INITIATOR, Role.RESPONDER):
             raise ValueError("a channel role is Role.INITIATOR or Role.RESPONDER")
@@ -140,8 +167,6 @@ class Channel:
         self._record_size = record_size
         self._local_id = _identity(local_id, "local_id")
         self._peer_id = _identity(peer_id, "peer_id")
-        self._salt = _salt  # test vectors only
-        self._ephemeral = _ephemeral  # test vectors only
         self.sealer = Sealer(
             self._keys.primary,
             context=context,
@@ -168,30 +193,30 @@ class Channel:
         self._outbox = bytearray()
         self._initial_taken = False
         self._shares: InitiatorShares | None = None
-        self._hello = b""  # our header
+        self._hello = b""  # an initiator's header, until the transcript no longer needs it
+        self._hello_salt = b""
         self._derived: ChannelKeys | None = None
         self._suite = self.sealer.suite
-        self.peer_id: bytes | None = None  # the identity the peer sent, once its header verified
+        # the peer's identity once its header verified: the name of the key it proved (a
+        # responder's named KeyRing), else what it sent (a claim)
+        self.peer_id: bytes | None = None
         if role is Role.INITIATOR:
-            self._shares = InitiatorShares(self.key_exchange, _ephemeral)
+            self._shares = InitiatorShares(self.key_exchange, self._ephemeral)
             self._hello, _ = make_header(
                 self._keys.primary,
                 Role.INITIATOR,
                 record_size,
                 self._context,
-                _salt,
+                self._salt,
                 key_exchange=self.key_exchange,
                 fields=self._shares.fields() + self._identity_field(),
             )
+            self._hello_salt = self._hello[SALT_SLICE]
             _OWN_HELLOS[self._hello_salt] = self
             self._outbox += self._hello
 
     def __repr__(self) -> str:
         return f"<Channel {self.role.name} {self.key_exchange.name} ready={self.sealer.ready}>"
-
-    @property
-    def _hello_salt(self) -> bytes:
-        return self._hello[SALT_SLICE]
 
     def _identity_field(self) -> list[tuple[int, bytes]]:
         return [(FieldType.IDENTITY, self._local_id)] if self._local_id is not None else []
@@ -215,19 +240,47 @@ class Channel:
 
     def handshake_complete(self) -> bool:
         """True once the peer's header and Finished verified (our sealer is keyed); raises the
-        handshake's error if it failed, and TruncatedStreamError if the input ended before."""
-        return self.opener.header_verified() and self.sealer.ready
+        handshake's error if it failed, and TruncatedStreamError if the input ended before
+        (the handshake then ends: ``end_handshake``)."""
+        try:
+            return self.opener.header_verified() and self.sealer.ready
+        except (ProtocolError, StreamBrokenError):  # not a ConcurrencyError: another call is running
+            self.end_handshake()
+            raise
+
+    def end_handshake(self) -> None:
+        """Drop the handshake's ephemeral private keys, derived secrets and own header, and
+        forget this end as a pending initiator: done when the handshake ends, whatever its
+        outcome (confirmed, refused, EOF; the adapters call it on a timeout or a cancellation
+        too). The opener lets go of this channel's hooks, and a failed opener keeps its error
+        without traceback (an equal copy): the error raised to the caller, whose traceback
+        holds these frames, and this channel do not keep each other alive, so a failed
+        connection is freed when its last reference goes, without the cyclic GC."""
+        self._shares = None
+        self._derived = None
+        self._ephemeral = None
+        self._hello = b""
+        if self._hello_salt:
+            _OWN_HELLOS.pop(self._hello_salt, None)
+        self.opener._end_handshake(failed=not self.sealer.ready)
 
     def _check_identity(self, header: StreamHeader) -> None:
         sent = header.field(FieldType.IDENTITY)
         if sent is not None and not 1 <= len(sent) <= MAX_IDENTITY_SIZE:
             raise HandshakeError(f"the peer's identity must be 1 to {MAX_IDENTITY_SIZE} bytes")
-        if self.role is Role.RESPONDER and header.salt in _OWN_HELLOS and not _SELF_ALLOWED.get():
+        if self.role is Role.RESPONDER and header.salt in _OWN_HELLOS and not _SelfAllowed.open_blocks:
             raise SelfConnectionError(
                 "this initiator header was made by this process: a connection to itself"
             )
         if sent is not None and sent == self._local_id:
             raise SelfConnectionError("the peer claims this end's own identity: a connection to itself?")
+        proved = self._keys.name(header.key_id) if self.role is Role.RESPONDER else None
+        if proved is not None:  # a named key: its name is who holds it, whatever is claimed
+            if sent is not None and sent != proved:
+                raise PeerIdentityError(
+                    f"the peer claims identity {sent!r} but proved the key named {proved!r}"
+                )
+            sent = proved
         if self._peer_id is not None and sent != self._peer_id:
             found = "no identity" if sent is None else f"identity {sent!r}"
             raise PeerIdentityError(f"the peer sent {found}, expected {self._peer_id!r}")
@@ -251,7 +304,7 @@ class Channel:
         self._suite = header.suite
         if self.role is Role.RESPONDER:
             fields, shared = respond(header, self._ephemeral)
-            self._hello, _ = make_header(
+            answer, _ = make_header(  # not kept: once queued, the outbox holds it until sent
                 key,
                 Role.RESPONDER,
                 self._record_size,
@@ -260,30 +313,33 @@ class Channel:
                 key_exchange=header.key_exchange,
                 fields=fields + self._identity_field(),
             )
-            self._derived = channel_keys(key, shared, header.raw, self._hello, self._context)
-            self._outbox += self._hello + self._derived.responder_finished
+            self._derived = channel_keys(key, shared, header.raw, answer, self._context)
+            self._outbox += answer
+            self._outbox += self._derived.responder_finished
         else:
             if self._shares is None:  # unreachable: an initiator's shares live until Finished
                 raise HandshakeError("the handshake already ended")
             shared = self._shares.shared_secret(header)
             self._derived = channel_keys(key, shared, self._hello, header.raw, self._context)
+            self._hello = b""
 
     def _on_peer_finished(self, finished: bytes) -> bytes:
         """The opener's hook once the peer's Finished arrived: confirm, key our sealer, return
         the receive secret. The ephemeral keys are dropped here, whatever the outcome."""
-        derived, self._derived = self._derived, None
-        self._shares = None
-        _OWN_HELLOS.pop(self._hello_salt, None)
-        if derived is None:  # unreachable: the header hook ran first
-            raise HandshakeError("Finished before the handshake header")
-        initiator = self.role is Role.INITIATOR
-        expected = derived.responder_finished if initiator else derived.initiator_finished
-        if not hmac.compare_digest(finished, expected):
-            raise HandshakeError("key confirmation failed: the peer did not derive the same keys")
-        if initiator:
-            self._outbox += derived.initiator_finished
-            send, receive = derived.initiator_to_responder, derived.responder_to_initiator
-        else:
-            send, receive = derived.responder_to_initiator, derived.initiator_to_responder
-        self.sealer.install_secret(send, self._suite)
-        return receive
+        derived = self._derived
+        try:
+            if derived is None:  # unreachable: the header hook ran first
+                raise HandshakeError("Finished before the handshake header")
+            initiator = self.role is Role.INITIATOR
+            expected = derived.responder_finished if initiator else derived.initiator_finished
+            if not hmac.compare_digest(finished, expected):
+                raise HandshakeError("key confirmation failed: the peer did not derive the same keys")
+            if initiator:
+                self._outbox += derived.initiator_finished
+                send, receive = derived.initiator_to_responder, derived.responder_to_initiator
+            else:
+                send, receive = derived.responder_to_initiator, derived.initiator_to_responder
+            self.sealer.install_secret(send, self._suite)
+            return receive
+        finally:
+            self.end_handshake()

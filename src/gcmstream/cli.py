@@ -32,8 +32,10 @@ from .anyio_stream import SecureStream, connect_tcp
 from .codec import Opener, Sealer
 from .errors import (
     KeyCommitmentError,
+    PeerIdentityError,
     ProtocolError,
     RecordTooLargeError,
+    SelfConnectionError,
     StreamBrokenError,
     TruncatedStreamError,
     UnknownKeyError,
@@ -48,10 +50,12 @@ from .format import (
     HEADER_SIZE,
     MAGIC,
     MAX_CONTEXT_SIZE,
+    KeyExchange,
     Role,
     check_header_start,
     generate_key,
 )
+from .handshake import MAX_IDENTITY_SIZE
 from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
 from .pending import PendingHandshakes
 from .pipeline import CHUNK_SIZE, _decrypt, _encrypt, _output_target, _writer, atomic_output
@@ -62,6 +66,7 @@ _log = logging.getLogger("gcmstream.cli")
 __all__ = (
     "EXIT_BROKEN_PIPE",
     "EXIT_CODES",
+    "EXIT_IDENTITY",
     "EXIT_INTERNAL",
     "EXIT_INTERRUPTED",
     "EXIT_RECORD_LIMIT",
@@ -91,6 +96,7 @@ EXIT_TRUNCATED = 5
 EXIT_IO = 6
 EXIT_UNSUPPORTED = 7
 EXIT_RECORD_LIMIT = 8
+EXIT_IDENTITY = 9
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for cat or age in the same place
 EXIT_TERMINATED = 143
@@ -108,6 +114,8 @@ EXIT_CODES = {
     EXIT_UNSUPPORTED: "not gcmstream data, or a format version this version does not read",
     EXIT_RECORD_LIMIT: "the input's records are larger than --max-record-size allows; the message "
     "names the value that reads them",
+    EXIT_IDENTITY: "identity refused: the peer is this host's own connection (a reflected "
+    "connection: --local-id), or not the --peer-id expected",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
     EXIT_BROKEN_PIPE: "the reader of the output went away (as with cat: no message)",
     EXIT_TERMINATED: "terminated (SIGTERM or SIGHUP); like Ctrl-C, no partial output file is left",
@@ -218,6 +226,16 @@ def _context(text: str) -> bytes:
     if len(data) > MAX_CONTEXT_SIZE:
         raise argparse.ArgumentTypeError(f"longer than {MAX_CONTEXT_SIZE} bytes")
     return data
+
+
+def _identity(text: str) -> str:
+    size = len(text.encode("utf-8"))
+    if not 1 <= size <= MAX_IDENTITY_SIZE:
+        raise argparse.ArgumentTypeError(f"a name is 1 to {MAX_IDENTITY_SIZE} bytes of UTF-8, got {size}")
+    return text
+
+
+_KEY_EXCHANGES = {"hybrid": KeyExchange.MLKEM768_X25519, "x25519": KeyExchange.X25519}
 
 
 def _address(text: str, *, default_host: str | None) -> tuple[str, int]:
@@ -368,6 +386,29 @@ def _build_parser() -> argparse.ArgumentParser:
     io_options(decrypt, "ciphertext")
     max_record_size_option(decrypt)
 
+    def channel_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--local-id",
+            metavar="NAME",
+            type=_identity,
+            help="this end's name, sent to the peer and bound into the keys; a peer that claims "
+            "it is refused (exit 9). A host that runs both 'listen' and 'connect' with one key "
+            "must set it: otherwise an attacker can route its own 'connect' into its 'listen'",
+        )
+        sub.add_argument(
+            "--peer-id",
+            metavar="NAME",
+            type=_identity,
+            help="the name the peer must send (its --local-id); any other is refused (exit 9)",
+        )
+        sub.add_argument(
+            "--key-exchange",
+            choices=_KEY_EXCHANGES,
+            default="hybrid",
+            help="hybrid (ML-KEM-768 + X25519, the default) or x25519 (smaller handshake); "
+            "'listen' refuses a weaker one than its own, 'connect' offers it",
+        )
+
     net_note = (
         "Sends stdin to the peer and writes what the peer sends to stdout, over an encrypted, "
         "authenticated channel. At the end of stdin the final record is sent (the peer's output "
@@ -396,6 +437,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--record-size", metavar="N", type=_size, default=DEFAULT_RECORD_SIZE, help="largest record to send"
     )
     max_record_size_option(listen)
+    channel_options(listen)
 
     connect = command(
         "connect",
@@ -408,6 +450,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--record-size", metavar="N", type=_size, default=DEFAULT_RECORD_SIZE, help="largest record to send"
     )
     max_record_size_option(connect)
+    channel_options(connect)
     return parser
 
 
@@ -789,6 +832,9 @@ async def _handshake(transport: SocketStream, args: argparse.Namespace, key: byt
         record_size=args.record_size,
         max_record_size=args.max_record_size,
         handshake_timeout=HANDSHAKE_TIMEOUT,
+        key_exchange=_KEY_EXCHANGES[args.key_exchange],
+        local_id=args.local_id,
+        peer_id=args.peer_id,
     )
 
 
@@ -888,6 +934,9 @@ async def _connect_command(args: argparse.Namespace, key: bytes) -> None:
             record_size=args.record_size,
             max_record_size=args.max_record_size,
             handshake_timeout=HANDSHAKE_TIMEOUT,
+            key_exchange=_KEY_EXCHANGES[args.key_exchange],
+            local_id=args.local_id,
+            peer_id=args.peer_id,
         )
     except RecordTooLargeError as exc:
         raise _record_limit_error("connect", exc.size, exc.limit, "the peer") from None
@@ -939,6 +988,8 @@ def _classify(exc: BaseException) -> tuple[int, str]:
         return EXIT_WRONG_KEY, "wrong key: the stream names (by its key ID) a key that was not given"
     if isinstance(exc, KeyCommitmentError):
         return EXIT_WRONG_KEY, str(exc)  # it says "wrong key" and what else it can be
+    if isinstance(exc, SelfConnectionError | PeerIdentityError):
+        return EXIT_IDENTITY, f"identity refused: {exc}"
     if isinstance(exc, UnsupportedFormatError):
         return EXIT_UNSUPPORTED, f"unsupported input: {exc}"
     if isinstance(exc, TruncatedStreamError):

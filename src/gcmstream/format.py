@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import os
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives import hashes
@@ -40,6 +40,7 @@ __all__ = (
     "MAGIC",
     "MAX_FIELDS_SIZE",
     "MAX_HEADER_SIZE",
+    "MAX_IDENTITY_SIZE",
     "MAX_CONTEXT_SIZE",
     "MAX_HARD_BYTES",
     "MAX_HARD_RECORDS",
@@ -63,6 +64,7 @@ __all__ = (
     "byte_view",
     "check_header_start",
     "check_context",
+    "check_identity",
     "check_record_size",
     "encode_fields",
     "find_key",
@@ -251,15 +253,39 @@ def key_id(key: Buffer) -> bytes:
 class KeyRing:
     """Several keys, found by their key ID. The first is the primary: it seals and initiates.
     Readers and responders accept a header under any key in the ring, so a key can be rotated
-    (new primary first, the old one kept for a while) without cutting anybody off."""
+    (new primary first, the old one kept for a while) without cutting anybody off.
 
-    __slots__ = ("_keys", "_order")
+    ``keys`` is a list of keys, or a mapping from a name to a key or a list of keys
+    (``KeyRing({"alice": k1, "bob": [k2_new, k2_old]})``, the first key overall is the
+    primary): a key's name is the identity of the peers that hold it. A channel responder takes
+    the name of the key an initiator proved as that initiator's identity, and refuses one that
+    claims another (PeerIdentityError): with named keys an identity is authenticated, not just a
+    claim (docs/FORMAT.md 5.2, K6). One key cannot have two names."""
 
-    def __init__(self, keys: Iterable[Buffer]) -> None:
+    __slots__ = ("_keys", "_names", "_order")
+
+    def __init__(
+        self,
+        keys: Iterable[Buffer]
+        | Mapping[str, Buffer | Sequence[Buffer]]
+        | Mapping[bytes, Buffer | Sequence[Buffer]],
+    ) -> None:
         self._keys: dict[bytes, bytes] = {}
+        self._names: dict[bytes, bytes] = {}
         self._order: list[bytes] = []
-        for key in keys:
+        named = isinstance(keys, Mapping)
+        pairs = (
+            [(name, key) for name, value in keys.items() for key in _key_list(value)]
+            if isinstance(keys, Mapping)
+            else [(None, key) for key in keys]
+        )
+        for name, key in pairs:
             ident = key_id(key)
+            if named:
+                raw = check_identity(name, "a key's name")
+                if self._names.get(ident, raw) != raw:
+                    raise ValueError("one key cannot have two names in a KeyRing")
+                self._names[ident] = raw
             if ident not in self._keys:
                 self._keys[ident] = bytes(key)
                 self._order.append(ident)
@@ -278,11 +304,41 @@ class KeyRing:
         """The key with this key ID, or None."""
         return self._keys.get(bytes(ident))
 
+    def name(self, ident: bytes) -> bytes | None:
+        """The name (UTF-8) of the key with this key ID, or None (unnamed, or not held)."""
+        return self._names.get(bytes(ident))
+
     def __len__(self) -> int:
         return len(self._order)
 
-    def __repr__(self) -> str:  # key IDs are public; keys never shown
-        return f"<KeyRing {', '.join(ident.hex()[:8] for ident in self._order)}>"
+    def __repr__(self) -> str:  # key IDs and names are public; keys never shown
+        shown = (
+            f"{self._names[ident].decode('utf-8', 'replace')}={ident.hex()[:8]}"
+            if ident in self._names
+            else ident.hex()[:8]
+            for ident in self._order
+        )
+        return f"<KeyRing {', '.join(shown)}>"
+
+
+def _key_list(value: Buffer | Sequence[Buffer]) -> Sequence[Buffer]:
+    if isinstance(value, list | tuple):
+        return value
+    return [value]  # type: ignore[list-item]  # (a Buffer: bytes, bytearray, memoryview)
+
+
+MAX_IDENTITY_SIZE = 255
+
+
+def check_identity(value: str | bytes | None, name: str) -> bytes:
+    """An identity (a ``local_id``, ``peer_id`` or key name) as bytes: UTF-8 for text, 1 to
+    ``MAX_IDENTITY_SIZE`` bytes."""
+    if not isinstance(value, str | bytes | bytearray | memoryview):
+        raise TypeError(f"{name} must be str or bytes, got {type(value).__name__}")
+    raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    if not 1 <= len(raw) <= MAX_IDENTITY_SIZE:
+        raise ValueError(f"{name} must be 1 to {MAX_IDENTITY_SIZE} bytes, got {len(raw)}")
+    return raw
 
 
 Keys = Buffer | KeyRing
@@ -320,14 +376,25 @@ class StreamHeader:
     record_size: int
     key_id: bytes
     salt: bytes
-    fields: tuple[tuple[int, bytes], ...]
+    #: each field as (type, start, end): its value is ``raw[start:end]``. The header is held
+    #: once, in ``raw``; values are sliced when asked for (an unconfirmed peer costs one copy).
+    field_spans: tuple[tuple[int, int, int], ...]
     commitment: bytes
     raw: bytes
 
+    @property
+    def fields(self) -> tuple[tuple[int, bytes], ...]:
+        """Every field as (type, value), in order."""
+        return tuple((kind, self.raw[start:end]) for kind, start, end in self.field_spans)
+
+    @property
+    def field_types(self) -> tuple[int, ...]:
+        return tuple(kind for kind, _, _ in self.field_spans)
+
     def field(self, field_type: int) -> bytes | None:
-        for kind, value in self.fields:
+        for kind, start, end in self.field_spans:
             if kind == field_type:
-                return value
+                return self.raw[start:end]
         return None
 
 
@@ -443,21 +510,26 @@ def parse_header_start(raw: Buffer) -> HeaderStart:
 
 def parse_fields(data: bytes) -> tuple[tuple[int, bytes], ...]:
     """Split the fields area (check H12): whole fields, strictly increasing types."""
-    fields = []
-    pos, last = 0, -1
-    while pos < len(data):
-        if len(data) - pos < FIELD_HEADER.size:
+    return tuple((kind, data[start:end]) for kind, start, end in _field_spans(data, 0, len(data)))
+
+
+def _field_spans(data: bytes, pos: int, stop: int) -> tuple[tuple[int, int, int], ...]:
+    """(type, start, end) of each field in ``data[pos:stop]`` (check H12)."""
+    spans = []
+    last = -1
+    while pos < stop:
+        if stop - pos < FIELD_HEADER.size:
             raise UnsupportedFormatError("header fields end inside a field header")
         kind, length = FIELD_HEADER.unpack_from(data, pos)
         pos += FIELD_HEADER.size
-        if length > len(data) - pos:
+        if length > stop - pos:
             raise UnsupportedFormatError(f"header field 0x{kind:04x} runs past the end of the fields")
         if kind <= last:
             raise UnsupportedFormatError(f"header field 0x{kind:04x} is out of order or repeated")
-        fields.append((kind, data[pos : pos + length]))
+        spans.append((kind, pos, pos + length))
         pos += length
         last = kind
-    return tuple(fields)
+    return tuple(spans)
 
 
 def parse_header(raw: Buffer, known_fields: Iterable[int] = ()) -> StreamHeader:
@@ -468,9 +540,9 @@ def parse_header(raw: Buffer, known_fields: Iterable[int] = ()) -> StreamHeader:
     if len(raw) != start.size:
         raise UnsupportedFormatError(f"stream header must be {start.size} bytes, got {len(raw)}")
     end = HEADER_FIXED_SIZE + start.fields_length
-    fields = parse_fields(raw[HEADER_FIXED_SIZE:end])
+    spans = _field_spans(raw, HEADER_FIXED_SIZE, end)
     known = set(known_fields)
-    for kind, _ in fields:
+    for kind, _, _ in spans:
         if kind < FIELD_CRITICAL_LIMIT and kind not in known:
             raise UnknownFieldError(
                 f"header has critical field 0x{kind:04x}, which this reader does not know"
@@ -482,7 +554,7 @@ def parse_header(raw: Buffer, known_fields: Iterable[int] = ()) -> StreamHeader:
         record_size=start.record_size,
         key_id=start.key_id,
         salt=start.salt,
-        fields=fields,
+        field_spans=spans,
         commitment=raw[end:],
         raw=raw,
     )

@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .errors import HandshakeError
-from .format import FIELD_HEADER, FINISHED_SIZE, HEADER_SIZE, FieldType, KeyExchange, StreamHeader
+from .format import (
+    FIELD_HEADER,
+    FINISHED_SIZE,
+    HEADER_SIZE,
+    MAX_IDENTITY_SIZE,
+    FieldType,
+    KeyExchange,
+    StreamHeader,
+)
 
 __all__ = (
     "CHANNEL_FIELDS",
@@ -34,7 +42,6 @@ __all__ = (
 X25519_SIZE = 32
 MLKEM768_PUBLIC_SIZE = 1184
 MLKEM768_CIPHERTEXT_SIZE = 1088
-MAX_IDENTITY_SIZE = 255
 CHANNEL_FIELDS = frozenset({FieldType.X25519_SHARE, FieldType.MLKEM768_SHARE, FieldType.IDENTITY})
 _LABEL_CHANNEL = b"gcmstream/2 channel"
 
@@ -48,9 +55,9 @@ class FixedEphemeral:
     64-byte ML-KEM-768 seed. ``mlkem_encapsulation``: the responder's (shared secret,
     ciphertext), made once against the initiator's public key (encapsulation is randomized)."""
 
-    x25519: bytes
-    mlkem_seed: bytes | None = None
-    mlkem_encapsulation: tuple[bytes, bytes] | None = None
+    x25519: bytes = field(repr=False)
+    mlkem_seed: bytes | None = field(default=None, repr=False)
+    mlkem_encapsulation: tuple[bytes, bytes] | None = field(default=None, repr=False)
 
 
 def _share(header: StreamHeader, kind: FieldType, size: int, what: str) -> bytes:
@@ -73,7 +80,7 @@ def _check_exchange(header: StreamHeader, exchange: KeyExchange, role: str) -> N
     if exchange is KeyExchange.MLKEM768_X25519:
         expected.add(FieldType.MLKEM768_SHARE)
     present = {
-        kind for kind, _ in header.fields if kind in (FieldType.X25519_SHARE, FieldType.MLKEM768_SHARE)
+        kind for kind in header.field_types if kind in (FieldType.X25519_SHARE, FieldType.MLKEM768_SHARE)
     }
     if present != expected:
         raise HandshakeError(f"the {role}'s key shares do not match its key exchange {exchange.name}")

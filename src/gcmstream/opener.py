@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from typing import NoReturn
 
 from cryptography.exceptions import InvalidTag
 
@@ -123,6 +124,11 @@ PeerHeaderHook = Callable[[bytes, StreamHeader], None]
 PeerFinishedHook = Callable[[bytes], bytes]
 
 
+def _handshake_ended(*_: object) -> NoReturn:
+    """A channel opener's hooks once its handshake ended (unreachable: no header comes again)."""
+    raise ProtocolError("the handshake already ended")
+
+
 class Phase(enum.Enum):
     """Where an Opener is in its stream (see the module docstring)."""
 
@@ -157,6 +163,45 @@ class Opener:
     start) and at most one input held by reference (the caller's own object, not a copy, unless the
     caller passed a mutable buffer whose rest did not fit).
     """
+
+    # Slots, not a dict: each unconfirmed connection holds an Opener (docs/FORMAT.md 5.2's bound).
+    __slots__ = (
+        "__weakref__",
+        "_context",
+        "_direction",
+        "_eof",
+        "_error",
+        "_header_base",
+        "_header_buf",
+        "_header_got",
+        "_header_key",
+        "_header_need",
+        "_header_start",
+        "_held",
+        "_held_pos",
+        "_keys",
+        "_known_fields",
+        "_lent",
+        "_limits",
+        "_max_ciphertext",
+        "_on_peer_finished",
+        "_on_peer_header",
+        "_peer_role",
+        "_phase",
+        "_plain_aad",
+        "_pt_end",
+        "_pt_pos",
+        "_record_wire",
+        "_ring",
+        "_run_capped",
+        "_turn",
+        "_untaken",
+        "_views",
+        "header",
+        "max_record_size",
+        "ring_size",
+        "suite",
+    )
 
     def __init__(
         self,
@@ -195,6 +240,7 @@ class Opener:
         self._header_buf = bytearray(HEADER_FIXED_SIZE)
         self._header_got = 0
         self._header_need = HEADER_FIXED_SIZE  # the whole header's size once its fixed part is read
+        self._header_base = 0  # bytes received before the buffer (the header, while reading Finished)
         self._header_start: HeaderStart | None = None
         self._header_key = b""
         self.header: StreamHeader | None = None
@@ -211,8 +257,8 @@ class Opener:
         # A small direct-mapped cache: ring position -> (position, ciphertext length, AAD view,
         # ciphertext view, plaintext view). Records of one size land on the same few positions,
         # so opening reuses views instead of slicing three new ones per record. Fixed size, so
-        # it never allocates as it fills.
-        self._views: list[tuple[int, int, memoryview, memoryview, memoryview] | None] = [None] * _VIEW_SLOTS
+        # it never allocates as it fills; made with the ring (an unconfirmed peer has neither).
+        self._views: list[tuple[int, int, memoryview, memoryview, memoryview] | None] = []
 
     @property
     def phase(self) -> Phase:
@@ -393,10 +439,28 @@ class Opener:
         return self._error is not None
 
     def _defer(self, exc: ProtocolError) -> None:
-        """Keep ``exc`` for the reader (the first error wins) and take no more input."""
+        """Keep ``exc`` for the reader (the first error wins) and take no more input. Kept
+        without its traceback, whose frames hold this opener (a cycle)."""
         if self._error is None:
-            self._error = exc
+            self._error = exc.with_traceback(None)
         self._held = None
+
+    def _end_handshake(self, *, failed: bool) -> None:
+        """The channel's handshake ended: drop its hooks (bound to the channel, which holds
+        this opener: a cycle). If it ``failed``, drop the header state too and keep an equal
+        copy of the error without traceback, cause or context instead of the error itself:
+        that one was raised, and its traceback's frames hold this opener."""
+        self._on_peer_header = _handshake_ended
+        self._on_peer_finished = _handshake_ended
+        if not failed:
+            return
+        error = self._error
+        if error is not None:
+            copy = type(error).__new__(type(error), *error.args)
+            copy.__dict__.update(error.__dict__)
+            self._error = copy
+        self._header_buf = bytearray()
+        self._header_key = b""
 
     def _writable(self) -> memoryview:
         if self._error is not None:
@@ -438,6 +502,7 @@ class Opener:
         if self._ring is None:
             record_size = self.header.record_size if self.header is not None else self.max_record_size
             self._ring = RecordRing(record_size, ring_capacity(record_size, self.ring_size))
+            self._views = [None] * _VIEW_SLOTS
         return self._ring
 
     def _on_header_start(self) -> None:
@@ -465,19 +530,23 @@ class Opener:
     def _on_header(self) -> None:
         key, self._header_key = self._header_key, b""
         raw = bytes(memoryview(self._header_buf)[: self._header_need])
+        # from here the header is held once, as ``raw`` (``header.raw``, its fields sliced from
+        # it when asked for): the receive buffer goes, or shrinks to the Finished still to come
+        self._header_buf = bytearray(FINISHED_SIZE if self._on_peer_header is not None else 0)
+        self._header_base, self._header_got = self._header_got, 0
+        self._header_need = len(self._header_buf)
         secret = verify_commitment(key, raw, self._context)
         header = parse_header(raw, self._known_fields)
         self.header = header
         if self._on_peer_header is not None:  # a channel: its Finished comes next
             self._on_peer_header(key, header)
-            self._header_need += FINISHED_SIZE
             return
         self._enter_records(secret)
 
     def _on_finished(self) -> None:
         if self._on_peer_finished is None:  # unreachable: only channels wait for Finished
             raise ProtocolError("no Finished expected")
-        finished = bytes(memoryview(self._header_buf)[self._header_need - FINISHED_SIZE : self._header_need])
+        finished = bytes(self._header_buf)
         self._enter_records(self._on_peer_finished(finished))
 
     def _enter_records(self, secret: bytes) -> None:
@@ -795,8 +864,9 @@ class Opener:
 
     def _truncation(self) -> str:
         if self._phase is _HEADER and self._on_peer_finished is not None:
+            received = self._header_base + self._header_got
             return (
-                f"the connection ended during the handshake ({self._header_got} bytes received; "
+                f"the connection ended during the handshake ({received} bytes received; "
                 "a peer with another key or context hangs up here)"
             )
         if self._phase is _HEADER:
@@ -1023,7 +1093,8 @@ class Opener:
             self._ring.clear()
         self._record_wire = 0
         self._pt_pos = self._pt_end = 0
-        self._views = [None] * _VIEW_SLOTS
+        if self._ring is not None:
+            self._views = [None] * _VIEW_SLOTS
 
     def _revoke(self) -> None:
         if self._lent is not None:

@@ -27,7 +27,7 @@ from anyio.abc import SocketAttribute, SocketStream
 
 from . import aio
 from .anyio_stream import SecureStream, connect_tcp, create_tcp_listener
-from .channel import _SELF_ALLOWED, Channel
+from .channel import Channel, _self_connections_refused
 from .errors import (
     AuthenticationError,
     GcmStreamError,
@@ -51,6 +51,7 @@ __all__ = (
     "check_cancelled_receive",
     "check_clean_end",
     "check_close_without_end_is_truncation",
+    "check_downgrade_refused",
     "check_client_vanishes_mid_record",
     "check_half_close",
     "check_large_transfer_backpressure",
@@ -776,8 +777,7 @@ async def check_self_connection_refused(adapter: Adapter) -> None:
         outcomes.add("handled")
         await endpoint.aclose()
 
-    token = _SELF_ALLOWED.set(False)
-    try:
+    with _self_connections_refused():
         with anyio.fail_after(DEADLINE):
             async with adapter.serve(handler, key, b"") as port:
                 try:
@@ -789,8 +789,40 @@ async def check_self_connection_refused(adapter: Adapter) -> None:
                     raise AssertionError("a connection to this same process was accepted")
                 await anyio.sleep(0.05)
                 _expect(not outcomes.items, "a connection to this same process reached the handler")
-    finally:
-        _SELF_ALLOWED.reset(token)
+
+
+async def check_downgrade_refused(adapter: Adapter) -> None:
+    """A client offering X25519 alone to a server that requires the hybrid (the default) is
+    refused at its header (DowngradeError, logged): the server answers nothing, hangs up, and
+    the handler never runs; a hybrid client is served next."""
+    key = generate_key()
+    outcomes = _Outcomes()
+
+    async def handler(endpoint: Endpoint) -> None:
+        outcomes.add("handled")
+        await _send_all(endpoint, [b"served"])
+        await _receive_all(endpoint)
+
+    # a genuine X25519-only initiator header with the key (not one this process has in flight)
+    shares = InitiatorShares(KeyExchange.X25519)
+    hello, _ = make_header(
+        key, Role.INITIATOR, 65536, b"", key_exchange=KeyExchange.X25519, fields=shares.fields()
+    )
+    with anyio.fail_after(DEADLINE):
+        async with adapter.serve(handler, key, b"") as port:
+            answered = 0
+            async with await anyio.connect_tcp(LOCALHOST, port) as weaker:
+                await weaker.send(hello)
+                with suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                    while True:
+                        answered += len(await weaker.receive())
+            _expect(answered == 0, f"the server answered an X25519-only offer with {answered} bytes")
+            _expect(not outcomes.items, "an X25519-only client reached the handler")
+            client = await adapter.connect(port, key, b"")
+            got = await _receive_all(client)
+            _expect(got == b"served", f"a hybrid client after the refusal got {got!r}")
+            await client.send_eof()
+            await client.aclose()
 
 
 CHECKS: dict[str, Callable[[Adapter], Awaitable[None]]] = {
@@ -810,6 +842,7 @@ CHECKS: dict[str, Callable[[Adapter], Awaitable[None]]] = {
     "unconfirmed_peers_are_closed": check_unconfirmed_peers_are_closed,
     "rotated_key_ring": check_rotated_key_ring,
     "self_connection_refused": check_self_connection_refused,
+    "downgrade_refused": check_downgrade_refused,
 }
 """Every check, by name. Each takes an Adapter and raises AssertionError on a failure."""
 

@@ -22,7 +22,6 @@ import pytest
 
 from gcmstream import (
     AuthenticationError,
-    Channel,
     DowngradeError,
     GcmStreamError,
     HandshakeError,
@@ -43,6 +42,7 @@ from gcmstream import (
     UnknownKeyError,
     UnsupportedFormatError,
 )
+from gcmstream._fixed import fixed_channel as fixed_randomness_channel
 from gcmstream.format import (
     DEFAULT_MAX_RECORD_SIZE,
     FLAG_FINAL,
@@ -414,7 +414,7 @@ def test_spliced_from_another_stream(stream: Stream) -> None:
         other_header = other.take_header()
         other_records = split_records(write_records(other)[0])
     else:
-        sender = fixed_channel(KEY, stream.role, context=CONTEXT, record_size=RECORD_SIZE, _salt=OTHER_SALT)
+        sender = fixed_channel(KEY, stream.role, context=CONTEXT, record_size=RECORD_SIZE, salt=OTHER_SALT)
         peer = fixed_channel(KEY, stream.role.peer, context=CONTEXT, record_size=RECORD_SIZE)
         pair = (sender, peer) if stream.role is Role.INITIATOR else (peer, sender)
         other_header = handshake_bytes(*pair)[0 if stream.role is Role.INITIATOR else 1]
@@ -547,15 +547,15 @@ def vector_opener(case: dict[str, object]) -> MakeOpener:
     def make() -> Opener:
         if case["mode"] == "channel":
             peer_id = case.get("receiver_peer_id")
-            channel = Channel(
+            channel = fixed_randomness_channel(
                 key,
                 role=Role.RESPONDER,
                 context=context,
                 record_size=int(str(case["receiver_record_size"])),
                 key_exchange=KeyExchange(int(str(case["receiver_key_exchange"]))),
                 peer_id=bytes.fromhex(str(peer_id)) if peer_id is not None else None,
-                _salt=bytes.fromhex(str(case["receiver_salt"])),
-                _ephemeral=FixedEphemeral(x25519=bytes.fromhex(str(case["receiver_x25519"]))),
+                salt=bytes.fromhex(str(case["receiver_salt"])),
+                ephemeral=FixedEphemeral(x25519=bytes.fromhex(str(case["receiver_x25519"]))),
             )
             channel.initial_data()
             return channel.opener

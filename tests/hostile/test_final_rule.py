@@ -31,6 +31,7 @@ import pytest
 import gcmstream
 from gcmstream import Channel, KeyExchange, Opener, Role, pipeline
 from gcmstream._adapter import handshake
+from gcmstream._fixed import fixed_channel as fixed_randomness_channel
 from gcmstream.aio import decrypting_reader
 from gcmstream.anyio_stream import SecureStream
 from gcmstream.handshake import FixedEphemeral
@@ -292,7 +293,7 @@ class WholeInput(anyio.abc.ByteStream):
 
 def vector_responder(case: dict[str, object], ring_size: int) -> Channel:
     peer_id = case.get("receiver_peer_id")
-    return Channel(
+    return fixed_randomness_channel(
         bytes.fromhex(str(case["key"])),
         role=Role.RESPONDER,
         context=bytes.fromhex(str(case["context"])),
@@ -300,8 +301,8 @@ def vector_responder(case: dict[str, object], ring_size: int) -> Channel:
         key_exchange=KeyExchange(int(str(case["receiver_key_exchange"]))),
         peer_id=bytes.fromhex(str(peer_id)) if peer_id is not None else None,
         ring_size=ring_size,
-        _salt=bytes.fromhex(str(case["receiver_salt"])),
-        _ephemeral=FixedEphemeral(x25519=bytes.fromhex(str(case["receiver_x25519"]))),
+        salt=bytes.fromhex(str(case["receiver_salt"])),
+        ephemeral=FixedEphemeral(x25519=bytes.fromhex(str(case["receiver_x25519"]))),
     )
 
 

@@ -283,7 +283,7 @@ def test_replay_would_be_accepted_only_if_the_server_repeated_its_ephemeral_key(
     again = fixed_channel(KEY, Role.RESPONDER, context=CONTEXT)
     again.initial_data()
     assert read_all(again.opener, recorded) == b"transfer 100 to mallory"
-    fresh_salt_only = fixed_channel(KEY, Role.RESPONDER, context=CONTEXT, _salt=bytes(32))
+    fresh_salt_only = fixed_channel(KEY, Role.RESPONDER, context=CONTEXT, salt=bytes(32))
     fresh_salt_only.initial_data()
     fresh_salt_only.opener.receive_data(recorded)
     with pytest.raises(HandshakeError):

@@ -25,6 +25,8 @@ tests/vectors/invalid/ (its own generator and format).
 from __future__ import annotations
 
 import argparse
+import hashlib
+import hmac
 import json
 import sys
 from dataclasses import dataclass, field
@@ -34,9 +36,12 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "src"))
 
-from cryptography.hazmat.primitives.asymmetric import mlkem  # noqa: E402
+from cryptography.hazmat.primitives import hashes  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import mlkem, x25519  # noqa: E402
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF  # noqa: E402
 
 from gcmstream import Channel, GcmStreamError, KeyExchange, KeyLimits, Opener, Sealer  # noqa: E402
+from gcmstream._fixed import fixed_channel as fixed_randomness_channel  # noqa: E402
 from gcmstream.channel import self_connections_allowed  # noqa: E402
 from gcmstream.format import (  # noqa: E402
     FLAG_FINAL,
@@ -268,15 +273,15 @@ class ValidChannel:
 
     def channel(self, role: Role) -> Channel:
         salt = self.initiator_salt if role is Role.INITIATOR else self.responder_salt
-        return Channel(
+        return fixed_randomness_channel(
             self.key,
             role=role,
             context=self.context,
             record_size=self.record_size,
             key_exchange=self.key_exchange,
             local_id=self.initiator_id if role is Role.INITIATOR else self.responder_id,
-            _salt=salt,
-            _ephemeral=self.ephemeral(role),
+            salt=salt,
+            ephemeral=self.ephemeral(role),
         )
 
     def seal(self) -> tuple[bytes, bytes]:
@@ -315,8 +320,39 @@ class ValidChannel:
             "responder_writes": [data.hex() for data in self.responder_writes],
             "initiator_ciphertext": from_initiator.hex(),
             "responder_ciphertext": from_responder.hex(),
+            "intermediate": self.intermediates(from_initiator, from_responder),
         }
         return out
+
+    def intermediates(self, from_initiator: bytes, from_responder: bytes) -> dict[str, str | None]:
+        """The key schedule's values (docs/FORMAT.md 5.2), to bisect a disagreement with."""
+        hybrid = self.key_exchange is KeyExchange.MLKEM768_X25519
+        initiator_header = from_initiator[: _header_size(from_initiator)]
+        responder_header = from_responder[: _header_size(from_responder)]
+        ss_x25519 = x25519.X25519PrivateKey.from_private_bytes(RESPONDER_X25519).exchange(
+            x25519.X25519PrivateKey.from_private_bytes(INITIATOR_X25519).public_key()
+        )
+        ss_mlkem = encapsulation()[0] if hybrid else b""
+        transcript = hashlib.sha256(initiator_header + responder_header).digest()
+        info = b"gcmstream/2 channel" + hashlib.sha256(self.context).digest() + transcript
+        okm = HKDF(algorithm=hashes.SHA256(), length=128, salt=self.key, info=info).derive(
+            ss_mlkem + ss_x25519
+        )
+        return {
+            "initiator_header_size": str(len(initiator_header)),
+            "responder_header_size": str(len(responder_header)),
+            "ss_mlkem": ss_mlkem.hex() if hybrid else None,
+            "ss_x25519": ss_x25519.hex(),
+            "transcript_hash": transcript.hex(),
+            "okm": okm.hex(),
+            "initiator_finished": hmac.digest(okm[64:96], transcript, "sha256").hex(),
+            "responder_finished": hmac.digest(okm[96:128], transcript, "sha256").hex(),
+        }
+
+
+def _header_size(wire: bytes) -> int:
+    """A header's size from its fixed part: 62 bytes, the fields (length at bytes 60..61), 32."""
+    return 62 + int.from_bytes(wire[60:62], "big") + 32
 
 
 def handshake_messages(initiator: Channel, responder: Channel) -> tuple[bytes, bytes]:

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gcmstream import Channel, GcmStreamError, Opener, Role
+from gcmstream import GcmStreamError, Opener, Role
+from gcmstream._fixed import fixed_channel as fixed_randomness_channel
 from gcmstream.format import (
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
@@ -725,15 +726,15 @@ def build_cases() -> list[Case]:
 def channel_reader(case: dict[str, object]) -> Opener:
     """The RESPONDER a channel case describes; its answers to the input are dropped."""
     peer_id = case.get("receiver_peer_id")
-    channel = Channel(
+    channel = fixed_randomness_channel(
         bytes.fromhex(str(case["key"])),
         role=Role.RESPONDER,
         context=bytes.fromhex(str(case["context"])),
         record_size=int(str(case["receiver_record_size"])),
         key_exchange=KeyExchange(int(str(case["receiver_key_exchange"]))),
         peer_id=bytes.fromhex(str(peer_id)) if peer_id is not None else None,
-        _salt=bytes.fromhex(str(case["receiver_salt"])),
-        _ephemeral=FixedEphemeral(x25519=bytes.fromhex(str(case["receiver_x25519"]))),
+        salt=bytes.fromhex(str(case["receiver_salt"])),
+        ephemeral=FixedEphemeral(x25519=bytes.fromhex(str(case["receiver_x25519"]))),
     )
     channel.initial_data()
     return channel.opener  # (its hooks keep the channel alive)
