@@ -101,8 +101,12 @@ def sealed(tmp_path_factory: pytest.TempPathFactory, keyfile: Path) -> tuple[byt
     return plain, result.stdout
 
 
+# The CLI writes the file engine's FIXED_LAYOUT field (type, length, 4-byte value) in its header.
+CLI_HEADER_SIZE = HEADER_SIZE + 8
+
+
 def record_offset(index: int) -> int:
-    return HEADER_SIZE + index * (RECORD_HEADER_SIZE + RECORD + TAG_SIZE)
+    return CLI_HEADER_SIZE + index * (RECORD_HEADER_SIZE + RECORD + TAG_SIZE)
 
 
 # -- help, keys, usage -------------------------------------------------------------------------
