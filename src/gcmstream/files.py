@@ -231,7 +231,7 @@ def decrypt_fd(
             count = reader.readinto(space)
             if count:
                 if start is not None and len(start) < 128:
-                    start += space[: 128 - len(start)]
+                    start += space[: min(count, 128 - len(start))]
                 opener.buffer_updated(count)
                 if progress is not None:
                     progress(count)

@@ -30,7 +30,8 @@ Guarantees:
   else cannot redirect the output; a target that is not a regular file (``/dev/null``, a FIFO)
   is written in place, if this user or root owns it.
 * Memory does not grow with the size of the input: the opener's ring (4 records, at least
-  64 KiB), one read buffer and one write buffer of ``CHUNK_SIZE`` each.
+  64 KiB), one read buffer and one write buffer of ``CHUNK_SIZE`` each (the file functions:
+  a 1 MiB ring and one output buffer of 1 MiB or two records, see ``gcmstream.files``).
 """
 
 from __future__ import annotations
