@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import pytest
 
-from gcmstream.cli import EXIT_TAMPERED, EXIT_TRUNCATED, EXIT_USAGE, EXIT_WRONG_KEY
+from gcmstream.cli import EXIT_RECORD_LIMIT, EXIT_TAMPERED, EXIT_TRUNCATED, EXIT_USAGE, EXIT_WRONG_KEY
 from gcmstream.format import RECORD_HEADER_SIZE, TAG_SIZE, key_id
 from gcmstream.keyfile import read_key_file, write_key_file
 
@@ -138,3 +138,16 @@ def test_info(sealed: tuple[Path, Path, bytes], tmp_path: Path) -> None:
     write_key_file(other, bytes(16))
     wrong = gcm("info", "-k", other, enc)
     assert wrong.returncode == EXIT_WRONG_KEY and wrong.stdout == b""
+
+
+def test_records_over_the_limit_name_the_option(sealed: tuple[Path, Path, bytes]) -> None:
+    """4 KiB records read with --max-record-size 1K: the message names the option that reads them."""
+    keyfile, enc, _ = sealed
+    cases: list[tuple[str, list[str | Path]]] = [
+        ("decrypt", ["-i", enc, "--offset", "0", "--max-record-size", "1K"]),
+        ("info", ["--max-record-size", "1K", enc]),
+    ]
+    for command, args in cases:
+        done = gcm(command, "-k", keyfile, *args)
+        assert done.returncode == EXIT_RECORD_LIMIT, done.stderr
+        assert b"--max-record-size 4K" in done.stderr

@@ -749,10 +749,24 @@ def _copy_range(
             remaining -= got
 
 
+def _header_limit_error(exc: RecordTooLargeError, args: argparse.Namespace, where: str) -> _Fail | None:
+    """The hint to raise --max-record-size, when the header's record size passed it (a
+    record's length field out of range is damage instead: its limit is the record size)."""
+    if exc.limit != args.max_record_size:
+        return None
+    return _record_limit_error(args.command, exc.size, exc.limit, where)
+
+
 async def _decrypt_range_command(args: argparse.Namespace, key: bytes) -> None:
     path = _seekable_input(args.input)
-    async with _open_output(args.output, args.mode) as out:
-        await _run_engine(partial(_copy_range, path, out, args, key))
+    try:
+        async with _open_output(args.output, args.mode) as out:
+            await _run_engine(partial(_copy_range, path, out, args, key))
+    except RecordTooLargeError as exc:
+        hint = _header_limit_error(exc, args, "the input" if args.input == "-" else args.input)
+        if hint is None:
+            raise
+        raise hint from None
 
 
 def _describe(path: str, args: argparse.Namespace, key: bytes) -> str:
@@ -778,7 +792,13 @@ def _describe(path: str, args: argparse.Namespace, key: bytes) -> str:
 
 
 async def _info_command(args: argparse.Namespace, key: bytes) -> None:
-    text = await to_thread.run_sync(_describe, args.file, args, key)
+    try:
+        text = await to_thread.run_sync(_describe, args.file, args, key)
+    except RecordTooLargeError as exc:
+        hint = _header_limit_error(exc, args, args.file)
+        if hint is None:
+            raise
+        raise hint from None
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
