@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 README = HERE / "README.md"
 CHART = HERE / "chart.png"
-PARTS = ["seed", "allocs", "codec", "sockets", "echo", "conns", "flood"]
+PARTS = ["seed", "allocs", "codec", "sockets", "echo", "conns", "flood", "files"]
 
 
 def load(quick: bool) -> dict[str, dict[str, Any]]:
@@ -394,6 +394,30 @@ def flood_section(d: dict[str, Any]) -> str:
     )
 
 
+def files_section(d: dict[str, Any]) -> str:
+    rows = []
+    for r in d["rows"]:
+        if "reads_per_s" in r:
+            reads = r["reads_per_s"]
+            rows.append(
+                [r["name"], f"open_file {_f(reads['open_file'])}/s", f"floor {_f(reads['floor'])}/s", ""]
+            )
+            continue
+        rss = _f(r["rss_kib_max"] / 1024, 1) if "rss_kib_max" in r else "-"
+        rows.append([r["name"], _f(r["wall"] * 1000), _f(r["cpu"] * 1000), rss])
+    p = d["params"]
+    return (
+        f"## 8. Files ({_size(p['bytes'])} in {p['dir']}, median of {p['reps']}; {p['age']})\n\n"
+        "Commands run as subprocesses, interleaved: the CLI to /dev/null (and to a tmpfs file), "
+        "the floor (a Python process reading the file with readinto, raw AESGCM encrypt_into or "
+        "decrypt_into per 64 KiB record into a reused buffer, os.write to /dev/null), and age. "
+        "Random reads: 4 KiB at random offsets through `open_file`, against os.pread of the "
+        "records each read touches plus raw decrypt_into.\n\n"
+        + table(["command", "wall ms", "CPU ms", "peak RSS MiB"], rows)
+        + "\n"
+    )
+
+
 def targets_section(data: dict[str, dict[str, Any]]) -> str:
     rows = []
     for part in PARTS:
@@ -485,6 +509,8 @@ def render(data: dict[str, dict[str, Any]], with_chart: bool) -> str:
         "```sh\nmake bench                               # every part (< 10 min), then this file\n"
         "python benchmarks/run.py codec            # one part alone\n"
         "python benchmarks/run.py --quick          # every part on tiny sizes: a smoke test\n"
+        "nice -n 5 python benchmarks/run.py files  # part 8, files: 1 GiB in /dev/shm (needs 5 GiB there), "
+        "age if installed\n"
         "python benchmarks/render.py               # tables and chart from benchmarks/results/*.json\n```\n",
         f"**Run:** {dates[0] if dates else ''} .. {dates[-1] if dates else ''}, command "
         "`python benchmarks/run.py` (= `make bench`). **Machine:** "
@@ -508,6 +534,7 @@ def render(data: dict[str, dict[str, Any]], with_chart: bool) -> str:
         ("echo", echo_section),
         ("conns", conns_section),
         ("flood", flood_section),
+        ("files", files_section),
     ):
         if part in data:
             parts.append(fn(data[part]))

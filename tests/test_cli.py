@@ -43,9 +43,8 @@ from gcmstream.cli import (
     EXIT_WRONG_KEY,
     KEY_ENV,
 )
+from gcmstream.format import HEADER_SIZE, RECORD_HEADER_SIZE, TAG_SIZE
 from gcmstream.keyfile import KEY_PREFIX, parse_key
-
-from .helpers import record_offset
 
 RECORD = gcmstream.DEFAULT_RECORD_SIZE
 SIZES = [0, 1, RECORD - 1, RECORD, RECORD + 1, 3 * 1024 * 1024 + 7]
@@ -102,6 +101,14 @@ def sealed(tmp_path_factory: pytest.TempPathFactory, keyfile: Path) -> tuple[byt
     result = gcm("encrypt", "-k", keyfile, "--context", "ctx", input=plain)
     assert result.returncode == 0, result.stderr
     return plain, result.stdout
+
+
+# The CLI writes the file engine's FIXED_LAYOUT field (type, length, 4-byte value) in its header.
+CLI_HEADER_SIZE = HEADER_SIZE + 8
+
+
+def wire_offset(index: int) -> int:
+    return CLI_HEADER_SIZE + index * (RECORD_HEADER_SIZE + RECORD + TAG_SIZE)
 
 
 # -- help, keys, usage -------------------------------------------------------------------------
@@ -255,15 +262,15 @@ def test_console_script_matches_module(tmp_path: Path, keyfile: Path) -> None:
 
 def _tamper(wire: bytes) -> bytes:
     out = bytearray(wire)
-    out[record_offset(2) + 50] ^= 1
+    out[wire_offset(2) + 50] ^= 1
     return bytes(out)
 
 
 # (mangle, context, exit status, plaintext released to stdout before the error)
 FAILURES = [
     pytest.param(_tamper, "ctx", EXIT_TAMPERED, {2 * RECORD}, id="tampered"),
-    pytest.param(lambda w: w[: record_offset(3) + 10], "ctx", EXIT_TRUNCATED, {3 * RECORD}, id="truncated"),
-    pytest.param(lambda w: w[: record_offset(4)], "ctx", EXIT_TRUNCATED, {4 * RECORD}, id="cut-at-boundary"),
+    pytest.param(lambda w: w[: wire_offset(3) + 10], "ctx", EXIT_TRUNCATED, {3 * RECORD}, id="truncated"),
+    pytest.param(lambda w: w[: wire_offset(4)], "ctx", EXIT_TRUNCATED, {4 * RECORD}, id="cut-at-boundary"),
     # the FINAL record authenticates; whether its 100 bytes went out depends on when the extra
     # bytes arrived (with it: refused with it; after it: found when checking for the end)
     pytest.param(lambda w: w + b"more", "ctx", EXIT_TAMPERED, {4 * RECORD, 4 * RECORD + 100}, id="trailing"),
@@ -422,7 +429,7 @@ def test_signal_removes_the_temporary_file(
     )
     assert process.stdin is not None and process.stderr is not None
     try:
-        process.stdin.write(wire[: record_offset(2)])
+        process.stdin.write(wire[: wire_offset(2)])
         process.stdin.flush()
         deadline = time.monotonic() + TIMEOUT
         while not any(p.name.endswith(".partial") for p in tmp_path.iterdir()):

@@ -70,6 +70,7 @@ from .pipeline import (
     encrypt_iter,
     encrypt_stream,
 )
+from .seekable import DecryptedFile, open_file, open_file_async
 
 try:  # pyproject.toml is the one place the version is written
     __version__ = version("gcmstream")
@@ -77,6 +78,9 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
     __version__ = "0+unknown"
 
 __all__ = (
+    "DecryptedFile",
+    "open_file",
+    "open_file_async",
     "DEFAULT_MAX_RECORD_SIZE",
     "DEFAULT_RECORD_SIZE",
     "HARD_MAX_RECORD_SIZE",

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NoReturn, TypeVar
 
 import anyio
@@ -29,7 +30,6 @@ from anyio.lowlevel import current_token
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .anyio_stream import SecureStream, connect_tcp
-from .codec import Opener, Sealer
 from .errors import (
     KeyCommitmentError,
     PeerIdentityError,
@@ -42,6 +42,7 @@ from .errors import (
     UnsupportedFormatError,
     UsageError,
 )
+from .files import Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
 from .format import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_MAX_RECORD_SIZE,
@@ -50,6 +51,7 @@ from .format import (
     HEADER_SIZE,
     MAGIC,
     MAX_CONTEXT_SIZE,
+    VERSION,
     KeyExchange,
     Role,
     check_header_start,
@@ -58,7 +60,8 @@ from .format import (
 from .handshake import MAX_IDENTITY_SIZE
 from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
 from .pending import PendingHandshakes
-from .pipeline import CHUNK_SIZE, _decrypt, _encrypt, _output_target, _writer, atomic_output
+from .pipeline import CHUNK_SIZE, _output_target, atomic_output
+from .seekable import open_file
 
 _T = TypeVar("_T")
 _log = logging.getLogger("gcmstream.cli")
@@ -203,6 +206,20 @@ def _size(text: str) -> int:
     return value
 
 
+def _offset(text: str) -> int:
+    """A plaintext position or length: bytes, or with a K, M or G suffix (powers of 1024)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    scale = units.get(text[-1:].lower(), 1)
+    number = text[:-1] if scale != 1 else text
+    try:
+        value = int(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (bytes, or with K, M or G)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return value
+
+
 def _size_text(size: int) -> str:
     """A size as --record-size and --max-record-size take it: 2M, 16K or bytes."""
     for unit, scale in (("M", 1024 * 1024), ("K", 1024)):
@@ -270,7 +287,10 @@ _EXAMPLES = {
     "decrypt": """\
   gcmstream decrypt -k backup.key --context "backup v1" -i docs.tar.gcms | tar x
   gcmstream decrypt -k backup.key -i photo.jpg.gcms -o photo.jpg
-  gcmstream decrypt -k backup.key --max-record-size 4M -i big.iso.gcms -o big.iso""",
+  gcmstream decrypt -k backup.key -i big.iso.gcms --offset 2G --length 4K | xxd""",
+    "info": """\
+  gcmstream info -k backup.key big.iso.gcms
+  gcmstream info -k backup.key --context "backup v1" docs.tar.gcms""",
     "listen": """\
   gcmstream listen 9000 -k backup.key < /dev/null > received.tar
   gcmstream listen 0.0.0.0:9000 -k backup.key --context "chat v1"
@@ -385,6 +405,27 @@ def _build_parser() -> argparse.ArgumentParser:
     key_options(decrypt)
     io_options(decrypt, "ciphertext")
     max_record_size_option(decrypt)
+    decrypt.add_argument(
+        "--offset",
+        metavar="N",
+        type=_offset,
+        help="start at plaintext byte N (K, M, G suffixes); IN must be a file: only the records "
+        "the range touches are read, after the final record authenticated",
+    )
+    decrypt.add_argument(
+        "--length", metavar="N", type=_offset, help="write at most N plaintext bytes (K, M, G suffixes)"
+    )
+
+    info = command(
+        "info",
+        "show what an encrypted file's header says",
+        "Verify FILE's header and final record with the key and print what the header says "
+        "(format version, cipher suite, record size, key ID, layout) and the plaintext length. "
+        "Nothing secret is printed.",
+    )
+    key_options(info)
+    max_record_size_option(info)
+    info.add_argument("file", metavar="FILE", help="the encrypted file")
 
     def channel_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(
@@ -526,16 +567,6 @@ class _OutputClosed(Exception):
     """Whoever read our output went away (EPIPE): leave quietly, as cat does."""
 
 
-def _fd_reader(fd: int, progress: Callable[[int], object] | None) -> Callable[[], Awaitable[bytes]]:
-    async def read() -> bytes:
-        chunk = await _blocking(os.read, fd, CHUNK_SIZE)
-        if chunk and progress is not None:
-            progress(len(chunk))
-        return chunk
-
-    return read
-
-
 def _fd_writer(fd: int) -> Callable[[memoryview], Awaitable[None]]:
     async def write(view: memoryview) -> None:
         while view:
@@ -643,21 +674,30 @@ async def _open_input(path: str) -> AsyncIterator[tuple[int, int | None]]:
 
 
 @contextlib.asynccontextmanager
-async def _open_output(path: str, mode: int) -> AsyncIterator[Callable[[memoryview], Awaitable[None]]]:
-    """A writer to OUT: stdout, a file replaced atomically, or (a FIFO, a device) in place."""
+async def _open_output(path: str, mode: int) -> AsyncIterator[int]:
+    """A descriptor of OUT: stdout, a file replaced atomically, or (a FIFO, a device) in place."""
     if path == "-":
-        yield _fd_writer(sys.stdout.fileno())
+        yield sys.stdout.fileno()
         return
     _, in_place = await to_thread.run_sync(_output_target, path)  # refuses what others planted
     if in_place:
         fd = await _blocking(os.open, path, os.O_WRONLY | os.O_CLOEXEC)
         try:
-            yield _fd_writer(fd)
+            yield fd
         finally:
             os.close(fd)
         return
     async with atomic_output(path, mode=mode) as file:
-        yield _writer(file)
+        yield file.wrapped.fileno()
+
+
+async def _run_engine(work: Callable[..., None]) -> None:
+    """The file engine (``gcmstream.files``) in one worker thread; a signal or Ctrl-C stops it
+    within one read, or abandons it if it is blocked on a pipe or terminal."""
+    try:
+        await run_in_worker(work, on_abandon=partial(_abandoned_io.append, True))
+    except BrokenPipeError:
+        raise _OutputClosed from None
 
 
 def _record_limit_error(command: str, size: int, limit: int, where: str) -> _Fail:
@@ -671,12 +711,12 @@ def _record_limit_error(command: str, size: int, limit: int, where: str) -> _Fai
 async def _encrypt_command(args: argparse.Namespace, key: bytes) -> None:
     if _is_terminal(args.output):
         raise _Usage("refusing to write ciphertext to a terminal: use -o FILE or redirect stdout")
-    sealer = Sealer(key, context=args.context, record_size=args.record_size)
+    sealer = new_sealer(key, context=args.context, record_size=args.record_size, fixed_layout=True)
     async with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
-            async with _open_output(args.output, args.mode) as write:
-                await _encrypt(_fd_reader(source, progress.callback), write, sealer)
+            async with _open_output(args.output, args.mode) as out:
+                await _run_engine(partial(encrypt_fd, source, out, sealer, progress=progress.callback))
         except BaseException:
             progress.close()
             raise
@@ -684,23 +724,27 @@ async def _encrypt_command(args: argparse.Namespace, key: bytes) -> None:
 
 
 async def _decrypt_command(args: argparse.Namespace, key: bytes) -> None:
-    opener = Opener(key, context=args.context, max_record_size=args.max_record_size)
+    if args.offset is not None or args.length is not None:
+        await _decrypt_range_command(args, key)
+        return
+    opener = new_opener(key, context=args.context, max_record_size=args.max_record_size)
     where = "the input" if args.input == "-" else args.input
     async with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "decrypt", args.quiet)
-        read = _fd_reader(source, progress.callback)
         start = bytearray()  # the header's first bytes, to tell damage from a newer format
-
-        async def read_keeping_the_start() -> bytes:
-            chunk = await read()
-            if len(start) < HEADER_SIZE:
-                start.extend(chunk[: HEADER_SIZE - len(start)])
-            return chunk
-
         try:
-            async with _open_output(args.output, args.mode) as write:
+            async with _open_output(args.output, args.mode) as out:
                 # to stdout: pass each record on as it authenticates; to a file: gather
-                await _decrypt(read_keeping_the_start, write, opener, eager=args.output == "-")
+                work = partial(
+                    decrypt_fd,
+                    source,
+                    out,
+                    opener,
+                    eager=args.output == "-",
+                    progress=progress.callback,
+                    start=start,
+                )
+                await _run_engine(work)
         except RecordTooLargeError as exc:
             progress.close()
             if opener.header is not None:  # a record's length field, not the header's size
@@ -708,7 +752,7 @@ async def _decrypt_command(args: argparse.Namespace, key: bytes) -> None:
             raise _record_limit_error("decrypt", exc.size, exc.limit, where) from None
         except UnsupportedFormatError as exc:
             progress.close()
-            if not _is_gcmstream_start(bytes(start)):
+            if not _is_gcmstream_start(bytes(start[:HEADER_SIZE])):
                 raise
             # magic and version are right: a later header field was damaged, not a newer format
             raise _Fail(EXIT_TAMPERED, f"{where} has a corrupt stream header: {exc}") from None
@@ -716,6 +760,90 @@ async def _decrypt_command(args: argparse.Namespace, key: bytes) -> None:
             progress.close()
             raise
         progress.close(summary=True)
+
+
+def _seekable_input(path: str) -> str:
+    if path != "-":
+        return path
+    if _regular_size(sys.stdin.fileno()) is None:
+        raise _Usage("--offset and --length need a file to seek in: use -i FILE (stdin is not a file)")
+    return "/dev/stdin"
+
+
+def _copy_range(
+    path: str, out: int, args: argparse.Namespace, key: bytes, stop: threading.Event | None = None
+) -> None:
+    """Write the plaintext range [offset, offset + length) of the encrypted file ``path``."""
+    with open_file(path, key=key, context=args.context, max_record_size=args.max_record_size) as file:
+        offset = args.offset or 0
+        end = file.length if args.length is None else min(file.length, offset + args.length)
+        remaining = max(0, end - offset)
+        file.seek(offset)
+        buf = memoryview(bytearray(min(CHUNK_SIZE, remaining)))
+        while remaining:
+            if stop is not None and stop.is_set():
+                raise Stopped("stopped on request")
+            got = file.readinto(buf[: min(len(buf), remaining)])
+            if not got:
+                break
+            view = buf[:got]
+            while view:
+                view = view[os.write(out, view) :]
+            remaining -= got
+
+
+def _header_limit_error(exc: RecordTooLargeError, args: argparse.Namespace, where: str) -> _Fail | None:
+    """The hint to raise --max-record-size, when the header's record size passed it (a
+    record's length field out of range is damage instead: its limit is the record size)."""
+    if exc.limit != args.max_record_size:
+        return None
+    return _record_limit_error(args.command, exc.size, exc.limit, where)
+
+
+async def _decrypt_range_command(args: argparse.Namespace, key: bytes) -> None:
+    path = _seekable_input(args.input)
+    try:
+        async with _open_output(args.output, args.mode) as out:
+            await _run_engine(partial(_copy_range, path, out, args, key))
+    except RecordTooLargeError as exc:
+        hint = _header_limit_error(exc, args, "the input" if args.input == "-" else args.input)
+        if hint is None:
+            raise
+        raise hint from None
+
+
+def _describe(path: str, args: argparse.Namespace, key: bytes) -> str:
+    with open_file(path, key=key, context=args.context, max_record_size=args.max_record_size) as file:
+        header = file.header
+        suite = header.suite.name.replace("_", "-")
+        if file.fixed_layout:
+            layout = "fixed: every record full but the last (seeks by arithmetic)"
+        else:
+            layout = "variable: record places found by walking the record headers"
+        return "\n".join(
+            (
+                f"file: {path}",
+                f"format: gcmstream version {VERSION}, {header.role.name.lower().replace('_', '-')} stream",
+                f"suite: {suite}",
+                f"record size: {_size_text(header.record_size)} ({header.record_size} bytes)",
+                f"key ID: {header.key_id.hex()}",
+                f"layout: {layout}",
+                f"records: {file.records}",
+                f"plaintext length: {file.length} bytes (final record authenticated)",
+            )
+        )
+
+
+async def _info_command(args: argparse.Namespace, key: bytes) -> None:
+    try:
+        text = await to_thread.run_sync(_describe, args.file, args, key)
+    except RecordTooLargeError as exc:
+        hint = _header_limit_error(exc, args, args.file)
+        if hint is None:
+            raise
+        raise hint from None
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 def _is_gcmstream_start(start: bytes) -> bool:
@@ -1038,6 +1166,7 @@ async def _run(
 _COMMANDS = {
     "encrypt": _encrypt_command,
     "decrypt": _decrypt_command,
+    "info": _info_command,
     "listen": _listen_command,
     "connect": _connect_command,
 }

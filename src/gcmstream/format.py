@@ -238,6 +238,9 @@ class FieldType(enum.IntEnum):
     X25519_SHARE = 0x0001
     MLKEM768_SHARE = 0x0002
     IDENTITY = 0x0003
+    # Optional: every record but FINAL is full and every N-th carries KEY_UPDATE (uint32 N),
+    # so a seekable reader finds any record by arithmetic (docs/FORMAT.md 4.3).
+    FIXED_LAYOUT = 0x8004
 
 
 def key_id(key: Buffer) -> bytes:

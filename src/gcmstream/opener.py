@@ -171,6 +171,7 @@ class Opener:
         "_direction",
         "_eof",
         "_error",
+        "_final_length",
         "_header_base",
         "_header_buf",
         "_header_got",
@@ -254,6 +255,7 @@ class Opener:
         # at [_pt_pos, _pt_end)
         self._record_wire = 0
         self._pt_pos = self._pt_end = 0
+        self._final_length = -1  # plaintext bytes of the FINAL record, once it authenticated
         # A small direct-mapped cache: ring position -> (position, ciphertext length, AAD view,
         # ciphertext view, plaintext view). Records of one size land on the same few positions,
         # so opening reuses views instead of slicing three new ones per record. Fixed size, so
@@ -264,6 +266,12 @@ class Opener:
     def phase(self) -> Phase:
         """Where the opener is in its stream (read-only; see the module docstring)."""
         return self._phase
+
+    @property
+    def final_length(self) -> int:
+        """Plaintext bytes of the FINAL record once it authenticated (-1 before): the last
+        ones released, which a caller that finds bytes after it withholds (FORMAT.md 8.2)."""
+        return self._final_length
 
     @property
     def records_opened(self) -> int:
@@ -963,6 +971,7 @@ class Opener:
             plaintext[:] = bytes(len(plaintext))
             raise problem
         if flags & FLAG_FINAL:
+            self._final_length = len(plaintext)
             self._phase = _FINAL
 
     def _open_run(self, target: memoryview, got: int) -> int:

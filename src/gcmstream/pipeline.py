@@ -10,8 +10,9 @@ Three layers, one loop each way:
   Anything else (a plain ``open()`` file: wrap it with ``anyio.wrap_file``) raises
   ``UnsupportedEndpointError``.
 * ``encrypt_file_async`` / ``decrypt_file_async`` and the synchronous ``encrypt_file`` /
-  ``decrypt_file`` (``anyio.run`` over the async ones): path to path. File I/O runs in worker
-  threads (anyio's file API), never on the event loop.
+  ``decrypt_file``: path to path, with the file engine (``gcmstream.files``: one synchronous
+  loop over file descriptors, in one worker thread per file for the async ones, in the
+  calling thread for the others), never on the event loop.
 
 Guarantees:
 
@@ -29,7 +30,8 @@ Guarantees:
   else cannot redirect the output; a target that is not a regular file (``/dev/null``, a FIFO)
   is written in place, if this user or root owns it.
 * Memory does not grow with the size of the input: the opener's ring (4 records, at least
-  64 KiB), one read buffer and one write buffer of ``CHUNK_SIZE`` each.
+  64 KiB), one read buffer and one write buffer of ``CHUNK_SIZE`` each (the file functions:
+  a 1 MiB ring and one output buffer of 1 MiB or two records, see ``gcmstream.files``).
 """
 
 from __future__ import annotations
@@ -389,10 +391,10 @@ def _prepare_output(path: StrPath, mode: int) -> tuple[BinaryIO, str, str] | Non
         raise
 
 
-def _commit_output(file: AsyncFile[bytes], temp: str, target: str) -> None:
-    file.wrapped.flush()
-    os.fsync(file.wrapped.fileno())
-    file.wrapped.close()
+def _commit_output(file: BinaryIO, temp: str, target: str) -> None:
+    file.flush()
+    os.fsync(file.fileno())
+    file.close()
     os.replace(temp, target)
     with suppress(OSError):  # make the rename itself durable, where directories can be synced
         directory = os.open(os.path.dirname(target), os.O_RDONLY)
@@ -402,9 +404,9 @@ def _commit_output(file: AsyncFile[bytes], temp: str, target: str) -> None:
             os.close(directory)
 
 
-def _discard_output(file: AsyncFile[bytes], temp: str) -> None:
+def _discard_output(file: BinaryIO, temp: str) -> None:
     try:
-        file.wrapped.close()
+        file.close()
     finally:
         with suppress(FileNotFoundError):
             os.unlink(temp)
@@ -426,13 +428,13 @@ async def atomic_output(path: StrPath, *, mode: int = 0o600) -> AsyncIterator[As
         yield file
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await to_thread.run_sync(_discard_output, file, temp)
+            await to_thread.run_sync(_discard_output, raw, temp)
         raise
     try:
-        await to_thread.run_sync(_commit_output, file, temp, target)
+        await to_thread.run_sync(_commit_output, raw, temp, target)
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await to_thread.run_sync(_discard_output, file, temp)
+            await to_thread.run_sync(_discard_output, raw, temp)
         raise
 
 
@@ -445,10 +447,14 @@ async def encrypt_file_async(
     record_size: int = DEFAULT_RECORD_SIZE,
     progress: Progress | None = None,
 ) -> None:
-    """Encrypt the file ``src`` into ``dst`` (atomically: see the module docs)."""
-    sealer = Sealer(key, context=context, record_size=record_size)
-    async with await anyio.open_file(src, "rb", buffering=0) as source, atomic_output(dst) as sink:
-        await _encrypt(_reader(source, CHUNK_SIZE, progress), _writer(sink), sealer)
+    """Encrypt the file ``src`` into ``dst`` (atomically: see the module docs), with the file
+    engine (``gcmstream.files``) in one worker thread; ``progress`` is called there. When the
+    task is cancelled the engine stops within one 1 MiB read and ``dst`` is left as it was."""
+    from .files import encrypt_path, run_in_worker  # (files.py builds on this module)
+
+    await run_in_worker(
+        partial(encrypt_path, src, dst, key=key, context=context, record_size=record_size, progress=progress)
+    )
 
 
 async def decrypt_file_async(
@@ -461,10 +467,21 @@ async def decrypt_file_async(
     progress: Progress | None = None,
 ) -> None:
     """Decrypt the file ``src`` into ``dst``; ``dst`` appears only once the FINAL record
-    authenticated, and is left untouched on any error."""
-    opener = Opener(key, context=context, max_record_size=max_record_size)
-    async with await anyio.open_file(src, "rb", buffering=0) as source, atomic_output(dst) as sink:
-        await _decrypt(_reader(source, CHUNK_SIZE, progress), _writer(sink), opener, eager=False)
+    authenticated, and is left untouched on any error. The file engine runs in one worker
+    thread (``progress`` is called there), as for ``encrypt_file_async``."""
+    from .files import decrypt_path, run_in_worker
+
+    await run_in_worker(
+        partial(
+            decrypt_path,
+            src,
+            dst,
+            key=key,
+            context=context,
+            max_record_size=max_record_size,
+            progress=progress,
+        )
+    )
 
 
 def encrypt_file(
@@ -476,12 +493,11 @@ def encrypt_file(
     record_size: int = DEFAULT_RECORD_SIZE,
     progress: Progress | None = None,
 ) -> None:
-    """Synchronous ``encrypt_file_async`` for scripts (runs its own event loop)."""
-    anyio.run(
-        partial(
-            encrypt_file_async, src, dst, key=key, context=context, record_size=record_size, progress=progress
-        )
-    )
+    """Synchronous ``encrypt_file_async`` for scripts: the file engine in the calling thread
+    (Ctrl-C stops it and leaves ``dst`` as it was)."""
+    from .files import encrypt_path
+
+    encrypt_path(src, dst, key=key, context=context, record_size=record_size, progress=progress)
 
 
 def decrypt_file(
@@ -493,15 +509,7 @@ def decrypt_file(
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     progress: Progress | None = None,
 ) -> None:
-    """Synchronous ``decrypt_file_async`` for scripts (runs its own event loop)."""
-    anyio.run(
-        partial(
-            decrypt_file_async,
-            src,
-            dst,
-            key=key,
-            context=context,
-            max_record_size=max_record_size,
-            progress=progress,
-        )
-    )
+    """Synchronous ``decrypt_file_async`` for scripts: the file engine in the calling thread."""
+    from .files import decrypt_path
+
+    decrypt_path(src, dst, key=key, context=context, max_record_size=max_record_size, progress=progress)

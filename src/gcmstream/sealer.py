@@ -59,6 +59,7 @@ class Sealer:
         reuse_output: bool = True,
         _salt: bytes | None = None,
         _role: Role = Role.ONE_WAY,
+        _fields: tuple[tuple[int, bytes], ...] = (),
     ) -> None:
         if isinstance(key, KeyRing):
             key = key.primary  # a ring seals under its primary key; readers find it by its ID
@@ -69,7 +70,8 @@ class Sealer:
         self._direction: Direction | None = None
         if _role is Role.ONE_WAY:
             # _salt is for known-answer tests only: a repeated salt repeats every key and nonce
-            self.header, secret = make_header(key, _role, record_size, context, _salt)
+            # _fields: a one-way header's typed fields (the file engine's layout field)
+            self.header, secret = make_header(key, _role, record_size, context, _salt, fields=_fields)
             self._direction = Direction(secret, self.suite, self._limits)
         else:  # a channel's: the Channel sends the headers, and keys it by install_secret()
             self.header = b""

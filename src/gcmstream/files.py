@@ -1,0 +1,348 @@
+"""The file engine: one synchronous loop per file over file descriptors.
+
+Encrypting reads plaintext into one reused buffer and writes what the Sealer made; decrypting
+reads ciphertext straight into the Opener's ring (``get_buffer``/``buffer_updated``) and lets
+it decrypt straight into one reused output buffer. No event loop takes part: the synchronous
+API runs the loop in the calling thread, the async API and the CLI in one worker thread per
+file (``run_in_worker``), so a GiB costs two system calls per MiB and no thread hops.
+
+Every Sealer and Opener the engine, ``open_file`` and the CLI's file commands use is made by
+``new_sealer``/``new_opener``: the one place that takes key material.
+
+Guarantees, beside the pipeline's (atomic output, fsync, mode 0600, links and FIFOs: see
+``gcmstream.pipeline``):
+
+* Files written here carry the optional header field ``FIXED_LAYOUT`` (docs/FORMAT.md 4.3):
+  every record but FINAL is full, and key updates come every N records, so ``open_file``
+  finds any record by arithmetic. The engine never flushes, so the claim holds.
+* Decrypting releases no plaintext of the FINAL record when bytes follow it, even when they
+  arrive in a later read (FORMAT.md 8.2 allows releasing it then; this engine does not): the
+  output buffer always has room for a whole record, so FINAL is decrypted into it and held
+  back until one more read of the input found its end. The records before it are written,
+  then TrailingDataError is raised.
+* A stop request (``threading.Event``: task cancellation, SIGTERM or Ctrl-C in the CLI) is
+  seen before every read, so the loop stops within one read of at most ``CHUNK_SIZE`` bytes
+  (a few milliseconds), and the output file is not created. A read blocked on a pipe or
+  terminal cannot see it: ``run_in_worker`` then gives up waiting (the CLI exits).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeAlias, TypeVar
+
+import anyio
+from anyio import to_thread
+
+from .errors import TrailingDataError, TruncatedStreamError
+from .format import (
+    DEFAULT_MAX_RECORD_SIZE,
+    DEFAULT_RECORD_SIZE,
+    Buffer,
+    FieldType,
+    KeyLimits,
+    Keys,
+)
+from .opener import Opener, Phase
+from .pipeline import CHUNK_SIZE, _commit_output, _discard_output, _prepare_output
+from .sealer import Sealer
+
+__all__ = (
+    "Progress",
+    "Stopped",
+    "atomic_fd",
+    "decrypt_fd",
+    "decrypt_path",
+    "encrypt_fd",
+    "encrypt_path",
+    "fixed_layout_field",
+    "layout_generation_size",
+    "new_opener",
+    "new_sealer",
+    "records_per_generation",
+    "run_in_worker",
+)
+
+StrPath: TypeAlias = str | os.PathLike[str]
+Progress: TypeAlias = Callable[[int], object]
+_T = TypeVar("_T")
+
+_LAYOUT = struct.Struct(">I")
+# The ring of a decrypting engine: one read fills up to this much (plus one record).
+_RING_BYTES = CHUNK_SIZE
+# Seconds a cancelled async call waits for its worker to see the stop request.
+_STOP_WAIT = 5.0
+
+
+class Stopped(Exception):
+    """The engine saw a stop request (cancellation, a signal) and left its loop."""
+
+
+# -- the one place that takes key material ----------------------------------------------------
+
+
+def new_sealer(
+    key: Keys,
+    *,
+    context: Buffer = b"",
+    record_size: int = DEFAULT_RECORD_SIZE,
+    limits: KeyLimits | None = None,
+    fixed_layout: bool = False,
+) -> Sealer:
+    """A one-way Sealer for the file engine. ``fixed_layout``: its header promises full
+    records (``FIXED_LAYOUT``); only a caller that never flushes may ask for it."""
+    fields = (fixed_layout_field(record_size, limits or KeyLimits()),) if fixed_layout else ()
+    return Sealer(key, context=context, record_size=record_size, limits=limits, _fields=fields)
+
+
+def new_opener(
+    key: Keys,
+    *,
+    context: Buffer = b"",
+    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+    ring_size: int = _RING_BYTES,
+) -> Opener:
+    """A one-way Opener for the file engine, ``open_file`` and the CLI."""
+    return Opener(key, context=context, max_record_size=max_record_size, ring_size=ring_size)
+
+
+def records_per_generation(record_size: int, limits: KeyLimits) -> int:
+    """Records per key generation when every record is full: the Sealer's automatic key update
+    (FORMAT.md 6.3 rule 5, and ``direction.plan_flags``) marks record ``seq`` when
+    ``seq + 1 >= update_after_records``, ``(seq + 1) * size >= update_after_bytes`` or the next
+    full record would pass ``hard_bytes``."""
+    by_bytes = -(-limits.update_after_bytes // record_size)
+    return max(1, min(limits.update_after_records, by_bytes, limits.hard_bytes // record_size))
+
+
+def fixed_layout_field(record_size: int, limits: KeyLimits) -> tuple[int, bytes]:
+    return FieldType.FIXED_LAYOUT, _LAYOUT.pack(records_per_generation(record_size, limits))
+
+
+def layout_generation_size(value: bytes) -> int | None:
+    """N from a ``FIXED_LAYOUT`` field's value, or None if it is not 4 bytes or 0 (then the
+    reader walks the records instead of trusting it)."""
+    if len(value) != _LAYOUT.size:
+        return None
+    (count,) = _LAYOUT.unpack(value)
+    return count or None
+
+
+# -- the loops ------------------------------------------------------------------------------
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _check(stop: threading.Event | None) -> None:
+    if stop is not None and stop.is_set():
+        raise Stopped("stopped on request")
+
+
+def encrypt_fd(
+    src: int,
+    dst: int,
+    sealer: Sealer,
+    *,
+    progress: Progress | None = None,
+    stop: threading.Event | None = None,
+) -> None:
+    """Encrypt everything ``src`` delivers until its end into ``dst`` (header, records,
+    FINAL). Neither descriptor is closed."""
+    reader = io.FileIO(src, "rb", closefd=False)
+    buf = bytearray(CHUNK_SIZE)
+    view = memoryview(buf)
+    # Sealed four records at a time, the output fits the Sealer's reused buffer (sealer.py):
+    # a larger call would get a freshly zeroed buffer every time.
+    step = 4 * sealer.record_size
+    try:
+        while True:
+            _check(stop)
+            got = reader.readinto(buf)
+            if not got:
+                break
+            if progress is not None:
+                progress(got)
+            for start in range(0, got, step):
+                out = sealer.seal(view[start : min(got, start + step)])
+                if out:
+                    _write_all(dst, out)
+        _check(stop)
+        _write_all(dst, sealer.close())
+    finally:
+        view.release()
+
+
+def decrypt_fd(
+    src: int,
+    dst: int,
+    opener: Opener,
+    *,
+    eager: bool = False,
+    progress: Progress | None = None,
+    stop: threading.Event | None = None,
+    start: bytearray | None = None,
+) -> None:
+    """Decrypt the one stream ``src`` delivers into ``dst``. ``eager``: write what
+    authenticated before every read (pipes, stdout) rather than 1 MiB at a time. ``start``
+    collects the input's first bytes (the CLI tells damage from another format by them).
+    On failure, the records that authenticated before it are written, then it is raised."""
+    reader = io.FileIO(src, "rb", closefd=False)
+    out: bytearray | None = None
+    view = memoryview(b"")
+    used = room = 0
+    eof = False
+    try:
+        while True:
+            got: int | None = None
+            if out is None and opener.header_verified() and opener.header is not None:
+                # room for a whole record after any write: FINAL always lands here whole
+                record_size = opener.header.record_size
+                out = bytearray(max(CHUNK_SIZE, 2 * record_size))
+                view = memoryview(out)
+                room = len(out) - record_size
+            if out is not None:
+                if used > room:
+                    _write_all(dst, view[:used])
+                    used = 0
+                got = opener.readinto(view[used:])
+            if got:
+                used += got
+            if opener.phase is Phase.FINAL:
+                break
+            if got is not None and got > 0:
+                continue
+            if eager and used:  # pass on what authenticated before waiting for input
+                _write_all(dst, view[:used])
+                used = 0
+            if eof:  # the opener raises the truncation itself; this guards a silent stall
+                raise TruncatedStreamError("input ended without a FINAL record")
+            _check(stop)
+            space = opener.get_buffer()
+            if not space:
+                raise RuntimeError("gcmstream bug: the opener's ring is full with nothing to read")
+            count = reader.readinto(space)
+            if count:
+                if start is not None and len(start) < 128:
+                    start += space[: min(count, 128 - len(start))]
+                opener.buffer_updated(count)
+                if progress is not None:
+                    progress(count)
+            else:
+                opener.receive_eof()
+                eof = True
+        # FINAL authenticated and decrypted into the output: release it only if nothing follows
+        if not eof:
+            probe = bytearray(1)
+            if reader.readinto(probe):
+                used -= opener.final_length
+                raise TrailingDataError("data follows the FINAL record")
+    finally:
+        if used > 0:  # on failure too: what is here authenticated (FINAL held back above)
+            _write_all(dst, view[:used])
+        view.release()
+
+
+# -- paths ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def atomic_fd(path: StrPath, *, mode: int = 0o600, stop: threading.Event | None = None) -> Iterator[int]:
+    """A file descriptor whose content replaces ``path`` only if the block exits normally
+    and no stop was requested by then (``pipeline.atomic_output``'s rules: temporary file,
+    fsync, rename, mode; a FIFO or device of ours is written in place)."""
+    prepared = _prepare_output(path, mode)
+    if prepared is None:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+        return
+    raw, temp, target = prepared
+    try:
+        yield raw.fileno()
+        _check(stop)
+    except BaseException:
+        _discard_output(raw, temp)
+        raise
+    try:
+        _commit_output(raw, temp, target)
+    except BaseException:
+        _discard_output(raw, temp)
+        raise
+
+
+def encrypt_path(
+    src: StrPath,
+    dst: StrPath,
+    *,
+    key: Keys,
+    context: Buffer = b"",
+    record_size: int = DEFAULT_RECORD_SIZE,
+    limits: KeyLimits | None = None,
+    progress: Progress | None = None,
+    stop: threading.Event | None = None,
+) -> None:
+    """Encrypt the file ``src`` into ``dst`` atomically, in this thread."""
+    sealer = new_sealer(key, context=context, record_size=record_size, limits=limits, fixed_layout=True)
+    fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        with atomic_fd(dst, stop=stop) as out:
+            encrypt_fd(fd, out, sealer, progress=progress, stop=stop)
+    finally:
+        os.close(fd)
+
+
+def decrypt_path(
+    src: StrPath,
+    dst: StrPath,
+    *,
+    key: Keys,
+    context: Buffer = b"",
+    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+    progress: Progress | None = None,
+    stop: threading.Event | None = None,
+) -> None:
+    """Decrypt the file ``src`` into ``dst`` atomically, in this thread: ``dst`` appears only
+    once the FINAL record authenticated and nothing followed it."""
+    opener = new_opener(key, context=context, max_record_size=max_record_size)
+    fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        with atomic_fd(dst, stop=stop) as out:
+            decrypt_fd(fd, out, opener, progress=progress, stop=stop)
+    finally:
+        os.close(fd)
+
+
+async def run_in_worker(work: Callable[..., _T], *, on_abandon: Callable[[], object] | None = None) -> _T:
+    """Run ``work(stop=stop)`` in one worker thread. When the calling task is cancelled, ``stop``
+    is set and the task waits (shielded) for ``work`` to leave, so its cleanup (removing a
+    temporary output) is done when the cancellation arrives (an output committed before the
+    stop request was seen stays: the cancellation came after the work was done). A worker
+    blocked where it cannot see ``stop`` (a read from an idle pipe) is given up after a few
+    seconds: ``on_abandon``."""
+    stop = threading.Event()
+    left = threading.Event()
+
+    def target() -> _T:
+        try:
+            return work(stop=stop)
+        finally:
+            left.set()
+
+    try:
+        return await to_thread.run_sync(target, abandon_on_cancel=True)
+    except BaseException:
+        stop.set()
+        with anyio.CancelScope(shield=True):
+            if not await to_thread.run_sync(left.wait, _STOP_WAIT) and on_abandon is not None:
+                on_abandon()
+        raise

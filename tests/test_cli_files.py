@@ -1,0 +1,153 @@
+"""The CLI's random-access commands, as real subprocesses: ``decrypt --offset/--length`` and
+``info``."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from gcmstream.cli import EXIT_RECORD_LIMIT, EXIT_TAMPERED, EXIT_TRUNCATED, EXIT_USAGE, EXIT_WRONG_KEY
+from gcmstream.format import RECORD_HEADER_SIZE, TAG_SIZE, key_id
+from gcmstream.keyfile import read_key_file, write_key_file
+
+TIMEOUT = 120
+RECORD = 4096
+HEADER = 94 + 8  # with the FIXED_LAYOUT field
+
+
+def gcm(*args: str | Path, stdin: int | IO[Any] = subprocess.DEVNULL) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "gcmstream", *map(str, args)],
+        stdin=stdin,
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def sealed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, bytes]:
+    """(key file, encrypted file, plaintext): 2 MiB + 5 in 4 KiB records, made by the CLI."""
+    directory = tmp_path_factory.mktemp("cli-files")
+    keyfile = directory / "key"
+    write_key_file(keyfile, bytes(range(16)))
+    plain = hashlib.shake_256(b"cli files").digest(2 * 1024 * 1024 + 5)
+    (directory / "plain").write_bytes(plain)
+    done = gcm(
+        "encrypt", "-k", keyfile, "--record-size", "4K", "-i", directory / "plain", "-o", directory / "enc"
+    )
+    assert done.returncode == 0, done.stderr
+    return keyfile, directory / "enc", plain
+
+
+@pytest.mark.parametrize(
+    ("offset", "length", "start", "count"),
+    [
+        ("0", "10", 0, 10),
+        ("4095", "2", 4095, 2),
+        ("1K", "4K", 1024, 4096),
+        ("2M", None, 2 * 1024 * 1024, 5),
+        ("1M", "1m", 1024 * 1024, 1024 * 1024),
+        ("1G", "1", 1 << 30, 0),  # past the end: nothing
+        (None, "3", 0, 3),
+    ],
+)
+def test_decrypt_a_range(
+    sealed: tuple[Path, Path, bytes], offset: str | None, length: str | None, start: int, count: int
+) -> None:
+    keyfile, enc, plain = sealed
+    args: list[str | Path] = ["decrypt", "-k", keyfile, "-i", enc]
+    if offset is not None:
+        args += ["--offset", offset]
+    if length is not None:
+        args += ["--length", length]
+    done = gcm(*args)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == plain[start : start + count]
+
+
+def test_a_range_reads_only_its_records(sealed: tuple[Path, Path, bytes], tmp_path: Path) -> None:
+    """A record outside the range is damaged: the range still decrypts (it was not opened);
+    a range that touches it fails as tampered, and -o leaves no file."""
+    keyfile, enc, plain = sealed
+    damaged = bytearray(enc.read_bytes())
+    damaged[HEADER + 100 * (RECORD_HEADER_SIZE + RECORD + TAG_SIZE) + 50] ^= 1  # record 100
+    bad = tmp_path / "bad"
+    bad.write_bytes(damaged)
+    done = gcm("decrypt", "-k", keyfile, "-i", bad, "--offset", "1M", "--length", "64K")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == plain[1 << 20 : (1 << 20) + 65536]
+    out = tmp_path / "out"
+    done = gcm("decrypt", "-k", keyfile, "-i", bad, "--offset", str(99 * RECORD), "--length", "8K", "-o", out)
+    assert done.returncode == EXIT_TAMPERED, done.stderr
+    assert b"record 100" in done.stderr
+    assert not out.exists() and sorted(os.listdir(tmp_path)) == ["bad"]
+
+
+def test_a_range_of_a_cut_file_fails_at_open(sealed: tuple[Path, Path, bytes], tmp_path: Path) -> None:
+    keyfile, enc, _ = sealed
+    cut = tmp_path / "cut"
+    cut.write_bytes(enc.read_bytes()[:-1])
+    done = gcm("decrypt", "-k", keyfile, "-i", cut, "--offset", "0", "--length", "10")
+    assert done.returncode == EXIT_TRUNCATED, done.stderr
+    assert done.stdout == b""
+
+
+def test_a_range_needs_a_file(sealed: tuple[Path, Path, bytes]) -> None:
+    keyfile, enc, plain = sealed
+    with enc.open("rb") as file:  # stdin that is a file: fine
+        done = gcm("decrypt", "-k", keyfile, "--offset", "7", "--length", "3", stdin=file)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == plain[7:10]
+    piped = subprocess.run(
+        f"cat {enc} | {sys.executable} -m gcmstream decrypt -k {keyfile} --offset 7",
+        shell=True,
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert piped.returncode == EXIT_USAGE, piped.stderr
+    assert b"stdin is not a file" in piped.stderr
+    bad = gcm("decrypt", "-k", keyfile, "-i", enc, "--offset", "-3")
+    assert bad.returncode == EXIT_USAGE
+
+
+def test_info(sealed: tuple[Path, Path, bytes], tmp_path: Path) -> None:
+    keyfile, enc, plain = sealed
+    done = gcm("info", "-k", keyfile, enc)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout.decode()
+    key = read_key_file(keyfile)
+    assert f"key ID: {key_id(key).hex()}" in text
+    assert "gcmstream version 2, one-way stream" in text
+    assert "suite: AES-128-GCM" in text
+    assert "record size: 4K (4096 bytes)" in text
+    assert f"records: {len(plain) // RECORD + 1}" in text
+    assert f"plaintext length: {len(plain)} bytes" in text
+    assert "layout: fixed" in text
+    key_line = keyfile.read_text().strip()
+    for secret in (key.hex(), key_line, key_line.rsplit(":", 1)[-1]):
+        assert secret not in text
+    other = tmp_path / "other"
+    write_key_file(other, bytes(16))
+    wrong = gcm("info", "-k", other, enc)
+    assert wrong.returncode == EXIT_WRONG_KEY and wrong.stdout == b""
+
+
+def test_records_over_the_limit_name_the_option(sealed: tuple[Path, Path, bytes]) -> None:
+    """4 KiB records read with --max-record-size 1K: the message names the option that reads them."""
+    keyfile, enc, _ = sealed
+    cases: list[tuple[str, list[str | Path]]] = [
+        ("decrypt", ["-i", enc, "--offset", "0", "--max-record-size", "1K"]),
+        ("info", ["--max-record-size", "1K", enc]),
+    ]
+    for command, args in cases:
+        done = gcm(command, "-k", keyfile, *args)
+        assert done.returncode == EXIT_RECORD_LIMIT, done.stderr
+        assert b"--max-record-size 4K" in done.stderr

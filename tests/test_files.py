@@ -1,0 +1,229 @@
+"""The file engine (gcmstream.files): round trips over files and pipes, the FIXED_LAYOUT header
+field and its promise, the strict FINAL rule on the invalid vectors, stop requests and
+cancellation leaving no output."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+import gcmstream
+from gcmstream import KeyLimits, Opener, files, pipeline
+from gcmstream.format import FLAG_FINAL, FLAG_KEY_UPDATE, RECORD_HEADER, FieldType, parse_header
+
+KEY = bytes(range(16))
+VECTORS = sorted((Path(__file__).parent / "vectors" / "invalid").glob("*.json"))
+CASES = [case for case in (json.loads(p.read_text()) for p in VECTORS) if case["mode"] == "one-way"]
+
+
+def record_flags(stream: bytes) -> tuple[int, list[tuple[int, int]]]:
+    """(header size, [(flags, plaintext size)] of every record), read without a key."""
+    fixed = struct.unpack_from(">H", stream, 60)[0]
+    pos = header_size = 62 + fixed + 32
+    records = []
+    while pos < len(stream):
+        flags, length = RECORD_HEADER.unpack_from(stream, pos)
+        records.append((flags, length - 16))
+        pos += 5 + length
+    assert pos == len(stream)
+    return header_size, records
+
+
+def encrypt_bytes(tmp_path: Path, data: bytes, **options: object) -> bytes:
+    src, dst = tmp_path / "plain", tmp_path / "sealed"
+    src.write_bytes(data)
+    files.encrypt_path(src, dst, key=KEY, **options)  # type: ignore[arg-type]
+    return dst.read_bytes()
+
+
+@pytest.mark.parametrize("record_size", [1, 7, 1000, 65536])
+@pytest.mark.parametrize("length", [0, 1, 6999, 7000, 200_001])
+def test_round_trip_through_files(tmp_path: Path, record_size: int, length: int) -> None:
+    if record_size == 1 and length > 7000:
+        pytest.skip("200,000 one-byte records: slow and nothing new")
+    data = os.urandom(length)
+    sealed = encrypt_bytes(tmp_path, data, record_size=record_size)
+    files.decrypt_path(tmp_path / "sealed", tmp_path / "back", key=KEY)
+    assert (tmp_path / "back").read_bytes() == data
+    opener = Opener(KEY)  # a plain reader reads it too: the layout field is optional
+    opener.receive_data(sealed)
+    opener.receive_eof()
+    read = bytearray()
+    while chunk := opener.read():  # (one call opens at most 1,024 records)
+        read += chunk
+    assert read == data
+
+
+def test_the_header_promises_the_layout_the_sealer_makes(tmp_path: Path) -> None:
+    """Every record but FINAL is full and every N-th carries KEY_UPDATE, N as the field says,
+    whichever limit triggers the update."""
+    data = os.urandom(25_500)
+    cases = [
+        KeyLimits(update_after_records=3),
+        KeyLimits(update_after_bytes=2500),  # ceil(2500 / 1000) = 3 records
+        KeyLimits(update_after_bytes=3000),  # exactly 3 records
+        KeyLimits(update_after_records=50, hard_bytes=4200, update_after_bytes=4000),  # next would pass
+        KeyLimits(),
+    ]
+    for limits in cases:
+        sealed = encrypt_bytes(tmp_path, data, record_size=1000, limits=limits)
+        header_size, records = record_flags(sealed)
+        header = parse_header(sealed[:header_size], known_fields=())
+        value = header.field(FieldType.FIXED_LAYOUT)
+        assert value is not None
+        per_generation = files.layout_generation_size(value)
+        assert per_generation == files.records_per_generation(1000, limits)
+        for index, (flags, size) in enumerate(records):
+            last = index == len(records) - 1
+            assert size == (len(data) - 1000 * index if last else 1000), (limits, index)
+            expected = (
+                FLAG_FINAL if last else FLAG_KEY_UPDATE if index % per_generation == per_generation - 1 else 0
+            )
+            assert flags == expected, (limits, index)
+
+
+def test_pipes_in_and_out(tmp_path: Path) -> None:
+    """stdin/stdout-like descriptors: a pipe in, a pipe out, data larger than a pipe's buffer."""
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    sealed = bytearray()
+    for source, sink, work in (
+        (data, sealed, lambda i, o: files.encrypt_fd(i, o, files.new_sealer(KEY, fixed_layout=True))),
+    ):
+        pump(source, sink, work)
+    plain = bytearray()
+    pump(bytes(sealed), plain, lambda i, o: files.decrypt_fd(i, o, files.new_opener(KEY), eager=True))
+    assert plain == data
+
+
+def pump(source: bytes, sink: bytearray, work: object, pieces: int = 7) -> None:
+    """Run ``work(in_fd, out_fd)`` with ``source`` written into a pipe in ``pieces`` and the
+    output pipe collected into ``sink``."""
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    errors: list[BaseException] = []
+
+    def feed() -> None:
+        step = max(1, -(-len(source) // pieces))
+        for start in range(0, len(source), step):
+            os.write(in_write, source[start : start + step])
+        os.close(in_write)
+
+    def drain() -> None:
+        while chunk := os.read(out_read, 1 << 20):
+            sink.extend(chunk)
+
+    threads = [threading.Thread(target=feed), threading.Thread(target=drain)]
+    for thread in threads:
+        thread.start()
+    try:
+        work(in_read, out_write)  # type: ignore[operator]
+    except BaseException as exc:
+        errors.append(exc)
+    finally:
+        os.close(out_write)
+        for thread in threads:
+            thread.join(10)
+        os.close(in_read)
+        os.close(out_read)
+    if errors:
+        raise errors[0]
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: str(case["name"]))
+def test_invalid_vectors_release_exactly_what_authenticated(case: dict[str, object]) -> None:
+    """FORMAT.md 8.2 on the engine, stricter than the rule: whether the input comes at once
+    (a file) or in pieces (a pipe), the engine releases exactly the plaintext the vector
+    allows when given at once: never the FINAL record's when bytes follow it."""
+    data = bytes.fromhex(str(case["input"]))
+    key = bytes.fromhex(str(case["key"]))
+    context = bytes.fromhex(str(case["context"]))
+    limit = int(str(case.get("max_record_size", gcmstream.DEFAULT_MAX_RECORD_SIZE)))
+    expected = getattr(gcmstream, str(case["expect"]))
+    for pieces in (1, 3, len(data) or 1):
+        released = bytearray()
+
+        def work(src: int, dst: int) -> None:
+            opener = files.new_opener(key, context=context, max_record_size=limit)
+            files.decrypt_fd(src, dst, opener, eager=True)
+
+        with pytest.raises(expected):
+            pump(data, released, work, pieces=min(pieces, 200))
+        assert sha(bytes(released)) == case["released_sha256"], (case["name"], pieces, len(released))
+
+
+def test_final_is_held_back_until_the_end_of_input_is_seen(tmp_path: Path) -> None:
+    """Bytes arriving after FINAL in a later read: the FINAL record's plaintext is not written,
+    the records before it are."""
+    sealer = files.new_sealer(KEY, record_size=10)
+    stream = bytes(sealer.seal(b"a" * 25, final=True))
+    released = bytearray()
+
+    def work(src: int, dst: int) -> None:
+        files.decrypt_fd(src, dst, files.new_opener(KEY), eager=True)
+
+    in_read, in_write = os.pipe()
+    os.write(in_write, stream)
+
+    def trailing_byte() -> None:
+        os.write(in_write, b"x")
+        os.close(in_write)
+
+    later = threading.Timer(0.2, trailing_byte)
+    later.start()
+    out_read, out_write = os.pipe()
+    with pytest.raises(gcmstream.TrailingDataError):
+        work(in_read, out_write)
+    os.close(out_write)
+    released += os.read(out_read, 100)
+    later.join()
+    os.close(in_read)
+    os.close(out_read)
+    assert released == b"a" * 20
+
+
+def test_a_stop_request_stops_the_engine(tmp_path: Path) -> None:
+    stop = threading.Event()
+    stop.set()
+    src = tmp_path / "plain"
+    src.write_bytes(b"x" * 100)
+    with pytest.raises(files.Stopped):
+        files.encrypt_path(src, tmp_path / "out", key=KEY, stop=stop)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain"]
+
+
+@pytest.mark.anyio
+async def test_cancellation_stops_within_a_read_and_leaves_no_output(tmp_path: Path) -> None:
+    src = tmp_path / "plain"
+    with src.open("wb") as file:
+        file.truncate(256 * 1024 * 1024)  # sparse: reading it costs no disk
+    for work in (pipeline.encrypt_file_async,):
+        started = time.monotonic()
+        with anyio.move_on_after(0.3) as scope:
+            await work(src, tmp_path / "out", key=KEY)
+        assert scope.cancelled_caught
+        assert time.monotonic() - started < 2.0  # one 1 MiB read, not the remaining GiB
+        assert listing(tmp_path) == ["plain"]
+    sealed = tmp_path / "sealed"
+    small = tmp_path / "small"
+    small.write_bytes(bytes(128 * 1024 * 1024))
+    await pipeline.encrypt_file_async(small, sealed, key=KEY)
+    with anyio.move_on_after(0.05) as scope:
+        await pipeline.decrypt_file_async(sealed, tmp_path / "out", key=KEY)
+    assert scope.cancelled_caught
+    assert listing(tmp_path) == ["plain", "sealed", "small"]
+
+
+def listing(path: Path) -> list[str]:
+    return sorted(os.listdir(path))

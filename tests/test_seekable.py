@@ -1,0 +1,330 @@
+"""open_file (gcmstream.seekable): random access compared with io.BytesIO over the plaintext,
+tampering, truncation and trailing data at open, the invalid vectors, the disk-read bound, and
+tarfile/zipfile/shutil on top."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tarfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gcmstream
+from gcmstream import KeyLimits, Sealer, files
+from gcmstream.format import RECORD_HEADER
+
+KEY = bytes(range(16))
+VECTORS = sorted((Path(__file__).parent / "vectors" / "invalid").glob("*.json"))
+CASES = [case for case in (json.loads(p.read_text()) for p in VECTORS) if case["mode"] == "one-way"]
+RECORD_SIZES = [1, 2, 7, 64, 1000, 4096, 65536, 1 << 20]
+
+
+def plaintext_for(record_size: int) -> bytes:
+    """About 3,000 records of small sizes, a few MiB for the large ones."""
+    length = min(3000 * record_size + 1, 3_500_000)
+    return hashlib.shake_256(str(record_size).encode()).digest(length)
+
+
+def engine_file(directory: Path, data: bytes, record_size: int, limits: KeyLimits | None = None) -> Path:
+    plain, sealed = directory / f"p{record_size}", directory / f"c{record_size}-{id(limits)}"
+    plain.write_bytes(data)
+    files.encrypt_path(plain, sealed, key=KEY, record_size=record_size, limits=limits)
+    return sealed
+
+
+def flushed_file(directory: Path, data: bytes, record_size: int, seed: int) -> Path:
+    """A stream of short flushed records, empty KEY_UPDATE records and full ones: walked."""
+    sealer = Sealer(KEY, record_size=record_size)
+    out = bytearray()
+    pos, step = 0, 0
+    while pos < len(data):
+        step += 1
+        size = (seed * step * 7919) % (3 * record_size) + 1
+        chunk = data[pos : pos + size]
+        pos += len(chunk)
+        if step % 5 == 0:
+            sealer.update_key()
+            out += sealer.flush()  # an empty KEY_UPDATE record (or a short one)
+        out += sealer.seal(chunk, flush=step % 2 == 0)
+    out += sealer.close()
+    path = directory / f"f{record_size}-{seed}"
+    path.write_bytes(out)
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[int, str], tuple[Path, bytes]]:
+    directory = tmp_path_factory.mktemp("seekable")
+    made: dict[tuple[int, str], tuple[Path, bytes]] = {}
+    for record_size in RECORD_SIZES:
+        data = plaintext_for(record_size)
+        made[record_size, "fixed"] = engine_file(directory, data, record_size), data
+        limits = KeyLimits(update_after_records=3)
+        made[record_size, "key updates"] = engine_file(directory, data, record_size, limits), data
+        made[record_size, "flushed"] = flushed_file(directory, data, record_size, 3), data
+    return made
+
+
+operation = st.tuples(
+    st.sampled_from(["seek0", "seek1", "seek2", "read", "readinto", "read1"]),
+    st.integers(-5000, 5_000_000),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    record_size=st.sampled_from(RECORD_SIZES),
+    kind=st.sampled_from(["fixed", "key updates", "flushed"]),
+    operations=st.lists(operation, max_size=25),
+)
+def test_random_seeks_and_reads_match_bytesio(
+    corpus: dict[tuple[int, str], tuple[Path, bytes]],
+    record_size: int,
+    kind: str,
+    operations: list[tuple[str, int]],
+) -> None:
+    """Every seek, tell and read gives what io.BytesIO over the plaintext gives, errors included."""
+    path, data = corpus[record_size, kind]
+    reference = io.BytesIO(data)
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert file.fixed_layout == (kind != "flushed")
+        assert file.length == len(data)
+        for name, number in operations:
+            size = abs(number) % (3 * record_size + 10)
+            if name.startswith("seek"):
+                whence = int(name[-1])
+                results: list[object] = []
+                for target in (reference, file):
+                    try:
+                        results.append(target.seek(number % (len(data) + 20) - (10 if whence else 0), whence))
+                    except (ValueError, OSError) as exc:
+                        results.append(type(exc))
+                assert results[0] == results[1]
+            elif name == "readinto":
+                mine, theirs = bytearray(size), bytearray(size)
+                assert file.readinto(mine) == reference.readinto(theirs)
+                assert mine == theirs
+            elif name == "read1":
+                assert file.read() == reference.read()
+            else:
+                assert file.read(size) == reference.read(size)
+            assert file.tell() == reference.tell()
+
+
+def record_places(stream: bytes) -> list[tuple[int, int, int]]:
+    """[(wire offset, wire length, plaintext start)] of every record, read without a key."""
+    fields = int.from_bytes(stream[60:62], "big")
+    pos, plain, places = 62 + fields + 32, 0, []
+    while pos < len(stream):
+        _, length = RECORD_HEADER.unpack_from(stream, pos)
+        places.append((pos, 5 + length, plain))
+        pos += 5 + length
+        plain += length - 16
+    return places
+
+
+@pytest.mark.parametrize("kind", ["fixed", "flushed"])
+def test_a_tampered_record_fails_exactly_the_reads_that_touch_it(tmp_path: Path, kind: str) -> None:
+    data = os.urandom(1000)
+    path = engine_file(tmp_path, data, 100) if kind == "fixed" else flushed_file(tmp_path, data, 100, 5)
+    stream = path.read_bytes()
+    places = record_places(stream)
+    for index, (offset, length, start) in enumerate(places):
+        size = length - 21
+        damaged = bytearray(stream)
+        damaged[offset + length - 1] ^= 1  # the tag: the body and its header stay in place
+        path.write_bytes(damaged)
+        if index == len(places) - 1 or not size:  # FINAL and empty records: checked at open
+            with pytest.raises(gcmstream.AuthenticationError) as caught:
+                gcmstream.open_file(path, key=KEY)
+            assert caught.value.record_number == index
+            continue
+        with gcmstream.open_file(path, key=KEY) as file:
+            for first in range(0, len(data), 37):
+                for count in (1, 50, 250):
+                    file.seek(first)
+                    if not (first < start + size and start < first + count):
+                        assert file.read(count) == data[first : first + count]
+                        continue
+                    if first < start:  # what authenticated before the record, then the error
+                        assert file.read(count) == data[first:start]
+                    with pytest.raises(gcmstream.AuthenticationError) as caught:
+                        file.read(count)
+                    assert caught.value.record_number == index
+            file.seek(start)
+            with pytest.raises(gcmstream.AuthenticationError):
+                file.read(1)
+            file.seek(0)  # still usable
+            assert file.read(start) == data[:start]
+
+
+def test_a_failing_read_at_the_record_raises_with_its_number(tmp_path: Path) -> None:
+    data = os.urandom(1000)
+    path = engine_file(tmp_path, data, 100)
+    damaged = bytearray(path.read_bytes())
+    offset, length, _ = record_places(bytes(damaged))[4]
+    damaged[offset + 10] ^= 0x80
+    path.write_bytes(damaged)
+    with gcmstream.open_file(path, key=KEY) as file:
+        file.seek(450)
+        with pytest.raises(gcmstream.AuthenticationError) as caught:
+            file.read(10)
+        assert caught.value.record_number == 4
+        file.seek(300)
+        assert file.read(100) == data[300:400]
+        with pytest.raises(gcmstream.AuthenticationError):  # again, at every read that touches it
+            file.read(1)
+        file.seek(500)
+        assert file.read() == data[500:]
+
+
+@pytest.mark.parametrize("kind", ["fixed", "flushed"])
+def test_truncation_and_trailing_data_fail_at_open(tmp_path: Path, kind: str) -> None:
+    data = os.urandom(700)
+    path = engine_file(tmp_path, data, 100) if kind == "fixed" else flushed_file(tmp_path, data, 100, 2)
+    stream = path.read_bytes()
+    for cut in range(len(stream)):
+        path.write_bytes(stream[:cut])
+        with pytest.raises(gcmstream.TruncatedStreamError):
+            gcmstream.open_file(path, key=KEY)
+    for extra in (b"\x00", b"x" * 121, stream[94:215], stream[-137:]):
+        path.write_bytes(stream + extra)
+        with pytest.raises(gcmstream.TrailingDataError):
+            gcmstream.open_file(path, key=KEY)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: str(case["name"]))
+def test_invalid_vectors(tmp_path: Path, case: dict[str, Any]) -> None:
+    """Each invalid vector fails with its error: at open, or at the read that reaches the
+    faulty record after the plaintext a sequential reader releases first."""
+    path = tmp_path / "in.gcms"
+    path.write_bytes(bytes.fromhex(case["input"]))
+    expected = getattr(gcmstream, case["expect"])
+    key, context = bytes.fromhex(case["key"]), bytes.fromhex(case["context"])
+    limit = int(case.get("max_record_size", gcmstream.DEFAULT_MAX_RECORD_SIZE))
+    released = bytearray()
+    with (
+        pytest.raises(expected),
+        gcmstream.open_file(path, key=key, context=context, max_record_size=limit) as file,
+    ):
+        while chunk := file.read(7):
+            released += chunk
+    assert bytes.fromhex(case["plaintext"]).startswith(released)
+    assert len(released) <= case["released_length"]
+
+
+class CountingReads:
+    """Counts the bytes open_file reads from disk (its only reads: os.pread and os.preadv)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.bytes = 0
+        real_pread, real_preadv = os.pread, os.preadv
+
+        def pread(fd: int, count: int, offset: int) -> bytes:
+            data = real_pread(fd, count, offset)
+            self.bytes += len(data)
+            return data
+
+        def preadv(fd: int, buffers: list[Any], offset: int) -> int:
+            got = real_preadv(fd, buffers, offset)
+            self.bytes += got
+            return got
+
+        monkeypatch.setattr(os, "pread", pread)  # (seekable.py calls os.pread at each use)
+        monkeypatch.setattr(os, "preadv", preadv)
+
+
+@pytest.fixture
+def counting(monkeypatch: pytest.MonkeyPatch) -> CountingReads:
+    return CountingReads(monkeypatch)
+
+
+def test_one_byte_near_the_end_reads_at_most_two_records(tmp_path: Path, counting: CountingReads) -> None:
+    data = os.urandom(8 * 1024 * 1024 + 12345)
+    path = engine_file(tmp_path, data, 65536)
+    header = 94 + 8  # the FIXED_LAYOUT field: 4 + 4 bytes
+    bound = header + 2 * (65536 + 21)
+    for position in (len(data) - 1, len(data) - 12346, len(data) - 70000, 5):
+        counting.bytes = 0
+        with gcmstream.open_file(path, key=KEY) as file:
+            file.seek(position)
+            assert file.read(1) == data[position : position + 1]
+        assert header + 12345 + 21 <= counting.bytes <= bound, position  # (FINAL holds 12,345)
+
+
+def test_tarfile_lists_the_last_member_without_reading_the_rest(
+    tmp_path: Path, counting: CountingReads
+) -> None:
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        for number in range(12):
+            content = os.urandom(700_000) if number < 11 else b"the last member"
+            info = tarfile.TarInfo(f"member-{number}")
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+    path = engine_file(tmp_path, archive.getvalue(), 65536)
+    counting.bytes = 0
+    with gcmstream.open_file(path, key=KEY) as file, tarfile.open(fileobj=file, mode="r:") as tar:
+        member = tar.getmember("member-11")
+        extracted = tar.extractfile(member)
+        assert extracted is not None and extracted.read() == b"the last member"
+    # one record per member header, and FINAL: not the 120 records of the archive
+    assert 65536 < counting.bytes < 16 * (65536 + 21), counting.bytes
+    assert path.stat().st_size > 7_000_000  # 118 records
+
+
+def test_zipfile_and_copyfileobj(tmp_path: Path) -> None:
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zipped:
+        for number in range(5):
+            zipped.writestr(f"f{number}", os.urandom(100_000))
+    data = archive.getvalue()
+    path = engine_file(tmp_path, data, 4096)
+    with gcmstream.open_file(path, key=KEY) as file, zipfile.ZipFile(file) as zipped:
+        reference = zipfile.ZipFile(io.BytesIO(data))
+        for name in reference.namelist():
+            assert zipped.read(name) == reference.read(name)
+    with gcmstream.open_file(path, key=KEY) as file, (tmp_path / "copy").open("wb") as out:
+        shutil.copyfileobj(file, out)
+    assert (tmp_path / "copy").read_bytes() == data
+    with gcmstream.open_file(path, key=KEY) as file:  # buffered on top, as open() does
+        buffered = io.BufferedReader(file)
+        buffered.seek(123_456)
+        assert buffered.read(10) == data[123_456:123_466]
+
+
+def test_closed_file_refuses_reads(tmp_path: Path) -> None:
+    path = engine_file(tmp_path, b"abc", 10)
+    file = gcmstream.open_file(path, key=KEY)
+    assert file.readable() and file.seekable() and file.mode == "rb"
+    file.close()
+    for call in (file.read, file.tell, lambda: file.seek(0)):
+        with pytest.raises(ValueError, match="closed file"):
+            call()
+    with pytest.raises(gcmstream.KeyCommitmentError):
+        gcmstream.open_file(path, key=KEY, context=b"other")
+
+
+@pytest.mark.anyio
+async def test_async_counterpart(tmp_path: Path) -> None:
+    data = os.urandom(300_000)
+    path = await anyio.to_thread.run_sync(engine_file, tmp_path, data, 1000)
+    async with await gcmstream.open_file_async(path, key=KEY) as file:
+        assert await file.seek(-1000, io.SEEK_END) == len(data) - 1000
+        assert await file.read(10) == data[-1000:-990]
+        assert await file.tell() == len(data) - 990
+        await file.seek(5)
+        assert await file.read(3) == data[5:8]
+    with pytest.raises(gcmstream.TruncatedStreamError):
+        (tmp_path / "cut").write_bytes(path.read_bytes()[:-1])
+        await gcmstream.open_file_async(tmp_path / "cut", key=KEY)
