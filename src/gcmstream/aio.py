@@ -669,10 +669,16 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)
 
+    def connected_transport(self) -> asyncio.Transport:
+        """The transport; only called once the loop ran connection_made (it calls it before it
+        hands the protocol to anything here), so None is a bug, said as one, also under -O."""
+        if self.transport is None:
+            raise StreamClosedError("the connection is not made (a gcmstream bug: please report it)")
+        return self.transport
+
     async def handshake(self, time_limit: float | None) -> None:
         """The channel handshake; the transport is aborted if it fails."""
-        transport = self.transport
-        assert transport is not None
+        transport = self.connected_transport()
 
         async def send(data: bytes) -> None:
             transport.write(data)
@@ -683,9 +689,12 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         await handshake(self.channel, send, self.wait, time_limit=time_limit, abort=abort)
 
     def streams(self) -> tuple[SecureStreamReader, SecureStreamWriter]:
-        assert self.transport is not None
         writer = SecureStreamWriter(
-            self.channel.sealer, self.transport, self.drain, reader=self.reader, closed=self.wait_closed
+            self.channel.sealer,
+            self.connected_transport(),
+            self.drain,
+            reader=self.reader,
+            closed=self.wait_closed,
         )
         return self.reader, writer
 
@@ -699,6 +708,8 @@ def _channel(
     limits: KeyLimits | None,
     options: HandshakeOptions,
 ) -> Channel:
+    """The Channel both open_connection and start_server (and wrap_streams) build: one place
+    that passes every option on, so a new one cannot be dropped from one of the three."""
     return Channel(
         key,
         role=role,
@@ -789,8 +800,7 @@ async def start_server(
     )
 
     async def serve_one(protocol: _ChannelProtocol) -> None:
-        transport = protocol.transport
-        assert transport is not None
+        transport = protocol.connected_transport()
         peer = transport.get_extra_info("peername")
         try:
             await protocol.handshake(handshake_timeout)
@@ -809,8 +819,7 @@ async def start_server(
             transport.abort()  # no FINAL: the client must not take this for a complete stream
 
     def start(protocol: _ChannelProtocol) -> None:
-        assert protocol.transport is not None
-        pending.add(protocol.transport)
+        pending.add(protocol.connected_transport())
         task = loop.create_task(serve_one(protocol))
         tasks.add(task)  # keep a reference until done
         task.add_done_callback(tasks.discard)
@@ -845,10 +854,6 @@ class _StreamReaderSource(_Source):
             self._opener.receive_eof()
 
 
-def _transport_of(writer: asyncio.StreamWriter) -> asyncio.WriteTransport:
-    return writer.transport  # write transports, uvloop's included
-
-
 def encrypting_writer(
     writer: asyncio.StreamWriter,
     *,
@@ -860,7 +865,7 @@ def encrypting_writer(
     """One-way: encrypt everything written into ``writer`` (a pipe, a file-like transport).
     ``write_eof()`` seals the FINAL record (``close()`` does not)."""
     sealer = Sealer(key, context=context, record_size=record_size, limits=limits)
-    return SecureStreamWriter(sealer, _transport_of(writer), writer.drain, closed=writer.wait_closed)
+    return SecureStreamWriter(sealer, writer.transport, writer.drain, closed=writer.wait_closed)
 
 
 def decrypting_reader(
@@ -911,6 +916,6 @@ async def wrap_streams(
     await handshake(channel, send, source.wait, time_limit=handshake_timeout, abort=abort)
     secure_reader = SecureStreamReader(channel.opener, source, limit=limit)
     secure_writer = SecureStreamWriter(
-        channel.sealer, _transport_of(writer), writer.drain, reader=secure_reader, closed=writer.wait_closed
+        channel.sealer, writer.transport, writer.drain, reader=secure_reader, closed=writer.wait_closed
     )
     return secure_reader, secure_writer

@@ -30,19 +30,19 @@ __all__ = (
     "DEFAULT_HANDSHAKE_TIMEOUT",
     "DEFAULT_MAX_RECORD_SIZE",
     "DEFAULT_RECORD_SIZE",
+    "FINISHED_SIZE",
     "FLAG_FINAL",
     "FLAG_KEY_UPDATE",
     "HARD_MAX_RECORD_SIZE",
-    "FINISHED_SIZE",
     "HEADER_FIXED_SIZE",
     "HEADER_SIZE",
     "KEY_ID_SIZE",
     "MAGIC",
-    "MAX_FIELDS_SIZE",
-    "MAX_HEADER_SIZE",
     "MAX_CONTEXT_SIZE",
+    "MAX_FIELDS_SIZE",
     "MAX_HARD_BYTES",
     "MAX_HARD_RECORDS",
+    "MAX_HEADER_SIZE",
     "RECORD_HEADER_SIZE",
     "SALT_SIZE",
     "SALT_SLICE",
@@ -61,8 +61,8 @@ __all__ = (
     "TrafficKeys",
     "as_key_ring",
     "byte_view",
-    "check_header_start",
     "check_context",
+    "check_header_start",
     "check_record_size",
     "encode_fields",
     "find_key",
@@ -565,6 +565,9 @@ class TrafficKeys:
         self.decrypt_into = self.aead.decrypt_into
 
     def nonce(self, seq: int) -> bytes:
+        """The nonce of record ``seq``, ``iv XOR seq`` (docs/FORMAT.md): the definition as it
+        reads, kept for the tests and the vector generators that check ``nonce_into`` (the
+        per-record path, which allocates nothing) against it."""
         return (self.iv ^ seq).to_bytes(NONCE_SIZE, "big")
 
     def nonce_into(self, seq: int) -> bytearray:

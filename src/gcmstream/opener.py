@@ -396,7 +396,7 @@ class Opener:
             return memoryview(self._header_buf)[self._header_got : self._header_need]
         return (self._ring or self._get_ring()).writable()
 
-    def _commit(self, nbytes: int) -> None:
+    def _commit(self, nbytes: int) -> None:  # noqa: C901 (the Opener restructure splits it)
         if self._phase is _FINAL:
             self._defer(TrailingDataError("data follows the FINAL record"))
         elif self._phase is _HEADER:
@@ -598,7 +598,7 @@ class Opener:
         self._revoke()
         return b"".join(parts)
 
-    def _read_single(self, max_bytes: int) -> bytes | None:
+    def _read_single(self, max_bytes: int) -> bytes | None:  # noqa: C901 (the Opener restructure splits it)
         """The small-message path of ``read``: when the only input is one whole plain record
         (in the ring or held), ``AESGCM.decrypt`` makes the returned ``bytes`` itself, with no
         copy through the ring. None (nothing changed) for anything else, which the general
@@ -661,7 +661,7 @@ class Opener:
         finally:
             token.append(None)
 
-    def _readinto(self, buffer: Buffer) -> int | None:
+    def _readinto(self, buffer: Buffer) -> int | None:  # noqa: C901 (the Opener restructure splits it)
         if self._lent is not None:
             self._revoke()
         if self._phase is _FAILED:
@@ -803,7 +803,7 @@ class Opener:
             "the sender closed without ending the stream, or the connection was cut"
         )
 
-    def _open(self, target: memoryview | None) -> int:
+    def _open(self, target: memoryview | None) -> int:  # noqa: C901 (the Opener restructure splits it)
         """Decrypt the record ``_next_record`` found and account for it. Returns the bytes
         decrypted straight into ``target`` (when its plaintext fits there), else 0 with the
         plaintext in the ring as the current record."""
