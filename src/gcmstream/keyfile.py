@@ -20,19 +20,16 @@ import os
 import re
 import tempfile
 
-from .errors import UsageError
+from .errors import KeyFileError
 from .format import Buffer, Suite
 
+# KeyFileError is defined in errors.py with every other error; still importable from here.
 __all__ = ("KEY_PREFIX", "KeyFileError", "format_key", "parse_key", "read_key_file", "write_key_file")
 
 KEY_PREFIX = "gcmstream-key-v1"
 _SUITE_NAMES = {Suite.AES_128_GCM: "aes128", Suite.AES_256_GCM: "aes256"}
 _NAMED_SUITES = {name: suite for suite, name in _SUITE_NAMES.items()}
 _VERSIONED_PREFIX = re.compile(r"gcmstream-key-v[0-9]{1,3}")
-
-
-class KeyFileError(UsageError, ValueError):
-    """A key file or key text is malformed: wrong prefix, version, suite or length."""
 
 
 def format_key(key: Buffer) -> str:

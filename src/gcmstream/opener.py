@@ -360,7 +360,7 @@ class Opener:
         if len(view) >= RECORD_HEADER_SIZE and (ring is None or not ring.stored):
             _, length = _unpack_record_header(view, 0)
             try:
-                check_record_length(length, self._max_ciphertext)
+                check_record_length(length, self._max_ciphertext, self.records_opened)
             except ProtocolError as exc:
                 self._defer(exc)
 
@@ -380,7 +380,7 @@ class Opener:
         """True when input is dropped: an error was found, or FINAL already authenticated
         (then the input is itself the error)."""
         if self._phase is _FINAL:
-            self._defer(TrailingDataError("data follows the FINAL record"))
+            self._defer(TrailingDataError(record_number=self.records_opened - 1))
         return self._error is not None
 
     def _defer(self, exc: ProtocolError) -> None:
@@ -398,7 +398,7 @@ class Opener:
 
     def _commit(self, nbytes: int) -> None:  # noqa: C901 (the Opener restructure splits it)
         if self._phase is _FINAL:
-            self._defer(TrailingDataError("data follows the FINAL record"))
+            self._defer(TrailingDataError(record_number=self.records_opened - 1))
         elif self._phase is _HEADER:
             if nbytes < 0 or self._header_got + nbytes > self._header_need:
                 raise OutOfRangeError(f"buffer_updated({nbytes}) exceeds the view that was offered")
@@ -769,7 +769,7 @@ class Opener:
             else:  # at a record boundary: whole records open in place, a partial one is copied
                 if len(held) - before >= RECORD_HEADER_SIZE:
                     _, length = _unpack_record_header(held, before)
-                    check_record_length(length, self._max_ciphertext)
+                    check_record_length(length, self._max_ciphertext, self.records_opened)
                     whole = before + RECORD_HEADER_SIZE + length <= len(held)
                     size = length - TAG_SIZE
                     fits = target is not None and size <= len(target)
@@ -875,11 +875,17 @@ class Opener:
         number = self.records_opened
         problem: ProtocolError | None = None
         if flags & ~KNOWN_FLAGS:
-            problem = MalformedRecordError(f"record {number} has unknown flags 0x{flags:02x}")
+            problem = MalformedRecordError(
+                f"record {number} has unknown flags 0x{flags:02x}", record_number=number
+            )
         elif flags == FLAG_FINAL | FLAG_KEY_UPDATE:
-            problem = MalformedRecordError(f"record {number} has both FINAL and KEY_UPDATE")
+            problem = MalformedRecordError(
+                f"record {number} has both FINAL and KEY_UPDATE", record_number=number
+            )
         elif flags & FLAG_FINAL and followed:
-            problem = TrailingDataError(f"data follows the FINAL record (record {number})")
+            problem = TrailingDataError(
+                f"data follows the FINAL record (record {number})", record_number=number
+            )
         if problem is not None:
             plaintext[:] = bytes(len(plaintext))
             raise problem
