@@ -18,8 +18,8 @@ import binascii
 import contextlib
 import os
 import re
-import tempfile
 
+from ._atomic import discard, fsync_directory, replace_durably, temporary_beside
 from .errors import KeyFileError
 from .format import Buffer, Suite
 
@@ -92,19 +92,18 @@ def write_key_file(path: str | os.PathLike[str], key: Buffer, *, force: bool = F
                 os.unlink(path)
             raise
         os.close(fd)
+        fsync_directory(os.fspath(path))
         return
     target = os.path.realpath(path)
-    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", dir=os.path.dirname(target))
+    fd, temp = temporary_beside(target, 0o600)
     try:
-        os.fchmod(fd, 0o600)
         os.write(fd, data)
         os.fsync(fd)
         os.close(fd)
         fd = -1
-        os.replace(temp, target)
+        replace_durably(temp, target)
     except BaseException:
         if fd >= 0:
             os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
+        discard(temp)
         raise
