@@ -152,3 +152,29 @@ def test_exception_derives_from_root_and_is_documented(exc_type: type[BaseExcept
     if exc_type.__module__ == "gcmstream.errors":
         assert exc_type.__name__ in gcmstream.errors.__all__
         assert getattr(gcmstream, exc_type.__name__) is exc_type
+
+
+def test_handshake_timeout_is_one_type_and_one_default_everywhere() -> None:
+    """Every public callable that takes ``handshake_timeout`` types it ``float | None`` (None:
+    no limit) with the one default, gcmstream._adapter.DEFAULT_HANDSHAKE_TIMEOUT."""
+    from gcmstream._adapter import DEFAULT_HANDSHAKE_TIMEOUT
+
+    found = []
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        for name in getattr(module, "__all__", ()):
+            obj = getattr(module, name)
+            targets = [obj.wrap] if name == "SecureStream" else [obj]
+            for target in targets:
+                if not callable(target) or (isinstance(target, type) and issubclass(target, BaseException)):
+                    continue
+                try:
+                    parameter = inspect.signature(target).parameters.get("handshake_timeout")
+                except (TypeError, ValueError):
+                    continue
+                if parameter is not None:
+                    found.append(f"{module_name}.{name}")
+                    assert parameter.annotation == "float | None", f"{module_name}.{name}"
+                    assert parameter.default == DEFAULT_HANDSHAKE_TIMEOUT, f"{module_name}.{name}"
+    assert {"gcmstream.aio.open_connection", "gcmstream.anyio_stream.create_tcp_listener"} <= set(found)
+    assert "gcmstream.anyio_stream.SecureListener" in found

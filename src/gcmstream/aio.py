@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 from ._adapter import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_RECORD_TIMEOUT,
     RECEIVE_SIZE,
     Fairness,
@@ -41,7 +42,6 @@ from .channel import HandshakeOptions
 from .codec import Channel, Opener, Phase, Sealer
 from .errors import GcmStreamError, StreamClosedError, TruncatedStreamError
 from .format import (
-    DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
     Buffer,
@@ -749,7 +749,7 @@ async def open_connection(
     """
     _check_limit(limit)
     loop = asyncio.get_running_loop()
-    options = HandshakeOptions(key_exchange, local_id, peer_id)
+    options = HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id)
     channel = _channel(key, Role.INITIATOR, context, record_size, max_record_size, limits, options)
     _, protocol = await loop.create_connection(
         lambda: _ChannelProtocol(channel, loop, limit, record_timeout=record_timeout),
@@ -793,7 +793,7 @@ async def start_server(
     _check_limit(limit)
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
-    options = HandshakeOptions(key_exchange, local_id, peer_id)
+    options = HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id)
     pending: PendingHandshakes[asyncio.BaseTransport] = PendingHandshakes(
         max_pending_handshakes,
         lambda transport: transport.abort(),  # type: ignore[attr-defined]
@@ -902,7 +902,7 @@ async def wrap_streams(
     other Role.RESPONDER. Runs the handshake before returning; if it fails (or takes longer
     than ``handshake_timeout`` seconds) the transport is aborted and the error raised."""
     _check_limit(limit)
-    options = HandshakeOptions(key_exchange, local_id, peer_id)
+    options = HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id)
     channel = _channel(key, role, context, record_size, max_record_size, limits, options)
     source = _StreamReaderSource(channel.opener, reader)
 

@@ -35,6 +35,7 @@ from anyio.abc import AnyByteStream, ByteStream, Listener, SocketAttribute, Task
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from ._adapter import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_RECORD_TIMEOUT,
     RECEIVE_SIZE,
     blame_connection,
@@ -48,7 +49,6 @@ from .channel import DEFAULT_HANDSHAKE, HandshakeOptions
 from .codec import Channel, Opener
 from .errors import StreamBrokenError, StreamClosedError, TruncatedStreamError
 from .format import (
-    DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
     Buffer,
@@ -377,7 +377,7 @@ class SecureListener(Listener[SecureStream]):
     record_size: int = DEFAULT_RECORD_SIZE
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE
     limits: KeyLimits | None = None
-    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT
     record_timeout: float | None = DEFAULT_RECORD_TIMEOUT
     options: HandshakeOptions = DEFAULT_HANDSHAKE
     max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES
@@ -452,7 +452,7 @@ async def create_tcp_listener(
     record_size: int = DEFAULT_RECORD_SIZE,
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     limits: KeyLimits | None = None,
-    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
     record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
     key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
     local_id: str | bytes | None = None,
@@ -462,14 +462,14 @@ async def create_tcp_listener(
     """``anyio.create_tcp_listener`` whose ``serve()`` hands out SecureStreams."""
     listener = await anyio.create_tcp_listener(local_host=local_host, local_port=local_port)
     return SecureListener(
-        listener,
-        key if isinstance(key, KeyRing) else bytes(key),
+        listener=listener,
+        key=key if isinstance(key, KeyRing) else bytes(key),
         context=bytes(context),
         record_size=record_size,
         max_record_size=max_record_size,
         limits=limits,
         handshake_timeout=handshake_timeout,
         record_timeout=record_timeout,
-        options=HandshakeOptions(key_exchange, local_id, peer_id),
+        options=HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id),
         max_pending_handshakes=max_pending_handshakes,
     )

@@ -28,6 +28,7 @@ from anyio.abc import ByteStream, SocketStream
 from anyio.lowlevel import current_token
 from anyio.streams.memory import MemoryObjectReceiveStream
 
+from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
 from .anyio_stream import SecureStream, connect_tcp
 from .codec import Opener, Sealer
 from .errors import (
@@ -41,7 +42,6 @@ from .errors import (
     UsageError,
 )
 from .format import (
-    DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
     HARD_MAX_RECORD_SIZE,
@@ -73,13 +73,11 @@ __all__ = (
     "EXIT_UNSUPPORTED",
     "EXIT_USAGE",
     "EXIT_WRONG_KEY",
-    "HANDSHAKE_TIMEOUT",
     "KEY_ENV",
     "main",
 )
 
 KEY_ENV = "GCMSTREAM_KEY"
-HANDSHAKE_TIMEOUT = DEFAULT_HANDSHAKE_TIMEOUT  # seconds for the whole channel handshake
 DEBUG_ENV = "GCMSTREAM_DEBUG"
 
 EXIT_OK = 0
@@ -788,7 +786,7 @@ async def _handshake(transport: SocketStream, args: argparse.Namespace, key: byt
         context=args.context,
         record_size=args.record_size,
         max_record_size=args.max_record_size,
-        handshake_timeout=HANDSHAKE_TIMEOUT,
+        handshake_timeout=DEFAULT_HANDSHAKE_TIMEOUT,
     )
 
 
@@ -887,7 +885,7 @@ async def _connect_command(args: argparse.Namespace, key: bytes) -> None:
             context=args.context,
             record_size=args.record_size,
             max_record_size=args.max_record_size,
-            handshake_timeout=HANDSHAKE_TIMEOUT,
+            handshake_timeout=DEFAULT_HANDSHAKE_TIMEOUT,
         )
     except RecordTooLargeError as exc:
         raise _record_limit_error("connect", exc.size, exc.limit, "the peer") from None

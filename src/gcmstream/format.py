@@ -27,7 +27,6 @@ from .errors import (
 )
 
 __all__ = (
-    "DEFAULT_HANDSHAKE_TIMEOUT",
     "DEFAULT_MAX_RECORD_SIZE",
     "DEFAULT_RECORD_SIZE",
     "FINISHED_SIZE",
@@ -127,8 +126,6 @@ DEFAULT_RECORD_SIZE = 64 * 1024
 DEFAULT_MAX_RECORD_SIZE = 1024 * 1024
 # Hard cap on the record size field, as gRPC ALTS caps frames at 16 MiB.
 HARD_MAX_RECORD_SIZE = 16 * 1024 * 1024
-# Seconds a channel waits for the handshake to complete before giving up on it (adapters, CLI).
-DEFAULT_HANDSHAKE_TIMEOUT = 30.0
 # Context is never sent; it only feeds HKDF (hashed). Bounded so it cannot be a memory lever.
 MAX_CONTEXT_SIZE = 64 * 1024
 
