@@ -3,10 +3,13 @@ application calls (and nothing else), and every exception class is in the docume
 
 from __future__ import annotations
 
+import ast
+import builtins
 import importlib
 import inspect
 import pkgutil
 import re
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -178,3 +181,45 @@ def test_handshake_timeout_is_one_type_and_one_default_everywhere() -> None:
                     assert parameter.default == DEFAULT_HANDSHAKE_TIMEOUT, f"{module_name}.{name}"
     assert {"gcmstream.aio.open_connection", "gcmstream.anyio_stream.create_tcp_listener"} <= set(found)
     assert "gcmstream.anyio_stream.SecureListener" in found
+
+
+# Built-in exceptions the source may raise besides the tree (errors.py, "Rules that hold
+# everywhere"): argument checks (ValueError, TypeError), OSError and its kin (a lost connection,
+# as asyncio's StreamWriter), the iteration protocol, an abstract method, a conformance check's
+# failure (testing.py's AssertionError) and a RuntimeError that names itself a gcmstream bug.
+ALLOWED_BUILTIN_RAISES = {
+    "ValueError",
+    "TypeError",
+    "OSError",
+    "ConnectionResetError",
+    "StopAsyncIteration",
+    "NotImplementedError",
+    "RuntimeError",
+}
+
+
+def _builtin_raises() -> list[tuple[str, int, str, ast.expr | None]]:
+    found = []
+    for path in sorted(Path(gcmstream.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                call = node.exc if isinstance(node.exc, ast.Call) else None
+                name = call.func if call is not None else node.exc
+                if isinstance(name, ast.Name) and isinstance(getattr(builtins, name.id, None), type):
+                    first = call.args[0] if call is not None and call.args else None
+                    found.append((path.name, node.lineno, name.id, first))
+    return found
+
+
+def test_every_raise_outside_the_tree_is_one_the_rules_allow() -> None:
+    raises = _builtin_raises()
+    assert raises, "the scan found no raise at all"
+    for module, line, name, first in raises:
+        where = f"{module}:{line} raises {name}"
+        if module == "testing.py":
+            assert name == "AssertionError", where  # a check of the conformance suite failed
+            continue
+        assert name in ALLOWED_BUILTIN_RAISES, where
+        if name == "RuntimeError":
+            message = first.value if isinstance(first, ast.Constant) else ""
+            assert isinstance(message, str) and message.startswith("gcmstream bug"), where

@@ -40,7 +40,7 @@ from ._adapter import (
 )
 from .channel import HandshakeOptions
 from .codec import Channel, Opener, Phase, Sealer
-from .errors import GcmStreamError, StreamClosedError, TruncatedStreamError
+from .errors import ConcurrencyError, GcmStreamError, StreamClosedError, TruncatedStreamError
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
@@ -179,7 +179,8 @@ class SecureStreamReader:
 
     async def _wait(self) -> None:
         if self._busy:
-            raise RuntimeError("another coroutine is already waiting for this reader")
+            # asyncio.StreamReader raises a plain RuntimeError here; ConcurrencyError is one too
+            raise ConcurrencyError("another coroutine is already waiting for this reader")
         self._busy = True
         try:
             await self._source.wait()
@@ -558,7 +559,7 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         opener = self.channel.opener
         if self._into_scratch:
             if not opener.failed:
-                raise RuntimeError("gcmstream: received into scratch memory while the stream was healthy")
+                raise RuntimeError("gcmstream bug: received into scratch memory while the stream was healthy")
             if not self._read_paused and self.transport is not None:
                 self._read_paused = True
                 self.transport.pause_reading()

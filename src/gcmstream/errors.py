@@ -46,7 +46,8 @@
     │   │                                still waiting for ring space (see Opener.wants_data)
     │   ├── ConcurrencyError             (also RuntimeError) a Sealer or Opener entered by a
     │   │                                second thread while a call was under way; refused
-    │   │                                before any state changed (no record, no nonce used)
+    │   │                                before any state changed (no record, no nonce used);
+    │   │                                or a second coroutine reading an asyncio reader
     │   ├── OutOfRangeError              (also ValueError) buffer_updated()/consume() of more
     │   │                                bytes than were offered or are available
     │   ├── UnsupportedBufferError       (also TypeError) a buffer the call cannot use: read-only
@@ -78,6 +79,12 @@ Rules that hold everywhere:
   TruncatedStreamError`` and generic anyio code's ``except anyio.BrokenResourceError`` both
   catch a peer that closed without ending its stream. The asyncio adapter raises asyncio's own
   IncompleteReadError and LimitOverrunError where asyncio.StreamReader does.
+* Arguments that are wrong before any stream exists (a key of the wrong type or length, a
+  record size, limits, an identity, a ring size, a context over its bound) raise ValueError or
+  TypeError, as Python's own constructors do; the asyncio adapter's readers raise the
+  ValueError that asyncio.StreamReader raises for the same call. A RuntimeError whose message
+  starts "gcmstream bug" is an invariant that failed. tests/test_public_api.py holds every
+  ``raise`` in the source to these rules.
 * Any other exception escaping gcmstream is a bug, except OSError and the async frameworks'
   own resource errors raised by the transport underneath an adapter.
 """
