@@ -672,9 +672,9 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
 
     def connected_transport(self) -> asyncio.Transport:
         """The transport; only called once the loop ran connection_made (it calls it before it
-        hands the protocol to anything here), so None is a bug, said as one, also under -O."""
+        hands the protocol to anything here), so None is a failed invariant, also under -O."""
         if self.transport is None:
-            raise StreamClosedError("the connection is not made (a gcmstream bug: please report it)")
+            raise RuntimeError("gcmstream bug: a connection's protocol used before connection_made")
         return self.transport
 
     async def handshake(self, time_limit: float | None) -> None:

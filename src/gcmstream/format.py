@@ -1,7 +1,8 @@
 """Wire format constants, the stream header and the key schedule (docs/FORMAT.md is normative).
 
-Nothing here does I/O or keeps state between calls except :class:`TrafficKeys`, which is the
-AEAD key, nonce base and sequence position of one direction under one key generation.
+Nothing here does I/O or keeps state between calls except :class:`TrafficKeys`, which holds the
+AEAD key and nonce base of one direction under one key generation (the sequence position is
+``direction.Direction``'s).
 """
 
 from __future__ import annotations
