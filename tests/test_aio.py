@@ -182,7 +182,7 @@ async def test_two_readers_at_once_are_refused() -> None:
     async with connected(job) as (reader, writer):
         first = asyncio.ensure_future(reader.read(1))
         await asyncio.sleep(0.05)
-        with pytest.raises(RuntimeError, match="already waiting"):
+        with pytest.raises(gcmstream.ConcurrencyError, match="already waiting"):  # a RuntimeError too
             await reader.read(1)
         first.cancel()
         writer.write_eof()

@@ -1241,3 +1241,69 @@ def test_any_single_byte_change_is_a_documented_error(
     with pytest.raises(StreamBrokenError) as broken:
         opener.read()
     assert broken.value.original is error
+
+
+# -- the record number on every record error ---------------------------------------------------
+
+
+def first_error(opener: Opener, wire: bytes | bytearray) -> GcmStreamError:
+    opener.receive_data(wire)
+    opener.receive_eof()
+    with pytest.raises(GcmStreamError) as info:
+        while opener.read():
+            pass
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("records_", "error", "number"),
+    [
+        ([(0, b"a"), (0x40, b"b"), (FLAG_FINAL, b"")], MalformedRecordError, 1),
+        ([(FLAG_FINAL | FLAG_KEY_UPDATE, b"a")], MalformedRecordError, 0),
+        ([(0, b"a"), (0, b"b"), (FLAG_FINAL, b"c"), (FLAG_FINAL, b"")], TrailingDataError, 2),
+    ],
+    ids=["unknown-flag", "final-and-key-update", "record-after-final"],
+)
+def test_record_errors_carry_the_record_number(
+    records_: list[tuple[int, bytes]], error: type[MalformedRecordError | TrailingDataError], number: int
+) -> None:
+    wire, _ = forge(records_)
+    found = first_error(Opener(KEY, context=CONTEXT), wire)
+    assert isinstance(found, error)
+    assert found.record_number == number
+    assert f"record {number}" in str(found)
+
+
+def test_bytes_after_final_name_the_final_record() -> None:
+    """Bytes that are not a record after an authenticated FINAL: the FINAL record's number."""
+    wire = seal_stream([b"abcdefghij"], record_size=4)  # records 0, 1 and the FINAL record 2
+    found = first_error(Opener(KEY), wire + b"\x00junk")
+    assert isinstance(found, TrailingDataError)
+    assert found.record_number == 2
+
+
+def test_the_per_key_limit_names_the_record_that_passed_it() -> None:
+    limits = KeyLimits(update_after_records=2, hard_records=2)
+    wire = seal_stream([b"abc"], record_size=1)  # three records under one key
+    found = first_error(Opener(KEY, limits=limits), wire)
+    assert isinstance(found, MalformedRecordError)
+    assert found.record_number == 2
+
+
+@pytest.mark.parametrize("how", ["at-a-boundary", "buffered"])
+def test_a_length_below_the_tag_names_the_record_at_the_boundary(how: str) -> None:
+    wire = bytearray(seal_stream([b"abcdefgh"], record_size=4))  # records 0, 1 (FINAL) of 4 bytes
+    second = HEADER_SIZE + RECORD_HEADER_SIZE + 4 + TAG_SIZE
+    RECORD_HEADER.pack_into(wire, second, FLAG_FINAL, TAG_SIZE - 1)
+    opener = Opener(KEY)
+    if how == "at-a-boundary":
+        first_record = bytes(wire[:second])
+        opener.receive_data(first_record)
+        assert opener.read() == b"abcd"
+        found = first_error(opener, bytes(wire[second:]))
+        assert isinstance(found, MalformedRecordError)
+        assert found.record_number == 1
+    else:  # found while buffering, before the record is numbered: the documented None
+        found = first_error(opener, wire)
+        assert isinstance(found, MalformedRecordError)
+        assert found.record_number is None

@@ -37,3 +37,12 @@ async def test_conformance(
     check: Callable[[testing.Adapter], object],
 ) -> None:
     await check(make_adapter())  # type: ignore[misc]
+
+
+def test_a_failed_check_says_what_was_expected_and_what_was_seen() -> None:
+    with pytest.raises(AssertionError, match=r"^the first receive: expected b'first record', saw b'first'$"):
+        testing._expect_equal("the first receive", b"first", b"first record")
+    long = bytes(range(100))
+    with pytest.raises(AssertionError, match=r"expected 100 bytes starting b'\\x00\\x01.*, saw b''$"):
+        testing._expect_equal("the client received", b"", long)
+    testing._expect_equal("equal values pass", b"x", b"x")

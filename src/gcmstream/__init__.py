@@ -2,6 +2,12 @@
 
 The sans-IO core is :class:`Sealer`, :class:`Opener` and :class:`Channel`; every exception is
 in :mod:`gcmstream.errors`; the wire format is docs/FORMAT.md.
+
+This top level holds what an application calls: the core, every error, both adapters' entry
+points (asyncio's ``open_connection``/``start_server`` beside anyio's ``connect_tcp``/
+``create_tcp_listener``), pipelines and key files. Building blocks (``gcmstream.format``,
+``gcmstream.ring``, ``gcmstream.channel``, ...) are reached through their modules
+(tests/test_public_api.py keeps the two lists).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from .aio import (
     start_server,
     wrap_streams,
 )
-from .anyio_stream import SecureListener, SecureStream
+from .anyio_stream import GcmStreamAttribute, SecureListener, SecureStream, connect_tcp, create_tcp_listener
 from .codec import Channel, Opener, Sealer
 from .errors import (
     AuthenticationError,
@@ -27,6 +33,7 @@ from .errors import (
     GcmStreamError,
     HandshakeError,
     KeyCommitmentError,
+    KeyFileError,
     LimitReachedError,
     MalformedRecordError,
     NotReadyError,
@@ -59,7 +66,7 @@ from .format import (
     generate_key,
     key_id,
 )
-from .keyfile import KeyFileError, read_key_file, write_key_file
+from .keyfile import read_key_file, write_key_file
 from .pipeline import (
     decrypt_file,
     decrypt_file_async,
@@ -78,21 +85,18 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
     __version__ = "0+unknown"
 
 __all__ = (
-    "DecryptedFile",
-    "open_file",
-    "open_file_async",
     "DEFAULT_MAX_RECORD_SIZE",
     "DEFAULT_RECORD_SIZE",
     "HARD_MAX_RECORD_SIZE",
     "AuthenticationError",
     "BufferFullError",
-    "ConcurrencyError",
-    "SelfConnectionError",
-    "PeerIdentityError",
-    "HandshakeError",
-    "DowngradeError",
     "Channel",
+    "ConcurrencyError",
+    "DecryptedFile",
+    "DowngradeError",
+    "GcmStreamAttribute",
     "GcmStreamError",
+    "HandshakeError",
     "KeyCommitmentError",
     "KeyExchange",
     "KeyFileError",
@@ -103,6 +107,7 @@ __all__ = (
     "NotReadyError",
     "Opener",
     "OutOfRangeError",
+    "PeerIdentityError",
     "ProtocolError",
     "RecordTooLargeError",
     "Role",
@@ -112,6 +117,7 @@ __all__ = (
     "SecureStream",
     "SecureStreamReader",
     "SecureStreamWriter",
+    "SelfConnectionError",
     "StreamBrokenError",
     "StreamClosedError",
     "Suite",
@@ -123,6 +129,8 @@ __all__ = (
     "UnsupportedEndpointError",
     "UnsupportedFormatError",
     "UsageError",
+    "connect_tcp",
+    "create_tcp_listener",
     "decrypt_file",
     "decrypt_file_async",
     "decrypt_iter",
@@ -136,6 +144,8 @@ __all__ = (
     "generate_key",
     "key_id",
     "open_connection",
+    "open_file",
+    "open_file_async",
     "read_key_file",
     "start_server",
     "wrap_streams",

@@ -21,6 +21,10 @@ logger = logging.getLogger("gcmstream")
 RECEIVE_SIZE = 256 * 1024
 """Bytes asked of a transport per read (wrapped asyncio streams, anyio byte streams)."""
 
+# Seconds a channel waits for its handshake to complete before giving up on it (both adapters'
+# defaults and the CLI's): an unauthenticated peer holds a pending slot at most this long.
+DEFAULT_HANDSHAKE_TIMEOUT = 30.0
+
 # A record that has started to arrive must finish within this many seconds, or the connection
 # is dropped: a peer trickling one byte at a time would otherwise hold its ring (up to
 # max_record_size) for ever. 30 s, as the handshake timeout: far above what a record of 16 MiB

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 from ._adapter import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECORD_TIMEOUT,
     RECEIVE_SIZE,
@@ -40,9 +41,8 @@ from ._adapter import (
 )
 from .channel import HandshakeOptions
 from .codec import Channel, Opener, Phase, Sealer
-from .errors import GcmStreamError, StreamClosedError, TruncatedStreamError
+from .errors import ConcurrencyError, GcmStreamError, StreamClosedError, TruncatedStreamError
 from .format import (
-    DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
     Buffer,
@@ -181,7 +181,8 @@ class SecureStreamReader:
 
     async def _wait(self) -> None:
         if self._busy:
-            raise RuntimeError("another coroutine is already waiting for this reader")
+            # asyncio.StreamReader raises a plain RuntimeError here; ConcurrencyError is one too
+            raise ConcurrencyError("another coroutine is already waiting for this reader")
         self._busy = True
         try:
             await self._source.wait()
@@ -563,7 +564,7 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         opener = self.channel.opener
         if self._into_scratch:
             if not opener.failed:
-                raise RuntimeError("gcmstream: received into scratch memory while the stream was healthy")
+                raise RuntimeError("gcmstream bug: received into scratch memory while the stream was healthy")
             if not self._read_paused and self.transport is not None:
                 self._read_paused = True
                 self.transport.pause_reading()
@@ -711,10 +712,16 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)
 
+    def connected_transport(self) -> asyncio.Transport:
+        """The transport; only called once the loop ran connection_made (it calls it before it
+        hands the protocol to anything here), so None is a failed invariant, also under -O."""
+        if self.transport is None:
+            raise RuntimeError("gcmstream bug: a connection's protocol used before connection_made")
+        return self.transport
+
     async def handshake(self, time_limit: float | None) -> None:
         """The channel handshake; the transport is aborted if it fails."""
-        transport = self.transport
-        assert transport is not None
+        transport = self.connected_transport()
 
         async def send(data: bytes) -> None:
             transport.write(data)
@@ -725,9 +732,12 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         await handshake(self.channel, send, self.wait, time_limit=time_limit, abort=abort)
 
     def streams(self) -> tuple[SecureStreamReader, SecureStreamWriter]:
-        assert self.transport is not None
         writer = SecureStreamWriter(
-            self.channel.sealer, self.transport, self.drain, reader=self.reader, closed=self.wait_closed
+            self.channel.sealer,
+            self.connected_transport(),
+            self.drain,
+            reader=self.reader,
+            closed=self.wait_closed,
         )
         return self.reader, writer
 
@@ -742,6 +752,8 @@ def _channel(
     options: HandshakeOptions,
     ring_size: int,
 ) -> Channel:
+    """The Channel both open_connection and start_server (and wrap_streams) build: one place
+    that passes every option on, so a new one cannot be dropped from one of the three."""
     return Channel(
         key,
         role=role,
@@ -784,7 +796,7 @@ async def open_connection(
     """
     _check_limit(limit)
     loop = asyncio.get_running_loop()
-    options = HandshakeOptions(key_exchange, local_id, peer_id)
+    options = HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id)
     channel = _channel(key, Role.INITIATOR, context, record_size, max_record_size, limits, options, ring_size)
     _, protocol = await loop.create_connection(
         lambda: _ChannelProtocol(channel, loop, limit, record_timeout=record_timeout),
@@ -835,15 +847,14 @@ async def start_server(
     ring_capacity(max_record_size, ring_size)  # a bad ring_size raises now, not per client
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
-    options = HandshakeOptions(key_exchange, local_id, peer_id)
+    options = HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id)
     pending: PendingHandshakes[asyncio.BaseTransport] = PendingHandshakes(
         max_pending_handshakes,
         lambda transport: transport.abort(),  # type: ignore[attr-defined]
     )
 
     async def serve_one(protocol: _ChannelProtocol) -> None:
-        transport = protocol.transport
-        assert transport is not None
+        transport = protocol.connected_transport()
         peer = transport.get_extra_info("peername")
         try:
             await protocol.handshake(handshake_timeout)
@@ -863,8 +874,7 @@ async def start_server(
             transport.abort()  # no FINAL: the client must not take this for a complete stream
 
     def start(protocol: _ChannelProtocol) -> None:
-        assert protocol.transport is not None
-        pending.add(protocol.transport)
+        pending.add(protocol.connected_transport())
         task = loop.create_task(serve_one(protocol))
         tasks.add(task)  # keep a reference until done
         task.add_done_callback(tasks.discard)
@@ -901,10 +911,6 @@ class _StreamReaderSource(_Source):
             self._opener.receive_eof()
 
 
-def _transport_of(writer: asyncio.StreamWriter) -> asyncio.WriteTransport:
-    return writer.transport  # write transports, uvloop's included
-
-
 def encrypting_writer(
     writer: asyncio.StreamWriter,
     *,
@@ -916,7 +922,7 @@ def encrypting_writer(
     """One-way: encrypt everything written into ``writer`` (a pipe, a file-like transport).
     ``write_eof()`` seals the FINAL record (``close()`` does not)."""
     sealer = Sealer(key, context=context, record_size=record_size, limits=limits)
-    return SecureStreamWriter(sealer, _transport_of(writer), writer.drain, closed=writer.wait_closed)
+    return SecureStreamWriter(sealer, writer.transport, writer.drain, closed=writer.wait_closed)
 
 
 def decrypting_reader(
@@ -957,7 +963,7 @@ async def wrap_streams(
     than ``handshake_timeout`` seconds) the transport is aborted and the error raised.
     ``ring_size``: the receive ring's byte budget, as for :class:`~gcmstream.Channel`."""
     _check_limit(limit)
-    options = HandshakeOptions(key_exchange, local_id, peer_id)
+    options = HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id)
     channel = _channel(key, role, context, record_size, max_record_size, limits, options, ring_size)
     source = _StreamReaderSource(channel.opener, reader)
 
@@ -971,6 +977,6 @@ async def wrap_streams(
     await handshake(channel, send, source.wait, time_limit=handshake_timeout, abort=abort)
     secure_reader = SecureStreamReader(channel.opener, source, limit=limit)
     secure_writer = SecureStreamWriter(
-        channel.sealer, _transport_of(writer), writer.drain, reader=secure_reader, closed=writer.wait_closed
+        channel.sealer, writer.transport, writer.drain, reader=secure_reader, closed=writer.wait_closed
     )
     return secure_reader, secure_writer

@@ -35,6 +35,7 @@ from anyio.abc import AnyByteStream, ByteStream, Listener, SocketAttribute, Task
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from ._adapter import (
+    DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECORD_TIMEOUT,
     RECEIVE_SIZE,
@@ -49,7 +50,6 @@ from .channel import DEFAULT_HANDSHAKE, HandshakeOptions
 from .codec import Channel, Opener
 from .errors import StreamBrokenError, StreamClosedError, TruncatedStreamError
 from .format import (
-    DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
     Buffer,
@@ -400,7 +400,7 @@ class SecureListener(Listener[SecureStream]):
     record_size: int = DEFAULT_RECORD_SIZE
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE
     limits: KeyLimits | None = None
-    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT
     record_timeout: float | None = DEFAULT_RECORD_TIMEOUT
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT
     ring_size: int = DEFAULT_RING_SIZE
@@ -479,7 +479,7 @@ async def create_tcp_listener(
     record_size: int = DEFAULT_RECORD_SIZE,
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     limits: KeyLimits | None = None,
-    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT,
+    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
     record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     ring_size: int = DEFAULT_RING_SIZE,
@@ -494,8 +494,8 @@ async def create_tcp_listener(
     ring_capacity(max_record_size, ring_size)  # a bad ring_size raises now, not per client
     listener = await anyio.create_tcp_listener(local_host=local_host, local_port=local_port)
     return SecureListener(
-        listener,
-        key if isinstance(key, KeyRing) else bytes(key),
+        listener=listener,
+        key=key if isinstance(key, KeyRing) else bytes(key),
         context=bytes(context),
         record_size=record_size,
         max_record_size=max_record_size,
@@ -504,6 +504,6 @@ async def create_tcp_listener(
         record_timeout=record_timeout,
         idle_timeout=idle_timeout,
         ring_size=ring_size,
-        options=HandshakeOptions(key_exchange, local_id, peer_id),
+        options=HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id),
         max_pending_handshakes=max_pending_handshakes,
     )

@@ -29,6 +29,7 @@ from anyio.abc import ByteStream, SocketStream
 from anyio.lowlevel import current_token
 from anyio.streams.memory import MemoryObjectReceiveStream
 
+from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
 from .anyio_stream import SecureStream, connect_tcp
 from .errors import (
     KeyCommitmentError,
@@ -44,7 +45,6 @@ from .errors import (
 )
 from .files import Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
 from .format import (
-    DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
     HARD_MAX_RECORD_SIZE,
@@ -72,22 +72,20 @@ __all__ = (
     "EXIT_IDENTITY",
     "EXIT_INTERNAL",
     "EXIT_INTERRUPTED",
-    "EXIT_RECORD_LIMIT",
-    "EXIT_TERMINATED",
     "EXIT_IO",
     "EXIT_OK",
+    "EXIT_RECORD_LIMIT",
     "EXIT_TAMPERED",
+    "EXIT_TERMINATED",
     "EXIT_TRUNCATED",
     "EXIT_UNSUPPORTED",
     "EXIT_USAGE",
     "EXIT_WRONG_KEY",
-    "HANDSHAKE_TIMEOUT",
     "KEY_ENV",
     "main",
 )
 
 KEY_ENV = "GCMSTREAM_KEY"
-HANDSHAKE_TIMEOUT = DEFAULT_HANDSHAKE_TIMEOUT  # seconds for the whole channel handshake
 DEBUG_ENV = "GCMSTREAM_DEBUG"
 
 EXIT_OK = 0
@@ -959,7 +957,7 @@ async def _handshake(transport: SocketStream, args: argparse.Namespace, key: byt
         context=args.context,
         record_size=args.record_size,
         max_record_size=args.max_record_size,
-        handshake_timeout=HANDSHAKE_TIMEOUT,
+        handshake_timeout=DEFAULT_HANDSHAKE_TIMEOUT,
         key_exchange=_KEY_EXCHANGES[args.key_exchange],
         local_id=args.local_id,
         peer_id=args.peer_id,
@@ -1061,7 +1059,7 @@ async def _connect_command(args: argparse.Namespace, key: bytes) -> None:
             context=args.context,
             record_size=args.record_size,
             max_record_size=args.max_record_size,
-            handshake_timeout=HANDSHAKE_TIMEOUT,
+            handshake_timeout=DEFAULT_HANDSHAKE_TIMEOUT,
             key_exchange=_KEY_EXCHANGES[args.key_exchange],
             local_id=args.local_id,
             peer_id=args.peer_id,

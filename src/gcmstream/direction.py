@@ -45,9 +45,13 @@ class Direction:
         """Refuse (before decrypting) a record that would take the peer past a hard limit."""
         limits = self.limits
         if self.seq >= limits.hard_records:
-            raise MalformedRecordError(f"record {self.records}: the peer passed the per-key record limit")
+            raise MalformedRecordError(
+                f"record {self.records}: the peer passed the per-key record limit", record_number=self.records
+            )
         if self.key_bytes + size > limits.hard_bytes:
-            raise MalformedRecordError(f"record {self.records}: the peer passed the per-key byte limit")
+            raise MalformedRecordError(
+                f"record {self.records}: the peer passed the per-key byte limit", record_number=self.records
+            )
 
     def advance(self, size: int, flags: int) -> None:
         """Account for one record of ``size`` plaintext bytes carrying ``flags``."""

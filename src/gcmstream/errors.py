@@ -18,19 +18,20 @@
     │   ├── RoleMismatchError            channel peer has the wrong role: a stream reflected back
     │   │                                to its sender, or one-way data fed to a channel
     │   ├── AuthenticationError          a record failed AES-GCM authentication (tampered,
-    │   │                                reordered, dropped, spliced or replayed); record number
-    │   │                                in the message, cryptography's InvalidTag chained
+    │   │                                reordered, dropped, spliced or replayed); its number in
+    │   │                                ``record_number``, cryptography's InvalidTag chained
     │   ├── RecordTooLargeError          a length field over the announced or configured limit,
     │   │                                rejected before the record is buffered
     │   ├── MalformedRecordError         an authenticated record breaks a format rule (unknown
     │   │                                flag, FINAL with KEY_UPDATE), a length below the tag
-    │   │                                size, or the peer passed the per-key usage limit
+    │   │                                size, or the peer passed the per-key usage limit;
+    │   │                                ``record_number`` as AuthenticationError's
     │   ├── TruncatedStreamError         (also EOFError) input ended before an authenticated
     │   │   │                            FINAL record: the sender closed without ending the
     │   │   │                            stream (close/aclose are not an end), or was cut off
     │   │   └── AnyioTruncatedStreamError  (in gcmstream.anyio_stream; also anyio's
     │   │                                BrokenResourceError)
-    │   └── TrailingDataError            bytes after the FINAL record
+    │   └── TrailingDataError            bytes after the FINAL record (``record_number``: FINAL's)
     ├── UsageError                       the caller broke a rule; nothing was changed and the
     │   │                                object is still usable
     │   ├── StreamClosedError            (also RuntimeError) writing after FINAL was sealed, or
@@ -39,13 +40,14 @@
     │   │                                ClosedResourceError)
     │   ├── NotReadyError                (also RuntimeError) sealing on a channel before the
     │   │                                peer's header arrived
-    │   ├── KeyFileError                 (also ValueError; in gcmstream.keyfile) a key file or
+    │   ├── KeyFileError                 (also ValueError) a key file or
     │   │                                key line is malformed: prefix, version, suite, length
     │   ├── BufferFullError              receive_data() called again while earlier input is
     │   │                                still waiting for ring space (see Opener.wants_data)
     │   ├── ConcurrencyError             (also RuntimeError) a Sealer or Opener entered by a
     │   │                                second thread while a call was under way; refused
-    │   │                                before any state changed (no record, no nonce used)
+    │   │                                before any state changed (no record, no nonce used);
+    │   │                                or a second coroutine reading an asyncio reader
     │   ├── OutOfRangeError              (also ValueError) buffer_updated()/consume() of more
     │   │                                bytes than were offered or are available
     │   ├── UnsupportedBufferError       (also TypeError) a buffer the call cannot use: read-only
@@ -77,6 +79,12 @@ Rules that hold everywhere:
   TruncatedStreamError`` and generic anyio code's ``except anyio.BrokenResourceError`` both
   catch a peer that closed without ending its stream. The asyncio adapter raises asyncio's own
   IncompleteReadError and LimitOverrunError where asyncio.StreamReader does.
+* Arguments that are wrong before any stream exists (a key of the wrong type or length, a
+  record size, limits, an identity, a ring size, a context over its bound) raise ValueError or
+  TypeError, as Python's own constructors do; the asyncio adapter's readers raise the
+  ValueError that asyncio.StreamReader raises for the same call. A RuntimeError whose message
+  starts "gcmstream bug" is an invariant that failed. tests/test_public_api.py holds every
+  ``raise`` in the source to these rules.
 * Any other exception escaping gcmstream is a bug, except OSError and the async frameworks'
   own resource errors raised by the transport underneath an adapter.
 """
@@ -91,6 +99,7 @@ __all__ = (
     "GcmStreamError",
     "HandshakeError",
     "KeyCommitmentError",
+    "KeyFileError",
     "LimitReachedError",
     "MalformedRecordError",
     "NotReadyError",
@@ -179,7 +188,13 @@ class RecordTooLargeError(ProtocolError):
 
 
 class MalformedRecordError(ProtocolError):
-    """A record breaks a format rule (flags, minimum length, per-key usage limit)."""
+    """A record breaks a format rule (flags, minimum length, per-key usage limit).
+    ``record_number`` counts records from 0 in the stream; None where the rule was broken while
+    records were still being buffered, before they were numbered (a length below the tag)."""
+
+    def __init__(self, message: str, *, record_number: int | None = None) -> None:
+        super().__init__(message)
+        self.record_number = record_number
 
 
 class TruncatedStreamError(ProtocolError, EOFError):
@@ -187,7 +202,14 @@ class TruncatedStreamError(ProtocolError, EOFError):
 
 
 class TrailingDataError(ProtocolError):
-    """Bytes follow the FINAL record."""
+    """Bytes follow the FINAL record. ``record_number`` is the FINAL record's number (from 0);
+    None where a pipeline found the bytes after its Opener was done with the stream."""
+
+    def __init__(
+        self, message: str = "data follows the FINAL record", *, record_number: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.record_number = record_number
 
 
 class UsageError(GcmStreamError):
@@ -200,6 +222,10 @@ class StreamClosedError(UsageError, RuntimeError):
 
 class NotReadyError(UsageError, RuntimeError):
     """A channel cannot seal records before the peer's stream header has been received."""
+
+
+class KeyFileError(UsageError, ValueError):
+    """A key file or key text is malformed: wrong prefix, version, suite or length."""
 
 
 class BufferFullError(UsageError):

@@ -1,7 +1,8 @@
 """Wire format constants, the stream header and the key schedule (docs/FORMAT.md is normative).
 
-Nothing here does I/O or keeps state between calls except :class:`TrafficKeys`, which is the
-AEAD key, nonce base and sequence position of one direction under one key generation.
+Nothing here does I/O or keeps state between calls except :class:`TrafficKeys`, which holds the
+AEAD key and nonce base of one direction under one key generation (the sequence position is
+``direction.Direction``'s).
 """
 
 from __future__ import annotations
@@ -27,23 +28,22 @@ from .errors import (
 )
 
 __all__ = (
-    "DEFAULT_HANDSHAKE_TIMEOUT",
     "DEFAULT_MAX_RECORD_SIZE",
     "DEFAULT_RECORD_SIZE",
+    "FINISHED_SIZE",
     "FLAG_FINAL",
     "FLAG_KEY_UPDATE",
     "HARD_MAX_RECORD_SIZE",
-    "FINISHED_SIZE",
     "HEADER_FIXED_SIZE",
     "HEADER_SIZE",
     "KEY_ID_SIZE",
     "MAGIC",
-    "MAX_FIELDS_SIZE",
-    "MAX_HEADER_SIZE",
-    "MAX_IDENTITY_SIZE",
     "MAX_CONTEXT_SIZE",
+    "MAX_FIELDS_SIZE",
     "MAX_HARD_BYTES",
     "MAX_HARD_RECORDS",
+    "MAX_HEADER_SIZE",
+    "MAX_IDENTITY_SIZE",
     "RECORD_HEADER_SIZE",
     "SALT_SIZE",
     "SALT_SLICE",
@@ -62,8 +62,8 @@ __all__ = (
     "TrafficKeys",
     "as_key_ring",
     "byte_view",
-    "check_header_start",
     "check_context",
+    "check_header_start",
     "check_identity",
     "check_record_size",
     "encode_fields",
@@ -129,8 +129,6 @@ DEFAULT_RECORD_SIZE = 64 * 1024
 DEFAULT_MAX_RECORD_SIZE = 1024 * 1024
 # Hard cap on the record size field, as gRPC ALTS caps frames at 16 MiB.
 HARD_MAX_RECORD_SIZE = 16 * 1024 * 1024
-# Seconds a channel waits for the handshake to complete before giving up on it (adapters, CLI).
-DEFAULT_HANDSHAKE_TIMEOUT = 30.0
 # Context is never sent; it only feeds HKDF (hashed). Bounded so it cannot be a memory lever.
 MAX_CONTEXT_SIZE = 64 * 1024
 
@@ -640,6 +638,9 @@ class TrafficKeys:
         self.decrypt_into = self.aead.decrypt_into
 
     def nonce(self, seq: int) -> bytes:
+        """The nonce of record ``seq``, ``iv XOR seq`` (docs/FORMAT.md): the definition as it
+        reads, kept for the tests and the vector generators that check ``nonce_into`` (the
+        per-record path, which allocates nothing) against it."""
         return (self.iv ^ seq).to_bytes(NONCE_SIZE, "big")
 
     def nonce_into(self, seq: int) -> bytearray:

@@ -18,21 +18,18 @@ import binascii
 import contextlib
 import os
 import re
-import tempfile
 
-from .errors import UsageError
+from ._atomic import discard, fsync_directory, replace_durably, temporary_beside
+from .errors import KeyFileError
 from .format import Buffer, Suite
 
+# KeyFileError is defined in errors.py with every other error; still importable from here.
 __all__ = ("KEY_PREFIX", "KeyFileError", "format_key", "parse_key", "read_key_file", "write_key_file")
 
 KEY_PREFIX = "gcmstream-key-v1"
 _SUITE_NAMES = {Suite.AES_128_GCM: "aes128", Suite.AES_256_GCM: "aes256"}
 _NAMED_SUITES = {name: suite for suite, name in _SUITE_NAMES.items()}
 _VERSIONED_PREFIX = re.compile(r"gcmstream-key-v[0-9]{1,3}")
-
-
-class KeyFileError(UsageError, ValueError):
-    """A key file or key text is malformed: wrong prefix, version, suite or length."""
 
 
 def format_key(key: Buffer) -> str:
@@ -95,19 +92,18 @@ def write_key_file(path: str | os.PathLike[str], key: Buffer, *, force: bool = F
                 os.unlink(path)
             raise
         os.close(fd)
+        fsync_directory(os.fspath(path))
         return
     target = os.path.realpath(path)
-    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", dir=os.path.dirname(target))
+    fd, temp = temporary_beside(target, 0o600)
     try:
-        os.fchmod(fd, 0o600)
         os.write(fd, data)
         os.fsync(fd)
         os.close(fd)
         fd = -1
-        os.replace(temp, target)
+        replace_durably(temp, target)
     except BaseException:
         if fd >= 0:
             os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
+        discard(temp)
         raise

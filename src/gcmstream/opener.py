@@ -423,7 +423,7 @@ class Opener:
         if len(view) >= RECORD_HEADER_SIZE and (ring is None or not ring.stored):
             _, length = _unpack_record_header(view, 0)
             try:
-                check_record_length(length, self._max_ciphertext)
+                check_record_length(length, self._max_ciphertext, self.records_opened)
             except ProtocolError as exc:
                 self._defer(exc)
 
@@ -443,7 +443,7 @@ class Opener:
         """True when input is dropped: an error was found, or FINAL already authenticated
         (then the input is itself the error)."""
         if self._phase is _FINAL:
-            self._defer(TrailingDataError("data follows the FINAL record"))
+            self._defer(TrailingDataError(record_number=self.records_opened - 1))
         return self._error is not None
 
     def _defer(self, exc: ProtocolError) -> None:
@@ -477,9 +477,9 @@ class Opener:
             return memoryview(self._header_buf)[self._header_got : self._header_need]
         return (self._ring or self._get_ring()).writable()
 
-    def _commit(self, nbytes: int) -> None:
+    def _commit(self, nbytes: int) -> None:  # noqa: C901 (the Opener restructure splits it)
         if self._phase is _FINAL:
-            self._defer(TrailingDataError("data follows the FINAL record"))
+            self._defer(TrailingDataError(record_number=self.records_opened - 1))
         elif self._phase is _HEADER:
             if nbytes < 0 or self._header_got + nbytes > self._header_need:
                 raise OutOfRangeError(f"buffer_updated({nbytes}) exceeds the view that was offered")
@@ -684,7 +684,7 @@ class Opener:
         self._revoke()
         return b"".join(parts)
 
-    def _read_single(self, max_bytes: int) -> bytes | None:
+    def _read_single(self, max_bytes: int) -> bytes | None:  # noqa: C901 (the Opener restructure splits it)
         """The small-message path of ``read``: when the only input is one whole plain record
         (in the ring or held), ``AESGCM.decrypt`` makes the returned ``bytes`` itself, with no
         copy through the ring. None (nothing changed) for anything else, which the general
@@ -747,7 +747,7 @@ class Opener:
         finally:
             token.append(None)
 
-    def _readinto(self, buffer: Buffer) -> int | None:
+    def _readinto(self, buffer: Buffer) -> int | None:  # noqa: C901 (the Opener restructure splits it)
         if self._lent is not None:
             self._revoke()
         if self._phase is _FAILED:
@@ -855,7 +855,7 @@ class Opener:
             else:  # at a record boundary: whole records open in place, a partial one is copied
                 if len(held) - before >= RECORD_HEADER_SIZE:
                     _, length = _unpack_record_header(held, before)
-                    check_record_length(length, self._max_ciphertext)
+                    check_record_length(length, self._max_ciphertext, self.records_opened)
                     whole = before + RECORD_HEADER_SIZE + length <= len(held)
                     size = length - TAG_SIZE
                     fits = target is not None and size <= len(target)
@@ -890,7 +890,7 @@ class Opener:
             "the sender closed without ending the stream, or the connection was cut"
         )
 
-    def _open(self, target: memoryview | None) -> int:
+    def _open(self, target: memoryview | None) -> int:  # noqa: C901 (the Opener restructure splits it)
         """Decrypt the record ``_next_record`` found and account for it. Returns the bytes
         decrypted straight into ``target`` (when its plaintext fits there), else 0 with the
         plaintext in the ring as the current record."""
@@ -962,11 +962,17 @@ class Opener:
         number = self.records_opened
         problem: ProtocolError | None = None
         if flags & ~KNOWN_FLAGS:
-            problem = MalformedRecordError(f"record {number} has unknown flags 0x{flags:02x}")
+            problem = MalformedRecordError(
+                f"record {number} has unknown flags 0x{flags:02x}", record_number=number
+            )
         elif flags == FLAG_FINAL | FLAG_KEY_UPDATE:
-            problem = MalformedRecordError(f"record {number} has both FINAL and KEY_UPDATE")
+            problem = MalformedRecordError(
+                f"record {number} has both FINAL and KEY_UPDATE", record_number=number
+            )
         elif flags & FLAG_FINAL and followed:
-            problem = TrailingDataError(f"data follows the FINAL record (record {number})")
+            problem = TrailingDataError(
+                f"data follows the FINAL record (record {number})", record_number=number
+            )
         if problem is not None:
             plaintext[:] = bytes(len(plaintext))
             raise problem

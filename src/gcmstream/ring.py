@@ -57,12 +57,15 @@ def ring_capacity(record_size: int, ring_size: int = DEFAULT_RING_SIZE) -> int:
     return max(ring_size, RECORD_HEADER_SIZE + record_size + TAG_SIZE + RECORD_HEADER_SIZE)
 
 
-def check_record_length(length: int, max_ciphertext: int) -> None:
-    """Refuse a record length field before anything is buffered for it."""
+def check_record_length(length: int, max_ciphertext: int, record_number: int | None = None) -> None:
+    """Refuse a record length field before anything is buffered for it (``record_number``: the
+    record's, where the caller knows it)."""
     if length > max_ciphertext:
         raise RecordTooLargeError("record ciphertext", length, max_ciphertext)
     if length < TAG_SIZE:
-        raise MalformedRecordError(f"record length {length} is shorter than the {TAG_SIZE}-byte tag")
+        raise MalformedRecordError(
+            f"record length {length} is shorter than the {TAG_SIZE}-byte tag", record_number=record_number
+        )
 
 
 class RecordRing:

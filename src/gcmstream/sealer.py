@@ -116,7 +116,8 @@ class Sealer:
 
     @property
     def key_generation(self) -> int:
-        """How many key updates this stream made (tests and diagnostics read it)."""
+        """How many key updates this stream made. Public (documented in the API reference) for
+        diagnostics and for tests that pin when keys change; nothing inside gcmstream reads it."""
         return self._direction.keys.generation if self._direction is not None else 0
 
     def install_secret(self, secret: bytes, suite: Suite | None = None) -> None:

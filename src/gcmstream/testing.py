@@ -50,20 +50,20 @@ __all__ = (
     "asyncio_wrapped_adapter",
     "check_cancelled_receive",
     "check_clean_end",
+    "check_client_vanishes_mid_record",
     "check_close_without_end_is_truncation",
     "check_downgrade_refused",
-    "check_client_vanishes_mid_record",
     "check_half_close",
     "check_large_transfer_backpressure",
     "check_reflection_rejected",
-    "check_rotated_key_ring",
-    "check_self_connection_refused",
-    "check_unconfirmed_peers_are_closed",
     "check_replay_rejected",
+    "check_rotated_key_ring",
     "check_round_trip_both_directions",
+    "check_self_connection_refused",
     "check_tampering",
     "check_truncation_at_record_boundary",
     "check_truncation_mid_record",
+    "check_unconfirmed_peers_are_closed",
     "check_wrong_key",
     "run_handshake",
 )
@@ -247,6 +247,19 @@ def _expect(condition: object, message: str) -> None:
         raise AssertionError(message)
 
 
+def _shown(value: object) -> str:
+    """A value for a failure message: long byte strings by their length and first bytes."""
+    if isinstance(value, bytes | bytearray) and len(value) > 48:
+        return f"{len(value)} bytes starting {bytes(value[:24])!r}"
+    return repr(value)
+
+
+def _expect_equal(what: str, seen: object, expected: object) -> None:
+    """``seen == expected``, or an AssertionError saying what was expected and what was seen."""
+    if seen != expected:
+        raise AssertionError(f"{what}: expected {_shown(expected)}, saw {_shown(seen)}")
+
+
 @dataclass
 class _Outcomes:
     """What server-side handlers saw, for checks that judge the server."""
@@ -373,8 +386,8 @@ async def check_round_trip_both_directions(adapter: Adapter) -> None:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_send_all, client, up)
                 received = await _receive_all(client)
-            _expect(received == b"".join(down), "client received something other than what the server sent")
-            _expect((await outcomes.wait())[0] == b"".join(up), "server received something other than sent")
+            _expect_equal("the client received", received, b"".join(down))
+            _expect_equal("the server received", (await outcomes.wait())[0], b"".join(up))
             await client.aclose()
 
 
@@ -391,9 +404,10 @@ async def check_half_close(adapter: Adapter) -> None:
             client = await adapter.connect(port, key, b"")
             request = random.Random(2).randbytes(300_000)
             await _send_all(client, [request])
-            _expect(
-                await _receive_all(client) == hashlib.sha256(request).digest(),
-                "check failed: await _receive_all(client) == hashlib.sha256(request).digest()",
+            _expect_equal(
+                "the server's answer (the request's SHA-256)",
+                await _receive_all(client),
+                hashlib.sha256(request).digest(),
             )
             await client.aclose()
 
@@ -409,11 +423,8 @@ async def check_clean_end(adapter: Adapter) -> None:
     with anyio.fail_after(DEADLINE):
         async with adapter.serve(handler, key, b"") as port:
             client = await adapter.connect(port, key, b"")
-            _expect(
-                await _receive_all(client) == b"last words",
-                'check failed: await _receive_all(client) == b"last words"',
-            )
-            _expect(await client.receive() == b"", 'check failed: await client.receive() == b""')
+            _expect_equal("what the server sent before its end", await _receive_all(client), b"last words")
+            _expect_equal("a receive after the end", await client.receive(), b"")
             await client.send_eof()
             await client.aclose()
 
@@ -463,7 +474,9 @@ async def check_truncation_mid_record(adapter: Adapter) -> None:
             else:
                 raise AssertionError("a cut connection ended like a clean one")
             _expect(payload.startswith(received), "released plaintext is not a prefix of what was sent")
-            _expect(len(received) < 300_001, "check failed: len(received) < 300_001")
+            _expect(
+                len(received) < 300_001, f"released {len(received)} bytes of a stream cut before byte 300,001"
+            )
             await client.aclose()
 
 
@@ -482,10 +495,7 @@ async def check_truncation_at_record_boundary(adapter: Adapter) -> None:
     with anyio.fail_after(DEADLINE):
         async with adapter.serve(handler, key, b"") as port, _proxy(port, to_client=to_client) as via:
             client = await adapter.connect(via, key, b"")
-            _expect(
-                await client.receive() == b"first record",
-                'check failed: await client.receive() == b"first record"',
-            )
+            _expect_equal("the first receive", await client.receive(), b"first record")
             try:
                 await client.receive()
             except TruncatedStreamError:
@@ -519,12 +529,16 @@ async def check_tampering(adapter: Adapter) -> None:
                 while chunk := await client.receive():
                     received += chunk
             except AuthenticationError as exc:
-                _expect(exc.record_number >= 1, "check failed: exc.record_number >= 1")
+                _expect(
+                    exc.record_number >= 1,
+                    f"expected a record after the first to fail, saw {exc.record_number}",
+                )
             else:
                 raise AssertionError("tampered data was accepted")
             _expect(
                 payload.startswith(received) and len(received) <= flip_at,
-                "check failed: payload.startswith(received) and len(received) <= flip_at",
+                f"expected an authenticated prefix of at most {flip_at} bytes (up to the flipped one), "
+                f"saw {len(received)} bytes{'' if payload.startswith(received) else ', not a prefix'}",
             )
             try:
                 await client.receive()
@@ -555,10 +569,8 @@ async def check_large_transfer_backpressure(adapter: Adapter) -> None:
                 total += len(chunk)
                 if total < (2 << 20):
                     await anyio.sleep(0.01)
-            _expect(
-                total == 32 << 20 and hasher.hexdigest() == digest,
-                "check failed: total == 32 << 20 and hasher.hexdigest() == digest",
-            )
+            _expect_equal("bytes received", total, 32 << 20)
+            _expect_equal("SHA-256 of what was received", hasher.hexdigest(), digest)
             await client.send_eof()
             await client.aclose()
 
@@ -579,9 +591,8 @@ async def check_cancelled_receive(adapter: Adapter) -> None:
                 await client.receive()
                 raise AssertionError("receive returned without data")
             go.set()
-            _expect(
-                await _receive_all(client) == b"after the cancel",
-                'check failed: await _receive_all(client) == b"after the cancel"',
+            _expect_equal(
+                "what arrived after the cancelled receive", await _receive_all(client), b"after the cancel"
             )
             await client.aclose()
 
@@ -632,10 +643,7 @@ async def check_wrong_key(adapter: Adapter) -> None:
                     await endpoint.aclose()
                     raise AssertionError("a wrong key or context was accepted")
             client = await adapter.connect(port, key, b"ctx")
-            _expect(
-                await _receive_all(client) == b"served",
-                'check failed: await _receive_all(client) == b"served"',
-            )
+            _expect_equal("the answer under the right key and context", await _receive_all(client), b"served")
             await client.send_eof()
             await client.aclose()
 
@@ -661,14 +669,9 @@ async def check_replay_rejected(adapter: Adapter) -> None:
             async with _proxy(port, recorded=recorded) as via:
                 client = await adapter.connect(via, key, b"")
                 await _send_all(client, [b"transfer 100 coins"])
-                _expect(
-                    await _receive_all(client) == b"ok", 'check failed: await _receive_all(client) == b"ok"'
-                )
+                _expect_equal("the server's answer", await _receive_all(client), b"ok")
                 await client.aclose()
-            _expect(
-                (await outcomes.wait(1))[0] == b"transfer 100 coins",
-                'check failed: (await outcomes.wait(1))[0] == b"transfer 100 coins"',
-            )
+            _expect_equal("what the handler received", (await outcomes.wait(1))[0], b"transfer 100 coins")
             async with await anyio.connect_tcp(LOCALHOST, port) as raw:
                 await raw.send(b"".join(recorded))
                 answered = 0

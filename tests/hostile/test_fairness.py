@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -112,9 +113,20 @@ def memory_pipe() -> tuple[MemoryByteStream, MemoryByteStream]:
     return MemoryByteStream(a_send, a_receive), MemoryByteStream(b_send, b_receive)
 
 
-@pytest.mark.anyio
-async def test_anyio_stream_yields_under_a_flood_of_one_byte_records() -> None:
+@pytest.fixture
+async def pipe(anyio_backend: object) -> AsyncIterator[tuple[MemoryByteStream, MemoryByteStream]]:
+    """memory_pipe(), closed after the test (an unclosed memory stream warns, which fails)."""
     near, far = memory_pipe()
+    yield near, far
+    await near.aclose()
+    await far.aclose()
+
+
+@pytest.mark.anyio
+async def test_anyio_stream_yields_under_a_flood_of_one_byte_records(
+    pipe: tuple[MemoryByteStream, MemoryByteStream],
+) -> None:
+    near, far = pipe
     streams: dict[str, SecureStream] = {}
 
     async def wrap(name: str, transport: MemoryByteStream, role: Role) -> None:
@@ -184,8 +196,10 @@ async def test_a_peer_trickling_a_record_is_dropped_at_the_record_timeout(
 
 
 @pytest.mark.anyio
-async def test_anyio_stream_drops_a_peer_trickling_a_record(caplog: pytest.LogCaptureFixture) -> None:
-    near, far = memory_pipe()
+async def test_anyio_stream_drops_a_peer_trickling_a_record(
+    caplog: pytest.LogCaptureFixture, pipe: tuple[MemoryByteStream, MemoryByteStream]
+) -> None:
+    near, far = pipe
     streams: dict[str, SecureStream] = {}
 
     async def wrap(name: str, transport: MemoryByteStream, role: Role) -> None:
