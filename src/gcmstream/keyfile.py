@@ -23,7 +23,15 @@ import tempfile
 from .errors import UsageError
 from .format import Buffer, Suite
 
-__all__ = ("KEY_PREFIX", "KeyFileError", "format_key", "parse_key", "read_key_file", "write_key_file")
+__all__ = (
+    "KEY_PREFIX",
+    "KeyFileError",
+    "format_key",
+    "parse_key",
+    "read_key_file",
+    "write_key_file",
+    "write_secret_file",
+)
 
 KEY_PREFIX = "gcmstream-key-v1"
 _SUITE_NAMES = {Suite.AES_128_GCM: "aes128", Suite.AES_256_GCM: "aes256"}
@@ -82,7 +90,12 @@ def read_key_file(path: str | os.PathLike[str]) -> bytes:
 def write_key_file(path: str | os.PathLike[str], key: Buffer, *, force: bool = False) -> None:
     """Write ``key`` to ``path`` with mode 0600. An existing file raises FileExistsError
     unless ``force``; then it is replaced atomically (never left half written)."""
-    data = (format_key(key) + "\n").encode("ascii")
+    write_secret_file(path, (format_key(key) + "\n").encode("ascii"), force=force)
+
+
+def write_secret_file(path: str | os.PathLike[str], data: bytes, *, force: bool = False) -> None:
+    """Write ``data`` to ``path`` with mode 0600, as ``write_key_file`` does (identity files
+    share it)."""
     if not force:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:

@@ -41,7 +41,7 @@ plaintext is withheld (wiped) when bytes already follow it. Views handed out (``
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from cryptography.exceptions import InvalidTag
 
@@ -68,6 +68,8 @@ from .format import (
     HEADER_FIXED_SIZE,
     KNOWN_FLAGS,
     MAGIC,
+    MAX_FIELDS_SIZE,
+    MAX_STANZA_FIELDS_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
@@ -89,6 +91,7 @@ from .format import (
     parse_header_start,
     verify_commitment,
 )
+from .recipients import STANZA_FIELD_TYPES, Identity, Unlocker
 from .ring import DEFAULT_RING_SIZE, RecordRing, check_record_length, ring_capacity
 
 __all__ = ("Opener", "Phase")
@@ -151,8 +154,10 @@ class Opener:
 
     def __init__(
         self,
-        key: Keys,
+        key: Keys | None = None,
         *,
+        identities: Iterable[Identity] | None = None,
+        passphrase: str | bytes | None = None,
         context: Buffer = b"",
         max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
         limits: KeyLimits | None = None,
@@ -162,13 +167,23 @@ class Opener:
         _on_peer_finished: PeerFinishedHook | None = None,
         _known_fields: frozenset[int] = frozenset(),
     ) -> None:
-        keys = as_key_ring(key)
-        self.suite = Suite.for_key(keys.primary)
+        if (key is not None) + (identities is not None) + (passphrase is not None) != 1:
+            raise TypeError("an Opener takes exactly one of key, identities or passphrase")
+        # A reader of recipient stanzas holds an Unlocker instead of keys: it finds the file key
+        # in the header (docs/FORMAT.md 4.3), whose suite is known only then.
+        self._unlocker = Unlocker(identities, passphrase) if key is None else None
+        if self._unlocker is not None and (_peer_role is not Role.ONE_WAY or _on_peer_header is not None):
+            raise ValueError("identities and passphrases are for one-way streams")
+        keys = as_key_ring(key) if key is not None else None
+        self.suite = Suite.for_key(keys.primary) if keys is not None else Suite.AES_256_GCM
         self.max_record_size = check_record_size(max_record_size, "max_record_size")
         ring_capacity(self.max_record_size, ring_size)  # refuse a bad size now, not at the header
         self.ring_size = ring_size
         self._keys: KeyRing | None = keys  # kept only until the header is verified
-        self._known_fields = _known_fields
+        stanza_types = STANZA_FIELD_TYPES if self._unlocker is not None else frozenset()
+        self._known_fields = _known_fields | stanza_types
+        # stanzas need more room than a key's header (docs/FORMAT.md 4.3)
+        self._max_fields_size = MAX_STANZA_FIELDS_SIZE if self._unlocker is not None else MAX_FIELDS_SIZE
         self._context = check_context(context)
         self._limits = limits or KeyLimits()
         self._peer_role = _peer_role
@@ -434,7 +449,8 @@ class Opener:
     def _on_header_start(self) -> None:
         """The fixed part arrived: refuse what can be refused before reading more (checks
         H1..H11: format, sizes, role, key ID, suite), then wait for the rest of the header."""
-        start = parse_header_start(self._header_buf)
+        unlocker = self._unlocker
+        start = parse_header_start(self._header_buf, self._max_fields_size)
         if start.record_size > self.max_record_size:
             raise RecordTooLargeError("announced record size", start.record_size, self.max_record_size)
         expected = self._peer_role
@@ -444,9 +460,10 @@ class Opener:
                 f"peer header has role {start.role.name}, expected {expected.name}{reason}"
             )
         keys, self._keys = self._keys, None
-        if keys is None:  # unreachable: the fixed part is read once
-            raise ProtocolError("header already read")
-        self._header_key = find_key(keys, start)
+        if unlocker is None:
+            if keys is None:  # unreachable: the fixed part is read once
+                raise ProtocolError("header already read")
+            self._header_key = find_key(keys, start)
         self._header_start = start
         self._header_need = start.size
         whole = bytearray(start.size + (FINISHED_SIZE if self._on_peer_finished is not None else 0))
@@ -456,14 +473,28 @@ class Opener:
     def _on_header(self) -> None:
         key, self._header_key = self._header_key, b""
         raw = bytes(memoryview(self._header_buf)[: self._header_need])
+        unlocker, self._unlocker = self._unlocker, None
+        if unlocker is not None:
+            key = self._unlock(unlocker, raw)
         secret = verify_commitment(key, raw, self._context)
-        header = parse_header(raw, self._known_fields)
+        header = parse_header(raw, self._known_fields, self._max_fields_size)
         self.header = header
         if self._on_peer_header is not None:  # a channel: its Finished comes next
             self._on_peer_header(key, header)
             self._header_need += FINISHED_SIZE
             return
         self._enter_records(secret)
+
+    def _unlock(self, unlocker: Unlocker, raw: bytes) -> bytes:
+        """The file key of a header sealed to recipients or a passphrase; the commitment,
+        checked next, then covers every stanza."""
+        start = self._header_start
+        if start is None:  # unreachable: the fixed part came first
+            raise ProtocolError("no stream header")
+        fields = parse_header(raw, self._known_fields, self._max_fields_size).fields
+        self.suite = start.suite
+        file_key = unlocker.unlock(start.suite, fields)
+        return find_key(KeyRing([file_key]), start)
 
     def _on_finished(self) -> None:
         if self._on_peer_finished is None:  # unreachable: only channels wait for Finished
