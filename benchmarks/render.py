@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 README = HERE / "README.md"
 CHART = HERE / "chart.png"
-PARTS = ["seed", "allocs", "codec", "sockets", "echo", "conns"]
+PARTS = ["seed", "allocs", "codec", "sockets", "echo", "conns", "recipients"]
 
 
 def load(quick: bool) -> dict[str, dict[str, Any]]:
@@ -346,6 +346,44 @@ def conns_section(d: dict[str, Any]) -> str:
     )
 
 
+def recipients_section(d: dict[str, Any]) -> str:
+    def ms(pair: list[float] | None) -> str:
+        return "" if pair is None else f"{pair[0] * 1e3:.2f} ({pair[1] * 1e3:.2f})"
+
+    headers = [
+        [
+            r["kind"],
+            str(r["recipients"]),
+            f"{r['header_bytes']:,}",
+            ms(r["write_s"]),
+            ms(r["read_s"]),
+            ms(r["hostile_read_s"]),
+        ]
+        for r in d["headers"]
+    ]
+    scrypt = [
+        [
+            f"2^{r['work_factor']}, r = {r['r']}",
+            f"{r['memory_mib']} MiB",
+            f"{r['write_s'][0]:.2f} ({r['write_s'][1]:.2f})",
+            f"{r['read_s'][0]:.2f} ({r['read_s'][1]:.2f})",
+        ]
+        for r in d["scrypt"]
+    ]
+    records = [[r["case"], _f(r["mb_per_s"]), _f(r["bytes"] / r["cpu_s"] / 1e6)] for r in d["records"]]
+    return (
+        "## 7. Recipients and passphrases (issue 14)\n\n"
+        "`python benchmarks/run.py recipients`. Header cost, wall ms (CPU ms) per header, median. "
+        "Read: one identity whose stanza is the last; hostile read: 10 identities, none "
+        "matching, so every stanza of their kind is tried (the reader's bound).\n\n"
+        + table(["kind", "recipients", "header bytes", "write", "read", "hostile read"], headers)
+        + "\n\nscrypt, seconds wall (CPU) to seal and to open a passphrase header:\n\n"
+        + table(["N", "memory", "write", "read"], scrypt)
+        + f"\n\nRecord layer, {d['records'][0]['bytes'] >> 20} MiB in 64 KiB records, header "
+        "excluded, cases interleaved:\n\n" + table(["case", "MB/s wall", "MB/s CPU"], records) + "\n"
+    )
+
+
 def targets_section(data: dict[str, dict[str, Any]]) -> str:
     rows = []
     for part in PARTS:
@@ -459,6 +497,7 @@ def render(data: dict[str, dict[str, Any]], with_chart: bool) -> str:
         ("sockets", sockets_section),
         ("echo", echo_section),
         ("conns", conns_section),
+        ("recipients", recipients_section),
     ):
         if part in data:
             parts.append(fn(data[part]))

@@ -1,7 +1,7 @@
 """Run gcmstream's benchmarks: ``python benchmarks/run.py [PART ...] [--quick]``.
 
-Parts: seed, allocs, codec, sockets, echo, conns, handshake (default: all, in that order). Each writes
-benchmarks/results/<part>.json (``--quick``: <part>.quick.json, tiny sizes, seconds; set
+Parts: seed, allocs, codec, sockets, echo, conns, handshake, recipients (default: all, in that
+order). Each writes benchmarks/results/<part>.json (``--quick``: <part>.quick.json, tiny sizes, seconds; set
 GCMSTREAM_BENCH_RESULTS to write elsewhere). ``python benchmarks/render.py`` turns the
 results into benchmarks/README.md's tables and chart.
 """
@@ -26,6 +26,7 @@ PARTS = {
     "echo": "bench_echo",
     "conns": "bench_conns",
     "handshake": "bench_handshake",
+    "recipients": "bench_recipients",
 }
 
 

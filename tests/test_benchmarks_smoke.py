@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "benchmarks" / "run.py"
 
-PARTS = ["seed", "allocs", "codec", "sockets", "echo", "conns", "handshake"]
+PARTS = ["seed", "allocs", "codec", "sockets", "echo", "conns", "handshake", "recipients"]
 COMMON_KEYS = {"part", "quick", "date", "machine", "params", "rows", "targets"}
 
 

@@ -13,6 +13,10 @@ Three layers, one loop each way:
   ``decrypt_file`` (``anyio.run`` over the async ones): path to path. File I/O runs in worker
   threads (anyio's file API), never on the event loop.
 
+Every function is keyed like ``Sealer``/``Opener``: ``key=``, or ``recipients=`` or
+``passphrase=`` to encrypt and ``identities=`` or ``passphrase=`` to decrypt
+(``gcmstream.recipients``).
+
 Guarantees:
 
 * Nothing unauthenticated is released. Decryption hands out plaintext record by record, each
@@ -39,7 +43,7 @@ import errno
 import os
 import stat
 import tempfile
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager, suppress
 from functools import partial
 from typing import BinaryIO, TypeAlias
@@ -51,6 +55,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 from .codec import Opener, Sealer
 from .errors import TrailingDataError, TruncatedStreamError, UnsupportedEndpointError
 from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, Keys, byte_view
+from .recipients import Identity, Recipient
 
 __all__ = (
     "CHUNK_SIZE",
@@ -268,14 +273,18 @@ async def _decrypt(read: _Reader, write: _Writer, opener: Opener, *, eager: bool
 async def encrypt_iter(
     chunks: AsyncIterable[Buffer],
     *,
-    key: Keys,
+    key: Keys | None = None,
+    recipients: Iterable[Recipient] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
 ) -> AsyncIterator[bytes]:
     """Encrypt an async iterable of plaintext chunks into the chunks of one gcmstream stream
     (header, records, FINAL). A partial record waits for more input; the last one goes out
     with FINAL when ``chunks`` ends."""
-    sealer = Sealer(key, context=context, record_size=record_size)
+    sealer = Sealer(
+        key, recipients=recipients, passphrase=passphrase, context=context, record_size=record_size
+    )
     read = _reader(chunks, CHUNK_SIZE, None)
     async for out in _sealed(read, sealer):
         yield bytes(out)
@@ -284,14 +293,18 @@ async def encrypt_iter(
 async def decrypt_iter(
     chunks: AsyncIterable[Buffer],
     *,
-    key: Keys,
+    key: Keys | None = None,
+    identities: Iterable[Identity] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
 ) -> AsyncIterator[bytes]:
     """Decrypt the chunks of one gcmstream stream, yielding each record's plaintext once it
     authenticated. Raises a ``ProtocolError`` (after yielding every good record before it)
     if the stream is tampered, truncated, for another key or context, or followed by data."""
-    opener = Opener(key, context=context, max_record_size=max_record_size)
+    opener = Opener(
+        key, identities=identities, passphrase=passphrase, context=context, max_record_size=max_record_size
+    )
     read = _reader(chunks, CHUNK_SIZE, None)
     async for view in _opened(read, opener):
         if view:
@@ -302,14 +315,18 @@ async def encrypt_stream(
     source: ByteSource,
     sink: ByteSink,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    recipients: Iterable[Recipient] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     progress: Progress | None = None,
 ) -> None:
     """Encrypt everything ``source`` delivers until its end into ``sink`` as one stream.
     Neither is closed. ``progress`` is called with the size of each chunk read."""
-    sealer = Sealer(key, context=context, record_size=record_size)
+    sealer = Sealer(
+        key, recipients=recipients, passphrase=passphrase, context=context, record_size=record_size
+    )
     await _encrypt(_reader(source, CHUNK_SIZE, progress), _writer(sink), sealer)
 
 
@@ -317,7 +334,9 @@ async def decrypt_stream(
     source: ByteSource,
     sink: ByteSink,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    identities: Iterable[Identity] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     progress: Progress | None = None,
@@ -325,7 +344,9 @@ async def decrypt_stream(
     """Decrypt the one stream ``source`` delivers into ``sink``, releasing only authenticated
     plaintext; on failure what authenticated before it is written, then the error is raised.
     Neither end is closed. ``progress`` is called with the size of each chunk read."""
-    opener = Opener(key, context=context, max_record_size=max_record_size)
+    opener = Opener(
+        key, identities=identities, passphrase=passphrase, context=context, max_record_size=max_record_size
+    )
     await _decrypt(_reader(source, CHUNK_SIZE, progress), _writer(sink), opener, eager=True)
 
 
@@ -440,13 +461,17 @@ async def encrypt_file_async(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    recipients: Iterable[Recipient] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     progress: Progress | None = None,
 ) -> None:
     """Encrypt the file ``src`` into ``dst`` (atomically: see the module docs)."""
-    sealer = Sealer(key, context=context, record_size=record_size)
+    sealer = Sealer(
+        key, recipients=recipients, passphrase=passphrase, context=context, record_size=record_size
+    )
     async with await anyio.open_file(src, "rb", buffering=0) as source, atomic_output(dst) as sink:
         await _encrypt(_reader(source, CHUNK_SIZE, progress), _writer(sink), sealer)
 
@@ -455,14 +480,18 @@ async def decrypt_file_async(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    identities: Iterable[Identity] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     progress: Progress | None = None,
 ) -> None:
     """Decrypt the file ``src`` into ``dst``; ``dst`` appears only once the FINAL record
     authenticated, and is left untouched on any error."""
-    opener = Opener(key, context=context, max_record_size=max_record_size)
+    opener = Opener(
+        key, identities=identities, passphrase=passphrase, context=context, max_record_size=max_record_size
+    )
     async with await anyio.open_file(src, "rb", buffering=0) as source, atomic_output(dst) as sink:
         await _decrypt(_reader(source, CHUNK_SIZE, progress), _writer(sink), opener, eager=False)
 
@@ -471,7 +500,9 @@ def encrypt_file(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    recipients: Iterable[Recipient] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     progress: Progress | None = None,
@@ -479,7 +510,15 @@ def encrypt_file(
     """Synchronous ``encrypt_file_async`` for scripts (runs its own event loop)."""
     anyio.run(
         partial(
-            encrypt_file_async, src, dst, key=key, context=context, record_size=record_size, progress=progress
+            encrypt_file_async,
+            src,
+            dst,
+            key=key,
+            recipients=recipients,
+            passphrase=passphrase,
+            context=context,
+            record_size=record_size,
+            progress=progress,
         )
     )
 
@@ -488,7 +527,9 @@ def decrypt_file(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    identities: Iterable[Identity] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     progress: Progress | None = None,
@@ -500,6 +541,8 @@ def decrypt_file(
             src,
             dst,
             key=key,
+            identities=identities,
+            passphrase=passphrase,
             context=context,
             max_record_size=max_record_size,
             progress=progress,
