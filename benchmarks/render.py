@@ -373,7 +373,8 @@ def recipients_section(d: dict[str, Any]) -> str:
     records = [[r["case"], _f(r["mb_per_s"]), _f(r["bytes"] / r["cpu_s"] / 1e6)] for r in d["records"]]
     return (
         "## 7. Recipients and passphrases (issue 14)\n\n"
-        "`python benchmarks/run.py recipients`. Header cost, wall ms (CPU ms) per header, median. "
+        "`nice -n 5 python benchmarks/run.py recipients` (1-minute load average "
+        f"{d['loadavg'][0]:.1f} when it ended). Header cost, wall ms (CPU ms) per header, median. "
         "Read: one identity whose stanza is the last; hostile read: 10 identities, none "
         "matching, so every stanza of their kind is tried (the reader's bound).\n\n"
         + table(["kind", "recipients", "header bytes", "write", "read", "hostile read"], headers)

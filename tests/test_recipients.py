@@ -342,3 +342,23 @@ def test_pipelines_pass_recipients_identities_and_passphrases_through(
         return b"".join([c async for c in decrypt_iter(replay(), passphrase="pw")])
 
     assert anyio.run(round_trip) == PLAINTEXT  # scrypt at the default work factor, twice
+
+
+def test_a_stanza_header_must_name_its_file_key_and_aes_256_gcm() -> None:
+    from gcmstream.format import Role, make_header
+
+    identity = Identity.generate(RecipientKind.X25519)
+
+    def header(key: bytes, wrapped: bytes) -> bytes:
+        fields = recipients_module.seal_stanzas(wrapped, recipients=[identity.recipient])
+        made, _ = make_header(
+            key, Role.ONE_WAY, 1024, b"", fields=fields, max_fields_size=MAX_STANZA_FIELDS_SIZE
+        )
+        return made
+
+    short = os.urandom(16)
+    error = refused(header(short, short), StanzaError, identities=[identity])
+    assert "AES_256_GCM" in str(error)
+    # a writer holding one file key wraps another: the key ID gives it away before the commitment
+    error = refused(header(os.urandom(32), os.urandom(32)), KeyCommitmentError, identities=[identity])
+    assert "stanza" in str(error)

@@ -50,6 +50,7 @@ from .direction import Direction
 from .errors import (
     AuthenticationError,
     BufferFullError,
+    KeyCommitmentError,
     MalformedRecordError,
     OutOfRangeError,
     ProtocolError,
@@ -87,6 +88,7 @@ from .format import (
     check_header_start,
     check_record_size,
     find_key,
+    key_id,
     parse_header,
     parse_header_start,
     verify_commitment,
@@ -494,7 +496,11 @@ class Opener:
         fields = parse_header(raw, self._known_fields, self._max_fields_size).fields
         self.suite = start.suite
         file_key = unlocker.unlock(start.suite, fields)
-        return find_key(KeyRing([file_key]), start)
+        if key_id(file_key) != start.key_id:  # only a writer holding a file key gets here
+            raise KeyCommitmentError(
+                "the file key a stanza holds is not the one the header names (altered header)"
+            )
+        return file_key
 
     def _on_finished(self) -> None:
         if self._on_peer_finished is None:  # unreachable: only channels wait for Finished

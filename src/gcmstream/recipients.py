@@ -428,6 +428,10 @@ class Unlocker:
         if stanza_fields:
             unknown = min(stanza_fields)
             raise StanzaError(f"header has stanza field 0x{unknown:04x}, which this reader does not know")
+        if (passphrase is not None or recipients is not None) and suite is not Suite.AES_256_GCM:
+            raise StanzaError(
+                f"stanzas wrap 32-byte file keys (AES_256_GCM), but the header says {suite.name}"
+            )
         if passphrase is not None and recipients is not None:
             raise StanzaError("a passphrase stanza must be the only stanza, but recipient stanzas are there")
         if passphrase is not None:
