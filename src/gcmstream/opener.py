@@ -5,7 +5,8 @@ Theory of operation
 Phases (``Opener.phase``), in order, each entered once:
 
 * ``HEADER``: the stream header is arriving (its 62-byte fixed part, then a buffer of exactly
-  the announced size, at most ``MAX_HEADER_SIZE``). The fixed part is checked as soon as it is
+  the announced size, at most ``MAX_HEADER_SIZE``, or 62 + 65,535 + 32 bytes for a reader of
+  recipient stanzas). The fixed part is checked as soon as it is
   whole (format, size, role, key ID), then the commitment and the fields; on a channel the
   first hook runs the key exchange, then the peer's 32-byte Finished is read into the same
   buffer and the second hook confirms it and keys both directions. No ring exists before.
@@ -141,6 +142,10 @@ class Opener:
     ``receive_eof()`` at the end of input. Read with ``read``/``readinto``/``read_view`` or
     ``peek`` + ``consume``: each returns None when more input is needed and empty at the
     authenticated end of the stream.
+
+    Keyed by exactly one of: ``key`` (a pre-shared key or KeyRing), ``identities`` (at most 10,
+    for a one-way stream sealed to recipients) or ``passphrase`` (docs/FORMAT.md 4.3); with the
+    last two, the header's stanzas give the file key, or NoIdentityMatchedError.
 
     Errors found while feeding are raised by the next read-side call, after every
     authenticated byte before them has been read. Feeding never raises a ProtocolError.
