@@ -95,6 +95,8 @@ def test_passphrase_file_round_trip(tmp_path: Path, people: dict[str, Path]) -> 
     assert sealed.returncode == EXIT_OK, sealed.stderr
     opened = gcm("decrypt", "--passphrase-file", secret, input=sealed.stdout)
     assert opened.returncode == EXIT_OK and opened.stdout == PLAIN
+    costly = gcm("encrypt", "--passphrase-file", secret, "--work-factor", "20", input=PLAIN)
+    assert "--work-factor" in one_line_error(costly, EXIT_USAGE)
     wrong = tmp_path / "wrong"
     wrong.write_text("correct horse battery stapler\n")
     message = one_line_error(gcm("decrypt", "--passphrase-file", wrong, input=sealed.stdout), EXIT_WRONG_KEY)

@@ -268,8 +268,9 @@ def test_scrypt_parameters_over_the_ceiling_are_refused_before_scrypt_runs(
     wire[stanza : stanza + 3] = bytes([0, 8, 1])
     refused(bytes(wire), StanzaError, passphrase="pw")
     assert ran == []
-    with pytest.raises(WorkFactorError):
-        Sealer(passphrase="pw", work_factor=20)
+    for writer_asks in (20, 0):  # the writer's mistake is a ValueError, not the reader's error
+        with pytest.raises(ValueError, match=f"work_factor {writer_asks}"):
+            Sealer(passphrase="pw", work_factor=writer_asks)
 
 
 def test_the_default_work_factor_is_under_the_ceiling() -> None:

@@ -63,6 +63,7 @@ from .recipients import (
     Identity,
     Recipient,
     RecipientKind,
+    check_work_factor,
     read_identity_file,
     read_recipients_file,
     write_identity_file,
@@ -262,7 +263,7 @@ _EXAMPLES = {
   export GCMSTREAM_KEY=$(gcmstream keygen -o -)   # the key line, for the environment""",
     "identity": """\
   gcmstream identity -o me.identity               # ML-KEM-768 + X25519; recipient on stderr
-  gcmstream identity -o me.identity --x25519      # X25519 alone: a 90-character recipient""",
+  gcmstream identity -o me.identity --x25519      # X25519 alone: a 78-character recipient""",
     "recipient": """\
   gcmstream recipient me.identity > me.recipient     # to give to others""",
     "encrypt": """\
@@ -617,6 +618,11 @@ def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
     if public:
         return {"identities": [_read_identity(path) for path in args.identity]}
     if secret:
+        if encrypting:
+            try:
+                check_work_factor(args.work_factor)
+            except ValueError as exc:
+                raise _Usage(f"--work-factor: {exc}") from None
         return {"passphrase": _read_passphrase(args, encrypting=encrypting)}
     return {"key": _load_key(args.key_file)}
 

@@ -46,6 +46,7 @@ __all__ = (
     "Recipient",
     "RecipientKind",
     "Unlocker",
+    "check_work_factor",
     "parse_recipients",
     "read_identity_file",
     "read_recipients_file",
@@ -320,6 +321,17 @@ def _check_work_factor(log2_n: int, r: int, p: int) -> None:
         )
 
 
+def check_work_factor(work_factor: int) -> None:
+    """A writer's scrypt work factor (log2 of N, r = 8, p = 1): ValueError unless a reader
+    accepts it (1 to 19)."""
+    if not isinstance(work_factor, int):
+        raise TypeError(f"work_factor must be an int, not {type(work_factor).__name__}")
+    try:
+        _check_work_factor(work_factor, SCRYPT_R, SCRYPT_P)
+    except StanzaError as exc:
+        raise ValueError(f"work_factor {work_factor}: {exc}") from None
+
+
 def _wrapping_key(passphrase: bytes, salt: bytes, log2_n: int, r: int, p: int) -> AESGCM:
     kdf = Scrypt(salt=_LABEL_PASSPHRASE + salt, length=32, n=1 << log2_n, r=r, p=p)
     return AESGCM(kdf.derive(passphrase))
@@ -338,7 +350,7 @@ def seal_stanzas(
     if (recipients is None) == (passphrase is None):
         raise ValueError("give recipients or a passphrase, not both")
     if passphrase is not None:
-        _check_work_factor(work_factor, SCRYPT_R, SCRYPT_P)
+        check_work_factor(work_factor)
         salt = _random(SCRYPT_SALT_SIZE)
         params = _SCRYPT_PARAMS.pack(work_factor, SCRYPT_R, SCRYPT_P)
         wrap = _wrapping_key(_passphrase_bytes(passphrase), salt, work_factor, SCRYPT_R, SCRYPT_P)
