@@ -176,10 +176,11 @@ def _drain(opener: Opener, rest: bytes, out: bytearray) -> None:
 def main(quick: bool = False) -> None:
     data = {
         "params": {"quick": quick, "default_work_factor": DEFAULT_WORK_FACTOR},
-        "rows": [],
-        "headers": header_rows(quick),
-        "scrypt": scrypt_rows(quick),
-        "records": record_rows(quick),
+        "rows": [  # one list, each row naming its table
+            *({"table": "headers", **row} for row in header_rows(quick)),
+            *({"table": "scrypt", **row} for row in scrypt_rows(quick)),
+            *({"table": "records", **row} for row in record_rows(quick)),
+        ],
         "targets": {},
     }
     write_result("recipients", data, quick)

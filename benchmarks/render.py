@@ -346,6 +346,10 @@ def conns_section(d: dict[str, Any]) -> str:
     )
 
 
+def _table(d: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return [row for row in d["rows"] if row.get("table") == name]
+
+
 def recipients_section(d: dict[str, Any]) -> str:
     def ms(pair: list[float] | None) -> str:
         return "" if pair is None else f"{pair[0] * 1e3:.2f} ({pair[1] * 1e3:.2f})"
@@ -359,7 +363,7 @@ def recipients_section(d: dict[str, Any]) -> str:
             ms(r["read_s"]),
             ms(r["hostile_read_s"]),
         ]
-        for r in d["headers"]
+        for r in _table(d, "headers")
     ]
     scrypt = [
         [
@@ -368,9 +372,11 @@ def recipients_section(d: dict[str, Any]) -> str:
             f"{r['write_s'][0]:.2f} ({r['write_s'][1]:.2f})",
             f"{r['read_s'][0]:.2f} ({r['read_s'][1]:.2f})",
         ]
-        for r in d["scrypt"]
+        for r in _table(d, "scrypt")
     ]
-    records = [[r["case"], _f(r["mb_per_s"]), _f(r["bytes"] / r["cpu_s"] / 1e6)] for r in d["records"]]
+    records = [
+        [r["case"], _f(r["mb_per_s"]), _f(r["bytes"] / r["cpu_s"] / 1e6)] for r in _table(d, "records")
+    ]
     return (
         "## 7. Recipients and passphrases (issue 14)\n\n"
         "`nice -n 5 python benchmarks/run.py recipients` (1-minute load average "
@@ -380,7 +386,7 @@ def recipients_section(d: dict[str, Any]) -> str:
         + table(["kind", "recipients", "header bytes", "write", "read", "hostile read"], headers)
         + "\n\nscrypt, seconds wall (CPU) to seal and to open a passphrase header:\n\n"
         + table(["N", "memory", "write", "read"], scrypt)
-        + f"\n\nRecord layer, {d['records'][0]['bytes'] >> 20} MiB in 64 KiB records, header "
+        + f"\n\nRecord layer, {_table(d, 'records')[0]['bytes'] >> 20} MiB in 64 KiB records, header "
         "excluded, cases interleaved:\n\n" + table(["case", "MB/s wall", "MB/s CPU"], records) + "\n"
     )
 
