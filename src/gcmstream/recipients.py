@@ -138,8 +138,10 @@ def _decode(text: str, prefix: str, what: str) -> tuple[RecipientKind, bytes]:
     parts = text.strip().split(":")
     if len(parts) != 3 or parts[0] != prefix:
         other = IDENTITY_PREFIX if prefix == RECIPIENT_PREFIX else RECIPIENT_PREFIX
-        hint = f" (this looks like an {other.split('-')[1]} line)" if parts[0] == other else ""
-        raise RecipientError(f"not a {what} line: expected {prefix}:<kind>:<base64url>{hint}")
+        hint = f" (this looks like {'an identity' if other == IDENTITY_PREFIX else 'a recipient'} line)"
+        hint = hint if parts[0] == other else ""
+        article = "an" if what == "identity" else "a"
+        raise RecipientError(f"not {article} {what} line: expected {prefix}:<kind>:<base64url>{hint}")
     kind = _TEXT_KIND.get(parts[1])
     if kind is None:
         raise RecipientError(f"unknown {what} kind (expected {' or '.join(_TEXT_KIND)})")
