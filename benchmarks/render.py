@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 README = HERE / "README.md"
 CHART = HERE / "chart.png"
-PARTS = ["seed", "allocs", "codec", "sockets", "echo", "conns", "flood", "files"]
+PARTS = ["seed", "allocs", "codec", "sockets", "echo", "conns", "flood", "files", "recipients"]
 
 
 def load(quick: bool) -> dict[str, dict[str, Any]]:
@@ -418,6 +418,51 @@ def files_section(d: dict[str, Any]) -> str:
     )
 
 
+def _table(d: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return [row for row in d["rows"] if row.get("table") == name]
+
+
+def recipients_section(d: dict[str, Any]) -> str:
+    def ms(pair: list[float] | None) -> str:
+        return "" if pair is None else f"{pair[0] * 1e3:.2f} ({pair[1] * 1e3:.2f})"
+
+    headers = [
+        [
+            r["kind"],
+            str(r["recipients"]),
+            f"{r['header_bytes']:,}",
+            ms(r["write_s"]),
+            ms(r["read_s"]),
+            ms(r["hostile_read_s"]),
+        ]
+        for r in _table(d, "headers")
+    ]
+    scrypt = [
+        [
+            f"2^{r['work_factor']}, r = {r['r']}",
+            f"{r['memory_mib']} MiB",
+            f"{r['write_s'][0]:.2f} ({r['write_s'][1]:.2f})",
+            f"{r['read_s'][0]:.2f} ({r['read_s'][1]:.2f})",
+        ]
+        for r in _table(d, "scrypt")
+    ]
+    records = [
+        [r["case"], _f(r["mb_per_s"]), _f(r["bytes"] / r["cpu_s"] / 1e6)] for r in _table(d, "records")
+    ]
+    return (
+        "## 9. Recipients and passphrases (issue 14)\n\n"
+        "`nice -n 5 python benchmarks/run.py recipients` (1-minute load average "
+        f"{d['loadavg'][0]:.1f} when it ended). Header cost, wall ms (CPU ms) per header, median. "
+        "Read: one identity whose stanza is the last; hostile read: 10 identities, none "
+        "matching, so every stanza of their kind is tried (the reader's bound).\n\n"
+        + table(["kind", "recipients", "header bytes", "write", "read", "hostile read"], headers)
+        + "\n\nscrypt, seconds wall (CPU) to seal and to open a passphrase header:\n\n"
+        + table(["N", "memory", "write", "read"], scrypt)
+        + f"\n\nRecord layer, {_table(d, 'records')[0]['bytes'] >> 20} MiB in 64 KiB records, header "
+        "excluded, cases interleaved:\n\n" + table(["case", "MB/s wall", "MB/s CPU"], records) + "\n"
+    )
+
+
 def targets_section(data: dict[str, dict[str, Any]]) -> str:
     rows = []
     for part in PARTS:
@@ -535,6 +580,7 @@ def render(data: dict[str, dict[str, Any]], with_chart: bool) -> str:
         ("conns", conns_section),
         ("flood", flood_section),
         ("files", files_section),
+        ("recipients", recipients_section),
     ):
         if part in data:
             parts.append(fn(data[part]))

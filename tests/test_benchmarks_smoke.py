@@ -18,7 +18,19 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "benchmarks" / "run.py"
 
-PARTS = ["seed", "allocs", "codec", "sockets", "echo", "conns", "handshake", "flood", "guard", "files"]
+PARTS = [
+    "seed",
+    "allocs",
+    "codec",
+    "sockets",
+    "echo",
+    "conns",
+    "handshake",
+    "flood",
+    "guard",
+    "files",
+    "recipients",
+]
 COMMON_KEYS = {"part", "quick", "date", "machine", "params", "rows", "targets"}
 
 

@@ -198,7 +198,7 @@ def test_a_stop_request_stops_the_engine(tmp_path: Path) -> None:
     stop.set()
     src = tmp_path / "plain"
     src.write_bytes(b"x" * 100)
-    with pytest.raises(files.Stopped):
+    with pytest.raises(files._Stopped):
         files.encrypt_path(src, tmp_path / "out", key=KEY, stop=stop)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plain"]
 

@@ -79,6 +79,19 @@ TOP_LEVEL_MODULES: dict[str, set[str]] = {
     "gcmstream.errors": set(),
     "gcmstream.keyfile": {"KEY_PREFIX", "format_key", "parse_key"},  # the text form, for tools
     "gcmstream.pipeline": {"ByteSink", "ByteSource", "CHUNK_SIZE", "atomic_output"},  # types and parts
+    "gcmstream.recipients": {  # limits and the parts Sealer and Opener build on
+        "DEFAULT_WORK_FACTOR",
+        "FILE_KEY_SIZE",
+        "MAX_IDENTITIES",
+        "MAX_SCRYPT_MEMORY",
+        "MAX_SCRYPT_WORK",
+        "MAX_STANZAS",
+        "Unlocker",
+        "check_work_factor",
+        "parse_recipients",
+        "seal_stanzas",
+    },
+    "gcmstream.seekable": set(),
 }
 FROM_FORMAT = {
     "DEFAULT_MAX_RECORD_SIZE",

@@ -12,7 +12,7 @@ import os
 import tempfile
 from contextlib import suppress
 
-__all__ = ("discard", "fsync_directory", "replace_durably", "temporary_beside")
+__all__ = ("discard", "fsync_directory", "replace_durably", "temporary_beside", "write_secret_file")
 
 
 def temporary_beside(target: str, mode: int, *, suffix: str = "") -> tuple[int, str]:
@@ -54,3 +54,35 @@ def discard(temp: str) -> None:
     """Remove a temporary file that will not be committed (already gone is fine)."""
     with suppress(FileNotFoundError):
         os.unlink(temp)
+
+
+def write_secret_file(path: str | os.PathLike[str], data: bytes, *, force: bool = False) -> None:
+    """Write ``data`` to ``path`` with mode 0600, as ``write_key_file`` does (identity files
+    share it)."""
+    if not force:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, data)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            with suppress(OSError):
+                os.unlink(path)
+            raise
+        os.close(fd)
+        fsync_directory(os.fspath(path))
+        return
+    target = os.path.realpath(path)
+    fd, temp = temporary_beside(target, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        replace_durably(temp, target)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        discard(temp)
+        raise

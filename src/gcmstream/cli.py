@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import getpass
 import logging
 import os
 import re
@@ -33,8 +34,10 @@ from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
 from .anyio_stream import SecureStream, connect_tcp
 from .errors import (
     KeyCommitmentError,
+    NoIdentityMatchedError,
     PeerIdentityError,
     ProtocolError,
+    RecipientError,
     RecordTooLargeError,
     SelfConnectionError,
     StreamBrokenError,
@@ -43,7 +46,7 @@ from .errors import (
     UnsupportedFormatError,
     UsageError,
 )
-from .files import Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
+from .files import _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
@@ -61,9 +64,21 @@ from .handshake import MAX_IDENTITY_SIZE
 from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
 from .pending import PendingHandshakes
 from .pipeline import CHUNK_SIZE, _output_target, atomic_output
+from .recipients import (
+    DEFAULT_WORK_FACTOR,
+    Identity,
+    Recipient,
+    RecipientKind,
+    check_work_factor,
+    read_identity_file,
+    read_recipients_file,
+    write_identity_file,
+)
 from .seekable import open_file
 
 _T = TypeVar("_T")
+_K = TypeVar("_K")
+Keying = dict[str, Any]  # Sealer/Opener keywords: key=, recipients=, identities= or passphrase=
 _log = logging.getLogger("gcmstream.cli")
 
 __all__ = (
@@ -107,7 +122,8 @@ EXIT_CODES = {
     EXIT_INTERNAL: "internal error (a bug: please report it)",
     EXIT_USAGE: "usage: bad arguments, no key or a malformed key, refused to overwrite a key "
     "file or to write ciphertext to a terminal",
-    EXIT_WRONG_KEY: "wrong key or wrong --context (checked before any record is opened)",
+    EXIT_WRONG_KEY: "wrong key, no --identity matched, wrong passphrase, or wrong --context "
+    "(checked before any record is opened)",
     EXIT_TAMPERED: "tampered or corrupt input: a record failed authentication or broke a rule, "
     "or data follows the end of the stream",
     EXIT_TRUNCATED: "truncated input: it ended before the authenticated end of the stream",
@@ -243,7 +259,7 @@ def _context(text: str) -> bytes:
     return data
 
 
-def _identity(text: str) -> str:
+def _channel_name(text: str) -> str:
     size = len(text.encode("utf-8"))
     if not 1 <= size <= MAX_IDENTITY_SIZE:
         raise argparse.ArgumentTypeError(f"a name is 1 to {MAX_IDENTITY_SIZE} bytes of UTF-8, got {size}")
@@ -278,14 +294,19 @@ _EXAMPLES = {
   gcmstream keygen -o backup.key                  # AES-128-GCM, mode 0600
   gcmstream keygen -o backup.key --suite aes256 --force
   export GCMSTREAM_KEY=$(gcmstream keygen -o -)   # the key line, for the environment""",
+    "identity": """\
+  gcmstream identity -o me.identity               # ML-KEM-768 + X25519; recipient on stderr
+  gcmstream identity -o me.identity --x25519      # X25519 alone: a 78-character recipient""",
+    "recipient": """\
+  gcmstream recipient me.identity > me.recipient     # to give to others""",
     "encrypt": """\
   tar c docs | gcmstream encrypt -k backup.key --context "backup v1" > docs.tar.gcms
-  gcmstream encrypt -k backup.key -i photo.jpg -o photo.jpg.gcms
-  gcmstream encrypt -k backup.key --record-size 1M -i big.iso -o big.iso.gcms""",
+  gcmstream encrypt -R team.recipients -r gcmstream-recipient-v1:x25519:... -i a.pdf -o a.pdf.gcms
+  gcmstream encrypt --passphrase -i notes.txt -o notes.txt.gcms""",
     "decrypt": """\
   gcmstream decrypt -k backup.key --context "backup v1" -i docs.tar.gcms | tar x
-  gcmstream decrypt -k backup.key -i photo.jpg.gcms -o photo.jpg
-  gcmstream decrypt -k backup.key -i big.iso.gcms --offset 2G --length 4K | xxd""",
+  gcmstream decrypt -k backup.key -i big.iso.gcms --offset 2G --length 4K | xxd
+  gcmstream decrypt --identity me.identity -i a.pdf.gcms -o a.pdf""",
     "info": """\
   gcmstream info -k backup.key big.iso.gcms
   gcmstream info -k backup.key --context "backup v1" docs.tar.gcms""",
@@ -346,6 +367,23 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     keygen.add_argument("-f", "--force", action="store_true", help="overwrite KEYFILE if it exists")
 
+    identity = command(
+        "identity",
+        "write a new identity (private key) for public-key encryption",
+        "Write a new identity to FILE, readable only by you (mode 0600), and print its "
+        "recipient line (the public key, 'gcmstream-recipient-v1:...') on stderr: others "
+        "encrypt to you with 'encrypt -r LINE'. Hybrid ML-KEM-768 + X25519 by default.",
+    )
+    identity.add_argument("-o", "--output", metavar="FILE", required=True, help="identity file to create")
+    identity.add_argument("--x25519", action="store_true", help="X25519 alone (not post-quantum)")
+    identity.add_argument("-f", "--force", action="store_true", help="overwrite FILE if it exists")
+    recipient = command(
+        "recipient",
+        "print the recipient line of an identity file",
+        "Print the recipient line (public key) of IDENTITY_FILE on stdout.",
+    )
+    recipient.add_argument("identity_file", metavar="IDENTITY_FILE", help="an identity file")
+
     def key_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("-k", "--key-file", metavar="KEYFILE", help=_KEY_HELP)
         sub.add_argument(
@@ -354,6 +392,14 @@ def _build_parser() -> argparse.ArgumentParser:
             type=_context,
             default=b"",
             help="text bound to the stream (a purpose, a file name); the other side needs the same TEXT",
+        )
+
+    def passphrase_options(sub: argparse.ArgumentParser, twice: str) -> None:
+        sub.add_argument(
+            "--passphrase", action="store_true", help=f"ask for a passphrase {twice}on the terminal"
+        )
+        sub.add_argument(
+            "--passphrase-file", metavar="FILE", help="the passphrase is the first line of FILE (scripts)"
         )
 
     def io_options(sub: argparse.ArgumentParser, what: str) -> None:
@@ -389,6 +435,30 @@ def _build_parser() -> argparse.ArgumentParser:
         "Output to a file is written to a temporary file and renamed when complete.",
     )
     key_options(encrypt)
+    encrypt.add_argument(
+        "-r",
+        "--recipient",
+        metavar="RECIPIENT",
+        action="append",
+        default=[],
+        help="encrypt to this recipient line (repeatable), instead of a key",
+    )
+    encrypt.add_argument(
+        "-R",
+        "--recipients-file",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="encrypt to the recipients in FILE, one a line, '#' comments (repeatable)",
+    )
+    passphrase_options(encrypt, "twice ")
+    encrypt.add_argument(
+        "--work-factor",
+        metavar="LOG2N",
+        type=int,
+        default=DEFAULT_WORK_FACTOR,
+        help=f"scrypt cost of a passphrase, log2 of N (default {DEFAULT_WORK_FACTOR}: about 1 s, 256 MiB)",
+    )
     io_options(encrypt, "plaintext")
     encrypt.add_argument(
         "--record-size",
@@ -400,7 +470,19 @@ def _build_parser() -> argparse.ArgumentParser:
     )
 
     decrypt = command("decrypt", "decrypt and verify a file or stdin", "Decrypt IN into OUT. " + _STDOUT_NOTE)
-    key_options(decrypt)
+
+    def reader_keying_options(sub: argparse.ArgumentParser) -> None:
+        key_options(sub)
+        sub.add_argument(
+            "--identity",
+            metavar="FILE",
+            action="append",
+            default=[],
+            help="decrypt with the identity in FILE (repeatable), instead of a key",
+        )
+        passphrase_options(sub, "")
+
+    reader_keying_options(decrypt)
     io_options(decrypt, "ciphertext")
     max_record_size_option(decrypt)
     decrypt.add_argument(
@@ -421,7 +503,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "(format version, cipher suite, record size, key ID, layout) and the plaintext length. "
         "Nothing secret is printed.",
     )
-    key_options(info)
+    reader_keying_options(info)
     max_record_size_option(info)
     info.add_argument("file", metavar="FILE", help="the encrypted file")
 
@@ -429,7 +511,7 @@ def _build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--local-id",
             metavar="NAME",
-            type=_identity,
+            type=_channel_name,
             help="this end's name, sent to the peer and bound into the keys; a peer that claims "
             "it is refused (exit 9). A host that runs both 'listen' and 'connect' with one key "
             "must set it: otherwise an attacker can route its own 'connect' into its 'listen'",
@@ -437,7 +519,7 @@ def _build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--peer-id",
             metavar="NAME",
-            type=_identity,
+            type=_channel_name,
             help="the name the peer must send (its --local-id); any other is refused (exit 9)",
         )
         sub.add_argument(
@@ -540,6 +622,95 @@ def _keygen(args: argparse.Namespace) -> int:
     except FileExistsError:
         raise _Usage(f"{args.output} exists; use --force to overwrite it") from None
     return EXIT_OK
+
+
+def _identity(args: argparse.Namespace) -> int:
+    identity = Identity.generate(RecipientKind.X25519 if args.x25519 else RecipientKind.MLKEM768_X25519)
+    try:
+        write_identity_file(args.output, identity, force=args.force)
+    except FileExistsError:
+        raise _Usage(f"{args.output} exists; use --force to overwrite it") from None
+    print(f"recipient: {identity.recipient}", file=sys.stderr, flush=True)
+    return EXIT_OK
+
+
+def _read_identity(path: str) -> Identity:
+    try:
+        _check_private(path)
+        return read_identity_file(path)
+    except RecipientError as exc:
+        raise _Usage(f"identity file {path}: {exc}") from None
+    except (OSError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise _Usage(f"cannot read identity file {path}: {reason}") from None
+
+
+def _recipient(args: argparse.Namespace) -> int:
+    print(_read_identity(args.identity_file).recipient, flush=True)
+    return EXIT_OK
+
+
+def _read_recipients(args: argparse.Namespace) -> list[Recipient]:
+    recipients = []
+    for number, line in enumerate(args.recipient, 1):
+        try:
+            recipients.append(Recipient.parse(line))
+        except RecipientError as exc:
+            raise _Usage(f"recipient {number} (-r): {exc}") from None
+    for path in args.recipients_file:
+        try:
+            recipients += read_recipients_file(path)
+        except RecipientError as exc:
+            raise _Usage(f"recipients file {path}: {exc}") from None
+        except (OSError, UnicodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise _Usage(f"cannot read recipients file {path}: {reason}") from None
+    return recipients
+
+
+def _read_passphrase(args: argparse.Namespace, *, encrypting: bool) -> str:
+    if args.passphrase_file is not None:
+        try:
+            with open(args.passphrase_file, encoding="utf-8") as file:
+                passphrase = file.readline(4096).rstrip("\r\n")
+        except (OSError, UnicodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise _Usage(f"cannot read passphrase file {args.passphrase_file}: {reason}") from None
+        if not passphrase:
+            raise _Usage(f"passphrase file {args.passphrase_file}: its first line is empty")
+        return passphrase
+    try:  # getpass falls back to stdin without a terminal: stdin may be the data, so refuse
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+    except OSError:
+        raise _Usage("no terminal to ask for a passphrase: use --passphrase-file FILE") from None
+    passphrase = getpass.getpass("passphrase: ")
+    if not passphrase:
+        raise _Usage("empty passphrase")
+    if encrypting and getpass.getpass("passphrase again: ") != passphrase:
+        raise _Usage("the two passphrases differ")
+    return passphrase
+
+
+def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
+    """Sealer/Opener keywords from -k (or the environment), -r/-R or --identity, or a
+    passphrase: exactly one of these ways."""
+    public = bool(args.recipient or args.recipients_file) if encrypting else bool(args.identity)
+    secret = args.passphrase or args.passphrase_file is not None
+    option = "-r/-R" if encrypting else "--identity"
+    if public + secret + (args.key_file is not None) > 1 or (args.passphrase and args.passphrase_file):
+        raise _Usage(f"give one of -k, {option}, --passphrase or --passphrase-file")
+    if public and encrypting:
+        return {"recipients": _read_recipients(args)}
+    if public:
+        return {"identities": [_read_identity(path) for path in args.identity]}
+    if secret:
+        if encrypting:
+            try:
+                check_work_factor(args.work_factor)
+            except ValueError as exc:
+                raise _Usage(f"--work-factor: {exc}") from None
+        return {"passphrase": _read_passphrase(args, encrypting=encrypting)}
+    return {"key": _load_key(args.key_file)}
 
 
 # -- files, stdin, stdout ---------------------------------------------------------------------
@@ -706,10 +877,12 @@ def _record_limit_error(command: str, size: int, limit: int, where: str) -> _Fai
     )
 
 
-async def _encrypt_command(args: argparse.Namespace, key: bytes) -> None:
+async def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
     if _is_terminal(args.output):
         raise _Usage("refusing to write ciphertext to a terminal: use -o FILE or redirect stdout")
-    sealer = new_sealer(key, context=args.context, record_size=args.record_size, fixed_layout=True)
+    if "passphrase" in keying:
+        keying = {**keying, "work_factor": args.work_factor}
+    sealer = new_sealer(context=args.context, record_size=args.record_size, fixed_layout=True, **keying)
     async with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
@@ -721,11 +894,11 @@ async def _encrypt_command(args: argparse.Namespace, key: bytes) -> None:
         progress.close(summary=True)
 
 
-async def _decrypt_command(args: argparse.Namespace, key: bytes) -> None:
+async def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
     if args.offset is not None or args.length is not None:
-        await _decrypt_range_command(args, key)
+        await _decrypt_range_command(args, keying)
         return
-    opener = new_opener(key, context=args.context, max_record_size=args.max_record_size)
+    opener = new_opener(context=args.context, max_record_size=args.max_record_size, **keying)
     where = "the input" if args.input == "-" else args.input
     async with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "decrypt", args.quiet)
@@ -769,10 +942,10 @@ def _seekable_input(path: str) -> str:
 
 
 def _copy_range(
-    path: str, out: int, args: argparse.Namespace, key: bytes, stop: threading.Event | None = None
+    path: str, out: int, args: argparse.Namespace, keying: Keying, stop: threading.Event | None = None
 ) -> None:
     """Write the plaintext range [offset, offset + length) of the encrypted file ``path``."""
-    with open_file(path, key=key, context=args.context, max_record_size=args.max_record_size) as file:
+    with open_file(path, context=args.context, max_record_size=args.max_record_size, **keying) as file:
         offset = args.offset or 0
         end = file.length if args.length is None else min(file.length, offset + args.length)
         remaining = max(0, end - offset)
@@ -780,7 +953,7 @@ def _copy_range(
         buf = memoryview(bytearray(min(CHUNK_SIZE, remaining)))
         while remaining:
             if stop is not None and stop.is_set():
-                raise Stopped("stopped on request")
+                raise _Stopped("stopped on request")
             got = file.readinto(buf[: min(len(buf), remaining)])
             if not got:
                 break
@@ -798,11 +971,11 @@ def _header_limit_error(exc: RecordTooLargeError, args: argparse.Namespace, wher
     return _record_limit_error(args.command, exc.size, exc.limit, where)
 
 
-async def _decrypt_range_command(args: argparse.Namespace, key: bytes) -> None:
+async def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
     path = _seekable_input(args.input)
     try:
         async with _open_output(args.output, args.mode) as out:
-            await _run_engine(partial(_copy_range, path, out, args, key))
+            await _run_engine(partial(_copy_range, path, out, args, keying))
     except RecordTooLargeError as exc:
         hint = _header_limit_error(exc, args, "the input" if args.input == "-" else args.input)
         if hint is None:
@@ -810,8 +983,8 @@ async def _decrypt_range_command(args: argparse.Namespace, key: bytes) -> None:
         raise hint from None
 
 
-def _describe(path: str, args: argparse.Namespace, key: bytes) -> str:
-    with open_file(path, key=key, context=args.context, max_record_size=args.max_record_size) as file:
+def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
+    with open_file(path, context=args.context, max_record_size=args.max_record_size, **keying) as file:
         header = file.header
         suite = header.suite.name.replace("_", "-")
         if file.fixed_layout:
@@ -832,9 +1005,9 @@ def _describe(path: str, args: argparse.Namespace, key: bytes) -> str:
         )
 
 
-async def _info_command(args: argparse.Namespace, key: bytes) -> None:
+async def _info_command(args: argparse.Namespace, keying: Keying) -> None:
     try:
-        text = await to_thread.run_sync(_describe, args.file, args, key)
+        text = await to_thread.run_sync(_describe, args.file, args, keying)
     except RecordTooLargeError as exc:
         hint = _header_limit_error(exc, args, args.file)
         if hint is None:
@@ -1116,6 +1289,8 @@ def _classify(exc: BaseException) -> tuple[int, str]:
         return EXIT_WRONG_KEY, str(exc)  # it says "wrong key" and what else it can be
     if isinstance(exc, SelfConnectionError | PeerIdentityError):
         return EXIT_IDENTITY, f"identity refused: {exc}"
+    if isinstance(exc, NoIdentityMatchedError):
+        return EXIT_WRONG_KEY, str(exc)
     if isinstance(exc, UnsupportedFormatError):
         return EXIT_UNSUPPORTED, f"unsupported input: {exc}"
     if isinstance(exc, TruncatedStreamError):
@@ -1140,7 +1315,7 @@ def _classify(exc: BaseException) -> tuple[int, str]:
 
 
 async def _run(
-    command: Callable[[argparse.Namespace, bytes], Awaitable[None]], args: argparse.Namespace, key: bytes
+    command: Callable[[argparse.Namespace, _K], Awaitable[None]], args: argparse.Namespace, key: _K
 ) -> None:
     """Run ``command``; SIGTERM or SIGHUP cancel it (as Ctrl-C does), so its cleanup runs."""
     received: list[int] = []
@@ -1161,13 +1336,7 @@ async def _run(
         raise _Terminated(f"terminated by {signal.Signals(received[0]).name}")
 
 
-_COMMANDS = {
-    "encrypt": _encrypt_command,
-    "decrypt": _decrypt_command,
-    "info": _info_command,
-    "listen": _listen_command,
-    "connect": _connect_command,
-}
+_NET_COMMANDS = {"listen": _listen_command, "connect": _connect_command}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1194,8 +1363,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "keygen":
             return _keygen(args)
-        key = _load_key(args.key_file)
-        anyio.run(_run, _COMMANDS[args.command], args, key)
+        if args.command == "identity":
+            return _identity(args)
+        if args.command == "recipient":
+            return _recipient(args)
+        if args.command == "encrypt":
+            anyio.run(_run, _encrypt_command, args, _keying(args, encrypting=True))
+        elif args.command == "decrypt":
+            anyio.run(_run, _decrypt_command, args, _keying(args, encrypting=False))
+        elif args.command == "info":
+            anyio.run(_run, _info_command, args, _keying(args, encrypting=False))
+        else:
+            anyio.run(_run, _NET_COMMANDS[args.command], args, _load_key(args.key_file))
     except BaseException as exc:  # one line on stderr, never a traceback (unless debugging)
         if isinstance(exc, SystemExit):
             raise

@@ -6,10 +6,17 @@
     ├── ProtocolError                    the peer's bytes are bad; FATAL for the receiving side
     │   ├── UnsupportedFormatError       (also ValueError) not a gcmstream header, or a magic,
     │   │                                version, suite, role or record size this version refuses
-    │   │   └── UnknownFieldError        a critical header field this version does not know
+    │   │   ├── UnknownFieldError        a critical header field this version does not know
+    │   │   └── StanzaError              recipient or passphrase stanzas break a rule: over the
+    │   │       │                        count limit, malformed, or a passphrase stanza beside
+    │   │       │                        another stanza (gcmstream.recipients)
+    │   │       └── WorkFactorError      scrypt parameters above the reader's ceiling
     │   ├── KeyCommitmentError           header commitment mismatch: wrong key, wrong context,
     │   │   │                            or an altered header; raised before any record is opened
     │   │   └── UnknownKeyError          the header's key ID names no key this side holds
+    │   ├── NoIdentityMatchedError       no identity given opens any recipient stanza, the
+    │   │                                passphrase is wrong, or the stream has no stanza of
+    │   │                                the kind given (sealed with a key, or a passphrase)
     │   ├── HandshakeError               a channel handshake failed: key confirmation (Finished)
     │   │   │                            did not verify, or a key share is malformed
     │   │   ├── DowngradeError           the peer offered a weaker key exchange than required
@@ -42,6 +49,8 @@
     │   │                                peer's header arrived
     │   ├── KeyFileError                 (also ValueError) a key file or
     │   │                                key line is malformed: prefix, version, suite, length
+    │   ├── RecipientError               (also ValueError) a recipient or identity line is
+    │   │                                malformed: prefix, version, kind, length, checksum
     │   ├── BufferFullError              receive_data() called again while earlier input is
     │   │                                still waiting for ring space (see Opener.wants_data)
     │   ├── ConcurrencyError             (also RuntimeError) a Sealer or Opener entered by a
@@ -102,13 +111,16 @@ __all__ = (
     "KeyFileError",
     "LimitReachedError",
     "MalformedRecordError",
+    "NoIdentityMatchedError",
     "NotReadyError",
     "OutOfRangeError",
     "PeerIdentityError",
     "ProtocolError",
+    "RecipientError",
     "RecordTooLargeError",
     "RoleMismatchError",
     "SelfConnectionError",
+    "StanzaError",
     "StreamBrokenError",
     "StreamClosedError",
     "TrailingDataError",
@@ -119,6 +131,7 @@ __all__ = (
     "UnsupportedEndpointError",
     "UnsupportedFormatError",
     "UsageError",
+    "WorkFactorError",
 )
 
 
@@ -136,6 +149,23 @@ class UnsupportedFormatError(ProtocolError, ValueError):
 
 class UnknownFieldError(UnsupportedFormatError):
     """The header carries a critical field type (below 0x8000) this version does not know."""
+
+
+class StanzaError(UnsupportedFormatError):
+    """The header's recipient or passphrase stanzas break a rule of docs/FORMAT.md 4.4: more
+    stanzas than the limit, a malformed stanza, or a passphrase stanza beside another stanza.
+    Raised before any stanza is opened."""
+
+
+class WorkFactorError(StanzaError):
+    """A passphrase stanza asks for scrypt parameters above the reader's ceiling (so a hostile
+    file cannot cost minutes of CPU or GiB of memory). Raised before scrypt runs."""
+
+
+class NoIdentityMatchedError(ProtocolError):
+    """None of the identities given opens a recipient stanza of this stream, or the passphrase
+    is wrong, or the stream has no stanza of that kind (it was sealed with a key, or with a
+    passphrase where identities were given). Raised before any record is opened."""
 
 
 class KeyCommitmentError(ProtocolError):
@@ -226,6 +256,11 @@ class NotReadyError(UsageError, RuntimeError):
 
 class KeyFileError(UsageError, ValueError):
     """A key file or key text is malformed: wrong prefix, version, suite or length."""
+
+
+class RecipientError(UsageError, ValueError):
+    """A recipient or identity line is malformed: prefix, version, kind, length or checksum.
+    The message never repeats the line (an identity line is a secret)."""
 
 
 class BufferFullError(UsageError):

@@ -32,7 +32,7 @@ import io
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TypeAlias, TypeVar
 
@@ -50,11 +50,11 @@ from .format import (
 )
 from .opener import Opener, Phase
 from .pipeline import CHUNK_SIZE, _commit_output, _discard_output, _prepare_output
+from .recipients import DEFAULT_WORK_FACTOR, Identity, Recipient
 from .sealer import Sealer
 
 __all__ = (
     "Progress",
-    "Stopped",
     "atomic_fd",
     "decrypt_fd",
     "decrypt_path",
@@ -79,7 +79,7 @@ _RING_BYTES = CHUNK_SIZE
 _STOP_WAIT = 5.0
 
 
-class Stopped(Exception):
+class _Stopped(Exception):
     """The engine saw a stop request (cancellation, a signal) and left its loop."""
 
 
@@ -87,8 +87,11 @@ class Stopped(Exception):
 
 
 def new_sealer(
-    key: Keys,
+    key: Keys | None = None,
     *,
+    recipients: Iterable[Recipient] | None = None,
+    passphrase: str | bytes | None = None,
+    work_factor: int = DEFAULT_WORK_FACTOR,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     limits: KeyLimits | None = None,
@@ -97,18 +100,36 @@ def new_sealer(
     """A one-way Sealer for the file engine. ``fixed_layout``: its header promises full
     records (``FIXED_LAYOUT``); only a caller that never flushes may ask for it."""
     fields = (fixed_layout_field(record_size, limits or KeyLimits()),) if fixed_layout else ()
-    return Sealer(key, context=context, record_size=record_size, limits=limits, _fields=fields)
+    return Sealer(
+        key,
+        recipients=recipients,
+        passphrase=passphrase,
+        work_factor=work_factor,
+        context=context,
+        record_size=record_size,
+        limits=limits,
+        _fields=fields,
+    )
 
 
 def new_opener(
-    key: Keys,
+    key: Keys | None = None,
     *,
+    identities: Iterable[Identity] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     ring_size: int = _RING_BYTES,
 ) -> Opener:
-    """A one-way Opener for the file engine, ``open_file`` and the CLI."""
-    return Opener(key, context=context, max_record_size=max_record_size, ring_size=ring_size)
+    """A one-way Opener for the file engine, ``open_file`` and the CLI (keyed as Opener is)."""
+    return Opener(
+        key,
+        identities=identities,
+        passphrase=passphrase,
+        context=context,
+        max_record_size=max_record_size,
+        ring_size=ring_size,
+    )
 
 
 def records_per_generation(record_size: int, limits: KeyLimits) -> int:
@@ -143,7 +164,7 @@ def _write_all(fd: int, view: memoryview) -> None:
 
 def _check(stop: threading.Event | None) -> None:
     if stop is not None and stop.is_set():
-        raise Stopped("stopped on request")
+        raise _Stopped("stopped on request")
 
 
 def encrypt_fd(
@@ -284,7 +305,9 @@ def encrypt_path(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    recipients: Iterable[Recipient] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     limits: KeyLimits | None = None,
@@ -292,7 +315,15 @@ def encrypt_path(
     stop: threading.Event | None = None,
 ) -> None:
     """Encrypt the file ``src`` into ``dst`` atomically, in this thread."""
-    sealer = new_sealer(key, context=context, record_size=record_size, limits=limits, fixed_layout=True)
+    sealer = new_sealer(
+        key,
+        recipients=recipients,
+        passphrase=passphrase,
+        context=context,
+        record_size=record_size,
+        limits=limits,
+        fixed_layout=True,
+    )
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
         with atomic_fd(dst, stop=stop) as out:
@@ -305,7 +336,9 @@ def decrypt_path(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    identities: Iterable[Identity] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     progress: Progress | None = None,
@@ -313,7 +346,9 @@ def decrypt_path(
 ) -> None:
     """Decrypt the file ``src`` into ``dst`` atomically, in this thread: ``dst`` appears only
     once the FINAL record authenticated and nothing followed it."""
-    opener = new_opener(key, context=context, max_record_size=max_record_size)
+    opener = new_opener(
+        key, identities=identities, passphrase=passphrase, context=context, max_record_size=max_record_size
+    )
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
         with atomic_fd(dst, stop=stop) as out:

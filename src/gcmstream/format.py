@@ -44,6 +44,7 @@ __all__ = (
     "MAX_HARD_RECORDS",
     "MAX_HEADER_SIZE",
     "MAX_IDENTITY_SIZE",
+    "MAX_STANZA_FIELDS_SIZE",
     "RECORD_HEADER_SIZE",
     "SALT_SIZE",
     "SALT_SLICE",
@@ -107,6 +108,9 @@ SALT_SLICE = slice(28, 28 + SALT_SIZE)  # where the salt lies in every header
 FIELD_HEADER = struct.Struct(">HH")  # field type, value length
 # Bound on the typed fields: the largest today is an ML-KEM-768 public key (1,184 bytes).
 MAX_FIELDS_SIZE = 4096
+# Bound for a reader given identities or a passphrase: recipient stanzas need more room (a hybrid
+# stanza is 1,172 bytes), up to what the 16-bit fields length can say (docs/FORMAT.md 4.4).
+MAX_STANZA_FIELDS_SIZE = 0xFFFF
 HEADER_SIZE = HEADER_FIXED_SIZE + COMMITMENT_SIZE  # 94: a header without fields (one-way streams)
 MAX_HEADER_SIZE = HEADER_SIZE + MAX_FIELDS_SIZE
 FINISHED_SIZE = 32  # a channel's key confirmation, HMAC-SHA256 over the transcript
@@ -239,6 +243,9 @@ class FieldType(enum.IntEnum):
     # Optional: every record but FINAL is full and every N-th carries KEY_UPDATE (uint32 N),
     # so a seekable reader finds any record by arithmetic (docs/FORMAT.md 4.3).
     FIXED_LAYOUT = 0x8004
+    # 0x0010-0x001F: one-way streams sealed to recipients or a passphrase (gcmstream.recipients)
+    RECIPIENT_STANZAS = 0x0010
+    PASSPHRASE_STANZA = 0x0011
 
 
 def key_id(key: Buffer) -> bytes:
@@ -413,8 +420,9 @@ def check_record_size(record_size: int, name: str = "record_size") -> int:
     return record_size
 
 
-def encode_fields(fields: Iterable[tuple[int, bytes]]) -> bytes:
-    """Fields in canonical form: strictly increasing types, each value under 64 KiB."""
+def encode_fields(fields: Iterable[tuple[int, bytes]], max_size: int = MAX_FIELDS_SIZE) -> bytes:
+    """Fields in canonical form: strictly increasing types, each value under 64 KiB, all of
+    them at most ``max_size`` bytes."""
     out = bytearray()
     last = -1
     for kind, value in fields:
@@ -422,8 +430,8 @@ def encode_fields(fields: Iterable[tuple[int, bytes]]) -> bytes:
             raise ValueError("header fields must have increasing types and values under 64 KiB")
         out += FIELD_HEADER.pack(kind, len(value)) + value
         last = kind
-    if len(out) > MAX_FIELDS_SIZE:
-        raise ValueError(f"header fields of {len(out)} bytes exceed {MAX_FIELDS_SIZE} bytes")
+    if len(out) > max_size:
+        raise ValueError(f"header fields of {len(out)} bytes exceed {max_size} bytes")
     return bytes(out)
 
 
@@ -446,6 +454,7 @@ def make_header(
     *,
     key_exchange: KeyExchange = KeyExchange.NONE,
     fields: Iterable[tuple[int, bytes]] = (),
+    max_fields_size: int = MAX_FIELDS_SIZE,
 ) -> tuple[bytes, bytes]:
     """A new header for ``key`` and its stream secret: (header bytes, secret)."""
     suite = Suite.for_key(key)
@@ -455,7 +464,7 @@ def make_header(
         salt = os.urandom(SALT_SIZE)
     elif len(salt) != SALT_SIZE:
         raise ValueError(f"salt must be {SALT_SIZE} bytes, got {len(salt)}")
-    encoded = encode_fields(fields)
+    encoded = encode_fields(fields, max_fields_size)
     body = (
         HEADER_FIXED.pack(
             MAGIC, VERSION, role, suite, key_exchange, record_size, key_id(key), salt, len(encoded)
@@ -485,8 +494,9 @@ def check_header_start(start: Buffer) -> None:
         )
 
 
-def parse_header_start(raw: Buffer) -> HeaderStart:
-    """Check the fixed part (checks H1..H7 of docs/FORMAT.md 8.1) without a key."""
+def parse_header_start(raw: Buffer, max_fields_size: int = MAX_FIELDS_SIZE) -> HeaderStart:
+    """Check the fixed part (checks H1..H7 of docs/FORMAT.md 8.1) without a key. Fields
+    longer than ``max_fields_size`` are refused (a reader of recipient stanzas allows more)."""
     raw = bytes(raw[:HEADER_FIXED_SIZE])
     if len(raw) != HEADER_FIXED_SIZE:
         raise UnsupportedFormatError(f"a header starts with {HEADER_FIXED_SIZE} fixed bytes, got {len(raw)}")
@@ -502,8 +512,8 @@ def parse_header_start(raw: Buffer) -> HeaderStart:
         raise UnsupportedFormatError(f"key exchange {exchange} does not go with role {Role(role).name}")
     if not 1 <= record_size <= HARD_MAX_RECORD_SIZE:
         raise UnsupportedFormatError(f"record size {record_size} is outside 1..{HARD_MAX_RECORD_SIZE}")
-    if fields_length > MAX_FIELDS_SIZE:
-        raise UnsupportedFormatError(f"header fields of {fields_length} bytes exceed {MAX_FIELDS_SIZE} bytes")
+    if fields_length > max_fields_size:
+        raise UnsupportedFormatError(f"header fields of {fields_length} bytes exceed {max_fields_size} bytes")
     return HeaderStart(
         Role(role), Suite(suite), KeyExchange(exchange), record_size, ident, salt, fields_length
     )
@@ -533,11 +543,13 @@ def _field_spans(data: bytes, pos: int, stop: int) -> tuple[tuple[int, int, int]
     return tuple(spans)
 
 
-def parse_header(raw: Buffer, known_fields: Iterable[int] = ()) -> StreamHeader:
+def parse_header(
+    raw: Buffer, known_fields: Iterable[int] = (), max_fields_size: int = MAX_FIELDS_SIZE
+) -> StreamHeader:
     """Parse a whole header without checking its commitment (no key needed). A critical field
     type outside ``known_fields`` raises UnknownFieldError."""
     raw = bytes(raw)
-    start = parse_header_start(raw)
+    start = parse_header_start(raw, max_fields_size)
     if len(raw) != start.size:
         raise UnsupportedFormatError(f"stream header must be {start.size} bytes, got {len(raw)}")
     end = HEADER_FIXED_SIZE + start.fields_length

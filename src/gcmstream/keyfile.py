@@ -15,16 +15,22 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import os
 import re
 
-from ._atomic import discard, fsync_directory, replace_durably, temporary_beside
+from ._atomic import write_secret_file
 from .errors import KeyFileError
 from .format import Buffer, Suite
 
 # KeyFileError is defined in errors.py with every other error; still importable from here.
-__all__ = ("KEY_PREFIX", "KeyFileError", "format_key", "parse_key", "read_key_file", "write_key_file")
+__all__ = (
+    "KEY_PREFIX",
+    "KeyFileError",
+    "format_key",
+    "parse_key",
+    "read_key_file",
+    "write_key_file",
+)
 
 KEY_PREFIX = "gcmstream-key-v1"
 _SUITE_NAMES = {Suite.AES_128_GCM: "aes128", Suite.AES_256_GCM: "aes256"}
@@ -79,31 +85,4 @@ def read_key_file(path: str | os.PathLike[str]) -> bytes:
 def write_key_file(path: str | os.PathLike[str], key: Buffer, *, force: bool = False) -> None:
     """Write ``key`` to ``path`` with mode 0600. An existing file raises FileExistsError
     unless ``force``; then it is replaced atomically (never left half written)."""
-    data = (format_key(key) + "\n").encode("ascii")
-    if not force:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            os.write(fd, data)
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            raise
-        os.close(fd)
-        fsync_directory(os.fspath(path))
-        return
-    target = os.path.realpath(path)
-    fd, temp = temporary_beside(target, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        replace_durably(temp, target)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        discard(temp)
-        raise
+    write_secret_file(path, (format_key(key) + "\n").encode("ascii"), force=force)

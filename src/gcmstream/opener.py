@@ -5,7 +5,8 @@ Theory of operation
 Phases (``Opener.phase``), in order, each entered once:
 
 * ``HEADER``: the stream header is arriving (its 62-byte fixed part, then a buffer of exactly
-  the announced size, at most ``MAX_HEADER_SIZE``). The fixed part is checked as soon as it is
+  the announced size, at most ``MAX_HEADER_SIZE``, or 62 + 65,535 + 32 bytes for a reader of
+  recipient stanzas). The fixed part is checked as soon as it is
   whole (format, size, role, key ID), then the commitment and the fields; on a channel the
   first hook runs the key exchange, then the peer's 32-byte Finished is read into the same
   buffer and the second hook confirms it and keys both directions. No ring exists before.
@@ -41,7 +42,7 @@ plaintext is withheld (wiped) when bytes already follow it. Views handed out (``
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NoReturn
 
 from cryptography.exceptions import InvalidTag
@@ -51,6 +52,7 @@ from .direction import Direction
 from .errors import (
     AuthenticationError,
     BufferFullError,
+    KeyCommitmentError,
     MalformedRecordError,
     OutOfRangeError,
     ProtocolError,
@@ -69,6 +71,8 @@ from .format import (
     HEADER_FIXED_SIZE,
     KNOWN_FLAGS,
     MAGIC,
+    MAX_FIELDS_SIZE,
+    MAX_STANZA_FIELDS_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
@@ -86,10 +90,12 @@ from .format import (
     check_header_start,
     check_record_size,
     find_key,
+    key_id,
     parse_header,
     parse_header_start,
     verify_commitment,
 )
+from .recipients import STANZA_FIELD_TYPES, Identity, Unlocker
 from .ring import DEFAULT_RING_SIZE, RecordRing, check_record_length, ring_capacity
 
 __all__ = ("Opener", "Phase")
@@ -152,6 +158,10 @@ class Opener:
     ``peek`` + ``consume``: each returns None when more input is needed and empty at the
     authenticated end of the stream.
 
+    Keyed by exactly one of: ``key`` (a pre-shared key or KeyRing), ``identities`` (at most 10,
+    for a one-way stream sealed to recipients) or ``passphrase`` (docs/FORMAT.md 4.4); with the
+    last two, the header's stanzas give the file key, or NoIdentityMatchedError.
+
     Errors found while feeding are raised by the next read-side call, after every
     authenticated byte before them has been read. Feeding never raises a ProtocolError.
     Input held by reference must not change until the opener has read past it.
@@ -185,6 +195,7 @@ class Opener:
         "_lent",
         "_limits",
         "_max_ciphertext",
+        "_max_fields_size",
         "_on_peer_finished",
         "_on_peer_header",
         "_peer_role",
@@ -196,6 +207,7 @@ class Opener:
         "_ring",
         "_run_capped",
         "_turn",
+        "_unlocker",
         "_untaken",
         "_views",
         "header",
@@ -206,8 +218,10 @@ class Opener:
 
     def __init__(
         self,
-        key: Keys,
+        key: Keys | None = None,
         *,
+        identities: Iterable[Identity] | None = None,
+        passphrase: str | bytes | None = None,
         context: Buffer = b"",
         max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
         limits: KeyLimits | None = None,
@@ -217,13 +231,23 @@ class Opener:
         _on_peer_finished: PeerFinishedHook | None = None,
         _known_fields: frozenset[int] = frozenset(),
     ) -> None:
-        keys = as_key_ring(key)
-        self.suite = Suite.for_key(keys.primary)
+        if (key is not None) + (identities is not None) + (passphrase is not None) != 1:
+            raise TypeError("an Opener takes exactly one of key, identities or passphrase")
+        # A reader of recipient stanzas holds an Unlocker instead of keys: it finds the file key
+        # in the header (docs/FORMAT.md 4.4), whose suite is known only then.
+        self._unlocker = Unlocker(identities, passphrase) if key is None else None
+        if self._unlocker is not None and (_peer_role is not Role.ONE_WAY or _on_peer_header is not None):
+            raise ValueError("identities and passphrases are for one-way streams")
+        keys = as_key_ring(key) if key is not None else None
+        self.suite = Suite.for_key(keys.primary) if keys is not None else Suite.AES_256_GCM
         self.max_record_size = check_record_size(max_record_size, "max_record_size")
         ring_capacity(self.max_record_size, ring_size)  # refuse a bad size now, not at the header
         self.ring_size = ring_size
         self._keys: KeyRing | None = keys  # kept only until the header is verified
-        self._known_fields = _known_fields
+        stanza_types = STANZA_FIELD_TYPES if self._unlocker is not None else frozenset()
+        self._known_fields = _known_fields | stanza_types
+        # stanzas need more room than a key's header (docs/FORMAT.md 4.4)
+        self._max_fields_size = MAX_STANZA_FIELDS_SIZE if self._unlocker is not None else MAX_FIELDS_SIZE
         self._context = check_context(context)
         self._limits = limits or KeyLimits()
         self._peer_role = _peer_role
@@ -516,7 +540,8 @@ class Opener:
     def _on_header_start(self) -> None:
         """The fixed part arrived: refuse what can be refused before reading more (checks
         H1..H11: format, sizes, role, key ID, suite), then wait for the rest of the header."""
-        start = parse_header_start(self._header_buf)
+        unlocker = self._unlocker
+        start = parse_header_start(self._header_buf, self._max_fields_size)
         if start.record_size > self.max_record_size:
             raise RecordTooLargeError("announced record size", start.record_size, self.max_record_size)
         expected = self._peer_role
@@ -526,9 +551,10 @@ class Opener:
                 f"peer header has role {start.role.name}, expected {expected.name}{reason}"
             )
         keys, self._keys = self._keys, None
-        if keys is None:  # unreachable: the fixed part is read once
-            raise ProtocolError("header already read")
-        self._header_key = find_key(keys, start)
+        if unlocker is None:
+            if keys is None:  # unreachable: the fixed part is read once
+                raise ProtocolError("header already read")
+            self._header_key = find_key(keys, start)
         self._header_start = start
         self._header_need = start.size
         whole = bytearray(start.size + (FINISHED_SIZE if self._on_peer_finished is not None else 0))
@@ -543,13 +569,31 @@ class Opener:
         self._header_buf = bytearray(FINISHED_SIZE if self._on_peer_header is not None else 0)
         self._header_base, self._header_got = self._header_got, 0
         self._header_need = len(self._header_buf)
+        unlocker, self._unlocker = self._unlocker, None
+        if unlocker is not None:
+            key = self._unlock(unlocker, raw)
         secret = verify_commitment(key, raw, self._context)
-        header = parse_header(raw, self._known_fields)
+        header = parse_header(raw, self._known_fields, self._max_fields_size)
         self.header = header
         if self._on_peer_header is not None:  # a channel: its Finished comes next
             self._on_peer_header(key, header)
             return
         self._enter_records(secret)
+
+    def _unlock(self, unlocker: Unlocker, raw: bytes) -> bytes:
+        """The file key of a header sealed to recipients or a passphrase; the commitment,
+        checked next, then covers every stanza."""
+        start = self._header_start
+        if start is None:  # unreachable: the fixed part came first
+            raise ProtocolError("no stream header")
+        fields = parse_header(raw, self._known_fields, self._max_fields_size).fields
+        self.suite = start.suite
+        file_key = unlocker.unlock(start.suite, fields)
+        if key_id(file_key) != start.key_id:  # only a writer holding a file key gets here
+            raise KeyCommitmentError(
+                "the file key a stanza holds is not the one the header names (altered header)"
+            )
+        return file_key
 
     def _on_finished(self) -> None:
         if self._on_peer_finished is None:  # unreachable: only channels wait for Finished

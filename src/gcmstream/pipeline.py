@@ -14,6 +14,10 @@ Three layers, one loop each way:
   loop over file descriptors, in one worker thread per file for the async ones, in the
   calling thread for the others), never on the event loop.
 
+Every function is keyed like ``Sealer``/``Opener``: ``key=``, or ``recipients=`` or
+``passphrase=`` to encrypt and ``identities=`` or ``passphrase=`` to decrypt
+(``gcmstream.recipients``).
+
 Guarantees:
 
 * Nothing unauthenticated is released. Decryption hands out plaintext record by record, each
@@ -41,7 +45,7 @@ import errno
 import os
 import stat
 import tempfile
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager, suppress
 from functools import partial
 from typing import BinaryIO, TypeAlias
@@ -53,6 +57,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 from .codec import Opener, Sealer
 from .errors import TrailingDataError, TruncatedStreamError, UnsupportedEndpointError
 from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, Keys, byte_view
+from .recipients import Identity, Recipient
 
 __all__ = (
     "CHUNK_SIZE",
@@ -270,14 +275,18 @@ async def _decrypt(read: _Reader, write: _Writer, opener: Opener, *, eager: bool
 async def encrypt_iter(
     chunks: AsyncIterable[Buffer],
     *,
-    key: Keys,
+    key: Keys | None = None,
+    recipients: Iterable[Recipient] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
 ) -> AsyncIterator[bytes]:
     """Encrypt an async iterable of plaintext chunks into the chunks of one gcmstream stream
     (header, records, FINAL). A partial record waits for more input; the last one goes out
     with FINAL when ``chunks`` ends."""
-    sealer = Sealer(key, context=context, record_size=record_size)
+    sealer = Sealer(
+        key, recipients=recipients, passphrase=passphrase, context=context, record_size=record_size
+    )
     read = _reader(chunks, CHUNK_SIZE, None)
     async for out in _sealed(read, sealer):
         yield bytes(out)
@@ -286,14 +295,18 @@ async def encrypt_iter(
 async def decrypt_iter(
     chunks: AsyncIterable[Buffer],
     *,
-    key: Keys,
+    key: Keys | None = None,
+    identities: Iterable[Identity] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
 ) -> AsyncIterator[bytes]:
     """Decrypt the chunks of one gcmstream stream, yielding each record's plaintext once it
     authenticated. Raises a ``ProtocolError`` (after yielding every good record before it)
     if the stream is tampered, truncated, for another key or context, or followed by data."""
-    opener = Opener(key, context=context, max_record_size=max_record_size)
+    opener = Opener(
+        key, identities=identities, passphrase=passphrase, context=context, max_record_size=max_record_size
+    )
     read = _reader(chunks, CHUNK_SIZE, None)
     async for view in _opened(read, opener):
         if view:
@@ -304,14 +317,18 @@ async def encrypt_stream(
     source: ByteSource,
     sink: ByteSink,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    recipients: Iterable[Recipient] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     progress: Progress | None = None,
 ) -> None:
     """Encrypt everything ``source`` delivers until its end into ``sink`` as one stream.
     Neither is closed. ``progress`` is called with the size of each chunk read."""
-    sealer = Sealer(key, context=context, record_size=record_size)
+    sealer = Sealer(
+        key, recipients=recipients, passphrase=passphrase, context=context, record_size=record_size
+    )
     await _encrypt(_reader(source, CHUNK_SIZE, progress), _writer(sink), sealer)
 
 
@@ -319,7 +336,9 @@ async def decrypt_stream(
     source: ByteSource,
     sink: ByteSink,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    identities: Iterable[Identity] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     progress: Progress | None = None,
@@ -327,7 +346,9 @@ async def decrypt_stream(
     """Decrypt the one stream ``source`` delivers into ``sink``, releasing only authenticated
     plaintext; on failure what authenticated before it is written, then the error is raised.
     Neither end is closed. ``progress`` is called with the size of each chunk read."""
-    opener = Opener(key, context=context, max_record_size=max_record_size)
+    opener = Opener(
+        key, identities=identities, passphrase=passphrase, context=context, max_record_size=max_record_size
+    )
     await _decrypt(_reader(source, CHUNK_SIZE, progress), _writer(sink), opener, eager=True)
 
 
@@ -442,7 +463,9 @@ async def encrypt_file_async(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    recipients: Iterable[Recipient] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     progress: Progress | None = None,
@@ -453,7 +476,17 @@ async def encrypt_file_async(
     from .files import encrypt_path, run_in_worker  # (files.py builds on this module)
 
     await run_in_worker(
-        partial(encrypt_path, src, dst, key=key, context=context, record_size=record_size, progress=progress)
+        partial(
+            encrypt_path,
+            src,
+            dst,
+            key=key,
+            recipients=recipients,
+            passphrase=passphrase,
+            context=context,
+            record_size=record_size,
+            progress=progress,
+        )
     )
 
 
@@ -461,7 +494,9 @@ async def decrypt_file_async(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    identities: Iterable[Identity] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     progress: Progress | None = None,
@@ -477,6 +512,8 @@ async def decrypt_file_async(
             src,
             dst,
             key=key,
+            identities=identities,
+            passphrase=passphrase,
             context=context,
             max_record_size=max_record_size,
             progress=progress,
@@ -488,7 +525,9 @@ def encrypt_file(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    recipients: Iterable[Recipient] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     record_size: int = DEFAULT_RECORD_SIZE,
     progress: Progress | None = None,
@@ -497,14 +536,25 @@ def encrypt_file(
     (Ctrl-C stops it and leaves ``dst`` as it was)."""
     from .files import encrypt_path
 
-    encrypt_path(src, dst, key=key, context=context, record_size=record_size, progress=progress)
+    encrypt_path(
+        src,
+        dst,
+        key=key,
+        recipients=recipients,
+        passphrase=passphrase,
+        context=context,
+        record_size=record_size,
+        progress=progress,
+    )
 
 
 def decrypt_file(
     src: StrPath,
     dst: StrPath,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    identities: Iterable[Identity] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
     progress: Progress | None = None,
@@ -512,4 +562,13 @@ def decrypt_file(
     """Synchronous ``decrypt_file_async`` for scripts: the file engine in the calling thread."""
     from .files import decrypt_path
 
-    decrypt_path(src, dst, key=key, context=context, max_record_size=max_record_size, progress=progress)
+    decrypt_path(
+        src,
+        dst,
+        key=key,
+        identities=identities,
+        passphrase=passphrase,
+        context=context,
+        max_record_size=max_record_size,
+        progress=progress,
+    )

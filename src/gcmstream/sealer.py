@@ -8,6 +8,9 @@ would pass a limit; then it seals with exactly those flags. Output lands in a re
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Iterable
+
 from ._turn import Turn
 from .direction import Direction, far_from_limits, plan_flags
 from .errors import NotReadyError, StreamClosedError, UsageError
@@ -16,6 +19,7 @@ from .format import (
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
     MAX_HEADER_SIZE,
+    MAX_STANZA_FIELDS_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
@@ -29,6 +33,7 @@ from .format import (
     check_record_size,
     make_header,
 )
+from .recipients import DEFAULT_WORK_FACTOR, FILE_KEY_SIZE, Recipient, seal_stanzas
 
 __all__ = ("Sealer",)
 
@@ -46,12 +51,21 @@ class Sealer:
     ``gcmstream.codec``); call ``detach_output()`` when something else (a transport) keeps
     referring to it, or pass ``reuse_output=False`` to get fresh memory for every output (for
     transports that may keep what they were given, such as anyio streams on asyncio).
+
+    Keyed by exactly one of: ``key`` (a pre-shared key or KeyRing), ``recipients`` (public
+    keys: a random file key is wrapped for each; ``tag_recipients=True`` lets each stanza say
+    whom it is for) or ``passphrase`` (scrypt at ``work_factor``, log2 of N). The last two
+    are for one-way streams (docs/FORMAT.md 4.4).
     """
 
     def __init__(
         self,
-        key: Keys,
+        key: Keys | None = None,
         *,
+        recipients: Iterable[Recipient] | None = None,
+        passphrase: str | bytes | None = None,
+        tag_recipients: bool = False,
+        work_factor: int = DEFAULT_WORK_FACTOR,
         context: Buffer = b"",
         record_size: int = DEFAULT_RECORD_SIZE,
         limits: KeyLimits | None = None,
@@ -60,7 +74,24 @@ class Sealer:
         _salt: bytes | None = None,
         _role: Role = Role.ONE_WAY,
         _fields: tuple[tuple[int, bytes], ...] = (),
+        _random: Callable[[int], bytes] = os.urandom,
     ) -> None:
+        fields: list[tuple[int, bytes]] = []
+        if (key is not None) + (recipients is not None) + (passphrase is not None) != 1:
+            raise TypeError("a Sealer takes exactly one of key, recipients or passphrase")
+        if key is None:
+            if _role is not Role.ONE_WAY:
+                raise ValueError("recipients and passphrases are for one-way streams")
+            # _random is for known-answer tests only, as _salt is
+            key = _random(FILE_KEY_SIZE)
+            fields = seal_stanzas(
+                key,
+                recipients=recipients,
+                passphrase=passphrase,
+                tag_recipients=tag_recipients,
+                work_factor=work_factor,
+                _random=_random,
+            )
         if isinstance(key, KeyRing):
             key = key.primary  # a ring seals under its primary key; readers find it by its ID
         self.suite = Suite.for_key(key)
@@ -71,7 +102,15 @@ class Sealer:
         if _role is Role.ONE_WAY:
             # _salt is for known-answer tests only: a repeated salt repeats every key and nonce
             # _fields: a one-way header's typed fields (the file engine's layout field)
-            self.header, secret = make_header(key, _role, record_size, context, _salt, fields=_fields)
+            self.header, secret = make_header(
+                key,
+                _role,
+                record_size,
+                context,
+                _salt,
+                fields=[*fields, *_fields],
+                max_fields_size=MAX_STANZA_FIELDS_SIZE,
+            )
             self._direction = Direction(secret, self.suite, self._limits)
         else:  # a channel's: the Channel sends the headers, and keys it by install_secret()
             self.header = b""

@@ -34,6 +34,7 @@ import io
 import os
 import threading
 from array import array
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import anyio
@@ -65,6 +66,7 @@ from .format import (
     TrafficKeys,
     byte_view,
 )
+from .recipients import Identity
 from .ring import check_record_length
 
 if TYPE_CHECKING:
@@ -441,11 +443,14 @@ def _authenticate_last(fd: int, layout: _Walked, keys: _KeyChain) -> None:
 def open_file(
     path: StrPath,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    identities: Iterable[Identity] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
 ) -> DecryptedFile:
-    """Open the encrypted file ``path`` for random-access reading of its plaintext.
+    """Open the encrypted file ``path`` for random-access reading of its plaintext, keyed by
+    ``key``, ``identities`` or ``passphrase`` as an Opener is.
 
     The header is verified and the FINAL record authenticated before this returns: a file for
     another key or context, cut short or followed by other bytes raises the same
@@ -453,7 +458,9 @@ def open_file(
     the records they touch; a record that fails raises AuthenticationError with its number
     for the reads that touch it, and the file stays usable for the rest. Close it (or use it
     as a context manager) to release the descriptor."""
-    opener = new_opener(key, context=context, max_record_size=max_record_size)
+    opener = new_opener(
+        key, identities=identities, passphrase=passphrase, context=context, max_record_size=max_record_size
+    )
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         file_size = os.fstat(fd).st_size
@@ -482,7 +489,9 @@ def open_file(
 async def open_file_async(
     path: StrPath,
     *,
-    key: Keys,
+    key: Keys | None = None,
+    identities: Iterable[Identity] | None = None,
+    passphrase: str | bytes | None = None,
     context: Buffer = b"",
     max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
 ) -> AsyncFile[bytes]:
@@ -490,6 +499,13 @@ async def open_file_async(
     ``seek`` and ``tell`` run in a worker thread (``anyio.wrap_file``); ``async with`` and
     ``aclose`` close it."""
     file = await to_thread.run_sync(
-        lambda: open_file(path, key=key, context=context, max_record_size=max_record_size)
+        lambda: open_file(
+            path,
+            key=key,
+            identities=identities,
+            passphrase=passphrase,
+            context=context,
+            max_record_size=max_record_size,
+        )
     )
     return anyio.wrap_file(cast("Any", file))

@@ -1,0 +1,365 @@
+"""gcmstream.recipients, through Sealer/Opener: identities and recipients (text forms, files),
+streams sealed to several recipients or a passphrase, and every refusal (docs/FORMAT.md 4.4)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import struct
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gcmstream import (
+    Identity,
+    KeyCommitmentError,
+    NoIdentityMatchedError,
+    Opener,
+    Recipient,
+    RecipientError,
+    RecipientKind,
+    Sealer,
+    StanzaError,
+    StreamBrokenError,
+    UnknownKeyError,
+    WorkFactorError,
+    generate_key,
+    read_identity_file,
+    read_recipients_file,
+    write_identity_file,
+)
+from gcmstream import recipients as recipients_module
+from gcmstream.format import HEADER_FIXED_SIZE, MAX_STANZA_FIELDS_SIZE
+
+PLAINTEXT = os.urandom(3000)
+
+
+def seal(**keying: object) -> bytes:
+    sealer = Sealer(record_size=1024, **keying)  # type: ignore[arg-type]
+    return bytes(sealer.seal(PLAINTEXT, final=True))
+
+
+def open_stream(wire: bytes, **keying: object) -> bytes:
+    opener = Opener(**keying)  # type: ignore[arg-type]
+    opener.receive_data(wire)
+    opener.receive_eof()
+    out = bytearray()
+    while (chunk := opener.read()) is not None and chunk:
+        out += chunk
+    return bytes(out)
+
+
+def refused(wire: bytes, error: type[Exception], **keying: object) -> Exception:
+    """The error reading ``wire`` raises, after checking that no record was opened, no
+    plaintext came out, and the opener stays failed."""
+    opener = Opener(**keying)  # type: ignore[arg-type]
+    opener.receive_data(wire)
+    with pytest.raises(error) as caught:
+        opener.read()
+    assert opener.records_opened == 0 and opener.header is None
+    with pytest.raises(StreamBrokenError):
+        opener.read()
+    return caught.value
+
+
+@pytest.fixture(scope="module")
+def three() -> list[Identity]:
+    return [Identity.generate(), Identity.generate(), Identity.generate(RecipientKind.X25519)]
+
+
+def test_three_recipients_each_decrypt_alone(three: list[Identity]) -> None:
+    wire = seal(recipients=[identity.recipient for identity in three])
+    for identity in three:
+        assert open_stream(wire, identities=[identity]) == PLAINTEXT
+    assert open_stream(wire, identities=[Identity.generate(), three[2]]) == PLAINTEXT
+
+
+def test_none_of_the_others_keys_opens_a_recipient_stream(three: list[Identity]) -> None:
+    wire = seal(recipients=[identity.recipient for identity in three[:2]])
+    strangers = [three[2], Identity.generate(), Identity.generate(RecipientKind.X25519)]
+    error = refused(wire, NoIdentityMatchedError, identities=strangers)
+    assert "given (3)" in str(error) and "2 recipient stanzas" in str(error)
+    # a pre-shared key reader meets a random file key it cannot know
+    refused(wire, UnknownKeyError, key=generate_key(256))
+    refused(wire, NoIdentityMatchedError, passphrase="guess")
+
+
+def test_passphrase_stream_opens_with_the_passphrase_only() -> None:
+    wire = seal(passphrase="correct horse", work_factor=10)
+    assert open_stream(wire, passphrase="correct horse") == PLAINTEXT
+    assert open_stream(wire, passphrase=b"correct horse") == PLAINTEXT
+    error = refused(wire, NoIdentityMatchedError, passphrase="correct horse!")
+    assert "correct horse" not in str(error) and "passphrase" in str(error)
+    refused(wire, NoIdentityMatchedError, identities=[Identity.generate()])
+
+
+def test_a_key_stream_is_not_opened_by_identities() -> None:
+    wire = bytes(Sealer(generate_key()).seal(b"x", final=True))
+    error = refused(wire, NoIdentityMatchedError, identities=[Identity.generate()])
+    assert "key" in str(error)
+
+
+def test_recipient_stream_keys_aes_256_gcm_from_a_fresh_file_key(three: list[Identity]) -> None:
+    first = Sealer(recipients=[three[0].recipient])
+    second = Sealer(recipients=[three[0].recipient])
+    assert first.suite.name == "AES_256_GCM"
+    assert first.header[: HEADER_FIXED_SIZE - 34] != second.header[: HEADER_FIXED_SIZE - 34]  # key IDs
+
+
+def test_exactly_one_way_of_keying() -> None:
+    recipient = Identity.generate(RecipientKind.X25519).recipient
+    with pytest.raises(TypeError):
+        Sealer()
+    with pytest.raises(TypeError):
+        Sealer(generate_key(), recipients=[recipient])
+    with pytest.raises(TypeError):
+        Sealer(recipients=[recipient], passphrase="x")
+    with pytest.raises(TypeError):
+        Opener()
+    with pytest.raises(TypeError):
+        Opener(identities=[Identity.generate()], passphrase="x")
+    with pytest.raises(ValueError, match="one or more"):
+        Sealer(recipients=[])
+    with pytest.raises(ValueError, match="non-empty"):
+        Sealer(passphrase="")
+    with pytest.raises(ValueError, match="at most 10"):
+        Opener(identities=[Identity.generate(RecipientKind.X25519) for _ in range(11)])
+
+
+def test_text_forms_round_trip_and_say_what_they_are() -> None:
+    for kind in RecipientKind:
+        identity = Identity.generate(kind)
+        line = str(identity.recipient)
+        assert line.startswith(f"gcmstream-recipient-v1:{kind.text}:")
+        assert Recipient.parse(line) == identity.recipient
+        secret = identity.to_text()
+        assert secret.startswith(f"gcmstream-identity-v1:{kind.text}:")
+        assert Identity.parse(secret).recipient == identity.recipient
+        assert "\n" not in line + secret
+
+
+@pytest.mark.parametrize("position", [40, 500, -6, -1])
+def test_a_typo_in_a_recipient_is_caught_by_its_checksum(position: int) -> None:
+    chars = list(str(Identity.generate().recipient))
+    chars[position] = "B" if chars[position] != "B" else "C"
+    with pytest.raises(RecipientError, match="checksum"):
+        Recipient.parse("".join(chars))
+
+
+def test_recipient_and_identity_errors_never_show_the_line() -> None:
+    identity = Identity.generate(RecipientKind.X25519)
+    secret = identity.to_text()
+    payload = secret.split(":")[2]
+    for text in (secret, secret[:-2], secret.replace("-v1", "-v9"), secret.replace("x25519", "rsa")):
+        with pytest.raises(RecipientError) as caught:
+            Recipient.parse(text)
+        assert payload[:8] not in str(caught.value)
+    with pytest.raises(RecipientError, match="identity line"):
+        Recipient.parse(secret)
+    with pytest.raises(RecipientError, match="recipient line"):
+        Identity.parse(str(identity.recipient))
+
+
+def test_no_secret_in_repr() -> None:
+    identity = Identity.generate()
+    payload = identity.to_text().split(":")[2]
+    shown = repr(identity) + str(identity) + repr(identity.recipient)
+    assert payload[:12] not in shown and identity.recipient.tag.hex() in repr(identity)
+    unlocker = recipients_module.Unlocker(passphrase="hunter2")
+    assert "hunter2" not in repr(unlocker)
+    opener = Opener(passphrase="hunter2")
+    assert "hunter2" not in repr(opener)
+
+
+def test_identity_file_is_private_and_round_trips(tmp_path: Path) -> None:
+    identity = Identity.generate()
+    path = tmp_path / "me.identity"
+    write_identity_file(path, identity)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert read_identity_file(path).recipient == identity.recipient
+    assert f"# recipient: {identity.recipient}" in path.read_text()
+    with pytest.raises(FileExistsError):
+        write_identity_file(path, Identity.generate())
+    other = Identity.generate(RecipientKind.X25519)
+    write_identity_file(path, other, force=True)
+    assert read_identity_file(path).recipient == other.recipient
+
+
+def test_recipients_file_skips_comments_and_blank_lines(tmp_path: Path) -> None:
+    people = [Identity.generate().recipient, Identity.generate(RecipientKind.X25519).recipient]
+    path = tmp_path / "team.txt"
+    path.write_text(f"# the team\n\n{people[0]}\n  {people[1]}  \n# end\n")
+    assert read_recipients_file(path) == people
+    path.write_text("# nobody\n")
+    with pytest.raises(RecipientError):
+        read_recipients_file(path)
+
+
+def test_stanzas_are_anonymous_unless_the_writer_opts_in(three: list[Identity]) -> None:
+    people = [identity.recipient for identity in three]
+    anonymous = Sealer(recipients=people).header
+    tagged = Sealer(recipients=people, tag_recipients=True).header
+    for recipient in people:
+        assert recipient.tag not in anonymous and recipient.public_bytes[:32] not in anonymous
+        assert recipient.tag in tagged
+    assert len(tagged) == len(anonymous) + 8 * len(people)
+
+
+def test_a_tagged_stanza_is_tried_only_by_its_identity(
+    three: list[Identity], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wire = seal(recipients=[identity.recipient for identity in three], tag_recipients=True)
+    tries: list[Identity] = []
+    unwrap = Identity.unwrap
+
+    def counted(self: Identity, body: bytes) -> bytes | None:
+        tries.append(self)
+        return unwrap(self, body)
+
+    monkeypatch.setattr(Identity, "unwrap", counted)
+    assert open_stream(wire, identities=[Identity.generate(), three[1]]) == PLAINTEXT
+    assert tries == [three[1]]
+    tries.clear()
+    anonymous = seal(recipients=[identity.recipient for identity in three])
+    assert open_stream(anonymous, identities=[three[1]]) == PLAINTEXT
+    assert tries == [three[1], three[1]]  # the first hybrid stanza, then its own
+
+
+def test_trial_opens_are_bounded_by_stanzas_times_identities(monkeypatch: pytest.MonkeyPatch) -> None:
+    people = [Identity.generate(RecipientKind.X25519).recipient for _ in range(recipients_module.MAX_STANZAS)]
+    wire = seal(recipients=people)
+    tries = []
+    unwrap = Identity.unwrap
+
+    def counted(self: Identity, body: bytes) -> bytes | None:
+        tries.append(1)
+        return unwrap(self, body)
+
+    monkeypatch.setattr(Identity, "unwrap", counted)
+    strangers = [Identity.generate(RecipientKind.X25519) for _ in range(recipients_module.MAX_IDENTITIES)]
+    refused(wire, NoIdentityMatchedError, identities=strangers)
+    assert len(tries) == recipients_module.MAX_STANZAS * recipients_module.MAX_IDENTITIES == 1000
+    with pytest.raises(ValueError, match="at most 100"):
+        Sealer(recipients=[*people, Identity.generate(RecipientKind.X25519).recipient])
+
+
+def test_the_largest_header_fits_the_fields_bound() -> None:
+    # 55 hybrid stanzas fit the 16-bit fields length; 56 do not, and the writer says so
+    people = [Identity.generate().recipient for _ in range(56)]
+    header = Sealer(recipients=people[:55]).header
+    (fields_length,) = struct.unpack_from(">H", header, HEADER_FIXED_SIZE - 2)
+    assert fields_length <= MAX_STANZA_FIELDS_SIZE
+    with pytest.raises(ValueError, match="at most 55 hybrid"):
+        Sealer(recipients=people)
+
+
+def test_scrypt_parameters_over_the_ceiling_are_refused_before_scrypt_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    wire = bytearray(seal(passphrase="pw", work_factor=10))
+    stanza = wire.index(bytes([10, 8, 1]), HEADER_FIXED_SIZE)
+    ran = []
+    monkeypatch.setattr(recipients_module, "Scrypt", lambda **kw: ran.append(kw))
+    for params in ([20, 8, 1], [19, 8, 2], [19, 9, 1], [10, 255, 255]):
+        wire[stanza : stanza + 3] = bytes(params)
+        error = refused(bytes(wire), WorkFactorError, passphrase="pw")
+        assert "ceiling" in str(error)
+    wire[stanza : stanza + 3] = bytes([0, 8, 1])
+    refused(bytes(wire), StanzaError, passphrase="pw")
+    assert ran == []
+    for writer_asks in (20, 0):  # the writer's mistake is a ValueError, not the reader's error
+        with pytest.raises(ValueError, match=f"work_factor {writer_asks}"):
+            Sealer(passphrase="pw", work_factor=writer_asks)
+
+
+def test_the_default_work_factor_is_under_the_ceiling() -> None:
+    recipients_module._check_work_factor(recipients_module.DEFAULT_WORK_FACTOR, 8, 1)
+    recipients_module._check_work_factor(19, 8, 1)  # the ceiling: 512 MiB
+
+
+def test_a_passphrase_stanza_beside_another_is_refused_even_under_a_valid_commitment() -> None:
+    # a writer holding the file key makes a header with both, correctly committed
+    from gcmstream.format import FieldType, Role, make_header
+
+    identity = Identity.generate(RecipientKind.X25519)
+    file_key = os.urandom(32)
+    fields = recipients_module.seal_stanzas(file_key, recipients=[identity.recipient])
+    fields += recipients_module.seal_stanzas(file_key, passphrase="pw", work_factor=10)
+    assert [kind for kind, _ in fields] == [FieldType.RECIPIENT_STANZAS, FieldType.PASSPHRASE_STANZA]
+    header, _ = make_header(
+        file_key, Role.ONE_WAY, 1024, b"", fields=fields, max_fields_size=MAX_STANZA_FIELDS_SIZE
+    )
+    refused(header, StanzaError, passphrase="pw")
+    refused(header, StanzaError, identities=[identity])
+
+
+def test_stanzas_cannot_be_added_dropped_or_swapped(three: list[Identity]) -> None:
+    wire = seal(recipients=[identity.recipient for identity in three[:2]])
+    (fields_length,) = struct.unpack_from(">H", wire, HEADER_FIXED_SIZE - 2)
+    value = wire[HEADER_FIXED_SIZE + 4 : HEADER_FIXED_SIZE + fields_length]
+    first_length = 4 + struct.unpack_from(">H", value, 4)[0]
+    first, second = value[2 : 2 + first_length], value[2 + first_length :]
+    extra = Sealer(recipients=[three[2].recipient]).header[HEADER_FIXED_SIZE + 6 : -32]
+
+    def with_stanzas(*stanzas: bytes) -> bytes:
+        new = struct.pack(">H", len(stanzas)) + b"".join(stanzas)
+        fields = struct.pack(">HH", 0x0010, len(new)) + new
+        rest = wire[HEADER_FIXED_SIZE + fields_length :]
+        return wire[: HEADER_FIXED_SIZE - 2] + struct.pack(">H", len(fields)) + fields + rest
+
+    assert open_stream(with_stanzas(first, second), identities=[three[0]]) == PLAINTEXT
+    for changed in (with_stanzas(first, second, extra), with_stanzas(first), with_stanzas(second, first)):
+        refused(changed, KeyCommitmentError, identities=[three[0]])
+    refused(with_stanzas(second), NoIdentityMatchedError, identities=[three[0]])
+
+
+def test_pipelines_pass_recipients_identities_and_passphrases_through(
+    tmp_path: Path, three: list[Identity]
+) -> None:
+    import anyio
+
+    from gcmstream import decrypt_file, decrypt_iter, encrypt_file, encrypt_iter
+
+    plain = tmp_path / "plain"
+    plain.write_bytes(PLAINTEXT)
+    encrypt_file(plain, tmp_path / "sealed", recipients=[three[0].recipient, three[2].recipient])
+    decrypt_file(tmp_path / "sealed", tmp_path / "opened", identities=[three[2]])
+    assert (tmp_path / "opened").read_bytes() == PLAINTEXT
+    with pytest.raises(NoIdentityMatchedError):
+        decrypt_file(tmp_path / "sealed", tmp_path / "not", identities=[three[1]])
+    assert not (tmp_path / "not").exists()
+
+    async def round_trip() -> bytes:
+        async def chunks() -> AsyncIterator[bytes]:
+            yield PLAINTEXT
+
+        sealed = [c async for c in encrypt_iter(chunks(), passphrase="pw")]
+
+        async def replay() -> AsyncIterator[bytes]:
+            for chunk in sealed:
+                yield chunk
+
+        return b"".join([c async for c in decrypt_iter(replay(), passphrase="pw")])
+
+    assert anyio.run(round_trip) == PLAINTEXT  # scrypt at the default work factor, twice
+
+
+def test_a_stanza_header_must_name_its_file_key_and_aes_256_gcm() -> None:
+    from gcmstream.format import Role, make_header
+
+    identity = Identity.generate(RecipientKind.X25519)
+
+    def header(key: bytes, wrapped: bytes) -> bytes:
+        fields = recipients_module.seal_stanzas(wrapped, recipients=[identity.recipient])
+        made, _ = make_header(
+            key, Role.ONE_WAY, 1024, b"", fields=fields, max_fields_size=MAX_STANZA_FIELDS_SIZE
+        )
+        return made
+
+    short = os.urandom(16)
+    error = refused(header(short, short), StanzaError, identities=[identity])
+    assert "AES_256_GCM" in str(error)
+    # a writer holding one file key wraps another: the key ID gives it away before the commitment
+    error = refused(header(os.urandom(32), os.urandom(32)), KeyCommitmentError, identities=[identity])
+    assert "stanza" in str(error)
