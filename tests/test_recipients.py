@@ -375,12 +375,9 @@ def assert_no_slice_of(secret: str | bytes, message: str, width: int = 3) -> Non
     text = secret.decode("latin-1") if isinstance(secret, bytes) else secret
     for start in range(len(text) - width + 1):
         assert text[start : start + width] not in message, (text[start : start + width], message)
-    if isinstance(secret, bytes):
-        for byte in secret:
-            assert f"{byte:02x}" not in message.replace("0x", " ") or byte < 0x80, message
 
 
-def with_stanza_fields(identity: Identity, *fields: tuple[int, bytes], file_key: bytes) -> bytes:
+def with_stanza_fields(*fields: tuple[int, bytes], file_key: bytes) -> bytes:
     """A header that a writer holding ``file_key`` commits correctly over ``fields``: only the
     stanza rules themselves can refuse it."""
     from gcmstream.format import Role, make_header
@@ -415,10 +412,8 @@ def test_a_reader_still_opens_a_header_that_mixes_kinds() -> None:
     # the refusal is the writer's: a header from an older writer (or another tool) still opens
     hybrid, classic = Identity.generate(), Identity.generate(RecipientKind.X25519)
     file_key = os.urandom(32)
-    both = [*recipients_module.seal_stanzas(file_key, recipients=[hybrid.recipient])]
-    classic_stanza = stanza_value(classic, file_key)[2:]
-    value = struct.pack(">H", 2) + both[0][1][2:] + classic_stanza
-    header = with_stanza_fields(classic, (0x0010, value), file_key=file_key)
+    value = struct.pack(">H", 2) + stanza_value(hybrid, file_key)[2:] + stanza_value(classic, file_key)[2:]
+    header = with_stanza_fields((0x0010, value), file_key=file_key)
     for identity in (hybrid, classic):
         opener = Opener(identities=[identity])
         opener.receive_data(header)
@@ -498,12 +493,12 @@ def test_a_stanza_of_an_unknown_kind_is_skipped_and_still_counts() -> None:
     file_key = os.urandom(32)
     own = stanza_value(identity, file_key)[2:]
     unknown = struct.pack(">BBH", 9, 0, 5) + b"later"
-    header = with_stanza_fields(identity, (0x0010, struct.pack(">H", 2) + unknown + own), file_key=file_key)
+    header = with_stanza_fields((0x0010, struct.pack(">H", 2) + unknown + own), file_key=file_key)
     opener = Opener(identities=[identity])
     opener.receive_data(header)
     assert opener.read() is None and opener.header is not None  # skipped, then its own opened
     # it counts: announced as one stanza, the unknown one leaves the real one as trailing bytes
-    header = with_stanza_fields(identity, (0x0010, struct.pack(">H", 1) + unknown + own), file_key=file_key)
+    header = with_stanza_fields((0x0010, struct.pack(">H", 1) + unknown + own), file_key=file_key)
     assert "follow the last" in str(refused(header, StanzaError, identities=[identity]))
 
 
@@ -512,12 +507,12 @@ def test_reserved_stanza_field_types_are_refused(field_type: int) -> None:
     identity = Identity.generate(RecipientKind.X25519)
     file_key = os.urandom(32)
     header = with_stanza_fields(
-        identity, (0x0010, stanza_value(identity, file_key)), (field_type, b"future"), file_key=file_key
+        (0x0010, stanza_value(identity, file_key)), (field_type, b"future"), file_key=file_key
     )
     error = refused(header, StanzaError, identities=[identity])
     assert f"0x{field_type:04x}" in str(error)
     passphrase = recipients_module.seal_stanzas(file_key, passphrase=SECRET, work_factor=10)
-    header = with_stanza_fields(identity, *passphrase, (field_type, b""), file_key=file_key)
+    header = with_stanza_fields(*passphrase, (field_type, b""), file_key=file_key)
     refused(header, StanzaError, passphrase=SECRET)
 
 
@@ -543,7 +538,7 @@ def test_each_stanza_rule_is_enforced_under_a_valid_commitment(change: str, mess
         value[0:2] = struct.pack(">H", int(change.split()[1]))
         if change == "count 0":
             value = value[:2]
-    header = with_stanza_fields(identity, (0x0010, bytes(value)), file_key=file_key)
+    header = with_stanza_fields((0x0010, bytes(value)), file_key=file_key)
     assert message in str(refused(header, StanzaError, identities=[identity]))
 
 
