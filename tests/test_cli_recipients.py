@@ -16,26 +16,29 @@ from pathlib import Path
 
 import pytest
 
-from gcmstream import Recipient, read_identity_file
+from gcmstream import Identity, Opener, Recipient, RecipientKind, read_identity_file
 from gcmstream.cli import EXIT_OK, EXIT_TAMPERED, EXIT_USAGE, EXIT_WRONG_KEY
 
 from .test_cli import TIMEOUT, env, gcm, one_line_error
+from .test_recipients import SECRET, assert_no_slice_of
 
 PLAIN = os.urandom(200_000)
-FAST = ("--work-factor", "10")  # scrypt at 1/256 of the default: the tests are about the plumbing
+FAST = ("--work-factor", "14")  # the floor, scrypt at 1/16 of the default: these test the plumbing
 
 
 @pytest.fixture(scope="module")
 def people(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Three identity files made by the CLI: two hybrid, one X25519."""
+    """Identity files made by the CLI: three hybrid (its default), and dave's X25519."""
     folder = tmp_path_factory.mktemp("people")
     found = {}
-    for name, extra in (("alice", ()), ("bob", ()), ("carol", ("--x25519",))):
+    for name, extra in (("alice", ()), ("bob", ()), ("carol", ()), ("dave", ("--x25519",))):
         path = folder / f"{name}.identity"
         result = gcm("identity", "-o", path, *extra)
         assert result.returncode == EXIT_OK, result.stderr
         line = result.stderr.decode().strip()
-        assert line.startswith("recipient: gcmstream-recipient-v1:")
+        kind = "x25519" if extra else "mlkem768x25519"  # post-quantum unless asked
+        assert line.startswith(f"recipient: gcmstream-recipient-v1:{kind}:")
+        assert read_identity_file(path).kind is RecipientKind(1 if extra else 2)
         assert Recipient.parse(line.removeprefix("recipient: ")) == read_identity_file(path).recipient
         found[name] = path
     return found
@@ -65,7 +68,8 @@ def test_round_trip_with_r_and_R_and_identity(tmp_path: Path, people: dict[str, 
     sealed = tmp_path / "sealed"
     result = gcm("encrypt", "-r", recipient_of(people["alice"]), "-R", listed, "-i", plain, "-o", sealed)
     assert result.returncode == EXIT_OK, result.stderr
-    for name, identity in people.items():
+    for name in ("alice", "bob", "carol"):
+        identity = people[name]
         out = tmp_path / f"out-{name}"
         result = gcm("decrypt", "--identity", identity, "-i", sealed, "-o", out)
         assert result.returncode == EXIT_OK, result.stderr
@@ -91,6 +95,7 @@ def test_no_identity_matched_exits_3_before_any_output(tmp_path: Path, people: d
 def test_passphrase_file_round_trip(tmp_path: Path, people: dict[str, Path]) -> None:
     secret = tmp_path / "pass"
     secret.write_text("correct horse battery staple\n")
+    secret.chmod(0o600)
     sealed = gcm("encrypt", "--passphrase-file", secret, *FAST, input=PLAIN)
     assert sealed.returncode == EXIT_OK, sealed.stderr
     opened = gcm("decrypt", "--passphrase-file", secret, input=sealed.stdout)
@@ -99,40 +104,47 @@ def test_passphrase_file_round_trip(tmp_path: Path, people: dict[str, Path]) -> 
     assert "--work-factor" in one_line_error(costly, EXIT_USAGE)
     wrong = tmp_path / "wrong"
     wrong.write_text("correct horse battery stapler\n")
+    wrong.chmod(0o600)
     message = one_line_error(gcm("decrypt", "--passphrase-file", wrong, input=sealed.stdout), EXIT_WRONG_KEY)
     assert "passphrase" in message and "stapler" not in message
     one_line_error(gcm("decrypt", "--identity", people["alice"], input=sealed.stdout), EXIT_WRONG_KEY)
 
 
-def test_passphrase_is_asked_twice_on_the_terminal(tmp_path: Path) -> None:
-    def on_terminal(args: list[str], typed: bytes, stdin: bytes) -> tuple[int, bytes, bytes]:
-        controller, terminal = pty.openpty()
+def on_terminal(args: list[str], typed: bytes, stdin: bytes) -> tuple[int, bytes, bytes]:
+    """Run the CLI with a pseudo-terminal as its controlling terminal, typing ``typed`` there
+    line by line at each passphrase prompt."""
+    controller, terminal = pty.openpty()
 
-        def take_terminal() -> None:  # the child's controlling terminal, where getpass asks
-            os.setsid()
-            fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
+    def take_terminal() -> None:  # the child's controlling terminal, where getpass asks
+        os.setsid()
+        fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
 
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gcmstream", *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env(),
-            preexec_fn=take_terminal,
-            pass_fds=(terminal,),
-        )
-        os.close(terminal)
-        shown = bytearray()
-        deadline = time.monotonic() + TIMEOUT
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+        preexec_fn=take_terminal,
+        pass_fds=(terminal,),
+    )
+    os.close(terminal)
+    shown = bytearray()
+    deadline = time.monotonic() + TIMEOUT
+    try:
         for answer in typed.splitlines(keepends=True):
             while b"passphrase" not in shown[-40:] and time.monotonic() < deadline:
                 shown += os.read(controller, 1024)
             shown.clear()
             os.write(controller, answer)
-        out, err = process.communicate(stdin, timeout=TIMEOUT)
-        os.close(controller)
-        return process.returncode, out, err
+    except OSError:  # EIO: the process stopped asking (it refused an answer) and left
+        pass
+    out, err = process.communicate(stdin, timeout=TIMEOUT)
+    os.close(controller)
+    return process.returncode, out, err
 
+
+def test_passphrase_is_asked_twice_on_the_terminal(tmp_path: Path) -> None:
     code, sealed, err = on_terminal(["encrypt", "--passphrase", *FAST], b"pw one\npw one\n", PLAIN)
     assert code == EXIT_OK, err
     code, opened, err = on_terminal(["decrypt", "--passphrase"], b"pw one\n", sealed)
@@ -165,6 +177,7 @@ def test_bad_recipient_line_is_a_usage_error_that_hides_it(people: dict[str, Pat
 def test_one_way_of_keying_at_a_time(tmp_path: Path, people: dict[str, Path], keyfile: Path) -> None:
     secret = tmp_path / "pass"
     secret.write_text("pw\n")
+    secret.chmod(0o600)
     line = recipient_of(people["alice"])
     combinations: list[list[str | Path]] = [
         ["encrypt", "-k", keyfile, "-r", line],
@@ -206,3 +219,157 @@ def keyfile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("key") / "key"
     assert gcm("keygen", "-o", path).returncode == EXIT_OK
     return path
+
+
+# -- review of issue 14: the findings' tests, each written as the attacker tried it -------------
+
+
+def private_file(path: Path, content: bytes, mode: int = 0o600) -> Path:
+    path.write_bytes(content)
+    path.chmod(mode)
+    return path
+
+
+def test_post_quantum_and_classic_recipients_are_never_mixed(tmp_path: Path, people: dict[str, Path]) -> None:
+    hybrid, classic = recipient_of(people["alice"]), recipient_of(people["dave"])
+    listed = tmp_path / "team.recipients"
+    listed.write_text(f"{hybrid}\n{classic}\n")
+    only_classic = tmp_path / "classic.recipients"
+    only_classic.write_text(f"{classic}\n")
+    for args in (["-r", hybrid, "-r", classic], ["-R", listed], ["-r", hybrid, "-R", only_classic]):
+        result = gcm("encrypt", *args, input=PLAIN)
+        assert "can't mix post-quantum and classic" in one_line_error(result, EXIT_USAGE)
+        assert result.stdout == b""
+    sealed = gcm("encrypt", "-R", only_classic, input=PLAIN)  # one kind: fine
+    assert gcm("decrypt", "--identity", people["dave"], input=sealed.stdout).stdout == PLAIN
+
+
+def test_hostile_scrypt_parameters_are_a_corrupt_header_not_an_internal_error(tmp_path: Path) -> None:
+    secret = private_file(tmp_path / "pass", SECRET.encode() + b"\n")
+    sealed = bytearray(gcm("encrypt", "--passphrase-file", secret, *FAST, input=b"x").stdout)
+    stanza = sealed.index(bytes([14, 8, 1]), 62)
+    for params in ((16, 1, 1), (14, 8, 2)):  # (16, 1, 1): OpenSSL would refuse it (MemoryError)
+        sealed[stanza : stanza + 3] = bytes(params)
+        result = gcm("decrypt", "--passphrase-file", secret, input=bytes(sealed))
+        message = one_line_error(result, EXIT_TAMPERED)
+        assert "the format fixes r=8, p=1" in message and "internal" not in message
+        assert_no_slice_of(SECRET, message)
+
+
+def test_a_passphrase_that_is_not_utf8_never_shows_in_a_message(tmp_path: Path) -> None:
+    latin1 = SECRET[:6].encode() + b"\xe4" + SECRET[6:].encode()
+    secret = private_file(tmp_path / "pass", latin1 + b"\n")
+    for args in (["encrypt", *FAST], ["decrypt"]):
+        message = one_line_error(gcm(*args, "--passphrase-file", secret, input=b"x"), EXIT_USAGE)
+        assert "not UTF-8" in message and "position" not in message and "0xe4" not in message
+        assert_no_slice_of(latin1, message)
+    for args in (["encrypt", "--passphrase", *FAST], ["decrypt", "--passphrase"]):
+        code, out, err = on_terminal(args, latin1 + b"\n" + latin1 + b"\n", b"x")
+        message = err.decode(errors="replace")
+        assert code == EXIT_USAGE and out == b"", message
+        assert "internal" not in message and "position" not in message and "0xe4" not in message
+        assert_no_slice_of(latin1, message)
+
+
+def test_wrong_passphrase_message_holds_no_part_of_it(tmp_path: Path) -> None:
+    secret = private_file(tmp_path / "pass", SECRET.encode() + b"\n")
+    guess = SECRET[:-1] + "?"
+    wrong = private_file(tmp_path / "wrong", guess.encode() + b"\n")
+    sealed = gcm("encrypt", "--passphrase-file", secret, *FAST, input=PLAIN).stdout
+    message = one_line_error(gcm("decrypt", "--passphrase-file", wrong, input=sealed), EXIT_WRONG_KEY)
+    assert_no_slice_of(SECRET, message)
+    assert_no_slice_of(guess, message)
+
+
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n", b"", b"\nsecond line\n"])
+def test_passphrase_file_is_its_first_line_without_the_line_ending(tmp_path: Path, ending: bytes) -> None:
+    # the CLI seals, the API opens: both sides agreeing on a wrong passphrase would not pass
+    secret = private_file(tmp_path / "pass", SECRET.encode() + ending)
+    sealed = gcm("encrypt", "--passphrase-file", secret, *FAST, input=PLAIN)
+    assert sealed.returncode == EXIT_OK, sealed.stderr
+    opener = Opener(passphrase=SECRET)
+    opener.receive_data(sealed.stdout)
+    opener.receive_eof()
+    assert opener.read(len(PLAIN) + 1) == PLAIN
+
+
+def test_passphrase_file_rules(tmp_path: Path) -> None:
+    empty = private_file(tmp_path / "empty", b"\nsecond line\n")
+    assert "first line is empty" in one_line_error(
+        gcm("encrypt", "--passphrase-file", empty, *FAST), EXIT_USAGE
+    )
+    longest = private_file(tmp_path / "longest", b"a" * 4096 + b"\r\n")
+    assert gcm("encrypt", "--passphrase-file", longest, *FAST, input=b"x").returncode == EXIT_OK
+    too_long = private_file(tmp_path / "long", b"a" * 4097 + b"\n")
+    for args in (["encrypt", *FAST], ["decrypt"]):  # refused, not cut to its first 4,096 bytes
+        message = one_line_error(gcm(*args, "--passphrase-file", too_long, input=b"x"), EXIT_USAGE)
+        assert "over 4096 bytes" in message
+    for mode in (0o644, 0o640, 0o604):
+        exposed = private_file(tmp_path / f"exposed-{mode:o}", SECRET.encode() + b"\n", mode)
+        message = one_line_error(gcm("encrypt", "--passphrase-file", exposed, *FAST), EXIT_USAGE)
+        assert "passphrase file" in message and "chmod 600" in message
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o620])
+def test_identity_file_open_to_the_group_is_refused(
+    tmp_path: Path, people: dict[str, Path], mode: int
+) -> None:
+    exposed = private_file(tmp_path / "exposed.identity", people["alice"].read_bytes(), mode)
+    message = one_line_error(gcm("recipient", exposed), EXIT_USAGE)
+    assert "identity file" in message and "chmod 600" in message
+
+
+def test_limits_the_user_passes_are_usage_errors(tmp_path: Path, people: dict[str, Path]) -> None:
+    many = ["--identity", str(people["alice"])] * 11
+    assert "at most 10" in one_line_error(gcm("decrypt", *many, input=b""), EXIT_USAGE)
+    crowds = {
+        "101 x25519": [Identity.generate(RecipientKind.X25519).recipient for _ in range(101)],
+        "56 hybrid": [Identity.generate().recipient for _ in range(56)],
+    }
+    for name, crowd in crowds.items():
+        listed = tmp_path / name
+        listed.write_text("".join(f"{recipient}\n" for recipient in crowd))
+        message = one_line_error(gcm("encrypt", "-R", listed, input=b"x"), EXIT_USAGE)
+        assert "at most" in message
+    secret = private_file(tmp_path / "pass", b"pw\n")
+    for factor in ("13", "1", "0", "-1", "20", "300"):
+        message = one_line_error(
+            gcm("encrypt", "--passphrase-file", secret, "--work-factor", factor), EXIT_USAGE
+        )
+        assert "--work-factor" in message
+
+
+def test_recipients_file_over_the_limit_is_refused(tmp_path: Path, people: dict[str, Path]) -> None:
+    listed = tmp_path / "big.recipients"
+    padding = "#" * (1 << 20) + "\n"
+    listed.write_text(f"{recipient_of(people['alice'])}\n{padding}{recipient_of(people['bob'])}\n")
+    message = one_line_error(gcm("encrypt", "-R", listed, input=b"x"), EXIT_USAGE)
+    assert "over 1048576" in message
+
+
+@pytest.mark.parametrize("count", [1, 4])
+def test_a_key_given_for_a_recipient_file_is_wrong_key_whatever_the_stanzas(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path, count: int
+) -> None:
+    crowd = [recipient_of(people["alice"]), *(str(Identity.generate().recipient) for _ in range(count - 1))]
+    listed = tmp_path / "team"
+    listed.write_text("\n".join(crowd))
+    sealed = gcm("encrypt", "-R", listed, input=PLAIN).stdout
+    message = one_line_error(gcm("decrypt", "-k", keyfile, input=sealed), EXIT_WRONG_KEY)
+    assert "wrong key" in message and "--identity" in message
+
+
+def test_identity_to_stdout_as_keygen(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "gcmstream", "identity", "-o", "-"],
+        capture_output=True,
+        timeout=TIMEOUT,
+        env=env(),
+        cwd=tmp_path,
+        check=False,
+    )
+    assert result.returncode == EXIT_OK, result.stderr
+    identity = Identity.parse(result.stdout.decode())
+    assert result.stderr.decode().strip() == f"recipient: {identity.recipient}"
+    assert identity.kind is RecipientKind.MLKEM768_X25519
+    assert not (tmp_path / "-").exists()

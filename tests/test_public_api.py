@@ -87,6 +87,7 @@ TOP_LEVEL_MODULES: dict[str, set[str]] = {
         "MAX_SCRYPT_WORK",
         "MAX_STANZAS",
         "Unlocker",
+        "check_recipients",
         "check_work_factor",
         "parse_recipients",
         "seal_stanzas",

@@ -65,7 +65,7 @@ def refused(wire: bytes, error: type[Exception], **keying: object) -> Exception:
 
 @pytest.fixture(scope="module")
 def three() -> list[Identity]:
-    return [Identity.generate(), Identity.generate(), Identity.generate(RecipientKind.X25519)]
+    return [Identity.generate(), Identity.generate(), Identity.generate()]
 
 
 def test_three_recipients_each_decrypt_alone(three: list[Identity]) -> None:
@@ -363,3 +363,211 @@ def test_a_stanza_header_must_name_its_file_key_and_aes_256_gcm() -> None:
     # a writer holding one file key wraps another: the key ID gives it away before the commitment
     error = refused(header(os.urandom(32), os.urandom(32)), KeyCommitmentError, identities=[identity])
     assert "stanza" in str(error)
+
+
+# -- review of issue 14: the findings' tests, each written as the attacker tried it -------------
+
+SECRET = "Zq#7xW!kV9@jYb"  # no 3 characters of it are in any message of gcmstream
+
+
+def assert_no_slice_of(secret: str | bytes, message: str, width: int = 3) -> None:
+    """No ``width`` consecutive characters (bytes, shown either way) of ``secret`` in ``message``."""
+    text = secret.decode("latin-1") if isinstance(secret, bytes) else secret
+    for start in range(len(text) - width + 1):
+        assert text[start : start + width] not in message, (text[start : start + width], message)
+
+
+def with_stanza_fields(*fields: tuple[int, bytes], file_key: bytes) -> bytes:
+    """A header that a writer holding ``file_key`` commits correctly over ``fields``: only the
+    stanza rules themselves can refuse it."""
+    from gcmstream.format import Role, make_header
+
+    header, _ = make_header(
+        file_key, Role.ONE_WAY, 1024, b"", fields=fields, max_fields_size=MAX_STANZA_FIELDS_SIZE
+    )
+    return header
+
+
+def stanza_value(identity: Identity, file_key: bytes) -> bytes:
+    [(_, value)] = recipients_module.seal_stanzas(file_key, recipients=[identity.recipient])
+    return value
+
+
+@pytest.mark.parametrize("order", ["hybrid first", "x25519 first"])
+def test_post_quantum_and_classic_recipients_are_never_mixed(order: str) -> None:
+    hybrid, classic = Identity.generate().recipient, Identity.generate(RecipientKind.X25519).recipient
+    people = [hybrid, classic] if order == "hybrid first" else [classic, hybrid]
+    for tagged in (False, True):
+        with pytest.raises(RecipientError, match="can't mix post-quantum and classic") as caught:
+            Sealer(recipients=people, tag_recipients=tagged)
+        assert isinstance(caught.value, ValueError)
+    with pytest.raises(RecipientError, match="can't mix"):
+        recipients_module.seal_stanzas(os.urandom(32), recipients=iter(people))
+    # one kind at a time is fine, either kind
+    assert seal(recipients=[hybrid, Identity.generate().recipient])
+    assert seal(recipients=[classic, Identity.generate(RecipientKind.X25519).recipient])
+
+
+def test_a_reader_still_opens_a_header_that_mixes_kinds() -> None:
+    # the refusal is the writer's: a header from an older writer (or another tool) still opens
+    hybrid, classic = Identity.generate(), Identity.generate(RecipientKind.X25519)
+    file_key = os.urandom(32)
+    value = struct.pack(">H", 2) + stanza_value(hybrid, file_key)[2:] + stanza_value(classic, file_key)[2:]
+    header = with_stanza_fields((0x0010, value), file_key=file_key)
+    for identity in (hybrid, classic):
+        opener = Opener(identities=[identity])
+        opener.receive_data(header)
+        assert opener.read() is None and opener.header is not None
+
+
+@pytest.mark.parametrize(
+    "params", [(16, 1, 1), (22, 1, 1), (10, 1, 1), (10, 8, 2), (10, 16, 1), (10, 0, 1), (10, 8, 0)]
+)
+def test_scrypt_r_and_p_are_fixed_and_hostile_ones_leave_the_opener_failed(
+    params: tuple[int, int, int],
+) -> None:
+    # (16, 1, 1): under the ceiling, but OpenSSL refuses N >= 2**(16 r) (cryptography: MemoryError)
+    wire = bytearray(seal(passphrase=SECRET, work_factor=10))
+    stanza = wire.index(bytes([10, 8, 1]), HEADER_FIXED_SIZE)
+    wire[stanza : stanza + 3] = bytes(params)
+    opener = Opener(passphrase=SECRET)
+    opener.receive_data(bytes(wire))
+    with pytest.raises(StanzaError, match=r"r=\d+, p=\d+(: the format fixes| are invalid)") as caught:
+        opener.read()
+    assert not isinstance(caught.value, WorkFactorError)
+    assert opener.records_opened == 0 and opener.header is None
+    opener.receive_data(b"more")
+    opener.receive_eof()
+    for _ in range(2):  # every later call raises again, also after the end of the input
+        with pytest.raises(StreamBrokenError):
+            opener.read()
+
+
+def test_whatever_scrypt_or_hpke_raise_is_a_deferred_stanza_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    passphrase_wire = seal(passphrase=SECRET, work_factor=10)
+    identity = Identity.generate()
+    recipient_wire = seal(recipients=[identity.recipient])
+
+    class RefusingScrypt:
+        def __init__(self, **kwargs: object) -> None:
+            pass
+
+        def derive(self, data: bytes) -> bytes:
+            raise MemoryError("Not enough memory to derive key")
+
+    monkeypatch.setattr(recipients_module, "Scrypt", RefusingScrypt)
+    error = refused(passphrase_wire, StanzaError, passphrase=SECRET)
+    assert "scrypt refused" in str(error) and "MemoryError" in str(error)
+
+    def refusing_unwrap(self: Identity, body: bytes) -> bytes | None:
+        raise OverflowError("a library surprise")
+
+    monkeypatch.setattr(Identity, "unwrap", refusing_unwrap)
+    error = refused(recipient_wire, StanzaError, identities=[identity])
+    assert "HPKE refused" in str(error)
+
+
+def test_a_passphrase_that_is_not_text_is_refused_without_showing_any_of_it() -> None:
+    bad = SECRET[:6] + "\udce4" + SECRET[6:]  # a Latin-1 byte kept by surrogateescape
+    for make in (lambda: Sealer(passphrase=bad, work_factor=10), lambda: Opener(passphrase=bad)):
+        with pytest.raises(ValueError, match="passphrase") as caught:
+            make()
+        message = str(caught.value)
+        assert "\udce4" not in message and "position" not in message and "passphrase" in message
+        assert_no_slice_of(SECRET, message)
+
+
+def test_wrong_passphrase_messages_hold_no_part_of_either_passphrase() -> None:
+    wire = seal(passphrase=SECRET, work_factor=10)
+    guess = SECRET[:-1] + "?"
+    error = refused(wire, NoIdentityMatchedError, passphrase=guess)
+    assert_no_slice_of(SECRET, str(error))
+    assert_no_slice_of(guess, str(error))
+    key_stream = bytes(Sealer(generate_key(256)).seal(b"x", final=True))
+    for stream in (key_stream, seal(recipients=[Identity.generate().recipient])):
+        assert_no_slice_of(guess, str(refused(stream, NoIdentityMatchedError, passphrase=guess)))
+
+
+def test_a_stanza_of_an_unknown_kind_is_skipped_and_still_counts() -> None:
+    identity = Identity.generate(RecipientKind.X25519)
+    file_key = os.urandom(32)
+    own = stanza_value(identity, file_key)[2:]
+    unknown = struct.pack(">BBH", 9, 0, 5) + b"later"
+    header = with_stanza_fields((0x0010, struct.pack(">H", 2) + unknown + own), file_key=file_key)
+    opener = Opener(identities=[identity])
+    opener.receive_data(header)
+    assert opener.read() is None and opener.header is not None  # skipped, then its own opened
+    # it counts: announced as one stanza, the unknown one leaves the real one as trailing bytes
+    header = with_stanza_fields((0x0010, struct.pack(">H", 1) + unknown + own), file_key=file_key)
+    assert "follow the last" in str(refused(header, StanzaError, identities=[identity]))
+
+
+@pytest.mark.parametrize("field_type", [0x0012, 0x0015, 0x001F])
+def test_reserved_stanza_field_types_are_refused(field_type: int) -> None:
+    identity = Identity.generate(RecipientKind.X25519)
+    file_key = os.urandom(32)
+    header = with_stanza_fields(
+        (0x0010, stanza_value(identity, file_key)), (field_type, b"future"), file_key=file_key
+    )
+    error = refused(header, StanzaError, identities=[identity])
+    assert f"0x{field_type:04x}" in str(error)
+    passphrase = recipients_module.seal_stanzas(file_key, passphrase=SECRET, work_factor=10)
+    header = with_stanza_fields(*passphrase, (field_type, b""), file_key=file_key)
+    refused(header, StanzaError, passphrase=SECRET)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("flag 0x80", "unknown flags 0x80"),
+        ("flag 0x02", "unknown flags 0x02"),
+        ("a trailing byte", "1 bytes follow"),
+        ("count 0", "0 recipient stanzas"),
+        ("count 101", "101 recipient stanzas"),
+    ],
+)
+def test_each_stanza_rule_is_enforced_under_a_valid_commitment(change: str, message: str) -> None:
+    identity = Identity.generate(RecipientKind.X25519)
+    file_key = os.urandom(32)
+    value = bytearray(stanza_value(identity, file_key))
+    if change.startswith("flag"):
+        value[3] = int(change.split("0x")[1], 16)
+    elif change == "a trailing byte":
+        value += b"\x00"
+    else:
+        value[0:2] = struct.pack(">H", int(change.split()[1]))
+        if change == "count 0":
+            value = value[:2]
+    header = with_stanza_fields((0x0010, bytes(value)), file_key=file_key)
+    assert message in str(refused(header, StanzaError, identities=[identity]))
+
+
+@pytest.mark.parametrize(
+    "x25519_key",
+    [
+        bytes(32),
+        (1).to_bytes(32, "little"),
+        bytes.fromhex("e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800"),
+    ],
+    ids=["zero", "one", "order 8"],
+)
+def test_a_low_order_x25519_recipient_is_refused_at_parse(x25519_key: bytes) -> None:
+    hybrid_half = Identity.generate().recipient.public_bytes[:1184]
+    for kind, public in (
+        (RecipientKind.X25519, x25519_key),
+        (RecipientKind.MLKEM768_X25519, hybrid_half + x25519_key),
+    ):
+        line = recipients_module._encode(recipients_module.RECIPIENT_PREFIX, kind, public)  # checksum right
+        with pytest.raises(RecipientError, match="low-order"):
+            Recipient.parse(line)
+
+
+def test_a_recipients_file_over_the_limit_is_refused_not_cut(tmp_path: Path) -> None:
+    first, second = (Identity.generate(RecipientKind.X25519).recipient for _ in range(2))
+    path = tmp_path / "team.txt"
+    padding = "#" * (recipients_module.MAX_RECIPIENTS_FILE_SIZE - 100) + "\n"
+    path.write_text(f"{first}\n{padding}{second}\n")
+    with pytest.raises(RecipientError, match="over 1048576"):
+        read_recipients_file(path)
+    path.write_text(f"{first}\n{padding[:-2000]}\n{second}\n")
+    assert read_recipients_file(path) == [first, second]

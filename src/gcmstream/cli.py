@@ -13,6 +13,7 @@ import getpass
 import logging
 import os
 import re
+import select
 import signal
 import stat
 import sys
@@ -51,6 +52,7 @@ from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
     HARD_MAX_RECORD_SIZE,
+    HEADER_FIXED_SIZE,
     HEADER_SIZE,
     MAGIC,
     MAX_CONTEXT_SIZE,
@@ -66,9 +68,12 @@ from .pending import PendingHandshakes
 from .pipeline import CHUNK_SIZE, _output_target, atomic_output
 from .recipients import (
     DEFAULT_WORK_FACTOR,
+    MAX_IDENTITIES,
+    STANZA_FIELD_TYPES,
     Identity,
     Recipient,
     RecipientKind,
+    check_recipients,
     check_work_factor,
     read_identity_file,
     read_recipients_file,
@@ -80,6 +85,10 @@ _T = TypeVar("_T")
 _K = TypeVar("_K")
 Keying = dict[str, Any]  # Sealer/Opener keywords: key=, recipients=, identities= or passphrase=
 _log = logging.getLogger("gcmstream.cli")
+# The command line's floor for a writer's scrypt work factor (N = 2**14: 16 MiB, about 40 ms
+# here): below it a passphrase costs an attacker almost nothing to guess. The API stays lenient.
+MIN_WORK_FACTOR = 14
+MAX_PASSPHRASE_SIZE = 4096  # bytes of a --passphrase-file's first line; a longer one is refused
 
 __all__ = (
     "EXIT_BROKEN_PIPE",
@@ -399,7 +408,10 @@ def _build_parser() -> argparse.ArgumentParser:
             "--passphrase", action="store_true", help=f"ask for a passphrase {twice}on the terminal"
         )
         sub.add_argument(
-            "--passphrase-file", metavar="FILE", help="the passphrase is the first line of FILE (scripts)"
+            "--passphrase-file",
+            metavar="FILE",
+            help="the passphrase is the first line of FILE, UTF-8, at most 4096 bytes, without its line "
+            "ending (scripts); FILE must be readable by you only (chmod 600)",
         )
 
     def io_options(sub: argparse.ArgumentParser, what: str) -> None:
@@ -457,7 +469,8 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="LOG2N",
         type=int,
         default=DEFAULT_WORK_FACTOR,
-        help=f"scrypt cost of a passphrase, log2 of N (default {DEFAULT_WORK_FACTOR}: about 1 s, 256 MiB)",
+        help=f"scrypt cost of a passphrase, log2 of N, {MIN_WORK_FACTOR} to 19 "
+        f"(default {DEFAULT_WORK_FACTOR}: about 1 s, 256 MiB)",
     )
     io_options(encrypt, "plaintext")
     encrypt.add_argument(
@@ -587,7 +600,7 @@ def _version() -> str:
 def _load_key(key_file: str | None) -> bytes:
     if key_file is not None:
         try:
-            _check_private(key_file)
+            _check_private(key_file, "key file")
             return read_key_file(key_file)
         except KeyFileError as exc:
             raise _Usage(f"key file {key_file}: {exc}") from None
@@ -603,12 +616,12 @@ def _load_key(key_file: str | None) -> bytes:
         raise _Usage(f"{KEY_ENV}: {exc}") from None
 
 
-def _check_private(key_file: str) -> None:
-    """Refuse a key file others may read or write (as ssh does): they would have the key, or
-    could swap it for theirs."""
-    mode = stat.S_IMODE(os.stat(key_file).st_mode)
+def _check_private(path: str, what: str) -> None:
+    """Refuse a key, identity or passphrase file others may read or write (as ssh does): they
+    would have the secret, or could swap it for theirs."""
+    mode = stat.S_IMODE(os.stat(path).st_mode)
     if mode & 0o077:
-        raise _Usage(f"key file {key_file} is open to other users (mode {mode:04o}): chmod 600 {key_file}")
+        raise _Usage(f"{what} {path} is open to other users (mode {mode:04o}): chmod 600 {path}")
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -626,6 +639,11 @@ def _keygen(args: argparse.Namespace) -> int:
 
 def _identity(args: argparse.Namespace) -> int:
     identity = Identity.generate(RecipientKind.X25519 if args.x25519 else RecipientKind.MLKEM768_X25519)
+    if args.output == "-":  # as keygen -o -: the identity on stdout, its recipient on stderr
+        sys.stdout.write(identity.to_text() + "\n")
+        sys.stdout.flush()
+        print(f"recipient: {identity.recipient}", file=sys.stderr, flush=True)
+        return EXIT_OK
     try:
         write_identity_file(args.output, identity, force=args.force)
     except FileExistsError:
@@ -636,7 +654,7 @@ def _identity(args: argparse.Namespace) -> int:
 
 def _read_identity(path: str) -> Identity:
     try:
-        _check_private(path)
+        _check_private(path, "identity file")
         return read_identity_file(path)
     except RecipientError as exc:
         raise _Usage(f"identity file {path}: {exc}") from None
@@ -665,29 +683,43 @@ def _read_recipients(args: argparse.Namespace) -> list[Recipient]:
         except (OSError, UnicodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise _Usage(f"cannot read recipients file {path}: {reason}") from None
-    return recipients
+    try:  # too many, or post-quantum beside classic: refused before anything is read
+        return check_recipients(recipients)
+    except RecipientError as exc:
+        raise _Usage(str(exc)) from None
 
 
 def _read_passphrase(args: argparse.Namespace, *, encrypting: bool) -> str:
+    """The passphrase from --passphrase-file or the terminal. Messages never quote it, nor a
+    decoding error's byte and position (which would show part of it)."""
     if args.passphrase_file is not None:
+        path = args.passphrase_file
         try:
-            with open(args.passphrase_file, encoding="utf-8") as file:
-                passphrase = file.readline(4096).rstrip("\r\n")
-        except (OSError, UnicodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise _Usage(f"cannot read passphrase file {args.passphrase_file}: {reason}") from None
-        if not passphrase:
-            raise _Usage(f"passphrase file {args.passphrase_file}: its first line is empty")
-        return passphrase
+            _check_private(path, "passphrase file")
+            with open(path, "rb") as file:
+                line = file.readline(MAX_PASSPHRASE_SIZE + 2).rstrip(b"\r\n")
+        except OSError as exc:
+            raise _Usage(f"cannot read passphrase file {path}: {exc.strerror or 'failed'}") from None
+        if len(line) > MAX_PASSPHRASE_SIZE:
+            raise _Usage(f"passphrase file {path}: its first line is over {MAX_PASSPHRASE_SIZE} bytes")
+        if not line:
+            raise _Usage(f"passphrase file {path}: its first line is empty")
+        try:
+            return line.decode("utf-8")
+        except UnicodeError:
+            raise _Usage(f"passphrase file {path}: its first line is not UTF-8 text") from None
     try:  # getpass falls back to stdin without a terminal: stdin may be the data, so refuse
         os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
     except OSError:
         raise _Usage("no terminal to ask for a passphrase: use --passphrase-file FILE") from None
-    passphrase = getpass.getpass("passphrase: ")
-    if not passphrase:
-        raise _Usage("empty passphrase")
-    if encrypting and getpass.getpass("passphrase again: ") != passphrase:
-        raise _Usage("the two passphrases differ")
+    try:
+        passphrase = getpass.getpass("passphrase: ")
+        if not passphrase:
+            raise _Usage("empty passphrase")
+        if encrypting and getpass.getpass("passphrase again: ") != passphrase:
+            raise _Usage("the two passphrases differ")
+    except UnicodeError:
+        raise _Usage("the passphrase typed is not text in the terminal's encoding (UTF-8?)") from None
     return passphrase
 
 
@@ -702,9 +734,16 @@ def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
     if public and encrypting:
         return {"recipients": _read_recipients(args)}
     if public:
+        if len(args.identity) > MAX_IDENTITIES:
+            raise _Usage(f"{len(args.identity)} --identity options: at most {MAX_IDENTITIES} are tried")
         return {"identities": [_read_identity(path) for path in args.identity]}
     if secret:
-        if encrypting:
+        if encrypting:  # checked before the passphrase is asked for
+            if args.work_factor < MIN_WORK_FACTOR:
+                raise _Usage(
+                    f"--work-factor {args.work_factor}: at least {MIN_WORK_FACTOR}, or the "
+                    "passphrase is cheap to guess"
+                )
             try:
                 check_work_factor(args.work_factor)
             except ValueError as exc:
@@ -916,17 +955,27 @@ async def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                     start=start,
                 )
                 await _run_engine(work)
+        except (UnsupportedFormatError, KeyCommitmentError) as exc:
+            progress.close()
+            # a key given for a file sealed to recipients or a passphrase: with many stanzas its
+            # header passes the key reader's 4,096-byte bound, so say "wrong key" whatever the count
+            if "key" in keying and _first_field_is_a_stanza(_header_start_with_first_field(source, start)):
+                raise _Fail(
+                    EXIT_WRONG_KEY,
+                    f"wrong key: {where} was sealed to recipients or with a passphrase: "
+                    "use --identity or --passphrase[-file]",
+                ) from None
+            if not isinstance(exc, UnsupportedFormatError) or not _is_gcmstream_start(
+                bytes(start[:HEADER_SIZE])
+            ):
+                raise
+            # magic and version are right: a later header field was damaged, not a newer format
+            raise _Fail(EXIT_TAMPERED, f"{where} has a corrupt stream header: {exc}") from None
         except RecordTooLargeError as exc:
             progress.close()
             if opener.header is not None:  # a record's length field, not the header's size
                 raise
             raise _record_limit_error("decrypt", exc.size, exc.limit, where) from None
-        except UnsupportedFormatError as exc:
-            progress.close()
-            if not _is_gcmstream_start(bytes(start[:HEADER_SIZE])):
-                raise
-            # magic and version are right: a later header field was damaged, not a newer format
-            raise _Fail(EXIT_TAMPERED, f"{where} has a corrupt stream header: {exc}") from None
         except BaseException:
             progress.close()
             raise
@@ -1015,6 +1064,27 @@ async def _info_command(args: argparse.Namespace, keying: Keying) -> None:
         raise hint from None
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def _header_start_with_first_field(source: int, start: bytearray) -> bytes:
+    """The input's first bytes, up to its first field's type: the engine may have stopped
+    reading at the fixed part (the error came from it), so read the two bytes after it, from
+    where they are (a file) or from what is already waiting in a pipe. For a message only."""
+    missing = HEADER_FIXED_SIZE + 2 - len(start)
+    if missing <= 0:
+        return bytes(start)
+    with contextlib.suppress(OSError):
+        if _regular_size(source) is not None:
+            return bytes(start) + os.pread(source, missing, len(start))
+        if select.select([source], [], [], 0.2)[0]:
+            return bytes(start) + os.read(source, missing)
+    return bytes(start)
+
+
+def _first_field_is_a_stanza(start: bytes) -> bool:
+    if not _is_gcmstream_start(start) or len(start) < HEADER_FIXED_SIZE + 2:
+        return False
+    return int.from_bytes(start[HEADER_FIXED_SIZE : HEADER_FIXED_SIZE + 2], "big") in STANZA_FIELD_TYPES
 
 
 def _is_gcmstream_start(start: bytes) -> bool:

@@ -50,7 +50,9 @@
     │   ├── KeyFileError                 (also ValueError) a key file or
     │   │                                key line is malformed: prefix, version, suite, length
     │   ├── RecipientError               (also ValueError) a recipient or identity line is
-    │   │                                malformed: prefix, version, kind, length, checksum
+    │   │                                malformed: prefix, version, kind, length, checksum,
+    │   │                                low-order key; or recipients a writer refuses: over
+    │   │                                the limits, or post-quantum mixed with X25519-only
     │   ├── BufferFullError              receive_data() called again while earlier input is
     │   │                                still waiting for ring space (see Opener.wants_data)
     │   ├── ConcurrencyError             (also RuntimeError) a Sealer or Opener entered by a
@@ -259,8 +261,10 @@ class KeyFileError(UsageError, ValueError):
 
 
 class RecipientError(UsageError, ValueError):
-    """A recipient or identity line is malformed: prefix, version, kind, length or checksum.
-    The message never repeats the line (an identity line is a secret)."""
+    """A recipient or identity line is malformed: prefix, version, kind, length, checksum or a
+    low-order X25519 key; or a writer's recipients break a rule: over the limits, or
+    post-quantum mixed with X25519-only ones (docs/FORMAT.md 4.3). The message never repeats
+    the line (an identity line is a secret)."""
 
 
 class BufferFullError(UsageError):

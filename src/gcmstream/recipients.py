@@ -46,6 +46,7 @@ __all__ = (
     "Recipient",
     "RecipientKind",
     "Unlocker",
+    "check_recipients",
     "check_work_factor",
     "parse_recipients",
     "read_identity_file",
@@ -70,6 +71,7 @@ SCRYPT_R = 8
 SCRYPT_P = 1
 MAX_SCRYPT_MEMORY = 512 * 1024 * 1024
 MAX_SCRYPT_WORK = 1 << 22
+MAX_RECIPIENTS_FILE_SIZE = 1 << 20  # characters of a -R file; a longer one is refused, not cut
 SCRYPT_SALT_SIZE = 16
 
 STANZA_FIELD_TYPES = frozenset(range(0x0010, 0x0020))  # reserved for stanzas (docs/FORMAT.md 4.4)
@@ -81,6 +83,13 @@ _COUNT = struct.Struct(">H")
 _SCRYPT_PARAMS = struct.Struct(">BBB")  # log2_n, r, p
 FLAG_TAGGED = 0x01
 _ZERO_NONCE = bytes(12)  # each wrapping key wraps one file key only: its salt is fresh
+# A fixed scalar for one trial exchange: X25519 with a low-order point gives an all-zero secret,
+# which cryptography refuses (ValueError) only when a stream is sealed; refuse it at parse time.
+_X25519_PROBE = x25519.X25519PrivateKey.from_private_bytes(bytes(range(1, 33)))
+MIXED_KINDS_MESSAGE = (
+    "incompatible recipients: can't mix post-quantum and classic recipients, or the file would be "
+    "vulnerable to quantum computers (all mlkem768x25519, or all x25519)"
+)
 
 
 class RecipientKind(enum.IntEnum):
@@ -182,6 +191,10 @@ class Recipient:
                 )
         except ValueError:
             raise RecipientError(f"not a valid {kind.text} public key") from None
+        try:
+            _X25519_PROBE.exchange(x25519.X25519PublicKey.from_public_bytes(self.public_bytes[-32:]))
+        except ValueError:
+            raise RecipientError(f"a {kind.text} recipient whose X25519 key is a low-order point") from None
 
     @classmethod
     def parse(cls, text: str) -> Recipient:
@@ -276,8 +289,11 @@ def parse_recipients(text: str) -> list[Recipient]:
 
 
 def read_recipients_file(path: str | os.PathLike[str]) -> list[Recipient]:
+    """The recipients in a ``-R`` file; RecipientError if it holds none or passes 1 MiB."""
     with open(path, encoding="utf-8", errors="replace") as file:
-        text = file.read(1 << 20)
+        text = file.read(MAX_RECIPIENTS_FILE_SIZE + 1)
+    if len(text) > MAX_RECIPIENTS_FILE_SIZE:
+        raise RecipientError(f"the recipients file is over {MAX_RECIPIENTS_FILE_SIZE} characters")
     recipients = parse_recipients(text)
     if not recipients:
         raise RecipientError("the recipients file holds no recipient line")
@@ -305,7 +321,10 @@ def write_identity_file(path: str | os.PathLike[str], identity: Identity, *, for
 
 def _passphrase_bytes(passphrase: str | bytes) -> bytes:
     if isinstance(passphrase, str):
-        passphrase = passphrase.encode("utf-8")
+        try:
+            passphrase = passphrase.encode("utf-8")
+        except UnicodeError:  # its message would show a character of the passphrase and where
+            raise ValueError("a passphrase str must be valid text (no lone surrogates)") from None
     if not isinstance(passphrase, bytes) or not passphrase:
         raise ValueError("a passphrase must be non-empty str or bytes")
     return passphrase
@@ -339,6 +358,28 @@ def _wrapping_key(passphrase: bytes, salt: bytes, log2_n: int, r: int, p: int) -
     return AESGCM(kdf.derive(passphrase))
 
 
+def check_recipients(recipients: Iterable[Recipient]) -> list[Recipient]:
+    """The distinct recipients a stream can be sealed to, in order. RecipientError (a
+    ValueError) for more than MAX_STANZAS, more than fit the header (55 hybrid), or a mix of
+    post-quantum and X25519-only recipients: as age 1.3 refuses it, since the classic stanza
+    would leave the file open to whoever breaks X25519 (docs/FORMAT.md 4.3)."""
+    unique = list(dict.fromkeys(recipients))
+    if not unique or not all(isinstance(r, Recipient) for r in unique):
+        raise ValueError("recipients must be one or more Recipient objects")
+    if len(unique) > MAX_STANZAS:
+        raise RecipientError(f"{len(unique)} recipients: at most {MAX_STANZAS} fit one stream")
+    if len({recipient.kind for recipient in unique}) > 1:
+        raise RecipientError(MIXED_KINDS_MESSAGE)
+    kind = unique[0].kind
+    size = _COUNT.size + 4 + len(unique) * (_STANZA_HEAD.size + kind.enc_size + FILE_KEY_SIZE + TAG_SIZE)
+    if size > MAX_STANZA_FIELDS_SIZE:  # hybrid only: 56 take 65,638 bytes (tagged, 55 still fit)
+        raise RecipientError(
+            f"{len(unique)} {kind.text} recipients take {size} bytes of header, over the "
+            f"{MAX_STANZA_FIELDS_SIZE} it can hold (at most 55 hybrid recipients)"
+        )
+    return unique
+
+
 def seal_stanzas(
     file_key: bytes,
     *,
@@ -358,18 +399,14 @@ def seal_stanzas(
         wrap = _wrapping_key(_passphrase_bytes(passphrase), salt, work_factor, SCRYPT_R, SCRYPT_P)
         wrapped = wrap.encrypt(_ZERO_NONCE, file_key, _LABEL_PASSPHRASE + params)
         return [(FieldType.PASSPHRASE_STANZA, params + salt + wrapped)]
-    unique = list(dict.fromkeys(recipients or ()))
-    if not unique or not all(isinstance(r, Recipient) for r in unique):
-        raise ValueError("recipients must be one or more Recipient objects")
-    if len(unique) > MAX_STANZAS:
-        raise ValueError(f"{len(unique)} recipients: at most {MAX_STANZAS} fit one stream")
+    unique = check_recipients(recipients or ())
     out = bytearray(_COUNT.pack(len(unique)))
     for recipient in unique:
         tag = recipient.tag if tag_recipients else b""
         body = tag + recipient.wrap(file_key)
         out += _STANZA_HEAD.pack(recipient.kind, FLAG_TAGGED if tag else 0, len(body)) + body
     if len(out) + 4 > MAX_STANZA_FIELDS_SIZE:  # 4: the field's own type and length
-        raise ValueError(
+        raise RecipientError(
             f"{len(unique)} recipients take {len(out) + 4} bytes of header, over the "
             f"{MAX_STANZA_FIELDS_SIZE} it can hold (at most 55 hybrid recipients)"
         )
@@ -435,7 +472,8 @@ class Unlocker:
         return f"<Unlocker {what}>"
 
     def unlock(self, suite: Suite, fields: Iterable[tuple[int, bytes]]) -> bytes:
-        """The file key, or StanzaError, WorkFactorError or NoIdentityMatchedError."""
+        """The file key, or StanzaError, WorkFactorError or NoIdentityMatchedError: anything
+        scrypt or HPKE raises becomes a StanzaError, which the Opener keeps as its fatal error."""
         stanza_fields = {kind: value for kind, value in fields if kind in STANZA_FIELD_TYPES}
         recipients = stanza_fields.pop(FieldType.RECIPIENT_STANZAS, None)
         passphrase = stanza_fields.pop(FieldType.PASSPHRASE_STANZA, None)
@@ -460,10 +498,15 @@ class Unlocker:
             raise StanzaError(f"the passphrase stanza has {len(value)} bytes, expected {expected}")
         log2_n, r, p = _SCRYPT_PARAMS.unpack_from(value)
         _check_work_factor(log2_n, r, p)  # before scrypt runs, whoever holds what
+        if (r, p) != (SCRYPT_R, SCRYPT_P):  # as age: OpenSSL refuses some others (N >= 2**(16r))
+            raise StanzaError(f"scrypt parameters r={r}, p={p}: the format fixes r={SCRYPT_R}, p={SCRYPT_P}")
         if self._passphrase is None:
             raise NoIdentityMatchedError("the stream was sealed with a passphrase, not to recipients")
         salt = value[_SCRYPT_PARAMS.size : _SCRYPT_PARAMS.size + SCRYPT_SALT_SIZE]
-        wrap = _wrapping_key(self._passphrase, salt, log2_n, r, p)
+        try:
+            wrap = _wrapping_key(self._passphrase, salt, log2_n, r, p)
+        except Exception as exc:  # whatever scrypt refuses stays in the error tree
+            raise StanzaError(f"scrypt refused the stanza's parameters ({type(exc).__name__})") from None
         wrapped = value[_SCRYPT_PARAMS.size + SCRYPT_SALT_SIZE :]
         try:
             return wrap.decrypt(_ZERO_NONCE, wrapped, _LABEL_PASSPHRASE + value[: _SCRYPT_PARAMS.size])
@@ -478,7 +521,11 @@ class Unlocker:
             for identity in self._identities:
                 if identity.kind != kind or (tag and tag != identity.recipient.tag):
                     continue
-                file_key = identity.unwrap(body)
+                try:
+                    file_key = identity.unwrap(body)
+                except Exception as exc:  # unwrap maps what a bad body gives to None
+                    name = type(exc).__name__
+                    raise StanzaError(f"HPKE refused a {identity.kind.text} stanza ({name})") from None
                 if file_key is not None:
                     return file_key
         raise NoIdentityMatchedError(
