@@ -151,3 +151,18 @@ def test_records_over_the_limit_name_the_option(sealed: tuple[Path, Path, bytes]
         done = gcm(command, "-k", keyfile, *args)
         assert done.returncode == EXIT_RECORD_LIMIT, done.stderr
         assert b"--max-record-size 4K" in done.stderr
+
+
+def test_decrypt_to_a_file_writes_a_final_record_straddling_the_buffer(tmp_path: Path) -> None:
+    """FINAL across the end of the engine's 1 MiB output buffer (review of issue 13, C1)."""
+    keyfile = tmp_path / "key"
+    write_key_file(keyfile, bytes(range(16)))
+    plain = hashlib.shake_256(b"straddle").digest(2 * 1024 * 1024 + 500)
+    (tmp_path / "plain").write_bytes(plain)
+    done = gcm(
+        "encrypt", "-k", keyfile, "--record-size", "1000", "-i", tmp_path / "plain", "-o", tmp_path / "enc"
+    )
+    assert done.returncode == 0, done.stderr
+    done = gcm("decrypt", "-k", keyfile, "-i", tmp_path / "enc", "-o", tmp_path / "back")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "back").read_bytes() == plain

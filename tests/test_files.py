@@ -227,3 +227,38 @@ async def test_cancellation_stops_within_a_read_and_leaves_no_output(tmp_path: P
 
 def listing(path: Path) -> list[str]:
     return sorted(os.listdir(path))
+
+
+# FINAL straddling the end of the engine's 1 MiB output buffer (review of issue 13, C1): the
+# Opener authenticates FINAL with only its start delivered; the rest must still be written.
+STRADDLING = [
+    (100, pipeline.CHUNK_SIZE + 5),
+    (1000, pipeline.CHUNK_SIZE + 5),
+    (1000, 2 * pipeline.CHUNK_SIZE + 500),
+]
+
+
+@pytest.mark.parametrize(("record_size", "length"), STRADDLING)
+def test_a_final_record_straddling_the_output_buffer_is_written_whole(
+    tmp_path: Path, record_size: int, length: int
+) -> None:
+    data = hashlib.shake_256(b"straddle %d" % length).digest(length)
+    (tmp_path / "plain").write_bytes(data)
+    gcmstream.encrypt_file(tmp_path / "plain", tmp_path / "sealed", key=KEY, record_size=record_size)
+    gcmstream.decrypt_file(tmp_path / "sealed", tmp_path / "back", key=KEY)
+    assert (tmp_path / "back").read_bytes() == data
+    # with a byte after FINAL: every record before FINAL is written, no byte of FINAL
+    (tmp_path / "sealed").write_bytes((tmp_path / "sealed").read_bytes() + b"x")
+    src = os.open(tmp_path / "sealed", os.O_RDONLY)
+    dst = os.open(tmp_path / "partial", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(gcmstream.TrailingDataError):
+            files.decrypt_fd(src, dst, files.new_opener(KEY))
+    finally:
+        os.close(src)
+        os.close(dst)
+    final = length % record_size or record_size
+    assert (tmp_path / "partial").read_bytes() == data[: length - final]
+    with pytest.raises(gcmstream.TrailingDataError):
+        gcmstream.decrypt_file(tmp_path / "sealed", tmp_path / "none", key=KEY)
+    assert not (tmp_path / "none").exists()

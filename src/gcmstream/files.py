@@ -17,9 +17,12 @@ Guarantees, beside the pipeline's (atomic output, fsync, mode 0600, links and FI
   finds any record by arithmetic. The engine never flushes, so the claim holds.
 * Decrypting releases no plaintext of the FINAL record when bytes follow it, even when they
   arrive in a later read (FORMAT.md 8.2 allows releasing it then; this engine does not): the
-  output buffer always has room for a whole record, so FINAL is decrypted into it and held
-  back until one more read of the input found its end. The records before it are written,
-  then TrailingDataError is raised.
+  output buffer always has room for a whole record, so all of FINAL is gathered in it (when
+  it straddles the buffer's end, its start is moved back rather than written) and held back
+  until one more read of the input found its end. The records before it are written, then
+  TrailingDataError is raised. The loop ends when the Opener reports the authenticated end
+  (``at_eof``: FINAL authenticated and all of its plaintext delivered), not when FINAL
+  authenticates.
 * A stop request (``threading.Event``: task cancellation, SIGTERM or Ctrl-C in the CLI) is
   seen before every read, so the loop stops within one read of at most ``CHUNK_SIZE`` bytes
   (a few milliseconds), and the output file is not created. A read blocked on a pipe or
@@ -210,12 +213,17 @@ def decrypt_fd(
                 room = len(out) - record_size
             if out is not None:
                 if used > room:
-                    _write_all(dst, view[:used])
-                    used = 0
+                    # FINAL may have authenticated with only its start delivered (it did not
+                    # fit in this buffer): hold back as many bytes as FINAL has, moved to the
+                    # start, so that all of FINAL is here when its trailing-data check runs
+                    keep = min(used, opener.final_length) if opener.phase is Phase.FINAL else 0
+                    _write_all(dst, view[: used - keep])
+                    out[:keep] = out[used - keep : used]
+                    used = keep
                 got = opener.readinto(view[used:])
             if got:
                 used += got
-            if opener.phase is Phase.FINAL:
+            if opener.at_eof:  # the authenticated end: FINAL authenticated and all of it here
                 break
             if got is not None and got > 0:
                 continue
