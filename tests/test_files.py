@@ -262,3 +262,43 @@ def test_a_final_record_straddling_the_output_buffer_is_written_whole(
     with pytest.raises(gcmstream.TrailingDataError):
         gcmstream.decrypt_file(tmp_path / "sealed", tmp_path / "none", key=KEY)
     assert not (tmp_path / "none").exists()
+
+
+def test_a_sealer_or_opener_whose_loop_failed_is_refused_after(tmp_path: Path) -> None:
+    """A write that fails mid-run (the reader of a pipe went away), then a retry with the same
+    Sealer (review of issue 13, L3): it used to write records without the stream header. Now
+    the failure is sticky for the Sealer and for the Opener."""
+    data = os.urandom(300_000)
+    (tmp_path / "plain").write_bytes(data)
+    sealer = files.new_sealer(KEY, record_size=1000, fixed_layout=True)
+    src = os.open(tmp_path / "plain", os.O_RDONLY)
+    retry = os.open(tmp_path / "retry", os.O_WRONLY | os.O_CREAT, 0o600)
+    gone, closed = os.pipe()
+    os.close(gone)
+    try:
+        with pytest.raises(BrokenPipeError) as first:
+            files.encrypt_fd(src, closed, sealer)
+        os.lseek(src, 0, os.SEEK_SET)
+        for _ in range(2):
+            with pytest.raises(gcmstream.StreamBrokenError) as again:
+                files.encrypt_fd(src, retry, sealer)
+            assert again.value.original is first.value
+        assert os.fstat(retry).st_size == 0
+    finally:
+        for fd in (src, retry, closed):
+            os.close(fd)
+    files.encrypt_path(tmp_path / "plain", tmp_path / "sealed", key=KEY)
+    opener = files.new_opener(KEY)
+    src = os.open(tmp_path / "sealed", os.O_RDONLY)
+    retry = os.open(tmp_path / "retry", os.O_WRONLY)
+    gone, closed = os.pipe()
+    os.close(gone)
+    try:
+        with pytest.raises(BrokenPipeError):
+            files.decrypt_fd(src, closed, opener, eager=True)
+        with pytest.raises(gcmstream.StreamBrokenError):
+            files.decrypt_fd(src, retry, opener)
+        assert os.fstat(retry).st_size == 0
+    finally:
+        for fd in (src, retry, closed):
+            os.close(fd)

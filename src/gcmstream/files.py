@@ -35,6 +35,7 @@ import io
 import os
 import struct
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeAlias, TypeVar
@@ -42,7 +43,7 @@ from typing import TypeAlias, TypeVar
 import anyio
 from anyio import to_thread
 
-from .errors import TrailingDataError, TruncatedStreamError
+from .errors import StreamBrokenError, TrailingDataError, TruncatedStreamError
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
@@ -84,6 +85,25 @@ _STOP_WAIT = 5.0
 
 class Stopped(Exception):
     """The engine saw a stop request (cancellation, a signal) and left its loop."""
+
+
+# Sealers and Openers whose engine loop failed (a write error, a stop, a bad record), with the
+# first error: they are mid-stream, so a later loop would write records without their header
+# or skip plaintext. Every later encrypt_fd/decrypt_fd with one raises StreamBrokenError.
+_failed: weakref.WeakKeyDictionary[Sealer | Opener, BaseException] = weakref.WeakKeyDictionary()
+
+
+@contextmanager
+def _fatal(coder: Sealer | Opener) -> Iterator[None]:
+    """Refuse a coder whose loop failed before; mark this one failed if its loop fails."""
+    earlier = _failed.get(coder)
+    if earlier is not None:
+        raise StreamBrokenError(earlier) from earlier
+    try:
+        yield
+    except BaseException as exc:
+        _failed[coder] = exc
+        raise
 
 
 # -- the one place that takes key material ----------------------------------------------------
@@ -158,7 +178,15 @@ def encrypt_fd(
     stop: threading.Event | None = None,
 ) -> None:
     """Encrypt everything ``src`` delivers until its end into ``dst`` (header, records,
-    FINAL). Neither descriptor is closed."""
+    FINAL). Neither descriptor is closed. After a failure (a write error, a stop) the Sealer
+    is broken: every later call with it raises StreamBrokenError."""
+    with _fatal(sealer):
+        _encrypt_fd(src, dst, sealer, progress, stop)
+
+
+def _encrypt_fd(
+    src: int, dst: int, sealer: Sealer, progress: Progress | None, stop: threading.Event | None
+) -> None:
     reader = io.FileIO(src, "rb", closefd=False)
     buf = bytearray(CHUNK_SIZE)
     view = memoryview(buf)
@@ -196,7 +224,21 @@ def decrypt_fd(
     """Decrypt the one stream ``src`` delivers into ``dst``. ``eager``: write what
     authenticated before every read (pipes, stdout) rather than 1 MiB at a time. ``start``
     collects the input's first bytes (the CLI tells damage from another format by them).
-    On failure, the records that authenticated before it are written, then it is raised."""
+    On failure, the records that authenticated before it are written, then it is raised, and
+    the Opener is broken: every later call with it raises StreamBrokenError."""
+    with _fatal(opener):
+        _decrypt_fd(src, dst, opener, eager, progress, stop, start)
+
+
+def _decrypt_fd(
+    src: int,
+    dst: int,
+    opener: Opener,
+    eager: bool,
+    progress: Progress | None,
+    stop: threading.Event | None,
+    start: bytearray | None,
+) -> None:
     reader = io.FileIO(src, "rb", closefd=False)
     out: bytearray | None = None
     view = memoryview(b"")
