@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gcmstream
-from gcmstream import KeyLimits, Sealer, files
-from gcmstream.format import FLAG_FINAL, FLAG_KEY_UPDATE, RECORD_HEADER
+from gcmstream import KeyLimits, Sealer, files, seekable
+from gcmstream.format import FLAG_FINAL, FLAG_KEY_UPDATE, RECORD_HEADER, FieldType, Suite, TrafficKeys
 
 KEY = bytes(range(16))
 VECTORS = sorted((Path(__file__).parent / "vectors" / "invalid").glob("*.json"))
@@ -557,3 +557,28 @@ def test_a_fifo_or_directory_is_refused_without_waiting(tmp_path: Path) -> None:
             worker.join(timeout=10)
             pytest.fail(f"open_file({target.name}) blocked")
         assert isinstance(outcome[0], gcmstream.UnsupportedEndpointError), outcome
+
+
+@pytest.mark.parametrize("value", [b"", b"\x00\x00\x00\x00", b"\x80\x00\x00\x01", b"\x00\x00\x00\x01\x00"])
+def test_a_layout_field_to_ignore_is_ignored(tmp_path: Path, value: bytes) -> None:
+    """FORMAT.md 4.3: N of 0, not 4 bytes, or past the hard limits: the file is walked (and
+    authenticated record by record), not refused."""
+    sealer = Sealer(KEY, record_size=10, _fields=((FieldType.FIXED_LAYOUT, value),))
+    stream = bytes(sealer.seal(b"a" * 15, flush=True)) + bytes(sealer.seal(b"b" * 20, final=True))
+    path = tmp_path / "ignored"
+    path.write_bytes(stream)
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert not file.fixed_layout
+        assert file.read() == b"a" * 15 + b"b" * 20
+
+
+def test_key_generations_far_apart_match_the_chain() -> None:
+    """The key chain keeps a few generations but gives each one's keys, in any order."""
+    first = TrafficKeys(bytes(32), Suite.AES_128_GCM, 0)
+    chain = [first]
+    for _ in range(3000):
+        chain.append(chain[-1].next())
+    keys = seekable._KeyChain(first)
+    for generation in [*random.Random(5).sample(range(3001), 100), 3000, 0, 2049, 2048, 1]:
+        assert keys(generation).secret == chain[generation].secret
+    assert len(keys._checkpoints) <= 3

@@ -368,16 +368,23 @@ def _read_header(fd: int, opener: Opener) -> tuple[StreamHeader, TrafficKeys]:
     return header, direction.keys
 
 
-def _fixed_layout(header: StreamHeader, file_size: int) -> _Fixed | None:
-    """The arithmetic layout the header's FIXED_LAYOUT field promises for a file of
-    ``file_size`` bytes; None when the promise cannot hold (then the file is refused)."""
+def _promised_layout(header: StreamHeader) -> int | None:
+    """N of the header's FIXED_LAYOUT field, or None when there is none or FORMAT.md 4.3 says
+    to ignore it (N is 0, not 4 bytes, or past the hard limits): then the file is walked."""
     value = header.field(FieldType.FIXED_LAYOUT)
     per_generation = layout_generation_size(value) if value is not None else None
-    body = file_size - len(header.raw)
     limits = KeyLimits()
-    if per_generation is None or body < _OVERHEAD or per_generation > limits.hard_records:
+    if per_generation is None or per_generation > limits.hard_records:
         return None
     if per_generation * header.record_size > limits.hard_bytes:
+        return None
+    return per_generation
+
+
+def _fixed_layout(header: StreamHeader, per_generation: int, file_size: int) -> _Fixed | None:
+    """The arithmetic layout of a file of ``file_size`` bytes; None when no such file exists."""
+    body = file_size - len(header.raw)
+    if body < _OVERHEAD:
         return None
     full, last = divmod(body - _OVERHEAD, header.record_size + _OVERHEAD)
     if last > header.record_size:
@@ -530,9 +537,9 @@ def open_file(
         plain = bytearray(header.record_size)
         wire = bytearray(header.record_size + _OVERHEAD)
         layout: _Layout
-        value = header.field(FieldType.FIXED_LAYOUT)
-        if value is not None and layout_generation_size(value) is not None:
-            fixed = _fixed_layout(header, file_size)
+        per_generation = _promised_layout(header)
+        if per_generation is not None:
+            fixed = _fixed_layout(header, per_generation, file_size)
             if fixed is None or not _final_in_place(fd, fixed, keys, wire, plain):
                 # Cut, extended, edited or not as announced: refused, never walked for places.
                 # The walk (the sequential reader's checks, no index) names the fault; a
