@@ -393,12 +393,12 @@ def _fixed_layout(header: StreamHeader, per_generation: int, file_size: int) -> 
 
 
 class _Blocks:
-    """Sequential reads of the file in blocks of a few hundred KiB (two system calls per block,
+    """Sequential reads of the file in blocks of a few hundred KiB (one ``preadv`` per block,
     not one per record), each record as a view into the block."""
 
-    def __init__(self, fd: int, file_size: int, record_size: int) -> None:
+    def __init__(self, fd: int, file_size: int, start: int, record_size: int) -> None:
         self._fd, self._file_size = fd, file_size
-        self._block = bytearray(max(_WALK_BLOCK, record_size + _OVERHEAD))
+        self._block = bytearray(min(max(_WALK_BLOCK, record_size + _OVERHEAD), file_size - start))
         self._start = self._end = 0  # file offsets the block holds
 
     def view(self, offset: int, count: int) -> memoryview:
@@ -428,7 +428,7 @@ def _walk(fd: int, header: StreamHeader, file_size: int, first_keys: TrafficKeys
     starts = array("Q", [0])
     generations = array("Q", [0])
     scratch = bytearray(header.record_size)
-    blocks = _Blocks(fd, file_size, header.record_size)
+    blocks = _Blocks(fd, file_size, header_size, header.record_size)
     keys = first_keys
     offset, plain, seq, key_bytes, count = header_size, 0, 0, 0, 0
     try:
