@@ -151,3 +151,54 @@ def test_records_over_the_limit_name_the_option(sealed: tuple[Path, Path, bytes]
         done = gcm(command, "-k", keyfile, *args)
         assert done.returncode == EXIT_RECORD_LIMIT, done.stderr
         assert b"--max-record-size 4K" in done.stderr
+
+
+def test_decrypt_to_a_file_writes_a_final_record_straddling_the_buffer(tmp_path: Path) -> None:
+    """FINAL across the end of the engine's 1 MiB output buffer (review of issue 13, C1)."""
+    keyfile = tmp_path / "key"
+    write_key_file(keyfile, bytes(range(16)))
+    plain = hashlib.shake_256(b"straddle").digest(2 * 1024 * 1024 + 500)
+    (tmp_path / "plain").write_bytes(plain)
+    done = gcm(
+        "encrypt", "-k", keyfile, "--record-size", "1000", "-i", tmp_path / "plain", "-o", tmp_path / "enc"
+    )
+    assert done.returncode == 0, done.stderr
+    done = gcm("decrypt", "-k", keyfile, "-i", tmp_path / "enc", "-o", tmp_path / "back")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "back").read_bytes() == plain
+
+
+def test_a_record_shortened_without_the_key_fails_range_and_info(
+    sealed: tuple[Path, Path, bytes], tmp_path: Path
+) -> None:
+    """Record 1's length field shortened by 1,000 and 1,000 bytes of its body deleted (review of
+    issue 13, C2): every later record still authenticates, 1,000 bytes early. A range after it
+    used to print genuine plaintext from another offset, and info the wrong length; both fail
+    as tampered now, printing nothing."""
+    keyfile, enc, _ = sealed
+    stream = bytearray(enc.read_bytes())
+    offset = HEADER + RECORD_HEADER_SIZE + RECORD + TAG_SIZE  # record 1
+    stream[offset : offset + RECORD_HEADER_SIZE] = bytes([0]) + (RECORD + TAG_SIZE - 1000).to_bytes(4, "big")
+    end = offset + RECORD_HEADER_SIZE + RECORD + TAG_SIZE
+    del stream[end - 1000 : end]
+    shifted = tmp_path / "shifted"
+    shifted.write_bytes(stream)
+    done = gcm("decrypt", "-k", keyfile, "-i", shifted, "--offset", "40K", "--length", "64")
+    assert done.returncode == EXIT_TAMPERED, done.stderr
+    assert done.stdout == b""
+    done = gcm("info", "-k", keyfile, shifted)
+    assert done.returncode == EXIT_TAMPERED, done.stderr
+    assert b"plaintext length" not in done.stdout
+
+
+def test_info_and_a_range_refuse_a_fifo_at_once(sealed: tuple[Path, Path, bytes], tmp_path: Path) -> None:
+    """A FIFO with no writer used to hang info (Ctrl-C ignored) and decrypt --offset."""
+    keyfile, _, _ = sealed
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for args in (("info", "-k", keyfile, fifo), ("decrypt", "-k", keyfile, "-i", fifo, "--offset", "0")):
+        done = subprocess.run(
+            [sys.executable, "-m", "gcmstream", *map(str, args)], capture_output=True, timeout=30, check=False
+        )
+        assert done.returncode == EXIT_USAGE, done.stderr
+        assert b"regular file" in done.stderr

@@ -219,11 +219,98 @@ async def test_cancellation_stops_within_a_read_and_leaves_no_output(tmp_path: P
     small = tmp_path / "small"
     small.write_bytes(bytes(128 * 1024 * 1024))
     await pipeline.encrypt_file_async(small, sealed, key=KEY)
-    with anyio.move_on_after(0.05) as scope:
-        await pipeline.decrypt_file_async(sealed, tmp_path / "out", key=KEY)
-    assert scope.cancelled_caught
+    # cancel once the engine has started (its first progress call), not after a fixed time: on
+    # a loaded machine a timer could fire only after the whole file was done
+    progressed: list[int] = []
+    async with anyio.create_task_group() as tg:
+
+        async def cancel_once_started() -> None:
+            with anyio.fail_after(30):
+                while not progressed:  # noqa: ASYNC110 (set by the engine's worker thread)
+                    await anyio.sleep(0.001)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(cancel_once_started)
+        await pipeline.decrypt_file_async(sealed, tmp_path / "out", key=KEY, progress=progressed.append)
+    assert tg.cancel_scope.cancel_called
+    assert sum(progressed) < small.stat().st_size  # stopped before the end
     assert listing(tmp_path) == ["plain", "sealed", "small"]
 
 
 def listing(path: Path) -> list[str]:
     return sorted(os.listdir(path))
+
+
+# FINAL straddling the end of the engine's 1 MiB output buffer (review of issue 13, C1): the
+# Opener authenticates FINAL with only its start delivered; the rest must still be written.
+STRADDLING = [
+    (100, pipeline.CHUNK_SIZE + 5),
+    (1000, pipeline.CHUNK_SIZE + 5),
+    (1000, 2 * pipeline.CHUNK_SIZE + 500),
+]
+
+
+@pytest.mark.parametrize(("record_size", "length"), STRADDLING)
+def test_a_final_record_straddling_the_output_buffer_is_written_whole(
+    tmp_path: Path, record_size: int, length: int
+) -> None:
+    data = hashlib.shake_256(b"straddle %d" % length).digest(length)
+    (tmp_path / "plain").write_bytes(data)
+    gcmstream.encrypt_file(tmp_path / "plain", tmp_path / "sealed", key=KEY, record_size=record_size)
+    gcmstream.decrypt_file(tmp_path / "sealed", tmp_path / "back", key=KEY)
+    assert (tmp_path / "back").read_bytes() == data
+    # with a byte after FINAL: every record before FINAL is written, no byte of FINAL
+    (tmp_path / "sealed").write_bytes((tmp_path / "sealed").read_bytes() + b"x")
+    src = os.open(tmp_path / "sealed", os.O_RDONLY)
+    dst = os.open(tmp_path / "partial", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(gcmstream.TrailingDataError):
+            files.decrypt_fd(src, dst, files.new_opener(KEY))
+    finally:
+        os.close(src)
+        os.close(dst)
+    final = length % record_size or record_size
+    assert (tmp_path / "partial").read_bytes() == data[: length - final]
+    with pytest.raises(gcmstream.TrailingDataError):
+        gcmstream.decrypt_file(tmp_path / "sealed", tmp_path / "none", key=KEY)
+    assert not (tmp_path / "none").exists()
+
+
+def test_a_sealer_or_opener_whose_loop_failed_is_refused_after(tmp_path: Path) -> None:
+    """A write that fails mid-run (the reader of a pipe went away), then a retry with the same
+    Sealer (review of issue 13, L3): it used to write records without the stream header. Now
+    the failure is sticky for the Sealer and for the Opener."""
+    data = os.urandom(300_000)
+    (tmp_path / "plain").write_bytes(data)
+    sealer = files.new_sealer(KEY, record_size=1000, fixed_layout=True)
+    src = os.open(tmp_path / "plain", os.O_RDONLY)
+    retry = os.open(tmp_path / "retry", os.O_WRONLY | os.O_CREAT, 0o600)
+    gone, closed = os.pipe()
+    os.close(gone)
+    try:
+        with pytest.raises(BrokenPipeError) as first:
+            files.encrypt_fd(src, closed, sealer)
+        os.lseek(src, 0, os.SEEK_SET)
+        for _ in range(2):
+            with pytest.raises(gcmstream.StreamBrokenError) as again:
+                files.encrypt_fd(src, retry, sealer)
+            assert again.value.original is first.value
+        assert os.fstat(retry).st_size == 0
+    finally:
+        for fd in (src, retry, closed):
+            os.close(fd)
+    files.encrypt_path(tmp_path / "plain", tmp_path / "sealed", key=KEY)
+    opener = files.new_opener(KEY)
+    src = os.open(tmp_path / "sealed", os.O_RDONLY)
+    retry = os.open(tmp_path / "retry", os.O_WRONLY)
+    gone, closed = os.pipe()
+    os.close(gone)
+    try:
+        with pytest.raises(BrokenPipeError):
+            files.decrypt_fd(src, closed, opener, eager=True)
+        with pytest.raises(gcmstream.StreamBrokenError):
+            files.decrypt_fd(src, retry, opener)
+        assert os.fstat(retry).st_size == 0
+    finally:
+        for fd in (src, retry, closed):
+            os.close(fd)

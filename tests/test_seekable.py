@@ -8,8 +8,12 @@ import hashlib
 import io
 import json
 import os
+import random
 import shutil
 import tarfile
+import threading
+import time
+import tracemalloc
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -20,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gcmstream
-from gcmstream import KeyLimits, Sealer, files
-from gcmstream.format import RECORD_HEADER
+from gcmstream import KeyLimits, Sealer, files, seekable
+from gcmstream.format import FLAG_FINAL, FLAG_KEY_UPDATE, RECORD_HEADER, FieldType, Suite, TrafficKeys
 
 KEY = bytes(range(16))
 VECTORS = sorted((Path(__file__).parent / "vectors" / "invalid").glob("*.json"))
@@ -135,6 +139,8 @@ def record_places(stream: bytes) -> list[tuple[int, int, int]]:
 
 @pytest.mark.parametrize("kind", ["fixed", "flushed"])
 def test_a_tampered_record_fails_exactly_the_reads_that_touch_it(tmp_path: Path, kind: str) -> None:
+    """In a FIXED_LAYOUT file; a walked file is refused at open (the places of the records
+    after a tampered one could not be authenticated)."""
     data = os.urandom(1000)
     path = engine_file(tmp_path, data, 100) if kind == "fixed" else flushed_file(tmp_path, data, 100, 5)
     stream = path.read_bytes()
@@ -144,7 +150,8 @@ def test_a_tampered_record_fails_exactly_the_reads_that_touch_it(tmp_path: Path,
         damaged = bytearray(stream)
         damaged[offset + length - 1] ^= 1  # the tag: the body and its header stay in place
         path.write_bytes(damaged)
-        if index == len(places) - 1 or not size:  # FINAL and empty records: checked at open
+        # FINAL, and every record of a walked file (its places are authenticated at open)
+        if index == len(places) - 1 or kind == "flushed":
             with pytest.raises(gcmstream.AuthenticationError) as caught:
                 gcmstream.open_file(path, key=KEY)
             assert caught.value.record_number == index
@@ -328,3 +335,270 @@ async def test_async_counterpart(tmp_path: Path) -> None:
     with pytest.raises(gcmstream.TruncatedStreamError):
         (tmp_path / "cut").write_bytes(path.read_bytes()[:-1])
         await gcmstream.open_file_async(tmp_path / "cut", key=KEY)
+
+
+# -- tampering without the key (review of issue 13, C2 and H1) ----------------------------------
+
+
+def tampered_variants(stream: bytes, rng: random.Random) -> list[tuple[str, bytes]]:
+    """What a tamperer without the key can do to the record sequence: edit a record's length
+    field and delete (or add) that many bytes of its body, drop, duplicate or swap records,
+    split one record into two by writing a second record header inside it."""
+    places = record_places(stream)
+    head = stream[: places[0][0]]
+    bodies = [stream[offset : offset + length] for offset, length, _ in places]
+    made: list[tuple[str, bytes]] = []
+    for index in range(len(bodies)):
+        offset, length, _ = places[index]
+        flags, wire_length = RECORD_HEADER.unpack_from(stream, offset)
+        for shift in (-1, -7, 3):
+            if wire_length + shift < 16:
+                continue
+            body = bytearray(bodies[index])
+            body[:5] = RECORD_HEADER.pack(flags, wire_length + shift)
+            body = body[: len(body) + shift] if shift < 0 else body + bytes(shift)
+            made.append(
+                (
+                    f"length {shift:+} of {index}",
+                    head + b"".join(bodies[:index]) + body + b"".join(bodies[index + 1 :]),
+                )
+            )
+        others = bodies[:index] + bodies[index + 1 :]
+        made.append((f"drop {index}", head + b"".join(others)))
+        made.append((f"duplicate {index}", head + b"".join(bodies[: index + 1] + bodies[index:])))
+        if wire_length > 16 + 5 + 16 + 1:
+            split = rng.randrange(17, wire_length - 5 - 16)
+            body = bytearray(bodies[index])
+            body[:5] = RECORD_HEADER.pack(flags, split)
+            body[5 + split : 10 + split] = RECORD_HEADER.pack(0, wire_length - split - 5)
+            made.append(
+                (f"split {index}", head + b"".join(bodies[:index]) + body + b"".join(bodies[index + 1 :]))
+            )
+    for _ in range(len(bodies)):
+        first, second = rng.sample(range(len(bodies)), 2)
+        swapped = bodies[:]
+        swapped[first], swapped[second] = swapped[second], swapped[first]
+        made.append((f"swap {first} {second}", head + b"".join(swapped)))
+    return made
+
+
+def refused_or_true(path: Path, data: bytes, rng: random.Random) -> bool:
+    """Read as an attacked reader would: True when open refuses the file; else (False) assert
+    that the length is the true one and every byte any read returns is the plaintext at its
+    offset (reads touching a damaged record raise)."""
+    try:
+        file = gcmstream.open_file(path, key=KEY)
+    except gcmstream.ProtocolError:
+        return True
+    with file:
+        assert file.length == len(data)
+        for _ in range(40):
+            start = rng.randrange(len(data) + 1)
+            try:
+                file.seek(start)
+                got = file.read(rng.randrange(1, 400))
+            except gcmstream.ProtocolError:
+                continue
+            assert got == data[start : start + len(got)], start
+    return False
+
+
+def test_tampering_without_the_key_never_moves_plaintext(tmp_path: Path) -> None:
+    """Over fixed files with and without key updates and walked files with flushes and empty
+    KEY_UPDATE records: no tampered sequence opens with a wrong length or serves a genuine
+    byte at another offset (the walk used to trust every length field it passed)."""
+    rng = random.Random(13)
+    originals = []
+    for record_size, length, limits in [
+        (7, 70, None),
+        (7, 71, KeyLimits(update_after_records=2)),
+        (16, 16 * 9 + 5, KeyLimits(update_after_records=3)),
+        (100, 1000, None),
+        (100, 1050, KeyLimits(update_after_records=5)),
+    ]:
+        data = os.urandom(length)
+        originals.append((engine_file(tmp_path, data, record_size, limits), data))
+    for record_size, seed in [(8, 1), (64, 2), (100, 5)]:
+        data = os.urandom(40 * record_size)
+        originals.append((flushed_file(tmp_path, data, record_size, seed), data))
+    mutant = tmp_path / "mutant"
+    refused: dict[bool, int] = {True: 0, False: 0}
+    for path, data in originals:
+        for label, stream in tampered_variants(path.read_bytes(), rng):
+            mutant.write_bytes(stream)
+            walked = path.name.startswith("f")
+            outcome = refused_or_true(mutant, data, rng)
+            assert outcome or not walked, (path.name, label)  # a walked file: refused at open
+            refused[outcome] += 1
+    assert refused[True] > 500 and refused[False] > 20, refused  # (swaps in fixed files open)
+
+
+def test_a_fixed_layout_file_with_its_final_record_elsewhere_is_refused(tmp_path: Path) -> None:
+    """The reviewer's example: a record's length field shortened by 1,000 and 1,000 bytes of
+    its body deleted; every later record still authenticates, at the wrong plaintext offset."""
+    data = hashlib.shake_256(b"shifted").digest(40 * 4096 + 123)
+    path = engine_file(tmp_path, data, 4096)
+    stream = bytearray(path.read_bytes())
+    offset, length, _ = record_places(bytes(stream))[1]
+    flags, wire_length = RECORD_HEADER.unpack_from(stream, offset)
+    stream[offset : offset + 5] = RECORD_HEADER.pack(flags, wire_length - 1000)
+    del stream[offset + length - 1000 : offset + length]
+    path.write_bytes(stream)
+    with pytest.raises(gcmstream.AuthenticationError) as caught:
+        gcmstream.open_file(path, key=KEY)
+    assert caught.value.record_number == 1
+
+
+def test_a_writer_breaking_the_fixed_layout_promise_is_refused(tmp_path: Path) -> None:
+    """A genuine stream whose header says FIXED_LAYOUT but that has a short record: refused,
+    not walked (the walk would be sound here, but the header's promise is part of the format)."""
+    sealer = files.new_sealer(KEY, record_size=10, fixed_layout=True)
+    stream = bytes(sealer.seal(b"a" * 15, flush=True)) + bytes(sealer.seal(b"b" * 20, final=True))
+    path = tmp_path / "liar"
+    path.write_bytes(stream)
+    with pytest.raises(gcmstream.MalformedRecordError, match="FIXED_LAYOUT"):
+        gcmstream.open_file(path, key=KEY)
+
+
+@pytest.mark.parametrize("kind", ["fixed", "flushed"])
+def test_a_file_forged_without_the_key_costs_one_record_at_open(
+    tmp_path: Path, kind: str, counting: CountingReads
+) -> None:
+    """A genuine header (any file sealed under the key) followed by 100,000 forged one-byte
+    records flagged KEY_UPDATE (2.1 MiB) and a forged FINAL: open fails at record 0, holding
+    less than 1 MiB and reading at most one walk block (it used to derive a key generation per
+    forged record: about 3 KiB each)."""
+    data = os.urandom(300)
+    genuine = engine_file(tmp_path, data, 100) if kind == "fixed" else flushed_file(tmp_path, data, 100, 3)
+    header = genuine.read_bytes()[: record_places(genuine.read_bytes())[0][0]]
+    forged = RECORD_HEADER.pack(FLAG_KEY_UPDATE, 17) + bytes(17)
+    path = tmp_path / "forged"
+    path.write_bytes(header + forged * 100_000 + RECORD_HEADER.pack(FLAG_FINAL, 17) + bytes(17))
+    counting.bytes = 0
+    tracemalloc.start()
+    try:
+        with pytest.raises(gcmstream.AuthenticationError) as caught:
+            gcmstream.open_file(path, key=KEY)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1024 * 1024, peak
+    assert caught.value.record_number == 0
+    assert counting.bytes <= len(header) + 2 * (256 * 1024 + 121), counting.bytes
+
+
+def test_threads_seeking_and_reading_one_file_take_turns(tmp_path: Path) -> None:
+    """Two readers and a seeker on one file object (review of issue 13, M1): no exception, and
+    every read returns the plaintext at one offset (not two pieces spliced, not a bad size)."""
+    data = os.urandom(200_000)
+    path = engine_file(tmp_path, data, 64)
+    failures: list[str] = []
+    reads = [0]
+    deadline = time.monotonic() + 1.5
+
+    with gcmstream.open_file(path, key=KEY) as file:
+
+        def reader() -> None:
+            rng = random.Random(threading.get_ident())
+            while time.monotonic() < deadline:
+                try:
+                    got = file.read(rng.randrange(32, 300))
+                except Exception as exc:
+                    failures.append(f"{type(exc).__name__}: {exc}")
+                    continue
+                if len(got) >= 32 and data.find(got) < 0:
+                    failures.append(f"{len(got)} bytes found nowhere in the plaintext")
+                reads[0] += 1
+
+        def seeker() -> None:
+            rng = random.Random(7)
+            while time.monotonic() < deadline:
+                try:
+                    file.seek(rng.randrange(len(data)))
+                    file.seek(rng.randrange(300), io.SEEK_CUR)
+                    file.seek(-rng.randrange(1, 1000), io.SEEK_END)
+                    file.tell()
+                except Exception as exc:
+                    failures.append(f"{type(exc).__name__}: {exc}")
+
+        threads = [
+            threading.Thread(target=reader),
+            threading.Thread(target=reader),
+            threading.Thread(target=seeker),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert not failures, failures[:5]
+    assert reads[0] > 100
+
+
+def test_a_fifo_or_directory_is_refused_without_waiting(tmp_path: Path) -> None:
+    """A FIFO with no writer used to block open_file forever (review of issue 13, L1)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def attempt(target: Path) -> None:
+        try:
+            gcmstream.open_file(target, key=KEY).close()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    for target in (fifo, tmp_path):
+        outcome.clear()
+        worker = threading.Thread(target=attempt, args=(target,), daemon=True)
+        worker.start()
+        worker.join(timeout=10)
+        if worker.is_alive():  # unblock it: open for writing lets the FIFO's open return
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            worker.join(timeout=10)
+            pytest.fail(f"open_file({target.name}) blocked")
+        assert isinstance(outcome[0], gcmstream.UnsupportedEndpointError), outcome
+
+
+@pytest.mark.parametrize("value", [b"", b"\x00\x00\x00\x00", b"\x80\x00\x00\x01", b"\x00\x00\x00\x01\x00"])
+def test_a_layout_field_to_ignore_is_ignored(tmp_path: Path, value: bytes) -> None:
+    """FORMAT.md 4.3: N of 0, not 4 bytes, or past the hard limits: the file is walked (and
+    authenticated record by record), not refused."""
+    sealer = Sealer(KEY, record_size=10, _fields=((FieldType.FIXED_LAYOUT, value),))
+    stream = bytes(sealer.seal(b"a" * 15, flush=True)) + bytes(sealer.seal(b"b" * 20, final=True))
+    path = tmp_path / "ignored"
+    path.write_bytes(stream)
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert not file.fixed_layout
+        assert file.read() == b"a" * 15 + b"b" * 20
+
+
+def test_key_generations_far_apart_match_the_chain() -> None:
+    """The key chain keeps a few generations but gives each one's keys, in any order."""
+    first = TrafficKeys(bytes(32), Suite.AES_128_GCM, 0)
+    chain = [first]
+    for _ in range(3000):
+        chain.append(chain[-1].next())
+    keys = seekable._KeyChain(first)
+    for generation in [*random.Random(5).sample(range(3001), 100), 3000, 0, 2049, 2048, 1]:
+        assert keys(generation).secret == chain[generation].secret
+    assert len(keys._checkpoints) <= 3
+
+
+def test_open_file_takes_identities_and_passphrases_as_the_opener_does(tmp_path: Path) -> None:
+    """A file sealed to a recipient (or with a passphrase) by the file engine opens for random
+    access with the identity (or passphrase) alone, and not with another identity."""
+    data = hashlib.shake_256(b"recipients seek").digest(300_000)
+    (tmp_path / "plain").write_bytes(data)
+    alice, mallory = gcmstream.Identity.generate(), gcmstream.Identity.generate()
+    gcmstream.encrypt_file(tmp_path / "plain", tmp_path / "to-alice", recipients=[alice.recipient])
+    with gcmstream.open_file(tmp_path / "to-alice", identities=[alice]) as file:
+        file.seek(123_456)
+        assert file.read(1000) == data[123_456:124_456]
+        assert file.length == len(data)
+    with pytest.raises(gcmstream.NoIdentityMatchedError):
+        gcmstream.open_file(tmp_path / "to-alice", identities=[mallory])
+    sealer = Sealer(passphrase="correct horse", work_factor=10)  # a walked file, not the engine's
+    (tmp_path / "by-pass").write_bytes(bytes(sealer.seal(data, final=True)))
+    with gcmstream.open_file(tmp_path / "by-pass", passphrase="correct horse") as file:
+        file.seek(-10, io.SEEK_END)
+        assert file.read() == data[-10:]

@@ -17,9 +17,12 @@ Guarantees, beside the pipeline's (atomic output, fsync, mode 0600, links and FI
   finds any record by arithmetic. The engine never flushes, so the claim holds.
 * Decrypting releases no plaintext of the FINAL record when bytes follow it, even when they
   arrive in a later read (FORMAT.md 8.2 allows releasing it then; this engine does not): the
-  output buffer always has room for a whole record, so FINAL is decrypted into it and held
-  back until one more read of the input found its end. The records before it are written,
-  then TrailingDataError is raised.
+  output buffer always has room for a whole record, so all of FINAL is gathered in it (when
+  it straddles the buffer's end, its start is moved back rather than written) and held back
+  until one more read of the input found its end. The records before it are written, then
+  TrailingDataError is raised. The loop ends when the Opener reports the authenticated end
+  (``at_eof``: FINAL authenticated and all of its plaintext delivered), not when FINAL
+  authenticates.
 * A stop request (``threading.Event``: task cancellation, SIGTERM or Ctrl-C in the CLI) is
   seen before every read, so the loop stops within one read of at most ``CHUNK_SIZE`` bytes
   (a few milliseconds), and the output file is not created. A read blocked on a pipe or
@@ -32,6 +35,7 @@ import io
 import os
 import struct
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TypeAlias, TypeVar
@@ -39,7 +43,7 @@ from typing import TypeAlias, TypeVar
 import anyio
 from anyio import to_thread
 
-from .errors import TrailingDataError, TruncatedStreamError
+from .errors import StreamBrokenError, TrailingDataError, TruncatedStreamError
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
@@ -81,6 +85,25 @@ _STOP_WAIT = 5.0
 
 class _Stopped(Exception):
     """The engine saw a stop request (cancellation, a signal) and left its loop."""
+
+
+# Sealers and Openers whose engine loop failed (a write error, a stop, a bad record), with the
+# first error: they are mid-stream, so a later loop would write records without their header
+# or skip plaintext. Every later encrypt_fd/decrypt_fd with one raises StreamBrokenError.
+_failed: weakref.WeakKeyDictionary[Sealer | Opener, BaseException] = weakref.WeakKeyDictionary()
+
+
+@contextmanager
+def _fatal(coder: Sealer | Opener) -> Iterator[None]:
+    """Refuse a coder whose loop failed before; mark this one failed if its loop fails."""
+    earlier = _failed.get(coder)
+    if earlier is not None:
+        raise StreamBrokenError(earlier) from earlier
+    try:
+        yield
+    except BaseException as exc:
+        _failed[coder] = exc
+        raise
 
 
 # -- the one place that takes key material ----------------------------------------------------
@@ -176,7 +199,15 @@ def encrypt_fd(
     stop: threading.Event | None = None,
 ) -> None:
     """Encrypt everything ``src`` delivers until its end into ``dst`` (header, records,
-    FINAL). Neither descriptor is closed."""
+    FINAL). Neither descriptor is closed. After a failure (a write error, a stop) the Sealer
+    is broken: every later call with it raises StreamBrokenError."""
+    with _fatal(sealer):
+        _encrypt_fd(src, dst, sealer, progress, stop)
+
+
+def _encrypt_fd(
+    src: int, dst: int, sealer: Sealer, progress: Progress | None, stop: threading.Event | None
+) -> None:
     reader = io.FileIO(src, "rb", closefd=False)
     buf = bytearray(CHUNK_SIZE)
     view = memoryview(buf)
@@ -214,7 +245,21 @@ def decrypt_fd(
     """Decrypt the one stream ``src`` delivers into ``dst``. ``eager``: write what
     authenticated before every read (pipes, stdout) rather than 1 MiB at a time. ``start``
     collects the input's first bytes (the CLI tells damage from another format by them).
-    On failure, the records that authenticated before it are written, then it is raised."""
+    On failure, the records that authenticated before it are written, then it is raised, and
+    the Opener is broken: every later call with it raises StreamBrokenError."""
+    with _fatal(opener):
+        _decrypt_fd(src, dst, opener, eager, progress, stop, start)
+
+
+def _decrypt_fd(
+    src: int,
+    dst: int,
+    opener: Opener,
+    eager: bool,
+    progress: Progress | None,
+    stop: threading.Event | None,
+    start: bytearray | None,
+) -> None:
     reader = io.FileIO(src, "rb", closefd=False)
     out: bytearray | None = None
     view = memoryview(b"")
@@ -231,12 +276,17 @@ def decrypt_fd(
                 room = len(out) - record_size
             if out is not None:
                 if used > room:
-                    _write_all(dst, view[:used])
-                    used = 0
+                    # FINAL may have authenticated with only its start delivered (it did not
+                    # fit in this buffer): hold back as many bytes as FINAL has, moved to the
+                    # start, so that all of FINAL is here when its trailing-data check runs
+                    keep = min(used, opener.final_length) if opener.phase is Phase.FINAL else 0
+                    _write_all(dst, view[: used - keep])
+                    out[:keep] = out[used - keep : used]
+                    used = keep
                 got = opener.readinto(view[used:])
             if got:
                 used += got
-            if opener.phase is Phase.FINAL:
+            if opener.at_eof:  # the authenticated end: FINAL authenticated and all of it here
                 break
             if got is not None and got > 0:
                 continue

@@ -3,17 +3,32 @@ of its plaintext that decrypts only the records a read touches.
 
 Opening reads and verifies the stream header (through an Opener: the same checks as every
 reader), then finds every record's place and authenticates the FINAL record before any byte is
-served, so the plaintext length is known and a truncated or extended file fails at open:
+served, so the plaintext length is known and a truncated or extended file fails at open. The
+rule: a plaintext offset is served only when it is authenticated, that is, when every record
+before it is known to be the writer's records in the writer's order:
 
 * A file whose header carries ``FIXED_LAYOUT`` (the file engine writes it; FORMAT.md 4.3) has
   full records except FINAL and a key update every N records: record ``i`` starts at
-  ``header + i * (record_size + 21)``, so a seek is arithmetic. The file size gives the FINAL
-  record's place; if it does not authenticate there, the file is walked as below for the
-  precise error (or, had the writer lied, a correct index).
-* Any other stream (flushed, variable records) is walked once at open, reading the 5-byte
-  header of every record (no decryption): its plaintext offsets (8 bytes per record) and where
-  each key generation starts are kept. The walk applies the reader's record checks (R1..R4),
-  and the FINAL record it finds is authenticated and must end the file.
+  ``header + i * (record_size + 21)``, so a seek is arithmetic. The header (bound by the key
+  commitment) carries the promise, and each record is opened with the nonce, flags and length
+  its index gives, so a record that authenticates is the writer's record ``i`` at offset
+  ``i * record_size``. The file size gives FINAL's place; if FINAL does not authenticate
+  exactly there, the file is refused at open (never walked for places): the walk below runs
+  only to name the fault as a sequential reader would (AuthenticationError with the record,
+  TruncatedStreamError, TrailingDataError), else MalformedRecordError.
+* Any other stream (flushed, variable records) is walked once at open, authenticating every
+  record in order, as a sequential reader does, before its length or flags are used to find
+  the next: its plaintext offsets and where each key generation starts are kept (``array``, 8
+  bytes per record and per generation). So a record edited, dropped, duplicated or moved
+  fails at open (not only the reads touching it: the places of the records after it could not
+  be authenticated), and a file forged without the key fails at its first forged record,
+  whatever its size. Cost: one decrypting pass over the file at open (a sequential decrypt's
+  CPU, in blocks of 256 KiB, one record of scratch); an authenticated length and end need it
+  anyway. A damaged FIXED_LAYOUT file costs the same pass to name its fault (no index kept).
+
+Only regular files are opened (a FIFO would block and cannot be read by place). The length
+and places are those found at open: bytes appended later are not seen (FORMAT.md 8.1: a reader
+stops at FINAL), and a file shrunk or rewritten later fails the reads that reach the change.
 
 Reading record ``i``: its header and ciphertext are read with one ``preadv`` into a buffer of
 one record, and opened with the nonce and key its position gives and the associated data its
@@ -21,10 +36,11 @@ position requires (the flags and length it must have): a record moved, cut, alte
 relabelled fails as AuthenticationError naming its number, its plaintext is wiped, and only
 the reads that touch it fail; the file object stays usable for other ranges. One decrypted
 record is kept for the next read; a read that covers a whole record decrypts it straight into
-the caller's buffer. Memory: two record buffers, whatever the file size (plus the index of a
-walked file). Reading one byte anywhere reads at most one record from disk after open, and
-open reads the header and the FINAL record (and opening it leaves FINAL decrypted), so one byte
-near the end of a large file costs at most two records of disk reads.
+the caller's buffer. Memory: two record buffers, whatever the file size, plus the index of a
+walked file (8 bytes per genuine record) and a few key generations (``_KeyChain``). Reading
+one byte anywhere reads at most one record from disk after open; opening a FIXED_LAYOUT file
+reads the header and the FINAL record (and leaves FINAL decrypted), so one byte near the end
+of a large one costs at most two records of disk reads.
 """
 
 from __future__ import annotations
@@ -32,6 +48,7 @@ from __future__ import annotations
 import bisect
 import io
 import os
+import stat
 import threading
 from array import array
 from collections.abc import Iterable
@@ -44,9 +61,9 @@ from cryptography.exceptions import InvalidTag
 from .errors import (
     AuthenticationError,
     MalformedRecordError,
-    RecordTooLargeError,
     TrailingDataError,
     TruncatedStreamError,
+    UnsupportedEndpointError,
 )
 from .files import layout_generation_size, new_opener
 from .format import (
@@ -76,6 +93,8 @@ __all__ = ("DecryptedFile", "open_file", "open_file_async")
 
 StrPath: TypeAlias = str | os.PathLike[str]
 _OVERHEAD = RECORD_HEADER_SIZE + TAG_SIZE
+# The walk's read size: a few hundred KiB per system call rather than one call per record.
+_WALK_BLOCK = 256 * 1024
 
 
 class _Fixed:
@@ -101,10 +120,11 @@ class _Fixed:
 
 
 class _Walked:
-    """Record places found by walking the record headers: plaintext starts (and the total at
-    the end), and the first record of each key generation."""
+    """Record places found by the walk at open, which authenticated every record in order:
+    plaintext starts (and the total at the end) and the first record of each key generation,
+    8 bytes per record and per generation (``array``)."""
 
-    def __init__(self, header_size: int, starts: array[int], generations: list[int]):
+    def __init__(self, header_size: int, starts: array[int], generations: array[int]):
         self.header_size, self.starts, self.generations = header_size, starts, generations
         self.count = len(starts) - 1
         self.length = starts[-1]
@@ -133,17 +153,30 @@ _Layout: TypeAlias = _Fixed | _Walked
 
 
 class _KeyChain:
-    """The keys of each key generation, derived (FORMAT.md 5.4) on first use and kept: a few
-    per 64 GiB of a file."""
+    """The keys of any key generation, derived forward (FORMAT.md 5.4) from the nearest one
+    kept: the last one used and one every ``_CHECKPOINT`` generations, so a file with many key
+    updates costs a few TrafficKeys, and a read far from the last one at most
+    ``_CHECKPOINT`` derivations."""
+
+    _CHECKPOINT = 1024
 
     def __init__(self, first: TrafficKeys) -> None:
-        self._keys = [first]
+        self._checkpoints = [first]  # generations 0, _CHECKPOINT, 2 * _CHECKPOINT, ...
+        self._last = first
 
     def __call__(self, generation: int) -> TrafficKeys:
-        keys = self._keys
-        while len(keys) <= generation:
-            keys.append(keys[-1].next())
-        return keys[generation]
+        keys = self._last
+        if keys.generation == generation:
+            return keys
+        checkpoint = self._checkpoints[min(generation // self._CHECKPOINT, len(self._checkpoints) - 1)]
+        if keys.generation > generation or checkpoint.generation > keys.generation:
+            keys = checkpoint
+        while keys.generation < generation:
+            keys = keys.next()
+            if keys.generation == len(self._checkpoints) * self._CHECKPOINT:
+                self._checkpoints.append(keys)
+        self._last = keys
+        return keys
 
 
 class DecryptedFile(io.RawIOBase):
@@ -152,7 +185,11 @@ class DecryptedFile(io.RawIOBase):
     ``read``/``readinto`` fill what they are asked for up to the end (they return fewer bytes
     only at the end, or before a record that fails: the next call then raises its error), so
     it works as is with ``shutil.copyfileobj``, ``tarfile`` and ``zipfile``. Thread-safe: one
-    call at a time. ``length`` is the plaintext size, known since open."""
+    lock covers the position and every call that reads or moves it (``seek``, ``tell``,
+    ``read``, ``readinto``, ``readall``, ``close``), so calls from several threads take turns
+    and each read returns the plaintext at one offset. ``length`` is the plaintext size,
+    authenticated at open. Bytes appended to the file after open are not seen: the length
+    and record places are those found at open (FORMAT.md 8.1: a reader stops at FINAL)."""
 
     def __init__(
         self,
@@ -175,7 +212,7 @@ class DecryptedFile(io.RawIOBase):
         self._wire = bytearray(header.record_size + _OVERHEAD)
         self._plain = plain  # one record's plaintext buffer
         self._cached = cached  # the record whose plaintext is in _plain (-1: none)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (readall calls readinto)
 
     @property
     def mode(self) -> str:
@@ -200,10 +237,15 @@ class DecryptedFile(io.RawIOBase):
         return True
 
     def tell(self) -> int:
-        self._checkClosed()
-        return self._pos
+        with self._lock:
+            self._checkClosed()
+            return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        with self._lock:
+            return self._seek(offset, whence)
+
+    def _seek(self, offset: int, whence: int) -> int:
         self._checkClosed()
         if whence == io.SEEK_SET:
             pos = offset
@@ -219,10 +261,11 @@ class DecryptedFile(io.RawIOBase):
         return pos
 
     def readall(self) -> bytes:
-        buf = bytearray(max(0, self.length - self._pos))
-        got = self.readinto(buf)
-        del buf[got:]
-        return bytes(buf)
+        with self._lock:
+            buf = bytearray(max(0, self.length - self._pos))
+            got = self.readinto(buf)
+            del buf[got:]
+            return bytes(buf)
 
     def readinto(self, buffer: Buffer) -> int:  # type: ignore[override]
         with self._lock:
@@ -230,11 +273,12 @@ class DecryptedFile(io.RawIOBase):
             target = byte_view(buffer, writable=True)
             got = 0
             layout = self._layout
+            pos = self._pos
             try:
-                while got < len(target) and self._pos < self.length:
-                    index = layout.find(self._pos)
+                while got < len(target) and pos < self.length:
+                    index = layout.find(pos)
                     start, size, _, _, _ = layout.record(index)
-                    skip = self._pos - start
+                    skip = pos - start
                     if index != self._cached and skip == 0 and size <= len(target) - got:
                         self._open(index, target[got : got + size])  # straight into the caller's
                         count = size
@@ -246,11 +290,13 @@ class DecryptedFile(io.RawIOBase):
                         count = min(size - skip, len(target) - got)
                         target[got : got + count] = memoryview(self._plain)[skip : skip + count]
                     got += count
-                    self._pos += count
+                    pos += count
             except (AuthenticationError, MalformedRecordError, TruncatedStreamError):
                 if got:
                     return got  # what authenticated first; the next read raises
                 raise
+            finally:
+                self._pos = pos
             return got
 
     def close(self) -> None:
@@ -324,14 +370,23 @@ def _read_header(fd: int, opener: Opener) -> tuple[StreamHeader, TrafficKeys]:
     return header, direction.keys
 
 
-def _fixed_layout(header: StreamHeader, file_size: int) -> _Fixed | None:
+def _promised_layout(header: StreamHeader) -> int | None:
+    """N of the header's FIXED_LAYOUT field, or None when there is none or FORMAT.md 4.3 says
+    to ignore it (N is 0, not 4 bytes, or past the hard limits): then the file is walked."""
     value = header.field(FieldType.FIXED_LAYOUT)
     per_generation = layout_generation_size(value) if value is not None else None
-    body = file_size - len(header.raw)
     limits = KeyLimits()
-    if per_generation is None or body < _OVERHEAD or per_generation > limits.hard_records:
-        return None  # (walked instead: the walk applies the limits record by record)
+    if per_generation is None or per_generation > limits.hard_records:
+        return None
     if per_generation * header.record_size > limits.hard_bytes:
+        return None
+    return per_generation
+
+
+def _fixed_layout(header: StreamHeader, per_generation: int, file_size: int) -> _Fixed | None:
+    """The arithmetic layout of a file of ``file_size`` bytes; None when no such file exists."""
+    body = file_size - len(header.raw)
+    if body < _OVERHEAD:
         return None
     full, last = divmod(body - _OVERHEAD, header.record_size + _OVERHEAD)
     if last > header.record_size:
@@ -339,105 +394,120 @@ def _fixed_layout(header: StreamHeader, file_size: int) -> _Fixed | None:
     return _Fixed(len(header.raw), header.record_size, per_generation, full + 1, last)
 
 
-def _walk(fd: int, header: StreamHeader, file_size: int, keys: _KeyChain, limits: KeyLimits) -> _Walked:
-    """Index the records by their 5-byte headers; authenticate the FINAL record found."""
-    starts = array("Q", [0])
-    generations = [0]
-    try:
-        return _walk_records(fd, header, file_size, keys, limits, starts, generations)
-    except (TruncatedStreamError, RecordTooLargeError, MalformedRecordError):
-        if len(starts) > 1:
-            _authenticate_last(fd, _Walked(len(header.raw), starts, generations), keys)
-        raise
+class _Blocks:
+    """Sequential reads of the file in blocks of a few hundred KiB (one ``preadv`` per block,
+    not one per record), each record as a view into the block."""
+
+    def __init__(self, fd: int, file_size: int, start: int, record_size: int) -> None:
+        self._fd, self._file_size = fd, file_size
+        self._block = bytearray(min(max(_WALK_BLOCK, record_size + _OVERHEAD), file_size - start))
+        self._start = self._end = 0  # file offsets the block holds
+
+    def view(self, offset: int, count: int) -> memoryview:
+        """``count`` bytes at ``offset`` (the caller checked they are in the file)."""
+        if offset < self._start or offset + count > self._end:
+            size = min(len(self._block), self._file_size - offset)
+            with memoryview(self._block)[:size] as target:
+                got = os.preadv(self._fd, [target], offset)
+            if got < count:
+                raise TruncatedStreamError("the file shrank while it was being opened")
+            self._start, self._end = offset, offset + got
+        return memoryview(self._block)[offset - self._start : offset - self._start + count]
 
 
-def _walk_records(
-    fd: int,
-    header: StreamHeader,
-    file_size: int,
-    keys: _KeyChain,
-    limits: KeyLimits,
-    starts: array[int],
-    generations: list[int],
-) -> _Walked:
+def _walk(fd: int, header: StreamHeader, file_size: int, first_keys: TrafficKeys, *, index: bool) -> _Walked:
+    """Authenticate every record in order, as a sequential reader does (the same record
+    checks, R1..R4, and errors), and return their places (``index``) once the FINAL record
+    authenticated and ends the file. A record is authenticated before anything it says (its
+    length, its flags) is used to find the next one, so every place in the result comes from
+    authenticated records only: a record edited, moved, dropped or duplicated fails here, and
+    a file forged without the key costs one record before it fails. Cost: one decrypting pass
+    over the file into one record of scratch memory, and (``index``) 8 bytes per record and
+    per key generation."""
     header_size = len(header.raw)
+    limits = KeyLimits()
     max_ciphertext = header.record_size + TAG_SIZE
-    offset, plain, seq, key_bytes = header_size, 0, 0, 0
-    while True:
-        index = len(starts) - 1
-        if file_size - offset < RECORD_HEADER_SIZE:
-            where = "at a record boundary" if offset == file_size else "inside a record header"
-            raise TruncatedStreamError(
-                f"input ended {where} after {index} records, without a FINAL record: the file was cut short"
-            )
-        flags, length = RECORD_HEADER.unpack(os.pread(fd, RECORD_HEADER_SIZE, offset))
-        check_record_length(length, max_ciphertext)
-        size = length - TAG_SIZE
-        if seq >= limits.hard_records or key_bytes + size > limits.hard_bytes:
-            raise MalformedRecordError(f"record {index}: the writer passed a per-key limit")
-        end = offset + RECORD_HEADER_SIZE + length
-        if end > file_size:
-            raise TruncatedStreamError(f"input ended inside record {index}, without a FINAL record")
-        starts.append(plain + size)
-        odd = bool(flags & ~KNOWN_FLAGS) or flags == FLAG_FINAL | FLAG_KEY_UPDATE
-        if not size and not flags & FLAG_FINAL and not odd:
-            # an empty record (a key update's) is never read for its plaintext: check it now,
-            # 21 bytes, so that the whole walked structure is authenticated
-            empty = bytearray(RECORD_HEADER_SIZE + TAG_SIZE)
-            current = keys(len(generations) - 1)
-            if os.preadv(fd, [empty], offset) != len(empty):
-                raise TruncatedStreamError(f"input ended inside record {index}")
-            try:
-                current.aead.decrypt(current.nonce(seq), bytes(empty[RECORD_HEADER_SIZE:]), bytes(empty[:5]))
-            except InvalidTag:
-                raise AuthenticationError(index) from None
-        elif flags & FLAG_FINAL or odd:
-            # authenticate it as it is on disk (a forged flag fails here), then its rules
-            layout = _Walked(header_size, starts, generations)
-            wire = bytearray(RECORD_HEADER_SIZE + length)
-            out = memoryview(bytearray(size))
-            aad = RECORD_HEADER.pack(flags, length)
-            current = keys(len(generations) - 1)
-            view = memoryview(wire)
-            os.preadv(fd, [view], offset)
-            try:
-                current.aead.decrypt_into(current.nonce(seq), view[RECORD_HEADER_SIZE:], aad, out)
-            except InvalidTag:
-                raise AuthenticationError(index) from None
-            finally:
-                out[:] = bytes(size)
-            if flags & ~KNOWN_FLAGS:
-                raise MalformedRecordError(f"record {index} has unknown flags 0x{flags:02x}")
-            if odd:
-                raise MalformedRecordError(f"record {index} has both FINAL and KEY_UPDATE")
-            if end != file_size:
-                raise TrailingDataError(f"data follows the FINAL record (record {index})")
-            return layout
-        plain += size
-        offset = end
-        if flags & FLAG_KEY_UPDATE:
-            generations.append(index + 1)
-            seq, key_bytes = 0, 0
-        else:
-            seq, key_bytes = seq + 1, key_bytes + size
-
-
-def _authenticate_last(fd: int, layout: _Walked, keys: _KeyChain) -> None:
-    """Open the last record the walk passed, as it is on disk: when the walk stops at a fault
-    (no FINAL at the end, a length out of range), the record before it is the likely culprit
-    (a cleared FINAL flag, an altered length), and a sequential reader would have failed its
-    authentication first: AuthenticationError then, else nothing."""
-    index = layout.count - 1
-    _, size, generation, seq, _ = layout.record(index)
-    wire = bytearray(size + _OVERHEAD)
-    os.preadv(fd, [wire], layout.wire_offset(index))
-    current = keys(generation)
+    starts = array("Q", [0])
+    generations = array("Q", [0])
+    scratch = bytearray(header.record_size)
+    blocks = _Blocks(fd, file_size, header_size, header.record_size)
+    keys = first_keys
+    offset, plain, seq, key_bytes, count = header_size, 0, 0, 0, 0
     try:
-        current.aead.decrypt(
-            current.nonce(seq), bytes(wire[RECORD_HEADER_SIZE:]), bytes(wire[:RECORD_HEADER_SIZE])
-        )
-    except InvalidTag:
-        raise AuthenticationError(index) from None
+        while True:
+            if file_size - offset < RECORD_HEADER_SIZE:
+                where = "at a record boundary" if offset == file_size else "inside a record header"
+                raise TruncatedStreamError(
+                    f"input ended {where} after {count} records, without a FINAL record: "
+                    "the file was cut short"
+                )
+            flags, length = RECORD_HEADER.unpack(blocks.view(offset, RECORD_HEADER_SIZE))
+            check_record_length(length, max_ciphertext)
+            size = length - TAG_SIZE
+            if seq >= limits.hard_records or key_bytes + size > limits.hard_bytes:
+                raise MalformedRecordError(f"record {count}: the writer passed a per-key limit")
+            end = offset + RECORD_HEADER_SIZE + length
+            if end > file_size:
+                raise TruncatedStreamError(f"input ended inside record {count}, without a FINAL record")
+            with blocks.view(offset, RECORD_HEADER_SIZE + length) as wire:
+                try:  # as it is on disk: a forged flag or length fails here
+                    keys.decrypt_into(
+                        keys.nonce(seq),
+                        wire[RECORD_HEADER_SIZE:],
+                        wire[:RECORD_HEADER_SIZE],
+                        memoryview(scratch)[:size],
+                    )
+                except InvalidTag:
+                    raise AuthenticationError(count) from None
+            if flags & ~KNOWN_FLAGS:
+                raise MalformedRecordError(f"record {count} has unknown flags 0x{flags:02x}")
+            if flags == FLAG_FINAL | FLAG_KEY_UPDATE:
+                raise MalformedRecordError(f"record {count} has both FINAL and KEY_UPDATE")
+            plain += size
+            count += 1
+            if index:
+                starts.append(plain)
+            if flags & FLAG_FINAL:
+                if end != file_size:
+                    raise TrailingDataError(f"data follows the FINAL record (record {count - 1})")
+                return _Walked(header_size, starts, generations)
+            offset = end
+            if flags & FLAG_KEY_UPDATE:
+                keys = keys.next()
+                if index:
+                    generations.append(count)
+                seq, key_bytes = 0, 0
+            else:
+                seq, key_bytes = seq + 1, key_bytes + size
+    finally:
+        scratch[:] = bytes(len(scratch))
+
+
+def _final_in_place(fd: int, fixed: _Fixed, keys: _KeyChain, wire: bytearray, plain: bytearray) -> bool:
+    """True when the FINAL record authenticates where the layout puts it (left in ``plain``)."""
+    try:
+        _open_record(fd, fixed, fixed.count - 1, keys, wire, memoryview(plain)[: fixed.last])
+    except AuthenticationError:
+        return False
+    return True
+
+
+def _open_regular(path: StrPath) -> int:
+    """A descriptor of ``path`` if it is a regular file. Opened without blocking (a FIFO with
+    no writer would block ``open``), then checked: anything else raises
+    UnsupportedEndpointError."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsupportedEndpointError(
+                "open_file needs a regular file (not a FIFO, socket or device): "
+                "it reads records by their place"
+            )
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def open_file(
@@ -454,29 +524,40 @@ def open_file(
 
     The header is verified and the FINAL record authenticated before this returns: a file for
     another key or context, cut short or followed by other bytes raises the same
-    ``ProtocolError`` a sequential reader would (at open, not at the end). Reads decrypt only
-    the records they touch; a record that fails raises AuthenticationError with its number
-    for the reads that touch it, and the file stays usable for the rest. Close it (or use it
-    as a context manager) to release the descriptor."""
+    ``ProtocolError`` a sequential reader would (at open, not at the end). Every plaintext
+    offset served is authenticated: a FIXED_LAYOUT file whose FINAL record is not where the
+    layout puts it is refused, and any other file has every record authenticated in order at
+    open (one pass; see the module docstring). Reads decrypt only the records they touch; a
+    record that fails raises AuthenticationError with its number for the reads that touch it,
+    and the file stays usable for the rest. A path that is not a regular file raises
+    UnsupportedEndpointError without waiting (a FIFO is not opened for reading). Bytes
+    appended after open are not seen. Close it (or use it as a context manager) to release
+    the descriptor."""
     opener = new_opener(
         key, identities=identities, passphrase=passphrase, context=context, max_record_size=max_record_size
     )
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = _open_regular(path)
     try:
         file_size = os.fstat(fd).st_size
         header, first_keys = _read_header(fd, opener)
         keys = _KeyChain(first_keys)
-        fixed = _fixed_layout(header, file_size)
-        layout: _Layout | None = fixed
         plain = bytearray(header.record_size)
         wire = bytearray(header.record_size + _OVERHEAD)
-        if fixed is not None:
-            try:
-                _open_record(fd, fixed, fixed.count - 1, keys, wire, memoryview(plain)[: fixed.last])
-            except AuthenticationError:
-                layout = None  # cut, extended or not as announced: the walk says which
-        if layout is None:
-            layout = _walk(fd, header, file_size, keys, KeyLimits())
+        layout: _Layout
+        per_generation = _promised_layout(header)
+        if per_generation is not None:
+            fixed = _fixed_layout(header, per_generation, file_size)
+            if fixed is None or not _final_in_place(fd, fixed, keys, wire, plain):
+                # Cut, extended, edited or not as announced: refused, never walked for places.
+                # The walk (the sequential reader's checks, no index) names the fault; a
+                # writer that broke its own promise is refused too.
+                _walk(fd, header, file_size, first_keys, index=False)
+                raise MalformedRecordError(
+                    "the records are not where the header's FIXED_LAYOUT field puts them"
+                )
+            layout = fixed
+        else:
+            layout = _walk(fd, header, file_size, first_keys, index=True)
             _, size, _, _, _ = layout.record(layout.count - 1)
             _open_record(fd, layout, layout.count - 1, keys, wire, memoryview(plain)[:size])
         # FINAL stays decrypted: reading the end costs no more disk reads
