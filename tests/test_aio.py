@@ -551,7 +551,8 @@ async def test_a_key_ring_server_sees_which_key_the_client_proved() -> None:
 async def test_a_named_key_ring_authenticates_identities(caplog: pytest.LogCaptureFixture) -> None:
     """Review MEDIUM-2: with KeyRing({"alice": ..., "bob": ...}) a client's identity is the name
     of the key it proved. Bob (holding only bob's key) claiming to be alice is refused before
-    the handler, as is bob where alice is expected; alice is served without naming herself."""
+    the handler, as is bob where alice is expected; alice is served once she names herself
+    (review 10b: a named key's holder must claim its name; without the claim she is refused)."""
     from gcmstream import KeyRing, generate_key
 
     caplog.set_level(logging.WARNING, logger="gcmstream")

@@ -266,7 +266,9 @@ class Channel:
         too). The opener lets go of this channel's hooks, and a failed opener keeps its error
         without traceback (an equal copy): the error raised to the caller, whose traceback
         holds these frames, and this channel do not keep each other alive, so a failed
-        connection is freed when its last reference goes, without the cyclic GC."""
+        connection is freed when its last reference goes, without the cyclic GC. Called before
+        the handshake completed, it fails the channel: HandshakeError ("ended before it
+        completed") from then on, whatever the peer sends."""
         # ended from outside before it completed (a timeout, a cancellation, the caller): the
         # opener fails with that, not with what the peer's next bytes would look like as records
         self._end_handshake(HandshakeError("the handshake was ended before it completed"))
