@@ -15,6 +15,7 @@ import base64
 import logging
 import os
 import socket
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
@@ -158,3 +159,61 @@ async def test_anyio_listener_timeouts_say_so(caplog: pytest.LogCaptureFixture) 
         "has not finished arriving",
         "nothing received for 0.6 s",
     )
+
+
+# -- which error wins: the peer's, or a failed send (review 10b LOW-7.3) -----------------------
+
+
+def _failing_send(feed: gcmstream.Channel | None, data: bytes) -> Callable[[bytes], Awaitable[None]]:
+    """A send that fails as a transport does once the peer went away; ``data`` (the peer's
+    bytes) reaches ``feed``'s opener first, as asyncio's callbacks deliver input during a send."""
+
+    async def send(_: bytes) -> None:
+        if feed is not None:
+            feed.opener.receive_data(data)
+        raise anyio.BrokenResourceError
+
+    return send
+
+
+async def _nothing_more() -> None:
+    raise AssertionError("no read is expected")
+
+
+async def _abort() -> None:
+    pass
+
+
+@pytest.mark.anyio
+async def test_the_peers_error_wins_over_a_failed_send() -> None:
+    """A send that fails once the peer's bytes failed the handshake raises the peer's error
+    (what the peer did), the send's failure as its context; with no such error the send's
+    failure is raised; a responder whose peer's header and forged Finished arrived together
+    sends its answer (as it would had they arrived apart), then raises the Finished's error."""
+    from gcmstream import Channel, Role
+    from gcmstream._adapter import handshake
+    from gcmstream.format import FINISHED_SIZE, KeyExchange
+    from gcmstream.handshake import handshake_sizes
+
+    initiator = Channel(KEY, role=Role.INITIATOR)
+    garbage = b"NOT A GCMSTREAM HEADER" * 4
+    with pytest.raises(gcmstream.ProtocolError) as raised:
+        await handshake(
+            initiator, _failing_send(initiator, garbage), _nothing_more, time_limit=5, abort=_abort
+        )
+    assert isinstance(raised.value.__context__, anyio.BrokenResourceError)
+
+    alone = Channel(KEY, role=Role.INITIATOR)
+    with pytest.raises(anyio.BrokenResourceError):
+        await handshake(alone, _failing_send(None, b""), _nothing_more, time_limit=5, abort=_abort)
+
+    responder = Channel(KEY, role=Role.RESPONDER)
+    responder.opener.receive_data(Channel(KEY, role=Role.INITIATOR).initial_data() + bytes(FINISHED_SIZE))
+    sent: list[bytes] = []
+
+    async def record(data: bytes) -> None:
+        sent.append(data)
+
+    with pytest.raises(gcmstream.HandshakeError, match="key confirmation failed"):
+        await handshake(responder, record, _nothing_more, time_limit=5, abort=_abort)
+    assert len(b"".join(sent)) == handshake_sizes(KeyExchange.MLKEM768_X25519)[1]

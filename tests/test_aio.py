@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -550,7 +551,8 @@ async def test_a_key_ring_server_sees_which_key_the_client_proved() -> None:
 async def test_a_named_key_ring_authenticates_identities(caplog: pytest.LogCaptureFixture) -> None:
     """Review MEDIUM-2: with KeyRing({"alice": ..., "bob": ...}) a client's identity is the name
     of the key it proved. Bob (holding only bob's key) claiming to be alice is refused before
-    the handler, as is bob where alice is expected; alice is served without naming herself."""
+    the handler, as is bob where alice is expected; alice is served once she names herself
+    (review 10b: a named key's holder must claim its name; without the claim she is refused)."""
     from gcmstream import KeyRing, generate_key
 
     caplog.set_level(logging.WARNING, logger="gcmstream")
@@ -587,11 +589,97 @@ async def test_a_named_key_ring_authenticates_identities(caplog: pytest.LogCaptu
 
         assert not await attempt(ports[0], bob, "alice")  # a claim that the key contradicts
         assert not await attempt(ports[1], bob, "alice")
-        assert not await attempt(ports[1], bob, None)  # bob's key is bob, not the alice expected
-        assert await attempt(ports[1], alice, None)
+        assert not await attempt(ports[1], bob, "bob")  # bob's key is bob, not the alice expected
+        assert not await attempt(ports[1], alice, None)  # review 10b: a named key's holder names itself
+        assert await attempt(ports[1], alice, "alice")
         assert await attempt(ports[0], bob, "bob")
     assert served == [(b"hello", key_id(alice)), (b"hello", key_id(bob))]
     refusals = [r.getMessage() for r in caplog.records if "PeerIdentityError" in r.getMessage()]
-    assert len(refusals) == 3, caplog.text
-    assert sum("claims identity b'alice' but proved the key named b'bob'" in m for m in refusals) == 2
+    assert len(refusals) == 4, caplog.text
+    assert sum("proved the key named b'bob' but sent identity b'alice'" in m for m in refusals) == 2
     assert sum("the peer sent identity b'bob', expected b'alice'" in m for m in refusals) == 1
+    assert sum("proved the key named b'alice' but sent no identity" in m for m in refusals) == 1
+
+
+# A's listener, in a process of its own (so the in-process check K4 is blind): its ring names
+# the key it shares with B "B" and the key it shares with C "C"; it wants B only. It prints
+# its port, then one line per connection it serves, with the name of the key proved.
+_PAIRWISE_LISTENER = """
+import asyncio, sys
+import gcmstream
+k_ab, k_ac = (bytes.fromhex(h) for h in sys.argv[1:3])
+ring = gcmstream.KeyRing({"B": k_ab, "C": k_ac})
+async def main():
+    async def serve(reader, writer):
+        name = ring.name(writer.get_extra_info("gcmstream_peer_key_id"))
+        print("SERVED", name.decode(), (await reader.read()).decode(), flush=True)
+        writer.write(b"served by A")
+        writer.write_eof()
+        writer.close()
+    server = await gcmstream.start_server(
+        serve, "127.0.0.1", 0, key=ring, local_id="A", peer_id="B", handshake_timeout=5
+    )
+    print("PORT", server.sockets[0].getsockname()[1], flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until stdin closes
+asyncio.run(main())
+"""
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_own_connection_reflected_into_its_listener_is_refused_with_named_pairwise_keys() -> None:
+    """Review 10b MEDIUM-1, the pairwise-PSK Selfie: A and B share k_AB, A's ring names it "B".
+    A's connection to B, redirected by a proxy holding no key into A's own listener (another
+    process), proves k_AB; it once passed as B. Now the holder of a named key must claim its
+    name, so whatever A's client sends (nothing, or its own name) is refused before A's
+    handler; B itself, naming itself, is served (through the same proxy)."""
+    k_ab, k_ac = gcmstream.generate_key(), gcmstream.generate_key()
+    listener = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _PAIRWISE_LISTENER, k_ab.hex(), k_ac.hex(),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert listener.stdin is not None and listener.stdout is not None
+    try:
+        port = int((await asyncio.wait_for(listener.stdout.readline(), 20)).split()[1])
+        recorded: list[bytes] = []
+
+        async def redirect(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+            # the attacker: no key, it only forwards (and records) both ways
+            upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", port)
+
+            async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+                with contextlib.suppress(ConnectionError):
+                    while data := await source.read(65536):
+                        recorded.append(data)
+                        sink.write(data)
+                        await sink.drain()
+                    sink.write_eof()
+
+            await asyncio.gather(pump(client_reader, upstream_writer), pump(upstream_reader, client_writer))
+            client_writer.close()
+            upstream_writer.close()
+
+        proxy = await asyncio.start_server(redirect, "127.0.0.1", 0)
+        proxy_port = proxy.sockets[0].getsockname()[1]
+        outcomes = []
+        for key, claim in ((k_ab, None), (k_ab, "A"), (k_ab, "B")):  # A's client twice, then B
+            try:
+                reader, writer = await gcmstream.open_connection(
+                    "127.0.0.1", proxy_port, key=key, local_id=claim, handshake_timeout=10
+                )
+            except gcmstream.TruncatedStreamError:
+                outcomes.append("refused")  # the listener hung up at the header
+                continue
+            writer.write(b"wire 1000 EUR")
+            writer.write_eof()
+            outcomes.append((await reader.read()).decode())
+            writer.close()
+        proxy.close()
+        assert recorded  # the proxy did carry A's headers to the listener
+        assert outcomes == ["refused", "refused", "served by A"]
+    finally:
+        listener.stdin.close()
+        out, err = await asyncio.wait_for(listener.communicate(), 20)
+    assert out.decode().splitlines() == ["SERVED B wire 1000 EUR"]  # (after the PORT line)
+    assert "PeerIdentityError: the peer proved the key named b'B' but sent no identity" in err.decode()
+    assert "PeerIdentityError: the peer proved the key named b'B' but sent identity b'A'" in err.decode()

@@ -649,6 +649,36 @@ def test_a_reflected_connect_without_names_is_accepted(keyfile: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("listen_args", "connect_args", "refused"),
+    [
+        (["--local-id", "A"], [], False),
+        ([], ["--local-id", "A"], False),
+        (["--local-id", "A"], ["--local-id", "A"], True),
+        (["--local-id", "A", "--peer-id", "B"], [], True),
+        ([], ["--local-id", "A", "--peer-id", "B"], True),
+    ],
+)
+def test_a_reflected_connect_with_one_sided_names(
+    keyfile: Path, listen_args: list[str], connect_args: list[str], refused: bool
+) -> None:
+    """Review 10b LOW-6, as the help now says: host A's 'connect', redirected into A's own
+    'listen' (another process), is refused by --peer-id on either command or --local-id on
+    both; --local-id on one command alone lets the reflection through."""
+    listener = Listener(["-k", keyfile, "--once", *listen_args])
+    attacker = Redirect(listener.port)
+    connected = gcm(
+        "connect", f"127.0.0.1:{attacker.port}", "-k", keyfile, *connect_args, input=b"order for peer B"
+    )
+    status = listener.finish()
+    if refused:
+        assert EXIT_IDENTITY in (status, connected.returncode), (listener.stderr, connected.stderr)
+        assert listener.stdout == b"" and connected.stdout == b""
+    else:
+        assert (status, connected.returncode) == (0, 0), (listener.stderr, connected.stderr)
+        assert listener.stdout == b"order for peer B"
+
+
+@pytest.mark.parametrize(
     ("listen_args", "connect_args", "words"),
     [
         (

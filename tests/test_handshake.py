@@ -417,13 +417,19 @@ def test_a_named_key_ring_gives_the_identity_of_the_key_proved() -> None:
     assert ring.primary == alice
     assert repr(ring) == f"<KeyRing alice={key_id(alice).hex()[:8]}, bob={key_id(bob).hex()[:8]}>"
     server = Channel(ring, role=Role.RESPONDER)
-    run_handshake(Channel(bob, role=Role.INITIATOR), server)  # bob does not name himself
+    run_handshake(Channel(bob, role=Role.INITIATOR, local_id="bob"), server)
     assert server.handshake_complete() and server.peer_id == b"bob"
     liar = Channel(ring, role=Role.RESPONDER)
     liar.opener.receive_data(Channel(bob, role=Role.INITIATOR, local_id="alice").initial_data())
-    with pytest.raises(PeerIdentityError, match="claims identity b'alice' but proved the key named b'bob'"):
+    with pytest.raises(PeerIdentityError, match="proved the key named b'bob' but sent identity b'alice'"):
         liar.handshake_complete()
     assert not liar.data_to_send()  # refused before answering
+    # review 10b MEDIUM-1: a named key's holder must name itself; the name is not assumed
+    silent = Channel(ring, role=Role.RESPONDER)
+    silent.opener.receive_data(Channel(bob, role=Role.INITIATOR).initial_data())
+    with pytest.raises(PeerIdentityError, match="proved the key named b'bob' but sent no identity"):
+        silent.handshake_complete()
+    assert not silent.data_to_send()
     with pytest.raises(ValueError, match="two names"):
         KeyRing({"alice": alice, "also alice": alice})
     with pytest.raises(ValueError, match="1 to 255"):
@@ -448,3 +454,115 @@ def test_fixed_randomness_is_not_reachable_from_the_public_constructor() -> None
     secret = bytes(range(100, 132))
     shown = repr(FixedEphemeral(secret, mlkem_seed=bytes(64), mlkem_encapsulation=(secret, secret)))
     assert secret.hex() not in shown and str(secret) not in shown and shown == "FixedEphemeral()"
+
+
+def _answer(initiator: Channel, responder: Channel) -> None:
+    """The initiator's header to the responder, its answer back (the initiator is left to check it)."""
+    responder.opener.receive_data(initiator.initial_data())
+    assert not responder.handshake_complete()
+    initiator.opener.receive_data(responder.data_to_send())
+
+
+def test_a_listener_refuses_a_peer_that_proved_the_key_named_after_itself() -> None:
+    """Review 10b LOW-2: with a mesh ring that names each node's key after the node, A's
+    listener refuses a client that proved A's key: the own-name check (K6) runs on the
+    identity the key's name gave (K5), not only on the claim."""
+    key_a, key_b = generate_key(), generate_key()
+    mesh = KeyRing({"A": key_a, "B": key_b})
+    for claim in ("A", None):
+        listener = Channel(mesh, role=Role.RESPONDER, local_id="A")
+        listener.opener.receive_data(Channel(key_a, role=Role.INITIATOR, local_id=claim).initial_data())
+        error = SelfConnectionError if claim == "A" else PeerIdentityError
+        with pytest.raises(error):
+            listener.handshake_complete()
+        assert not listener.data_to_send() and listener.peer_id is None
+    listener = Channel(mesh, role=Role.RESPONDER, local_id="A")  # B, naming itself, is served
+    run_handshake(Channel(key_b, role=Role.INITIATOR, local_id="B"), listener)
+    assert listener.handshake_complete() and listener.peer_id == b"B"
+
+
+def test_an_initiator_checks_the_responders_claim_against_the_name_of_its_key() -> None:
+    """Review 10b LOW-3: names count on the initiator too: the responder answered under the
+    key the initiator offered, and must claim that key's name; the initiator's peer_id is it."""
+    key = generate_key()
+    for claim in ("mallory", None):
+        client = Channel(KeyRing({"server": key}), role=Role.INITIATOR)
+        _answer(client, Channel(key, role=Role.RESPONDER, local_id=claim))
+        with pytest.raises(PeerIdentityError, match="proved the key named b'server' but sent"):
+            client.handshake_complete()
+        assert client.peer_id is None and not client.sealer.ready
+    client = Channel(KeyRing({"server": key}), role=Role.INITIATOR, peer_id="server")
+    run_handshake(client, Channel(key, role=Role.RESPONDER, local_id="server"))
+    assert client.handshake_complete() and client.peer_id == b"server"
+
+
+def test_end_handshake_before_completion_leaves_the_channel_failed() -> None:
+    """Review 10b LOW-7.2: end_handshake() on a pending channel fails it with a HandshakeError
+    that says so, and every later call raises again; the peer's bytes are not then parsed as
+    records (which gave a misleading RecordTooLargeError)."""
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    responder.opener.receive_data(initiator.initial_data())
+    assert not responder.handshake_complete()
+    answer = responder.data_to_send()
+    initiator.end_handshake()
+    assert initiator.opener.failed and "failed" in repr(initiator.opener)
+    initiator.opener.receive_data(answer)
+    with pytest.raises(HandshakeError, match="ended before it completed"):
+        initiator.handshake_complete()
+    with pytest.raises(StreamBrokenError):
+        initiator.handshake_complete()
+    # ended after it completed: nothing changes
+    done = Channel(KEY, role=Role.INITIATOR)
+    run_handshake(done, Channel(KEY, role=Role.RESPONDER))
+    done.end_handshake()
+    assert done.handshake_complete() and not done.opener.failed
+
+
+def _own_header_refused() -> bool:
+    responder = Channel(KEY, role=Role.RESPONDER)
+    responder.opener.receive_data(Channel(KEY, role=Role.INITIATOR).initial_data())
+    try:
+        responder.handshake_complete()
+    except SelfConnectionError:
+        return True
+    return False
+
+
+@pytest.mark.refuse_self_connections
+def test_interleaved_allowing_and_refusing_blocks_leave_self_connections_refused() -> None:
+    """Review 10b LOW-5: a refusing block (gcmstream.testing's check) and an allowing block
+    opened and closed interleaved, by two threads here (two tasks do the same), once left a
+    count of -1, which allowed self-connections for ever. Each block now holds a token."""
+    import threading
+
+    from gcmstream.channel import _self_connections_refused
+
+    steps = [threading.Event() for _ in range(4)]
+    seen: dict[str, bool] = {}
+
+    def refusing() -> None:
+        with _self_connections_refused():
+            steps[0].set()
+            steps[1].wait(5)
+            seen["both open"] = _own_header_refused()
+        steps[2].set()
+
+    def allowing() -> None:
+        steps[0].wait(5)
+        with self_connections_allowed():
+            steps[1].set()
+            steps[2].wait(5)
+            seen["refusing block closed"] = _own_header_refused()
+        steps[3].set()
+
+    threads = [threading.Thread(target=refusing), threading.Thread(target=allowing)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert steps[3].is_set()
+    assert seen == {"both open": True, "refusing block closed": False}
+    assert _own_header_refused()  # both closed: refused again, for good
+    with self_connections_allowed(), self_connections_allowed():
+        assert not _own_header_refused()
+    assert _own_header_refused()

@@ -12,6 +12,7 @@ import time
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -418,3 +419,80 @@ async def test_a_server_started_inside_self_connections_allowed_refuses_once_it_
             await asyncio.sleep(0.02)
     assert len(handled) == 1
     assert "made by this process" in caplog.text
+
+
+@pytest.mark.parametrize("ending", ["timeout", "eof"])
+@pytest.mark.parametrize(
+    "server", ["start_server/asyncio", "start_server/uvloop", "anyio/asyncio", "anyio/trio"]
+)
+@pytest.mark.timeout(60)
+def test_a_failed_server_connection_is_freed_without_the_cyclic_gc(
+    server: str, ending: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review 10b LOW-4, over real sockets: a replayed header whose handshake then ends by the
+    server's timeout or by the client's EOF leaves no server channel alive once the connection
+    closed, with the cyclic GC off. Except on trio after a timeout: trio's Cancelled exception
+    sits in a reference cycle of its own whose traceback holds the handshake's frames, so that
+    channel (its secrets dropped already) waits for the cyclic GC; pinned here as what holds."""
+    import gc
+    import weakref
+
+    kind, loop = server.split("/")
+    if loop == "uvloop":
+        _uvloop_or_skip()
+    hello = gcmstream.Channel(KEY, role=Role.INITIATOR).initial_data()
+    made: list[weakref.ref[gcmstream.Channel]] = []
+    original = gcmstream.Channel.__init__
+
+    def recording(self: gcmstream.Channel, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(weakref.ref(self))
+
+    monkeypatch.setattr(gcmstream.Channel, "__init__", recording)
+    timeout = 0.3 if ending == "timeout" else 10.0
+    answer = handshake_sizes(KeyExchange.MLKEM768_X25519)[1]
+
+    async def replay(port: int) -> None:
+        client = await anyio.connect_tcp(HOST, port)
+        await client.send(hello + b"\x00" * 6)
+        received = 0
+        while received < answer:
+            received += len(await client.receive())
+        if ending == "eof":
+            await client.send_eof()
+        with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+            while await client.receive():
+                pass
+        await client.aclose()
+        await anyio.sleep(0.2)  # the server's side of the connection is gone
+
+    async def main() -> list[bool]:
+        if kind == "start_server":
+            async with await gcmstream.start_server(
+                lambda r, w: None, HOST, 0, key=KEY, handshake_timeout=timeout
+            ) as asyncio_server:
+                gc.collect()
+                gc.disable()
+                await replay(asyncio_server.sockets[0].getsockname()[1])
+                return [ref() is not None for ref in made]
+        listener = await create_tcp_listener(key=KEY, local_host=HOST, handshake_timeout=timeout)
+        async with anyio.create_task_group() as group:
+            group.start_soon(listener.serve, lambda stream: None)
+            gc.collect()
+            gc.disable()
+            await replay(listener.extra(anyio.abc.SocketAttribute.local_port))
+            alive = [ref() is not None for ref in made]
+            group.cancel_scope.cancel()
+        return alive
+
+    try:
+        if loop == "uvloop":
+            alive = anyio.run(main, backend="asyncio", backend_options={"use_uvloop": True})
+        else:
+            alive = anyio.run(main, backend=loop)
+    finally:
+        gc.enable()
+    assert len(alive) == 1  # the server's channel, made after the replayed header arrived
+    assert alive == [server == "anyio/trio" and ending == "timeout"]
+    gc.collect()
+    assert all(ref() is None for ref in made)

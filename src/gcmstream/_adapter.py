@@ -101,9 +101,20 @@ async def _exchange(channel: Channel, send: Send, receive_more: ReceiveMore) -> 
     # side ever waits to send while its peer waits to send, even over a transport that does not
     # buffer (trio's lockstep pair), and a server waiting for a Finished holds no second task
     # (the 16 KiB bound on an unconfirmed connection).
+    #
+    # What is queued is sent before the peer's error is raised, so a responder answers a
+    # verified header however the peer's bytes were split (a replayed header and Finished that
+    # arrive together get the fresh answer too: gcmstream.testing.check_replay_rejected). A
+    # send that fails once the opener found an error raises that error, the send's failure as
+    # its context (review 10b LOW-7.3): it names what the peer did, the failed send is its effect.
     while True:
         while data := channel.data_to_send():
-            await send(data)
+            try:
+                await send(data)
+            except Exception:
+                if channel.opener.failed:
+                    channel.handshake_complete()  # raises the peer's error
+                raise
         if channel.handshake_complete():
             return
         await receive_more()
@@ -111,8 +122,10 @@ async def _exchange(channel: Channel, send: Send, receive_more: ReceiveMore) -> 
 
 def describe_handshake_failure(exc: BaseException, peer: object, time_limit: float | None = None) -> None:
     """The one log line for a client that failed the handshake (never a key: errors hold none).
-    A timeout says which limit ran out: the handshake did not complete in ``time_limit``."""
-    reason: object = exc
+    A timeout says which limit ran out: the handshake did not complete in ``time_limit``. The
+    record gets the message, not the error: a handler that keeps records (pytest's, a memory
+    handler) would otherwise keep the failed connection alive through the error's traceback."""
+    reason = str(exc)
     if isinstance(exc, TimeoutError) and time_limit is not None:
         reason = f"not complete within {time_limit} s"
     logger.warning("handshake with %s failed: %s: %s", peer, type(exc).__name__, reason)

@@ -543,7 +543,7 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         self._read_paused = False
         self._eof = False
         self._closed: asyncio.Future[None] = loop.create_future()
-        self.reader = SecureStreamReader(channel.opener, self, limit=limit)
+        self._limit = limit
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not an asyncio.Transport
@@ -732,14 +732,18 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         await handshake(self.channel, send, self.wait, time_limit=time_limit, abort=abort)
 
     def streams(self) -> tuple[SecureStreamReader, SecureStreamWriter]:
+        """The streams, made once the handshake completed: the reader and this protocol hold
+        each other (a cycle), so a connection whose handshake failed, which never gets them,
+        is freed without the cyclic GC once its transport lets go of it (review 10b LOW-4)."""
+        reader = SecureStreamReader(self.channel.opener, self, limit=self._limit)
         writer = SecureStreamWriter(
             self.channel.sealer,
             self.connected_transport(),
             self.drain,
-            reader=self.reader,
+            reader=reader,
             closed=self.wait_closed,
         )
-        return self.reader, writer
+        return reader, writer
 
 
 def _channel(

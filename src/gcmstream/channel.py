@@ -67,12 +67,28 @@ __all__ = ("DEFAULT_HANDSHAKE", "Channel", "HandshakeOptions", "self_connections
 _OWN_HELLOS: weakref.WeakValueDictionary[bytes, Channel] = weakref.WeakValueDictionary()
 
 
-class _SelfAllowed:
-    """How many self_connections_allowed() blocks are open now, process-wide. Not a context
-    variable: asyncio copies the context into a server's callbacks, so a server started inside
-    the block kept the allowance after it ended (review LOW-5). This is read at the check."""
+# One token per open block (review 10b LOW-5): sets cannot go negative or be corrupted by blocks
+# of two tasks or threads that open and close interleaved, as a shared counter was; add and
+# discard of one set are atomic under the GIL. Process-wide, not a context variable: asyncio
+# copies the context into a server's callbacks, so a server started inside a block kept the
+# allowance after it ended. Read at the check: allowed while an allowing block is open and no
+# refusing one is.
+_ALLOWING_BLOCKS: set[object] = set()
+_REFUSING_BLOCKS: set[object] = set()
 
-    open_blocks = 0
+
+def _self_connections_are_allowed() -> bool:
+    return bool(_ALLOWING_BLOCKS) and not _REFUSING_BLOCKS
+
+
+@contextlib.contextmanager
+def _block(blocks: set[object]) -> Iterator[None]:
+    token = object()
+    blocks.add(token)
+    try:
+        yield
+    finally:
+        blocks.discard(token)
 
 
 @contextlib.contextmanager
@@ -81,22 +97,14 @@ def self_connections_allowed() -> Iterator[None]:
     same process, whichever task or thread runs them; once it ends they refuse them again,
     servers started inside it included. For tests and demos that run both ends of a channel in
     one process; elsewhere such a connection is the Selfie attack and is refused
-    (SelfConnectionError)."""
-    _SelfAllowed.open_blocks += 1
-    try:
+    (SelfConnectionError). Blocks may nest and interleave across tasks and threads."""
+    with _block(_ALLOWING_BLOCKS):
         yield
-    finally:
-        _SelfAllowed.open_blocks -= 1
 
 
-@contextlib.contextmanager
-def _self_connections_refused() -> Iterator[None]:
+def _self_connections_refused() -> contextlib.AbstractContextManager[None]:
     """The opposite, for gcmstream.testing's check: refused inside, whatever blocks are open."""
-    saved, _SelfAllowed.open_blocks = _SelfAllowed.open_blocks, 0
-    try:
-        yield
-    finally:
-        _SelfAllowed.open_blocks = saved
+    return _block(_REFUSING_BLOCKS)
 
 
 @dataclass(frozen=True)
@@ -131,8 +139,11 @@ class Channel:
     ``local_id`` names this end (sent in its header, bound into the keys); ``peer_id`` is the
     identity the peer must have (PeerIdentityError otherwise). A peer that claims our own
     ``local_id``, or an initiator header this process made, is SelfConnectionError. With a
-    KeyRing that names its keys, a responder takes the name of the key the initiator proved as
-    its identity (``peer_id`` after the handshake) and refuses an initiator claiming another.
+    KeyRing that names its keys, on either side, a key's name is the identity of the peer this
+    end shares it with: a peer that proves a named key must claim that name (its ``local_id``),
+    else PeerIdentityError, and that name is its ``peer_id`` after the handshake. A key shared
+    by two parties authenticates "one of the two", so the claim is what tells a reflected
+    connection from the other party (docs/FORMAT.md 5.2, K5).
     """
 
     # Fixed randomness for known-answer vectors: set only by the test-only factory
@@ -255,32 +266,44 @@ class Channel:
         too). The opener lets go of this channel's hooks, and a failed opener keeps its error
         without traceback (an equal copy): the error raised to the caller, whose traceback
         holds these frames, and this channel do not keep each other alive, so a failed
-        connection is freed when its last reference goes, without the cyclic GC."""
+        connection is freed when its last reference goes, without the cyclic GC. Called before
+        the handshake completed, it fails the channel: HandshakeError ("ended before it
+        completed") from then on, whatever the peer sends."""
+        # ended from outside before it completed (a timeout, a cancellation, the caller): the
+        # opener fails with that, not with what the peer's next bytes would look like as records
+        self._end_handshake(HandshakeError("the handshake was ended before it completed"))
+
+    def _end_handshake(self, unfinished: HandshakeError | None) -> None:
         self._shares = None
         self._derived = None
         self._ephemeral = None
         self._hello = b""
         if self._hello_salt:
             _OWN_HELLOS.pop(self._hello_salt, None)
-        self.opener._end_handshake(failed=not self.sealer.ready)
+        ready = self.sealer.ready
+        self.opener._end_handshake(failed=not ready, error=None if ready else unfinished)
 
     def _check_identity(self, header: StreamHeader) -> None:
         sent = header.field(FieldType.IDENTITY)
         if sent is not None and not 1 <= len(sent) <= MAX_IDENTITY_SIZE:
             raise HandshakeError(f"the peer's identity must be 1 to {MAX_IDENTITY_SIZE} bytes")
-        if self.role is Role.RESPONDER and header.salt in _OWN_HELLOS and not _SelfAllowed.open_blocks:
+        if self.role is Role.RESPONDER and header.salt in _OWN_HELLOS and not _self_connections_are_allowed():
             raise SelfConnectionError(
                 "this initiator header was made by this process: a connection to itself"
             )
+        # K5: a named key is a name its holder must claim, on either side. Taking the name for
+        # a missing claim (as before review 10b) let a host's own connection, reflected into its
+        # listener, pass as the peer the shared key is named after (the pairwise Selfie).
+        proved = self._keys.name(header.key_id)
+        if proved is not None and sent != proved:
+            claim = "no identity" if sent is None else f"identity {sent!r}"
+            raise PeerIdentityError(
+                f"the peer proved the key named {proved!r} but sent {claim}: "
+                "the holder of a named key must send that name as its local_id"
+            )
+        # K6, on the identity K5 established: never our own (a connection to itself)
         if sent is not None and sent == self._local_id:
             raise SelfConnectionError("the peer claims this end's own identity: a connection to itself?")
-        proved = self._keys.name(header.key_id) if self.role is Role.RESPONDER else None
-        if proved is not None:  # a named key: its name is who holds it, whatever is claimed
-            if sent is not None and sent != proved:
-                raise PeerIdentityError(
-                    f"the peer claims identity {sent!r} but proved the key named {proved!r}"
-                )
-            sent = proved
         if self._peer_id is not None and sent != self._peer_id:
             found = "no identity" if sent is None else f"identity {sent!r}"
             raise PeerIdentityError(f"the peer sent {found}, expected {self._peer_id!r}")
@@ -341,5 +364,5 @@ class Channel:
                 send, receive = derived.responder_to_initiator, derived.initiator_to_responder
             self.sealer.install_secret(send, self._suite)
             return receive
-        finally:
-            self.end_handshake()
+        finally:  # (an error raised here reaches the opener, which keeps it)
+            self._end_handshake(None)

@@ -527,7 +527,9 @@ def _build_parser() -> argparse.ArgumentParser:
             type=_channel_name,
             help="this end's name, sent to the peer and bound into the keys; a peer that claims "
             "it is refused (exit 9). A host that runs both 'listen' and 'connect' with one key "
-            "must set it: otherwise an attacker can route its own 'connect' into its 'listen'",
+            "must set --peer-id (on either command) or --local-id on both: otherwise an attacker "
+            "can route its own 'connect' into its 'listen'. --local-id on one of them alone does "
+            "not stop that",
         )
         sub.add_argument(
             "--peer-id",

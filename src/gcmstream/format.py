@@ -265,10 +265,12 @@ class KeyRing:
 
     ``keys`` is a list of keys, or a mapping from a name to a key or a list of keys
     (``KeyRing({"alice": k1, "bob": [k2_new, k2_old]})``, the first key overall is the
-    primary): a key's name is the identity of the peers that hold it. A channel responder takes
-    the name of the key an initiator proved as that initiator's identity, and refuses one that
-    claims another (PeerIdentityError): with named keys an identity is authenticated, not just a
-    claim (docs/FORMAT.md 5.2, K6). One key cannot have two names."""
+    primary): a key's name is the identity of the peer this end shares it with. A channel, on
+    either side, requires a peer that proved a named key to claim that name (its local_id) and
+    refuses a missing or other claim (PeerIdentityError): with named keys an identity is
+    authenticated, not just a claim (docs/FORMAT.md 5.2, K5). A key held by several parties
+    authenticates "one of them" only (a mesh where every node holds every key: nothing between
+    nodes). One key cannot have two names."""
 
     __slots__ = ("_keys", "_names", "_order")
 

@@ -477,15 +477,18 @@ class Opener:
             self._error = exc.with_traceback(None)
         self._held = None
 
-    def _end_handshake(self, *, failed: bool) -> None:
+    def _end_handshake(self, *, failed: bool, error: ProtocolError | None = None) -> None:
         """The channel's handshake ended: drop its hooks (bound to the channel, which holds
         this opener: a cycle). If it ``failed``, drop the header state too and keep an equal
         copy of the error without traceback, cause or context instead of the error itself:
-        that one was raised, and its traceback's frames hold this opener."""
+        that one was raised, and its traceback's frames hold this opener. With no error found
+        yet, ``error`` (why it ended) becomes the opener's: it never waits for input again."""
         self._on_peer_header = _handshake_ended
         self._on_peer_finished = _handshake_ended
         if not failed:
             return
+        if error is not None and self._phase is _HEADER:
+            self._defer(error)
         error = self._error
         if error is not None:
             copy = type(error).__new__(type(error), *error.args)

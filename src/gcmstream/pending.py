@@ -17,10 +17,10 @@ __all__ = ("DEFAULT_MAX_PENDING_HANDSHAKES", "PendingHandshakes")
 
 logger = logging.getLogger("gcmstream")
 
-# A pending handshake holds about 22 KB of gcmstream's memory (hybrid: the peer's header and
-# Finished, our answer, the parsed header, the handshake's task and timer; tests/test_pending.py
-# measures it under 32 KiB), so 256 bound a flood to about 6 MiB; past that the server sheds
-# the oldest, not newcomers.
+# A pending handshake holds 11.6 to 14.2 KB allocated by gcmstream (hybrid: the peer's header
+# and Finished, our answer, the parsed header, the handshake's task and timer;
+# tests/test_pending.py keeps it under 16 KiB; the event loop's socket state comes on top), so
+# 256 bound a flood to about 4 MiB of it; past that the server sheds the oldest, not newcomers.
 DEFAULT_MAX_PENDING_HANDSHAKES = 256
 
 T = TypeVar("T")
