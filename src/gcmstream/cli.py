@@ -65,7 +65,7 @@ from .format import (
 from .handshake import MAX_IDENTITY_SIZE
 from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
 from .pending import PendingHandshakes
-from .pipeline import CHUNK_SIZE, _output_target, atomic_output
+from .pipeline import CHUNK_SIZE, atomic_output, output_target
 from .recipients import (
     DEFAULT_WORK_FACTOR,
     MAX_IDENTITIES,
@@ -887,7 +887,7 @@ async def _open_output(path: str, mode: int) -> AsyncIterator[int]:
     if path == "-":
         yield sys.stdout.fileno()
         return
-    _, in_place = await to_thread.run_sync(_output_target, path)  # refuses what others planted
+    _, in_place = await to_thread.run_sync(output_target, path)  # refuses what others planted
     if in_place:
         fd = await _blocking(os.open, path, os.O_WRONLY | os.O_CLOEXEC)
         try:

@@ -44,9 +44,8 @@ import asyncio
 import errno
 import os
 import stat
-import tempfile
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import BinaryIO, TypeAlias
 
@@ -54,6 +53,7 @@ import anyio
 from anyio import AsyncFile, EndOfStream, to_thread
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
+from ._atomic import discard, replace_durably, temporary_beside
 from .codec import Opener, Sealer
 from .errors import TrailingDataError, TruncatedStreamError, UnsupportedEndpointError
 from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, Keys, byte_view
@@ -361,12 +361,13 @@ def _refuse(path: StrPath, what: str, uid: int) -> PermissionError:
     )
 
 
-def _output_target(path: StrPath) -> tuple[str, bool]:
+def output_target(path: StrPath) -> tuple[str, bool]:
     """(where the output goes, whether it is written in place). Symbolic links are followed
     only when this user or root owns them, and a FIFO, socket or device is written into only
     when one of them owns it: a link or a FIFO someone else planted (in a shared directory,
     say) would put the output into their hands, so it raises PermissionError naming ``path``.
-    A regular file is replaced, never written into, so its owner does not matter."""
+    A regular file is replaced, never written into, so its owner does not matter.
+    Package-internal (not in ``__all__``): the CLI checks a target with it before writing."""
     current = os.path.abspath(path)
     trusted = {os.geteuid(), 0}
     for _ in range(40):  # the kernel's own limit on nested links
@@ -392,45 +393,47 @@ def _output_target(path: StrPath) -> tuple[str, bool]:
     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), os.fspath(path))
 
 
-def _prepare_output(path: StrPath, mode: int) -> tuple[BinaryIO, str, str] | None:
+# prepare_output, commit_output and discard_output are the blocking steps of an atomic write,
+# shared with the file engine (files.py); the replacement itself is gcmstream._atomic's.
+
+
+def prepare_output(path: StrPath, mode: int) -> tuple[BinaryIO, str, str] | None:
     """(open temporary file, its path, target) for an atomic write; None for a target that
-    is written in place (a FIFO, a device: see ``_output_target``)."""
-    target, in_place = _output_target(path)
+    is written in place (a FIFO, a device: see ``output_target``)."""
+    target, in_place = output_target(path)
     if in_place:
         return None
-    directory, name = os.path.split(target)
     try:
-        fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=directory)
-    except OSError as exc:  # name the caller's path, not the temporary file's
+        fd, temp = temporary_beside(target, mode, suffix=".partial")
+    except OSError as exc:  # name the caller's path, not the resolved target
         raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
     try:
-        os.fchmod(fd, mode)  # never the mode of a file found there: it may be someone else's
         return open(fd, "wb", buffering=0), temp, target
     except BaseException:
         os.close(fd)
-        os.unlink(temp)
+        discard(temp)
         raise
 
 
-def _commit_output(file: BinaryIO, temp: str, target: str) -> None:
+def commit_output(file: BinaryIO, temp: str, target: str) -> None:
     file.flush()
     os.fsync(file.fileno())
     file.close()
-    os.replace(temp, target)
-    with suppress(OSError):  # make the rename itself durable, where directories can be synced
-        directory = os.open(os.path.dirname(target), os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+    replace_durably(temp, target)
 
 
-def _discard_output(file: BinaryIO, temp: str) -> None:
+def discard_output(file: BinaryIO, temp: str) -> None:
     try:
         file.close()
     finally:
-        with suppress(FileNotFoundError):
-            os.unlink(temp)
+        discard(temp)
+
+
+# The file engine (files.py, being edited on another branch) still imports these names; it
+# moves to the ones above when that branch lands, and these aliases go.
+_prepare_output = prepare_output
+_commit_output = commit_output
+_discard_output = discard_output
 
 
 @asynccontextmanager
@@ -438,7 +441,7 @@ async def atomic_output(path: StrPath, *, mode: int = 0o600) -> AsyncIterator[As
     """An ``AsyncFile`` whose content replaces ``path`` (with permissions ``mode``) only if
     the block exits normally. Symbolic links are followed, and a FIFO or device written in
     place, only when this user or root owns them (else PermissionError)."""
-    prepared = await to_thread.run_sync(_prepare_output, path, mode)
+    prepared = await to_thread.run_sync(prepare_output, path, mode)
     if prepared is None:
         async with await anyio.open_file(path, "wb", buffering=0) as direct:
             yield direct
@@ -449,13 +452,13 @@ async def atomic_output(path: StrPath, *, mode: int = 0o600) -> AsyncIterator[As
         yield file
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await to_thread.run_sync(_discard_output, raw, temp)
+            await to_thread.run_sync(discard_output, raw, temp)
         raise
     try:
-        await to_thread.run_sync(_commit_output, raw, temp, target)
+        await to_thread.run_sync(commit_output, raw, temp, target)
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await to_thread.run_sync(_discard_output, raw, temp)
+            await to_thread.run_sync(discard_output, raw, temp)
         raise
 
 
