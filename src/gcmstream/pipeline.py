@@ -120,10 +120,7 @@ async def _opened(read: _Reader, opener: Opener) -> AsyncIterator[memoryview]:
             yield view
             continue
         if rest:
-            taken = opener.receive_some(rest)
-            rest = rest[taken:]
-            if not taken:  # the opener neither took input nor released a record
-                raise RuntimeError("gcmstream bug: the opener stalled with input waiting")
+            rest = _fed(opener, rest)
             continue
         if eof:  # the opener reports truncation itself; this guards against a silent stall
             raise TruncatedStreamError("input ended without a FINAL record")
@@ -143,6 +140,15 @@ async def _opened(read: _Reader, opener: Opener) -> AsyncIterator[memoryview]:
             raise TrailingDataError("data follows the FINAL record")
 
 
+def _fed(opener: Opener, rest: memoryview) -> memoryview:
+    """What is left of ``rest`` once the opener has taken what it can; taking nothing here
+    (with no record to release) would stall the loop, so it is a bug."""
+    taken = opener.receive_some(rest)
+    if not taken:  # the opener neither took input nor released a record
+        raise RuntimeError("gcmstream bug: the opener stalled with input waiting")
+    return rest[taken:]
+
+
 # -- sources and sinks --------------------------------------------------------------------------
 
 
@@ -150,39 +156,52 @@ def _reader(source: ByteSource, chunk_size: int, progress: Progress | None) -> _
     """One way to read every kind of source; streams first (they are async iterables too)."""
     read: _Reader
     if isinstance(source, ByteReceiveStream):
-        stream = source
-
-        async def read() -> Buffer:
-            try:
-                return await stream.receive(chunk_size)
-            except EndOfStream:
-                return b""
-
+        read = _stream_reader(source, chunk_size)
     elif isinstance(source, asyncio.StreamReader):
         read = partial(source.read, chunk_size)
     elif isinstance(source, AsyncFile):
-        file = source
-        buf = bytearray(chunk_size)
-        view = memoryview(buf)
-
-        async def read() -> Buffer:
-            return view[: await file.readinto(buf)]
-
+        read = _file_reader(source, chunk_size)
     elif isinstance(source, AsyncIterable):
-        iterator = aiter(source)
-
-        async def read() -> Buffer:
-            async for chunk in iterator:
-                if len(chunk):
-                    return chunk
-            return b""
-
+        read = _iterable_reader(source)
     else:
         raise UnsupportedEndpointError(f"cannot read from {_endpoint_hint(source)}")
+    return read if progress is None else _counted(read, progress)
 
-    if progress is None:
-        return read
-    inner, report = read, progress
+
+def _stream_reader(stream: ByteReceiveStream, chunk_size: int) -> _Reader:
+    async def read() -> Buffer:
+        try:
+            return await stream.receive(chunk_size)
+        except EndOfStream:
+            return b""
+
+    return read
+
+
+def _file_reader(file: AsyncFile[bytes], chunk_size: int) -> _Reader:
+    buf = bytearray(chunk_size)
+    view = memoryview(buf)
+
+    async def read() -> Buffer:
+        return view[: await file.readinto(buf)]
+
+    return read
+
+
+def _iterable_reader(source: AsyncIterable[Buffer]) -> _Reader:
+    iterator = aiter(source)
+
+    async def read() -> Buffer:
+        async for chunk in iterator:
+            if len(chunk):
+                return chunk
+        return b""
+
+    return read
+
+
+def _counted(inner: _Reader, report: Progress) -> _Reader:
+    """``inner``, telling ``report`` how many bytes each non-empty read returned."""
 
     async def counted() -> Buffer:
         chunk = await inner()
