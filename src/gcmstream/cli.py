@@ -32,6 +32,7 @@ from anyio.lowlevel import current_token
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
+from ._output import output_target
 from .anyio_stream import SecureStream, connect_tcp
 from .errors import (
     KeyCommitmentError,
@@ -65,7 +66,7 @@ from .format import (
 from .handshake import MAX_IDENTITY_SIZE
 from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
 from .pending import PendingHandshakes
-from .pipeline import CHUNK_SIZE, atomic_output, output_target
+from .pipeline import CHUNK_SIZE, atomic_output
 from .recipients import (
     DEFAULT_WORK_FACTOR,
     MAX_IDENTITIES,
