@@ -99,7 +99,8 @@ def test_sdist_holds_the_tests_their_data_and_the_docs(dist: Path) -> None:
         "docs/conf.py",
         "examples/demo.py",
         "tests/vectors/valid.json",
-        "tests/vectors/invalid.json",
+        "tests/vectors/invalid/generate.py",
+        "tests/vectors/invalid/valid_stream_trailing_byte.json",
         "tests/vectors/invalid/flipped_tag.json",
         "benchmarks/run.py",
     ):

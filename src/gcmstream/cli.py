@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import anyio
 from anyio import from_thread, to_thread
@@ -32,6 +32,7 @@ from anyio.lowlevel import current_token
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
+from ._output import output_target
 from .anyio_stream import SecureStream, connect_tcp
 from .errors import (
     KeyCommitmentError,
@@ -65,7 +66,7 @@ from .format import (
 from .handshake import MAX_IDENTITY_SIZE
 from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
 from .pending import PendingHandshakes
-from .pipeline import CHUNK_SIZE, _output_target, atomic_output
+from .pipeline import CHUNK_SIZE, atomic_output
 from .recipients import (
     DEFAULT_WORK_FACTOR,
     MAX_IDENTITIES,
@@ -889,7 +890,7 @@ async def _open_output(path: str, mode: int) -> AsyncIterator[int]:
     if path == "-":
         yield sys.stdout.fileno()
         return
-    _, in_place = await to_thread.run_sync(_output_target, path)  # refuses what others planted
+    _, in_place = await to_thread.run_sync(output_target, path)  # refuses what others planted
     if in_place:
         fd = await _blocking(os.open, path, os.O_WRONLY | os.O_CLOEXEC)
         try:
@@ -1348,41 +1349,52 @@ def _leaf(exc: BaseException) -> BaseException:
             return exc
 
 
+def _os_failure(exc: BaseException) -> str:
+    error = cast(OSError, exc)  # _FAILURES gives it only OSErrors
+    reason = error.strerror or str(error) or type(error).__name__
+    return f"{error.filename}: {reason}" if error.filename else reason
+
+
+def _connection_lost(exc: BaseException) -> str:
+    cause = exc.__cause__
+    return f"connection lost{f': {cause}' if cause else ''}"
+
+
+# (kind of error, exit status, its message): the first match wins, so the specific come before
+# the general (the key errors are ProtocolErrors; TimeoutError and BrokenPipeError are OSErrors).
+_FAILURES: tuple[
+    tuple[type[BaseException] | tuple[type[BaseException], ...], int, Callable[[BaseException], str]], ...
+] = (
+    (_OutputClosed, EXIT_BROKEN_PIPE, lambda _: ""),
+    ((_Usage, UsageError), EXIT_USAGE, str),
+    # its key ID, shown, would look like key text
+    (
+        UnknownKeyError,
+        EXIT_WRONG_KEY,
+        lambda _: "wrong key: the stream names (by its key ID) a key that was not given",
+    ),
+    (KeyCommitmentError, EXIT_WRONG_KEY, str),  # it says "wrong key" and what else it can be
+    ((SelfConnectionError, PeerIdentityError), EXIT_IDENTITY, lambda e: f"identity refused: {e}"),
+    (NoIdentityMatchedError, EXIT_WRONG_KEY, str),
+    (UnsupportedFormatError, EXIT_UNSUPPORTED, lambda e: f"unsupported input: {e}"),
+    (TruncatedStreamError, EXIT_TRUNCATED, lambda e: f"truncated input: {e}"),
+    (ProtocolError, EXIT_TAMPERED, lambda e: f"tampered or corrupt input: {e}"),
+    (TimeoutError, EXIT_IO, lambda _: "timed out waiting for the channel handshake to complete"),
+    (BrokenPipeError, EXIT_IO, lambda _: "output closed before the end (broken pipe)"),
+    (OSError, EXIT_IO, _os_failure),
+    ((anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream), EXIT_IO, _connection_lost),
+    (KeyboardInterrupt, EXIT_INTERRUPTED, lambda _: "interrupted"),
+    (_Terminated, EXIT_TERMINATED, str),
+)
+
+
 def _classify(exc: BaseException) -> tuple[int, str]:
+    """(exit status, message) for an error that ended a command."""
     if isinstance(exc, _Fail):
         return exc.code, exc.message
-    if isinstance(exc, _OutputClosed):
-        return EXIT_BROKEN_PIPE, ""
-    if isinstance(exc, _Usage | UsageError):
-        return EXIT_USAGE, str(exc)
-    if isinstance(exc, UnknownKeyError):  # its key ID, shown, would look like key text
-        return EXIT_WRONG_KEY, "wrong key: the stream names (by its key ID) a key that was not given"
-    if isinstance(exc, KeyCommitmentError):
-        return EXIT_WRONG_KEY, str(exc)  # it says "wrong key" and what else it can be
-    if isinstance(exc, SelfConnectionError | PeerIdentityError):
-        return EXIT_IDENTITY, f"identity refused: {exc}"
-    if isinstance(exc, NoIdentityMatchedError):
-        return EXIT_WRONG_KEY, str(exc)
-    if isinstance(exc, UnsupportedFormatError):
-        return EXIT_UNSUPPORTED, f"unsupported input: {exc}"
-    if isinstance(exc, TruncatedStreamError):
-        return EXIT_TRUNCATED, f"truncated input: {exc}"
-    if isinstance(exc, ProtocolError):
-        return EXIT_TAMPERED, f"tampered or corrupt input: {exc}"
-    if isinstance(exc, TimeoutError):
-        return EXIT_IO, "timed out waiting for the channel handshake to complete"
-    if isinstance(exc, BrokenPipeError):
-        return EXIT_IO, "output closed before the end (broken pipe)"
-    if isinstance(exc, OSError):
-        reason = exc.strerror or str(exc) or type(exc).__name__
-        return EXIT_IO, f"{exc.filename}: {reason}" if exc.filename else reason
-    if isinstance(exc, anyio.BrokenResourceError | anyio.ClosedResourceError | anyio.EndOfStream):
-        cause = exc.__cause__
-        return EXIT_IO, f"connection lost{f': {cause}' if cause else ''}"
-    if isinstance(exc, KeyboardInterrupt):
-        return EXIT_INTERRUPTED, "interrupted"
-    if isinstance(exc, _Terminated):
-        return EXIT_TERMINATED, str(exc)
+    for kind, code, message in _FAILURES:
+        if isinstance(exc, kind):
+            return code, message(exc)
     return EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
 
 
@@ -1411,11 +1423,37 @@ async def _run(
 _NET_COMMANDS = {"listen": _listen_command, "connect": _connect_command}
 
 
+_LOCAL_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "keygen": _keygen,
+    "identity": _identity,
+    "recipient": _recipient,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    parser = _build_parser()
-    if argv is None:
-        argv = sys.argv[1:]
+    args = _parse_args(_build_parser(), sys.argv[1:] if argv is None else argv)
+    if isinstance(args, int):
+        return args
+    _log_to_stderr(args.command)
+    try:
+        local = _LOCAL_COMMANDS.get(args.command)
+        if local is not None:
+            return local(args)
+        _run_command(args)
+    except BaseException as exc:  # one line on stderr, never a traceback (unless debugging)
+        if isinstance(exc, SystemExit):
+            raise
+        code, message = _classify(_leaf(exc))
+        if code == EXIT_INTERNAL and os.environ.get(DEBUG_ENV):
+            raise
+        _report_failure(args, code, message)
+        return _exit_now_if_blocked(code)
+    return _exit_now_if_blocked(EXIT_OK)
+
+
+def _parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:
+    """The parsed command line, or the exit status when there is no command to run."""
     try:
         args = parser.parse_args(argv)  # (help and --print-completion write here, then exit)
     except BrokenPipeError:  # `gcmstream --print-completion bash | head`: quiet, as cat
@@ -1431,37 +1469,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         except argparse.ArgumentTypeError as exc:
             parser.error(f"argument address: {exc}")
-    _log_to_stderr(args.command)
-    try:
-        if args.command == "keygen":
-            return _keygen(args)
-        if args.command == "identity":
-            return _identity(args)
-        if args.command == "recipient":
-            return _recipient(args)
-        if args.command == "encrypt":
-            anyio.run(_run, _encrypt_command, args, _keying(args, encrypting=True))
-        elif args.command == "decrypt":
-            anyio.run(_run, _decrypt_command, args, _keying(args, encrypting=False))
-        elif args.command == "info":
-            anyio.run(_run, _info_command, args, _keying(args, encrypting=False))
-        else:
-            anyio.run(_run, _NET_COMMANDS[args.command], args, _load_key(args.key_file))
-    except BaseException as exc:  # one line on stderr, never a traceback (unless debugging)
-        if isinstance(exc, SystemExit):
-            raise
-        code, message = _classify(_leaf(exc))
-        if code == EXIT_INTERNAL and os.environ.get(DEBUG_ENV):
-            raise
-        if code == EXIT_BROKEN_PIPE:
-            _close_stdout()  # nothing left to flush into the closed pipe at exit
-        elif message:
-            if args.command == "decrypt" and args.output == "-" and code in (EXIT_TAMPERED, EXIT_TRUNCATED):
-                message += "; output stops after the last authenticated record"
-            with contextlib.suppress(OSError):
-                print(_hide_key_text(f"gcmstream {args.command}: {message}"), file=sys.stderr, flush=True)
-        return _exit_now_if_blocked(code)
-    return _exit_now_if_blocked(EXIT_OK)
+    return args
+
+
+def _run_command(args: argparse.Namespace) -> None:
+    """Run one of the commands that do their I/O in an event loop."""
+    if args.command == "encrypt":
+        anyio.run(_run, _encrypt_command, args, _keying(args, encrypting=True))
+    elif args.command == "decrypt":
+        anyio.run(_run, _decrypt_command, args, _keying(args, encrypting=False))
+    elif args.command == "info":
+        anyio.run(_run, _info_command, args, _keying(args, encrypting=False))
+    else:
+        anyio.run(_run, _NET_COMMANDS[args.command], args, _load_key(args.key_file))
+
+
+def _report_failure(args: argparse.Namespace, code: int, message: str) -> None:
+    """The one line on stderr for a failed command (nothing for a closed output pipe)."""
+    if code == EXIT_BROKEN_PIPE:
+        _close_stdout()  # nothing left to flush into the closed pipe at exit
+    elif message:
+        if args.command == "decrypt" and args.output == "-" and code in (EXIT_TAMPERED, EXIT_TRUNCATED):
+            message += "; output stops after the last authenticated record"
+        with contextlib.suppress(OSError):
+            print(_hide_key_text(f"gcmstream {args.command}: {message}"), file=sys.stderr, flush=True)
 
 
 def _log_to_stderr(command: str) -> None:

@@ -41,19 +41,17 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
-import stat
-import tempfile
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from functools import partial
-from typing import BinaryIO, TypeAlias
+from typing import TypeAlias
 
 import anyio
 from anyio import AsyncFile, EndOfStream, to_thread
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
+from ._output import commit_output, discard_output, prepare_output
 from .codec import Opener, Sealer
 from .errors import TrailingDataError, TruncatedStreamError, UnsupportedEndpointError
 from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, Keys, byte_view
@@ -120,10 +118,7 @@ async def _opened(read: _Reader, opener: Opener) -> AsyncIterator[memoryview]:
             yield view
             continue
         if rest:
-            taken = opener.receive_some(rest)
-            rest = rest[taken:]
-            if not taken:  # the opener neither took input nor released a record
-                raise RuntimeError("gcmstream bug: the opener stalled with input waiting")
+            rest = _fed(opener, rest)
             continue
         if eof:  # the opener reports truncation itself; this guards against a silent stall
             raise TruncatedStreamError("input ended without a FINAL record")
@@ -143,6 +138,15 @@ async def _opened(read: _Reader, opener: Opener) -> AsyncIterator[memoryview]:
             raise TrailingDataError("data follows the FINAL record")
 
 
+def _fed(opener: Opener, rest: memoryview) -> memoryview:
+    """What is left of ``rest`` once the opener has taken what it can; taking nothing here
+    (with no record to release) would stall the loop, so it is a bug."""
+    taken = opener.receive_some(rest)
+    if not taken:  # the opener neither took input nor released a record
+        raise RuntimeError("gcmstream bug: the opener stalled with input waiting")
+    return rest[taken:]
+
+
 # -- sources and sinks --------------------------------------------------------------------------
 
 
@@ -150,39 +154,52 @@ def _reader(source: ByteSource, chunk_size: int, progress: Progress | None) -> _
     """One way to read every kind of source; streams first (they are async iterables too)."""
     read: _Reader
     if isinstance(source, ByteReceiveStream):
-        stream = source
-
-        async def read() -> Buffer:
-            try:
-                return await stream.receive(chunk_size)
-            except EndOfStream:
-                return b""
-
+        read = _stream_reader(source, chunk_size)
     elif isinstance(source, asyncio.StreamReader):
         read = partial(source.read, chunk_size)
     elif isinstance(source, AsyncFile):
-        file = source
-        buf = bytearray(chunk_size)
-        view = memoryview(buf)
-
-        async def read() -> Buffer:
-            return view[: await file.readinto(buf)]
-
+        read = _file_reader(source, chunk_size)
     elif isinstance(source, AsyncIterable):
-        iterator = aiter(source)
-
-        async def read() -> Buffer:
-            async for chunk in iterator:
-                if len(chunk):
-                    return chunk
-            return b""
-
+        read = _iterable_reader(source)
     else:
         raise UnsupportedEndpointError(f"cannot read from {_endpoint_hint(source)}")
+    return read if progress is None else _counted(read, progress)
 
-    if progress is None:
-        return read
-    inner, report = read, progress
+
+def _stream_reader(stream: ByteReceiveStream, chunk_size: int) -> _Reader:
+    async def read() -> Buffer:
+        try:
+            return await stream.receive(chunk_size)
+        except EndOfStream:
+            return b""
+
+    return read
+
+
+def _file_reader(file: AsyncFile[bytes], chunk_size: int) -> _Reader:
+    buf = bytearray(chunk_size)
+    view = memoryview(buf)
+
+    async def read() -> Buffer:
+        return view[: await file.readinto(buf)]
+
+    return read
+
+
+def _iterable_reader(source: AsyncIterable[Buffer]) -> _Reader:
+    iterator = aiter(source)
+
+    async def read() -> Buffer:
+        async for chunk in iterator:
+            if len(chunk):
+                return chunk
+        return b""
+
+    return read
+
+
+def _counted(inner: _Reader, report: Progress) -> _Reader:
+    """``inner``, telling ``report`` how many bytes each non-empty read returned."""
 
     async def counted() -> Buffer:
         chunk = await inner()
@@ -355,82 +372,11 @@ async def decrypt_stream(
 # -- files --------------------------------------------------------------------------------------
 
 
-def _refuse(path: StrPath, what: str, uid: int) -> PermissionError:
-    return PermissionError(
-        errno.EPERM, f"refusing to write through {what} owned by another user (uid {uid})", os.fspath(path)
-    )
-
-
-def _output_target(path: StrPath) -> tuple[str, bool]:
-    """(where the output goes, whether it is written in place). Symbolic links are followed
-    only when this user or root owns them, and a FIFO, socket or device is written into only
-    when one of them owns it: a link or a FIFO someone else planted (in a shared directory,
-    say) would put the output into their hands, so it raises PermissionError naming ``path``.
-    A regular file is replaced, never written into, so its owner does not matter."""
-    current = os.path.abspath(path)
-    trusted = {os.geteuid(), 0}
-    for _ in range(40):  # the kernel's own limit on nested links
-        try:
-            st = os.lstat(current)
-        except FileNotFoundError:
-            if current == os.path.abspath(path):
-                return current, False
-            try:  # /dev/stdout -> /proc/self/fd/1 -> "pipe:[...]": only the kernel can follow it
-                st = os.stat(path)
-            except FileNotFoundError:  # a dangling link (of ours): the file is created where it points
-                return current, False
-            current = os.fspath(path)
-        if not stat.S_ISLNK(st.st_mode):
-            if stat.S_ISREG(st.st_mode):
-                return current, False
-            if st.st_uid not in trusted:
-                raise _refuse(path, "a FIFO, socket or device", st.st_uid)
-            return current, True
-        if st.st_uid not in trusted:
-            raise _refuse(path, "a symbolic link", st.st_uid)
-        current = os.path.join(os.path.dirname(current), os.readlink(current))
-    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), os.fspath(path))
-
-
-def _prepare_output(path: StrPath, mode: int) -> tuple[BinaryIO, str, str] | None:
-    """(open temporary file, its path, target) for an atomic write; None for a target that
-    is written in place (a FIFO, a device: see ``_output_target``)."""
-    target, in_place = _output_target(path)
-    if in_place:
-        return None
-    directory, name = os.path.split(target)
-    try:
-        fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=directory)
-    except OSError as exc:  # name the caller's path, not the temporary file's
-        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
-    try:
-        os.fchmod(fd, mode)  # never the mode of a file found there: it may be someone else's
-        return open(fd, "wb", buffering=0), temp, target
-    except BaseException:
-        os.close(fd)
-        os.unlink(temp)
-        raise
-
-
-def _commit_output(file: BinaryIO, temp: str, target: str) -> None:
-    file.flush()
-    os.fsync(file.fileno())
-    file.close()
-    os.replace(temp, target)
-    with suppress(OSError):  # make the rename itself durable, where directories can be synced
-        directory = os.open(os.path.dirname(target), os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
-
-
-def _discard_output(file: BinaryIO, temp: str) -> None:
-    try:
-        file.close()
-    finally:
-        with suppress(FileNotFoundError):
-            os.unlink(temp)
+# The file engine (files.py, being edited on another branch) still imports these names from
+# here; it moves to gcmstream._output when that branch lands, and these aliases go.
+_prepare_output = prepare_output
+_commit_output = commit_output
+_discard_output = discard_output
 
 
 @asynccontextmanager
@@ -438,7 +384,7 @@ async def atomic_output(path: StrPath, *, mode: int = 0o600) -> AsyncIterator[As
     """An ``AsyncFile`` whose content replaces ``path`` (with permissions ``mode``) only if
     the block exits normally. Symbolic links are followed, and a FIFO or device written in
     place, only when this user or root owns them (else PermissionError)."""
-    prepared = await to_thread.run_sync(_prepare_output, path, mode)
+    prepared = await to_thread.run_sync(prepare_output, path, mode)
     if prepared is None:
         async with await anyio.open_file(path, "wb", buffering=0) as direct:
             yield direct
@@ -449,13 +395,13 @@ async def atomic_output(path: StrPath, *, mode: int = 0o600) -> AsyncIterator[As
         yield file
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await to_thread.run_sync(_discard_output, raw, temp)
+            await to_thread.run_sync(discard_output, raw, temp)
         raise
     try:
-        await to_thread.run_sync(_commit_output, raw, temp, target)
+        await to_thread.run_sync(commit_output, raw, temp, target)
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await to_thread.run_sync(_discard_output, raw, temp)
+            await to_thread.run_sync(discard_output, raw, temp)
         raise
 
 

@@ -423,28 +423,35 @@ def _parse_stanzas(value: bytes, key_size: int) -> list[tuple[int, bytes, bytes]
     stanzas = []
     pos = _COUNT.size
     for _ in range(count):
-        if len(value) - pos < _STANZA_HEAD.size:
-            raise StanzaError("the recipient stanzas end inside a stanza header")
-        kind, flags, length = _STANZA_HEAD.unpack_from(value, pos)
-        pos += _STANZA_HEAD.size
-        if length > len(value) - pos:
-            raise StanzaError("a recipient stanza runs past the end of its field")
-        if flags & ~FLAG_TAGGED:
-            raise StanzaError(f"a recipient stanza has unknown flags 0x{flags:02x}")
-        tag_size = TAG_FIELD_SIZE if flags & FLAG_TAGGED else 0
-        body = value[pos + tag_size : pos + length]
-        if kind in RecipientKind.__members__.values():
-            expected = RecipientKind(kind).enc_size + key_size + TAG_SIZE
-            if length != tag_size + expected:
-                name = RecipientKind(kind).text
-                raise StanzaError(f"a {name} stanza has {length} bytes, expected {tag_size + expected}")
-            stanzas.append((kind, value[pos : pos + tag_size], body))
-        elif length < tag_size:  # an unknown kind is skipped (a later version may add kinds)
-            raise StanzaError("a recipient stanza is shorter than its tag")
-        pos += length
+        pos, stanza = _parse_stanza(value, pos, key_size)
+        if stanza is not None:
+            stanzas.append(stanza)
     if pos != len(value):
         raise StanzaError(f"{len(value) - pos} bytes follow the last recipient stanza")
     return stanzas
+
+
+def _parse_stanza(value: bytes, pos: int, key_size: int) -> tuple[int, tuple[int, bytes, bytes] | None]:
+    """(where the next stanza starts, this one's (kind, tag or b"", body)) for the stanza at
+    ``pos``; None for a kind this version does not know (a later version may add kinds)."""
+    if len(value) - pos < _STANZA_HEAD.size:
+        raise StanzaError("the recipient stanzas end inside a stanza header")
+    kind, flags, length = _STANZA_HEAD.unpack_from(value, pos)
+    pos += _STANZA_HEAD.size
+    if length > len(value) - pos:
+        raise StanzaError("a recipient stanza runs past the end of its field")
+    if flags & ~FLAG_TAGGED:
+        raise StanzaError(f"a recipient stanza has unknown flags 0x{flags:02x}")
+    tag_size = TAG_FIELD_SIZE if flags & FLAG_TAGGED else 0
+    end = pos + length
+    if kind not in RecipientKind.__members__.values():  # skipped
+        if length < tag_size:
+            raise StanzaError("a recipient stanza is shorter than its tag")
+        return end, None
+    expected = tag_size + RecipientKind(kind).enc_size + key_size + TAG_SIZE
+    if length != expected:
+        raise StanzaError(f"a {RecipientKind(kind).text} stanza has {length} bytes, expected {expected}")
+    return end, (kind, value[pos : pos + tag_size], value[pos + tag_size : end])
 
 
 class Unlocker:

@@ -9,7 +9,9 @@ Every case is built deterministically (fixed keys and salts) with the format's o
 then records are forged, cut, moved or altered. The expected result of each case is written down
 from its construction (which error, which records authenticate before it), not taken from what
 gcmstream happens to do; the generator then replays every case through gcmstream's Opener and
-refuses to write anything if the library disagrees.
+refuses to write anything if the library disagrees. The ``valid_stream_*`` cases are cut from a
+stream of ../valid.json (its generator, ../generate.py, reproduces it), and the ``hand_sealed_*``
+ones seal records a writer never would.
 
 Fields of a case (see README.md): ``mode`` is "one-way" (an Opener reads ``input``) or
 "channel" (a RESPONDER Channel with salt ``receiver_salt`` and record size
@@ -23,11 +25,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from gcmstream import GcmStreamError, Opener, Role
 from gcmstream._fixed import fixed_channel as fixed_randomness_channel
@@ -719,6 +723,213 @@ def build_cases() -> list[Case]:
         forge_channel(BASE, SALT_R1, context=b"another context").wire(),
         "KeyCommitmentError",
         0,
+    )
+    return cases + valid_stream_cases()
+
+
+# -- cases cut from a writer's own stream ----------------------------------------------------------
+
+
+def _valid_vectors() -> ModuleType:
+    """tests/vectors/generate.py, the valid vectors' generator (loaded by path: this file has
+    the same name)."""
+    spec = importlib.util.spec_from_file_location("valid_vectors", HERE.parent / "generate.py")
+    if spec is None or spec.loader is None:
+        raise SystemExit("cannot load tests/vectors/generate.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclasses look their module up)
+    spec.loader.exec_module(module)
+    return module
+
+
+def record_spans(wire: bytes) -> list[tuple[int, int]]:
+    """(start, end) of each record of a valid one-way stream."""
+    spans, pos = [], HEADER_SIZE
+    while pos < len(wire):
+        _, length = RECORD_HEADER.unpack_from(wire, pos)
+        spans.append((pos, pos + RECORD_HEADER_SIZE + length))
+        pos += RECORD_HEADER_SIZE + length
+    return spans
+
+
+def hand_sealed(
+    key: bytes, salt: bytes, records: list[tuple[int, bytes]], role: Role = Role.ONE_WAY
+) -> tuple[bytes, bytes]:
+    """(stream, its plaintext): records (flags, plaintext) sealed by hand, in order, all under
+    generation 0 (whatever the flags say), without a context, at record size 32."""
+    exchange = KeyExchange.NONE if role is Role.ONE_WAY else KeyExchange.X25519
+    header, secret = make_header(key, role, 32, b"", salt, key_exchange=exchange)
+    keys = TrafficKeys(secret, Suite.for_key(key))
+    records_wire = [seal_record(keys, seq, flags, data) for seq, (flags, data) in enumerate(records)]
+    return header + b"".join(records_wire), b"".join(data for _, data in records)
+
+
+def valid_stream_cases() -> list[Case]:
+    """The ``valid_stream_*`` cases (once tests/vectors/invalid.json): faults in valid.json's
+    ``aes128-multi-record-short-final`` stream (records of 32, 32, 32 and 4 bytes, no context),
+    and ``hand_sealed_*``: records a writer never seals (flags), sealed by hand."""
+    valid = _valid_vectors()
+    multi = valid.VALID[2]
+    if multi.name != "aes128-multi-record-short-final":
+        raise SystemExit(f"valid.json's third vector is {multi.name}, not the multi-record one")
+    wire, text, key = multi.seal(), multi.plaintext, multi.key
+    first, second, _, final = record_spans(wire)
+    swapped = wire[:HEADER_SIZE] + wire[second[0] : second[1]] + wire[first[0] : first[1]] + wire[second[1] :]
+    too_long = bytearray(wire)
+    RECORD_HEADER.pack_into(too_long, second[0], 0, multi.record_size + TAG_SIZE + 1)
+    too_short = bytearray(wire)
+    RECORD_HEADER.pack_into(too_short, second[0], 0, TAG_SIZE - 1)
+    final_cleared = bytearray(wire)
+    final_cleared[final[0]] ^= FLAG_FINAL
+    cases: list[Case] = []
+
+    def add(name: str, comment: str, data: bytes, expect: str, released: bytes, **kw: object) -> None:
+        kw.setdefault("key", key)
+        kw.setdefault("context", b"")
+        cases.append(Case(f"valid_stream_{name}", comment, data, expect, released, text, **kw))  # type: ignore[arg-type]
+
+    add("empty_input", "no bytes at all", b"", "TruncatedStreamError", b"")
+    add("header_only", "a header and no records", wire[:HEADER_SIZE], "TruncatedStreamError", b"")
+    add("cut_header", "input ends inside the header", wire[:40], "TruncatedStreamError", b"")
+    add(
+        "cut_at_record_boundary",
+        "the FINAL record is missing",
+        wire[: final[0]],
+        "TruncatedStreamError",
+        text[:96],
+    )
+    add(
+        "cut_inside_record",
+        "input ends inside the second record",
+        wire[: second[0] + 10],
+        "TruncatedStreamError",
+        text[:32],
+    )
+    add(
+        "flipped_ciphertext",
+        "one bit of the second record's ciphertext flipped",
+        flip(wire, second[0] + RECORD_HEADER_SIZE + 3),
+        "AuthenticationError",
+        text[:32],
+    )
+    add(
+        "flipped_tag",
+        "one bit of the first record's tag flipped",
+        flip(wire, first[1] - 1),
+        "AuthenticationError",
+        b"",
+    )
+    add(
+        "flipped_final_flag",
+        "the FINAL flag cleared on the last record (the flags are authenticated)",
+        bytes(final_cleared),
+        "AuthenticationError",
+        text[:96],
+    )
+    add("swapped_records", "the first two records exchanged", swapped, "AuthenticationError", b"")
+    add(
+        "dropped_record",
+        "the second record removed",
+        wire[: second[0]] + wire[second[1] :],
+        "AuthenticationError",
+        text[:32],
+    )
+    add(
+        "trailing_byte",
+        "one byte after the FINAL record: the FINAL record's plaintext is withheld",
+        wire + b"\x00",
+        "TrailingDataError",
+        text[:96],
+    )
+    add(
+        "length_over_record_size",
+        "the second record's length field is one over record size + tag",
+        bytes(too_long),
+        "RecordTooLargeError",
+        text[:32],
+    )
+    add(
+        "length_below_tag",
+        "the second record's length field is shorter than the tag",
+        bytes(too_short),
+        "MalformedRecordError",
+        text[:32],
+    )
+    add("bad_magic", "the magic is not GCMS", b"GCMX" + wire[4:], "UnsupportedFormatError", b"")
+    add(
+        "bad_version",
+        "format version 1 (never released, no longer read)",
+        wire[:4] + bytes([1]) + wire[5:],
+        "UnsupportedFormatError",
+        b"",
+    )
+    add(
+        "wrong_key",
+        "opened with another key: its key ID is unknown",
+        wire,
+        "UnknownKeyError",
+        b"",
+        key=valid.OTHER_KEY,
+    )
+    add(
+        "wrong_context",
+        "sealed without a context, opened with one",
+        wire,
+        "KeyCommitmentError",
+        b"",
+        context=valid.CONTEXT,
+    )
+    add(
+        "wrong_suite",
+        "an AES-128-GCM stream opened with a 32-byte key (another key: its key ID is unknown)",
+        wire,
+        "UnknownKeyError",
+        b"",
+        key=valid.KEY256,
+    )
+
+    def add_hand_sealed(
+        name: str, comment: str, sealed: tuple[bytes, bytes], expect: str, released: bytes
+    ) -> None:
+        data, plaintext = sealed
+        cases.append(
+            Case(f"hand_sealed_{name}", comment, data, expect, released, plaintext, key=key, context=b"")
+        )
+
+    add_hand_sealed(
+        "channel_header_to_one_way_reader",
+        "an INITIATOR header fed to a one-way Opener",
+        hand_sealed(key, valid.SALT_A, [], Role.INITIATOR),
+        "RoleMismatchError",
+        b"",
+    )
+    add_hand_sealed(
+        "unknown_flag",
+        "a correctly sealed record with flag 0x04",
+        hand_sealed(key, valid.SALT_A, [(0, b"ok"), (0x04, b"unknown flag"), (FLAG_FINAL, b"")]),
+        "MalformedRecordError",
+        b"ok",
+    )
+    add_hand_sealed(
+        "final_and_key_update",
+        "a correctly sealed record with both FINAL and KEY_UPDATE",
+        hand_sealed(key, valid.SALT_A, [(0, b"ok"), (FLAG_FINAL | FLAG_KEY_UPDATE, b"both")]),
+        "MalformedRecordError",
+        b"ok",
+    )
+    add_hand_sealed(
+        "record_after_final",
+        "a correctly sealed record after a FINAL record",
+        hand_sealed(key, valid.SALT_A, [(FLAG_FINAL, b"end"), (FLAG_FINAL, b"more")]),
+        "TrailingDataError",
+        b"",
+    )
+    add_hand_sealed(
+        "old_key_after_key_update",
+        "KEY_UPDATE flag set by hand but the next record still sealed under the old key",
+        hand_sealed(key, valid.SALT_A, [(FLAG_KEY_UPDATE, b"update"), (FLAG_FINAL, b"old key")]),
+        "AuthenticationError",
+        b"update",
     )
     return cases
 
