@@ -1279,3 +1279,25 @@ def test_completion_into_a_closed_pipe_exits_quietly() -> None:
         os.close(write_end)
     assert b"Traceback" not in done.stderr, done.stderr
     assert done.returncode == EXIT_BROKEN_PIPE
+
+
+def test_a_directory_given_as_input_is_named(tmp_path: Path, keyfile: Path) -> None:
+    for command in ("encrypt", "decrypt"):
+        result = gcm(command, "-k", keyfile, "-i", tmp_path, "-o", tmp_path / "out")
+        message = one_line_error(result, EXIT_IO)
+        assert str(tmp_path) in message and "directory" in message.lower()
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_same_file_as_input_and_output_is_refused_and_kept(tmp_path: Path, keyfile: Path) -> None:
+    """-i F -o F would rename the output over the input: refused, the input untouched."""
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"precious")
+    message = one_line_error(gcm("encrypt", "-k", keyfile, "-i", plain, "-o", plain), EXIT_USAGE)
+    assert str(plain) in message
+    assert plain.read_bytes() == b"precious"
+    sealed = tmp_path / "sealed"
+    assert gcm("encrypt", "-k", keyfile, "-i", plain, "-o", sealed).returncode == 0
+    before = sealed.read_bytes()
+    one_line_error(gcm("decrypt", "-k", keyfile, "-i", sealed, "-o", tmp_path / "." / "sealed"), EXIT_USAGE)
+    assert sealed.read_bytes() == before

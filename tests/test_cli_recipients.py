@@ -373,3 +373,16 @@ def test_identity_to_stdout_as_keygen(tmp_path: Path) -> None:
     assert result.stderr.decode().strip() == f"recipient: {identity.recipient}"
     assert identity.kind is RecipientKind.MLKEM768_X25519
     assert not (tmp_path / "-").exists()
+
+
+def test_messages_name_the_recipient_format_but_hide_a_pasted_payload(people: dict[str, Path]) -> None:
+    line = recipient_of(people["carol"])
+    wrong_version = line.replace("-v1:", "-v9:")
+    message = one_line_error(gcm("encrypt", "-r", wrong_version, input=b"data"), EXIT_USAGE)
+    assert "expected gcmstream-recipient-v1:<kind>:<base64url>" in message  # readable
+    assert line.split(":")[2][:20] not in message
+
+
+def test_decrypt_without_credentials_points_at_identities_and_passphrases() -> None:
+    message = one_line_error(gcm("decrypt", "-i", "-", input=b""), EXIT_USAGE)
+    assert "-k KEYFILE" in message and "--identity" in message and "--passphrase-file" in message

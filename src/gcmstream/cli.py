@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import getpass
 import logging
 import os
@@ -70,6 +71,7 @@ from .pipeline import CHUNK_SIZE, atomic_output
 from .recipients import (
     DEFAULT_WORK_FACTOR,
     MAX_IDENTITIES,
+    RECIPIENT_PREFIX,
     STANZA_FIELD_TYPES,
     Identity,
     Recipient,
@@ -194,9 +196,20 @@ _KEY_LIKE = re.compile(r"(?<![A-Za-z0-9_:/.-])[A-Za-z0-9_:-]{21,}[A-Za-z0-9_-](?
 # path or an address rarely mix both in a 22-character run without a separator. Such runs are
 # hidden too, whatever surrounds them.
 _MIXED_RUN = re.compile(r"[A-Za-z0-9_-]{22,}")
+_RECIPIENT_LINE = re.compile(re.escape(RECIPIENT_PREFIX) + r"(:[a-z0-9]+)?:?")  # payload excluded
 
 
 def _hide_key_text(text: str) -> str:
+    # the recipient prefix and kind name the format and are shown (so a message can say what
+    # it expected); every run that may be key text is hidden, a pasted line's payload included
+    shown, last = [], 0
+    for line in _RECIPIENT_LINE.finditer(text):
+        shown += [_hide_secret_runs(text[last : line.start()]), line.group(0)]
+        last = line.end()
+    return "".join([*shown, _hide_secret_runs(text[last:])])
+
+
+def _hide_secret_runs(text: str) -> str:
     text = _KEY_LIKE.sub("<hidden: may be key text>", text)
     return _MIXED_RUN.sub(_hide_if_mixed, text)
 
@@ -752,6 +765,11 @@ def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
             except ValueError as exc:
                 raise _Usage(f"--work-factor: {exc}") from None
         return {"passphrase": _read_passphrase(args, encrypting=encrypting)}
+    if args.key_file is None and KEY_ENV not in os.environ and not encrypting:
+        raise _Usage(
+            f"no key: give -k KEYFILE or set {KEY_ENV}; for a file encrypted to you or with a "
+            "passphrase, --identity FILE or --passphrase-file FILE"
+        )
     return {"key": _load_key(args.key_file)}
 
 
@@ -879,9 +897,21 @@ async def _open_input(path: str) -> AsyncIterator[tuple[int, int | None]]:
         return
     fd = await _blocking(os.open, path, os.O_RDONLY | os.O_CLOEXEC)
     try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):  # named here: a read would only say "fd 6"
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         yield fd, _regular_size(fd)
     finally:
         os.close(fd)
+
+
+def _refuse_same_file(args: argparse.Namespace) -> None:
+    """IN and OUT naming one file would replace the input with the output (the output is
+    renamed over it at the end): refuse, as cp does."""
+    if "-" in (args.input, args.output):
+        return
+    with contextlib.suppress(OSError):
+        if os.path.samefile(args.input, args.output):
+            raise _Usage(f"{args.input} is both the input and the output: give another -o")
 
 
 @contextlib.asynccontextmanager
@@ -920,6 +950,7 @@ def _record_limit_error(command: str, size: int, limit: int, where: str) -> _Fai
 
 
 async def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
+    _refuse_same_file(args)
     if _is_terminal(args.output):
         raise _Usage("refusing to write ciphertext to a terminal: use -o FILE or redirect stdout")
     if "passphrase" in keying:
@@ -937,6 +968,7 @@ async def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
 
 
 async def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
+    _refuse_same_file(args)
     if args.offset is not None or args.length is not None:
         await _decrypt_range_command(args, keying)
         return

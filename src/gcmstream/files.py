@@ -43,6 +43,7 @@ from typing import TypeAlias, TypeVar
 import anyio
 from anyio import to_thread
 
+from ._output import commit_output, discard_output, prepare_output
 from .errors import StreamBrokenError, TrailingDataError, TruncatedStreamError
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
@@ -53,7 +54,7 @@ from .format import (
     Keys,
 )
 from .opener import Opener, Phase
-from .pipeline import CHUNK_SIZE, _commit_output, _discard_output, _prepare_output
+from .pipeline import CHUNK_SIZE
 from .recipients import DEFAULT_WORK_FACTOR, Identity, Recipient
 from .sealer import Sealer
 
@@ -329,7 +330,7 @@ def atomic_fd(path: StrPath, *, mode: int = 0o600, stop: threading.Event | None 
     """A file descriptor whose content replaces ``path`` only if the block exits normally
     and no stop was requested by then (``pipeline.atomic_output``'s rules: temporary file,
     fsync, rename, mode; a FIFO or device of ours is written in place)."""
-    prepared = _prepare_output(path, mode)
+    prepared = prepare_output(path, mode)
     if prepared is None:
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
         try:
@@ -342,12 +343,12 @@ def atomic_fd(path: StrPath, *, mode: int = 0o600, stop: threading.Event | None 
         yield raw.fileno()
         _check(stop)
     except BaseException:
-        _discard_output(raw, temp)
+        discard_output(raw, temp)
         raise
     try:
-        _commit_output(raw, temp, target)
+        commit_output(raw, temp, target)
     except BaseException:
-        _discard_output(raw, temp)
+        discard_output(raw, temp)
         raise
 
 

@@ -372,13 +372,6 @@ async def decrypt_stream(
 # -- files --------------------------------------------------------------------------------------
 
 
-# The file engine (files.py, being edited on another branch) still imports these names from
-# here; it moves to gcmstream._output when that branch lands, and these aliases go.
-_prepare_output = prepare_output
-_commit_output = commit_output
-_discard_output = discard_output
-
-
 @asynccontextmanager
 async def atomic_output(path: StrPath, *, mode: int = 0o600) -> AsyncIterator[AsyncFile[bytes]]:
     """An ``AsyncFile`` whose content replaces ``path`` (with permissions ``mode``) only if

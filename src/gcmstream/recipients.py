@@ -536,6 +536,6 @@ class Unlocker:
                 if file_key is not None:
                     return file_key
         raise NoIdentityMatchedError(
-            f"no identity given ({len(self._identities)}) opens any of the stream's "
-            f"{len(stanzas)} recipient stanzas"
+            f"none of the {len(self._identities)} identities given opens any of the stream's "
+            f"{len(stanzas)} recipient stanzas: it was encrypted to someone else"
         )
