@@ -79,7 +79,7 @@ def test_none_of_the_others_keys_opens_a_recipient_stream(three: list[Identity])
     wire = seal(recipients=[identity.recipient for identity in three[:2]])
     strangers = [three[2], Identity.generate(), Identity.generate(RecipientKind.X25519)]
     error = refused(wire, NoIdentityMatchedError, identities=strangers)
-    assert "given (3)" in str(error) and "2 recipient stanzas" in str(error)
+    assert "none of the 3 identities given" in str(error) and "2 recipient stanzas" in str(error)
     # a pre-shared key reader meets a random file key it cannot know
     refused(wire, UnknownKeyError, key=generate_key(256))
     refused(wire, NoIdentityMatchedError, passphrase="guess")
