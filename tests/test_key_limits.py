@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from gcmstream import KeyLimits, Sealer
+from gcmstream import KeyLimits, LimitReachedError, Sealer
 from gcmstream.format import FLAG_FINAL, FLAG_KEY_UPDATE
 
 from .helpers import KEY, wire_records
@@ -97,3 +97,12 @@ def test_the_issue_case_counts_floor_of_hard_bytes_records() -> None:
     sealer = Sealer(KEY, record_size=16, limits=limits)
     flags = [flags for flags, _ in wire_records(bytes(sealer.seal(bytes(16 * 13), final=True)))]
     assert flags == [0] * 5 + [FLAG_KEY_UPDATE] + [0] * 5 + [FLAG_KEY_UPDATE] + [FLAG_FINAL]
+
+
+def test_a_record_size_over_hard_bytes_is_refused_at_its_first_record_over_hard_bytes() -> None:
+    """No key can hold such a full record: short records pass (each carrying KEY_UPDATE, "in
+    time"), the first one over ``hard_bytes`` is LimitReachedError, even with automatic update."""
+    sealer = Sealer(KEY, record_size=16, limits=KeyLimits(update_after_bytes=10, hard_bytes=10))
+    assert [flags for flags, _ in wire_records(bytes(sealer.seal(bytes(5), flush=True)))] == [FLAG_KEY_UPDATE]
+    with pytest.raises(LimitReachedError):
+        sealer.seal(bytes(12), flush=True)
