@@ -30,8 +30,15 @@ from gcmstream import (
     UnknownKeyError,
     generate_key,
 )
-from gcmstream.format import FLAG_FINAL, HEADER_FIXED_SIZE, RECORD_HEADER, FieldType, make_header, parse_header
 from gcmstream.channel import self_connections_allowed
+from gcmstream.format import (
+    FLAG_FINAL,
+    HEADER_FIXED_SIZE,
+    RECORD_HEADER,
+    FieldType,
+    make_header,
+    parse_header,
+)
 from gcmstream.handshake import CHANNEL_FIELDS, channel_keys, respond
 
 from .helpers import KEY
@@ -56,7 +63,9 @@ def read_with(identity: Identity, wire: bytes) -> bytes:
     opener = Opener(identities=[identity])
     opener.receive_data(wire)
     opener.receive_eof()
-    return bytes(opener.read())
+    plaintext = opener.read()
+    assert plaintext is not None
+    return bytes(plaintext)
 
 
 @pytest.mark.parametrize("kind", list(RecipientKind), ids=lambda k: k.text)
@@ -67,10 +76,14 @@ def test_a_stanza_that_fails_inside_hpke_is_a_non_match(kind: RecipientKind) -> 
     StanzaError."""
     identity = Identity.generate(kind)
     good = identity.recipient.wrap(FILE_KEY)
-    broken = [bytes(32) + good[32:]] if kind is RecipientKind.X25519 else [
-        good[:1088] + bytes(32) + good[1120:],  # X25519 ciphertext: the all-zero point
-        bytes(1088) + good[1088:],  # ML-KEM ciphertext: right length, not an encapsulation
-    ]
+    broken = (
+        [bytes(32) + good[32:]]
+        if kind is RecipientKind.X25519
+        else [
+            good[:1088] + bytes(32) + good[1120:],  # X25519 ciphertext: the all-zero point
+            bytes(1088) + good[1088:],  # ML-KEM ciphertext: right length, not an encapsulation
+        ]
+    )
     for body in broken:
         assert len(body) == len(good)
         assert read_with(identity, stanza_stream([(kind, body), (kind, good)])) == b"the plaintext"
@@ -116,7 +129,7 @@ def test_an_mlkem_encapsulation_key_is_checked_as_fips_203_says() -> None:
     """A responder refuses (HandshakeError, no answer) an encapsulation key of another length
     than 1,184 bytes, or one failing FIPS 203's modulus check (a coefficient >= 3,329)."""
     good = mlkem.MLKEM768PrivateKey.generate().public_key().public_bytes_raw()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="ML-KEM-768"):
         mlkem.MLKEM768PublicKey.from_public_bytes(over_modulus(good))  # the primitive's own check
     for bad in (over_modulus(good), good[:-1], good + b"\0"):
         responder = Channel(KEY, role=Role.RESPONDER)
@@ -163,7 +176,9 @@ def test_a_wrong_mlkem_ciphertext_of_the_right_length_fails_key_confirmation() -
     hello = initiator.initial_data()
     fields, shared = respond(parse_header(hello, CHANNEL_FIELDS))
     fields = [(kind, bytes(1088) if kind == 0x0002 else value) for kind, value in fields]
-    answer, _ = make_header(KEY, Role.RESPONDER, 1024, b"", key_exchange=KeyExchange.MLKEM768_X25519, fields=fields)
+    answer, _ = make_header(
+        KEY, Role.RESPONDER, 1024, b"", key_exchange=KeyExchange.MLKEM768_X25519, fields=fields
+    )
     finished = channel_keys(KEY, shared, hello, answer, b"").responder_finished
     initiator.opener.receive_data(answer + finished)
     with pytest.raises(HandshakeError, match="key confirmation"):
@@ -175,7 +190,9 @@ def test_an_mlkem_share_in_an_x25519_header_is_refused_both_ways() -> None:
     responder reading I_header and from an initiator reading R_header."""
     responder = Channel(KEY, role=Role.RESPONDER, key_exchange=KeyExchange.X25519)
     public = mlkem.MLKEM768PrivateKey.generate().public_key().public_bytes_raw()
-    responder.opener.receive_data(forged_hello(KeyExchange.X25519, (0x0001, x25519_share()), (0x0002, public)))
+    responder.opener.receive_data(
+        forged_hello(KeyExchange.X25519, (0x0001, x25519_share()), (0x0002, public))
+    )
     with pytest.raises(HandshakeError, match="key shares"):
         responder.handshake_complete()
     error = forged_answer(
@@ -203,8 +220,9 @@ def answered(hello: bytes) -> bool:
 
 @pytest.mark.refuse_self_connections
 def test_an_initiator_header_is_pending_from_construction_until_its_handshake_ends() -> None:
-    """Pending (K4 refuses it) from the initiator's construction until the handshake ends: completed, failed, ended from outside (end_handshake: a timeout, a
-    cancellation), or the Channel freed."""
+    """Pending (K4 refuses it) from the initiator's construction until the handshake ends:
+    completed, failed, ended from outside (end_handshake: a timeout, a cancellation), or the
+    Channel freed."""
     done = Channel(KEY, role=Role.INITIATOR)
     hello = done.initial_data()
     assert not answered(hello)
@@ -306,4 +324,4 @@ def test_a_fixed_layout_past_the_hard_limits_is_ignored(
     with gcmstream.open_file(path, key=KEY) as file:
         assert file.fixed_layout is fixed
         assert file.read() == data
-    assert FLAG_FINAL == path.read_bytes()[-(5 + 16 + 5)]
+    assert path.read_bytes()[-(5 + 16 + 5)] == FLAG_FINAL

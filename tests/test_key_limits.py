@@ -50,7 +50,9 @@ def records_per_generation(limits: KeyLimits, record_size: int) -> int:
 
 
 @pytest.mark.parametrize(("record_size", "limits"), CASES)
-def test_rule_5_predicts_every_flag_and_never_reaches_the_hard_limit(record_size: int, limits: KeyLimits) -> None:
+def test_rule_5_predicts_every_flag_and_never_reaches_the_hard_limit(
+    record_size: int, limits: KeyLimits
+) -> None:
     """With automatic key update on, random seals and flushes are never refused, and every
     record carries KEY_UPDATE exactly when rule 5's text says; no generation passes a hard
     limit (rule 6)."""

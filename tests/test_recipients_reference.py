@@ -86,7 +86,10 @@ def test_the_lines_vector_file_is_what_its_generator_writes() -> None:
     ("change", "why"),
     [
         (lambda text: text + "==", "padding"),
-        (lambda text: text.replace("gcmstream-recipient-v1:x25519:", "gcmstream-recipient-v1:X25519:"), "kind case"),
+        (
+            lambda text: text.replace("gcmstream-recipient-v1:x25519:", "gcmstream-recipient-v1:X25519:"),
+            "kind case",
+        ),
         (lambda text: text[:-1] + ("2" if text[-1] == "1" else "1"), "non-canonical last character"),
         (lambda text: text.replace(":", "::", 1), "four parts"),
         (lambda text: "gcmstream-recipient-v1:x25519:" + text.split(":")[2][:-6], "checksum cut"),
