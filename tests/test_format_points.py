@@ -146,6 +146,16 @@ def test_an_mlkem_encapsulation_key_is_checked_as_fips_203_says() -> None:
     assert responder.data_to_send()
 
 
+def test_a_recipient_whose_mlkem_key_fails_the_modulus_check_is_refused() -> None:
+    """FORMAT.md 4.5: the same FIPS 203 check as K8, when a kind-2 recipient is parsed."""
+    identity = Identity.generate(RecipientKind.MLKEM768_X25519)
+    public = identity.recipient.public_bytes
+    bad = over_modulus(public[:1184]) + public[1184:]
+    with pytest.raises(gcmstream.RecipientError):
+        gcmstream.Recipient(RecipientKind.MLKEM768_X25519, bad)
+    assert gcmstream.Recipient(RecipientKind.MLKEM768_X25519, public) == identity.recipient
+
+
 def forged_answer(initiator: Channel, exchange: KeyExchange, *shares: tuple[int, bytes]) -> HandshakeError:
     """What the initiator raises for an R_header (valid commitment) with these shares."""
     initiator.initial_data()
