@@ -207,3 +207,18 @@ def test_stanzas_open_with_hpke_rebuilt_from_rfc_9180_and_x_wing(vector: dict[st
                 continue
         assert opened == [bytes.fromhex(vector["file_key"])], item["kind"]
         assert vector["tagged"] == all(flags & 1 for _, flags, _ in found)
+
+
+XWING = json.loads((VECTORS / "xwing.json").read_text())
+
+
+def test_x_wing_as_written_reproduces_the_drafts_test_vector() -> None:
+    """The X-Wing draft's first test vector (tests/vectors/xwing.json): its 32-byte seed,
+    expanded by SHAKE256 to the 96-byte identity form of FORMAT.md 4.4, gives its public key
+    (here and in gcmstream), and the combiner written above decapsulates its ciphertext to its
+    shared secret."""
+    expanded = hashlib.shake_256(bytes.fromhex(XWING["seed"])).digest(96)
+    public = bytes.fromhex(XWING["pk"])
+    assert public_from_secret(2, expanded) == public
+    assert Identity(gcmstream.RecipientKind.MLKEM768_X25519, expanded).recipient.public_bytes == public
+    assert kem_decap(2, bytes.fromhex(XWING["ct"]), expanded).hex() == XWING["ss"]
