@@ -1,0 +1,337 @@
+"""The points of docs/FORMAT.md an implementer from the text alone had to guess (issue 21, 4),
+each checked as written: which stanza failures are a non-match (4.4), which key exchange a
+responder writes and what K8's "well formed" means (5.2), when an initiator header is pending
+(K4) and what an initiator with a key ring raises for an answer under another key (5.2), and
+how a random-access reader treats a stored record header and the FIXED_LAYOUT limits (4.3,
+8.3). Headers are forged with a valid commitment where the point is past H12."""
+
+from __future__ import annotations
+
+import gc
+import struct
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
+
+import gcmstream
+from gcmstream import (
+    Channel,
+    HandshakeError,
+    Identity,
+    KeyExchange,
+    KeyRing,
+    NoIdentityMatchedError,
+    Opener,
+    RecipientKind,
+    Role,
+    Sealer,
+    SelfConnectionError,
+    UnknownKeyError,
+    generate_key,
+)
+from gcmstream.channel import self_connections_allowed
+from gcmstream.format import (
+    FLAG_FINAL,
+    HEADER_FIXED_SIZE,
+    RECORD_HEADER,
+    FieldType,
+    make_header,
+    parse_header,
+)
+from gcmstream.handshake import CHANNEL_FIELDS, channel_keys, respond
+
+from .helpers import KEY
+
+FILE_KEY = bytes(range(0x40, 0x60))
+
+
+# -- 4.4: stanza failures inside HPKE are non-matches -------------------------------------------
+
+
+def stanza_stream(bodies: list[tuple[RecipientKind, bytes]]) -> bytes:
+    """A stream keyed by FILE_KEY whose 0x0010 field holds these stanza bodies (untagged), with
+    a valid commitment: what any recipient, who knows the file key, can write."""
+    value = struct.pack(">H", len(bodies)) + b"".join(
+        struct.pack(">BBH", kind, 0, len(body)) + body for kind, body in bodies
+    )
+    sealer = Sealer(FILE_KEY, record_size=64, _fields=((FieldType.RECIPIENT_STANZAS, value),))
+    return bytes(sealer.seal(b"the plaintext", final=True))
+
+
+def read_with(identity: Identity, wire: bytes) -> bytes:
+    opener = Opener(identities=[identity])
+    opener.receive_data(wire)
+    opener.receive_eof()
+    plaintext = opener.read()
+    assert plaintext is not None
+    return bytes(plaintext)
+
+
+@pytest.mark.parametrize("kind", list(RecipientKind), ids=lambda k: k.text)
+def test_a_stanza_that_fails_inside_hpke_is_a_non_match(kind: RecipientKind) -> None:
+    """An encapsulation whose X25519 part is the all-zero point (an all-zero X25519 result) or
+    whose ML-KEM ciphertext is garbage of the right length: the identity does not match that
+    stanza and the next stanza is tried; alone, it is NoIdentityMatchedError, never
+    StanzaError."""
+    identity = Identity.generate(kind)
+    good = identity.recipient.wrap(FILE_KEY)
+    broken = (
+        [bytes(32) + good[32:]]
+        if kind is RecipientKind.X25519
+        else [
+            good[:1088] + bytes(32) + good[1120:],  # X25519 ciphertext: the all-zero point
+            bytes(1088) + good[1088:],  # ML-KEM ciphertext: right length, not an encapsulation
+        ]
+    )
+    for body in broken:
+        assert len(body) == len(good)
+        assert read_with(identity, stanza_stream([(kind, body), (kind, good)])) == b"the plaintext"
+        with pytest.raises(NoIdentityMatchedError):
+            read_with(identity, stanza_stream([(kind, body)]))
+
+
+# -- 5.2: the responder's key exchange, K8's ML-KEM checks ---------------------------------------
+
+
+@pytest.mark.parametrize("least", [KeyExchange.X25519, KeyExchange.MLKEM768_X25519], ids=lambda e: e.name)
+def test_a_responder_writes_the_key_exchange_the_initiator_offered(least: KeyExchange) -> None:
+    """Header byte 7 of R_header is the offer's (here the hybrid), whatever the least the
+    responder accepts, with the ML-KEM-768 ciphertext share (1,088 bytes)."""
+    initiator = Channel(KEY, role=Role.INITIATOR)
+    responder = Channel(KEY, role=Role.RESPONDER, key_exchange=least)
+    responder.opener.receive_data(initiator.initial_data())
+    answer = responder.data_to_send()
+    header = parse_header(answer[: len(answer) - 32], CHANNEL_FIELDS)
+    assert answer[7] == KeyExchange.MLKEM768_X25519 == header.key_exchange
+    mlkem_share = header.field(FieldType.MLKEM768_SHARE)
+    assert mlkem_share is not None and len(mlkem_share) == 1088
+
+
+def x25519_share() -> bytes:
+    return x25519.X25519PrivateKey.generate().public_key().public_bytes_raw()
+
+
+def forged_hello(exchange: KeyExchange, *shares: tuple[int, bytes]) -> bytes:
+    header, _ = make_header(KEY, Role.INITIATOR, 1024, b"", key_exchange=exchange, fields=list(shares))
+    return header
+
+
+def over_modulus(encapsulation_key: bytes) -> bytes:
+    """The key with its first 12-bit coefficient set to 4,095 (>= q = 3,329)."""
+    out = bytearray(encapsulation_key)
+    out[0] = 0xFF
+    out[1] |= 0x0F
+    return bytes(out)
+
+
+def test_an_mlkem_encapsulation_key_is_checked_as_fips_203_says() -> None:
+    """A responder refuses (HandshakeError, no answer) an encapsulation key of another length
+    than 1,184 bytes, or one failing FIPS 203's modulus check (a coefficient >= 3,329)."""
+    good = mlkem.MLKEM768PrivateKey.generate().public_key().public_bytes_raw()
+    with pytest.raises(ValueError, match="ML-KEM-768"):
+        mlkem.MLKEM768PublicKey.from_public_bytes(over_modulus(good))  # the primitive's own check
+    for bad in (over_modulus(good), good[:-1], good + b"\0"):
+        responder = Channel(KEY, role=Role.RESPONDER)
+        responder.opener.receive_data(
+            forged_hello(KeyExchange.MLKEM768_X25519, (0x0001, x25519_share()), (0x0002, bad))
+        )
+        with pytest.raises(HandshakeError, match="ML-KEM-768"):
+            responder.handshake_complete()
+        assert responder.data_to_send() == b""
+    responder = Channel(KEY, role=Role.RESPONDER)  # the same header with the good key is answered
+    responder.opener.receive_data(
+        forged_hello(KeyExchange.MLKEM768_X25519, (0x0001, x25519_share()), (0x0002, good))
+    )
+    assert responder.data_to_send()
+
+
+def test_a_recipient_whose_mlkem_key_fails_the_modulus_check_is_refused() -> None:
+    """FORMAT.md 4.5: the same FIPS 203 check as K8, when a kind-2 recipient is parsed."""
+    identity = Identity.generate(RecipientKind.MLKEM768_X25519)
+    public = identity.recipient.public_bytes
+    bad = over_modulus(public[:1184]) + public[1184:]
+    with pytest.raises(gcmstream.RecipientError):
+        gcmstream.Recipient(RecipientKind.MLKEM768_X25519, bad)
+    assert gcmstream.Recipient(RecipientKind.MLKEM768_X25519, public) == identity.recipient
+
+
+def forged_answer(initiator: Channel, exchange: KeyExchange, *shares: tuple[int, bytes]) -> HandshakeError:
+    """What the initiator raises for an R_header (valid commitment) with these shares."""
+    initiator.initial_data()
+    answer, _ = make_header(KEY, Role.RESPONDER, 1024, b"", key_exchange=exchange, fields=list(shares))
+    initiator.opener.receive_data(answer + bytes(32))
+    with pytest.raises(HandshakeError) as caught:
+        initiator.handshake_complete()
+    return caught.value
+
+
+def test_an_mlkem_ciphertext_is_checked_for_its_length() -> None:
+    """An initiator refuses a ciphertext of another length than 1,088 bytes (K8)."""
+    for size in (1087, 1089):
+        error = forged_answer(
+            Channel(KEY, role=Role.INITIATOR),
+            KeyExchange.MLKEM768_X25519,
+            (0x0001, x25519_share()),
+            (0x0002, bytes(size)),
+        )
+        assert "ML-KEM-768 ciphertext" in str(error)
+
+
+def test_a_wrong_mlkem_ciphertext_of_the_right_length_fails_key_confirmation() -> None:
+    """Decapsulation rejects implicitly: a 1,088-byte ciphertext that is no encapsulation to the
+    initiator's key gives another secret, and the answer's Finished (made by a forger with the
+    secret it chose) fails K9."""
+    initiator = Channel(KEY, role=Role.INITIATOR)
+    hello = initiator.initial_data()
+    fields, shared = respond(parse_header(hello, CHANNEL_FIELDS))
+    fields = [(kind, bytes(1088) if kind == 0x0002 else value) for kind, value in fields]
+    answer, _ = make_header(
+        KEY, Role.RESPONDER, 1024, b"", key_exchange=KeyExchange.MLKEM768_X25519, fields=fields
+    )
+    finished = channel_keys(KEY, shared, hello, answer, b"").responder_finished
+    initiator.opener.receive_data(answer + finished)
+    with pytest.raises(HandshakeError, match="key confirmation"):
+        initiator.handshake_complete()
+
+
+def test_an_mlkem_share_in_an_x25519_header_is_refused_both_ways() -> None:
+    """Exchange 1 with a 0x0002 field: HandshakeError (K8, "exactly the shares"), from a
+    responder reading I_header and from an initiator reading R_header."""
+    responder = Channel(KEY, role=Role.RESPONDER, key_exchange=KeyExchange.X25519)
+    public = mlkem.MLKEM768PrivateKey.generate().public_key().public_bytes_raw()
+    responder.opener.receive_data(
+        forged_hello(KeyExchange.X25519, (0x0001, x25519_share()), (0x0002, public))
+    )
+    with pytest.raises(HandshakeError, match="key shares"):
+        responder.handshake_complete()
+    error = forged_answer(
+        Channel(KEY, role=Role.INITIATOR, key_exchange=KeyExchange.X25519),
+        KeyExchange.X25519,
+        (0x0001, x25519_share()),
+        (0x0002, bytes(1088)),
+    )
+    assert "key shares" in str(error)
+
+
+# -- K4: when an initiator header is pending; key rings ------------------------------------------
+
+
+def answered(hello: bytes) -> bool:
+    """Whether a fresh responder of this process answers ``hello`` (False: SelfConnectionError)."""
+    responder = Channel(KEY, role=Role.RESPONDER)
+    responder.opener.receive_data(hello)
+    try:
+        responder.handshake_complete()
+    except SelfConnectionError:
+        return False
+    return bool(responder.data_to_send())
+
+
+@pytest.mark.refuse_self_connections
+def test_an_initiator_header_is_pending_from_construction_until_its_handshake_ends() -> None:
+    """Pending (K4 refuses it) from the initiator's construction until the handshake ends:
+    completed, failed, ended from outside (end_handshake: a timeout, a cancellation), or the
+    Channel freed."""
+    done = Channel(KEY, role=Role.INITIATOR)
+    hello = done.initial_data()
+    assert not answered(hello)
+    with self_connections_allowed():
+        peer = Channel(KEY, role=Role.RESPONDER)
+        peer.opener.receive_data(hello)
+        done.opener.receive_data(peer.data_to_send())
+        peer.opener.receive_data(done.data_to_send())
+        assert done.handshake_complete() and peer.handshake_complete()
+    assert answered(hello)  # completed
+
+    failed = Channel(KEY, role=Role.INITIATOR)
+    hello = failed.initial_data()
+    assert not answered(hello)
+    failed.opener.receive_data(b"XXXX")  # not a header: H1
+    with pytest.raises(gcmstream.UnsupportedFormatError):
+        failed.handshake_complete()
+    assert answered(hello)  # failed
+
+    unsent = Channel(KEY, role=Role.INITIATOR)
+    hello = unsent.data_to_send()  # made at construction; whether it was sent is no matter
+    assert not answered(hello)
+    unsent.end_handshake()
+    assert answered(hello)  # ended from outside
+
+    freed = Channel(KEY, role=Role.INITIATOR)
+    hello = freed.initial_data()
+    del freed
+    gc.collect()
+    assert answered(hello)  # freed
+
+
+def test_an_initiator_refuses_an_answer_under_another_key_of_its_ring_with_unknown_key() -> None:
+    """An initiator holding KeyRing([current, old]) offered ``current``: an answer whose key ID
+    names ``old`` is UnknownKeyError (H10) as soon as its 62-byte fixed part arrived, the ring
+    notwithstanding."""
+    current, old = generate_key(), generate_key()
+    client = Channel(KeyRing([current, old]), role=Role.INITIATOR)
+    client.initial_data()
+    answer, _ = make_header(old, Role.RESPONDER, 1024, b"", key_exchange=KeyExchange.MLKEM768_X25519)
+    client.opener.receive_data(answer[:HEADER_FIXED_SIZE])
+    with pytest.raises(UnknownKeyError) as caught:
+        client.handshake_complete()
+    assert type(caught.value) is UnknownKeyError
+    assert not client.sealer.ready
+
+
+# -- 4.3 and 8.3: random access -----------------------------------------------------------------
+
+
+def sealed_file(directory: Path, name: str, record_size: int, layout: int | None, data: bytes) -> Path:
+    fields = ((FieldType.FIXED_LAYOUT, struct.pack(">I", layout)),) if layout is not None else ()
+    sealer = Sealer(KEY, record_size=record_size, _fields=fields)
+    path = directory / name
+    path.write_bytes(bytes(sealer.seal(data, final=True)))
+    return path
+
+
+def test_a_stored_record_header_must_equal_the_one_its_place_requires(tmp_path: Path) -> None:
+    """In a FIXED_LAYOUT file the stored 5-byte header of a record is compared with the one its
+    place requires and the record refused if they differ (AuthenticationError with its
+    number), even when its ciphertext would authenticate under the required one: it is never
+    replaced. The other records stay readable."""
+    data = bytes(range(256)) * 4
+    path = sealed_file(tmp_path, "fixed", 100, 1000, data)
+    wire = bytearray(path.read_bytes())
+    header_size = len(wire) - (10 * 121 + 5 + 24 + 16)
+    offset = header_size + 1 * 121  # record 1, plain, full: required header 00 00000074
+    assert bytes(wire[offset : offset + 5]) == RECORD_HEADER.pack(0, 116)
+    wire[offset] = 0x04  # a reserved flag bit, ciphertext untouched
+    path.write_bytes(wire)
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert file.fixed_layout
+        assert file.read(100) == data[:100]
+        with pytest.raises(gcmstream.AuthenticationError) as caught:
+            file.read(100)
+        assert caught.value.record_number == 1
+        file.seek(200)
+        assert file.read() == data[200:]
+
+
+@pytest.mark.parametrize(
+    ("layout", "record_size", "fixed"),
+    [
+        (1 << 31, 128, True),  # N = hard_records, N x record_size = hard_bytes: at the limits
+        ((1 << 31) + 1, 128, False),  # N over hard_records (2^31)
+        (1 << 31, 129, False),  # N x record_size over hard_bytes (2^38)
+        ((1 << 30) + 1, 256, False),
+        (0, 128, False),  # N = 0
+    ],
+)
+def test_a_fixed_layout_past_the_hard_limits_is_ignored(
+    tmp_path: Path, layout: int, record_size: int, fixed: bool
+) -> None:
+    """FORMAT.md 4.3: the field is used only when 1 <= N <= 2^31 and N x record_size <= 2^38
+    (exact integers); otherwise the file is read by walking it, and it still opens."""
+    data = bytes(3 * record_size + 5)
+    path = sealed_file(tmp_path, "f", record_size, layout, data)
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert file.fixed_layout is fixed
+        assert file.read() == data
+    assert path.read_bytes()[-(5 + 16 + 5)] == FLAG_FINAL
