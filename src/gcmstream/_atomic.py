@@ -12,6 +12,7 @@ can sync a directory). A reader sees the old file or the new one, whole.
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 from contextlib import suppress
@@ -46,7 +47,7 @@ def temporary_in(directory: int, name: str, mode: int, *, suffix: str = "") -> t
             return create_exclusive(directory, temp, mode), temp
         except FileExistsError:
             continue
-    raise FileExistsError(17, "no free temporary name", name)
+    raise OSError(errno.EEXIST, "no free temporary name", name)
 
 
 def fsync_directory(directory: int) -> None:

@@ -105,7 +105,7 @@ def _step(caller: str, directory: int, name: str) -> Destination | tuple[int, st
     """What ``name`` in ``directory`` is: the destination, or (directory, name) its link
     leads to, opened here."""
     if name in ("", ".", ".."):
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), caller)
+        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), caller)
     try:
         found = os.stat(name, dir_fd=directory, follow_symlinks=False)
     except FileNotFoundError:
@@ -161,7 +161,7 @@ def _kernel_link(caller: str, directory: int, name: str) -> Destination:
     found = os.stat(name, dir_fd=directory)
     _check_owner(caller, found)
     if stat.S_ISREG(found.st_mode):  # a deleted file behind /proc: nothing to replace in place
-        raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), caller)
+        raise OSError(errno.ENOENT, "the link leads to a deleted file", caller)  # FileNotFoundError
     return Destination(caller, directory, name, found, kernel_link=True)
 
 
