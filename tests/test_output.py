@@ -237,3 +237,24 @@ def test_a_proc_link_to_a_deleted_file_is_not_replaced(tmp_path: Path, writer: s
         assert info.value.filename == str(link)
         assert link.is_symlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "plain", "stdout"]
+
+
+@pytest.mark.parametrize("writer", ["encrypt_file", "files.encrypt_path"])
+def test_a_fifo_swapped_for_another_file_after_the_decision_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+) -> None:
+    """No link this time: a regular file put where the checked FIFO was opens fine, and is
+    refused because it is not the file that was checked."""
+    plain = inputs(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    def swap() -> None:
+        fifo.unlink()
+        fifo.write_bytes(b"someone's")
+
+    swapped = after_the_decision(monkeypatch, swap)
+    with pytest.raises(PermissionError, match="replaced while it was being opened"):
+        WRITERS[writer](plain, fifo)
+    assert swapped == [True]
+    assert fifo.read_bytes() == b"someone's"

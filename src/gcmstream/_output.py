@@ -217,10 +217,16 @@ def _open_in_place(destination: Destination) -> int:
             raise _swapped(destination.path) from None
         raise OSError(exc.errno, exc.strerror, destination.path) from None
     opened, found = os.fstat(fd), destination.found
-    if found is None or (opened.st_dev, opened.st_ino) != (found.st_dev, found.st_ino):
+    if found is None or _identity(opened) != _identity(found):
         os.close(fd)
         raise _swapped(destination.path)
     return fd
+
+
+def _identity(found: os.stat_result) -> tuple[int, int, int, int]:
+    """Which file this is: a freed inode number can come back for the next file, so its type
+    (and device number) tell a FIFO from whatever took its place."""
+    return found.st_dev, found.st_ino, stat.S_IFMT(found.st_mode), found.st_rdev
 
 
 def open_output(target: StrPath | Destination, mode: int = 0o600) -> Output:
