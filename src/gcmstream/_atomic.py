@@ -19,17 +19,14 @@ from contextlib import suppress
 
 __all__ = ("create_exclusive", "discard_at", "fsync_directory", "replace_at", "temporary_in")
 
-# O_NOFOLLOW is POSIX; a platform without it (Windows) has no symbolic links to plant in
-# a directory without privileges, so nothing is lost there by leaving it out.
-NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _TEMPORARY_ATTEMPTS = 100  # a name taken 100 times in a row means someone is squatting
 
 
 def create_exclusive(directory: int, name: str, mode: int) -> int:
     """A new file ``name`` in ``directory`` (write only, ``mode``); FileExistsError if any entry,
     a dangling link included, is already there."""
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | _CLOEXEC, 0o600, dir_fd=directory)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(name, flags, 0o600, dir_fd=directory)
     try:
         os.fchmod(fd, mode)  # the umask does not narrow or widen what the caller asked
     except BaseException:

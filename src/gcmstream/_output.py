@@ -9,8 +9,9 @@ the directory's descriptor), following a link only when this user or root owns i
 after works on that descriptor and the final name (``openat``, ``renameat``), so a path swapped
 after the decision cannot send the output elsewhere: a link planted at the name is replaced by
 the rename (never written through), an in-place open refuses a link (``O_NOFOLLOW``) and any
-file other than the one checked. What remains: the directories along the path (not its last
-component) are resolved by the kernel once, when opened, without the owner rule.
+file other than the one checked. What remains: the directories along the path and along a
+link's text (not the last component) are resolved by the kernel once, when opened, without the
+owner rule.
 """
 
 from __future__ import annotations
@@ -26,13 +27,13 @@ from typing import BinaryIO, TypeAlias
 import anyio
 from anyio import to_thread
 
-from ._atomic import NOFOLLOW, create_exclusive, discard_at, fsync_directory, replace_at, temporary_in
+from ._atomic import create_exclusive, discard_at, fsync_directory, replace_at, temporary_in
 
 __all__ = ("Destination", "Output", "finished", "open_output", "output_target", "write_secret_file")
 
 StrPath: TypeAlias = str | os.PathLike[str]
 
-_DIRECTORY = getattr(os, "O_DIRECTORY", 0) | os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC  # POSIX only, as the package is
 _LINK_LIMIT = 40  # the kernel's own limit on nested links
 
 
@@ -207,10 +208,10 @@ class Output:
 
 
 def _open_in_place(destination: Destination) -> int:
-    flags = os.O_WRONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC
     try:
         if not destination.kernel_link:
-            flags |= NOFOLLOW
+            flags |= os.O_NOFOLLOW
         fd = os.open(destination.name, flags, dir_fd=destination.directory)
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # a link put where the checked file was
