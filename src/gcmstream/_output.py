@@ -116,17 +116,14 @@ def _step(caller: str, directory: int, name: str) -> Destination | tuple[int, st
         return Destination(caller, directory, name, found)
     if found.st_uid not in _trusted():
         raise _refuse(caller, "a symbolic link", found.st_uid)
-    link_parent, link_name = os.path.split(os.readlink(name, dir_fd=directory))
-    try:
-        next_directory = _open_directory(link_parent or ".", directory, caller)
-    except FileNotFoundError:
-        if _kernel_follows(directory, name):
-            return _kernel_link(caller, directory, name)
-        raise
-    if not _exists(next_directory, link_name) and _kernel_follows(directory, name):
-        os.close(next_directory)  # /dev/stdout -> /proc/self/fd/1 -> "pipe:[...]"
+    text = os.readlink(name, dir_fd=directory)
+    if not _exists(directory, text) and _in_proc(directory):
+        # /dev/stdout -> /proc/self/fd/1 -> "pipe:[...]": only the kernel can follow it. Only
+        # in /proc: elsewhere a dangling link (of ours) is followed to where its text points,
+        # and the file is created there.
         return _kernel_link(caller, directory, name)
-    return next_directory, link_name
+    link_parent, link_name = os.path.split(text)
+    return _open_directory(link_parent or ".", directory, caller), link_name
 
 
 def _trusted() -> set[int]:
@@ -139,22 +136,20 @@ def _check_owner(caller: str, found: os.stat_result) -> None:
         raise _refuse(caller, "a FIFO, socket or device", found.st_uid)
 
 
-def _exists(directory: int, name: str) -> bool:
+def _exists(directory: int, text: str) -> bool:
     try:
-        os.stat(name or ".", dir_fd=directory, follow_symlinks=False)
-    except FileNotFoundError:
+        os.stat(text, dir_fd=directory, follow_symlinks=False)
+    except OSError:  # missing, or a directory along the text missing or not one
         return False
     return True
 
 
-def _kernel_follows(directory: int, name: str) -> bool:
-    """Whether the link ``name`` leads somewhere that its text does not name (only the kernel
-    can follow it: a /proc descriptor link to a pipe)."""
+def _in_proc(directory: int) -> bool:
+    """Whether ``directory`` is in /proc, whose links' texts the kernel writes (never a user)."""
     try:
-        os.stat(name, dir_fd=directory)
-    except FileNotFoundError:
-        return False  # a dangling link (of ours): the file is created where it points
-    return True
+        return os.fstat(directory).st_dev == os.stat("/proc").st_dev
+    except OSError:
+        return False
 
 
 def _kernel_link(caller: str, directory: int, name: str) -> Destination:
