@@ -16,7 +16,7 @@ from gcmstream.cli import EXIT_IO
 from tests.test_cli import gcm, one_line_error
 
 NOBODY = 65534
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's link needs root")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's link needs root")
 
 
 @pytest.fixture
@@ -68,6 +68,7 @@ def untouched(theirs: Path, shared: Path) -> None:
     assert (shared / "out").is_symlink() and os.lstat(shared / "out").st_uid == NOBODY
 
 
+@needs_root
 @pytest.mark.parametrize("mode", [0o777, 0o1777], ids=["world-writable", "sticky-like-tmp"])
 @pytest.mark.parametrize("name", ["keygen", "identity", "encrypt", "decrypt"])
 def test_another_users_link_at_the_output_is_refused(
@@ -82,6 +83,7 @@ def test_another_users_link_at_the_output_is_refused(
     untouched(theirs, shared)
 
 
+@needs_root
 @pytest.mark.parametrize("name", ["keygen", "identity"])
 def test_another_users_link_behind_one_of_ours_is_refused(tmp_path: Path, keyfile: Path, name: str) -> None:
     args = command(name, keyfile, tmp_path)
@@ -103,3 +105,15 @@ def test_a_link_of_ours_still_leads_to_its_target(tmp_path: Path, keyfile: Path,
     assert (tmp_path / "target").read_bytes() != b"old"
     assert stat.S_IMODE((tmp_path / "target").stat().st_mode) == 0o600
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file
+
+
+@pytest.mark.parametrize("name", ["keygen", "identity"])
+def test_a_secret_goes_to_a_regular_file_only(tmp_path: Path, keyfile: Path, name: str) -> None:
+    """keygen -o FIFO --force replaced the FIFO (as root, -o /dev/null replaced /dev/null);
+    now it is refused and '-o -' is the way to print a key."""
+    args = command(name, keyfile, tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    message = one_line_error(gcm(*args, fifo), EXIT_IO)
+    assert str(fifo) in message and "refusing to write a secret into a FIFO" in message
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)

@@ -258,3 +258,16 @@ def test_a_fifo_swapped_for_another_file_after_the_decision_is_refused(
         WRITERS[writer](plain, fifo)
     assert swapped == [True]
     assert fifo.read_bytes() == b"someone's"
+
+
+@pytest.mark.parametrize("writer", ["write_key_file(force=True)", "write_identity_file(force=True)"])
+def test_a_secret_is_never_written_into_or_over_a_fifo(tmp_path: Path, writer: str) -> None:
+    """Before the fix the FIFO was renamed over (as root, ``keygen -o /dev/null --force``
+    replaced /dev/null with a key file)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(PermissionError, match="refusing to write a secret into a FIFO") as info:
+        WRITERS[writer](tmp_path, fifo)
+    assert info.value.filename == str(fifo)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]

@@ -270,9 +270,16 @@ def _write_all(fd: int, data: bytes) -> None:
 def write_secret_file(path: StrPath, data: bytes, *, force: bool = False) -> None:
     """Write ``data`` to ``path`` with mode 0600, as ``write_key_file`` does (identity files
     share it). Without ``force`` any entry at ``path`` (a link too) raises FileExistsError;
-    with it, ``output_target``'s rule decides what is replaced."""
+    with it, ``output_target``'s rule decides what is replaced, and a secret goes only to a
+    regular file (never into a FIFO or device, where mode 0600 would mean nothing, nor
+    replacing one: as root, /dev/null)."""
     if force:
-        output = open_output(path, 0o600)
+        destination = output_target(path)
+        if destination.in_place:
+            destination.close()
+            message = "refusing to write a secret into a FIFO, socket or device: it goes to a regular file"
+            raise OSError(errno.EPERM, message, destination.path)  # PermissionError
+        output = open_output(destination, 0o600)
         try:
             _write_all(output.fileno(), data)
         except BaseException:
