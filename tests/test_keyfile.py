@@ -61,7 +61,7 @@ def test_a_failed_replacement_leaves_the_old_file_whole(
     old = generate_key()
     write_key_file(path, old)
 
-    def failing_replace(src: str, dst: str) -> None:
+    def failing_replace(src: str, dst: str, **dir_fds: int) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", failing_replace)

@@ -75,6 +75,7 @@ TOP_LEVEL_MODULES: dict[str, set[str]] = {
         "AnyioStreamClosedError",
         "AnyioTruncatedStreamError",
     },
+    "gcmstream.channel": {"DEFAULT_HANDSHAKE", "HandshakeOptions"},  # handshake parts, by their module
     "gcmstream.codec": {"Phase"},  # a property's type, read from the Opener
     "gcmstream.errors": set(),
     "gcmstream.keyfile": {"KEY_PREFIX", "format_key", "parse_key"},  # the text form, for tools

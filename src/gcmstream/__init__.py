@@ -24,6 +24,7 @@ from .aio import (
     wrap_streams,
 )
 from .anyio_stream import GcmStreamAttribute, SecureListener, SecureStream, connect_tcp, create_tcp_listener
+from .channel import self_connections_allowed
 from .codec import Channel, Opener, Sealer
 from .errors import (
     AuthenticationError,
@@ -168,6 +169,7 @@ __all__ = (
     "read_identity_file",
     "read_key_file",
     "read_recipients_file",
+    "self_connections_allowed",
     "start_server",
     "wrap_streams",
     "write_identity_file",

@@ -1,88 +1,66 @@
 """Replacing a file atomically and durably, written once for every writer of files here.
 
-A new content goes to a temporary file beside the target (same directory, so the rename is
-atomic), made with the caller's mode (never the mode of a file found there), fsynced, renamed
-over the target, and then the directory is fsynced so that the rename itself survives a crash
-(where the platform can sync a directory). A reader sees the old file or the new one, whole.
+Every step works on a name inside a directory the caller opened once (``dir_fd``), never on a
+path walked again: a directory renamed or a link planted along the path after the caller
+decided where the output goes changes nothing. A new content goes to a temporary file in that
+directory (created there with ``O_EXCL | O_NOFOLLOW``, so never through a link, and with the
+caller's mode, never the mode of a file found there), is fsynced, renamed over the name (the
+rename replaces whatever entry is there, a link included, and never writes through it), and
+then the directory is fsynced so that the rename itself survives a crash (where the platform
+can sync a directory). A reader sees the old file or the new one, whole.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import tempfile
+import secrets
 from contextlib import suppress
 
-__all__ = ("discard", "fsync_directory", "replace_durably", "temporary_beside", "write_secret_file")
+__all__ = ("create_exclusive", "discard_at", "fsync_directory", "replace_at", "temporary_in")
+
+_TEMPORARY_ATTEMPTS = 100  # a name taken 100 times in a row means someone is squatting
 
 
-def temporary_beside(target: str, mode: int, *, suffix: str = "") -> tuple[int, str]:
-    """(descriptor, path) of a new temporary file in ``target``'s directory, with ``mode``.
-    OSError names the caller's ``target``, not the temporary file."""
-    directory, name = os.path.split(target)
+def create_exclusive(directory: int, name: str, mode: int) -> int:
+    """A new file ``name`` in ``directory`` (write only, ``mode``); FileExistsError if any entry,
+    a dangling link included, is already there."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(name, flags, 0o600, dir_fd=directory)
     try:
-        fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=suffix, dir=directory or ".")
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, target) from None
-    try:
-        os.fchmod(fd, mode)
+        os.fchmod(fd, mode)  # the umask does not narrow or widen what the caller asked
     except BaseException:
         os.close(fd)
-        discard(temp)
+        discard_at(directory, name)
         raise
-    return fd, temp
+    return fd
 
 
-def fsync_directory(path: str) -> None:
-    """Make the last rename or creation in ``path``'s directory durable, where directories
-    can be synced (not on every platform or file system: then this does nothing)."""
-    with suppress(OSError):
-        directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+def temporary_in(directory: int, name: str, mode: int, *, suffix: str = "") -> tuple[int, str]:
+    """(descriptor, name) of a new temporary file beside ``name`` in ``directory``."""
+    for _ in range(_TEMPORARY_ATTEMPTS):
+        temp = f".{name}.{secrets.token_hex(4)}{suffix}"
         try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+            return create_exclusive(directory, temp, mode), temp
+        except FileExistsError:
+            continue
+    raise OSError(errno.EEXIST, "no free temporary name", name)
 
 
-def replace_durably(temp: str, target: str) -> None:
-    """Rename the (already fsynced and closed) ``temp`` over ``target``, then sync the
-    directory."""
-    os.replace(temp, target)
-    fsync_directory(target)
+def fsync_directory(directory: int) -> None:
+    """Make the last rename or creation in ``directory`` durable, where directories can be
+    synced (not on every platform or file system: then this does nothing)."""
+    with suppress(OSError):
+        os.fsync(directory)
 
 
-def discard(temp: str) -> None:
+def replace_at(directory: int, temp: str, name: str) -> None:
+    """Rename the (already fsynced and closed) ``temp`` over ``name``, then sync the directory."""
+    os.replace(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
+    fsync_directory(directory)
+
+
+def discard_at(directory: int, temp: str) -> None:
     """Remove a temporary file that will not be committed (already gone is fine)."""
     with suppress(FileNotFoundError):
-        os.unlink(temp)
-
-
-def write_secret_file(path: str | os.PathLike[str], data: bytes, *, force: bool = False) -> None:
-    """Write ``data`` to ``path`` with mode 0600, as ``write_key_file`` does (identity files
-    share it)."""
-    if not force:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            os.write(fd, data)
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            with suppress(OSError):
-                os.unlink(path)
-            raise
-        os.close(fd)
-        fsync_directory(os.fspath(path))
-        return
-    target = os.path.realpath(path)
-    fd, temp = temporary_beside(target, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        replace_durably(temp, target)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        discard(temp)
-        raise
+        os.unlink(temp, dir_fd=directory)

@@ -33,7 +33,7 @@ from anyio.lowlevel import current_token
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
-from ._output import output_target
+from ._output import finished, open_output, output_target
 from .anyio_stream import SecureStream, connect_tcp
 from .errors import (
     KeyCommitmentError,
@@ -67,7 +67,7 @@ from .format import (
 from .handshake import MAX_IDENTITY_SIZE
 from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
 from .pending import PendingHandshakes
-from .pipeline import CHUNK_SIZE, atomic_output
+from .pipeline import CHUNK_SIZE
 from .recipients import (
     DEFAULT_WORK_FACTOR,
     MAX_IDENTITIES,
@@ -920,16 +920,13 @@ async def _open_output(path: str, mode: int) -> AsyncIterator[int]:
     if path == "-":
         yield sys.stdout.fileno()
         return
-    _, in_place = await to_thread.run_sync(output_target, path)  # refuses what others planted
-    if in_place:
-        fd = await _blocking(os.open, path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            yield fd
-        finally:
-            os.close(fd)
-        return
-    async with atomic_output(path, mode=mode) as file:
-        yield file.wrapped.fileno()
+    destination = await to_thread.run_sync(output_target, path)  # refuses what others planted
+    if destination.in_place:  # opening a FIFO waits for its reader: a signal abandons the wait
+        output = await _blocking(open_output, destination, mode)
+    else:
+        output = await to_thread.run_sync(open_output, destination, mode)
+    async with finished(output):
+        yield output.fileno()
 
 
 async def _run_engine(work: Callable[..., None]) -> None:

@@ -43,7 +43,7 @@ from typing import TypeAlias, TypeVar
 import anyio
 from anyio import to_thread
 
-from ._output import commit_output, discard_output, prepare_output
+from ._output import open_output
 from .errors import StreamBrokenError, TrailingDataError, TruncatedStreamError
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
@@ -330,26 +330,15 @@ def atomic_fd(path: StrPath, *, mode: int = 0o600, stop: threading.Event | None 
     """A file descriptor whose content replaces ``path`` only if the block exits normally
     and no stop was requested by then (``pipeline.atomic_output``'s rules: temporary file,
     fsync, rename, mode; a FIFO or device of ours is written in place)."""
-    prepared = prepare_output(path, mode)
-    if prepared is None:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            yield fd
-        finally:
-            os.close(fd)
-        return
-    raw, temp, target = prepared
+    output = open_output(path, mode)  # the one rule of where an output may go
     try:
-        yield raw.fileno()
-        _check(stop)
+        yield output.fileno()
+        if not output.in_place:
+            _check(stop)
     except BaseException:
-        discard_output(raw, temp)
+        output.discard()
         raise
-    try:
-        commit_output(raw, temp, target)
-    except BaseException:
-        discard_output(raw, temp)
-        raise
+    output.commit()  # discards on failure
 
 
 def encrypt_path(

@@ -18,7 +18,7 @@ import binascii
 import os
 import re
 
-from ._atomic import write_secret_file
+from ._output import write_secret_file
 from .errors import KeyFileError
 from .format import Buffer, Suite
 

@@ -47,11 +47,10 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import TypeAlias
 
-import anyio
 from anyio import AsyncFile, EndOfStream, to_thread
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
-from ._output import commit_output, discard_output, prepare_output
+from ._output import finished, open_output
 from .codec import Opener, Sealer
 from .errors import TrailingDataError, TruncatedStreamError, UnsupportedEndpointError
 from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, Keys, byte_view
@@ -377,25 +376,9 @@ async def atomic_output(path: StrPath, *, mode: int = 0o600) -> AsyncIterator[As
     """An ``AsyncFile`` whose content replaces ``path`` (with permissions ``mode``) only if
     the block exits normally. Symbolic links are followed, and a FIFO or device written in
     place, only when this user or root owns them (else PermissionError)."""
-    prepared = await to_thread.run_sync(prepare_output, path, mode)
-    if prepared is None:
-        async with await anyio.open_file(path, "wb", buffering=0) as direct:
-            yield direct
-        return
-    raw, temp, target = prepared
-    file = anyio.wrap_file(raw)
-    try:
+    output = await to_thread.run_sync(open_output, path, mode)
+    async with finished(output) as file:
         yield file
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await to_thread.run_sync(discard_output, raw, temp)
-        raise
-    try:
-        await to_thread.run_sync(commit_output, raw, temp, target)
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await to_thread.run_sync(discard_output, raw, temp)
-        raise
 
 
 async def encrypt_file_async(

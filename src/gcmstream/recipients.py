@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
-from ._atomic import write_secret_file
+from ._output import write_secret_file
 from .errors import NoIdentityMatchedError, RecipientError, StanzaError, WorkFactorError
 from .format import MAX_STANZA_FIELDS_SIZE, TAG_SIZE, FieldType, Suite
 

@@ -1,0 +1,119 @@
+"""The command line's outputs under another user's symbolic link, as real subprocesses
+(``python -m gcmstream``): ``keygen``/``identity`` with ``--force``, ``encrypt -o`` and
+``decrypt -o`` all refuse it (exit 6, one line naming the path) and write nothing through it
+or beside its target. The library's side is tests/test_output.py."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from gcmstream import pipeline, read_key_file
+from gcmstream.cli import EXIT_IO
+from tests.test_cli import gcm, one_line_error
+
+NOBODY = 65534
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's link needs root")
+
+
+@pytest.fixture
+def keyfile(tmp_path: Path) -> Path:
+    path = tmp_path / "key"
+    assert gcm("keygen", "-o", path).returncode == 0
+    return path
+
+
+def command(name: str, keyfile: Path, folder: Path) -> tuple[str | Path, ...]:
+    """The arguments of ``name`` up to (not including) its output path."""
+    plain = folder / "plain"
+    plain.write_bytes(b"secret data")
+    if name == "keygen":
+        return ("keygen", "--force", "-o")
+    if name == "identity":
+        return ("identity", "--force", "-o")
+    if name == "encrypt":
+        return ("encrypt", "-k", keyfile, "-i", plain, "-o")
+    pipeline.encrypt_file(plain, folder / "cipher", key=read_key_file(keyfile))
+    return ("decrypt", "-k", keyfile, "-i", folder / "cipher", "-o")
+
+
+def plant(tmp_path: Path, shared_mode: int) -> tuple[Path, Path, Path]:
+    """(their directory, the shared directory, shared/out -> their/bait), all but the shared
+    directory owned by nobody."""
+    theirs, shared = tmp_path / "their", tmp_path / "shared"
+    theirs.mkdir()
+    shared.mkdir()
+    shared.chmod(shared_mode)
+    bait = theirs / "bait"
+    bait.write_bytes(b"theirs")
+    bait.chmod(0o666)
+    os.utime(bait, ns=(1_000_000_000, 1_000_000_000))
+    os.chown(bait, NOBODY, NOBODY)
+    os.chown(theirs, NOBODY, NOBODY)
+    planted = shared / "out"
+    planted.symlink_to(bait)
+    os.lchown(planted, NOBODY, NOBODY)
+    return theirs, shared, planted
+
+
+def untouched(theirs: Path, shared: Path) -> None:
+    bait = theirs / "bait"
+    assert bait.read_bytes() == b"theirs"
+    assert bait.stat().st_mtime_ns == 1_000_000_000
+    assert sorted(p.name for p in theirs.iterdir()) == ["bait"]  # no temporary file beside it
+    assert sorted(p.name for p in shared.iterdir()) == ["out"]
+    assert (shared / "out").is_symlink() and os.lstat(shared / "out").st_uid == NOBODY
+
+
+@needs_root
+@pytest.mark.parametrize("mode", [0o777, 0o1777], ids=["world-writable", "sticky-like-tmp"])
+@pytest.mark.parametrize("name", ["keygen", "identity", "encrypt", "decrypt"])
+def test_another_users_link_at_the_output_is_refused(
+    tmp_path: Path, keyfile: Path, name: str, mode: int
+) -> None:
+    """Before the fix, keygen and identity with --force renamed the new secret over the
+    link's target (their file, then holding our key and mode 0600, still theirs to read)."""
+    args = command(name, keyfile, tmp_path)
+    theirs, shared, planted = plant(tmp_path, mode)
+    message = one_line_error(gcm(*args, planted), EXIT_IO)
+    assert str(planted) in message and "symbolic link owned by another user" in message
+    untouched(theirs, shared)
+
+
+@needs_root
+@pytest.mark.parametrize("name", ["keygen", "identity"])
+def test_another_users_link_behind_one_of_ours_is_refused(tmp_path: Path, keyfile: Path, name: str) -> None:
+    args = command(name, keyfile, tmp_path)
+    theirs, shared, planted = plant(tmp_path, 0o1777)
+    (tmp_path / "mine").symlink_to(planted)
+    message = one_line_error(gcm(*args, tmp_path / "mine"), EXIT_IO)
+    assert str(tmp_path / "mine") in message and "symbolic link owned by another user" in message
+    untouched(theirs, shared)
+
+
+@pytest.mark.parametrize("name", ["keygen", "identity"])
+def test_a_link_of_ours_still_leads_to_its_target(tmp_path: Path, keyfile: Path, name: str) -> None:
+    args = command(name, keyfile, tmp_path)
+    (tmp_path / "target").write_bytes(b"old")
+    (tmp_path / "link").symlink_to("target")
+    result = gcm(*args, tmp_path / "link")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "link").is_symlink()
+    assert (tmp_path / "target").read_bytes() != b"old"
+    assert stat.S_IMODE((tmp_path / "target").stat().st_mode) == 0o600
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file
+
+
+@pytest.mark.parametrize("name", ["keygen", "identity"])
+def test_a_secret_goes_to_a_regular_file_only(tmp_path: Path, keyfile: Path, name: str) -> None:
+    """keygen -o FIFO --force replaced the FIFO (as root, -o /dev/null replaced /dev/null);
+    now it is refused and '-o -' is the way to print a key."""
+    args = command(name, keyfile, tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    message = one_line_error(gcm(*args, fifo), EXIT_IO)
+    assert str(fifo) in message and "refusing to write a secret into a FIFO" in message
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
