@@ -93,11 +93,17 @@ class AnyioStreamBrokenError(StreamBrokenError, anyio.BrokenResourceError):
 class GcmStreamAttribute(anyio.TypedAttributeSet):
     """gcmstream's typed attributes, next to the transport's (``stream.extra(...)``)."""
 
+    #: the AEAD suite of this end's records, by name: ``"AES_128_GCM"`` or ``"AES_256_GCM"``
     suite: str = anyio.typed_attribute()
+    #: the most plaintext bytes this end seals into one record (``record_size=`` of ``wrap``)
     record_size: int = anyio.typed_attribute()
+    #: records this end has sealed so far (the FINAL record counts once it is sealed)
     records_sealed: int = anyio.typed_attribute()
+    #: plaintext bytes this end has sealed so far
     bytes_sealed: int = anyio.typed_attribute()
+    #: records of the peer opened so far: each authenticated (the FINAL record counts too)
     records_opened: int = anyio.typed_attribute()
+    #: plaintext bytes of the peer's records opened so far, all authenticated
     bytes_opened: int = anyio.typed_attribute()
     #: the public ID of the key the peer proved in the handshake (from a KeyRing: which one)
     peer_key_id: bytes = anyio.typed_attribute()
