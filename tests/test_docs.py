@@ -185,3 +185,50 @@ def test_every_test_a_document_names_exists(document: str) -> None:
     for path, name in refs:
         assert path, f"{document}: ::{name} without a file before it"
         assert name in defined(path), f"{document} points at {path}::{name}, which does not exist"
+
+
+REPOSITORY_FILE = "https://github.com/gcmstream/gcmstream/blob/main/"
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped, spaces to
+    hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_readme_links_work_on_the_package_index() -> None:
+    """PyPI renders README.md without the repository around it: every link is absolute, and one
+    into the repository names a file (and a heading) that exists."""
+    readme = (ROOT / "README.md").read_text()
+    targets = LINK.findall(readme)
+    assert len(targets) >= 8, targets
+    for target in targets:
+        assert target.startswith("https://"), f"README.md links to {target!r}, which PyPI cannot follow"
+        if not target.startswith(REPOSITORY_FILE):
+            continue
+        path, _, anchor = target.removeprefix(REPOSITORY_FILE).partition("#")
+        assert (ROOT / path).is_file(), f"README.md links to {path}, which does not exist"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", (ROOT / path).read_text(), re.MULTILINE)
+            assert anchor in {github_anchor(h) for h in headings}, f"no heading {anchor!r} in {path}"
+
+
+def test_readme_first_screen_says_why_and_how_safe_with_figures_from_the_benchmarks() -> None:
+    """The README opens on what gcmstream is for, why over TLS and over age (each with a figure
+    quoted from benchmarks/README.md as committed) and its security status, before installation."""
+    readme = (ROOT / "README.md").read_text()
+    first = readme[: readme.index("\n## ")]
+    for needed in ("**Why not TLS?**", "**Why not age?**", "**Security status.**", "SECURITY.md"):
+        assert needed in first, needed
+    assert not re.search(r"\bdecrypt_into\b|\bring\b", first)  # implementation details come later
+    benchmarks = (ROOT / "benchmarks" / "README.md").read_text()
+    for paragraph in ("**Why not TLS?**", "**Why not age?**"):
+        text = first[first.index(paragraph) :].split("\n\n")[0]
+        assert f"{REPOSITORY_FILE}benchmarks/README.md" in text, paragraph
+        figures = re.findall(r"\b\d[\d,]*(?:\.\d+)?(?=\s(?:MB/s|ms\b|against))", text)
+        assert len(figures) >= 3, (paragraph, figures)
+        for figure in figures:
+            assert re.search(rf"(?<![\d,.]){re.escape(figure)}(?![\d,]|\.\d)", benchmarks), (
+                f"{paragraph} quotes {figure}, which benchmarks/README.md does not say"
+            )
