@@ -146,6 +146,7 @@ def test_every_public_attribute_of_gcmstream_attribute_is_documented(
         assert len(text.split()) >= 4, f"GcmStreamAttribute.{name} has no doc comment"
         assert f'id="gcmstream.anyio_stream.GcmStreamAttribute.{name}"' in page, name
         assert re.search(r"\W+".join(re.findall(r"\w+", text)[:4]), page), name
+    assert "object object" not in page  # anyio's key objects are not shown as if they were values
 
 
 def test_every_test_the_documents_cite_exists() -> None:
