@@ -93,13 +93,35 @@ class AnyioStreamBrokenError(StreamBrokenError, anyio.BrokenResourceError):
 class GcmStreamAttribute(anyio.TypedAttributeSet):
     """gcmstream's typed attributes, next to the transport's (``stream.extra(...)``)."""
 
+    # each value is anyio's key object, not a figure: ":meta hide-value:" keeps it off the page
+
+    #: the AEAD suite of this end's records, by name: ``"AES_128_GCM"`` or ``"AES_256_GCM"``
+    #:
+    #: :meta hide-value:
     suite: str = anyio.typed_attribute()
+    #: the most plaintext bytes this end seals into one record (``record_size=`` of ``wrap``)
+    #:
+    #: :meta hide-value:
     record_size: int = anyio.typed_attribute()
+    #: records this end has sealed so far (the FINAL record counts once it is sealed)
+    #:
+    #: :meta hide-value:
     records_sealed: int = anyio.typed_attribute()
+    #: plaintext bytes this end has sealed so far
+    #:
+    #: :meta hide-value:
     bytes_sealed: int = anyio.typed_attribute()
+    #: records of the peer opened so far: each authenticated (the FINAL record counts too)
+    #:
+    #: :meta hide-value:
     records_opened: int = anyio.typed_attribute()
+    #: plaintext bytes of the peer's records opened so far, all authenticated
+    #:
+    #: :meta hide-value:
     bytes_opened: int = anyio.typed_attribute()
     #: the public ID of the key the peer proved in the handshake (from a KeyRing: which one)
+    #:
+    #: :meta hide-value:
     peer_key_id: bytes = anyio.typed_attribute()
 
 
