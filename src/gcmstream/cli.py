@@ -775,9 +775,10 @@ def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
 
 # -- files, stdin, stdout ---------------------------------------------------------------------
 
-# A pipe, FIFO or terminal can leave a read or write blocked for ever; each runs in a worker
-# thread that a signal may abandon (within milliseconds), and once one was abandoned the
-# process leaves with os._exit (a thread blocked in read() would hold up a normal exit).
+# A pipe, FIFO or terminal can leave an open, read or write blocked for ever. The file engine
+# polls its input, so it sees a stop while it waits to read; a write blocked on a reader that
+# stopped reading is given up after files._STOP_WAIT, an open at once. Once a worker was
+# abandoned the process leaves with os._exit (a blocked thread would hold up a normal exit).
 _abandoned_io: list[bool] = []
 
 
@@ -934,7 +935,8 @@ async def _open_output(path: str, mode: int) -> AsyncIterator[int]:
 
 async def _run_engine(work: Callable[..., None]) -> None:
     """The file engine (``gcmstream.files``) in one worker thread; a signal or Ctrl-C stops it
-    within one read, or abandons it if it is blocked on a pipe or terminal."""
+    within one read or one poll of an idle input, or abandons it if it is blocked writing to a
+    pipe or terminal nobody reads."""
     try:
         await run_in_worker(work, on_abandon=partial(_abandoned_io.append, True))
     except BrokenPipeError:
