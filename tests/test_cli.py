@@ -934,33 +934,6 @@ def test_output_to_a_missing_directory_names_the_users_path(tmp_path: Path, keyf
     assert message == f"gcmstream encrypt: {target}: No such file or directory\n"
 
 
-# -- signals while waiting for input or for a reader ---------------------------------------------
-
-
-def test_signal_while_the_reader_of_stdout_stalls(tmp_path: Path, keyfile: Path) -> None:
-    (tmp_path / "in").write_bytes(data(8 * 1024 * 1024))
-    assert gcm("encrypt", "-k", keyfile, "-i", tmp_path / "in", "-o", tmp_path / "enc").returncode == 0
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gcmstream", "decrypt", "-k", str(keyfile), "-i", str(tmp_path / "enc")],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env(),
-    )
-    assert process.stdout is not None and process.stderr is not None
-    try:
-        assert len(process.stdout.read(1)) == 1  # writing has begun; now nobody reads
-        time.sleep(0.3)  # let it fill the pipe and block in write()
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=10) == EXIT_TERMINATED
-        assert b"SIGTERM" in process.stderr.read()
-    finally:
-        process.kill()
-        process.wait()
-        process.stdout.close()
-        process.stderr.close()
-
-
 # -- keys: never printed, never readable by others ---------------------------------------------
 
 

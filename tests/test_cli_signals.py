@@ -1,8 +1,9 @@
-"""Signals while the CLI waits for input that does not come (issue 21, section 5): SIGINT,
-SIGTERM and SIGHUP end ``encrypt`` and ``decrypt`` reading an idle pipe, terminal or FIFO within a
-fraction of a second, with the documented exit status, one line on stderr and no temporary or
-output file left. Real subprocesses (``python -m gcmstream``), stdin or the FIFO held open and
-idle by the test."""
+"""Signals while the CLI waits for input that does not come or for a reader that does not read
+(issue 21, section 5): SIGINT, SIGTERM and SIGHUP end ``encrypt`` and ``decrypt`` reading an
+idle pipe, terminal or FIFO, or writing to a pipe nobody reads, within a fraction of a second,
+with the documented exit status, one line on stderr and no temporary or output file left. Real
+subprocesses (``python -m gcmstream``), the idle input or the stalled output held open by the
+test."""
 
 from __future__ import annotations
 
@@ -21,14 +22,16 @@ import pytest
 
 from gcmstream.cli import EXIT_INTERRUPTED, EXIT_TERMINATED, KEY_ENV
 
-# Seconds from the signal to the exit of `python -m gcmstream encrypt|decrypt -k KEY -o DIR/file`
-# reading an idle pipe or terminal on stdin or `-i FIFO`, measured by this file's tests (each
-# case 2-4 times: `nice -n 10 .venv/bin/python -m pytest -q -s -p no:cacheprovider
-# tests/test_cli_signals.py` printing the figure, 2 shared cores at load 5-7): 5.005-5.061 s
-# before the engine polled its input (its worker, blocked in read(), was given up after
-# files._STOP_WAIT), 0.064-0.315 s after (pipe and FIFO 0.064-0.260, terminal 0.185-0.315). Most
-# of it is Python's own exit: `python -c "import gcmstream.cli, sys; sys.stdin.buffer.read()"`
-# on an idle pipe exited 0.110-0.124 s after SIGINT in the same sitting. About twice the worst.
+# Seconds from the signal to the exit, measured by this file's tests (each case 2-5 times:
+# `nice -n 10 .venv/bin/python -m pytest -q -s -p no:cacheprovider tests/test_cli_signals.py`
+# printing the figure, 2 shared cores at load 5-7). `python -m gcmstream encrypt|decrypt -k KEY
+# -o DIR/file` reading an idle pipe or terminal on stdin or `-i FIFO`: 5.005-5.061 s before the
+# engine polled its input (its worker, blocked in read(), was given up after 5 s,
+# files.STOP_WAIT), 0.064-0.315 s after. `python -m gcmstream decrypt -k KEY -i FILE` blocked
+# writing to a stdout pipe nobody reads: 5.007-5.017 s before (the same 5 s), 0.101-0.131 s
+# after (given up after cli._PIPE_STOP_WAIT, 0.1 s). Much of it is Python's own exit: `python -c
+# "import gcmstream.cli, sys; sys.stdin.buffer.read()"` on an idle pipe exited 0.110-0.124 s
+# after SIGINT in the same sitting. The bound is about twice the worst.
 EXIT_BOUND = 0.7
 # Only turns a hang into a failure (start-up, fsync on a busy disk).
 START_TIMEOUT = 60.0
@@ -152,3 +155,39 @@ def test_signal_while_a_fifo_given_as_input_is_idle(
         finally:
             os.close(writer)
     assert list(out.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def sealed_file(tmp_path_factory: pytest.TempPathFactory, keyfile: Path) -> Path:
+    """8 MiB encrypted: far more than a pipe holds."""
+    folder = tmp_path_factory.mktemp("sealed")
+    (folder / "plain").write_bytes(os.urandom(8 * 1024 * 1024))
+    command = ["encrypt", "-k", keyfile, "-i", folder / "plain", "-o", folder / "sealed"]
+    subprocess.run([sys.executable, "-m", "gcmstream", *map(str, command)], check=True, env=env())
+    return folder / "sealed"
+
+
+@SIGNALS
+def test_signal_while_the_reader_of_stdout_stalls(
+    keyfile: Path, sealed_file: Path, signum: int, code: int
+) -> None:
+    """``decrypt`` to a pipe nobody reads any more, its worker blocked in write(): the signal
+    ends the command within the same bound (no temporary file to wait for)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "decrypt", "-k", str(keyfile), "-i", str(sealed_file)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+    )
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        assert len(process.stdout.read(1)) == 1  # writing has begun; now nobody reads
+        time.sleep(0.3)  # let it fill the pipe and block in write()
+        status, elapsed = signal_and_time_the_exit(process, signum)
+        check_the_end(process, status, code, elapsed)
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+        process.stderr.close()

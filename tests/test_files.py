@@ -249,7 +249,7 @@ def listing(path: Path) -> list[str]:
 # a FIFO whose writer is silent, on asyncio and trio (three runs of `nice -n 10 .venv/bin/python
 # -m pytest -q -s -p no:cacheprovider tests/test_files.py -k fifo_is_idle` printing the figure, 2
 # shared cores at load 5-7): 5.00 s before the engine polled pipes (its worker, blocked in read(),
-# was given up after files._STOP_WAIT), 0.006-0.021 s after (one poll is files._POLL_MS).
+# was given up after 5 s, files.STOP_WAIT), 0.006-0.021 s after (one poll is files._POLL_MS).
 IDLE_FIFO_STOP_BOUND = 0.2
 
 

@@ -30,7 +30,7 @@ Guarantees, beside the pipeline's (atomic output, fsync, mode 0600, links and FI
   is seen while no input comes (tests/test_cli_signals.py: the CLI exits well within 1 s of
   the signal). A regular file is read as before, with no poll. A write blocked on a reader
   that stopped reading cannot see it: ``run_in_worker`` gives up waiting after
-  ``_STOP_WAIT`` (the CLI then exits at once).
+  ``STOP_WAIT`` (the CLI, with no temporary file to remove, sooner) and the CLI exits.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ from .recipients import DEFAULT_WORK_FACTOR, Identity, Recipient
 from .sealer import Sealer
 
 __all__ = (
+    "STOP_WAIT",
     "Progress",
     "atomic_fd",
     "decrypt_fd",
@@ -89,7 +90,7 @@ _RING_BYTES = CHUNK_SIZE
 # Seconds a cancelled async call waits for its worker to see the stop request. Reads see it
 # within a poll (_POLL_MS); only a write blocked on a stalled reader (a full pipe) or a
 # FIFO's open waiting for a writer can hold the worker this long, and is then given up.
-_STOP_WAIT = 5.0
+STOP_WAIT = 5.0
 # Milliseconds one poll of a pipe, FIFO, terminal or socket waits for input before the stop
 # request is looked at again: a stop while no input comes is seen within this.
 _POLL_MS = 20
@@ -439,13 +440,15 @@ def decrypt_path(
         os.close(fd)
 
 
-async def run_in_worker(work: Callable[..., _T], *, on_abandon: Callable[[], object] | None = None) -> _T:
+async def run_in_worker(
+    work: Callable[..., _T], *, on_abandon: Callable[[], object] | None = None, stop_wait: float = STOP_WAIT
+) -> _T:
     """Run ``work(stop=stop)`` in one worker thread. When the calling task is cancelled, ``stop``
     is set and the task waits (shielded) for ``work`` to leave, so its cleanup (removing a
     temporary output) is done when the cancellation arrives (an output committed before the
     stop request was seen stays: the cancellation came after the work was done). A worker
     blocked where it cannot see ``stop`` (a write to a pipe nobody reads) is given up after
-    ``_STOP_WAIT`` seconds: ``on_abandon``."""
+    ``stop_wait`` seconds: ``on_abandon``."""
     stop = threading.Event()
     left = threading.Event()
 
@@ -460,6 +463,6 @@ async def run_in_worker(work: Callable[..., _T], *, on_abandon: Callable[[], obj
     except BaseException:
         stop.set()
         with anyio.CancelScope(shield=True):
-            if not await to_thread.run_sync(left.wait, _STOP_WAIT) and on_abandon is not None:
+            if not await to_thread.run_sync(left.wait, stop_wait) and on_abandon is not None:
                 on_abandon()
         raise
