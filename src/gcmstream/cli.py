@@ -49,7 +49,7 @@ from .errors import (
     UnsupportedFormatError,
     UsageError,
 )
-from .files import _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
+from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
@@ -775,10 +775,14 @@ def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
 
 # -- files, stdin, stdout ---------------------------------------------------------------------
 
-# A pipe, FIFO or terminal can leave a read or write blocked for ever; each runs in a worker
-# thread that a signal may abandon (within milliseconds), and once one was abandoned the
-# process leaves with os._exit (a thread blocked in read() would hold up a normal exit).
+# A pipe, FIFO or terminal can leave an open, read or write blocked for ever. The file engine
+# polls its input, so it sees a stop while it waits to read; a write blocked on a reader that
+# stopped reading is given up after _PIPE_STOP_WAIT, an open at once. Once a worker was
+# abandoned the process leaves with os._exit (a blocked thread would hold up a normal exit).
 _abandoned_io: list[bool] = []
+# Seconds a stopped engine writing to a pipe, terminal or FIFO (no temporary file) gets to leave
+# before it is given up: several polls of its input (files.py) and a record or two of work.
+_PIPE_STOP_WAIT = 0.1
 
 
 async def _blocking(call: Callable[..., _T], *args: Any) -> _T:
@@ -929,11 +933,19 @@ async def _open_output(path: str, mode: int) -> AsyncIterator[int]:
         yield output.fileno()
 
 
-async def _run_engine(work: Callable[..., None]) -> None:
-    """The file engine (``gcmstream.files``) in one worker thread; a signal or Ctrl-C stops it
-    within one read, or abandons it if it is blocked on a pipe or terminal."""
+async def _run_engine(work: Callable[..., None], out: int) -> None:
+    """The file engine (``gcmstream.files``) writing to ``out`` in one worker thread; a signal or
+    Ctrl-C stops it within one read or one poll of an idle input, or abandons it if it is
+    blocked writing to a pipe or terminal nobody reads: after ``_PIPE_STOP_WAIT`` when ``out``
+    is no regular file (stdout, a FIFO: no temporary file the worker may still be writing,
+    so nothing to wait for), else after ``STOP_WAIT``."""
+    in_place = not stat.S_ISREG(os.fstat(out).st_mode)
     try:
-        await run_in_worker(work, on_abandon=partial(_abandoned_io.append, True))
+        await run_in_worker(
+            work,
+            on_abandon=partial(_abandoned_io.append, True),
+            stop_wait=_PIPE_STOP_WAIT if in_place else STOP_WAIT,
+        )
     except BrokenPipeError:
         raise _OutputClosed from None
 
@@ -957,7 +969,7 @@ async def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
             async with _open_output(args.output, args.mode) as out:
-                await _run_engine(partial(encrypt_fd, source, out, sealer, progress=progress.callback))
+                await _run_engine(partial(encrypt_fd, source, out, sealer, progress=progress.callback), out)
         except BaseException:
             progress.close()
             raise
@@ -986,7 +998,7 @@ async def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                     progress=progress.callback,
                     start=start,
                 )
-                await _run_engine(work)
+                await _run_engine(work, out)
         except (UnsupportedFormatError, KeyCommitmentError) as exc:
             progress.close()
             # a key given for a file sealed to recipients or a passphrase: with many stanzas its
@@ -1056,7 +1068,7 @@ async def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> No
     path = _seekable_input(args.input)
     try:
         async with _open_output(args.output, args.mode) as out:
-            await _run_engine(partial(_copy_range, path, out, args, keying))
+            await _run_engine(partial(_copy_range, path, out, args, keying), out)
     except RecordTooLargeError as exc:
         hint = _header_limit_error(exc, args, "the input" if args.input == "-" else args.input)
         if hint is None:

@@ -24,15 +24,21 @@ Guarantees, beside the pipeline's (atomic output, fsync, mode 0600, links and FI
   (``at_eof``: FINAL authenticated and all of its plaintext delivered), not when FINAL
   authenticates.
 * A stop request (``threading.Event``: task cancellation, SIGTERM or Ctrl-C in the CLI) is
-  seen before every read, so the loop stops within one read of at most ``CHUNK_SIZE`` bytes
-  (a few milliseconds), and the output file is not created. A read blocked on a pipe or
-  terminal cannot see it: ``run_in_worker`` then gives up waiting (the CLI exits).
+  seen before every read, so the loop stops within one read of at most ``CHUNK_SIZE`` bytes,
+  and the output file is not created. Input from a pipe, FIFO, terminal or socket is waited
+  for in polls of ``_POLL_MS``, each followed by a look at the stop request, so a stop
+  is seen while no input comes (tests/test_cli_signals.py: the CLI exits well within 1 s of
+  the signal). A regular file is read as before, with no poll. A write blocked on a reader
+  that stopped reading cannot see it: ``run_in_worker`` gives up waiting after
+  ``STOP_WAIT`` (the CLI, with no temporary file to remove, sooner) and the CLI exits.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import select
+import stat
 import struct
 import threading
 import weakref
@@ -59,6 +65,7 @@ from .recipients import DEFAULT_WORK_FACTOR, Identity, Recipient
 from .sealer import Sealer
 
 __all__ = (
+    "STOP_WAIT",
     "Progress",
     "atomic_fd",
     "decrypt_fd",
@@ -80,8 +87,13 @@ _T = TypeVar("_T")
 _LAYOUT = struct.Struct(">I")
 # The ring of a decrypting engine: one read fills up to this much (plus one record).
 _RING_BYTES = CHUNK_SIZE
-# Seconds a cancelled async call waits for its worker to see the stop request.
-_STOP_WAIT = 5.0
+# Seconds a cancelled async call waits for its worker to see the stop request. Reads see it
+# within a poll (_POLL_MS); only a write blocked on a stalled reader (a full pipe) or a
+# FIFO's open waiting for a writer can hold the worker this long, and is then given up.
+STOP_WAIT = 5.0
+# Milliseconds one poll of a pipe, FIFO, terminal or socket waits for input before the stop
+# request is looked at again: a stop while no input comes is seen within this.
+_POLL_MS = 20
 
 
 class _Stopped(Exception):
@@ -191,6 +203,26 @@ def _check(stop: threading.Event | None) -> None:
         raise _Stopped("stopped on request")
 
 
+def _reader(fd: int, stop: threading.Event | None) -> Callable[[Buffer], int | None]:
+    """``readinto`` of ``fd``. From a pipe, FIFO, terminal or socket, with a stop request to
+    watch, it first waits for input in short polls and looks at the request after each: a
+    read() blocked on an idle pipe would never see it. A regular file or block device (always
+    readable) gets the plain ``readinto``: no poll on the hot path."""
+    readinto = io.FileIO(fd, "rb", closefd=False).readinto
+    mode = os.fstat(fd).st_mode
+    if stop is None or stat.S_ISREG(mode) or stat.S_ISBLK(mode) or not hasattr(select, "poll"):
+        return readinto
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)  # (POLLHUP and POLLERR are always reported: EOF, errors)
+
+    def wait_then_readinto(buffer: Buffer) -> int | None:
+        while not poller.poll(_POLL_MS):
+            _check(stop)
+        return readinto(buffer)
+
+    return wait_then_readinto
+
+
 def encrypt_fd(
     src: int,
     dst: int,
@@ -209,7 +241,7 @@ def encrypt_fd(
 def _encrypt_fd(
     src: int, dst: int, sealer: Sealer, progress: Progress | None, stop: threading.Event | None
 ) -> None:
-    reader = io.FileIO(src, "rb", closefd=False)
+    readinto = _reader(src, stop)
     buf = bytearray(CHUNK_SIZE)
     view = memoryview(buf)
     # Sealed four records at a time, the output fits the Sealer's reused buffer (sealer.py):
@@ -218,7 +250,7 @@ def _encrypt_fd(
     try:
         while True:
             _check(stop)
-            got = reader.readinto(buf)
+            got = readinto(buf)
             if not got:
                 break
             if progress is not None:
@@ -261,7 +293,7 @@ def _decrypt_fd(
     stop: threading.Event | None,
     start: bytearray | None,
 ) -> None:
-    reader = io.FileIO(src, "rb", closefd=False)
+    readinto = _reader(src, stop)
     out: bytearray | None = None
     view = memoryview(b"")
     used = room = 0
@@ -300,7 +332,7 @@ def _decrypt_fd(
             space = opener.get_buffer()
             if not space:
                 raise RuntimeError("gcmstream bug: the opener's ring is full with nothing to read")
-            count = reader.readinto(space)
+            count = readinto(space)
             if count:
                 if start is not None and len(start) < 128:
                     start += space[: min(count, 128 - len(start))]
@@ -313,7 +345,7 @@ def _decrypt_fd(
         # FINAL authenticated and decrypted into the output: release it only if nothing follows
         if not eof:
             probe = bytearray(1)
-            if reader.readinto(probe):
+            if readinto(probe):
                 used -= opener.final_length
                 raise TrailingDataError("data follows the FINAL record")
     finally:
@@ -397,13 +429,15 @@ def decrypt_path(
         os.close(fd)
 
 
-async def run_in_worker(work: Callable[..., _T], *, on_abandon: Callable[[], object] | None = None) -> _T:
+async def run_in_worker(
+    work: Callable[..., _T], *, on_abandon: Callable[[], object] | None = None, stop_wait: float = STOP_WAIT
+) -> _T:
     """Run ``work(stop=stop)`` in one worker thread. When the calling task is cancelled, ``stop``
     is set and the task waits (shielded) for ``work`` to leave, so its cleanup (removing a
     temporary output) is done when the cancellation arrives (an output committed before the
     stop request was seen stays: the cancellation came after the work was done). A worker
-    blocked where it cannot see ``stop`` (a read from an idle pipe) is given up after a few
-    seconds: ``on_abandon``."""
+    blocked where it cannot see ``stop`` (a write to a pipe nobody reads) is given up after
+    ``stop_wait`` seconds: ``on_abandon``."""
     stop = threading.Event()
     left = threading.Event()
 
@@ -418,6 +452,6 @@ async def run_in_worker(work: Callable[..., _T], *, on_abandon: Callable[[], obj
     except BaseException:
         stop.set()
         with anyio.CancelScope(shield=True):
-            if not await to_thread.run_sync(left.wait, _STOP_WAIT) and on_abandon is not None:
+            if not await to_thread.run_sync(left.wait, stop_wait) and on_abandon is not None:
                 on_abandon()
         raise

@@ -394,7 +394,8 @@ async def encrypt_file_async(
 ) -> None:
     """Encrypt the file ``src`` into ``dst`` (atomically: see the module docs), with the file
     engine (``gcmstream.files``) in one worker thread; ``progress`` is called there. When the
-    task is cancelled the engine stops within one 1 MiB read and ``dst`` is left as it was."""
+    task is cancelled the engine stops within one 1 MiB read, or within one short poll while a
+    pipe or FIFO given as ``src`` is idle, and ``dst`` is left as it was."""
     from .files import encrypt_path, run_in_worker  # (files.py builds on this module)
 
     await run_in_worker(
