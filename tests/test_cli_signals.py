@@ -31,8 +31,8 @@ from gcmstream.cli import EXIT_INTERRUPTED, EXIT_TERMINATED, KEY_ENV
 # writing to a stdout pipe nobody reads: 5.007-5.017 s before (the same 5 s), 0.101-0.131 s
 # after (given up after cli._PIPE_STOP_WAIT, 0.1 s). Much of it is Python's own exit: `python -c
 # "import gcmstream.cli, sys; sys.stdin.buffer.read()"` on an idle pipe exited 0.110-0.124 s
-# after SIGINT in the same sitting. The bound is about twice the worst.
-EXIT_BOUND = 0.7
+# after SIGINT in the same sitting. The bound is the 1 s the issue asked for, about three times the worst.
+EXIT_BOUND = 1.0
 # Only turns a hang into a failure (start-up, fsync on a busy disk).
 START_TIMEOUT = 60.0
 
