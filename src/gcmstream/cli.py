@@ -37,12 +37,14 @@ from ._output import output_target
 from .anyio_stream import SecureStream, connect_tcp
 from .errors import (
     KeyCommitmentError,
+    MalformedHeaderError,
     NoIdentityMatchedError,
     PeerIdentityError,
     ProtocolError,
     RecipientError,
     RecordTooLargeError,
     SelfConnectionError,
+    StanzaError,
     StreamBrokenError,
     TruncatedStreamError,
     UnknownKeyError,
@@ -55,7 +57,6 @@ from .format import (
     DEFAULT_RECORD_SIZE,
     HARD_MAX_RECORD_SIZE,
     HEADER_FIXED_SIZE,
-    HEADER_SIZE,
     MAGIC,
     MAX_CONTEXT_SIZE,
     VERSION,
@@ -990,30 +991,14 @@ async def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                     start=start,
                 )
                 await _run_engine(work)
-        except (UnsupportedFormatError, KeyCommitmentError) as exc:
+        except BaseException as exc:
             progress.close()
-            # a key given for a file sealed to recipients or a passphrase: with many stanzas its
-            # header passes the key reader's 4,096-byte bound, so say "wrong key" whatever the count
-            if "key" in keying and _first_field_is_a_stanza(_header_start_with_first_field(source, start)):
-                raise _Fail(
-                    EXIT_WRONG_KEY,
-                    f"wrong key: {where} was sealed to recipients or with a passphrase: "
-                    "use --identity or --passphrase[-file]",
-                ) from None
-            if not isinstance(exc, UnsupportedFormatError) or not _is_gcmstream_start(
-                bytes(start[:HEADER_SIZE])
-            ):
+            verdict = _header_verdict(
+                exc, "decrypt", keying, where, lambda: _header_start_with_first_field(source, start)
+            )
+            if verdict is None:
                 raise
-            # magic and version are right: a later header field was damaged, not a newer format
-            raise _Fail(EXIT_TAMPERED, f"{where} has a corrupt stream header: {exc}") from None
-        except RecordTooLargeError as exc:
-            progress.close()
-            if opener.header is not None:  # a record's length field, not the header's size
-                raise
-            raise _record_limit_error("decrypt", exc.size, exc.limit, where) from None
-        except BaseException:
-            progress.close()
-            raise
+            raise verdict from None
         progress.close(summary=True)
 
 
@@ -1047,12 +1032,39 @@ def _copy_range(
             remaining -= got
 
 
-def _header_limit_error(exc: RecordTooLargeError, args: argparse.Namespace, where: str) -> _Fail | None:
-    """The hint to raise --max-record-size, when the header's record size passed it (a
-    record's length field out of range is damage instead: its limit is the record size)."""
-    if exc.limit != args.max_record_size:
+def _header_verdict(
+    exc: BaseException, command: str, keying: Keying, where: str, start: Callable[[], bytes]
+) -> _Fail | None:
+    """The message of a header fault for ``decrypt``, ``decrypt --offset`` and ``info`` alike,
+    naming the input; None for any other failure. The exit status is the one the class has
+    in ``_FAILURES`` (the class is format.HEADER_FAULTS'), but for one refinement: a key given
+    for a file sealed to recipients or a passphrase (its header names the file key's ID, H10,
+    or, with many stanzas, passes the key reader's 4,096-byte bound, H7) is a wrong key.
+    ``start`` gives the input's first bytes, read only for that case."""
+    fault = _leaf(exc)
+    if not isinstance(fault, ProtocolError):
         return None
-    return _record_limit_error(args.command, exc.size, exc.limit, where)
+    if "key" in keying and fault.rule in ("H7", "H10") and _first_field_is_a_stanza(start()):
+        return _Fail(
+            EXIT_WRONG_KEY,
+            f"wrong key: {where} was sealed to recipients or with a passphrase: "
+            "use --identity or --passphrase[-file]",
+        )
+    code = _classify(fault)[0]
+    if isinstance(fault, RecordTooLargeError) and fault.rule == "H8":
+        return _Fail(code, _record_limit_error(command, fault.size, fault.limit, where).message)
+    if isinstance(fault, (MalformedHeaderError, StanzaError)):
+        return _Fail(code, f"{where} has a corrupt stream header: {fault}")
+    return None
+
+
+def _file_start(path: str) -> bytes:
+    """A file's first bytes, up to its first field's type (for a message only)."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(HEADER_FIXED_SIZE + 2)
+    except OSError:
+        return b""
 
 
 async def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
@@ -1060,11 +1072,12 @@ async def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> No
     try:
         async with _open_output(args.output, args.mode) as out:
             await _run_engine(partial(_copy_range, path, out, args, keying))
-    except RecordTooLargeError as exc:
-        hint = _header_limit_error(exc, args, "the input" if args.input == "-" else args.input)
-        if hint is None:
+    except BaseException as exc:
+        where = "the input" if args.input == "-" else args.input
+        verdict = _header_verdict(exc, "decrypt", keying, where, lambda: _file_start(path))
+        if verdict is None:
             raise
-        raise hint from None
+        raise verdict from None
 
 
 def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
@@ -1092,11 +1105,11 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
 async def _info_command(args: argparse.Namespace, keying: Keying) -> None:
     try:
         text = await to_thread.run_sync(_describe, args.file, args, keying)
-    except RecordTooLargeError as exc:
-        hint = _header_limit_error(exc, args, args.file)
-        if hint is None:
+    except BaseException as exc:
+        verdict = _header_verdict(exc, "info", keying, args.file, lambda: _file_start(args.file))
+        if verdict is None:
             raise
-        raise hint from None
+        raise verdict from None
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
@@ -1392,11 +1405,23 @@ def _connection_lost(exc: BaseException) -> str:
     return f"connection lost{f': {cause}' if cause else ''}"
 
 
+@dataclass(frozen=True)
+class _Broke:
+    """A ProtocolError raised by one check of docs/FORMAT.md 8.1 (its ``rule``)."""
+
+    kind: type[ProtocolError]
+    rule: str
+
+    def matches(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.kind) and exc.rule == self.rule
+
+
+_Kind = type[BaseException] | tuple[type[BaseException], ...] | _Broke
+
 # (kind of error, exit status, its message): the first match wins, so the specific come before
 # the general (the key errors are ProtocolErrors; TimeoutError and BrokenPipeError are OSErrors).
-_FAILURES: tuple[
-    tuple[type[BaseException] | tuple[type[BaseException], ...], int, Callable[[BaseException], str]], ...
-] = (
+# The one map from error to exit status: every command's failure goes through it.
+_FAILURES: tuple[tuple[_Kind, int, Callable[[BaseException], str]], ...] = (
     (_OutputClosed, EXIT_BROKEN_PIPE, lambda _: ""),
     ((_Usage, UsageError), EXIT_USAGE, str),
     # its key ID, shown, would look like key text
@@ -1408,7 +1433,11 @@ _FAILURES: tuple[
     (KeyCommitmentError, EXIT_WRONG_KEY, str),  # it says "wrong key" and what else it can be
     ((SelfConnectionError, PeerIdentityError), EXIT_IDENTITY, lambda e: f"identity refused: {e}"),
     (NoIdentityMatchedError, EXIT_WRONG_KEY, str),
+    # damage (H3..H7, H13, S1..): magic and version right; before their parent class
+    ((MalformedHeaderError, StanzaError), EXIT_TAMPERED, lambda e: f"corrupt stream header: {e}"),
     (UnsupportedFormatError, EXIT_UNSUPPORTED, lambda e: f"unsupported input: {e}"),
+    # H8: the header's record size over --max-record-size; a record's length field (R1) is damage
+    (_Broke(RecordTooLargeError, "H8"), EXIT_RECORD_LIMIT, lambda e: f"record size over the limit: {e}"),
     (TruncatedStreamError, EXIT_TRUNCATED, lambda e: f"truncated input: {e}"),
     (ProtocolError, EXIT_TAMPERED, lambda e: f"tampered or corrupt input: {e}"),
     (TimeoutError, EXIT_IO, lambda _: "timed out waiting for the channel handshake to complete"),
@@ -1425,7 +1454,7 @@ def _classify(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, _Fail):
         return exc.code, exc.message
     for kind, code, message in _FAILURES:
-        if isinstance(exc, kind):
+        if kind.matches(exc) if isinstance(kind, _Broke) else isinstance(exc, kind):
             return code, message(exc)
     return EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
 
