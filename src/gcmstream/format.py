@@ -75,11 +75,13 @@ __all__ = (
     "encode_fields",
     "find_key",
     "generate_key",
+    "header_fault",
     "key_id",
     "make_header",
     "parse_fields",
     "parse_header",
     "parse_header_start",
+    "record_size_fault",
     "verify_commitment",
     "verify_header",
 )

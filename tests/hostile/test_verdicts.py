@@ -1,0 +1,269 @@
+"""One verdict per fault, on every path (issue 21, section 3).
+
+Every one-way invalid vector, and key-sealed headers carrying typed fields a key reader does
+not accept, go through every reading path: an Opener fed the whole input, ``open_file``,
+``decrypt_file`` (the file engine), ``decrypt_iter`` (the pipeline, on asyncio and trio), the
+asyncio ``decrypting_reader``, and the command line's ``decrypt``, ``decrypt --offset`` and
+``info`` (in process through ``gcmstream.cli.main``, and once each in a real subprocess). Each
+case gets ONE error class on every library path and ONE exit status on every CLI path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import pytest
+
+import gcmstream
+from gcmstream import cli
+from gcmstream.aio import decrypting_reader
+from gcmstream.format import HEADER_FAULTS, RECORD_HEADER, FieldType, Role, Suite, TrafficKeys, make_header
+from gcmstream.keyfile import write_key_file
+from gcmstream.sealer import FLAG_FINAL
+
+from ..helpers import CONTEXT, KEY, SALT, read_all
+
+VECTORS = sorted((Path(__file__).parent.parent / "vectors" / "invalid").glob("*.json"))
+TIMEOUT = 60
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    wire: bytes
+    key: bytes
+    context: bytes
+    max_record_size: int
+    expect: str  # the class name every library path must raise
+    exit_status: int | None = None  # when the case pins it (issue 21's own cases)
+
+
+def _vector_cases() -> list[Case]:
+    cases = []
+    for path in VECTORS:
+        vector = json.loads(path.read_text())
+        if vector["mode"] != "one-way":  # channel cases have no file paths
+            continue
+        cases.append(
+            Case(
+                vector["name"],
+                bytes.fromhex(vector["input"]),
+                bytes.fromhex(vector["key"]),
+                bytes.fromhex(vector["context"]),
+                int(vector.get("max_record_size", gcmstream.DEFAULT_MAX_RECORD_SIZE)),
+                vector["expect"],
+            )
+        )
+    return cases
+
+
+def key_sealed_with_field(field: int, value: bytes = b"\x00" * 32) -> bytes:
+    """A stream sealed with KEY (commitment valid: the key opens the header) whose header
+    carries ``field``, and two good records."""
+    header, secret = make_header(KEY, Role.ONE_WAY, 24, CONTEXT, SALT, fields=[(field, value)])
+    keys, out = TrafficKeys(secret, Suite.AES_128_GCM), bytearray(header)
+    for seq, (flags, plaintext) in enumerate(((0, b"a" * 24), (FLAG_FINAL, b"end"))):
+        record_header = RECORD_HEADER.pack(flags, len(plaintext) + 16)
+        out += record_header + keys.aead.encrypt(keys.nonce(seq), plaintext, record_header)
+    return bytes(out)
+
+
+# Issue 21's cases: a key reader refuses every stanza and channel field under a valid
+# commitment as an unknown critical field (H14): unsupported (7), on every path.
+FIELD_CASES = [
+    Case(
+        f"key_sealed_field_0x{field:04x}",
+        key_sealed_with_field(field),
+        KEY,
+        CONTEXT,
+        gcmstream.DEFAULT_MAX_RECORD_SIZE,
+        "UnknownFieldError",
+        cli.EXIT_UNSUPPORTED,
+    )
+    for field in (FieldType.X25519_SHARE, FieldType.IDENTITY, FieldType.RECIPIENT_STANZAS, 0x0012)
+]
+
+# Issue 21 item 7's exit table, pinned for the vectors it names: H3..H7 damage (4), magic and
+# version (7), H8 over --max-record-size (8), R1 a record's length (4).
+PINNED = {
+    "bad_magic": cli.EXIT_UNSUPPORTED,
+    "bad_version": cli.EXIT_UNSUPPORTED,
+    "bad_role": cli.EXIT_TAMPERED,
+    "bad_suite": cli.EXIT_TAMPERED,
+    "key_exchange_on_one_way": cli.EXIT_TAMPERED,
+    "record_size_zero": cli.EXIT_TAMPERED,
+    "fields_too_long": cli.EXIT_TAMPERED,
+    "record_size_over_reader_limit": cli.EXIT_RECORD_LIMIT,
+    "valid_stream_length_over_record_size": cli.EXIT_TAMPERED,
+    "unknown_critical_field": cli.EXIT_UNSUPPORTED,
+}
+
+CASES = _vector_cases() + FIELD_CASES
+HEADER_FAULT_NAMES = {kind.__name__ for kind in HEADER_FAULTS.values()}
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, gcmstream.StreamBrokenError):
+        exc = exc.original
+    return exc
+
+
+def _raised(run: Callable[[], object]) -> str:
+    try:
+        run()
+    except gcmstream.GcmStreamError as exc:
+        return type(_leaf(exc)).__name__
+    return "no error"
+
+
+# -- the library's paths ------------------------------------------------------------------------
+
+
+def via_opener(case: Case, path: Path) -> None:
+    opener = gcmstream.Opener(case.key, context=case.context, max_record_size=case.max_record_size)
+    read_all(opener, case.wire)
+
+
+def via_open_file(case: Case, path: Path) -> None:
+    with gcmstream.open_file(
+        path, key=case.key, context=case.context, max_record_size=case.max_record_size
+    ) as f:
+        f.read()
+
+
+def via_decrypt_file(case: Case, path: Path) -> None:
+    gcmstream.decrypt_file(
+        path,
+        path.with_suffix(".out"),
+        key=case.key,
+        context=case.context,
+        max_record_size=case.max_record_size,
+    )
+
+
+async def _pipeline(case: Case) -> None:
+    async def chunks() -> object:
+        yield case.wire
+
+    async for _ in gcmstream.decrypt_iter(
+        chunks(),  # type: ignore[arg-type]
+        key=case.key,
+        context=case.context,
+        max_record_size=case.max_record_size,
+    ):
+        pass
+
+
+def via_pipeline_asyncio(case: Case, path: Path) -> None:
+    anyio.run(_pipeline, case, backend="asyncio")
+
+
+def via_pipeline_trio(case: Case, path: Path) -> None:
+    anyio.run(_pipeline, case, backend="trio")
+
+
+async def _asyncio_reader(case: Case) -> None:
+    inner = asyncio.StreamReader()
+    inner.feed_data(case.wire)
+    inner.feed_eof()
+    reader = decrypting_reader(
+        inner, key=case.key, context=case.context, max_record_size=case.max_record_size
+    )
+    for _ in range(10_000):  # bounded: every case is a few records
+        if not await reader.read(4096):
+            return
+
+
+def via_asyncio_reader(case: Case, path: Path) -> None:
+    asyncio.run(_asyncio_reader(case))
+
+
+LIBRARY_PATHS = {
+    "Opener": via_opener,
+    "open_file": via_open_file,
+    "decrypt_file": via_decrypt_file,
+    "decrypt_iter/asyncio": via_pipeline_asyncio,
+    "decrypt_iter/trio": via_pipeline_trio,
+    "aio.decrypting_reader": via_asyncio_reader,
+}
+
+
+# -- the command line's paths -------------------------------------------------------------------
+
+
+def cli_argvs(case: Case, path: Path, keyfile: Path) -> dict[str, list[str]]:
+    common = [
+        "-k",
+        str(keyfile),
+        "--context",
+        case.context.decode(),
+        "--max-record-size",
+        str(case.max_record_size),
+    ]
+    out = str(path.with_suffix(".plain"))
+    return {
+        "decrypt": ["decrypt", *common, "-i", str(path), "-o", out],
+        "decrypt --offset": ["decrypt", *common, "--offset", "0", "-i", str(path), "-o", out],
+        "info": ["info", *common, str(path)],
+    }
+
+
+@pytest.fixture
+def case_files(tmp_path: Path) -> Callable[[Case], tuple[Path, Path]]:
+    def write(case: Case) -> tuple[Path, Path]:
+        path = tmp_path / "in.gcms"
+        path.write_bytes(case.wire)
+        keyfile = tmp_path / "key"
+        keyfile.unlink(missing_ok=True)
+        write_key_file(keyfile, case.key)
+        return path, keyfile
+
+    return write
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_one_class_and_one_exit_status_per_fault_on_every_path(
+    case: Case, case_files: Callable[[Case], tuple[Path, Path]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, keyfile = case_files(case)
+    classes = {name: _raised(lambda run=run: run(case, path)) for name, run in LIBRARY_PATHS.items()}
+    assert set(classes.values()) == {case.expect}, classes
+    statuses, lines = {}, {}
+    for name, argv in cli_argvs(case, path, keyfile).items():
+        statuses[name] = cli.main(argv)
+        lines[name] = capsys.readouterr().err
+    assert len(set(statuses.values())) == 1, (statuses, lines)
+    status = next(iter(statuses.values()))
+    assert status not in (cli.EXIT_OK, cli.EXIT_INTERNAL), lines
+    pinned = case.exit_status if case.exit_status is not None else PINNED.get(case.name)
+    if pinned is not None:
+        assert status == pinned, lines
+    if case.expect not in HEADER_FAULT_NAMES:
+        return
+    # a header fault is worded the same on both decrypt paths (records are found differently)
+    decrypt_lines = {lines[name].split(": ", 1)[1] for name in ("decrypt", "decrypt --offset")}
+    assert len(decrypt_lines) == 1, lines
+
+
+@pytest.mark.parametrize("field", [FieldType.X25519_SHARE, FieldType.RECIPIENT_STANZAS])
+def test_a_critical_field_in_a_key_sealed_header_is_unsupported_in_real_subprocesses(
+    field: int, case_files: Callable[[Case], tuple[Path, Path]]
+) -> None:
+    """One real process per command: the exit status main() returns is the one the shell sees,
+    and the key did open the header, so it is not "wrong key"."""
+    case = next(c for c in FIELD_CASES if c.name == f"key_sealed_field_0x{field:04x}")
+    path, keyfile = case_files(case)
+    for name, argv in cli_argvs(case, path, keyfile).items():
+        done = subprocess.run(
+            [sys.executable, "-m", "gcmstream", *argv], capture_output=True, timeout=TIMEOUT, check=False
+        )
+        message = done.stderr.decode()
+        assert done.returncode == cli.EXIT_UNSUPPORTED, (name, message)
+        assert f"critical field 0x{field:04x}" in message and "wrong key" not in message, (name, message)
