@@ -22,10 +22,11 @@ import anyio
 import pytest
 
 import gcmstream
-from gcmstream import cli
+from gcmstream import Sealer, cli
 from gcmstream.aio import decrypting_reader
 from gcmstream.format import HEADER_FAULTS, RECORD_HEADER, FieldType, Role, Suite, TrafficKeys, make_header
 from gcmstream.keyfile import write_key_file
+from gcmstream.recipients import Identity, RecipientKind
 from gcmstream.sealer import FLAG_FINAL
 
 from ..helpers import CONTEXT, KEY, SALT, read_all
@@ -105,7 +106,38 @@ PINNED = {
     "unknown_critical_field": cli.EXIT_UNSUPPORTED,
 }
 
-CASES = _vector_cases() + FIELD_CASES
+
+def sealed_to(kind: RecipientKind, count: int) -> bytes:
+    identities = [Identity(kind, bytes([n + 1]) * kind.private_size) for n in range(count)]
+    sealer = Sealer(recipients=[identity.recipient for identity in identities], context=CONTEXT)
+    return bytes(sealer.seal(b"sealed to recipients", final=True))
+
+
+# A key given for a file sealed to recipients: its header names the file key's ID (H10), or,
+# with stanzas over the key reader's 4,096 bytes, breaks that bound first (H7). The CLI says
+# "wrong key" on each path for both (the one refinement of the class's exit status).
+WRONG_KEY_CASES = [
+    Case(
+        "key_for_one_recipient",
+        sealed_to(RecipientKind.X25519, 1),
+        KEY,
+        CONTEXT,
+        gcmstream.DEFAULT_MAX_RECORD_SIZE,
+        "UnknownKeyError",
+        cli.EXIT_WRONG_KEY,
+    ),
+    Case(
+        "key_for_many_recipients",
+        sealed_to(RecipientKind.MLKEM768_X25519, 5),
+        KEY,
+        CONTEXT,
+        gcmstream.DEFAULT_MAX_RECORD_SIZE,
+        "MalformedHeaderError",
+        cli.EXIT_WRONG_KEY,
+    ),
+]
+
+CASES = _vector_cases() + FIELD_CASES + WRONG_KEY_CASES
 HEADER_FAULT_NAMES = {kind.__name__ for kind in HEADER_FAULTS.values()}
 
 
