@@ -12,21 +12,36 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import pytest
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 import gcmstream
 from gcmstream import Sealer, cli
 from gcmstream.aio import decrypting_reader
-from gcmstream.format import HEADER_FAULTS, RECORD_HEADER, FieldType, Role, Suite, TrafficKeys, make_header
+from gcmstream.files import fixed_layout_field
+from gcmstream.format import (
+    HEADER_FAULTS,
+    MAX_STANZA_FIELDS_SIZE,
+    RECORD_HEADER,
+    FieldType,
+    KeyExchange,
+    KeyLimits,
+    Role,
+    Suite,
+    TrafficKeys,
+    make_header,
+)
 from gcmstream.keyfile import write_key_file
-from gcmstream.recipients import Identity, RecipientKind
+from gcmstream.recipients import Identity, RecipientKind, seal_stanzas
 from gcmstream.sealer import FLAG_FINAL
 
 from ..helpers import CONTEXT, KEY, SALT, read_all
@@ -299,3 +314,134 @@ def test_a_critical_field_in_a_key_sealed_header_is_unsupported_in_real_subproce
         message = done.stderr.decode()
         assert done.returncode == cli.EXIT_UNSUPPORTED, (name, message)
         assert f"critical field 0x{field:04x}" in message and "wrong key" not in message, (name, message)
+
+
+# -- which typed fields each kind of reader accepts (docs/FORMAT.md "Typed fields by reader") ----
+
+FILE_KEY = bytes(range(32))  # a stanza reader's file key: suite 2 (S2)
+IDENTITY = Identity(RecipientKind.X25519, b"\x05" * 32)
+PASSPHRASE = "correct horse battery staple"
+SHARE = X25519PrivateKey.from_private_bytes(b"\x07" * 32).public_key().public_bytes_raw()
+FIELD_VALUES: dict[int, bytes] = {
+    FieldType.X25519_SHARE: SHARE,
+    FieldType.MLKEM768_SHARE: bytes(1184),
+    FieldType.IDENTITY: b"peer",
+    FieldType.RECIPIENT_STANZAS: seal_stanzas(FILE_KEY, recipients=[IDENTITY.recipient])[0][1],
+    FieldType.PASSPHRASE_STANZA: seal_stanzas(FILE_KEY, passphrase=PASSPHRASE, work_factor=1)[0][1],
+    0x0012: b"reserved",
+    FieldType.FIXED_LAYOUT: fixed_layout_field(24, KeyLimits())[1],
+    0x7FFF: b"from the future",
+    0x8001: b"ignore me",
+}
+
+
+def _with(base: dict[int, bytes], field: int) -> list[tuple[int, bytes]]:
+    return sorted({**base, field: FIELD_VALUES[field]}.items())
+
+
+def _opened_header(opener: gcmstream.Opener, header: bytes) -> str:
+    opener.receive_data(header)
+    try:
+        opener.read()  # None: the header verified, records are awaited
+    except gcmstream.ProtocolError as exc:
+        return type(exc).__name__
+    return "accepted"
+
+
+def one_way_key_reader(field: int) -> str:
+    header, _ = make_header(KEY, Role.ONE_WAY, 24, CONTEXT, fields=_with({}, field))
+    return _opened_header(gcmstream.Opener(KEY, context=CONTEXT), header)
+
+
+def _stanza_header(stanza: int, field: int) -> bytes:
+    fields = _with({stanza: FIELD_VALUES[stanza]}, field)
+    return make_header(
+        FILE_KEY, Role.ONE_WAY, 24, CONTEXT, fields=fields, max_fields_size=MAX_STANZA_FIELDS_SIZE
+    )[0]
+
+
+def recipients_reader(field: int) -> str:
+    header = _stanza_header(FieldType.RECIPIENT_STANZAS, field)
+    return _opened_header(gcmstream.Opener(identities=[IDENTITY], context=CONTEXT), header)
+
+
+def passphrase_reader(field: int) -> str:
+    header = _stanza_header(FieldType.PASSPHRASE_STANZA, field)
+    return _opened_header(gcmstream.Opener(passphrase=PASSPHRASE, context=CONTEXT), header)
+
+
+def _channel_reads(role: Role, field: int) -> str:
+    channel = gcmstream.Channel(KEY, role=role, context=CONTEXT, key_exchange=KeyExchange.X25519)
+    channel.initial_data()
+    fields = _with({FieldType.X25519_SHARE: SHARE}, field)
+    header, _ = make_header(KEY, role.peer, 24, CONTEXT, key_exchange=KeyExchange.X25519, fields=fields)
+    channel.opener.receive_data(header)
+    try:
+        channel.handshake_complete()  # False: the header verified, the peer's Finished is awaited
+    except gcmstream.ProtocolError as exc:
+        return type(exc).__name__
+    return "accepted"
+
+
+def channel_responder(field: int) -> str:
+    return _channel_reads(Role.RESPONDER, field)
+
+
+def channel_initiator(field: int) -> str:
+    return _channel_reads(Role.INITIATOR, field)
+
+
+def random_access_reader(field: int) -> str:
+    header, secret = make_header(KEY, Role.ONE_WAY, 24, CONTEXT, fields=_with({}, field))
+    keys, wire = TrafficKeys(secret, Suite.AES_128_GCM), bytearray(header)
+    for seq, (flags, plaintext) in enumerate(((0, b"a" * 24), (FLAG_FINAL, b"end"))):
+        record_header = RECORD_HEADER.pack(flags, len(plaintext) + 16)
+        wire += record_header + keys.aead.encrypt(keys.nonce(seq), plaintext, record_header)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "in.gcms"
+        path.write_bytes(wire)
+        try:
+            with gcmstream.open_file(path, key=KEY, context=CONTEXT) as file:
+                file.read()
+        except gcmstream.ProtocolError as exc:
+            return type(exc).__name__
+    return "accepted"
+
+
+READERS: dict[str, Callable[[int], str]] = {
+    "one-way, key": one_way_key_reader,
+    "one-way, identities": recipients_reader,
+    "one-way, passphrase": passphrase_reader,
+    "channel responder": channel_responder,
+    "channel initiator": channel_initiator,
+    "random access (open_file), key": random_access_reader,
+}
+
+
+FORMAT_MD = Path(__file__).parent.parent.parent / "docs" / "FORMAT.md"
+FIELDS_BY_READER = "### 4.2.1 Typed fields by reader"
+
+
+def format_md_reader_table() -> tuple[list[int], dict[str, list[str]]]:
+    """The field columns (each header cell's one backticked type) and the rows of FORMAT.md's
+    table of typed fields by reader: the first table after its heading."""
+    text = FORMAT_MD.read_text()
+    lines = text[text.index(FIELDS_BY_READER) :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    header, rows = table[0], table[2:]
+    fields = [int(re.findall(r"`(0x[0-9a-fA-F]{4})`", cell)[0], 16) for cell in header[1:]]
+    return fields, {row[0]: [cell.strip("`") for cell in row[1:]] for row in rows}
+
+
+def test_format_md_table_of_fields_by_reader_is_what_each_reader_does() -> None:
+    """docs/FORMAT.md 4.2.1 (reader kind x typed field -> accepted or the error): each cell run
+    against the reader its row names, with a header carrying the field its column names."""
+    fields, rows = format_md_reader_table()
+    assert set(fields) == set(FIELD_VALUES) and set(rows) == set(READERS), (fields, sorted(rows))
+    found = {name: [READERS[name](field) for field in fields] for name in rows}
+    assert found == rows
