@@ -110,6 +110,7 @@ __all__ = (
     "EXIT_USAGE",
     "EXIT_WRONG_KEY",
     "KEY_ENV",
+    "exit_status",
     "main",
 )
 
@@ -130,32 +131,41 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for cat or age in the same place
 EXIT_TERMINATED = 143
 
+# The one exit table: --help prints it, README.md's "Exit status" table is checked against it
+# (tests/hostile/test_verdicts.py), and _FAILURES gives each error its row. Rule names are those
+# of docs/FORMAT.md (8.1's H, R checks, 4.4's S checks).
 EXIT_CODES = {
     EXIT_OK: "success",
-    EXIT_INTERNAL: "internal error (a bug: please report it)",
-    EXIT_USAGE: "usage: bad arguments, no key or a malformed key, refused to overwrite a key "
-    "file or to write ciphertext to a terminal",
-    EXIT_WRONG_KEY: "wrong key, no --identity matched, wrong passphrase, or wrong --context "
-    "(checked before any record is opened)",
-    EXIT_TAMPERED: "tampered or corrupt input: a record failed authentication or broke a rule, "
-    "or data follows the end of the stream",
+    EXIT_INTERNAL: "internal error (a bug: please report it; GCMSTREAM_DEBUG=1 shows the traceback)",
+    EXIT_USAGE: "usage: bad arguments, no key or a malformed key, a key file open to others, a key "
+    "file that exists (--force), ciphertext to a terminal",
+    EXIT_WRONG_KEY: "wrong key, no --identity matched, wrong passphrase, or wrong --context, found "
+    "at the header before any record is opened (H10..H12, S3, S6..S8), also a key given for a "
+    "file sealed to recipients or a passphrase; a connect refused by a listen with another key or "
+    "context sees only the connection cut during the handshake: 5",
+    EXIT_TAMPERED: "tampered or corrupt input: a damaged header after the right magic and version "
+    "(H3..H7, H9, H13), malformed stanzas (S2, S4, S5), a failed channel handshake, a record "
+    "that failed authentication or broke a rule (R1..R7), or data after the end of the stream (R8)",
     EXIT_TRUNCATED: "truncated input: it ended before the authenticated end of the stream",
     EXIT_IO: "I/O error: a file, pipe or connection failed",
-    EXIT_UNSUPPORTED: "not gcmstream data, or a format version this version does not read",
-    EXIT_RECORD_LIMIT: "the input's records are larger than --max-record-size allows; the message "
-    "names the value that reads them",
-    EXIT_IDENTITY: "identity refused: the peer is this host's own connection (a reflected "
-    "connection: --local-id), or not the --peer-id expected",
+    EXIT_UNSUPPORTED: "not gcmstream data or a format version this version does not read (H1, H2), "
+    "or a critical header field this version does not know, under a valid commitment (H14)",
+    EXIT_RECORD_LIMIT: "the header announces records larger than --max-record-size allows (H8); the "
+    "message names the value that reads them",
+    EXIT_IDENTITY: "identity refused: the peer claims this end's own --local-id (a connection "
+    "reflected back to its own host), or is not the --peer-id expected (connect, and listen "
+    "--once; a listen without --once logs the refusal and keeps serving; the refused side sees a "
+    "cut connection: 5)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
-    EXIT_BROKEN_PIPE: "the reader of the output went away (as with cat: no message)",
-    EXIT_TERMINATED: "terminated (SIGTERM or SIGHUP); like Ctrl-C, no partial output file is left",
+    EXIT_BROKEN_PIPE: "the reader of the output went away (no message, as with cat)",
+    EXIT_TERMINATED: "terminated (SIGTERM or SIGHUP); as with Ctrl-C, no partial output file is left",
 }
 
 _KEY_HELP = (
     f"key file written by 'gcmstream keygen'; without it the key text is read from the "
     f"environment variable {KEY_ENV} (the key file's line, e.g. {KEY_ENV}=$(cat KEYFILE))"
 )
-_EXIT_EPILOG = "exit status:\n" + "\n".join(
+_EXIT_EPILOG = "exit status (H, R, S: the checks of docs/FORMAT.md 8.1 and 4.4):\n" + "\n".join(
     textwrap.fill(text, 78, initial_indent=f"  {code:>3}  ", subsequent_indent=" " * 7)
     for code, text in EXIT_CODES.items()
 )
@@ -1447,6 +1457,11 @@ _FAILURES: tuple[tuple[_Kind, int, Callable[[BaseException], str]], ...] = (
     (KeyboardInterrupt, EXIT_INTERRUPTED, lambda _: "interrupted"),
     (_Terminated, EXIT_TERMINATED, str),
 )
+
+
+def exit_status(exc: BaseException) -> int:
+    """The exit status the command line gives the error ``exc`` (a row of ``EXIT_CODES``)."""
+    return _classify(_leaf(exc))[0]
 
 
 def _classify(exc: BaseException) -> tuple[int, str]:

@@ -18,6 +18,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -29,6 +30,7 @@ from gcmstream import Sealer, cli
 from gcmstream.aio import decrypting_reader
 from gcmstream.files import fixed_layout_field
 from gcmstream.format import (
+    FLAG_FINAL,
     HEADER_FAULTS,
     MAX_STANZA_FIELDS_SIZE,
     RECORD_HEADER,
@@ -38,11 +40,12 @@ from gcmstream.format import (
     Role,
     Suite,
     TrafficKeys,
+    header_fault,
     make_header,
+    record_size_fault,
 )
 from gcmstream.keyfile import write_key_file
 from gcmstream.recipients import Identity, RecipientKind, seal_stanzas
-from gcmstream.sealer import FLAG_FINAL
 
 from ..helpers import CONTEXT, KEY, SALT, read_all
 
@@ -280,7 +283,7 @@ def test_one_class_and_one_exit_status_per_fault_on_every_path(
     case: Case, case_files: Callable[[Case], tuple[Path, Path]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, keyfile = case_files(case)
-    classes = {name: _raised(lambda run=run: run(case, path)) for name, run in LIBRARY_PATHS.items()}
+    classes = {name: _raised(partial(run, case, path)) for name, run in LIBRARY_PATHS.items()}
     assert set(classes.values()) == {case.expect}, classes
     statuses, lines = {}, {}
     for name, argv in cli_argvs(case, path, keyfile).items():
@@ -445,3 +448,54 @@ def test_format_md_table_of_fields_by_reader_is_what_each_reader_does() -> None:
     assert set(fields) == set(FIELD_VALUES) and set(rows) == set(READERS), (fields, sorted(rows))
     found = {name: [READERS[name](field) for field in fields] for name in rows}
     assert found == rows
+
+
+# -- the exit table: one table in the code, the README's and --help's ---------------------------
+
+README = Path(__file__).parent.parent.parent / "README.md"
+
+
+def test_readme_exit_table_is_the_one_in_the_code() -> None:
+    text = README.read_text()
+    block = text[text.index("| status | meaning |") :].split("\n\n", 1)[0]
+    rows = dict(re.findall(r"^ *\| (\d+) \| (.*) \|$", block, re.MULTILINE))
+    assert {int(code): meaning for code, meaning in rows.items()} == cli.EXIT_CODES
+
+
+def rules_named(text: str) -> set[str]:
+    """The FORMAT.md checks a row names: "H3..H7" and "R8" style."""
+    named = set()
+    for letter, first, last in re.findall(r"\b([HRS])(\d+)(?:\.\.[HRS](\d+))?\b", text):
+        named |= {f"{letter}{n}" for n in range(int(first), int(last or first) + 1)}
+    return named
+
+
+def _fault(rule: str) -> gcmstream.ProtocolError:
+    if rule == "H8":
+        return record_size_fault(2, 1)
+    return header_fault(rule, "found")
+
+
+# The record and stanza checks, each with an error of the class it raises (FORMAT.md 8.1, 4.4)
+OTHER_CHECKS: dict[str, gcmstream.ProtocolError] = {
+    "R1": gcmstream.RecordTooLargeError("record ciphertext", 2, 1),
+    "R2": gcmstream.MalformedRecordError("below the tag"),
+    "R5": gcmstream.AuthenticationError(0),
+    "R6": gcmstream.MalformedRecordError("flag", record_number=0),
+    "R8": gcmstream.TrailingDataError(record_number=0),
+    "S2": gcmstream.StanzaError("both"),
+    "S3": gcmstream.NoIdentityMatchedError("no stanza"),
+    "S4": gcmstream.WorkFactorError("too costly"),
+    "S5": gcmstream.StanzaError("count"),
+    "S8": gcmstream.KeyCommitmentError("file key"),
+}
+
+
+@pytest.mark.parametrize("rule", [*HEADER_FAULTS, *OTHER_CHECKS])
+def test_each_check_gets_the_exit_status_whose_row_names_it(rule: str) -> None:
+    """Every header check's error (from format.HEADER_FAULTS, as every reader raises it) and
+    the record and stanza checks' get the exit status whose EXIT_CODES row names the check,
+    and no other row names it."""
+    error = OTHER_CHECKS[rule] if rule in OTHER_CHECKS else _fault(rule)
+    naming = {code for code, text in cli.EXIT_CODES.items() if rule in rules_named(text)}
+    assert naming == {cli.exit_status(error)}, (rule, naming)
