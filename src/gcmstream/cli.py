@@ -37,12 +37,14 @@ from ._output import finished, open_output, output_target
 from .anyio_stream import SecureStream, connect_tcp
 from .errors import (
     KeyCommitmentError,
+    MalformedHeaderError,
     NoIdentityMatchedError,
     PeerIdentityError,
     ProtocolError,
     RecipientError,
     RecordTooLargeError,
     SelfConnectionError,
+    StanzaError,
     StreamBrokenError,
     TruncatedStreamError,
     UnknownKeyError,
@@ -55,7 +57,6 @@ from .format import (
     DEFAULT_RECORD_SIZE,
     HARD_MAX_RECORD_SIZE,
     HEADER_FIXED_SIZE,
-    HEADER_SIZE,
     MAGIC,
     MAX_CONTEXT_SIZE,
     VERSION,
@@ -109,6 +110,7 @@ __all__ = (
     "EXIT_USAGE",
     "EXIT_WRONG_KEY",
     "KEY_ENV",
+    "exit_status",
     "main",
 )
 
@@ -129,32 +131,41 @@ EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for cat or age in the same place
 EXIT_TERMINATED = 143
 
+# The one exit table: --help prints it, README.md's "Exit status" table is checked against it
+# (tests/hostile/test_verdicts.py), and _FAILURES gives each error its row. Rule names are those
+# of docs/FORMAT.md (8.1's H, R checks, 4.4's S checks).
 EXIT_CODES = {
     EXIT_OK: "success",
-    EXIT_INTERNAL: "internal error (a bug: please report it)",
-    EXIT_USAGE: "usage: bad arguments, no key or a malformed key, refused to overwrite a key "
-    "file or to write ciphertext to a terminal",
-    EXIT_WRONG_KEY: "wrong key, no --identity matched, wrong passphrase, or wrong --context "
-    "(checked before any record is opened)",
-    EXIT_TAMPERED: "tampered or corrupt input: a record failed authentication or broke a rule, "
-    "or data follows the end of the stream",
+    EXIT_INTERNAL: "internal error (a bug: please report it; GCMSTREAM_DEBUG=1 shows the traceback)",
+    EXIT_USAGE: "usage: bad arguments, no key or a malformed key, a key file open to others, a key "
+    "file that exists (--force), ciphertext to a terminal",
+    EXIT_WRONG_KEY: "wrong key, no --identity matched, wrong passphrase, or wrong --context, found "
+    "at the header before any record is opened (H10..H12, S3, S6..S8), also a key given for a "
+    "file sealed to recipients or a passphrase; a connect refused by a listen with another key or "
+    "context sees only the connection cut during the handshake: 5",
+    EXIT_TAMPERED: "tampered or corrupt input: a damaged header after the right magic and version "
+    "(H3..H7, H9, H13), malformed stanzas (S2, S4, S5), a failed channel handshake, a record "
+    "that failed authentication or broke a rule (R1..R7), or data after the end of the stream (R8)",
     EXIT_TRUNCATED: "truncated input: it ended before the authenticated end of the stream",
     EXIT_IO: "I/O error: a file, pipe or connection failed",
-    EXIT_UNSUPPORTED: "not gcmstream data, or a format version this version does not read",
-    EXIT_RECORD_LIMIT: "the input's records are larger than --max-record-size allows; the message "
-    "names the value that reads them",
-    EXIT_IDENTITY: "identity refused: the peer is this host's own connection (a reflected "
-    "connection: --local-id), or not the --peer-id expected",
+    EXIT_UNSUPPORTED: "not gcmstream data or a format version this version does not read (H1, H2), "
+    "or a critical header field this version does not know, under a valid commitment (H14)",
+    EXIT_RECORD_LIMIT: "the header announces records larger than --max-record-size allows (H8); the "
+    "message names the value that reads them",
+    EXIT_IDENTITY: "identity refused: the peer claims this end's own --local-id (a connection "
+    "reflected back to its own host), or is not the --peer-id expected (connect, and listen "
+    "--once; a listen without --once logs the refusal and keeps serving; the refused side sees a "
+    "cut connection: 5)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
-    EXIT_BROKEN_PIPE: "the reader of the output went away (as with cat: no message)",
-    EXIT_TERMINATED: "terminated (SIGTERM or SIGHUP); like Ctrl-C, no partial output file is left",
+    EXIT_BROKEN_PIPE: "the reader of the output went away (no message, as with cat)",
+    EXIT_TERMINATED: "terminated (SIGTERM or SIGHUP); as with Ctrl-C, no partial output file is left",
 }
 
 _KEY_HELP = (
     f"key file written by 'gcmstream keygen'; without it the key text is read from the "
     f"environment variable {KEY_ENV} (the key file's line, e.g. {KEY_ENV}=$(cat KEYFILE))"
 )
-_EXIT_EPILOG = "exit status:\n" + "\n".join(
+_EXIT_EPILOG = "exit status (H, R, S: the checks of docs/FORMAT.md 8.1 and 4.4):\n" + "\n".join(
     textwrap.fill(text, 78, initial_indent=f"  {code:>3}  ", subsequent_indent=" " * 7)
     for code, text in EXIT_CODES.items()
 )
@@ -999,30 +1010,14 @@ async def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                     start=start,
                 )
                 await _run_engine(work, out)
-        except (UnsupportedFormatError, KeyCommitmentError) as exc:
+        except BaseException as exc:
             progress.close()
-            # a key given for a file sealed to recipients or a passphrase: with many stanzas its
-            # header passes the key reader's 4,096-byte bound, so say "wrong key" whatever the count
-            if "key" in keying and _first_field_is_a_stanza(_header_start_with_first_field(source, start)):
-                raise _Fail(
-                    EXIT_WRONG_KEY,
-                    f"wrong key: {where} was sealed to recipients or with a passphrase: "
-                    "use --identity or --passphrase[-file]",
-                ) from None
-            if not isinstance(exc, UnsupportedFormatError) or not _is_gcmstream_start(
-                bytes(start[:HEADER_SIZE])
-            ):
+            verdict = _header_verdict(
+                exc, "decrypt", keying, where, lambda: _header_start_with_first_field(source, start)
+            )
+            if verdict is None:
                 raise
-            # magic and version are right: a later header field was damaged, not a newer format
-            raise _Fail(EXIT_TAMPERED, f"{where} has a corrupt stream header: {exc}") from None
-        except RecordTooLargeError as exc:
-            progress.close()
-            if opener.header is not None:  # a record's length field, not the header's size
-                raise
-            raise _record_limit_error("decrypt", exc.size, exc.limit, where) from None
-        except BaseException:
-            progress.close()
-            raise
+            raise verdict from None
         progress.close(summary=True)
 
 
@@ -1056,12 +1051,39 @@ def _copy_range(
             remaining -= got
 
 
-def _header_limit_error(exc: RecordTooLargeError, args: argparse.Namespace, where: str) -> _Fail | None:
-    """The hint to raise --max-record-size, when the header's record size passed it (a
-    record's length field out of range is damage instead: its limit is the record size)."""
-    if exc.limit != args.max_record_size:
+def _header_verdict(
+    exc: BaseException, command: str, keying: Keying, where: str, start: Callable[[], bytes]
+) -> _Fail | None:
+    """The message of a header fault for ``decrypt``, ``decrypt --offset`` and ``info`` alike,
+    naming the input; None for any other failure. The exit status is the one the class has
+    in ``_FAILURES`` (the class is format.HEADER_FAULTS'), but for one refinement: a key given
+    for a file sealed to recipients or a passphrase (its header names the file key's ID, H10,
+    or, with many stanzas, passes the key reader's 4,096-byte bound, H7) is a wrong key.
+    ``start`` gives the input's first bytes, read only for that case."""
+    fault = _leaf(exc)
+    if not isinstance(fault, ProtocolError):
         return None
-    return _record_limit_error(args.command, exc.size, exc.limit, where)
+    if "key" in keying and fault.rule in ("H7", "H10") and _first_field_is_a_stanza(start()):
+        return _Fail(
+            EXIT_WRONG_KEY,
+            f"wrong key: {where} was sealed to recipients or with a passphrase: "
+            "use --identity or --passphrase[-file]",
+        )
+    code = _classify(fault)[0]
+    if isinstance(fault, RecordTooLargeError) and fault.rule == "H8":
+        return _Fail(code, _record_limit_error(command, fault.size, fault.limit, where).message)
+    if isinstance(fault, (MalformedHeaderError, StanzaError)):
+        return _Fail(code, f"{where} has a corrupt stream header: {fault}")
+    return None
+
+
+def _file_start(path: str) -> bytes:
+    """A file's first bytes, up to its first field's type (for a message only)."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(HEADER_FIXED_SIZE + 2)
+    except OSError:
+        return b""
 
 
 async def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
@@ -1069,11 +1091,12 @@ async def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> No
     try:
         async with _open_output(args.output, args.mode) as out:
             await _run_engine(partial(_copy_range, path, out, args, keying), out)
-    except RecordTooLargeError as exc:
-        hint = _header_limit_error(exc, args, "the input" if args.input == "-" else args.input)
-        if hint is None:
+    except BaseException as exc:
+        where = "the input" if args.input == "-" else args.input
+        verdict = _header_verdict(exc, "decrypt", keying, where, lambda: _file_start(path))
+        if verdict is None:
             raise
-        raise hint from None
+        raise verdict from None
 
 
 def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
@@ -1101,11 +1124,11 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
 async def _info_command(args: argparse.Namespace, keying: Keying) -> None:
     try:
         text = await to_thread.run_sync(_describe, args.file, args, keying)
-    except RecordTooLargeError as exc:
-        hint = _header_limit_error(exc, args, args.file)
-        if hint is None:
+    except BaseException as exc:
+        verdict = _header_verdict(exc, "info", keying, args.file, lambda: _file_start(args.file))
+        if verdict is None:
             raise
-        raise hint from None
+        raise verdict from None
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
@@ -1401,11 +1424,23 @@ def _connection_lost(exc: BaseException) -> str:
     return f"connection lost{f': {cause}' if cause else ''}"
 
 
+@dataclass(frozen=True)
+class _Broke:
+    """A ProtocolError raised by one check of docs/FORMAT.md 8.1 (its ``rule``)."""
+
+    kind: type[ProtocolError]
+    rule: str
+
+    def matches(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.kind) and exc.rule == self.rule
+
+
+_Kind = type[BaseException] | tuple[type[BaseException], ...] | _Broke
+
 # (kind of error, exit status, its message): the first match wins, so the specific come before
 # the general (the key errors are ProtocolErrors; TimeoutError and BrokenPipeError are OSErrors).
-_FAILURES: tuple[
-    tuple[type[BaseException] | tuple[type[BaseException], ...], int, Callable[[BaseException], str]], ...
-] = (
+# The one map from error to exit status: every command's failure goes through it.
+_FAILURES: tuple[tuple[_Kind, int, Callable[[BaseException], str]], ...] = (
     (_OutputClosed, EXIT_BROKEN_PIPE, lambda _: ""),
     ((_Usage, UsageError), EXIT_USAGE, str),
     # its key ID, shown, would look like key text
@@ -1417,7 +1452,11 @@ _FAILURES: tuple[
     (KeyCommitmentError, EXIT_WRONG_KEY, str),  # it says "wrong key" and what else it can be
     ((SelfConnectionError, PeerIdentityError), EXIT_IDENTITY, lambda e: f"identity refused: {e}"),
     (NoIdentityMatchedError, EXIT_WRONG_KEY, str),
+    # damage (H3..H7, H13, S1..): magic and version right; before their parent class
+    ((MalformedHeaderError, StanzaError), EXIT_TAMPERED, lambda e: f"corrupt stream header: {e}"),
     (UnsupportedFormatError, EXIT_UNSUPPORTED, lambda e: f"unsupported input: {e}"),
+    # H8: the header's record size over --max-record-size; a record's length field (R1) is damage
+    (_Broke(RecordTooLargeError, "H8"), EXIT_RECORD_LIMIT, lambda e: f"record size over the limit: {e}"),
     (TruncatedStreamError, EXIT_TRUNCATED, lambda e: f"truncated input: {e}"),
     (ProtocolError, EXIT_TAMPERED, lambda e: f"tampered or corrupt input: {e}"),
     (TimeoutError, EXIT_IO, lambda _: "timed out waiting for the channel handshake to complete"),
@@ -1429,12 +1468,17 @@ _FAILURES: tuple[
 )
 
 
+def exit_status(exc: BaseException) -> int:
+    """The exit status the command line gives the error ``exc`` (a row of ``EXIT_CODES``)."""
+    return _classify(_leaf(exc))[0]
+
+
 def _classify(exc: BaseException) -> tuple[int, str]:
     """(exit status, message) for an error that ended a command."""
     if isinstance(exc, _Fail):
         return exc.code, exc.message
     for kind, code, message in _FAILURES:
-        if isinstance(exc, kind):
+        if kind.matches(exc) if isinstance(kind, _Broke) else isinstance(exc, kind):
             return code, message(exc)
     return EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
 

@@ -6,6 +6,7 @@
     ├── ProtocolError                    the peer's bytes are bad; FATAL for the receiving side
     │   ├── UnsupportedFormatError       (also ValueError) not a gcmstream header, or a magic,
     │   │                                version, suite, role or record size this version refuses
+    │   │   ├── MalformedHeaderError     magic and version right, the rest damaged (H3..H7, H13)
     │   │   ├── UnknownFieldError        a critical header field this version does not know
     │   │   └── StanzaError              recipient or passphrase stanzas break a rule: over the
     │   │       │                        count limit, malformed, or a passphrase stanza beside
@@ -112,6 +113,7 @@ __all__ = (
     "KeyCommitmentError",
     "KeyFileError",
     "LimitReachedError",
+    "MalformedHeaderError",
     "MalformedRecordError",
     "NoIdentityMatchedError",
     "NotReadyError",
@@ -142,11 +144,20 @@ class GcmStreamError(Exception):
 
 
 class ProtocolError(GcmStreamError):
-    """The peer's bytes are invalid. Fatal: the receiving object is failed for good."""
+    """The peer's bytes are invalid. Fatal: the receiving object is failed for good.
+    ``rule`` names the check of docs/FORMAT.md 8.1 that failed ("H7"), where a header check
+    raised it (``gcmstream.format.header_fault``), else ""."""
+
+    rule: str = ""
 
 
 class UnsupportedFormatError(ProtocolError, ValueError):
     """The stream header is not one this version reads (magic, version, suite, role, size)."""
+
+
+class MalformedHeaderError(UnsupportedFormatError):
+    """The header starts with gcmstream's magic and version but its fixed part or its fields
+    are damaged (checks H3..H7, H13): corrupt data, not a newer format."""
 
 
 class UnknownFieldError(UnsupportedFormatError):

@@ -21,6 +21,10 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
 from .errors import (
     KeyCommitmentError,
+    MalformedHeaderError,
+    ProtocolError,
+    RecordTooLargeError,
+    RoleMismatchError,
     UnknownFieldError,
     UnknownKeyError,
     UnsupportedBufferError,
@@ -34,6 +38,7 @@ __all__ = (
     "FLAG_FINAL",
     "FLAG_KEY_UPDATE",
     "HARD_MAX_RECORD_SIZE",
+    "HEADER_FAULTS",
     "HEADER_FIXED_SIZE",
     "HEADER_SIZE",
     "KEY_ID_SIZE",
@@ -70,11 +75,13 @@ __all__ = (
     "encode_fields",
     "find_key",
     "generate_key",
+    "header_fault",
     "key_id",
     "make_header",
     "parse_fields",
     "parse_header",
     "parse_header_start",
+    "record_size_fault",
     "verify_commitment",
     "verify_header",
 )
@@ -246,6 +253,45 @@ class FieldType(enum.IntEnum):
     # 0x0010-0x001F: one-way streams sealed to recipients or a passphrase (gcmstream.recipients)
     RECIPIENT_STANZAS = 0x0010
     PASSPHRASE_STANZA = 0x0011
+
+
+# The one verdict on each header check of docs/FORMAT.md 8.1: every reader (Opener, so the
+# pipelines, the adapters and open_file, and the CLI above them) raises the class this table
+# gives, and the CLI maps classes to exit statuses (cli.EXIT_CODES). Magic and version wrong
+# (H1, H2): another format or a newer one. Magic and version right but the rest broken (H3..H7,
+# H13): damage. A critical field the reader does not know under a valid commitment (H14): a
+# writer holding the key used a feature this reader lacks, so unsupported, not damage.
+HEADER_FAULTS: Mapping[str, type[ProtocolError]] = {
+    "H1": UnsupportedFormatError,
+    "H2": UnsupportedFormatError,
+    "H3": MalformedHeaderError,
+    "H4": MalformedHeaderError,
+    "H5": MalformedHeaderError,
+    "H6": MalformedHeaderError,
+    "H7": MalformedHeaderError,
+    "H8": RecordTooLargeError,
+    "H9": RoleMismatchError,
+    "H10": UnknownKeyError,
+    "H11": KeyCommitmentError,
+    "H12": KeyCommitmentError,
+    "H13": MalformedHeaderError,
+    "H14": UnknownFieldError,
+}
+
+
+def header_fault(rule: str, message: str) -> ProtocolError:
+    """The error for header check ``rule`` (HEADER_FAULTS), carrying the rule's name. H8's
+    RecordTooLargeError takes sizes: see ``record_size_fault``."""
+    error = HEADER_FAULTS[rule](message)
+    error.rule = rule
+    return error
+
+
+def record_size_fault(size: int, limit: int) -> RecordTooLargeError:
+    """Check H8: the announced record size passes the reader's ``max_record_size``."""
+    error = RecordTooLargeError("announced record size", size, limit)
+    error.rule = "H8"
+    return error
 
 
 def key_id(key: Buffer) -> bytes:
@@ -483,16 +529,17 @@ def check_header_start(start: Buffer) -> None:
     start = bytes(start[: len(MAGIC) + 1])
     magic = start[: len(MAGIC)]
     if magic != MAGIC[: len(magic)]:
-        raise UnsupportedFormatError(
+        raise header_fault(
+            "H1",
             # The input's own bytes are not shown: they may be plaintext or a key given here
             # by mistake (a new user found 4 characters of a key file in this message).
-            f"not a gcmstream stream: it does not start with the magic {MAGIC!r}"
+            f"not a gcmstream stream: it does not start with the magic {MAGIC!r}",
         )
     if len(start) > len(MAGIC) and start[len(MAGIC)] != VERSION:
         version = start[len(MAGIC)]
         dropped = " (version 1 was never released and is no longer read)" if version == 1 else ""
-        raise UnsupportedFormatError(
-            f"format version {version} is not supported (this reads version {VERSION}){dropped}"
+        raise header_fault(
+            "H2", f"format version {version} is not supported (this reads version {VERSION}){dropped}"
         )
 
 
@@ -500,22 +547,22 @@ def parse_header_start(raw: Buffer, max_fields_size: int = MAX_FIELDS_SIZE) -> H
     """Check the fixed part (checks H1..H7 of docs/FORMAT.md 8.1) without a key. Fields
     longer than ``max_fields_size`` are refused (a reader of recipient stanzas allows more)."""
     raw = bytes(raw[:HEADER_FIXED_SIZE])
+    check_header_start(raw)  # H1, H2 first: a short start of another format is that format's
     if len(raw) != HEADER_FIXED_SIZE:
-        raise UnsupportedFormatError(f"a header starts with {HEADER_FIXED_SIZE} fixed bytes, got {len(raw)}")
-    check_header_start(raw)
+        raise header_fault("H3", f"a header starts with {HEADER_FIXED_SIZE} fixed bytes, got {len(raw)}")
     _, _, role, suite, exchange, record_size, ident, salt, fields_length = HEADER_FIXED.unpack(raw)
     if role not in Role.__members__.values():
-        raise UnsupportedFormatError(f"role {role} is not defined (expected 0, 1 or 2)")
+        raise header_fault("H3", f"role {role} is not defined (expected 0, 1 or 2)")
     if suite not in Suite.__members__.values():
-        raise UnsupportedFormatError(f"cipher suite {suite} is not supported (expected 1 or 2)")
+        raise header_fault("H4", f"cipher suite {suite} is not supported (expected 1 or 2)")
     if exchange not in KeyExchange.__members__.values():
-        raise UnsupportedFormatError(f"key exchange {exchange} is not supported (expected 0, 1 or 2)")
+        raise header_fault("H5", f"key exchange {exchange} is not supported (expected 0, 1 or 2)")
     if (exchange == KeyExchange.NONE) != (role == Role.ONE_WAY):
-        raise UnsupportedFormatError(f"key exchange {exchange} does not go with role {Role(role).name}")
+        raise header_fault("H5", f"key exchange {exchange} does not go with role {Role(role).name}")
     if not 1 <= record_size <= HARD_MAX_RECORD_SIZE:
-        raise UnsupportedFormatError(f"record size {record_size} is outside 1..{HARD_MAX_RECORD_SIZE}")
+        raise header_fault("H6", f"record size {record_size} is outside 1..{HARD_MAX_RECORD_SIZE}")
     if fields_length > max_fields_size:
-        raise UnsupportedFormatError(f"header fields of {fields_length} bytes exceed {max_fields_size} bytes")
+        raise header_fault("H7", f"header fields of {fields_length} bytes exceed {max_fields_size} bytes")
     return HeaderStart(
         Role(role), Suite(suite), KeyExchange(exchange), record_size, ident, salt, fields_length
     )
@@ -532,13 +579,13 @@ def _field_spans(data: bytes, pos: int, stop: int) -> tuple[tuple[int, int, int]
     last = -1
     while pos < stop:
         if stop - pos < FIELD_HEADER.size:
-            raise UnsupportedFormatError("header fields end inside a field header")
+            raise header_fault("H13", "header fields end inside a field header")
         kind, length = FIELD_HEADER.unpack_from(data, pos)
         pos += FIELD_HEADER.size
         if length > stop - pos:
-            raise UnsupportedFormatError(f"header field 0x{kind:04x} runs past the end of the fields")
+            raise header_fault("H13", f"header field 0x{kind:04x} runs past the end of the fields")
         if kind <= last:
-            raise UnsupportedFormatError(f"header field 0x{kind:04x} is out of order or repeated")
+            raise header_fault("H13", f"header field 0x{kind:04x} is out of order or repeated")
         spans.append((kind, pos, pos + length))
         pos += length
         last = kind
@@ -553,14 +600,14 @@ def parse_header(
     raw = bytes(raw)
     start = parse_header_start(raw, max_fields_size)
     if len(raw) != start.size:
-        raise UnsupportedFormatError(f"stream header must be {start.size} bytes, got {len(raw)}")
+        raise header_fault("H13", f"stream header must be {start.size} bytes, got {len(raw)}")
     end = HEADER_FIXED_SIZE + start.fields_length
     spans = _field_spans(raw, HEADER_FIXED_SIZE, end)
     known = set(known_fields)
     for kind, _, _ in spans:
         if kind < FIELD_CRITICAL_LIMIT and kind not in known:
-            raise UnknownFieldError(
-                f"header has critical field 0x{kind:04x}, which this reader does not know"
+            raise header_fault(
+                "H14", f"header has critical field 0x{kind:04x}, which this reader does not know"
             )
     return StreamHeader(
         role=start.role,
@@ -579,10 +626,10 @@ def find_key(keys: KeyRing, start: HeaderStart) -> bytes:
     """The key a header names (check H10), and its suite (H11)."""
     key = keys.get(start.key_id)
     if key is None:
-        raise UnknownKeyError(f"the stream's key ID {start.key_id.hex()} names no key held here")
+        raise header_fault("H10", f"the stream's key ID {start.key_id.hex()} names no key held here")
     suite = Suite.for_key(key)
     if suite != start.suite:  # only a writer that lies about its key's size gets here
-        raise KeyCommitmentError(f"stream uses {start.suite.name} but its key is for {suite.name}")
+        raise header_fault("H11", f"stream uses {start.suite.name} but its key is for {suite.name}")
     return key
 
 
@@ -593,9 +640,10 @@ def verify_commitment(key: Buffer, raw: bytes, context: Buffer) -> bytes:
     salt = raw[SALT_SLICE]
     commitment, secret = _header_keys(key, body, salt, check_context(context))
     if not hmac.compare_digest(commitment, raw[len(body) :]):
-        raise KeyCommitmentError(
+        raise header_fault(
+            "H12",
             "stream header does not match this key and context "
-            "(wrong key, wrong context, or an altered header)"
+            "(wrong key, wrong context, or an altered header)",
         )
     return secret
 
@@ -605,7 +653,7 @@ def verify_header(key: Buffer, header: StreamHeader, context: Buffer) -> bytes:
     suite = Suite.for_key(key)
     if suite != header.suite:
         # The key length is the caller's choice, the suite the writer's: say which is which.
-        raise KeyCommitmentError(f"stream uses {header.suite.name} but the key given is for {suite.name}")
+        raise header_fault("H11", f"stream uses {header.suite.name} but the key given is for {suite.name}")
     return verify_commitment(key, header.raw, context)
 
 

@@ -56,8 +56,6 @@ from .errors import (
     MalformedRecordError,
     OutOfRangeError,
     ProtocolError,
-    RecordTooLargeError,
-    RoleMismatchError,
     StreamBrokenError,
     StreamClosedError,
     TrailingDataError,
@@ -90,9 +88,11 @@ from .format import (
     check_header_start,
     check_record_size,
     find_key,
+    header_fault,
     key_id,
     parse_header,
     parse_header_start,
+    record_size_fault,
     verify_commitment,
 )
 from .recipients import STANZA_FIELD_TYPES, Identity, Unlocker
@@ -546,12 +546,12 @@ class Opener:
         unlocker = self._unlocker
         start = parse_header_start(self._header_buf, self._max_fields_size)
         if start.record_size > self.max_record_size:
-            raise RecordTooLargeError("announced record size", start.record_size, self.max_record_size)
+            raise record_size_fault(start.record_size, self.max_record_size)
         expected = self._peer_role
         if start.role != expected:
             reason = " (a stream reflected back to its sender?)" if start.role == expected.peer else ""
-            raise RoleMismatchError(
-                f"peer header has role {start.role.name}, expected {expected.name}{reason}"
+            raise header_fault(
+                "H9", f"peer header has role {start.role.name}, expected {expected.name}{reason}"
             )
         keys, self._keys = self._keys, None
         if unlocker is None:

@@ -511,20 +511,20 @@ def build_cases() -> list[Case]:
         "UnsupportedFormatError",
         0,
     )
-    add("bad_role", "role 3", _header_with(h, 5, b"\x03") + rest, "UnsupportedFormatError", 0)
-    add("bad_suite", "suite 3", _header_with(h, 6, b"\x03") + rest, "UnsupportedFormatError", 0)
+    add("bad_role", "role 3", _header_with(h, 5, b"\x03") + rest, "MalformedHeaderError", 0)
+    add("bad_suite", "suite 3", _header_with(h, 6, b"\x03") + rest, "MalformedHeaderError", 0)
     add(
         "key_exchange_on_one_way",
         "key exchange 1 (X25519) in a one-way header",
         _header_with(h, 7, b"\x01") + rest,
-        "UnsupportedFormatError",
+        "MalformedHeaderError",
         0,
     )
     add(
         "fields_too_long",
         f"fields length {MAX_FIELDS_SIZE + 1}, over the bound",
         _header_with(h, 60, (MAX_FIELDS_SIZE + 1).to_bytes(2, "big")) + rest,
-        "UnsupportedFormatError",
+        "MalformedHeaderError",
         0,
     )
     add(
@@ -550,12 +550,12 @@ def build_cases() -> list[Case]:
         "TruncatedStreamError",
         4,
     )
-    add("record_size_zero", "record size 0", _header_with(h, 8, bytes(4)) + rest, "UnsupportedFormatError", 0)
+    add("record_size_zero", "record size 0", _header_with(h, 8, bytes(4)) + rest, "MalformedHeaderError", 0)
     add(
         "record_size_over_hard_limit",
         "record size 16 MiB + 1",
         _header_with(h, 8, (HARD_MAX_RECORD_SIZE + 1).to_bytes(4, "big")) + rest,
-        "UnsupportedFormatError",
+        "MalformedHeaderError",
         0,
     )
     add(

@@ -1,0 +1,501 @@
+"""One verdict per fault, on every path (issue 21, section 3).
+
+Every one-way invalid vector, and key-sealed headers carrying typed fields a key reader does
+not accept, go through every reading path: an Opener fed the whole input, ``open_file``,
+``decrypt_file`` (the file engine), ``decrypt_iter`` (the pipeline, on asyncio and trio), the
+asyncio ``decrypting_reader``, and the command line's ``decrypt``, ``decrypt --offset`` and
+``info`` (in process through ``gcmstream.cli.main``, and once each in a real subprocess). Each
+case gets ONE error class on every library path and ONE exit status on every CLI path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import anyio
+import pytest
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+import gcmstream
+from gcmstream import Sealer, cli
+from gcmstream.aio import decrypting_reader
+from gcmstream.files import fixed_layout_field
+from gcmstream.format import (
+    FLAG_FINAL,
+    HEADER_FAULTS,
+    MAX_STANZA_FIELDS_SIZE,
+    RECORD_HEADER,
+    FieldType,
+    KeyExchange,
+    KeyLimits,
+    Role,
+    Suite,
+    TrafficKeys,
+    header_fault,
+    make_header,
+    record_size_fault,
+)
+from gcmstream.keyfile import write_key_file
+from gcmstream.recipients import Identity, RecipientKind, seal_stanzas
+
+from ..helpers import CONTEXT, KEY, SALT, read_all
+
+VECTORS = sorted((Path(__file__).parent.parent / "vectors" / "invalid").glob("*.json"))
+TIMEOUT = 60
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    wire: bytes
+    key: bytes
+    context: bytes
+    max_record_size: int
+    expect: str  # the class name every library path must raise
+    exit_status: int | None = None  # when the case pins it (issue 21's own cases)
+
+
+def _vector_cases() -> list[Case]:
+    cases = []
+    for path in VECTORS:
+        vector = json.loads(path.read_text())
+        if vector["mode"] != "one-way":  # channel cases have no file paths
+            continue
+        cases.append(
+            Case(
+                vector["name"],
+                bytes.fromhex(vector["input"]),
+                bytes.fromhex(vector["key"]),
+                bytes.fromhex(vector["context"]),
+                int(vector.get("max_record_size", gcmstream.DEFAULT_MAX_RECORD_SIZE)),
+                vector["expect"],
+            )
+        )
+    return cases
+
+
+def key_sealed_with_field(field: int, value: bytes = b"\x00" * 32) -> bytes:
+    """A stream sealed with KEY (commitment valid: the key opens the header) whose header
+    carries ``field``, and two good records."""
+    header, secret = make_header(KEY, Role.ONE_WAY, 24, CONTEXT, SALT, fields=[(field, value)])
+    keys, out = TrafficKeys(secret, Suite.AES_128_GCM), bytearray(header)
+    for seq, (flags, plaintext) in enumerate(((0, b"a" * 24), (FLAG_FINAL, b"end"))):
+        record_header = RECORD_HEADER.pack(flags, len(plaintext) + 16)
+        out += record_header + keys.aead.encrypt(keys.nonce(seq), plaintext, record_header)
+    return bytes(out)
+
+
+# Issue 21's cases: a key reader refuses every stanza and channel field under a valid
+# commitment as an unknown critical field (H14): unsupported (7), on every path.
+FIELD_CASES = [
+    Case(
+        f"key_sealed_field_0x{field:04x}",
+        key_sealed_with_field(field),
+        KEY,
+        CONTEXT,
+        gcmstream.DEFAULT_MAX_RECORD_SIZE,
+        "UnknownFieldError",
+        cli.EXIT_UNSUPPORTED,
+    )
+    for field in (FieldType.X25519_SHARE, FieldType.IDENTITY, FieldType.RECIPIENT_STANZAS, 0x0012)
+]
+
+# Issue 21 item 7's exit table, pinned for the vectors it names: H3..H7 damage (4), magic and
+# version (7), H8 over --max-record-size (8), R1 a record's length (4).
+PINNED = {
+    "bad_magic": cli.EXIT_UNSUPPORTED,
+    "bad_version": cli.EXIT_UNSUPPORTED,
+    "bad_role": cli.EXIT_TAMPERED,
+    "bad_suite": cli.EXIT_TAMPERED,
+    "key_exchange_on_one_way": cli.EXIT_TAMPERED,
+    "record_size_zero": cli.EXIT_TAMPERED,
+    "fields_too_long": cli.EXIT_TAMPERED,
+    "record_size_over_reader_limit": cli.EXIT_RECORD_LIMIT,
+    "valid_stream_length_over_record_size": cli.EXIT_TAMPERED,
+    "unknown_critical_field": cli.EXIT_UNSUPPORTED,
+}
+
+
+def sealed_to(kind: RecipientKind, count: int) -> bytes:
+    identities = [Identity(kind, bytes([n + 1]) * kind.private_size) for n in range(count)]
+    sealer = Sealer(recipients=[identity.recipient for identity in identities], context=CONTEXT)
+    return bytes(sealer.seal(b"sealed to recipients", final=True))
+
+
+# A key given for a file sealed to recipients: its header names the file key's ID (H10), or,
+# with stanzas over the key reader's 4,096 bytes, breaks that bound first (H7). The CLI says
+# "wrong key" on each path for both (the one refinement of the class's exit status).
+WRONG_KEY_CASES = [
+    Case(
+        "key_for_one_recipient",
+        sealed_to(RecipientKind.X25519, 1),
+        KEY,
+        CONTEXT,
+        gcmstream.DEFAULT_MAX_RECORD_SIZE,
+        "UnknownKeyError",
+        cli.EXIT_WRONG_KEY,
+    ),
+    Case(
+        "key_for_many_recipients",
+        sealed_to(RecipientKind.MLKEM768_X25519, 5),
+        KEY,
+        CONTEXT,
+        gcmstream.DEFAULT_MAX_RECORD_SIZE,
+        "MalformedHeaderError",
+        cli.EXIT_WRONG_KEY,
+    ),
+]
+
+CASES = _vector_cases() + FIELD_CASES + WRONG_KEY_CASES
+HEADER_FAULT_NAMES = {kind.__name__ for kind in HEADER_FAULTS.values()}
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, gcmstream.StreamBrokenError):
+        exc = exc.original
+    return exc
+
+
+def _raised(run: Callable[[], object]) -> str:
+    try:
+        run()
+    except gcmstream.GcmStreamError as exc:
+        return type(_leaf(exc)).__name__
+    return "no error"
+
+
+# -- the library's paths ------------------------------------------------------------------------
+
+
+def via_opener(case: Case, path: Path) -> None:
+    opener = gcmstream.Opener(case.key, context=case.context, max_record_size=case.max_record_size)
+    read_all(opener, case.wire)
+
+
+def via_open_file(case: Case, path: Path) -> None:
+    with gcmstream.open_file(
+        path, key=case.key, context=case.context, max_record_size=case.max_record_size
+    ) as f:
+        f.read()
+
+
+def via_decrypt_file(case: Case, path: Path) -> None:
+    gcmstream.decrypt_file(
+        path,
+        path.with_suffix(".out"),
+        key=case.key,
+        context=case.context,
+        max_record_size=case.max_record_size,
+    )
+
+
+async def _pipeline(case: Case) -> None:
+    async def chunks() -> object:
+        yield case.wire
+
+    async for _ in gcmstream.decrypt_iter(
+        chunks(),  # type: ignore[arg-type]
+        key=case.key,
+        context=case.context,
+        max_record_size=case.max_record_size,
+    ):
+        pass
+
+
+def via_pipeline_asyncio(case: Case, path: Path) -> None:
+    anyio.run(_pipeline, case, backend="asyncio")
+
+
+def via_pipeline_trio(case: Case, path: Path) -> None:
+    anyio.run(_pipeline, case, backend="trio")
+
+
+async def _asyncio_reader(case: Case) -> None:
+    inner = asyncio.StreamReader()
+    inner.feed_data(case.wire)
+    inner.feed_eof()
+    reader = decrypting_reader(
+        inner, key=case.key, context=case.context, max_record_size=case.max_record_size
+    )
+    for _ in range(10_000):  # bounded: every case is a few records
+        if not await reader.read(4096):
+            return
+
+
+def via_asyncio_reader(case: Case, path: Path) -> None:
+    asyncio.run(_asyncio_reader(case))
+
+
+LIBRARY_PATHS = {
+    "Opener": via_opener,
+    "open_file": via_open_file,
+    "decrypt_file": via_decrypt_file,
+    "decrypt_iter/asyncio": via_pipeline_asyncio,
+    "decrypt_iter/trio": via_pipeline_trio,
+    "aio.decrypting_reader": via_asyncio_reader,
+}
+
+
+# -- the command line's paths -------------------------------------------------------------------
+
+
+def cli_argvs(case: Case, path: Path, keyfile: Path) -> dict[str, list[str]]:
+    common = [
+        "-k",
+        str(keyfile),
+        "--context",
+        case.context.decode(),
+        "--max-record-size",
+        str(case.max_record_size),
+    ]
+    out = str(path.with_suffix(".plain"))
+    return {
+        "decrypt": ["decrypt", *common, "-i", str(path), "-o", out],
+        "decrypt --offset": ["decrypt", *common, "--offset", "0", "-i", str(path), "-o", out],
+        "info": ["info", *common, str(path)],
+    }
+
+
+@pytest.fixture
+def case_files(tmp_path: Path) -> Callable[[Case], tuple[Path, Path]]:
+    def write(case: Case) -> tuple[Path, Path]:
+        path = tmp_path / "in.gcms"
+        path.write_bytes(case.wire)
+        keyfile = tmp_path / "key"
+        keyfile.unlink(missing_ok=True)
+        write_key_file(keyfile, case.key)
+        return path, keyfile
+
+    return write
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_one_class_and_one_exit_status_per_fault_on_every_path(
+    case: Case, case_files: Callable[[Case], tuple[Path, Path]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, keyfile = case_files(case)
+    classes = {name: _raised(partial(run, case, path)) for name, run in LIBRARY_PATHS.items()}
+    assert set(classes.values()) == {case.expect}, classes
+    statuses, lines = {}, {}
+    for name, argv in cli_argvs(case, path, keyfile).items():
+        statuses[name] = cli.main(argv)
+        lines[name] = capsys.readouterr().err
+    assert len(set(statuses.values())) == 1, (statuses, lines)
+    status = next(iter(statuses.values()))
+    assert status not in (cli.EXIT_OK, cli.EXIT_INTERNAL), lines
+    pinned = case.exit_status if case.exit_status is not None else PINNED.get(case.name)
+    if pinned is not None:
+        assert status == pinned, lines
+    if case.expect not in HEADER_FAULT_NAMES:
+        return
+    # a header fault is worded the same on both decrypt paths (records are found differently)
+    decrypt_lines = {lines[name].split(": ", 1)[1] for name in ("decrypt", "decrypt --offset")}
+    assert len(decrypt_lines) == 1, lines
+
+
+@pytest.mark.parametrize("field", [FieldType.X25519_SHARE, FieldType.RECIPIENT_STANZAS])
+def test_a_critical_field_in_a_key_sealed_header_is_unsupported_in_real_subprocesses(
+    field: int, case_files: Callable[[Case], tuple[Path, Path]]
+) -> None:
+    """One real process per command: the exit status main() returns is the one the shell sees,
+    and the key did open the header, so it is not "wrong key"."""
+    case = next(c for c in FIELD_CASES if c.name == f"key_sealed_field_0x{field:04x}")
+    path, keyfile = case_files(case)
+    for name, argv in cli_argvs(case, path, keyfile).items():
+        done = subprocess.run(
+            [sys.executable, "-m", "gcmstream", *argv], capture_output=True, timeout=TIMEOUT, check=False
+        )
+        message = done.stderr.decode()
+        assert done.returncode == cli.EXIT_UNSUPPORTED, (name, message)
+        assert f"critical field 0x{field:04x}" in message and "wrong key" not in message, (name, message)
+
+
+# -- which typed fields each kind of reader accepts (docs/FORMAT.md "Typed fields by reader") ----
+
+FILE_KEY = bytes(range(32))  # a stanza reader's file key: suite 2 (S2)
+IDENTITY = Identity(RecipientKind.X25519, b"\x05" * 32)
+PASSPHRASE = "correct horse battery staple"
+SHARE = X25519PrivateKey.from_private_bytes(b"\x07" * 32).public_key().public_bytes_raw()
+FIELD_VALUES: dict[int, bytes] = {
+    FieldType.X25519_SHARE: SHARE,
+    FieldType.MLKEM768_SHARE: bytes(1184),
+    FieldType.IDENTITY: b"peer",
+    FieldType.RECIPIENT_STANZAS: seal_stanzas(FILE_KEY, recipients=[IDENTITY.recipient])[0][1],
+    FieldType.PASSPHRASE_STANZA: seal_stanzas(FILE_KEY, passphrase=PASSPHRASE, work_factor=1)[0][1],
+    0x0012: b"reserved",
+    FieldType.FIXED_LAYOUT: fixed_layout_field(24, KeyLimits())[1],
+    0x7FFF: b"from the future",
+    0x8001: b"ignore me",
+}
+
+
+def _with(base: dict[int, bytes], field: int) -> list[tuple[int, bytes]]:
+    return sorted({**base, field: FIELD_VALUES[field]}.items())
+
+
+def _opened_header(opener: gcmstream.Opener, header: bytes) -> str:
+    opener.receive_data(header)
+    try:
+        opener.read()  # None: the header verified, records are awaited
+    except gcmstream.ProtocolError as exc:
+        return type(exc).__name__
+    return "accepted"
+
+
+def one_way_key_reader(field: int) -> str:
+    header, _ = make_header(KEY, Role.ONE_WAY, 24, CONTEXT, fields=_with({}, field))
+    return _opened_header(gcmstream.Opener(KEY, context=CONTEXT), header)
+
+
+def _stanza_header(stanza: int, field: int) -> bytes:
+    fields = _with({stanza: FIELD_VALUES[stanza]}, field)
+    return make_header(
+        FILE_KEY, Role.ONE_WAY, 24, CONTEXT, fields=fields, max_fields_size=MAX_STANZA_FIELDS_SIZE
+    )[0]
+
+
+def recipients_reader(field: int) -> str:
+    header = _stanza_header(FieldType.RECIPIENT_STANZAS, field)
+    return _opened_header(gcmstream.Opener(identities=[IDENTITY], context=CONTEXT), header)
+
+
+def passphrase_reader(field: int) -> str:
+    header = _stanza_header(FieldType.PASSPHRASE_STANZA, field)
+    return _opened_header(gcmstream.Opener(passphrase=PASSPHRASE, context=CONTEXT), header)
+
+
+def _channel_reads(role: Role, field: int) -> str:
+    channel = gcmstream.Channel(KEY, role=role, context=CONTEXT, key_exchange=KeyExchange.X25519)
+    channel.initial_data()
+    fields = _with({FieldType.X25519_SHARE: SHARE}, field)
+    header, _ = make_header(KEY, role.peer, 24, CONTEXT, key_exchange=KeyExchange.X25519, fields=fields)
+    channel.opener.receive_data(header)
+    try:
+        channel.handshake_complete()  # False: the header verified, the peer's Finished is awaited
+    except gcmstream.ProtocolError as exc:
+        return type(exc).__name__
+    return "accepted"
+
+
+def channel_responder(field: int) -> str:
+    return _channel_reads(Role.RESPONDER, field)
+
+
+def channel_initiator(field: int) -> str:
+    return _channel_reads(Role.INITIATOR, field)
+
+
+def random_access_reader(field: int) -> str:
+    header, secret = make_header(KEY, Role.ONE_WAY, 24, CONTEXT, fields=_with({}, field))
+    keys, wire = TrafficKeys(secret, Suite.AES_128_GCM), bytearray(header)
+    for seq, (flags, plaintext) in enumerate(((0, b"a" * 24), (FLAG_FINAL, b"end"))):
+        record_header = RECORD_HEADER.pack(flags, len(plaintext) + 16)
+        wire += record_header + keys.aead.encrypt(keys.nonce(seq), plaintext, record_header)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "in.gcms"
+        path.write_bytes(wire)
+        try:
+            with gcmstream.open_file(path, key=KEY, context=CONTEXT) as file:
+                file.read()
+        except gcmstream.ProtocolError as exc:
+            return type(exc).__name__
+    return "accepted"
+
+
+READERS: dict[str, Callable[[int], str]] = {
+    "one-way, key": one_way_key_reader,
+    "one-way, identities": recipients_reader,
+    "one-way, passphrase": passphrase_reader,
+    "channel responder": channel_responder,
+    "channel initiator": channel_initiator,
+    "random access (open_file), key": random_access_reader,
+}
+
+
+FORMAT_MD = Path(__file__).parent.parent.parent / "docs" / "FORMAT.md"
+FIELDS_BY_READER = "### 4.2.1 Typed fields by reader"
+
+
+def format_md_reader_table() -> tuple[list[int], dict[str, list[str]]]:
+    """The field columns (each header cell's one backticked type) and the rows of FORMAT.md's
+    table of typed fields by reader: the first table after its heading."""
+    text = FORMAT_MD.read_text()
+    lines = text[text.index(FIELDS_BY_READER) :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    header, rows = table[0], table[2:]
+    fields = [int(re.findall(r"`(0x[0-9a-fA-F]{4})`", cell)[0], 16) for cell in header[1:]]
+    return fields, {row[0]: [cell.strip("`") for cell in row[1:]] for row in rows}
+
+
+def test_format_md_table_of_fields_by_reader_is_what_each_reader_does() -> None:
+    """docs/FORMAT.md 4.2.1 (reader kind x typed field -> accepted or the error): each cell run
+    against the reader its row names, with a header carrying the field its column names."""
+    fields, rows = format_md_reader_table()
+    assert set(fields) == set(FIELD_VALUES) and set(rows) == set(READERS), (fields, sorted(rows))
+    found = {name: [READERS[name](field) for field in fields] for name in rows}
+    assert found == rows
+
+
+# -- the exit table: one table in the code, the README's and --help's ---------------------------
+
+README = Path(__file__).parent.parent.parent / "README.md"
+
+
+def test_readme_exit_table_is_the_one_in_the_code() -> None:
+    text = README.read_text()
+    block = text[text.index("| status | meaning |") :].split("\n\n", 1)[0]
+    rows = dict(re.findall(r"^ *\| (\d+) \| (.*) \|$", block, re.MULTILINE))
+    assert {int(code): meaning for code, meaning in rows.items()} == cli.EXIT_CODES
+
+
+def rules_named(text: str) -> set[str]:
+    """The FORMAT.md checks a row names: "H3..H7" and "R8" style."""
+    named = set()
+    for letter, first, last in re.findall(r"\b([HRS])(\d+)(?:\.\.[HRS](\d+))?\b", text):
+        named |= {f"{letter}{n}" for n in range(int(first), int(last or first) + 1)}
+    return named
+
+
+def _fault(rule: str) -> gcmstream.ProtocolError:
+    if rule == "H8":
+        return record_size_fault(2, 1)
+    return header_fault(rule, "found")
+
+
+# The record and stanza checks, each with an error of the class it raises (FORMAT.md 8.1, 4.4)
+OTHER_CHECKS: dict[str, gcmstream.ProtocolError] = {
+    "R1": gcmstream.RecordTooLargeError("record ciphertext", 2, 1),
+    "R2": gcmstream.MalformedRecordError("below the tag"),
+    "R5": gcmstream.AuthenticationError(0),
+    "R6": gcmstream.MalformedRecordError("flag", record_number=0),
+    "R8": gcmstream.TrailingDataError(record_number=0),
+    "S2": gcmstream.StanzaError("both"),
+    "S3": gcmstream.NoIdentityMatchedError("no stanza"),
+    "S4": gcmstream.WorkFactorError("too costly"),
+    "S5": gcmstream.StanzaError("count"),
+    "S8": gcmstream.KeyCommitmentError("file key"),
+}
+
+
+@pytest.mark.parametrize("rule", [*HEADER_FAULTS, *OTHER_CHECKS])
+def test_each_check_gets_the_exit_status_whose_row_names_it(rule: str) -> None:
+    """Every header check's error (from format.HEADER_FAULTS, as every reader raises it) and
+    the record and stanza checks' get the exit status whose EXIT_CODES row names the check,
+    and no other row names it."""
+    error = OTHER_CHECKS[rule] if rule in OTHER_CHECKS else _fault(rule)
+    naming = {code for code, text in cli.EXIT_CODES.items() if rule in rules_named(text)}
+    assert naming == {cli.exit_status(error)}, (rule, naming)
