@@ -242,6 +242,11 @@ class DecryptedFile(io.RawIOBase):
             return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Move to ``offset`` from the start, the current position or the end (``whence`` 0, 1,
+        2) and return the new position. A position past the end is allowed (reads there return
+        nothing). A position before the start raises ValueError and leaves the position as it
+        was, whatever ``whence`` is: a deliberate difference from ``io.BytesIO``, which clamps a
+        relative seek before the start to 0 (``io.FileIO`` refuses it too, with OSError)."""
         with self._lock:
             return self._seek(offset, whence)
 
