@@ -404,7 +404,14 @@ class SecureStreamWriter:
     def _send(self, view: memoryview) -> None:
         if not view:
             return
-        self._transport.write(view)
+        try:
+            self._transport.write(view)
+        except RuntimeError as exc:
+            # uvloop refuses a write to a transport its peer reset ("the handler is closed");
+            # asyncio's drops it and its drain() raises this, as a lost connection is reported
+            if not self._transport.is_closing():
+                raise
+            raise ConnectionResetError("connection lost") from exc
         if self._transport.get_write_buffer_size():  # the transport may still refer to it
             self._sealer.detach_output()
 

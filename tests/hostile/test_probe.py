@@ -165,7 +165,9 @@ ALL_SERVERS = [*SERVERS, "listen"]
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("server", ALL_SERVERS)
-def test_a_fixed_part_alone_waits_the_same_for_a_held_and_an_unknown_key_id(server: str, tmp_path: Path) -> None:
+def test_a_fixed_part_alone_waits_the_same_for_a_held_and_an_unknown_key_id(
+    server: str, tmp_path: Path
+) -> None:
     """The 62-byte fixed part only: neither key ID is hung up on early; both wait for the rest of
     the header until the handshake timeout (1 s; `gcmstream listen`'s 30 s outlasts the probe)
     and are then closed the same way, without a byte."""
@@ -187,7 +189,9 @@ def test_a_fixed_part_alone_waits_the_same_for_a_held_and_an_unknown_key_id(serv
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("server", ALL_SERVERS)
-def test_a_whole_header_is_refused_the_same_for_a_held_and_an_unknown_key_id(server: str, tmp_path: Path) -> None:
+def test_a_whole_header_is_refused_the_same_for_a_held_and_an_unknown_key_id(
+    server: str, tmp_path: Path
+) -> None:
     """A whole header with a random commitment: both read to the end (no reset), refused with an
     orderly close within milliseconds of the last byte, without a byte; five rounds each."""
     headers = probe_headers()
