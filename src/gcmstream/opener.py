@@ -246,7 +246,8 @@ class Opener:
         self.ring_size = ring_size
         self._keys: KeyRing | None = keys  # kept only until the header is verified
         stanza_types = STANZA_FIELD_TYPES if self._unlocker is not None else frozenset()
-        self._known_fields = _known_fields | stanza_types
+        # shared, not a copy per opener, when there are no stanzas: one less set per connection
+        self._known_fields = _known_fields | stanza_types if stanza_types else _known_fields
         # stanzas need more room than a key's header (docs/FORMAT.md 4.4)
         self._max_fields_size = MAX_STANZA_FIELDS_SIZE if self._unlocker is not None else MAX_FIELDS_SIZE
         self._context = check_context(context)
