@@ -8,6 +8,8 @@ import hashlib
 import logging
 import os
 import random
+import socket
+import struct
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -219,6 +221,38 @@ def test_transport_held_memory_is_never_reused_under_backpressure(use_uvloop: bo
     else:
         digest = asyncio.run(main())
     assert digest == expected
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("use_uvloop", [False, True], ids=["asyncio", "uvloop"])
+def test_writing_after_the_peer_reset_raises_connection_reset(use_uvloop: bool) -> None:
+    """Issue 21 section 6: a peer resets the connection (SO_LINGER 0) while the server writes.
+    Both loops report it as the lost connection it is, ConnectionResetError (an OSError, as
+    errors.py allows from the transport): asyncio at drain(), uvloop at write(), where it
+    raised its own RuntimeError("... the handler is closed") before."""
+
+    async def main() -> None:
+        async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
+            await r.readexactly(5)  # the client's hello, then its reset
+            with pytest.raises(ConnectionResetError):
+                for _ in range(200):  # bounded: each write goes out, until the reset is seen
+                    w.write(b"x" * 1000)
+                    await w.drain()
+                    await asyncio.sleep(0.01)
+
+        async with connected(job) as (reader, writer):
+            client = writer.get_extra_info("socket")
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.write(b"hello")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+            writer.transport.abort()  # with SO_LINGER 0: a reset, not a FIN
+
+    if use_uvloop:
+        uvloop = pytest.importorskip("uvloop")
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
 
 
 @pytest.mark.asyncio

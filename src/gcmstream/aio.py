@@ -50,6 +50,7 @@ from .format import (
     KeyLimits,
     Keys,
     Role,
+    as_key_ring,
 )
 from .pending import DEFAULT_MAX_PENDING_HANDSHAKES, PendingHandshakes
 from .ring import DEFAULT_RING_SIZE, ring_capacity
@@ -404,7 +405,14 @@ class SecureStreamWriter:
     def _send(self, view: memoryview) -> None:
         if not view:
             return
-        self._transport.write(view)
+        try:
+            self._transport.write(view)
+        except RuntimeError as exc:
+            # uvloop refuses a write to a transport its peer reset ("the handler is closed");
+            # asyncio's drops it and its drain() raises this, as a lost connection is reported
+            if not self._transport.is_closing():
+                raise
+            raise ConnectionResetError("connection lost") from exc
         if self._transport.get_write_buffer_size():  # the transport may still refer to it
             self._sealer.detach_output()
 
@@ -849,6 +857,7 @@ async def start_server(
     not at each connection."""
     _check_limit(limit)
     ring_capacity(max_record_size, ring_size)  # a bad ring_size raises now, not per client
+    keys = as_key_ring(key)  # once, not a ring (and its key IDs) per connection
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
     options = HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id)
@@ -885,7 +894,7 @@ async def start_server(
 
     def factory() -> _ChannelProtocol:
         channel = _channel(
-            key, Role.RESPONDER, context, record_size, max_record_size, limits, options, ring_size
+            keys, Role.RESPONDER, context, record_size, max_record_size, limits, options, ring_size
         )
         return _ChannelProtocol(channel, loop, limit, on_connected=start, record_timeout=record_timeout)
 

@@ -55,9 +55,9 @@ from .format import (
     Buffer,
     KeyExchange,
     KeyLimits,
-    KeyRing,
     Keys,
     Role,
+    as_key_ring,
 )
 from .pending import DEFAULT_MAX_PENDING_HANDSHAKES, PendingHandshakes
 from .ring import DEFAULT_RING_SIZE, ring_capacity
@@ -517,7 +517,7 @@ async def create_tcp_listener(
     listener = await anyio.create_tcp_listener(local_host=local_host, local_port=local_port)
     return SecureListener(
         listener=listener,
-        key=key if isinstance(key, KeyRing) else bytes(key),
+        key=as_key_ring(key),  # once, not a ring (and its key IDs) per connection
         context=bytes(context),
         record_size=record_size,
         max_record_size=max_record_size,

@@ -61,6 +61,7 @@ from .format import (
     MAX_CONTEXT_SIZE,
     VERSION,
     KeyExchange,
+    KeyRing,
     Role,
     check_header_start,
     generate_key,
@@ -1259,7 +1260,7 @@ async def _accept_one(listener: anyio.abc.Listener[SocketStream]) -> SocketStrea
     return accepted[0]
 
 
-async def _handshake(transport: SocketStream, args: argparse.Namespace, key: bytes) -> SecureStream:
+async def _handshake(transport: SocketStream, args: argparse.Namespace, key: KeyRing) -> SecureStream:
     return await SecureStream.wrap(  # the shared handshake policy: timeout, close on failure
         transport,
         key=key,
@@ -1281,7 +1282,7 @@ MAX_PENDING_HANDSHAKES = 16
 
 
 async def _first_peer(
-    listener: anyio.abc.Listener[SocketStream], args: argparse.Namespace, key: bytes
+    listener: anyio.abc.Listener[SocketStream], args: argparse.Namespace, key: KeyRing
 ) -> SecureStream:
     """Accept connections until one completes the handshake; every failed one is logged and
     closed, so a stranger (a port scan, a probe, a wrong key) does not end the session.
@@ -1335,14 +1336,15 @@ def _peer_failure(exc: BaseException, args: argparse.Namespace) -> str:
 
 async def _listen_command(args: argparse.Namespace, key: bytes) -> None:
     host, port = args.address
+    keys = KeyRing([key])  # once, not a ring (and its key ID) per connection
     async with await _bind(host, port, args.quiet) as listener:
         if args.once:  # the first connection only, whatever its handshake gives
             transport = await _accept_one(listener)
         else:
-            stream = await _first_peer(listener, args, key)
+            stream = await _first_peer(listener, args, keys)
     if args.once:
         try:
-            stream = await _handshake(transport, args, key)
+            stream = await _handshake(transport, args, keys)
         except RecordTooLargeError as exc:
             raise _record_limit_error("listen", exc.size, exc.limit, "the peer") from None
     await _session_then_close(stream)

@@ -190,6 +190,7 @@ class Opener:
         "_header_start",
         "_held",
         "_held_pos",
+        "_key_refusal",
         "_keys",
         "_known_fields",
         "_lent",
@@ -245,7 +246,8 @@ class Opener:
         self.ring_size = ring_size
         self._keys: KeyRing | None = keys  # kept only until the header is verified
         stanza_types = STANZA_FIELD_TYPES if self._unlocker is not None else frozenset()
-        self._known_fields = _known_fields | stanza_types
+        # shared, not a copy per opener, when there are no stanzas: one less set per connection
+        self._known_fields = _known_fields | stanza_types if stanza_types else _known_fields
         # stanzas need more room than a key's header (docs/FORMAT.md 4.4)
         self._max_fields_size = MAX_STANZA_FIELDS_SIZE if self._unlocker is not None else MAX_FIELDS_SIZE
         self._context = check_context(context)
@@ -268,6 +270,7 @@ class Opener:
         self._header_base = 0  # bytes received before the buffer (the header, while reading Finished)
         self._header_start: HeaderStart | None = None
         self._header_key = b""
+        self._key_refusal: KeyCommitmentError | None = None  # a channel's, held to the whole header
         self.header: StreamHeader | None = None
         self._direction: Direction | None = None
         self._max_ciphertext = 0
@@ -557,12 +560,26 @@ class Opener:
         if unlocker is None:
             if keys is None:  # unreachable: the fixed part is read once
                 raise ProtocolError("header already read")
-            self._header_key = find_key(keys, start)
+            self._header_key = self._find_key(keys, start)
         self._header_start = start
         self._header_need = start.size
         whole = bytearray(start.size + (FINISHED_SIZE if self._on_peer_finished is not None else 0))
         whole[:HEADER_FIXED_SIZE] = self._header_buf  # (a view of the old buffer may still exist)
         self._header_buf = whole
+
+    def _find_key(self, keys: KeyRing, start: HeaderStart) -> bytes:
+        """The key the header names. A channel's peer that names no key held here (or names one
+        with another suite) is refused only once its whole header arrived, after the same
+        commitment check against a stand-in key: refused at the fixed part, the hang-up's time
+        and the unread rest (a reset) would tell a keyless prober which key IDs a server holds
+        (SECURITY.md, "Post-quantum authentication"; tests/hostile/test_probe.py)."""
+        try:
+            return find_key(keys, start)
+        except KeyCommitmentError as exc:
+            if self._on_peer_header is None:  # a one-way stream: no prober to hide from
+                raise
+            self._key_refusal = exc
+            return bytes(start.suite.key_size)  # never verifies: the refusal is raised anyway
 
     def _on_header(self) -> None:
         key, self._header_key = self._header_key, b""
@@ -575,7 +592,15 @@ class Opener:
         unlocker, self._unlocker = self._unlocker, None
         if unlocker is not None:
             key = self._unlock(unlocker, raw)
-        secret = verify_commitment(key, raw, self._context)
+        refusal, self._key_refusal = self._key_refusal, None
+        try:
+            secret = verify_commitment(key, raw, self._context)
+        except KeyCommitmentError:
+            if refusal is not None:
+                raise refusal from None
+            raise
+        if refusal is not None:  # the stand-in key verified a forged commitment: refused all the same
+            raise refusal
         header = parse_header(raw, self._known_fields, self._max_fields_size)
         self.header = header
         if self._on_peer_header is not None:  # a channel: its Finished comes next
