@@ -335,3 +335,46 @@ def test_a_fixed_layout_past_the_hard_limits_is_ignored(
         assert file.fixed_layout is fixed
         assert file.read() == data
     assert path.read_bytes()[-(5 + 16 + 5)] == FLAG_FINAL
+
+
+def fixed_file_refusal(path: Path, wire: bytes) -> type[Exception]:
+    """The error open_file raises for ``wire`` (a FIXED_LAYOUT file) and, to compare, the one a
+    sequential Opener raises for the same bytes, both as classes."""
+    path.write_bytes(wire)
+    with pytest.raises(gcmstream.ProtocolError) as at_open:
+        gcmstream.open_file(path, key=KEY)
+    opener = Opener(KEY)
+    with pytest.raises(gcmstream.ProtocolError) as sequential:
+        opener.receive_data(wire)
+        while opener.read():
+            pass
+        opener.receive_eof()
+        while opener.read():
+            pass
+    assert type(at_open.value) is type(sequential.value)
+    return type(at_open.value)
+
+
+def test_a_refused_fixed_layout_file_gets_the_sequential_readers_error(tmp_path: Path) -> None:
+    """FORMAT.md 4.3: when the size or FINAL's place does not fit the layout, the error is the
+    one a sequential reader raises on the whole file, or MalformedRecordError if it accepts
+    it. A cut at a record boundary whose last full record (stored header 00..., FINAL
+    required there) would be an AuthenticationError by the stored-header rule is a
+    TruncatedStreamError; a remainder of record_size + 1 .. + 20 is TrailingDataError after a
+    full FINAL; a file shorter than header + 21 bytes is TruncatedStreamError."""
+    data = bytes(range(250)) * 2  # 5 full records of 100: the last one FINAL
+    path = sealed_file(tmp_path, "fixed", 100, 1000, data)
+    wire = path.read_bytes()
+    header_size = len(wire) - 5 * 121
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert file.fixed_layout and file.read() == data
+    boundary = wire[: header_size + 3 * 121]  # 3 records, none FINAL: the size puts FINAL on #2
+    assert boundary[-121] == 0
+    assert fixed_file_refusal(path, boundary) is gcmstream.TruncatedStreamError
+    for extra in (1, 20):  # remainder record_size + extra
+        assert fixed_file_refusal(path, wire + bytes(extra)) is gcmstream.TrailingDataError
+    for size in (header_size, header_size + 20):  # S < header_size + 21
+        assert fixed_file_refusal(path, wire[:size]) is gcmstream.TruncatedStreamError
+    edited = bytearray(wire)  # a reserved flag on record 1: the sequential reader's R5 fails
+    edited[header_size + 121] = 0x04
+    assert fixed_file_refusal(path, bytes(edited[: header_size + 3 * 121])) is gcmstream.AuthenticationError
