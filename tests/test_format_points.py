@@ -378,3 +378,34 @@ def test_a_refused_fixed_layout_file_gets_the_sequential_readers_error(tmp_path:
     edited = bytearray(wire)  # a reserved flag on record 1: the sequential reader's R5 fails
     edited[header_size + 121] = 0x04
     assert fixed_file_refusal(path, bytes(edited[: header_size + 3 * 121])) is gcmstream.AuthenticationError
+
+
+# -- 8.2: the error tree ----------------------------------------------------------------------
+
+
+def test_the_error_tree_in_format_md_is_the_codes() -> None:
+    """Each class of FORMAT.md's tree (8.2) exists in gcmstream.errors with exactly the parent
+    the drawing gives it, and the stanza errors are fatal ProtocolErrors."""
+    text = (Path(__file__).parent.parent / "docs" / "FORMAT.md").read_text(encoding="utf-8")
+    block = text.split("**The error tree.**", 1)[1].split("```\n", 2)[1]
+    parents: list[tuple[int, type]] = []
+    checked = 0
+    for line in block.splitlines():
+        name = line.lstrip(" │├└─").split(" ", 1)[0]
+        depth = len(line) - len(line.lstrip(" │├└─"))
+        cls = getattr(gcmstream.errors, name)
+        while parents and parents[-1][0] >= depth:
+            parents.pop()
+        if parents:
+            assert parents[-1][1] in cls.__bases__, name
+            checked += 1
+        parents.append((depth, cls))
+    assert checked == 18  # every class but the root
+    for fatal in (gcmstream.StanzaError, gcmstream.WorkFactorError, gcmstream.NoIdentityMatchedError):
+        assert issubclass(fatal, gcmstream.ProtocolError)
+    opener = Opener(identities=[Identity.generate(RecipientKind.X25519)])
+    with pytest.raises(NoIdentityMatchedError):
+        opener.receive_data(bytes(Sealer(KEY, record_size=16).seal(b"", final=True)))
+        opener.read()
+    with pytest.raises(gcmstream.StreamBrokenError):
+        opener.read()
