@@ -76,11 +76,13 @@ def test_a_stanza_that_fails_inside_hpke_is_a_non_match(kind: RecipientKind) -> 
     StanzaError."""
     identity = Identity.generate(kind)
     good = identity.recipient.wrap(FILE_KEY)
+    low_order = (1).to_bytes(32, "little")  # u = 1: a point of order 4, X25519 gives all zero
     broken = (
-        [bytes(32) + good[32:]]
+        [bytes(32) + good[32:], low_order + good[32:]]
         if kind is RecipientKind.X25519
         else [
             good[:1088] + bytes(32) + good[1120:],  # X25519 ciphertext: the all-zero point
+            good[:1088] + low_order + good[1120:],
             bytes(1088) + good[1088:],  # ML-KEM ciphertext: right length, not an encapsulation
         ]
     )
@@ -409,3 +411,23 @@ def test_the_error_tree_in_format_md_is_the_codes() -> None:
         opener.read()
     with pytest.raises(gcmstream.StreamBrokenError):
         opener.read()
+
+
+@pytest.mark.parametrize("params", [(0, 8, 1), (63, 8, 1), (10, 0, 1), (10, 8, 0)])
+def test_scrypt_parameters_outside_rfc_7914_are_a_stanza_error_before_scrypt(
+    params: tuple[int, int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FORMAT.md 4.4: log2_n >= 1 (N > 1, RFC 7914), log2_n <= 62, r >= 1 and p >= 1, else
+    StanzaError (not WorkFactorError), and scrypt never runs."""
+    sealer = Sealer(passphrase="pw", work_factor=10, record_size=64)
+    wire = bytearray(sealer.seal(b"x", final=True))
+    stanza = wire.index(bytes([10, 8, 1]), HEADER_FIXED_SIZE)
+    wire[stanza : stanza + 3] = bytes(params)
+    ran: list[object] = []
+    monkeypatch.setattr(gcmstream.recipients, "Scrypt", lambda **kw: ran.append(kw))
+    opener = Opener(passphrase="pw")
+    opener.receive_data(bytes(wire))
+    with pytest.raises(gcmstream.StanzaError) as caught:
+        opener.read()
+    assert type(caught.value) is gcmstream.StanzaError
+    assert ran == []
