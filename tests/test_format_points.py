@@ -431,3 +431,23 @@ def test_scrypt_parameters_outside_rfc_7914_are_a_stanza_error_before_scrypt(
         opener.read()
     assert type(caught.value) is gcmstream.StanzaError
     assert ran == []
+
+
+def test_the_fields_bound_depends_on_how_the_reader_is_keyed() -> None:
+    """FORMAT.md 8.1, H7: fields_length 4,097 is refused from the fixed part by a reader given a
+    key (UnsupportedFormatError), and passes H7 for a reader given identities or a passphrase,
+    which then finds no stanza (S3: NoIdentityMatchedError). 65,535 is the field's maximum."""
+    fields = ((0x8005, bytes(4097 - 4)),)  # one optional field: 4,097 bytes of fields
+    wire = bytes(Sealer(KEY, record_size=64, _fields=fields).seal(b"", final=True))
+    assert struct.unpack_from(">H", wire, HEADER_FIXED_SIZE - 2) == (4097,)
+    keyed = Opener(KEY)
+    with pytest.raises(gcmstream.UnsupportedFormatError):
+        keyed.receive_data(wire[:HEADER_FIXED_SIZE])
+        keyed.read()
+    for keying in ({"identities": [Identity.generate(RecipientKind.X25519)]}, {"passphrase": "pw"}):
+        opener = Opener(**keying)  # type: ignore[arg-type]
+        opener.receive_data(wire[:HEADER_FIXED_SIZE])
+        assert opener.read() is None  # H7 passed: it waits for the fields
+        opener.receive_data(wire[HEADER_FIXED_SIZE:])
+        with pytest.raises(NoIdentityMatchedError):
+            opener.read()
