@@ -93,6 +93,34 @@ def test_a_stanza_that_fails_inside_hpke_is_a_non_match(kind: RecipientKind) -> 
             read_with(identity, stanza_stream([(kind, body)]))
 
 
+def raw_stanza_stream(value: bytes) -> bytes:
+    """A stream keyed by FILE_KEY whose 0x0010 field is ``value``, with a valid commitment."""
+    sealer = Sealer(FILE_KEY, record_size=64, _fields=((FieldType.RECIPIENT_STANZAS, value),))
+    return bytes(sealer.seal(b"the plaintext", final=True))
+
+
+@pytest.mark.parametrize("length", [0, 7, 8])
+def test_a_tagged_stanza_of_unknown_kind_must_hold_its_tag(length: int) -> None:
+    """FORMAT.md 4.4, S5: a stanza of unknown kind (here 3) is skipped and still counts, but
+    if TAGGED it must hold its 8-byte tag: shorter is StanzaError, before any stanza is opened
+    (the good stanza after it is never tried)."""
+    identity = Identity.generate(RecipientKind.X25519)
+    good = identity.recipient.wrap(FILE_KEY)
+    value = (
+        struct.pack(">H", 2)
+        + struct.pack(">BBH", 3, 1, length)
+        + bytes(length)
+        + struct.pack(">BBH", RecipientKind.X25519, 0, len(good))
+        + good
+    )
+    wire = raw_stanza_stream(value)
+    if length >= 8:
+        assert read_with(identity, wire) == b"the plaintext"
+    else:
+        with pytest.raises(gcmstream.StanzaError, match="shorter than its tag"):
+            read_with(identity, wire)
+
+
 # -- 5.2: the responder's key exchange, K8's ML-KEM checks ---------------------------------------
 
 
