@@ -479,3 +479,46 @@ def test_the_fields_bound_depends_on_how_the_reader_is_keyed() -> None:
         opener.receive_data(wire[HEADER_FIXED_SIZE:])
         with pytest.raises(NoIdentityMatchedError):
             opener.read()
+
+
+# -- 4.5: identity and recipients files -------------------------------------------------------
+
+
+def test_an_identity_file_over_8192_characters_is_refused_not_cut(tmp_path: Path) -> None:
+    """FORMAT.md 4.5: an identity file of more than 8,192 characters is refused
+    (RecipientError), as a recipients file over its limit is; it is never cut, which would let
+    a second identity line past the cut go unseen. 8,192 characters are read."""
+    first, second = (Identity.generate(RecipientKind.X25519) for _ in range(2))
+    path = tmp_path / "identity"
+    head = f"{first.to_text()}\n"
+    padding = "#" * (8192 - len(head) - 1) + "\n"
+    path.write_text(head + padding, encoding="ascii")  # exactly 8,192 characters
+    assert gcmstream.recipients.read_identity_file(path).to_text() == first.to_text()
+    path.write_text(head + padding + f"{second.to_text()}\n", encoding="ascii")
+    with pytest.raises(gcmstream.RecipientError, match="8192"):
+        gcmstream.recipients.read_identity_file(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "accepted"),
+    [
+        ("# c\r\n{identity}\r\n", True),  # CR LF
+        ("# c\r{identity}\r", True),  # CR alone
+        ("\t {identity} \t\n\n", True),  # surrounding whitespace, empty lines
+        ("\ufeff# c\n{identity}\n", False),  # a byte order mark is no whitespace: a second line
+        ("\ufeff{identity}\n", False),
+        ("# c\n{identity}\n{identity}\n", False),  # two identity lines
+        ("# only a comment\n", False),
+    ],
+)
+def test_how_an_identity_file_is_split_and_stripped(tmp_path: Path, text: str, accepted: bool) -> None:
+    """FORMAT.md 4.5: UTF-8, lines split at LF, CR LF or CR, each stripped of whitespace,
+    empty and '#' lines skipped, exactly one line left; a BOM is not skipped."""
+    identity = Identity.generate(RecipientKind.X25519)
+    path = tmp_path / "identity"
+    path.write_bytes(text.format(identity=identity.to_text()).encode("utf-8"))
+    if accepted:
+        assert gcmstream.recipients.read_identity_file(path).to_text() == identity.to_text()
+    else:
+        with pytest.raises(gcmstream.RecipientError):
+            gcmstream.recipients.read_identity_file(path)
