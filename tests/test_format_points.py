@@ -310,6 +310,34 @@ def test_an_initiator_refuses_an_answer_under_another_key_of_its_ring_with_unkno
     assert not client.sealer.ready
 
 
+def handshake(initiator: Channel, responder: Channel) -> None:
+    """Run the handshake in memory; raise what either end raises."""
+    with self_connections_allowed():
+        responder.opener.receive_data(initiator.initial_data())
+        responder.handshake_complete()
+        initiator.opener.receive_data(responder.data_to_send())
+        initiator.handshake_complete()
+        responder.opener.receive_data(initiator.data_to_send())
+        assert responder.handshake_complete() and initiator.handshake_complete()
+
+
+def test_key_names_and_own_identity_as_k5_and_k6_compare_them() -> None:
+    """FORMAT.md 5.2, K5/K6: a key's name is a local label (UTF-8 of a str, no normalisation),
+    compared bytewise with the peer's 0x0003 value; K6 needs a present identity, so two ends
+    without identities pass it; an identity equal to the own local_id does not."""
+    key = generate_key()
+    handshake(Channel(key, role=Role.INITIATOR), Channel(key, role=Role.RESPONDER))  # both absent
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    named = KeyRing({nfc: key})
+    handshake(Channel(key, role=Role.INITIATOR, local_id=nfc), Channel(named, role=Role.RESPONDER))
+    with pytest.raises(gcmstream.PeerIdentityError):  # the same text, other bytes
+        handshake(Channel(key, role=Role.INITIATOR, local_id=nfd), Channel(named, role=Role.RESPONDER))
+    with pytest.raises(SelfConnectionError):
+        handshake(
+            Channel(key, role=Role.INITIATOR, local_id="a"), Channel(key, role=Role.RESPONDER, local_id="a")
+        )
+
+
 # -- 4.3 and 8.3: random access -----------------------------------------------------------------
 
 
