@@ -550,3 +550,19 @@ def test_how_an_identity_file_is_split_and_stripped(tmp_path: Path, text: str, a
     else:
         with pytest.raises(gcmstream.RecipientError):
             gcmstream.recipients.read_identity_file(path)
+
+
+def test_a_passphrase_is_its_utf8_bytes_without_normalisation() -> None:
+    """FORMAT.md 4.4: a str passphrase is its UTF-8 bytes, not normalised: the NFC form opens
+    (as do its UTF-8 bytes), the NFD form of the same text does not."""
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    wire = bytes(Sealer(passphrase=nfc, work_factor=10, record_size=64).seal(b"secret", final=True))
+    for same in (nfc, nfc.encode("utf-8")):
+        opener = Opener(passphrase=same)
+        opener.receive_data(wire)
+        opener.receive_eof()
+        assert opener.read() == b"secret"
+    opener = Opener(passphrase=nfd)
+    opener.receive_data(wire)
+    with pytest.raises(NoIdentityMatchedError):
+        opener.read()
