@@ -8,6 +8,7 @@ how a random-access reader treats a stored record header and the FIXED_LAYOUT li
 from __future__ import annotations
 
 import gc
+import json
 import struct
 from pathlib import Path
 
@@ -566,3 +567,21 @@ def test_a_passphrase_is_its_utf8_bytes_without_normalisation() -> None:
     opener.receive_data(wire)
     with pytest.raises(NoIdentityMatchedError):
         opener.read()
+
+
+# -- 11: how the recipient vectors are written --------------------------------------------------
+
+
+def test_the_recipient_vectors_generator_runs_and_matches_what_is_stored() -> None:
+    """FORMAT.md 11: tests/vectors/generate_recipients.py still writes the stored vectors'
+    reproducible parts (the passphrase vector byte for byte, the invalid vectors' names),
+    though two valid ones mix stanza kinds, which gcmstream's writer refuses: their stanzas
+    are made one wrap at a time, as another tool would."""
+    from .vectors import generate_recipients
+
+    stored = json.loads(generate_recipients.OUT.read_text())
+    made = generate_recipients.generate()
+    assert [v for v in made["valid"] if "passphrase" in v] == [v for v in stored["valid"] if "passphrase" in v]
+    assert [v["name"] for v in made["invalid"]] == [v["name"] for v in stored["invalid"]]
+    kinds = {i["kind"] for v in made["valid"] if "identities" in v for i in v["identities"]}
+    assert kinds == {"x25519", "mlkem768x25519"}

@@ -106,9 +106,23 @@ def rekeyed(wire: bytes, fields: list[tuple[int, bytes]]) -> bytes:
     return header + split(wire)[2]
 
 
+def mixed_kinds(*identities: Identity, tagged: bool = False, context: bytes = b"") -> bytes:
+    """A stream whose untagged stanzas wrap FILE_KEY to these recipients of both kinds: what
+    another tool may write. gcmstream's writer refuses to mix kinds (FORMAT.md 4.4), its
+    readers open such a header, so the stanzas are made here, one ``wrap`` each, and the
+    header and records by a Sealer under the file key with that field."""
+    value = struct.pack(">H", len(identities))
+    for item in identities:
+        body = (item.recipient.tag if tagged else b"") + item.recipient.wrap(FILE_KEY)
+        value += struct.pack(">BBH", item.kind, int(tagged), len(body)) + body
+    field = ((FieldType.RECIPIENT_STANZAS, value),)
+    sealer = Sealer(FILE_KEY, context=context, record_size=RECORD_SIZE, _salt=SALT, _fields=field)
+    return bytes(sealer.seal(PLAINTEXT, final=True))
+
+
 def generate() -> dict[str, Any]:
-    three = seal(recipients=[HYBRID_A.recipient, HYBRID_B.recipient, X25519_C.recipient])
-    tagged = seal(b"vector context", recipients=[HYBRID_A.recipient, X25519_C.recipient], tag_recipients=True)
+    three = mixed_kinds(HYBRID_A, HYBRID_B, X25519_C)
+    tagged = mixed_kinds(HYBRID_A, X25519_C, tagged=True, context=b"vector context")
     secret = seal(passphrase=PASSPHRASE, work_factor=10)
     common = {"file_key": FILE_KEY.hex(), "salt": SALT.hex(), "record_size": RECORD_SIZE}
     valid = [
