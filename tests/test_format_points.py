@@ -585,3 +585,19 @@ def test_the_recipient_vectors_generator_runs_and_matches_what_is_stored() -> No
     assert [v["name"] for v in made["invalid"]] == [v["name"] for v in stored["invalid"]]
     kinds = {i["kind"] for v in made["valid"] if "identities" in v for i in v["identities"]}
     assert kinds == {"x25519", "mlkem768x25519"}
+
+
+def test_the_fixed_layout_vector_is_read_by_arithmetic(tmp_path: Path) -> None:
+    """FORMAT.md 4.3 and 11: valid.json's aes128-fixed-layout opens at random access with the
+    layout used (no walk), and every 1-byte read at any offset gives the plaintext's byte."""
+    vectors = json.loads((Path(__file__).parent / "vectors" / "valid.json").read_text())
+    (vector,) = [v for v in vectors if v["name"] == "aes128-fixed-layout"]
+    wire, plaintext = bytes.fromhex(vector["ciphertext"]), bytes.fromhex(vector["plaintext"])
+    assert struct.unpack_from(">H", wire, HEADER_FIXED_SIZE - 2) == (8,)
+    path = tmp_path / "vector"
+    path.write_bytes(wire)
+    with gcmstream.open_file(path, key=bytes.fromhex(vector["key"])) as file:
+        assert file.fixed_layout and file.records == 7
+        for offset in reversed(range(len(plaintext))):
+            file.seek(offset)
+            assert file.read(1) == plaintext[offset : offset + 1]
