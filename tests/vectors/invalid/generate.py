@@ -724,7 +724,7 @@ def build_cases() -> list[Case]:
         "KeyCommitmentError",
         0,
     )
-    return cases + valid_stream_cases()
+    return cases + valid_stream_cases() + fixed_layout_cases()
 
 
 # -- cases cut from a writer's own stream ----------------------------------------------------------
@@ -933,6 +933,59 @@ def valid_stream_cases() -> list[Case]:
     )
     return cases
 
+
+
+def fixed_layout_cases() -> list[Case]:
+    """``fixed_layout_*``: faults in valid.json's ``aes128-fixed-layout`` file (FIXED_LAYOUT
+    N = 3, records of 16 bytes, a 102-byte header, record i at 102 + 37 i, KEY_UPDATE on 2
+    and 5, FINAL of 4 bytes at 6). Every reader refuses them with the sequential reader's
+    error (FORMAT.md 4.3): a random-access reader at open, or at the read that touches an
+    edited record."""
+    valid = _valid_vectors()
+    (vector,) = [v for v in valid.VALID if v.name == "aes128-fixed-layout"]
+    wire, text, key = vector.seal(), vector.plaintext, vector.key
+    header, step = 102, vector.record_size + RECORD_HEADER_SIZE + TAG_SIZE
+    if len(wire) != header + 6 * step + RECORD_HEADER_SIZE + 4 + TAG_SIZE:
+        raise SystemExit("aes128-fixed-layout is not 6 full records and a FINAL of 4 bytes")
+    edited = bytearray(wire)
+    edited[header + step] |= 0x04  # record 1's stored header: a reserved flag
+    cases = [
+        (
+            "cut_at_record_boundary",
+            "cut after record 2 (KEY_UPDATE): the size puts FINAL there, whose stored header is "
+            "02 where 01 is required; the sequential reader's error, not the stored-header rule's",
+            wire[: header + 3 * step],
+            "TruncatedStreamError",
+            text[:48],
+        ),
+        (
+            "edited_stored_header",
+            "record 1's stored flags byte given a reserved bit (ciphertext untouched)",
+            bytes(edited),
+            "AuthenticationError",
+            text[:16],
+        ),
+        (
+            "dropped_record",
+            "record 3 removed: the size still fits the layout, but FINAL is no longer where it "
+            "puts it (and the sequential reader opens record 4 as generation 1, seq 0)",
+            wire[: header + 3 * step] + wire[header + 4 * step :],
+            "AuthenticationError",
+            text[:48],
+        ),
+        (
+            "trailing_byte",
+            "one byte after the FINAL record: the remainder is record_size + 1 .. + 20 only for a "
+            "full FINAL; here the size puts FINAL one byte later",
+            wire + b"\x00",
+            "TrailingDataError",
+            text[:96],  # FINAL withheld: the byte after it is already there (FORMAT.md 8.2)
+        ),
+    ]
+    return [
+        Case(f"fixed_layout_{name}", comment, data, expect, released, text, key=key, context=b"")
+        for name, comment, data, expect, released in cases
+    ]
 
 def channel_reader(case: dict[str, object]) -> Opener:
     """The RESPONDER a channel case describes; its answers to the input are dropped."""
