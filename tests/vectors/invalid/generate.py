@@ -934,7 +934,6 @@ def valid_stream_cases() -> list[Case]:
     return cases
 
 
-
 def fixed_layout_cases() -> list[Case]:
     """``fixed_layout_*``: faults in valid.json's ``aes128-fixed-layout`` file (FIXED_LAYOUT
     N = 3, records of 16 bytes, a 102-byte header, record i at 102 + 37 i, KEY_UPDATE on 2
@@ -986,6 +985,7 @@ def fixed_layout_cases() -> list[Case]:
         Case(f"fixed_layout_{name}", comment, data, expect, released, text, key=key, context=b"")
         for name, comment, data, expect, released in cases
     ]
+
 
 def channel_reader(case: dict[str, object]) -> Opener:
     """The RESPONDER a channel case describes; its answers to the input are dropped."""
