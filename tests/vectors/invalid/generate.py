@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from cryptography.hazmat.primitives.asymmetric import mlkem
+
 from gcmstream import GcmStreamError, Opener, Role
 from gcmstream._fixed import fixed_channel as fixed_randomness_channel
 from gcmstream.format import (
@@ -673,6 +675,40 @@ def build_cases() -> list[Case]:
         "channel_short_share",
         "a correctly committed X25519 header whose X25519 share has 31 bytes",
         initiator_hello(fields=[(FieldType.X25519_SHARE, bytes(range(31)))]) + bytes(32),
+        "HandshakeError",
+        0,
+    )
+    x25519_share = InitiatorShares(KeyExchange.X25519, FixedEphemeral(INITIATOR_X25519)).fields()
+    encapsulation_key = (
+        mlkem.MLKEM768PrivateKey.from_seed_bytes(bytes(range(64))).public_key().public_bytes_raw()
+    )
+    add_channel(
+        "channel_mlkem_share_in_x25519_header",
+        "FORMAT.md 5.2 K8 step 1: an X25519 (exchange 1) header that also carries an ML-KEM-768 share",
+        initiator_hello(fields=[*x25519_share, (FieldType.MLKEM768_SHARE, encapsulation_key)]) + bytes(32),
+        "HandshakeError",
+        0,
+    )
+    add_channel(
+        "channel_mlkem_key_failing_the_modulus_check",
+        "K8 step 3: a hybrid offer whose ML-KEM-768 encapsulation key has 1,184 bytes but a first "
+        "coefficient of 4,095 (>= q = 3,329): FIPS 203's modulus check fails, nothing is sent",
+        initiator_hello(
+            key_exchange=KeyExchange.MLKEM768_X25519,
+            fields=[*x25519_share, (FieldType.MLKEM768_SHARE, b"\xff\xff" + encapsulation_key[2:])],
+        )
+        + bytes(32),
+        "HandshakeError",
+        0,
+    )
+    add_channel(
+        "channel_mlkem_key_too_short",
+        "K8 step 3: a hybrid offer whose ML-KEM-768 encapsulation key has 1,183 bytes",
+        initiator_hello(
+            key_exchange=KeyExchange.MLKEM768_X25519,
+            fields=[*x25519_share, (FieldType.MLKEM768_SHARE, encapsulation_key[:-1])],
+        )
+        + bytes(32),
         "HandshakeError",
         0,
     )
