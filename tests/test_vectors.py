@@ -43,12 +43,14 @@ CHANNELS = [v for v in load("valid.json") if v["mode"] == "channel"]
 
 def seal(vector: dict[str, Any]) -> bytes:
     limits = KeyLimits(**vector["limits"]) if vector["limits"] else None
+    layout = vector["fixed_layout"]
     sealer = Sealer(
         bytes.fromhex(vector["key"]),
         context=bytes.fromhex(vector["context"]),
         record_size=vector["record_size"],
         limits=limits,
         _salt=bytes.fromhex(vector["salt"]),
+        _fields=((0x8004, struct.pack(">I", layout)),) if layout is not None else (),
     )
     out = bytearray()
     last = len(vector["writes"]) - 1
@@ -143,8 +145,14 @@ def reference_open(key: bytes, context: bytes, wire: bytes) -> bytes:
     API. It rebuilds the header from its fields and compares it byte for byte."""
     fixed = struct.unpack_from(">4sBBBBI16s32sH", wire)
     _, _, role, _, exchange, record_size, _, salt, fields_length = fixed
-    assert (role, exchange, fields_length) == (0, 0, 0)
-    header, secret = _header(key, context, 0, 0, record_size, salt, b"")
+    assert (role, exchange) == (0, 0)
+    fields = b""
+    if fields_length:  # the one field a pre-shared-key stream has: FIXED_LAYOUT (4.3)
+        assert fields_length == 8
+        fields = wire[62:70]
+        field_type, length, per_generation = struct.unpack(">HHI", fields)
+        assert (field_type, length) == (0x8004, 4) and per_generation >= 1
+    header, secret = _header(key, context, 0, 0, record_size, salt, fields)
     assert wire.startswith(header)
     return reference_records(len(key), secret, record_size, wire[len(header) :])
 
@@ -252,6 +260,22 @@ def test_valid_vector(vector: dict[str, Any]) -> None:
         assert error is None
         assert got == plaintext
     assert reference_open(key, context, expected) == plaintext
+    if vector["fixed_layout"] is not None:
+        assert_fixed_layout(expected, vector["record_size"], vector["fixed_layout"], len(plaintext))
+
+
+def assert_fixed_layout(wire: bytes, record_size: int, per_generation: int, length: int) -> None:
+    """FORMAT.md 4.3 by arithmetic: a 102-byte header, record i at 102 + i (record_size + 21),
+    full except FINAL, KEY_UPDATE exactly when i mod N = N - 1 and not FINAL."""
+    count = (len(wire) - 102 - 21) // (record_size + 21) + 1
+    last = (len(wire) - 102 - 21) % (record_size + 21)
+    assert (count - 1) * record_size + last == length
+    for index in range(count):
+        final = index == count - 1
+        flags = 1 if final else 2 if index % per_generation == per_generation - 1 else 0
+        size = last if final else record_size
+        offset = 102 + index * (record_size + 21)
+        assert wire[offset : offset + 5] == struct.pack(">BI", flags, size + 16)
 
 
 @pytest.mark.parametrize("vector", CHANNELS, ids=[v["name"] for v in CHANNELS])

@@ -72,6 +72,7 @@ SCRYPT_P = 1
 MAX_SCRYPT_MEMORY = 512 * 1024 * 1024
 MAX_SCRYPT_WORK = 1 << 22
 MAX_RECIPIENTS_FILE_SIZE = 1 << 20  # characters of a -R file; a longer one is refused, not cut
+MAX_IDENTITY_FILE_SIZE = 8192  # characters of an identity file; a longer one is refused, not cut
 SCRYPT_SALT_SIZE = 16
 
 STANZA_FIELD_TYPES = frozenset(range(0x0010, 0x0020))  # reserved for stanzas (docs/FORMAT.md 4.4)
@@ -303,7 +304,9 @@ def read_recipients_file(path: str | os.PathLike[str]) -> list[Recipient]:
 def read_identity_file(path: str | os.PathLike[str]) -> Identity:
     """The one identity in an identity file (comments and blank lines skipped)."""
     with open(path, encoding="utf-8", errors="replace") as file:
-        text = file.read(8192)
+        text = file.read(MAX_IDENTITY_FILE_SIZE + 1)
+    if len(text) > MAX_IDENTITY_FILE_SIZE:  # cut, a second identity line could go unseen
+        raise RecipientError(f"the identity file is over {MAX_IDENTITY_FILE_SIZE} characters")
     lines = _lines(text)
     if len(lines) != 1:
         raise RecipientError(f"expected one identity line, found {len(lines)}")

@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF  # noqa: E402
 from gcmstream import Channel, GcmStreamError, KeyExchange, KeyLimits, Opener, Sealer  # noqa: E402
 from gcmstream._fixed import fixed_channel as fixed_randomness_channel  # noqa: E402
 from gcmstream.channel import self_connections_allowed  # noqa: E402
+from gcmstream.files import fixed_layout_field  # noqa: E402
 from gcmstream.format import (  # noqa: E402
     Role,
 )
@@ -65,6 +66,7 @@ class Valid:
     limits: dict[str, int] | None = None
     final_with_last_write: bool = False
     update_key_at_close: bool = False
+    fixed_layout: int | None = None  # N of a FIXED_LAYOUT field (FORMAT.md 4.3), as the file engine writes
 
     @property
     def plaintext(self) -> bytes:
@@ -72,8 +74,18 @@ class Valid:
 
     def seal(self) -> bytes:
         limits = KeyLimits(**self.limits) if self.limits else None
+        fields: tuple[tuple[int, bytes], ...] = ()
+        if self.fixed_layout is not None:
+            fields = (fixed_layout_field(self.record_size, limits or KeyLimits()),)
+            if fields[0][1] != self.fixed_layout.to_bytes(4, "big"):
+                raise SystemExit(f"{self.name}: the file engine would promise another N")
         sealer = Sealer(
-            self.key, context=self.context, record_size=self.record_size, limits=limits, _salt=self.salt
+            self.key,
+            context=self.context,
+            record_size=self.record_size,
+            limits=limits,
+            _salt=self.salt,
+            _fields=fields,
         )
         out = bytearray()
         last = len(self.writes) - 1
@@ -105,6 +117,7 @@ class Valid:
             "update_key_after": self.update_key_after,
             "final_with_last_write": self.final_with_last_write,
             "update_key_at_close": self.update_key_at_close,
+            "fixed_layout": self.fixed_layout,
             "plaintext": self.plaintext.hex(),
             "ciphertext": self.seal().hex(),
         }
@@ -199,6 +212,18 @@ VALID = [
         [b"last words"],
         16,
         update_key_at_close=True,
+    ),
+    Valid(
+        "aes128-fixed-layout",
+        "a FIXED_LAYOUT field (type 0x8004, N = 3: a 102-byte header), as the file engine writes: "
+        "full records of 16 bytes, KEY_UPDATE on records 2 and 5 (KeyLimits(update_after_records=3)), "
+        "a FINAL of 4 bytes; record i at byte 102 + 37 i",
+        KEY128,
+        SALT_B,
+        [TEXT[:100]],
+        16,
+        limits={"update_after_records": 3},
+        fixed_layout=3,
     ),
 ]
 

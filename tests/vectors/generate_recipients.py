@@ -10,6 +10,8 @@ compares everything except the bytes HPKE drew.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import struct
 import sys
@@ -20,6 +22,17 @@ from typing import Any
 from gcmstream import Identity, Opener, RecipientKind, Role, Sealer
 from gcmstream.format import MAX_STANZA_FIELDS_SIZE, FieldType, make_header
 from gcmstream.recipients import MAX_STANZAS
+
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def recipient_line(kind: RecipientKind, payload: bytes) -> str:
+    """A recipient line as FORMAT.md 4.5 writes it, for any payload (gcmstream's own encoder
+    refuses the bad keys these lines carry)."""
+    start = f"gcmstream-recipient-v1:{kind.text}:"
+    body = payload + hashlib.sha256(start.encode("ascii") + payload).digest()[:4]
+    return start + base64.urlsafe_b64encode(body).rstrip(b"=").decode("ascii")
+
 
 KINDS = {kind.text: kind for kind in RecipientKind}
 OUT = Path(__file__).parent / "recipients.json"
@@ -106,9 +119,23 @@ def rekeyed(wire: bytes, fields: list[tuple[int, bytes]]) -> bytes:
     return header + split(wire)[2]
 
 
+def mixed_kinds(*identities: Identity, tagged: bool = False, context: bytes = b"") -> bytes:
+    """A stream whose untagged stanzas wrap FILE_KEY to these recipients of both kinds: what
+    another tool may write. gcmstream's writer refuses to mix kinds (FORMAT.md 4.4), its
+    readers open such a header, so the stanzas are made here, one ``wrap`` each, and the
+    header and records by a Sealer under the file key with that field."""
+    value = struct.pack(">H", len(identities))
+    for item in identities:
+        body = (item.recipient.tag if tagged else b"") + item.recipient.wrap(FILE_KEY)
+        value += struct.pack(">BBH", item.kind, int(tagged), len(body)) + body
+    field = ((FieldType.RECIPIENT_STANZAS, value),)
+    sealer = Sealer(FILE_KEY, context=context, record_size=RECORD_SIZE, _salt=SALT, _fields=field)
+    return bytes(sealer.seal(PLAINTEXT, final=True))
+
+
 def generate() -> dict[str, Any]:
-    three = seal(recipients=[HYBRID_A.recipient, HYBRID_B.recipient, X25519_C.recipient])
-    tagged = seal(b"vector context", recipients=[HYBRID_A.recipient, X25519_C.recipient], tag_recipients=True)
+    three = mixed_kinds(HYBRID_A, HYBRID_B, X25519_C)
+    tagged = mixed_kinds(HYBRID_A, X25519_C, tagged=True, context=b"vector context")
     secret = seal(passphrase=PASSPHRASE, work_factor=10)
     common = {"file_key": FILE_KEY.hex(), "salt": SALT.hex(), "record_size": RECORD_SIZE}
     valid = [
@@ -152,7 +179,66 @@ def generate() -> dict[str, Any]:
     ours = [identity(HYBRID_A)]
     past = a[:2] + b"\xff\xff" + a[4:]
     longer = a[:2] + struct.pack(">H", len(a) - 4 + 1) + a[4:] + b"\0"
+    unknown_flag = a[:1] + b"\x02" + a[2:]
+    short_tag = struct.pack(">BBH", 3, 1, 4) + b"\0" * 4  # kind 3 (unknown), TAGGED, 4 bytes
+    unknown_kind = struct.pack(">BBH", 3, 0, 5) + b"\0" * 5  # skipped, still counts
+    low_order_enc = a[: 4 + 1088] + bytes(32) + a[4 + 1120 :]  # X25519 part of enc: zero point
+    params = passphrase_field[1]
+    suite_1, _ = make_header(
+        bytes(16),
+        Role.ONE_WAY,
+        RECORD_SIZE,
+        b"",
+        SALT,
+        fields=[fields_of(split(three)[1])[0]],
+        max_fields_size=MAX_STANZA_FIELDS_SIZE,
+    )
     invalid = [
+        ("unknown stanza flag", ours, None, with_stanzas(three, [unknown_flag]), "StanzaError"),
+        (
+            "tagged stanza of unknown kind shorter than its tag",
+            ours,
+            None,
+            with_stanzas(three, [short_tag, a]),
+            "StanzaError",
+        ),
+        (
+            "unknown kind skipped, our stanza dropped",
+            ours,
+            None,
+            with_stanzas(three, [unknown_kind, b, c]),
+            "NoIdentityMatchedError",
+        ),
+        (
+            "low-order X25519 enc is a non-match",
+            ours,
+            None,
+            with_stanzas(three, [low_order_enc]),
+            "NoIdentityMatchedError",
+        ),
+        ("reserved stanza field type 0x0012", ours, None, rekeyed(three, [(0x12, b"\0")]), "StanzaError"),
+        ("suite 1 with recipient stanzas", ours, None, suite_1 + split(three)[2], "StanzaError"),
+        (
+            "scrypt r = 16",
+            [],
+            PASSPHRASE,
+            rekeyed(secret, [(0x11, bytes([10, 16, 1]) + params[3:])]),
+            "StanzaError",
+        ),
+        (
+            "scrypt p = 2",
+            [],
+            PASSPHRASE,
+            rekeyed(secret, [(0x11, bytes([10, 8, 2]) + params[3:])]),
+            "StanzaError",
+        ),
+        (
+            "scrypt log2_n = 0",
+            [],
+            PASSPHRASE,
+            rekeyed(secret, [(0x11, bytes([0, 8, 1]) + params[3:])]),
+            "StanzaError",
+        ),
         ("added stanza", ours, None, with_stanzas(three, [a, b, c, extra]), "KeyCommitmentError"),
         ("dropped stanza", ours, None, with_stanzas(three, [a, c]), "KeyCommitmentError"),
         ("swapped stanzas", ours, None, with_stanzas(three, [b, a, c]), "KeyCommitmentError"),
@@ -195,7 +281,34 @@ def generate() -> dict[str, Any]:
         },
         {"name": "identity given as recipient", "text": HYBRID_A.to_text(), "error": "RecipientError"},
         {"name": "unknown version", "text": x_text.replace("-v1:", "-v2:"), "error": "RecipientError"},
+        {
+            "name": "low-order X25519 key, checksum right",
+            "text": recipient_line(RecipientKind.X25519, (1).to_bytes(32, "little")),
+            "error": "RecipientError",
+        },
+        {
+            "name": "ML-KEM-768 key failing the modulus check, checksum right",
+            "text": recipient_line(
+                RecipientKind.MLKEM768_X25519,
+                b"\xff\xff" + HYBRID_A.recipient.public_bytes[2:],
+            ),
+            "error": "RecipientError",
+        },
+        {
+            "name": "non-canonical base64url: unused bits of the last character set",
+            "text": recipient_text[:-1] + _B64[_B64.index(recipient_text[-1]) | 1],
+            "error": "RecipientError",
+        },
+        {"name": "base64 padding", "text": recipient_text + "=", "error": "RecipientError"},
+        {"name": "a space inside", "text": x_text[:40] + " " + x_text[40:], "error": "RecipientError"},
+        {
+            "name": "upper-case kind",
+            "text": x_text.replace(":x25519:", ":X25519:"),
+            "error": "RecipientError",
+        },
     ]
+    if _B64.index(recipient_text[-1]) & 1:
+        raise SystemExit("the hybrid recipient's last character already has its low bit set")
     for name, identities, passphrase, wire, error in invalid:
         keys = [Identity(KINDS[i["kind"]], bytes.fromhex(i["secret"])) for i in identities]
         opener = Opener(identities=keys or None, passphrase=passphrase)

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from cryptography.hazmat.primitives.asymmetric import mlkem
+
 from gcmstream import GcmStreamError, Opener, Role
 from gcmstream._fixed import fixed_channel as fixed_randomness_channel
 from gcmstream.format import (
@@ -676,6 +678,40 @@ def build_cases() -> list[Case]:
         "HandshakeError",
         0,
     )
+    x25519_share = InitiatorShares(KeyExchange.X25519, FixedEphemeral(INITIATOR_X25519)).fields()
+    encapsulation_key = (
+        mlkem.MLKEM768PrivateKey.from_seed_bytes(bytes(range(64))).public_key().public_bytes_raw()
+    )
+    add_channel(
+        "channel_mlkem_share_in_x25519_header",
+        "FORMAT.md 5.2 K8 step 1: an X25519 (exchange 1) header that also carries an ML-KEM-768 share",
+        initiator_hello(fields=[*x25519_share, (FieldType.MLKEM768_SHARE, encapsulation_key)]) + bytes(32),
+        "HandshakeError",
+        0,
+    )
+    add_channel(
+        "channel_mlkem_key_failing_the_modulus_check",
+        "K8 step 3: a hybrid offer whose ML-KEM-768 encapsulation key has 1,184 bytes but a first "
+        "coefficient of 4,095 (>= q = 3,329): FIPS 203's modulus check fails, nothing is sent",
+        initiator_hello(
+            key_exchange=KeyExchange.MLKEM768_X25519,
+            fields=[*x25519_share, (FieldType.MLKEM768_SHARE, b"\xff\xff" + encapsulation_key[2:])],
+        )
+        + bytes(32),
+        "HandshakeError",
+        0,
+    )
+    add_channel(
+        "channel_mlkem_key_too_short",
+        "K8 step 3: a hybrid offer whose ML-KEM-768 encapsulation key has 1,183 bytes",
+        initiator_hello(
+            key_exchange=KeyExchange.MLKEM768_X25519,
+            fields=[*x25519_share, (FieldType.MLKEM768_SHARE, encapsulation_key[:-1])],
+        )
+        + bytes(32),
+        "HandshakeError",
+        0,
+    )
     add_channel(
         "channel_unexpected_identity",
         "the initiator names itself mallory; the responder expects bob (peer_id)",
@@ -724,7 +760,7 @@ def build_cases() -> list[Case]:
         "KeyCommitmentError",
         0,
     )
-    return cases + valid_stream_cases()
+    return cases + valid_stream_cases() + fixed_layout_cases()
 
 
 # -- cases cut from a writer's own stream ----------------------------------------------------------
@@ -932,6 +968,59 @@ def valid_stream_cases() -> list[Case]:
         b"update",
     )
     return cases
+
+
+def fixed_layout_cases() -> list[Case]:
+    """``fixed_layout_*``: faults in valid.json's ``aes128-fixed-layout`` file (FIXED_LAYOUT
+    N = 3, records of 16 bytes, a 102-byte header, record i at 102 + 37 i, KEY_UPDATE on 2
+    and 5, FINAL of 4 bytes at 6). Every reader refuses them with the sequential reader's
+    error (FORMAT.md 4.3): a random-access reader at open, or at the read that touches an
+    edited record."""
+    valid = _valid_vectors()
+    (vector,) = [v for v in valid.VALID if v.name == "aes128-fixed-layout"]
+    wire, text, key = vector.seal(), vector.plaintext, vector.key
+    header, step = 102, vector.record_size + RECORD_HEADER_SIZE + TAG_SIZE
+    if len(wire) != header + 6 * step + RECORD_HEADER_SIZE + 4 + TAG_SIZE:
+        raise SystemExit("aes128-fixed-layout is not 6 full records and a FINAL of 4 bytes")
+    edited = bytearray(wire)
+    edited[header + step] |= 0x04  # record 1's stored header: a reserved flag
+    cases = [
+        (
+            "cut_at_record_boundary",
+            "cut after record 2 (KEY_UPDATE): the size puts FINAL there, whose stored header is "
+            "02 where 01 is required; the sequential reader's error, not the stored-header rule's",
+            wire[: header + 3 * step],
+            "TruncatedStreamError",
+            text[:48],
+        ),
+        (
+            "edited_stored_header",
+            "record 1's stored flags byte given a reserved bit (ciphertext untouched)",
+            bytes(edited),
+            "AuthenticationError",
+            text[:16],
+        ),
+        (
+            "dropped_record",
+            "record 3 removed: the size still fits the layout, but FINAL is no longer where it "
+            "puts it (and the sequential reader opens record 4 as generation 1, seq 0)",
+            wire[: header + 3 * step] + wire[header + 4 * step :],
+            "AuthenticationError",
+            text[:48],
+        ),
+        (
+            "trailing_byte",
+            "one byte after the FINAL record: the remainder is record_size + 1 .. + 20 only for a "
+            "full FINAL; here the size puts FINAL one byte later",
+            wire + b"\x00",
+            "TrailingDataError",
+            text[:96],  # FINAL withheld: the byte after it is already there (FORMAT.md 8.2)
+        ),
+    ]
+    return [
+        Case(f"fixed_layout_{name}", comment, data, expect, released, text, key=key, context=b"")
+        for name, comment, data, expect, released in cases
+    ]
 
 
 def channel_reader(case: dict[str, object]) -> Opener:
