@@ -720,3 +720,31 @@ def test_channel_keys_never_show_their_secrets() -> None:
         ):
             assert form not in shown
     assert shown.startswith("<ChannelKeys")
+
+
+def test_a_key_share_of_the_wrong_length_is_named_by_its_length() -> None:
+    """K8 "well formed": each share's length is checked before it reaches cryptography (which
+    would refuse it too, as an unusable key, without saying what was wrong with it)."""
+    x_share, ml_kem_public = InitiatorShares(KeyExchange.MLKEM768_X25519).fields()
+    short_x = (FieldType.X25519_SHARE, x_share[1][:31])
+    short_key = (FieldType.MLKEM768_SHARE, ml_kem_public[1][:1183])
+    for fields, found in (
+        ([short_x, ml_kem_public], "X25519 share must be 32 bytes, found 31 bytes"),
+        ([x_share, short_key], "ML-KEM-768 public key must be 1184 bytes, found 1183 bytes"),
+    ):
+        server = Channel(KEY, role=Role.RESPONDER)
+        server.opener.receive_data(forged_hello(KeyExchange.MLKEM768_X25519, fields))
+        with pytest.raises(HandshakeError, match=found):
+            server.handshake_complete()
+    for replace, found in (
+        ({FieldType.X25519_SHARE: bytes(31)}, "X25519 share must be 32 bytes, found 31 bytes"),
+        (
+            {FieldType.MLKEM768_SHARE: bytes(1087)},
+            "ML-KEM-768 ciphertext must be 1088 bytes, found 1087 bytes",
+        ),
+    ):
+        client = Channel(KEY, role=Role.INITIATOR)
+        client.opener.receive_data(forged_answer(client, KeyExchange.MLKEM768_X25519, replace=replace))
+        with pytest.raises(HandshakeError, match=found):
+            client.handshake_complete()
+        assert not client.sealer.ready
