@@ -77,3 +77,36 @@ def test_text_round_trip_and_a_malformed_line_is_a_key_file_error() -> None:
     with pytest.raises(KeyFileError, match="not a gcmstream key line") as info:
         parse_key("not:a key")
     assert isinstance(info.value, ValueError)
+
+
+KEY_128 = bytes(range(16))
+LINE_128 = "gcmstream-key-v1:aes128:AAECAwQFBgcICQoLDA0ODw"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "expected one key line, found 0"),
+        ("# a comment only\n\n", "expected one key line, found 0"),
+        (f"{LINE_128}\n{LINE_128}\n", "expected one key line, found 2"),
+        ("gcmstream-key-v2:aes128:AAECAwQFBgcICQoLDA0ODw", "gcmstream-key-v2 is not supported"),
+        ("gcmstream-key-old:aes128:AAECAwQFBgcICQoLDA0ODw", "this key format is not supported"),
+        ("gcmstream-key-v1:aes192:AAECAwQFBgcICQoLDA0ODw", "unknown key suite in the second field"),
+        ("gcmstream-key-v1:aes128:AAECAwQFBgcICQoLDA0OD", "key is not valid base64url"),
+        ("gcmstream-key-v1:aes128:AAECAwQFBgcICQoLDA0O!w", "key is not valid base64url"),
+        ("gcmstream-key-v1:aes256:AAECAwQFBgcICQoLDA0ODw", "an aes256 key has 32 bytes, this one has 16"),
+        ("gcmstream-key-v1:aes128:AAECAwQFBgcICQoLDA0ODxA", "an aes128 key has 16 bytes, this one has 17"),
+    ],
+)
+def test_each_malformed_key_line_is_refused_with_what_is_wrong(text: str, message: str) -> None:
+    """Every refusal of parse_key, at the unit (the CLI tests see some through a subprocess):
+    a KeyFileError naming what is wrong, never the key's characters."""
+    with pytest.raises(KeyFileError, match=message) as info:
+        parse_key(text)
+    assert "AAECAwQFBgcICQoLDA0O" not in str(info.value)
+
+
+def test_comments_and_blank_lines_around_the_key_line_are_ignored() -> None:
+    assert parse_key(LINE_128) == KEY_128
+    assert format_key(KEY_128) == LINE_128
+    assert parse_key(f"# made by gcmstream keygen\n\n  {LINE_128}  \n\n") == KEY_128
