@@ -748,3 +748,13 @@ def test_a_key_share_of_the_wrong_length_is_named_by_its_length() -> None:
         with pytest.raises(HandshakeError, match=found):
             client.handshake_complete()
         assert not client.sealer.ready
+
+
+def test_a_wrong_peer_identity_is_named_in_the_error() -> None:
+    """PeerIdentityError says what the peer sent (an identity, or none) and what was expected."""
+    for name, sent in (("carol", "identity b'carol'"), (None, "no identity")):
+        server = Channel(KEY, role=Role.RESPONDER, peer_id="bob")
+        server.opener.receive_data(Channel(KEY, role=Role.INITIATOR, local_id=name).initial_data())
+        with pytest.raises(PeerIdentityError) as info:
+            server.handshake_complete()
+        assert str(info.value) == f"the peer sent {sent}, expected b'bob'"

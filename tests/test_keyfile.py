@@ -110,3 +110,52 @@ def test_comments_and_blank_lines_around_the_key_line_are_ignored() -> None:
     assert parse_key(LINE_128) == KEY_128
     assert format_key(KEY_128) == LINE_128
     assert parse_key(f"# made by gcmstream keygen\n\n  {LINE_128}  \n\n") == KEY_128
+
+
+def test_a_replacement_in_a_missing_directory_names_the_callers_path(tmp_path: Path) -> None:
+    """The temporary file's failure is reported under the path the caller gave (never the
+    temporary name, which means nothing to them)."""
+    path = tmp_path / "missing" / "k.key"
+    with pytest.raises(FileNotFoundError) as info:
+        write_key_file(path, generate_key(), force=True)
+    assert info.value.filename == str(path)
+
+
+def test_a_temporary_file_whose_mode_cannot_be_set_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the new file cannot be given mode 0600, it is closed and removed, not left behind
+    with the default mode."""
+    path = tmp_path / "k.key"
+    write_key_file(path, generate_key())
+
+    def failing_fchmod(fd: int, mode: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "fchmod", failing_fchmod)
+    with pytest.raises(PermissionError):
+        write_key_file(path, generate_key(), force=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.key"]
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["new", "replaced"])
+def test_a_write_that_fails_leaves_no_new_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, force: bool
+) -> None:
+    """A full disk while writing: no half-written key file (nor temporary file) stays behind,
+    and a replaced file keeps its old key."""
+    path = tmp_path / "k.key"
+    old = generate_key()
+    if force:
+        write_key_file(path, old)
+
+    def failing_write(fd: int, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", failing_write)
+    with pytest.raises(OSError, match="No space left"):
+        write_key_file(path, generate_key(), force=force)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["k.key"] if force else [])
+    if force:
+        assert read_key_file(path) == old

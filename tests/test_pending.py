@@ -294,6 +294,14 @@ def test_max_pending_handshakes_must_be_an_int_of_at_least_1(limit: Any) -> None
         PendingHandshakes(limit, lambda connection: None)
 
 
+def test_dropping_the_oldest_is_logged_with_the_limit(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING", logger="gcmstream")
+    pending: PendingHandshakes[int] = PendingHandshakes(2, lambda connection: None)
+    for connection in range(3):
+        pending.add(connection)
+    assert caplog.messages == ["2 handshakes pending (max_pending_handshakes): dropping the oldest"]
+
+
 def test_max_pending_handshakes_of_1_keeps_the_newest_alone() -> None:
     dropped: list[str] = []
     pending: PendingHandshakes[str] = PendingHandshakes(1, dropped.append)

@@ -361,6 +361,14 @@ def test_output_refuses_a_symlink_or_fifo_owned_by_another_user(tmp_path: Path) 
         pipeline.encrypt_file(tmp_path / "plain", fifo, key=KEY)  # refused before it could block
 
 
+def test_output_through_a_dangling_link_of_ours_is_created_where_it_points(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_bytes(b"data")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "target")  # nothing there yet
+    pipeline.encrypt_file(tmp_path / "plain", link, key=KEY)
+    assert link.is_symlink() and open_all((tmp_path / "target").read_bytes()) == b"data"
+
+
 def test_output_in_a_missing_directory_names_the_callers_path(tmp_path: Path) -> None:
     (tmp_path / "plain").write_bytes(b"data")
     with pytest.raises(FileNotFoundError) as info:
