@@ -222,11 +222,12 @@ def test_the_default_key_exchange_is_the_hybrid() -> None:
     assert Channel(KEY, role=Role.RESPONDER).key_exchange is KeyExchange.MLKEM768_X25519
 
 
-@pytest.mark.parametrize("reuse", [True, False])
-def test_channel_hands_reuse_output_to_its_sealer(reuse: bool) -> None:
+@pytest.mark.parametrize("reuse", [True, False, None], ids=["True", "False", "default"])
+def test_channel_hands_reuse_output_to_its_sealer(reuse: bool | None) -> None:
     """reuse_output=False: each seal returns fresh memory, the last one's view stays valid;
-    True: the sealer's one buffer, the last view released at the next call."""
-    initiator, _ = handshake(reuse_output=reuse)
+    True (the default): the sealer's one buffer, the last view released at the next call."""
+    initiator, _ = handshake() if reuse is None else handshake(reuse_output=reuse)
+    reuse = reuse is not False
     first = initiator.sealer.seal(b"first record", flush=True)
     kept = bytes(first)
     second = initiator.sealer.seal(b"other record", flush=True)
@@ -394,3 +395,20 @@ def test_channel_round_trips_and_refuses_any_change(
     out.clear()
     assert open_chunks(initiator.opener, split(bytes(to_initiator), cuts), False, out)
     assert out == b"".join(data for from_initiator, data in messages if not from_initiator)
+
+
+def test_a_channel_with_the_same_context_at_both_ends_completes() -> None:
+    """The context reaches the opener too: the peer's header commitment is checked under it."""
+    initiator, responder = handshake(context=b"app v1")
+    responder.opener.receive_data(bytes(initiator.sealer.seal(b"in context", flush=True)))
+    assert responder.opener.read() == b"in context"
+
+
+def test_channel_hands_ring_size_to_its_opener() -> None:
+    assert Channel(KEY, role=Role.INITIATOR, ring_size=300_000).opener.ring_size == 300_000
+
+
+@pytest.mark.parametrize("name", ["local_id", "peer_id"])
+def test_a_bad_identity_names_its_parameter(name: str) -> None:
+    with pytest.raises(ValueError, match=f"^{name} must be 1 to 255 bytes, got 0$"):
+        Channel(KEY, role=Role.INITIATOR, **{name: ""})  # type: ignore[arg-type]
