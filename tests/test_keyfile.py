@@ -87,6 +87,8 @@ LINE_128 = "gcmstream-key-v1:aes128:AAECAwQFBgcICQoLDA0ODw"
     ("text", "message"),
     [
         ("", "expected one key line, found 0"),
+        ("gcmstream-key-v1:aes128", "not a gcmstream key line"),
+        ("other:aes128:AAECAwQFBgcICQoLDA0ODw", "not a gcmstream key line"),
         ("# a comment only\n\n", "expected one key line, found 0"),
         (f"{LINE_128}\n{LINE_128}\n", "expected one key line, found 2"),
         ("gcmstream-key-v2:aes128:AAECAwQFBgcICQoLDA0ODw", "gcmstream-key-v2 is not supported"),
@@ -159,3 +161,73 @@ def test_a_write_that_fails_leaves_no_new_file(
     assert sorted(p.name for p in tmp_path.iterdir()) == (["k.key"] if force else [])
     if force:
         assert read_key_file(path) == old
+
+
+def test_a_key_file_is_read_as_utf_8_with_bad_bytes_replaced(tmp_path: Path) -> None:
+    """A comment in another encoding does not stop the key line from being read."""
+    path = tmp_path / "k.key"
+    path.write_bytes(b"# cl\xe9 \xff\xfe (latin-1, not UTF-8)\n" + LINE_128.encode() + b"\n")
+    assert read_key_file(path) == KEY_128
+
+
+def test_a_key_file_is_read_only_to_its_first_4096_characters(tmp_path: Path) -> None:
+    """Reading stops at 4,096 characters, whatever the file's size: a line starting at
+    character 4,096 is not read (so it cannot be a second key line)."""
+    head = LINE_128 + "\n" + "#" * (4096 - len(LINE_128) - 2) + "\n"
+    assert len(head) == 4096
+    path = tmp_path / "k.key"
+    path.write_text(head + "a second line, beyond the limit\n")
+    assert read_key_file(path) == KEY_128
+
+
+@pytest.mark.skipif(not hasattr(os, "fchmod"), reason="POSIX modes")
+def test_a_new_key_file_is_created_0600_not_widened_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mode is given when the file is created, not only by the fchmod after it: a file
+    that existed for a moment with the umask's mode could be opened by another user then."""
+    monkeypatch.setattr(os, "fchmod", lambda fd, mode: None)
+    old_umask = os.umask(0)
+    try:
+        write_key_file(tmp_path / "k.key", generate_key())
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE((tmp_path / "k.key").stat().st_mode) == 0o600
+
+
+def test_a_failed_replacement_closes_only_its_own_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "k.key"
+    write_key_file(path, generate_key())
+    closed: list[int] = []
+    real_close = os.close
+
+    def recording_close(fd: int) -> None:
+        closed.append(fd)
+        real_close(fd)
+
+    def failing_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "close", recording_close)
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="No space left"):
+        write_key_file(path, generate_key(), force=True)
+    monkeypatch.undo()
+    assert len(closed) == 1 and closed[0] > 2  # the temporary file's, never stdin/out/err
+
+
+def test_a_failed_write_whose_cleanup_fails_raises_the_writes_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_write(fd: int, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    def failing_unlink(path: str) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "write", failing_write)
+    monkeypatch.setattr(os, "unlink", failing_unlink)
+    with pytest.raises(OSError, match="No space left"):
+        write_key_file(tmp_path / "k.key", generate_key())

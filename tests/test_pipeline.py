@@ -352,7 +352,7 @@ def test_output_refuses_a_symlink_or_fifo_owned_by_another_user(tmp_path: Path) 
     os.lchown(planted, 65534, 65534)
     with pytest.raises(PermissionError, match="symbolic link owned by another user") as info:
         pipeline.encrypt_file(tmp_path / "plain", planted, key=KEY)
-    assert info.value.filename == str(planted)
+    assert info.value.filename == str(planted) and info.value.errno == errno.EPERM
     assert bait.read_bytes() == b"theirs"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bait", "plain", "planted"]
     fifo = tmp_path / "fifo"
