@@ -273,6 +273,34 @@ def test_scrypt_parameters_over_the_ceiling_are_refused_before_scrypt_runs(
             Sealer(passphrase="pw", work_factor=writer_asks)
 
 
+@pytest.mark.parametrize(
+    ("params", "error"),
+    [
+        ((1, 8, 1), None),  # the smallest N accepted
+        ((1, 1, 1), None),  # r = 1 and p = 1 accepted (the format then fixes r = 8, p = 1)
+        ((0, 8, 1), StanzaError),
+        ((63, 8, 1), StanzaError),  # not a valid log2(N): invalid, not merely over the ceiling
+        ((62, 1, 1), WorkFactorError),  # valid, over the ceiling
+        ((10, 0, 1), StanzaError),
+        ((10, 8, 0), StanzaError),
+    ],
+)
+def test_scrypt_parameters_are_checked_at_their_bounds(
+    params: tuple[int, int, int], error: type[Exception] | None
+) -> None:
+    if error is None:
+        recipients_module._check_work_factor(*params)
+    else:
+        with pytest.raises(error) as info:
+            recipients_module._check_work_factor(*params)
+        assert type(info.value) is error
+
+
+def test_scrypt_parameters_over_the_ceiling_name_the_memory_they_need() -> None:
+    with pytest.raises(WorkFactorError, match=r"log2\(N\)=20, r=8, p=1 need 1024 MiB and N\*r\*p=8388608"):
+        recipients_module._check_work_factor(20, 8, 1)
+
+
 def test_the_default_work_factor_is_under_the_ceiling() -> None:
     recipients_module._check_work_factor(recipients_module.DEFAULT_WORK_FACTOR, 8, 1)
     recipients_module._check_work_factor(19, 8, 1)  # the ceiling: 512 MiB
