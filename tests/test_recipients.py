@@ -244,6 +244,16 @@ def test_trial_opens_are_bounded_by_stanzas_times_identities(monkeypatch: pytest
         Sealer(recipients=[*people, Identity.generate(RecipientKind.X25519).recipient])
 
 
+def test_check_recipients_counts_the_header_before_anything_is_sealed() -> None:
+    """The early check (the CLI's, before any key is made) agrees with what sealing measures:
+    55 hybrid recipients fit, 56 take 65,638 bytes and are refused with that figure."""
+    people = [Identity.generate().recipient for _ in range(56)]
+    assert recipients_module.check_recipients(people[:55]) == people[:55]
+    with pytest.raises(RecipientError) as info:
+        recipients_module.check_recipients(people)
+    assert str(info.value).startswith("56 mlkem768x25519 recipients take 65638 bytes of header, over the 65535")
+
+
 def test_the_largest_header_fits_the_fields_bound() -> None:
     # 55 hybrid stanzas fit the 16-bit fields length; 56 do not, and the writer says so
     people = [Identity.generate().recipient for _ in range(56)]
