@@ -251,7 +251,7 @@ def test_check_recipients_counts_the_header_before_anything_is_sealed() -> None:
     assert recipients_module.check_recipients(people[:55]) == people[:55]
     with pytest.raises(RecipientError) as info:
         recipients_module.check_recipients(people)
-    assert str(info.value).startswith("56 mlkem768x25519 recipients take 65638 bytes of header, over the 65535")
+    assert str(info.value).startswith("56 mlkem768x25519 recipients take 65638 bytes of header, over")
 
 
 def test_the_largest_header_fits_the_fields_bound() -> None:
