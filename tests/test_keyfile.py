@@ -231,3 +231,12 @@ def test_a_failed_write_whose_cleanup_fails_raises_the_writes_error(
     monkeypatch.setattr(os, "unlink", failing_unlink)
     with pytest.raises(OSError, match="No space left"):
         write_key_file(tmp_path / "k.key", generate_key())
+
+
+def test_discarding_a_temporary_file_that_is_gone_already_is_fine(tmp_path: Path) -> None:
+    from gcmstream._atomic import discard
+
+    (tmp_path / "temp").write_bytes(b"x")
+    discard(str(tmp_path / "temp"))
+    discard(str(tmp_path / "temp"))  # gone already: nothing to do, no error
+    assert not (tmp_path / "temp").exists()
