@@ -307,7 +307,10 @@ def test_scrypt_parameters_are_checked_at_their_bounds(
 
 
 def test_scrypt_parameters_over_the_ceiling_name_the_memory_they_need() -> None:
-    with pytest.raises(WorkFactorError, match=r"log2\(N\)=20, r=8, p=1 need 1024 MiB and N\*r\*p=8388608"):
+    with pytest.raises(
+        WorkFactorError,
+        match=r"=20, r=8, p=1 need 1024 MiB and N\*r\*p=8388608: over the ceiling of 512 MiB and 4194304",
+    ):
         recipients_module._check_work_factor(20, 8, 1)
 
 
@@ -609,3 +612,39 @@ def test_a_recipients_file_over_the_limit_is_refused_not_cut(tmp_path: Path) -> 
         read_recipients_file(path)
     path.write_text(f"{first}\n{padding[:-2000]}\n{second}\n")
     assert read_recipients_file(path) == [first, second]
+
+
+def test_an_identity_file_is_read_as_utf_8_to_its_first_8192_characters(tmp_path: Path) -> None:
+    """A comment in another encoding is replaced, not fatal; a line starting at character
+    8,192 is not read (so it cannot be a second identity line)."""
+    identity = Identity.generate(RecipientKind.X25519)
+    line = identity.to_text()
+    path = tmp_path / "id"
+    path.write_bytes(b"# cl\xe9 \xff (latin-1)\n" + line.encode() + b"\n")
+    assert recipients_module.read_identity_file(path).to_text() == line
+    head = line + "\n" + "#" * (8192 - len(line) - 2) + "\n"
+    path.write_text(head + "a second line, beyond the limit\n")
+    assert recipients_module.read_identity_file(path).to_text() == line
+
+
+def test_a_recipients_file_is_refused_past_its_size_limit(tmp_path: Path) -> None:
+    recipient = str(Identity.generate(RecipientKind.X25519).recipient)
+    limit = recipients_module.MAX_RECIPIENTS_FILE_SIZE
+    path = tmp_path / "r"
+    path.write_bytes(b"# \xff\n" + recipient.encode() + b"\n")
+    assert [str(r) for r in recipients_module.read_recipients_file(path)] == [recipient]
+    at_limit = recipient + "\n" + "#" * (limit - len(recipient) - 1)
+    path.write_text(at_limit)
+    assert [str(r) for r in recipients_module.read_recipients_file(path)] == [recipient]
+    path.write_text(at_limit + "#")
+    with pytest.raises(RecipientError, match=f"over {limit} characters"):
+        recipients_module.read_recipients_file(path)
+
+
+def test_an_unlocker_needs_identities_and_says_what_it_holds() -> None:
+    identities = [Identity.generate(RecipientKind.X25519) for _ in range(2)]
+    assert repr(recipients_module.Unlocker(identities=identities)) == "<Unlocker 2 identities>"
+    assert repr(recipients_module.Unlocker(passphrase="pw")) == "<Unlocker a passphrase>"
+    for bad in ([], ["not an identity"]):
+        with pytest.raises(ValueError, match="identities must be one or more Identity objects"):
+            recipients_module.Unlocker(identities=bad)  # type: ignore[list-item]
