@@ -648,3 +648,8 @@ def test_an_unlocker_needs_identities_and_says_what_it_holds() -> None:
     for bad in ([], ["not an identity"]):
         with pytest.raises(ValueError, match="identities must be one or more Identity objects"):
             recipients_module.Unlocker(identities=bad)  # type: ignore[list-item]
+
+
+def test_an_unknown_kind_is_named_with_the_kinds_expected() -> None:
+    with pytest.raises(RecipientError, match=r"unknown recipient kind \(expected .*x25519"):
+        Recipient.parse("gcmstream-recipient-v1:rsa2048:AAAA")
