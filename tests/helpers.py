@@ -17,6 +17,7 @@ the two ``FEEDS``; ``run`` and ``check_valid`` do both, ``open_chunks`` feeds gi
 
 from __future__ import annotations
 
+import hmac
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -358,3 +359,19 @@ def read_all(opener: Opener, wire: bytes) -> bytes:
         out += got
     assert got == b""
     return bytes(out)
+
+
+class CompareSpy:
+    """Stands for the ``hmac`` module inside one gcmstream module (monkeypatch its ``hmac``):
+    records every ``compare_digest`` call and answers as hmac does, so a test sees that a
+    secret comparison went through the constant-time function (K9), not ``==`` / ``!=``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[bytes, bytes]] = []
+
+    def compare_digest(self, a: bytes, b: bytes) -> bool:
+        self.calls.append((bytes(a), bytes(b)))
+        return hmac.compare_digest(a, b)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(hmac, name)

@@ -32,18 +32,33 @@ async def secure_pair() -> AsyncIterator[tuple[SecureStream, SecureStream]]:
         raw_server = await receive_accepted.receive()
         result["server"] = await SecureStream.wrap(raw_server, key=KEY, role=gcmstream.Role.RESPONDER)
 
-    async with listener, anyio.create_task_group() as serving:
-        serving.start_soon(listener.serve, send_accepted.send)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(wrap_server)
-            raw_client = await anyio.connect_tcp("127.0.0.1", port)
-            client = await SecureStream.wrap(raw_client, key=KEY, role=gcmstream.Role.INITIATOR)
-        serving.cancel_scope.cancel()
+    async with listener:
+        async with anyio.create_task_group() as serving:
+            serving.start_soon(listener.serve, send_accepted.send)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wrap_server)
+                raw_client = await anyio.connect_tcp("127.0.0.1", port)
+                client = await SecureStream.wrap(raw_client, key=KEY, role=gcmstream.Role.INITIATOR)
+            serving.cancel_scope.cancel()
+        # yielded outside the cancelled scope: inside it, the caller's first await was
+        # cancelled and the rest of its block silently skipped (mutation run 2026-12-04)
         try:
             yield client, result["server"]
         finally:
             await anyio.aclose_forcefully(client)
             await anyio.aclose_forcefully(result["server"])
+
+
+async def test_the_pair_runs_the_whole_block() -> None:
+    """The fixture's own check: a block using secure_pair() runs past its awaits (it once
+    yielded inside a cancelled scope, so every test here stopped at its first await, passing)."""
+    reached = []
+    with anyio.fail_after(10):
+        async with secure_pair() as (client, server):
+            await client.send(b"x")
+            assert await server.receive() == b"x"
+            reached.append("end of block")
+    assert reached == ["end of block"]
 
 
 async def test_receive_never_returns_empty_and_ends_after_final() -> None:
@@ -252,3 +267,57 @@ async def test_identities_and_the_x25519_suite_through_the_listener() -> None:
         tg.cancel_scope.cancel()
     await listener.aclose()
     assert seen == [b"client"]
+
+
+async def test_a_listener_built_without_options_requires_the_post_quantum_share() -> None:
+    """SecureListener's default handshake options keep the hybrid: an X25519-only client is
+    refused (DowngradeError at the listener), a default client is served."""
+    seen: list[type[BaseException]] = []
+    refused = anyio.Event()
+
+    class Listener(anyio_stream.SecureListener):
+        async def handle_handshake_error(self, exc: Exception, stream: anyio.abc.AnyByteStream) -> None:
+            seen.append(type(exc))
+            refused.set()
+
+    async def handler(stream: SecureStream) -> None:
+        await stream.send(b"served")
+        with contextlib.suppress(OSError, anyio.BrokenResourceError):
+            await stream.send_eof()
+
+    with anyio.fail_after(10):
+        listener = Listener(await anyio.create_tcp_listener(local_host="127.0.0.1"), KEY)
+        port = listener.extra(SocketAttribute.local_port)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, handler)
+            with pytest.raises(gcmstream.TruncatedStreamError):
+                await anyio_stream.connect_tcp("127.0.0.1", port, key=KEY, key_exchange=KeyExchange.X25519)
+            await refused.wait()
+            client = await anyio_stream.connect_tcp("127.0.0.1", port, key=KEY)
+            assert client.channel.key_exchange is KeyExchange.MLKEM768_X25519
+            assert await client.receive() == b"served"
+            await client.aclose()
+            tg.cancel_scope.cancel()
+        await listener.aclose()
+    assert seen == [gcmstream.DowngradeError]
+
+
+async def test_every_send_hands_the_transport_fresh_memory() -> None:
+    """reuse_output=False reaches the sealer: what send() gave the transport stays as it was
+    after later sends (a transport may keep it), each in its own buffer."""
+    with anyio.fail_after(10):
+        async with secure_pair() as (client, server):
+            given: list[tuple[memoryview, bytes]] = []
+            transport_send = client.transport_stream.send
+
+            async def keep(item: memoryview) -> None:
+                given.append((item, bytes(item)))
+                await transport_send(item)
+
+            client.transport_stream.send = keep  # type: ignore[method-assign]
+            for message in (b"first", b"again", b"third"):
+                await client.send(message)
+                assert await server.receive() == message
+            assert len(given) == 3
+            assert all(bytes(view) == copy for view, copy in given)
+            assert len({id(view.obj) for view, _ in given}) == 3

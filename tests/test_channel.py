@@ -12,11 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import gcmstream.channel
 from gcmstream import (
     AuthenticationError,
     Channel,
     HandshakeError,
     KeyCommitmentError,
+    KeyExchange,
     KeyLimits,
     MalformedRecordError,
     NotReadyError,
@@ -28,6 +30,7 @@ from gcmstream import (
     StreamClosedError,
     TruncatedStreamError,
 )
+from gcmstream.channel import DEFAULT_HANDSHAKE, HandshakeOptions
 from gcmstream.format import (
     FINISHED_SIZE,
     FLAG_KEY_UPDATE,
@@ -39,6 +42,7 @@ from gcmstream.testing import run_handshake
 from .helpers import (
     KEY,
     PROPERTY_SETTINGS,
+    CompareSpy,
     fixed_channel,
     handshake_bytes,
     open_chunks,
@@ -185,6 +189,74 @@ def test_channel_data_to_send_gives_each_message_once_then_nothing() -> None:
         initiator.initial_data()  # taken once, by either name
 
 
+def test_initial_data_is_the_initiators_header_once_and_nothing_for_a_responder() -> None:
+    """initial_data(): the initiator's header, once; a responder's is empty (it answers through
+    data_to_send), even when the initiator's header arrived first; a second call raises."""
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    header = initiator.initial_data()
+    assert header.startswith(MAGIC) and len(header) > HEADER_SIZE
+    with pytest.raises(StreamClosedError, match="already taken"):
+        initiator.initial_data()
+    assert initiator.data_to_send() == b""  # not given a second time by the other name
+    responder.opener.receive_data(header)
+    assert not responder.handshake_complete()
+    assert responder.initial_data() == b""  # its answer waits in data_to_send
+    with pytest.raises(StreamClosedError, match="already taken"):
+        responder.initial_data()
+    initiator.opener.receive_data(responder.data_to_send())
+    assert initiator.handshake_complete()
+    responder.opener.receive_data(initiator.data_to_send())
+    assert responder.handshake_complete()
+    fresh = Channel(KEY, role=Role.RESPONDER)
+    assert fresh.initial_data() == b""
+    with pytest.raises(StreamClosedError, match="already taken"):
+        fresh.initial_data()
+
+
+def test_the_default_key_exchange_is_the_hybrid() -> None:
+    """A Channel, and the handshake options the adapters carry (a listener built without
+    options uses DEFAULT_HANDSHAKE), default to ML-KEM-768 + X25519: never X25519 alone."""
+    assert HandshakeOptions().key_exchange is KeyExchange.MLKEM768_X25519
+    assert DEFAULT_HANDSHAKE.key_exchange is KeyExchange.MLKEM768_X25519
+    assert Channel(KEY, role=Role.INITIATOR).key_exchange is KeyExchange.MLKEM768_X25519
+    assert Channel(KEY, role=Role.RESPONDER).key_exchange is KeyExchange.MLKEM768_X25519
+
+
+@pytest.mark.parametrize("reuse", [True, False, None], ids=["True", "False", "default"])
+def test_channel_hands_reuse_output_to_its_sealer(reuse: bool | None) -> None:
+    """reuse_output=False: each seal returns fresh memory, the last one's view stays valid;
+    True (the default): the sealer's one buffer, the last view released at the next call."""
+    initiator, _ = handshake() if reuse is None else handshake(reuse_output=reuse)
+    reuse = reuse is not False
+    first = initiator.sealer.seal(b"first record", flush=True)
+    kept = bytes(first)
+    second = initiator.sealer.seal(b"other record", flush=True)
+    if reuse:
+        with pytest.raises(ValueError, match="released"):
+            bytes(first)
+    else:
+        assert bytes(first) == kept and first.obj is not second.obj
+
+
+def test_finished_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """K9: each end compares the Finished it received with the one it derived through
+    hmac.compare_digest; a forged one is refused by that comparison."""
+    spy = CompareSpy()
+    monkeypatch.setattr(gcmstream.channel, "hmac", spy)
+    handshake()
+    assert len(spy.calls) == 2  # one Finished each way
+    assert all(len(got) == FINISHED_SIZE and got == expected for got, expected in spy.calls)
+    spy.calls.clear()
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    responder.opener.receive_data(initiator.initial_data())
+    answer = bytearray(responder.data_to_send())
+    answer[-1] ^= 1  # the responder's Finished, one bit changed
+    initiator.opener.receive_data(bytes(answer))
+    with pytest.raises(HandshakeError, match="key confirmation failed"):
+        initiator.handshake_complete()
+    assert len(spy.calls) == 1 and spy.calls[0][0] != spy.calls[0][1]
+
+
 RECORD = 4  # record size of every sealer here: limits are reached within a few records
 
 
@@ -323,3 +395,20 @@ def test_channel_round_trips_and_refuses_any_change(
     out.clear()
     assert open_chunks(initiator.opener, split(bytes(to_initiator), cuts), False, out)
     assert out == b"".join(data for from_initiator, data in messages if not from_initiator)
+
+
+def test_a_channel_with_the_same_context_at_both_ends_completes() -> None:
+    """The context reaches the opener too: the peer's header commitment is checked under it."""
+    initiator, responder = handshake(context=b"app v1")
+    responder.opener.receive_data(bytes(initiator.sealer.seal(b"in context", flush=True)))
+    assert responder.opener.read() == b"in context"
+
+
+def test_channel_hands_ring_size_to_its_opener() -> None:
+    assert Channel(KEY, role=Role.INITIATOR, ring_size=300_000).opener.ring_size == 300_000
+
+
+@pytest.mark.parametrize("name", ["local_id", "peer_id"])
+def test_a_bad_identity_names_its_parameter(name: str) -> None:
+    with pytest.raises(ValueError, match=f"^{name} must be 1 to 255 bytes, got 0$"):
+        Channel(KEY, role=Role.INITIATOR, **{name: ""})  # type: ignore[arg-type]

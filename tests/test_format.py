@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+import gcmstream.format
 from gcmstream import (
     AuthenticationError,
     Channel,
@@ -24,6 +25,7 @@ from gcmstream import (
     UnsupportedFormatError,
 )
 from gcmstream.format import (
+    COMMITMENT_SIZE,
     HARD_MAX_RECORD_SIZE,
     HEADER_FIXED_SIZE,
     HEADER_SIZE,
@@ -47,6 +49,8 @@ from gcmstream.format import (
     parse_header,
     verify_header,
 )
+
+from .helpers import CompareSpy
 
 KEY128 = bytes(range(0x40, 0x50))
 KEY256 = bytes(range(0x60, 0x80))
@@ -594,3 +598,16 @@ def test_a_foreign_stream_is_refused_without_showing_its_bytes() -> None:
         with pytest.raises(UnsupportedFormatError) as info:
             check_header_start(start)
         assert start[:4].decode("latin-1") not in str(info.value)
+
+
+def test_the_commitment_is_compared_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """K9 / H12: the header's commitment is compared through hmac.compare_digest, with the
+    commitment the header carries; a header under another context is refused by it."""
+    spy = CompareSpy()
+    monkeypatch.setattr(gcmstream.format, "hmac", spy)
+    raw, secret = make_header(KEY128, Role.ONE_WAY, 1024, b"ctx")
+    assert verify_header(KEY128, parse_header(raw), b"ctx") == secret
+    with pytest.raises(KeyCommitmentError):
+        verify_header(KEY128, parse_header(raw), b"another context")
+    assert [ours == carried for ours, carried in spy.calls] == [True, False]
+    assert all(carried == raw[-COMMITMENT_SIZE:] for _, carried in spy.calls)

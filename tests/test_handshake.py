@@ -3,6 +3,7 @@ anything is allocated, self-connections, identities, downgrades, key rings."""
 
 from __future__ import annotations
 
+import base64
 import gc
 import weakref
 from typing import Any
@@ -28,8 +29,15 @@ from gcmstream import (
 )
 from gcmstream._fixed import fixed_channel as fixed_randomness_channel
 from gcmstream.channel import _OWN_HELLOS, self_connections_allowed
-from gcmstream.format import FINISHED_SIZE, MAX_HEADER_SIZE
-from gcmstream.handshake import handshake_sizes
+from gcmstream.format import (
+    DEFAULT_RECORD_SIZE,
+    FINISHED_SIZE,
+    MAX_HEADER_SIZE,
+    FieldType,
+    make_header,
+    parse_header,
+)
+from gcmstream.handshake import CHANNEL_FIELDS, InitiatorShares, channel_keys, handshake_sizes, respond
 from gcmstream.testing import run_handshake
 
 from .helpers import FIXED_EPHEMERAL, FIXED_SALTS, KEY, handshake_bytes
@@ -389,10 +397,6 @@ def test_an_initiator_with_a_key_ring_accepts_only_the_key_it_offered() -> None:
     """Review finding (high): an initiator holding KeyRing([current, old]) offers `current`; an
     attacker holding only `old` builds a responder's answer from the format under `old`. The
     initiator must refuse it: it would otherwise complete and send its data to the attacker."""
-    from gcmstream import HandshakeError, KeyRing, UnknownKeyError
-    from gcmstream.format import make_header, parse_header
-    from gcmstream.handshake import CHANNEL_FIELDS, channel_keys, respond
-
     current, old = generate_key(), generate_key()
     client = Channel(KeyRing([current, old]), role=Role.INITIATOR)
     hello = client.initial_data()
@@ -401,7 +405,9 @@ def test_an_initiator_with_a_key_ring_accepts_only_the_key_it_offered() -> None:
     answer, _ = make_header(old, Role.RESPONDER, 65536, b"", key_exchange=offered.key_exchange, fields=fields)
     keys = channel_keys(old, shared, hello, answer, b"")
     client.opener.receive_data(answer + keys.responder_finished)
-    with pytest.raises((UnknownKeyError, HandshakeError)):
+    # the opener holds the offered key alone, so `old` is unknown to it (UnknownKeyError, not
+    # the HandshakeError of the channel's own later check, which only a whole ring reaches)
+    with pytest.raises(UnknownKeyError, match=key_id(old).hex()):
         client.handshake_complete()
     assert not client.sealer.ready
 
@@ -566,3 +572,189 @@ def test_interleaved_allowing_and_refusing_blocks_leave_self_connections_refused
     with self_connections_allowed(), self_connections_allowed():
         assert not _own_header_refused()
     assert _own_header_refused()
+
+
+# -- what the peer's header carries, forged by a holder of the key (mutation run 2026-12-04) -------
+
+LOW_ORDER_X25519 = bytes(32)  # u = 0: every private key gives the all-zero shared secret
+ML_KEM_CIPHERTEXT_SIZE = 1088
+
+
+def forged_hello(exchange: KeyExchange, fields: list[tuple[int, bytes]]) -> bytes:
+    """An initiator header with the fields given, authenticated under KEY (an insider's)."""
+    header, _ = make_header(
+        KEY, Role.INITIATOR, DEFAULT_RECORD_SIZE, b"", key_exchange=exchange, fields=fields
+    )
+    return header
+
+
+def forged_answer(
+    client: Channel,
+    exchange: KeyExchange,
+    replace: dict[int, bytes] | None = None,
+    extra: list[tuple[int, bytes]] | None = None,
+) -> bytes:
+    """A responder's header and Finished for ``client``'s offer, made from the format under KEY
+    with the shares respond() gives, some replaced or added: only the checks on what the answer
+    carries stand between it and a completed handshake."""
+    hello = client.initial_data()
+    fields, shared = respond(parse_header(hello, CHANNEL_FIELDS))
+    fields = [(kind, (replace or {}).get(kind, value)) for kind, value in fields] + (extra or [])
+    answer, _ = make_header(
+        KEY, Role.RESPONDER, DEFAULT_RECORD_SIZE, b"", key_exchange=exchange, fields=fields
+    )
+    return answer + channel_keys(KEY, shared, hello, answer, b"").responder_finished
+
+
+def test_a_forged_answer_with_nothing_wrong_completes() -> None:
+    """The forgery helper's control: unchanged, its answer completes the handshake, so the
+    refusals below are the checks' doing, not the helper's."""
+    for exchange in (KeyExchange.X25519, KeyExchange.MLKEM768_X25519):
+        client = Channel(KEY, role=Role.INITIATOR, key_exchange=exchange)
+        client.opener.receive_data(forged_answer(client, exchange))
+        assert client.handshake_complete()
+
+
+@pytest.mark.parametrize("exchange", [KeyExchange.X25519, KeyExchange.MLKEM768_X25519], ids=lambda e: e.name)
+def test_a_low_order_x25519_share_is_a_handshake_error_on_both_sides(exchange: KeyExchange) -> None:
+    """K8: an all-zero X25519 result is HandshakeError, from the first feed on: not a bare
+    ValueError out of receive_data(), not a channel that waits for more."""
+    shares = InitiatorShares(exchange).fields()
+    low = [(kind, LOW_ORDER_X25519 if kind == FieldType.X25519_SHARE else value) for kind, value in shares]
+    server = Channel(KEY, role=Role.RESPONDER, key_exchange=exchange)
+    server.opener.receive_data(forged_hello(exchange, low))
+    with pytest.raises(HandshakeError, match="X25519 share is not a usable public key"):
+        server.handshake_complete()
+    assert not server.data_to_send()
+    client = Channel(KEY, role=Role.INITIATOR, key_exchange=exchange)
+    client.opener.receive_data(
+        forged_answer(client, exchange, replace={FieldType.X25519_SHARE: LOW_ORDER_X25519})
+    )
+    with pytest.raises(HandshakeError, match="X25519 share is not a usable public key"):
+        client.handshake_complete()
+    assert not client.sealer.ready
+
+
+def test_an_x25519_header_carrying_an_ml_kem_share_is_refused_either_way() -> None:
+    """K8 "exactly the shares": an ML-KEM share in a header labelled X25519 is refused, from an
+    initiator (at the responder) and from a responder (at the initiator)."""
+    ml_kem_public = InitiatorShares(KeyExchange.MLKEM768_X25519).fields()[1]  # a well-formed key
+    assert ml_kem_public[0] == FieldType.MLKEM768_SHARE
+    server = Channel(KEY, role=Role.RESPONDER, key_exchange=KeyExchange.X25519)
+    hello = forged_hello(KeyExchange.X25519, [*InitiatorShares(KeyExchange.X25519).fields(), ml_kem_public])
+    server.opener.receive_data(hello)
+    with pytest.raises(HandshakeError, match="initiator's key shares do not match its key exchange X25519"):
+        server.handshake_complete()
+    assert not server.data_to_send()
+    client = Channel(KEY, role=Role.INITIATOR, key_exchange=KeyExchange.X25519)
+    ciphertext = (FieldType.MLKEM768_SHARE, bytes(ML_KEM_CIPHERTEXT_SIZE))
+    client.opener.receive_data(forged_answer(client, KeyExchange.X25519, extra=[ciphertext]))
+    with pytest.raises(HandshakeError, match="responder's key shares do not match its key exchange X25519"):
+        client.handshake_complete()
+    assert not client.sealer.ready
+
+
+def test_an_ml_kem_key_failing_the_modulus_check_is_a_handshake_error() -> None:
+    """K8 "well formed": 1,184 bytes of 0xFF decode to coefficients of 4095, over q = 3329, so
+    FIPS 203's modulus check fails; that is HandshakeError, not a bare ValueError."""
+    x_share, _ = InitiatorShares(KeyExchange.MLKEM768_X25519).fields()
+    bad_key = (FieldType.MLKEM768_SHARE, b"\xff" * 1184)
+    server = Channel(KEY, role=Role.RESPONDER)
+    server.opener.receive_data(forged_hello(KeyExchange.MLKEM768_X25519, [x_share, bad_key]))
+    with pytest.raises(HandshakeError, match="ML-KEM-768 public key is malformed"):
+        server.handshake_complete()
+    assert not server.data_to_send()
+
+
+@pytest.mark.parametrize("checker", [Role.RESPONDER, Role.INITIATOR], ids=lambda r: r.name)
+@pytest.mark.parametrize(("size", "accepted"), [(255, True), (1, True), (0, False), (256, False)])
+def test_the_identity_the_peer_sends_is_1_to_255_bytes(checker: Role, size: int, accepted: bool) -> None:
+    """K3 on what arrives, not only at the constructor: the peer's identity field is checked at
+    both ends, 1 and 255 bytes accepted, 0 and 256 refused."""
+    identity = (FieldType.IDENTITY, b"p" * size)
+    channel = Channel(KEY, role=checker, key_exchange=KeyExchange.X25519)
+    if checker is Role.RESPONDER:
+        channel.opener.receive_data(
+            forged_hello(KeyExchange.X25519, [*InitiatorShares(KeyExchange.X25519).fields(), identity])
+        )
+    else:
+        channel.opener.receive_data(forged_answer(channel, KeyExchange.X25519, extra=[identity]))
+    if accepted:
+        assert channel.handshake_complete() is (checker is Role.INITIATOR)  # a responder waits for Finished
+        assert channel.peer_id == b"p" * size
+    else:
+        with pytest.raises(HandshakeError, match="identity must be 1 to 255 bytes"):
+            channel.handshake_complete()
+        assert channel.peer_id is None
+
+
+def test_an_answer_labelled_hybrid_with_only_an_x25519_share_is_refused() -> None:
+    """K2: the responder echoes the offer. An answer labelled MLKEM768_X25519 to an X25519 offer
+    (its shares those of X25519, so the shares check alone would let it pass) is refused."""
+    client = Channel(KEY, role=Role.INITIATOR, key_exchange=KeyExchange.X25519)
+    client.opener.receive_data(forged_answer(client, KeyExchange.MLKEM768_X25519))
+    with pytest.raises(HandshakeError, match="answered MLKEM768_X25519 to an offer of X25519"):
+        client.handshake_complete()
+    assert not client.sealer.ready
+
+
+def test_channel_keys_never_show_their_secrets() -> None:
+    """ChannelKeys' repr and str name no traffic secret and no Finished MAC, in any form."""
+    hello = Channel(KEY, role=Role.INITIATOR, key_exchange=KeyExchange.X25519).initial_data()
+    keys = channel_keys(KEY, bytes(range(32)), hello, hello, b"")
+    shown = repr(keys) + str(keys) + f"{keys!r} {keys!s}"
+    secrets = (
+        keys.initiator_to_responder,
+        keys.responder_to_initiator,
+        keys.initiator_finished,
+        keys.responder_finished,
+    )
+    assert len(set(secrets)) == 4
+    for secret in secrets:
+        for form in (
+            secret.hex()[:8],
+            secret.hex().upper()[:8],
+            repr(secret)[2:10],
+            base64.b64encode(secret).decode()[:8],
+            base64.urlsafe_b64encode(secret).decode()[:8],
+        ):
+            assert form not in shown
+    assert shown.startswith("<ChannelKeys")
+
+
+def test_a_key_share_of_the_wrong_length_is_named_by_its_length() -> None:
+    """K8 "well formed": each share's length is checked before it reaches cryptography (which
+    would refuse it too, as an unusable key, without saying what was wrong with it)."""
+    x_share, ml_kem_public = InitiatorShares(KeyExchange.MLKEM768_X25519).fields()
+    short_x = (FieldType.X25519_SHARE, x_share[1][:31])
+    short_key = (FieldType.MLKEM768_SHARE, ml_kem_public[1][:1183])
+    for fields, found in (
+        ([short_x, ml_kem_public], "X25519 share must be 32 bytes, found 31 bytes"),
+        ([x_share, short_key], "ML-KEM-768 public key must be 1184 bytes, found 1183 bytes"),
+    ):
+        server = Channel(KEY, role=Role.RESPONDER)
+        server.opener.receive_data(forged_hello(KeyExchange.MLKEM768_X25519, fields))
+        with pytest.raises(HandshakeError, match=found):
+            server.handshake_complete()
+    for replace, found in (
+        ({FieldType.X25519_SHARE: bytes(31)}, "X25519 share must be 32 bytes, found 31 bytes"),
+        (
+            {FieldType.MLKEM768_SHARE: bytes(1087)},
+            "ML-KEM-768 ciphertext must be 1088 bytes, found 1087 bytes",
+        ),
+    ):
+        client = Channel(KEY, role=Role.INITIATOR)
+        client.opener.receive_data(forged_answer(client, KeyExchange.MLKEM768_X25519, replace=replace))
+        with pytest.raises(HandshakeError, match=found):
+            client.handshake_complete()
+        assert not client.sealer.ready
+
+
+def test_a_wrong_peer_identity_is_named_in_the_error() -> None:
+    """PeerIdentityError says what the peer sent (an identity, or none) and what was expected."""
+    for name, sent in (("carol", "identity b'carol'"), (None, "no identity")):
+        server = Channel(KEY, role=Role.RESPONDER, peer_id="bob")
+        server.opener.receive_data(Channel(KEY, role=Role.INITIATOR, local_id=name).initial_data())
+        with pytest.raises(PeerIdentityError) as info:
+            server.handshake_complete()
+        assert str(info.value) == f"the peer sent {sent}, expected b'bob'"

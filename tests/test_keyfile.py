@@ -77,3 +77,166 @@ def test_text_round_trip_and_a_malformed_line_is_a_key_file_error() -> None:
     with pytest.raises(KeyFileError, match="not a gcmstream key line") as info:
         parse_key("not:a key")
     assert isinstance(info.value, ValueError)
+
+
+KEY_128 = bytes(range(16))
+LINE_128 = "gcmstream-key-v1:aes128:AAECAwQFBgcICQoLDA0ODw"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "expected one key line, found 0"),
+        ("gcmstream-key-v1:aes128", "not a gcmstream key line"),
+        ("other:aes128:AAECAwQFBgcICQoLDA0ODw", "not a gcmstream key line"),
+        ("# a comment only\n\n", "expected one key line, found 0"),
+        (f"{LINE_128}\n{LINE_128}\n", "expected one key line, found 2"),
+        ("gcmstream-key-v2:aes128:AAECAwQFBgcICQoLDA0ODw", "gcmstream-key-v2 is not supported"),
+        ("gcmstream-key-old:aes128:AAECAwQFBgcICQoLDA0ODw", "this key format is not supported"),
+        ("gcmstream-key-v1:aes192:AAECAwQFBgcICQoLDA0ODw", "unknown key suite in the second field"),
+        ("gcmstream-key-v1:aes128:AAECAwQFBgcICQoLDA0OD", "key is not valid base64url"),
+        ("gcmstream-key-v1:aes128:AAECAwQFBgcICQoLDA0O!w", "key is not valid base64url"),
+        ("gcmstream-key-v1:aes256:AAECAwQFBgcICQoLDA0ODw", "an aes256 key has 32 bytes, this one has 16"),
+        ("gcmstream-key-v1:aes128:AAECAwQFBgcICQoLDA0ODxA", "an aes128 key has 16 bytes, this one has 17"),
+    ],
+)
+def test_each_malformed_key_line_is_refused_with_what_is_wrong(text: str, message: str) -> None:
+    """Every refusal of parse_key, at the unit (the CLI tests see some through a subprocess):
+    a KeyFileError naming what is wrong, never the key's characters."""
+    with pytest.raises(KeyFileError, match=message) as info:
+        parse_key(text)
+    assert "AAECAwQFBgcICQoLDA0O" not in str(info.value)
+
+
+def test_comments_and_blank_lines_around_the_key_line_are_ignored() -> None:
+    assert parse_key(LINE_128) == KEY_128
+    assert format_key(KEY_128) == LINE_128
+    assert parse_key(f"# made by gcmstream keygen\n\n  {LINE_128}  \n\n") == KEY_128
+
+
+def test_a_replacement_in_a_missing_directory_names_the_callers_path(tmp_path: Path) -> None:
+    """The temporary file's failure is reported under the path the caller gave (never the
+    temporary name, which means nothing to them)."""
+    path = tmp_path / "missing" / "k.key"
+    with pytest.raises(FileNotFoundError) as info:
+        write_key_file(path, generate_key(), force=True)
+    assert info.value.filename == str(path)
+
+
+def test_a_temporary_file_whose_mode_cannot_be_set_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the new file cannot be given mode 0600, it is closed and removed, not left behind
+    with the default mode."""
+    path = tmp_path / "k.key"
+    write_key_file(path, generate_key())
+
+    def failing_fchmod(fd: int, mode: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "fchmod", failing_fchmod)
+    with pytest.raises(PermissionError):
+        write_key_file(path, generate_key(), force=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.key"]
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["new", "replaced"])
+def test_a_write_that_fails_leaves_no_new_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, force: bool
+) -> None:
+    """A full disk while writing: no half-written key file (nor temporary file) stays behind,
+    and a replaced file keeps its old key."""
+    path = tmp_path / "k.key"
+    old = generate_key()
+    if force:
+        write_key_file(path, old)
+
+    def failing_write(fd: int, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", failing_write)
+    with pytest.raises(OSError, match="No space left"):
+        write_key_file(path, generate_key(), force=force)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["k.key"] if force else [])
+    if force:
+        assert read_key_file(path) == old
+
+
+def test_a_key_file_is_read_as_utf_8_with_bad_bytes_replaced(tmp_path: Path) -> None:
+    """A comment in another encoding does not stop the key line from being read."""
+    path = tmp_path / "k.key"
+    path.write_bytes(b"# cl\xe9 \xff\xfe (latin-1, not UTF-8)\n" + LINE_128.encode() + b"\n")
+    assert read_key_file(path) == KEY_128
+
+
+def test_a_key_file_is_read_only_to_its_first_4096_characters(tmp_path: Path) -> None:
+    """Reading stops at 4,096 characters, whatever the file's size: a line starting at
+    character 4,096 is not read (so it cannot be a second key line)."""
+    head = LINE_128 + "\n" + "#" * (4096 - len(LINE_128) - 2) + "\n"
+    assert len(head) == 4096
+    path = tmp_path / "k.key"
+    path.write_text(head + "a second line, beyond the limit\n")
+    assert read_key_file(path) == KEY_128
+
+
+@pytest.mark.skipif(not hasattr(os, "fchmod"), reason="POSIX modes")
+def test_a_new_key_file_is_created_0600_not_widened_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mode is given when the file is created, not only by the fchmod after it: a file
+    that existed for a moment with the umask's mode could be opened by another user then."""
+    monkeypatch.setattr(os, "fchmod", lambda fd, mode: None)
+    old_umask = os.umask(0)
+    try:
+        write_key_file(tmp_path / "k.key", generate_key())
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE((tmp_path / "k.key").stat().st_mode) == 0o600
+
+
+def test_a_failed_replacement_closes_only_its_own_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "k.key"
+    write_key_file(path, generate_key())
+    closed: list[int] = []
+    real_close = os.close
+
+    def recording_close(fd: int) -> None:
+        closed.append(fd)
+        real_close(fd)
+
+    def failing_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "close", recording_close)
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="No space left"):
+        write_key_file(path, generate_key(), force=True)
+    monkeypatch.undo()
+    assert len(closed) == 1 and closed[0] > 2  # the temporary file's, never stdin/out/err
+
+
+def test_a_failed_write_whose_cleanup_fails_raises_the_writes_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_write(fd: int, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    def failing_unlink(path: str) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "write", failing_write)
+    monkeypatch.setattr(os, "unlink", failing_unlink)
+    with pytest.raises(OSError, match="No space left"):
+        write_key_file(tmp_path / "k.key", generate_key())
+
+
+def test_discarding_a_temporary_file_that_is_gone_already_is_fine(tmp_path: Path) -> None:
+    from gcmstream._atomic import discard
+
+    (tmp_path / "temp").write_bytes(b"x")
+    discard(str(tmp_path / "temp"))
+    discard(str(tmp_path / "temp"))  # gone already: nothing to do, no error
+    assert not (tmp_path / "temp").exists()

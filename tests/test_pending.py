@@ -354,6 +354,29 @@ def test_pending_handshakes_rejects_a_bad_limit_and_counts_drops() -> None:
         PendingHandshakes(0, dropped.append)
 
 
+@pytest.mark.parametrize("limit", [0, -1, 2.5, None, "2"])
+def test_max_pending_handshakes_must_be_an_int_of_at_least_1(limit: Any) -> None:
+    with pytest.raises(ValueError, match="max_pending_handshakes must be an int >= 1"):
+        PendingHandshakes(limit, lambda connection: None)
+
+
+def test_dropping_the_oldest_is_logged_with_the_limit(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING", logger="gcmstream")
+    pending: PendingHandshakes[int] = PendingHandshakes(2, lambda connection: None)
+    for connection in range(3):
+        pending.add(connection)
+    assert caplog.messages == ["2 handshakes pending (max_pending_handshakes): dropping the oldest"]
+
+
+def test_max_pending_handshakes_of_1_keeps_the_newest_alone() -> None:
+    dropped: list[str] = []
+    pending: PendingHandshakes[str] = PendingHandshakes(1, dropped.append)
+    pending.add("first")
+    assert dropped == [] and len(pending) == 1
+    pending.add("second")
+    assert dropped == ["first"] and len(pending) == 1 and pending.dropped == 1
+
+
 # -- Selfie: this process's outgoing connection routed into its own server --------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import stat
 from collections.abc import AsyncIterator, Iterable
@@ -351,7 +352,7 @@ def test_output_refuses_a_symlink_or_fifo_owned_by_another_user(tmp_path: Path) 
     os.lchown(planted, 65534, 65534)
     with pytest.raises(PermissionError, match="symbolic link owned by another user") as info:
         pipeline.encrypt_file(tmp_path / "plain", planted, key=KEY)
-    assert info.value.filename == str(planted)
+    assert info.value.filename == str(planted) and info.value.errno == errno.EPERM
     assert bait.read_bytes() == b"theirs"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bait", "plain", "planted"]
     fifo = tmp_path / "fifo"
@@ -359,6 +360,48 @@ def test_output_refuses_a_symlink_or_fifo_owned_by_another_user(tmp_path: Path) 
     os.chown(fifo, 65534, 65534)
     with pytest.raises(PermissionError, match="FIFO, socket or device owned by another user"):
         pipeline.encrypt_file(tmp_path / "plain", fifo, key=KEY)  # refused before it could block
+
+
+def test_output_through_a_dangling_link_of_ours_is_created_where_it_points(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_bytes(b"data")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "target")  # nothing there yet
+    pipeline.encrypt_file(tmp_path / "plain", link, key=KEY)
+    assert link.is_symlink() and open_all((tmp_path / "target").read_bytes()) == b"data"
+
+
+def test_output_through_a_loop_of_links_is_eloop(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_bytes(b"data")
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(OSError, match="Too many levels of symbolic links") as info:
+        pipeline.encrypt_file(tmp_path / "plain", tmp_path / "a", key=KEY)
+    assert info.value.errno == errno.ELOOP and info.value.filename == str(tmp_path / "a")
+
+
+def test_output_through_a_link_into_a_missing_directory_names_the_callers_path(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_bytes(b"data")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere" / "out")
+    with pytest.raises(FileNotFoundError) as info:
+        pipeline.encrypt_file(tmp_path / "plain", link, key=KEY)
+    assert info.value.filename == str(link)  # what the caller named, not where the link points
+
+
+def test_a_temporary_output_that_cannot_be_opened_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gcmstream._output
+
+    (tmp_path / "plain").write_bytes(b"data")
+
+    def failing_open(*args: object, **kwargs: object) -> None:
+        raise MemoryError("no memory for the file object")
+
+    monkeypatch.setattr(gcmstream._output, "open", failing_open, raising=False)
+    with pytest.raises(MemoryError):
+        pipeline.encrypt_file(tmp_path / "plain", tmp_path / "out", key=KEY)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain"]
 
 
 def test_output_in_a_missing_directory_names_the_callers_path(tmp_path: Path) -> None:

@@ -244,6 +244,16 @@ def test_trial_opens_are_bounded_by_stanzas_times_identities(monkeypatch: pytest
         Sealer(recipients=[*people, Identity.generate(RecipientKind.X25519).recipient])
 
 
+def test_check_recipients_counts_the_header_before_anything_is_sealed() -> None:
+    """The early check (the CLI's, before any key is made) agrees with what sealing measures:
+    55 hybrid recipients fit, 56 take 65,638 bytes and are refused with that figure."""
+    people = [Identity.generate().recipient for _ in range(56)]
+    assert recipients_module.check_recipients(people[:55]) == people[:55]
+    with pytest.raises(RecipientError) as info:
+        recipients_module.check_recipients(people)
+    assert str(info.value).startswith("56 mlkem768x25519 recipients take 65638 bytes of header, over")
+
+
 def test_the_largest_header_fits_the_fields_bound() -> None:
     # 55 hybrid stanzas fit the 16-bit fields length; 56 do not, and the writer says so
     people = [Identity.generate().recipient for _ in range(56)]
@@ -271,6 +281,37 @@ def test_scrypt_parameters_over_the_ceiling_are_refused_before_scrypt_runs(
     for writer_asks in (20, 0):  # the writer's mistake is a ValueError, not the reader's error
         with pytest.raises(ValueError, match=f"work_factor {writer_asks}"):
             Sealer(passphrase="pw", work_factor=writer_asks)
+
+
+@pytest.mark.parametrize(
+    ("params", "error"),
+    [
+        ((1, 8, 1), None),  # the smallest N accepted
+        ((1, 1, 1), None),  # r = 1 and p = 1 accepted (the format then fixes r = 8, p = 1)
+        ((0, 8, 1), StanzaError),
+        ((63, 8, 1), StanzaError),  # not a valid log2(N): invalid, not merely over the ceiling
+        ((62, 1, 1), WorkFactorError),  # valid, over the ceiling
+        ((10, 0, 1), StanzaError),
+        ((10, 8, 0), StanzaError),
+    ],
+)
+def test_scrypt_parameters_are_checked_at_their_bounds(
+    params: tuple[int, int, int], error: type[Exception] | None
+) -> None:
+    if error is None:
+        recipients_module._check_work_factor(*params)
+    else:
+        with pytest.raises(error) as info:
+            recipients_module._check_work_factor(*params)
+        assert type(info.value) is error
+
+
+def test_scrypt_parameters_over_the_ceiling_name_the_memory_they_need() -> None:
+    with pytest.raises(
+        WorkFactorError,
+        match=r"=20, r=8, p=1 need 1024 MiB and N\*r\*p=8388608: over the ceiling of 512 MiB and 4194304",
+    ):
+        recipients_module._check_work_factor(20, 8, 1)
 
 
 def test_the_default_work_factor_is_under_the_ceiling() -> None:
@@ -571,3 +612,44 @@ def test_a_recipients_file_over_the_limit_is_refused_not_cut(tmp_path: Path) -> 
         read_recipients_file(path)
     path.write_text(f"{first}\n{padding[:-2000]}\n{second}\n")
     assert read_recipients_file(path) == [first, second]
+
+
+def test_an_identity_file_is_read_as_utf_8_to_its_first_8192_characters(tmp_path: Path) -> None:
+    """A comment in another encoding is replaced, not fatal; a line starting at character
+    8,192 is not read (so it cannot be a second identity line)."""
+    identity = Identity.generate(RecipientKind.X25519)
+    line = identity.to_text()
+    path = tmp_path / "id"
+    path.write_bytes(b"# cl\xe9 \xff (latin-1)\n" + line.encode() + b"\n")
+    assert recipients_module.read_identity_file(path).to_text() == line
+    head = line + "\n" + "#" * (8192 - len(line) - 2) + "\n"
+    path.write_text(head + "a second line, beyond the limit\n")
+    assert recipients_module.read_identity_file(path).to_text() == line
+
+
+def test_a_recipients_file_is_refused_past_its_size_limit(tmp_path: Path) -> None:
+    recipient = str(Identity.generate(RecipientKind.X25519).recipient)
+    limit = recipients_module.MAX_RECIPIENTS_FILE_SIZE
+    path = tmp_path / "r"
+    path.write_bytes(b"# \xff\n" + recipient.encode() + b"\n")
+    assert [str(r) for r in recipients_module.read_recipients_file(path)] == [recipient]
+    at_limit = recipient + "\n" + "#" * (limit - len(recipient) - 1)
+    path.write_text(at_limit)
+    assert [str(r) for r in recipients_module.read_recipients_file(path)] == [recipient]
+    path.write_text(at_limit + "#")
+    with pytest.raises(RecipientError, match=f"over {limit} characters"):
+        recipients_module.read_recipients_file(path)
+
+
+def test_an_unlocker_needs_identities_and_says_what_it_holds() -> None:
+    identities = [Identity.generate(RecipientKind.X25519) for _ in range(2)]
+    assert repr(recipients_module.Unlocker(identities=identities)) == "<Unlocker 2 identities>"
+    assert repr(recipients_module.Unlocker(passphrase="pw")) == "<Unlocker a passphrase>"
+    for bad in ([], ["not an identity"]):
+        with pytest.raises(ValueError, match="identities must be one or more Identity objects"):
+            recipients_module.Unlocker(identities=bad)  # type: ignore[list-item]
+
+
+def test_an_unknown_kind_is_named_with_the_kinds_expected() -> None:
+    with pytest.raises(RecipientError, match=r"unknown recipient kind \(expected .*x25519"):
+        Recipient.parse("gcmstream-recipient-v1:rsa2048:AAAA")

@@ -4,6 +4,7 @@ tarfile/zipfile/shutil on top."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -342,6 +343,27 @@ async def test_async_counterpart(tmp_path: Path) -> None:
     with pytest.raises(gcmstream.TruncatedStreamError):
         (tmp_path / "cut").write_bytes(path.read_bytes()[:-1])
         await gcmstream.open_file_async(tmp_path / "cut", key=KEY)
+
+
+@pytest.mark.anyio
+async def test_async_open_passes_every_option_on(tmp_path: Path) -> None:
+    """open_file_async hands identities, passphrase, context and max_record_size to open_file."""
+    data = os.urandom(5000)
+    (tmp_path / "plain").write_bytes(data)
+    identity = gcmstream.Identity.generate(gcmstream.RecipientKind.X25519)
+    sealed: dict[str, dict[str, Any]] = {
+        "recipients": {"recipients": [identity.recipient]},
+        "passphrase": {"passphrase": "correct horse"},
+    }
+    for name, how in sealed.items():
+        path = tmp_path / name
+        seal = functools.partial(files.encrypt_path, context=b"ctx", record_size=1024, **how)
+        await anyio.to_thread.run_sync(seal, tmp_path / "plain", path)
+        opened = {"identities": [identity]} if name == "recipients" else how
+        async with await gcmstream.open_file_async(path, context=b"ctx", **opened) as file:
+            assert await file.read() == data
+        with pytest.raises(gcmstream.RecordTooLargeError):
+            await gcmstream.open_file_async(path, context=b"ctx", max_record_size=512, **opened)
 
 
 # -- tampering without the key (review of issue 13, C2 and H1) ----------------------------------
