@@ -260,6 +260,24 @@ def test_round_trip_pipes(keyfile: Path, size: int) -> None:
     assert decrypted.stdout == plain
 
 
+def test_every_command_runs_as_a_real_process(tmp_path: Path) -> None:
+    """One smoke test per command as the shell runs it (``python -m gcmstream``), exit statuses
+    included; the other tests call ``main()`` in process (listen and connect: the network tests)."""
+    key, me = tmp_path / "key", tmp_path / "me.identity"
+    assert gcm_process("keygen", "-o", key).returncode == 0
+    assert gcm_process("identity", "-o", me).returncode == 0
+    recipient = gcm_process("recipient", me)
+    assert recipient.returncode == 0 and recipient.stdout.startswith(b"gcmstream-recipient"), recipient
+    sealed = gcm_process("encrypt", "-k", key, "-o", tmp_path / "sealed", input=b"smoke")
+    assert sealed.returncode == 0, sealed.stderr
+    info = gcm_process("info", "-k", key, tmp_path / "sealed")
+    assert info.returncode == 0 and info.stdout, info.stderr
+    opened = gcm_process("decrypt", "-k", key, "-i", tmp_path / "sealed")
+    assert opened.returncode == 0 and opened.stdout == b"smoke", opened.stderr
+    cut = (tmp_path / "sealed").read_bytes()[:-1]
+    one_line_error(gcm_process("decrypt", "-k", key, input=cut), EXIT_TRUNCATED)
+
+
 def test_console_script_matches_module(tmp_path: Path, keyfile: Path) -> None:
     script = Path(sys.executable).parent / "gcmstream"
     if not script.exists():
@@ -1048,6 +1066,7 @@ def _malformed_lines(line: str) -> list[str]:
 
 
 def test_malformed_key_lines_never_show_the_key(tmp_path: Path) -> None:
+    """Each malformed key line, wherever it is given, in process (144 runs); one run in a process."""
     line = run_cli("keygen", "-o", "-").stdout.decode().strip()
     encoded = line.split(":")[2]
     pieces = {encoded[i : i + 8] for i in range(len(encoded) - 7)}  # any 8 characters of it
@@ -1072,6 +1091,10 @@ def test_malformed_key_lines_never_show_the_key(tmp_path: Path) -> None:
             message = result.stderr
             assert result.status != 0, (bad, message)
             assert not any(piece in message for piece in pieces), (bad, message)
+    # and once as the shell runs it: the whole of the process's stderr (fd 2), not only sys.stderr
+    shell = gcm_process("encrypt", input=b"x", environ=env(**{KEY_ENV: _malformed_lines(line)[0]}))
+    assert shell.returncode != 0 and shell.stderr, shell
+    assert not any(piece.encode() in shell.stderr for piece in pieces), shell.stderr
 
 
 def test_key_file_open_to_others_is_refused(tmp_path: Path) -> None:
