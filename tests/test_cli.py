@@ -496,6 +496,7 @@ def _peak_rss_kib(args: Sequence[str | Path]) -> int:
     return int(result.stdout)
 
 
+@pytest.mark.slow  # 3 s
 def test_decrypt_memory_does_not_grow_with_input(tmp_path: Path, keyfile: Path) -> None:
     size = 128 * 1024 * 1024
     with open(tmp_path / "big", "wb") as file:  # sparse: cheap to make, same work to encrypt
@@ -975,6 +976,7 @@ def test_output_to_a_missing_directory_names_the_users_path(tmp_path: Path, keyf
 # -- signals while waiting for input or for a reader ---------------------------------------------
 
 
+@pytest.mark.slow  # 6 to 10 s each: test_signal_removes_the_temporary_file stays in make check
 @pytest.mark.parametrize("command", ["encrypt", "decrypt"])
 @pytest.mark.parametrize(
     ("signum", "code"),
@@ -1014,6 +1016,7 @@ def test_signal_while_stdin_is_idle(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # 6 s
 def test_signal_while_the_reader_of_stdout_stalls(tmp_path: Path, keyfile: Path) -> None:
     (tmp_path / "in").write_bytes(data(8 * 1024 * 1024))
     assert run_cli("encrypt", "-k", keyfile, "-i", tmp_path / "in", "-o", tmp_path / "enc").status == 0

@@ -7,6 +7,7 @@ tests by their bare names."""
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import subprocess
@@ -79,6 +80,7 @@ def references(document: str) -> list[tuple[str, str]]:
     return found
 
 
+@functools.cache  # one parse per file: a document names dozens of tests of each
 def defined(path: str) -> set[str]:
     tree = ast.parse((ROOT / path).read_text())
     return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}

@@ -69,6 +69,7 @@ def _one(directory: Path, pattern: str) -> Path:
     return found
 
 
+@pytest.mark.slow  # the build: 3 s, once per make test (the sdist tests share it)
 def test_wheel_carries_the_license_and_the_metadata(dist: Path) -> None:
     wheel = _one(dist, f"gcmstream-{VERSION}-py3-none-any.whl")
     with zipfile.ZipFile(wheel) as archive:
@@ -86,6 +87,7 @@ def test_wheel_carries_the_license_and_the_metadata(dist: Path) -> None:
     assert "pip install gcmstream" in (metadata.get_payload() or "")  # the README, the index page
 
 
+@pytest.mark.slow
 def test_sdist_holds_the_tests_their_data_and_the_docs(dist: Path) -> None:
     with tarfile.open(_one(dist, f"gcmstream-{VERSION}.tar.gz")) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}

@@ -314,6 +314,7 @@ def test_stanzas_cannot_be_added_dropped_or_swapped(three: list[Identity]) -> No
     refused(with_stanzas(second), NoIdentityMatchedError, identities=[three[0]])
 
 
+@pytest.mark.slow  # 4 s
 def test_pipelines_pass_recipients_identities_and_passphrases_through(
     tmp_path: Path, three: list[Identity]
 ) -> None:
