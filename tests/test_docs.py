@@ -44,6 +44,7 @@ def built_html(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow  # Sphinx: 5 to 9 s; in make test, the docs target's build is read
 def test_api_reference_builds_without_warnings(tmp_path: Path) -> None:
     html = built_html(tmp_path)
     api = (html / "api.html").read_text()

@@ -26,6 +26,8 @@ def _blocks() -> list[Any]:  # pytest.param values
         line = README.read_text()[: match.start("code")].count("\n") + 1
         skip = _SKIP.fullmatch(match["before"].strip())
         marks = [pytest.mark.skip(reason=skip["reason"])] if skip else []
+        if match["lang"] == "sh":  # each starts gcmstream processes: 2 to 6 s (pytest --durations)
+            marks.append(pytest.mark.slow)
         params.append(
             pytest.param(match["lang"], match["code"], id=f"{number}-{match['lang']}-line{line}", marks=marks)
         )
