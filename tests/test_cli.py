@@ -434,8 +434,11 @@ def test_progress_bar_on_a_terminal_only(tmp_path: Path, keyfile: Path) -> None:
 
 @pytest.mark.parametrize(
     ("signum", "code", "said"),
-    [(signal.SIGINT, EXIT_INTERRUPTED, "interrupted"), (signal.SIGTERM, EXIT_TERMINATED, "SIGTERM")],
-    ids=["SIGINT", "SIGTERM"],
+    [
+        # 5 s each (the engine waits for its blocked read before it gives up on it): one in make check
+        pytest.param(signal.SIGINT, EXIT_INTERRUPTED, "interrupted", id="SIGINT", marks=pytest.mark.slow),
+        pytest.param(signal.SIGTERM, EXIT_TERMINATED, "SIGTERM", id="SIGTERM"),
+    ],
 )
 def test_signal_removes_the_temporary_file(
     signum: int, code: int, said: str, tmp_path: Path, keyfile: Path, sealed: tuple[bytes, bytes]
@@ -683,6 +686,7 @@ def test_a_reflected_connect_without_names_is_accepted(keyfile: Path) -> None:
     assert listener.stdout == b"order for peer B"
 
 
+@pytest.mark.slow  # five listen/connect process pairs through a redirecting proxy: 9 s
 @pytest.mark.parametrize(
     ("listen_args", "connect_args", "refused"),
     [
@@ -748,6 +752,7 @@ def test_connect_refuses_a_listener_that_is_not_its_peer_id(keyfile: Path) -> No
     assert listener.stdout == b""
 
 
+@pytest.mark.slow  # three listen/connect process pairs: 5 s
 @pytest.mark.parametrize(("listen_exchange", "connect_exchange", "code"), [
     ("x25519", "x25519", 0), ("x25519", "hybrid", 0), ("hybrid", "x25519", EXIT_TAMPERED),
 ])  # fmt: skip
@@ -850,6 +855,7 @@ def test_every_accepted_record_size_reads_back(tmp_path: Path, keyfile: Path, re
     assert decrypted.stdout == plain
 
 
+@pytest.mark.slow  # four listen/connect process pairs: 7 s
 @pytest.mark.parametrize("sender", ["listen", "connect"])
 def test_network_record_size_over_the_peer_limit_names_the_option(keyfile: Path, sender: str) -> None:
     listen_args: list[str | Path] = ["-k", keyfile, "--once"]
