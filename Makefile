@@ -1,10 +1,11 @@
-# Two commands on a fresh machine (Python 3.11 + pip): `make demo` and `make test`.
+# Two commands on a fresh machine (Python 3.11 + pip): `make demo` and `make test`; while working,
+# `make check`.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest docs dist sdist-check bench bench-quick fuzz mutate clean
+.PHONY: demo check test lint typecheck pytest docs dist sdist-check bench bench-quick fuzz mutate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +16,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
-test: $(STAMP) lint typecheck docs pytest
+# The loop to run while working: lint, types and every test not marked slow, on two workers, with
+# the hostile fuzzers at 200 examples each (make test: 1,500). --dist loadfile: a module's
+# fixtures are made once.
+check: $(STAMP) lint typecheck
+	HOSTILE_FUZZ_EXAMPLES=200 $(PY) -m pytest -q -m "not slow" -n 2 --dist loadfile
+
+# Everything, slow tests included, and the 20 slowest printed so that they stay in sight. The
+# suite reads the reference the docs target just built instead of running Sphinx again.
+test: $(STAMP) lint typecheck docs
+	GCMSTREAM_DOCS_HTML=$(CURDIR)/docs/_build/html $(PY) -m pytest -q --durations=20
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests examples benchmarks fuzz
@@ -25,11 +35,12 @@ typecheck: $(STAMP)
 	$(PY) -m mypy
 
 pytest: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
-# The API reference from the docstrings (Sphinx autodoc); any warning fails the build.
+# The API reference from the docstrings (Sphinx autodoc); any warning fails the build. -E: every
+# page read again, so a warning of an unchanged page is not hidden by an incremental build.
 docs: $(STAMP)
-	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	$(PY) -m sphinx -E -W --keep-going -q -b html docs docs/_build/html
 
 # The wheel and the sdist in dist/ (tests/test_packaging.py builds and checks both).
 dist: $(STAMP)

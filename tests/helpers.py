@@ -17,11 +17,18 @@ the two ``FEEDS``; ``run`` and ``check_valid`` do both, ``open_chunks`` feeds gi
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+import io
 import itertools
-from collections.abc import Callable, Iterator
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -43,6 +50,7 @@ from gcmstream import (
 )
 from gcmstream._fixed import fixed_channel as fixed_randomness_channel
 from gcmstream.channel import self_connections_allowed
+from gcmstream.cli import DEBUG_ENV, KEY_ENV, main
 from gcmstream.format import (
     FLAG_KEY_UPDATE,
     HEADER_SIZE,
@@ -375,3 +383,89 @@ class CompareSpy:
 
     def __getattr__(self, name: str) -> object:
         return getattr(hmac, name)
+
+
+# -- the command line in this process ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CliRun:
+    """What one ``gcmstream.cli.main(argv)`` call left: its exit status, stdout, stderr."""
+
+    status: int
+    stdout: bytes
+    stderr: str
+
+
+class _LeftTheProcessError(Exception):
+    """The CLI called os._exit: in a subprocess it would have left at once; here that is a bug
+    of the test (a thread was left blocked), so the call fails instead of ending pytest."""
+
+
+def _drain(fd: int, into: list[bytes]) -> None:
+    while chunk := os.read(fd, 1 << 16):
+        into.append(chunk)
+
+
+def _feed(fd: int, data: bytes) -> None:
+    with contextlib.suppress(BrokenPipeError):  # the command stopped reading early, as it may
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    os.close(fd)
+
+
+def run_cli(*args: str | Path, input: bytes = b"", environ: Mapping[str, str] | None = None) -> CliRun:
+    """``gcmstream ARGS`` run in this process: stdin a pipe holding ``input`` (then its end),
+    stdout a pipe, as a subprocess with ``input=`` and ``capture_output=True`` gets them, and
+    the environment without the key variable or the debug switch unless ``environ`` sets them.
+
+    For what a subprocess adds nothing to (messages, exit statuses, files written); signals,
+    terminals, a stdin left open and exit statuses as the shell sees them need a real process
+    (tests/test_cli.py keeps those)."""
+    stdin_read, stdin_write = os.pipe()
+    stdout_read, stdout_write = os.pipe()
+    out: list[bytes] = []
+    feeder = threading.Thread(target=_feed, args=(stdin_write, input), daemon=True)
+    reader = threading.Thread(target=_drain, args=(stdout_read, out), daemon=True)
+    feeder.start()
+    reader.start()
+    stderr = io.StringIO()
+    saved_env = dict(os.environ)
+    saved_streams = (sys.stdin, sys.stdout, sys.stderr)
+    saved_exit = os._exit
+
+    def leave(status: int) -> NoReturn:
+        raise _LeftTheProcessError(f"the CLI called os._exit({status})")
+
+    try:
+        for name in (KEY_ENV, DEBUG_ENV):
+            os.environ.pop(name, None)
+        os.environ.update(environ or {})
+        sys.stdin = io.TextIOWrapper(io.FileIO(stdin_read, "rb", closefd=False))
+        sys.stdout = io.TextIOWrapper(io.FileIO(stdout_write, "wb", closefd=False), write_through=True)
+        sys.stderr = stderr
+        os._exit = leave
+        try:
+            status = main([str(arg) for arg in args])
+        except SystemExit as exc:  # argparse: --help, usage errors
+            status = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        sys.stdout.flush()
+    finally:
+        os._exit = saved_exit
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.close(stdout_write)
+        os.close(stdin_read)  # a feeder still writing gets EPIPE and ends
+        feeder.join(timeout=60)
+        reader.join(timeout=60)
+        os.close(stdout_read)
+    return CliRun(status, b"".join(out), stderr.getvalue())
+
+
+def interruptible() -> None:
+    """In the child, before exec: SIGINT's default action, as a shell gives a foreground command
+    (a job started in the background, as some runners start the suite, inherits SIGINT ignored,
+    and Python then never raises KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -310,8 +310,8 @@ async def test_every_send_hands_the_transport_fresh_memory() -> None:
             given: list[tuple[memoryview, bytes]] = []
             transport_send = client.transport_stream.send
 
-            async def keep(item: memoryview) -> None:
-                given.append((item, bytes(item)))
+            async def keep(item: bytes) -> None:  # a memoryview, in fact: the sealer's output
+                given.append((memoryview(item), bytes(item)))  # .obj: the sealer's buffer
                 await transport_send(item)
 
             client.transport_stream.send = keep  # type: ignore[method-assign]

@@ -18,17 +18,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "benchmarks" / "run.py"
 
+# slow: the parts that took over 2.5 s each (pytest --durations, 2 shared cores)
 PARTS = [
     "seed",
     "allocs",
     "codec",
-    "sockets",
-    "echo",
-    "conns",
+    pytest.param("sockets", marks=pytest.mark.slow),
+    pytest.param("echo", marks=pytest.mark.slow),
+    pytest.param("conns", marks=pytest.mark.slow),
     "handshake",
-    "flood",
-    "guard",
-    "files",
+    pytest.param("flood", marks=pytest.mark.slow),
+    pytest.param("guard", marks=pytest.mark.slow),
+    pytest.param("files", marks=pytest.mark.slow),
     "recipients",
 ]
 COMMON_KEYS = {"part", "quick", "date", "machine", "params", "rows", "targets"}

@@ -46,6 +46,8 @@ from gcmstream.cli import (
 from gcmstream.format import HEADER_SIZE, RECORD_HEADER_SIZE, TAG_SIZE
 from gcmstream.keyfile import KEY_PREFIX, parse_key
 
+from .helpers import CliRun, interruptible, run_cli
+
 RECORD = gcmstream.DEFAULT_RECORD_SIZE
 SIZES = [0, 1, RECORD - 1, RECORD, RECORD + 1, 3 * 1024 * 1024 + 7]
 TIMEOUT = 120  # generous: only there to turn a hang into a failure (fsync can stall on a busy disk)
@@ -57,7 +59,7 @@ def env(**extra: str) -> dict[str, str]:
     return {**base, **extra}
 
 
-def gcm(
+def gcm_process(
     *args: str | Path,
     input: bytes | None = None,
     stdin: int | None = None,
@@ -74,9 +76,13 @@ def gcm(
     )
 
 
-def one_line_error(result: subprocess.CompletedProcess[bytes], code: int) -> str:
-    text = result.stderr.decode()
-    assert result.returncode == code, text
+def one_line_error(result: CliRun | subprocess.CompletedProcess[bytes], code: int) -> str:
+    """The one line a failed command wrote on stderr, checked: that line only, no traceback."""
+    if isinstance(result, CliRun):
+        status, text = result.status, result.stderr
+    else:
+        status, text = result.returncode, result.stderr.decode()
+    assert status == code, text
     assert text.count("\n") == 1 and text.endswith("\n"), text
     assert "Traceback" not in text
     return text
@@ -89,8 +95,8 @@ def data(size: int) -> bytes:
 @pytest.fixture(scope="module")
 def keyfile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("key") / "key"
-    result = gcm("keygen", "-o", path)
-    assert result.returncode == 0, result.stderr
+    result = run_cli("keygen", "-o", path)
+    assert result.status == 0, result.stderr
     return path
 
 
@@ -98,8 +104,8 @@ def keyfile(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def sealed(tmp_path_factory: pytest.TempPathFactory, keyfile: Path) -> tuple[bytes, bytes]:
     """(plaintext, ciphertext) of 4 full records and a short one, made by the CLI."""
     plain = data(4 * RECORD + 100)
-    result = gcm("encrypt", "-k", keyfile, "--context", "ctx", input=plain)
-    assert result.returncode == 0, result.stderr
+    result = run_cli("encrypt", "-k", keyfile, "--context", "ctx", input=plain)
+    assert result.status == 0, result.stderr
     return plain, result.stdout
 
 
@@ -115,8 +121,8 @@ def wire_offset(index: int) -> int:
 
 
 def test_help_lists_the_exit_statuses_once_at_the_top() -> None:
-    result = gcm("--help")
-    assert result.returncode == 0, result.stderr
+    result = run_cli("--help")
+    assert result.status == 0, result.stderr
     text = result.stdout.decode()
     assert text.startswith("usage: gcmstream")
     assert "exit status" in text and "wrong key" in text
@@ -128,8 +134,8 @@ def test_help_lists_the_exit_statuses_once_at_the_top() -> None:
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_command_help_has_examples_not_the_exit_table(command: str) -> None:
-    result = gcm(command, "--help")
-    assert result.returncode == 0, result.stderr
+    result = run_cli(command, "--help")
+    assert result.status == 0, result.stderr
     text = result.stdout.decode()
     assert text.startswith(f"usage: gcmstream {command}")
     assert "exit status:" not in text and "internal error" not in text
@@ -158,39 +164,39 @@ def test_help_examples_parse() -> None:
 
 
 def test_bare_command_prints_the_help() -> None:
-    result = gcm()
-    assert result.returncode == EXIT_USAGE
-    assert result.stdout.decode() == gcm("--help").stdout.decode()
-    assert result.stderr == b""
+    result = run_cli()
+    assert result.status == EXIT_USAGE
+    assert result.stdout.decode() == run_cli("--help").stdout.decode()
+    assert result.stderr == ""
 
 
 def test_keygen(tmp_path: Path) -> None:
     path = tmp_path / "k"
-    assert gcm("keygen", "-o", path).returncode == 0
+    assert run_cli("keygen", "-o", path).status == 0
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     text = path.read_text()
     assert text.startswith(f"{KEY_PREFIX}:aes128:") and text.endswith("\n")
     assert len(parse_key(text)) == 16
-    refused = gcm("keygen", "-o", path, "--suite", "aes256")
+    refused = run_cli("keygen", "-o", path, "--suite", "aes256")
     assert "--force" in one_line_error(refused, EXIT_USAGE)
     assert path.read_text() == text
-    assert gcm("keygen", "-o", path, "--suite", "aes256", "--force").returncode == 0
+    assert run_cli("keygen", "-o", path, "--suite", "aes256", "--force").status == 0
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert len(parse_key(path.read_text())) == 32
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k"]
-    printed = gcm("keygen", "-o", "-", "--suite", "aes256")
-    assert printed.returncode == 0 and len(parse_key(printed.stdout.decode())) == 32
+    printed = run_cli("keygen", "-o", "-", "--suite", "aes256")
+    assert printed.status == 0 and len(parse_key(printed.stdout.decode())) == 32
 
 
 def test_key_line_is_unpadded_base64url_and_context_is_utf8(tmp_path: Path) -> None:
     """README: the key line's encoding and --context's bytes, checked against the library."""
     path = tmp_path / "k"
-    assert gcm("keygen", "-o", path, "--suite", "aes256").returncode == 0
+    assert run_cli("keygen", "-o", path, "--suite", "aes256").status == 0
     line = path.read_text().strip()
     assert re.fullmatch(rf"{KEY_PREFIX}:aes256:[A-Za-z0-9_-]{{43}}", line), line
     key = base64.urlsafe_b64decode(line.rsplit(":", 1)[1] + "=")
-    sealed = gcm("encrypt", "-k", path, "--context", "café ☕", input=b"hello")
-    assert sealed.returncode == 0, sealed.stderr
+    sealed = run_cli("encrypt", "-k", path, "--context", "café ☕", input=b"hello")
+    assert sealed.status == 0, sealed.stderr
     opener = gcmstream.Opener(key, context="café ☕".encode())
     opener.receive_data(sealed.stdout)
     opener.receive_eof()
@@ -198,28 +204,28 @@ def test_key_line_is_unpadded_base64url_and_context_is_utf8(tmp_path: Path) -> N
 
 
 def test_usage_errors(tmp_path: Path, keyfile: Path) -> None:
-    one_line_error(gcm("encrypt", input=b"x"), EXIT_USAGE)  # no key at all
+    one_line_error(run_cli("encrypt", input=b"x"), EXIT_USAGE)  # no key at all
     bad = tmp_path / "bad"
     bad.write_text("gcmstream-key-v9:aes128:AAAA\n")
     bad.chmod(0o600)
-    assert "not supported" in one_line_error(gcm("encrypt", "-k", bad, input=b"x"), EXIT_USAGE)
-    one_line_error(gcm("encrypt", "-k", tmp_path / "missing", input=b"x"), EXIT_USAGE)
-    one_line_error(gcm("encrypt", "-k", keyfile, "--record-size", "0", input=b"x"), EXIT_USAGE)
-    one_line_error(gcm("encrypt", "-k", keyfile, "--bogus"), EXIT_USAGE)
-    one_line_error(gcm("connect", "no-port", "-k", keyfile), EXIT_USAGE)
-    one_line_error(gcm("frobnicate"), EXIT_USAGE)
-    missing = gcm("encrypt", "-k", keyfile, "-i", tmp_path / "nope", "-o", tmp_path / "out")
+    assert "not supported" in one_line_error(run_cli("encrypt", "-k", bad, input=b"x"), EXIT_USAGE)
+    one_line_error(run_cli("encrypt", "-k", tmp_path / "missing", input=b"x"), EXIT_USAGE)
+    one_line_error(run_cli("encrypt", "-k", keyfile, "--record-size", "0", input=b"x"), EXIT_USAGE)
+    one_line_error(run_cli("encrypt", "-k", keyfile, "--bogus"), EXIT_USAGE)
+    one_line_error(run_cli("connect", "no-port", "-k", keyfile), EXIT_USAGE)
+    one_line_error(run_cli("frobnicate"), EXIT_USAGE)
+    missing = run_cli("encrypt", "-k", keyfile, "-i", tmp_path / "nope", "-o", tmp_path / "out")
     assert "No such file" in one_line_error(missing, EXIT_IO)
     assert not (tmp_path / "out").exists()
 
 
 def test_key_from_environment(keyfile: Path) -> None:
-    key_env = env(**{KEY_ENV: keyfile.read_text()})
-    encrypted = gcm("encrypt", input=b"from env", environ=key_env)
-    assert encrypted.returncode == 0, encrypted.stderr
-    decrypted = gcm("decrypt", "-k", keyfile, input=encrypted.stdout)
+    key_env = {KEY_ENV: keyfile.read_text()}
+    encrypted = run_cli("encrypt", input=b"from env", environ=key_env)
+    assert encrypted.status == 0, encrypted.stderr
+    decrypted = run_cli("decrypt", "-k", keyfile, input=encrypted.stdout)
     assert decrypted.stdout == b"from env"
-    one_line_error(gcm("decrypt", input=encrypted.stdout, environ=env(**{KEY_ENV: "nonsense"})), EXIT_USAGE)
+    one_line_error(run_cli("decrypt", input=encrypted.stdout, environ={KEY_ENV: "nonsense"}), EXIT_USAGE)
 
 
 # -- round trips -------------------------------------------------------------------------------
@@ -230,8 +236,8 @@ def test_round_trip_files(tmp_path: Path, keyfile: Path, size: int) -> None:
     plain = data(size)
     (tmp_path / "in").write_bytes(plain)
     args = ("-k", keyfile, "--context", "backup v1")
-    assert gcm("encrypt", *args, "-i", tmp_path / "in", "-o", tmp_path / "enc").returncode == 0
-    assert gcm("decrypt", *args, "-i", tmp_path / "enc", "-o", tmp_path / "out").returncode == 0
+    assert run_cli("encrypt", *args, "-i", tmp_path / "in", "-o", tmp_path / "enc").status == 0
+    assert run_cli("decrypt", *args, "-i", tmp_path / "enc", "-o", tmp_path / "out").status == 0
     assert (tmp_path / "out").read_bytes() == plain
     assert sorted(p.name for p in tmp_path.iterdir()) == ["enc", "in", "out"]
 
@@ -239,12 +245,30 @@ def test_round_trip_files(tmp_path: Path, keyfile: Path, size: int) -> None:
 @pytest.mark.parametrize("size", SIZES)
 def test_round_trip_pipes(keyfile: Path, size: int) -> None:
     plain = data(size)
-    encrypted = gcm("encrypt", "-k", keyfile, "-i", "-", "-o", "-", "--record-size", "16K", input=plain)
-    assert encrypted.returncode == 0, encrypted.stderr
-    assert encrypted.stderr == b""
-    decrypted = gcm("decrypt", "-k", keyfile, input=encrypted.stdout)
-    assert decrypted.returncode == 0, decrypted.stderr
+    encrypted = run_cli("encrypt", "-k", keyfile, "-i", "-", "-o", "-", "--record-size", "16K", input=plain)
+    assert encrypted.status == 0, encrypted.stderr
+    assert encrypted.stderr == ""
+    decrypted = run_cli("decrypt", "-k", keyfile, input=encrypted.stdout)
+    assert decrypted.status == 0, decrypted.stderr
     assert decrypted.stdout == plain
+
+
+def test_every_command_runs_as_a_real_process(tmp_path: Path) -> None:
+    """One smoke test per command as the shell runs it (``python -m gcmstream``), exit statuses
+    included; the other tests call ``main()`` in process (listen and connect: the network tests)."""
+    key, me = tmp_path / "key", tmp_path / "me.identity"
+    assert gcm_process("keygen", "-o", key).returncode == 0
+    assert gcm_process("identity", "-o", me).returncode == 0
+    recipient = gcm_process("recipient", me)
+    assert recipient.returncode == 0 and recipient.stdout.startswith(b"gcmstream-recipient"), recipient
+    sealed = gcm_process("encrypt", "-k", key, "-o", tmp_path / "sealed", input=b"smoke")
+    assert sealed.returncode == 0, sealed.stderr
+    info = gcm_process("info", "-k", key, tmp_path / "sealed")
+    assert info.returncode == 0 and info.stdout, info.stderr
+    opened = gcm_process("decrypt", "-k", key, "-i", tmp_path / "sealed")
+    assert opened.returncode == 0 and opened.stdout == b"smoke", opened.stderr
+    cut = (tmp_path / "sealed").read_bytes()[:-1]
+    one_line_error(gcm_process("decrypt", "-k", key, input=cut), EXIT_TRUNCATED)
 
 
 def test_console_script_matches_module(tmp_path: Path, keyfile: Path) -> None:
@@ -254,7 +278,7 @@ def test_console_script_matches_module(tmp_path: Path, keyfile: Path) -> None:
     encrypted = subprocess.run(
         [script, "encrypt", "-k", keyfile], input=b"hi", capture_output=True, timeout=TIMEOUT, check=True
     )
-    assert gcm("decrypt", "-k", keyfile, input=encrypted.stdout).stdout == b"hi"
+    assert run_cli("decrypt", "-k", keyfile, input=encrypted.stdout).stdout == b"hi"
 
 
 # -- failures ------------------------------------------------------------------------------------
@@ -292,10 +316,10 @@ def test_failures_leave_no_output_file(
     _, wire = sealed
     (tmp_path / "enc").write_bytes(mangle(wire))  # type: ignore[operator]
     args = ("decrypt", "-k", keyfile, "--context", context, "-i", tmp_path / "enc", "-o", tmp_path / "out")
-    one_line_error(gcm(*args), code)
+    one_line_error(run_cli(*args), code)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["enc"]
     (tmp_path / "out").write_bytes(b"keep me")
-    one_line_error(gcm(*args), code)
+    one_line_error(run_cli(*args), code)
     assert (tmp_path / "out").read_bytes() == b"keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["enc", "out"]
 
@@ -310,7 +334,7 @@ def test_stdout_gets_the_authenticated_prefix(
     released: set[int],
 ) -> None:
     plain, wire = sealed
-    result = gcm("decrypt", "-k", keyfile, "--context", context, input=mangle(wire))  # type: ignore[operator]
+    result = run_cli("decrypt", "-k", keyfile, "--context", context, input=mangle(wire))  # type: ignore[operator]
     message = one_line_error(result, code)
     assert len(result.stdout) in released
     assert result.stdout == plain[: len(result.stdout)]
@@ -320,8 +344,8 @@ def test_stdout_gets_the_authenticated_prefix(
 
 def test_wrong_key_exit_code(tmp_path: Path, sealed: tuple[bytes, bytes]) -> None:
     other = tmp_path / "other"
-    assert gcm("keygen", "-o", other).returncode == 0
-    result = gcm("decrypt", "-k", other, "--context", "ctx", "-o", tmp_path / "out", input=sealed[1])
+    assert run_cli("keygen", "-o", other).status == 0
+    result = run_cli("decrypt", "-k", other, "--context", "ctx", "-o", tmp_path / "out", input=sealed[1])
     message = one_line_error(result, EXIT_WRONG_KEY)
     # said once; since version 2 (issue 10) the key ID tells a wrong key from a wrong context,
     # and the ID itself is not shown (the CLI hides anything that looks like key text)
@@ -343,8 +367,8 @@ def test_refuses_ciphertext_to_a_terminal(keyfile: Path) -> None:
         )
         assert result.returncode == EXIT_USAGE
         assert b"terminal" in result.stderr
-        refused = gcm("encrypt", "-k", keyfile, "-o", os.ttyname(terminal), input=b"secret")
-        assert refused.returncode == EXIT_USAGE
+        refused = run_cli("encrypt", "-k", keyfile, "-o", os.ttyname(terminal), input=b"secret")
+        assert refused.status == EXIT_USAGE
     finally:
         os.close(controller)
         os.close(terminal)
@@ -397,14 +421,17 @@ def test_progress_bar_on_a_terminal_only(tmp_path: Path, keyfile: Path) -> None:
     assert code == 0 and shown == b""
     code, shown = _stderr_on_terminal(["decrypt", "-k", keyfile, "-i", tmp_path / "enc", "-o", os.devnull])
     assert code == 0 and b"decrypt" in shown
-    piped = gcm("encrypt", "-k", keyfile, "-i", tmp_path / "in", "-o", tmp_path / "enc")
-    assert piped.returncode == 0 and piped.stderr == b""  # stderr is no terminal: no bar
+    piped = run_cli("encrypt", "-k", keyfile, "-i", tmp_path / "in", "-o", tmp_path / "enc")
+    assert piped.status == 0 and piped.stderr == ""  # stderr is no terminal: no bar
 
 
 @pytest.mark.parametrize(
     ("signum", "code", "said"),
-    [(signal.SIGINT, EXIT_INTERRUPTED, "interrupted"), (signal.SIGTERM, EXIT_TERMINATED, "SIGTERM")],
-    ids=["SIGINT", "SIGTERM"],
+    [
+        # 5 s each (the engine waits for its blocked read before it gives up on it): one in make check
+        pytest.param(signal.SIGINT, EXIT_INTERRUPTED, "interrupted", id="SIGINT", marks=pytest.mark.slow),
+        pytest.param(signal.SIGTERM, EXIT_TERMINATED, "SIGTERM", id="SIGTERM"),
+    ],
 )
 def test_signal_removes_the_temporary_file(
     signum: int, code: int, said: str, tmp_path: Path, keyfile: Path, sealed: tuple[bytes, bytes]
@@ -426,6 +453,7 @@ def test_signal_removes_the_temporary_file(
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env(),
+        preexec_fn=interruptible,
     )
     assert process.stdin is not None and process.stderr is not None
     try:
@@ -464,15 +492,16 @@ def _peak_rss_kib(args: Sequence[str | Path]) -> int:
     return int(result.stdout)
 
 
+@pytest.mark.slow  # 3 s
 def test_decrypt_memory_does_not_grow_with_input(tmp_path: Path, keyfile: Path) -> None:
     size = 128 * 1024 * 1024
     with open(tmp_path / "big", "wb") as file:  # sparse: cheap to make, same work to encrypt
         file.truncate(size)
-    assert gcm("encrypt", "-k", keyfile, "-i", tmp_path / "big", "-o", tmp_path / "big.enc").returncode == 0
+    assert run_cli("encrypt", "-k", keyfile, "-i", tmp_path / "big", "-o", tmp_path / "big.enc").status == 0
     (tmp_path / "big").unlink()
     (tmp_path / "small").write_bytes(b"x" * 1000)
     assert (
-        gcm("encrypt", "-k", keyfile, "-i", tmp_path / "small", "-o", tmp_path / "small.enc").returncode == 0
+        run_cli("encrypt", "-k", keyfile, "-i", tmp_path / "small", "-o", tmp_path / "small.enc").status == 0
     )
     baseline = _peak_rss_kib(["decrypt", "-k", keyfile, "-i", tmp_path / "small.enc", "-o", tmp_path / "s"])
     big = _peak_rss_kib(["decrypt", "-k", keyfile, "-i", tmp_path / "big.enc", "-o", tmp_path / "b"])
@@ -534,7 +563,9 @@ def test_listen_connect_moves_data_both_ways(tmp_path: Path, keyfile: Path) -> N
     up, down = data(3 * 1024 * 1024 + 1), data(2 * 1024 * 1024 + 3)
     (tmp_path / "down").write_bytes(down)
     listener = Listener(["-k", keyfile, "--context", "net"], tmp_path / "down")
-    connected = gcm("connect", f"127.0.0.1:{listener.port}", "-k", keyfile, "--context", "net", input=up)
+    connected = gcm_process(
+        "connect", f"127.0.0.1:{listener.port}", "-k", keyfile, "--context", "net", input=up
+    )
     assert listener.finish() == 0, listener.stderr
     assert connected.returncode == 0, connected.stderr
     assert connected.stdout == down
@@ -576,9 +607,9 @@ def test_half_close_each_direction_ends_on_its_own(keyfile: Path) -> None:
 
 def test_listen_connect_wrong_key(tmp_path: Path, keyfile: Path) -> None:
     other = tmp_path / "other"
-    assert gcm("keygen", "-o", other).returncode == 0
+    assert run_cli("keygen", "-o", other).status == 0
     listener = Listener(["-k", keyfile, "--once"])
-    connected = gcm("connect", f"127.0.0.1:{listener.port}", "-k", other, input=b"hello")
+    connected = gcm_process("connect", f"127.0.0.1:{listener.port}", "-k", other, input=b"hello")
     # the listener refuses the unknown key ID and hangs up before answering: the connecting
     # side can only see its handshake cut short (it learns nothing about the listener's key)
     assert "during the handshake" in one_line_error(connected, EXIT_TRUNCATED)
@@ -626,7 +657,7 @@ def test_a_connect_reflected_into_its_own_hosts_listen_is_refused(keyfile: Path)
     and the connecting side sees its handshake cut (it never sends its data)."""
     listener = Listener(["-k", keyfile, "--once", "--local-id", "A", "--peer-id", "B"])
     attacker = Redirect(listener.port)
-    connected = gcm(
+    connected = gcm_process(
         "connect", f"127.0.0.1:{attacker.port}", "-k", keyfile, "--local-id", "A", "--peer-id", "B",
         input=b"order for peer B: wire 1000 EUR",
     )  # fmt: skip
@@ -642,12 +673,13 @@ def test_a_reflected_connect_without_names_is_accepted(keyfile: Path) -> None:
     reflection succeeds (two processes cannot know each other's headers)."""
     listener = Listener(["-k", keyfile, "--once"])
     attacker = Redirect(listener.port)
-    connected = gcm("connect", f"127.0.0.1:{attacker.port}", "-k", keyfile, input=b"order for peer B")
+    connected = gcm_process("connect", f"127.0.0.1:{attacker.port}", "-k", keyfile, input=b"order for peer B")
     assert listener.finish() == 0, listener.stderr
     assert connected.returncode == 0, connected.stderr
     assert listener.stdout == b"order for peer B"
 
 
+@pytest.mark.slow  # five listen/connect process pairs through a redirecting proxy: 9 s
 @pytest.mark.parametrize(
     ("listen_args", "connect_args", "refused"),
     [
@@ -666,7 +698,7 @@ def test_a_reflected_connect_with_one_sided_names(
     both; --local-id on one command alone lets the reflection through."""
     listener = Listener(["-k", keyfile, "--once", *listen_args])
     attacker = Redirect(listener.port)
-    connected = gcm(
+    connected = gcm_process(
         "connect", f"127.0.0.1:{attacker.port}", "-k", keyfile, *connect_args, input=b"order for peer B"
     )
     status = listener.finish()
@@ -693,7 +725,9 @@ def test_listen_refuses_a_peer_that_is_not_its_peer_id(
     keyfile: Path, listen_args: list[str], connect_args: list[str], words: bytes
 ) -> None:
     listener = Listener(["-k", keyfile, "--once", *listen_args])
-    connected = gcm("connect", f"127.0.0.1:{listener.port}", "-k", keyfile, *connect_args, input=b"hi")
+    connected = gcm_process(
+        "connect", f"127.0.0.1:{listener.port}", "-k", keyfile, *connect_args, input=b"hi"
+    )
     assert listener.finish() == EXIT_IDENTITY, listener.stderr
     assert words in listener.stderr
     assert listener.stdout == b""
@@ -702,13 +736,16 @@ def test_listen_refuses_a_peer_that_is_not_its_peer_id(
 
 def test_connect_refuses_a_listener_that_is_not_its_peer_id(keyfile: Path) -> None:
     listener = Listener(["-k", keyfile, "--once", "--local-id", "C"])
-    connected = gcm("connect", f"127.0.0.1:{listener.port}", "-k", keyfile, "--peer-id", "B", input=b"hi")
+    connected = gcm_process(
+        "connect", f"127.0.0.1:{listener.port}", "-k", keyfile, "--peer-id", "B", input=b"hi"
+    )
     message = one_line_error(connected, EXIT_IDENTITY)
     assert "identity refused: the peer sent identity b'C', expected b'B'" in message
     assert listener.finish() != 0
     assert listener.stdout == b""
 
 
+@pytest.mark.slow  # three listen/connect process pairs: 5 s
 @pytest.mark.parametrize(("listen_exchange", "connect_exchange", "code"), [
     ("x25519", "x25519", 0), ("x25519", "hybrid", 0), ("hybrid", "x25519", EXIT_TAMPERED),
 ])  # fmt: skip
@@ -716,7 +753,7 @@ def test_key_exchange_option(keyfile: Path, listen_exchange: str, connect_exchan
     """--key-exchange: connect offers it, listen accepts it or a stronger one; a listener that
     requires the hybrid refuses an X25519 offer (a downgrade) before answering."""
     listener = Listener(["-k", keyfile, "--once", "--key-exchange", listen_exchange])
-    connected = gcm(
+    connected = gcm_process(
         "connect", f"127.0.0.1:{listener.port}", "-k", keyfile, "--key-exchange", connect_exchange, input=b"x"
     )
     assert listener.finish() == code, listener.stderr
@@ -729,7 +766,7 @@ def test_key_exchange_option(keyfile: Path, listen_exchange: str, connect_exchan
 
 
 def test_identity_option_is_checked() -> None:
-    result = gcm("connect", "127.0.0.1:1", "--local-id", "x" * 256)
+    result = run_cli("connect", "127.0.0.1:1", "--local-id", "x" * 256)
     assert "a name is 1 to 255 bytes of UTF-8, got 256" in one_line_error(result, EXIT_USAGE)
 
 
@@ -738,7 +775,7 @@ def test_connect_refused_names_the_address_and_the_cause(keyfile: Path) -> None:
     port = listener.port
     listener.process.kill()
     listener.finish()
-    message = one_line_error(gcm("connect", f"127.0.0.1:{port}", "-k", keyfile, input=b""), EXIT_IO)
+    message = one_line_error(run_cli("connect", f"127.0.0.1:{port}", "-k", keyfile, input=b""), EXIT_IO)
     assert message == f"gcmstream connect: cannot connect to 127.0.0.1:{port}: connection refused\n"
 
 
@@ -797,27 +834,28 @@ def test_every_accepted_record_size_reads_back(tmp_path: Path, keyfile: Path, re
     """With default options, or with the option the error message names: never "tampered"."""
     plain = data(100_000)
     (tmp_path / "in").write_bytes(plain)
-    encrypted = gcm("encrypt", "-k", keyfile, "--record-size", record_size, "-i", tmp_path / "in")
-    assert encrypted.returncode == 0, encrypted.stderr
+    encrypted = run_cli("encrypt", "-k", keyfile, "--record-size", record_size, "-i", tmp_path / "in")
+    assert encrypted.status == 0, encrypted.stderr
     (tmp_path / "enc").write_bytes(encrypted.stdout)
     args: list[str | Path] = ["decrypt", "-k", keyfile, "-i", tmp_path / "enc"]
-    decrypted = gcm(*args)
-    if decrypted.returncode != 0:
+    decrypted = run_cli(*args)
+    if decrypted.status != 0:
         message = one_line_error(decrypted, EXIT_RECORD_LIMIT)
         assert str(tmp_path / "enc") in message and "tampered" not in message
         assert decrypted.stdout == b""
-        decrypted = gcm(*args, *_rerun_option(message))
-    assert decrypted.returncode == 0, decrypted.stderr
+        decrypted = run_cli(*args, *_rerun_option(message))
+    assert decrypted.status == 0, decrypted.stderr
     assert decrypted.stdout == plain
 
 
+@pytest.mark.slow  # four listen/connect process pairs: 7 s
 @pytest.mark.parametrize("sender", ["listen", "connect"])
 def test_network_record_size_over_the_peer_limit_names_the_option(keyfile: Path, sender: str) -> None:
     listen_args: list[str | Path] = ["-k", keyfile, "--once"]
     connect_args: list[str | Path] = ["-k", keyfile]
     (listen_args if sender == "listen" else connect_args).extend(["--record-size", "2M"])
     listener = Listener(listen_args)
-    connected = gcm("connect", f"127.0.0.1:{listener.port}", *connect_args, input=b"hello")
+    connected = gcm_process("connect", f"127.0.0.1:{listener.port}", *connect_args, input=b"hello")
     code = listener.finish()
     receiver, result = ("connect", connected.stderr) if sender == "listen" else ("listen", listener.stderr)
     assert (connected.returncode if sender == "listen" else code) == EXIT_RECORD_LIMIT, (connected, code)
@@ -827,7 +865,7 @@ def test_network_record_size_over_the_peer_limit_names_the_option(keyfile: Path,
     # and with that option the transfer goes through
     (connect_args if sender == "listen" else listen_args).extend(_rerun_option(message))
     listener = Listener(listen_args)
-    connected = gcm("connect", f"127.0.0.1:{listener.port}", *connect_args, input=b"hello")
+    connected = gcm_process("connect", f"127.0.0.1:{listener.port}", *connect_args, input=b"hello")
     assert listener.finish() == 0, listener.stderr
     assert connected.returncode == 0, connected.stderr
     assert listener.stdout == b"hello"
@@ -848,14 +886,14 @@ def test_output_never_wider_than_0600_unless_asked(
     out.write_bytes(b"old")
     out.chmod(0o666)  # an existing file's wide mode is not copied to the new content
     args = (command, "-k", keyfile, "--context", "ctx", "-i", tmp_path / "in", "-o", out)
-    assert gcm(*args).returncode == 0
+    assert run_cli(*args).status == 0
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     out.unlink()
-    assert gcm(*args).returncode == 0
+    assert run_cli(*args).status == 0
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
-    assert gcm(*args, "--mode", "644").returncode == 0  # the user asks
+    assert run_cli(*args, "--mode", "644").status == 0  # the user asks
     assert stat.S_IMODE(out.stat().st_mode) == 0o644
-    one_line_error(gcm(*args, "--mode", "9"), EXIT_USAGE)
+    one_line_error(run_cli(*args, "--mode", "9"), EXIT_USAGE)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's symlink needs root")
@@ -877,7 +915,7 @@ def test_output_does_not_follow_a_symlink_planted_by_another_user(
     (shared / "out.tar").symlink_to(theirs / "out.tar")
     os.lchown(shared / "out.tar", NOBODY, NOBODY)
     args = (command, "-k", keyfile, "--context", "ctx", "-i", tmp_path / "in", "-o", shared / "out.tar")
-    message = one_line_error(gcm(*args), EXIT_IO)
+    message = one_line_error(run_cli(*args), EXIT_IO)
     assert str(shared / "out.tar") in message and "symbolic link owned by another user" in message
     assert (theirs / "out.tar").read_bytes() == b"bait"
     assert sorted(p.name for p in theirs.iterdir()) == ["out.tar"]
@@ -885,10 +923,10 @@ def test_output_does_not_follow_a_symlink_planted_by_another_user(
     assert (shared / "out.tar").is_symlink()
     # the user's own link is theirs to follow (a second hop planted by someone else is not)
     (tmp_path / "mine").symlink_to(tmp_path / "target")
-    assert gcm(*args[:-1], tmp_path / "mine").returncode == 0
+    assert run_cli(*args[:-1], tmp_path / "mine").status == 0
     assert stat.S_IMODE((tmp_path / "target").stat().st_mode) == 0o600
     (tmp_path / "mine2").symlink_to(shared / "out.tar")
-    one_line_error(gcm(*args[:-1], tmp_path / "mine2"), EXIT_IO)
+    one_line_error(run_cli(*args[:-1], tmp_path / "mine2"), EXIT_IO)
     assert (theirs / "out.tar").read_bytes() == b"bait"
 
 
@@ -905,7 +943,7 @@ def test_output_is_not_written_into_another_users_fifo(
     args = ("decrypt", "-k", keyfile, "--context", "ctx", "-i", tmp_path / "enc", "-o")
     listening = os.open(theirs, os.O_RDONLY | os.O_NONBLOCK)  # a reader waits there
     try:
-        message = one_line_error(gcm(*args, theirs), EXIT_IO)
+        message = one_line_error(run_cli(*args, theirs), EXIT_IO)
         assert str(theirs) in message and "FIFO, socket or device owned by another user" in message
         assert os.read(listening, 65536) == b""  # nothing came, and no writer is there
     finally:
@@ -914,23 +952,23 @@ def test_output_is_not_written_into_another_users_fifo(
     got: list[bytes] = []
     reader = threading.Thread(target=lambda: got.append(mine.read_bytes()))
     reader.start()
-    assert gcm(*args, mine).returncode == 0
+    assert run_cli(*args, mine).status == 0
     reader.join(TIMEOUT)
     assert got == [plain]
 
 
 def test_output_to_dev_stdout_reaches_the_pipe(keyfile: Path) -> None:
     """/dev/stdout -> /proc/self/fd/1 -> "pipe:[...]", a link only the kernel can follow."""
-    encrypted = gcm("encrypt", "-k", keyfile, "-o", "/dev/stdout", input=b"through /dev/stdout")
+    encrypted = gcm_process("encrypt", "-k", keyfile, "-o", "/dev/stdout", input=b"through /dev/stdout")
     assert encrypted.returncode == 0, encrypted.stderr
-    decrypted = gcm("decrypt", "-k", keyfile, "-o", "/dev/stdout", input=encrypted.stdout)
+    decrypted = gcm_process("decrypt", "-k", keyfile, "-o", "/dev/stdout", input=encrypted.stdout)
     assert decrypted.returncode == 0, decrypted.stderr
     assert decrypted.stdout == b"through /dev/stdout"
 
 
 def test_output_to_a_missing_directory_names_the_users_path(tmp_path: Path, keyfile: Path) -> None:
     target = tmp_path / "no such dir" / "x"
-    message = one_line_error(gcm("encrypt", "-k", keyfile, "-o", target, input=b"x"), EXIT_IO)
+    message = one_line_error(run_cli("encrypt", "-k", keyfile, "-o", target, input=b"x"), EXIT_IO)
     assert message == f"gcmstream encrypt: {target}: No such file or directory\n"
 
 
@@ -962,41 +1000,46 @@ def _malformed_lines(line: str) -> list[str]:
 
 
 def test_malformed_key_lines_never_show_the_key(tmp_path: Path) -> None:
-    line = gcm("keygen", "-o", "-").stdout.decode().strip()
+    """Each malformed key line, wherever it is given, in process (144 runs); one run in a process."""
+    line = run_cli("keygen", "-o", "-").stdout.decode().strip()
     encoded = line.split(":")[2]
     pieces = {encoded[i : i + 8] for i in range(len(encoded) - 7)}  # any 8 characters of it
     keyfile = tmp_path / "bad.key"
     good = tmp_path / "good.key"
-    assert gcm("keygen", "-o", good).returncode == 0
+    assert run_cli("keygen", "-o", good).status == 0
     for bad in _malformed_lines(line):
         keyfile.write_text(bad + "\n")
         keyfile.chmod(0o600)
         for result in (
-            gcm("encrypt", "-k", keyfile, input=b"x"),
-            gcm("encrypt", input=b"x", environ=env(**{KEY_ENV: bad})),
+            run_cli("encrypt", "-k", keyfile, input=b"x"),
+            run_cli("encrypt", input=b"x", environ={KEY_ENV: bad}),
             # key text typed where a path or an argument belongs
-            gcm("encrypt", "-k", bad.splitlines()[0], input=b"x"),
-            gcm("encrypt", "-k", keyfile, bad.splitlines()[0], input=b"x"),
-            gcm(bad.splitlines()[0], input=b"x"),
-            gcm("connect", bad.splitlines()[0], "-k", keyfile, input=b"x"),
+            run_cli("encrypt", "-k", bad.splitlines()[0], input=b"x"),
+            run_cli("encrypt", "-k", keyfile, bad.splitlines()[0], input=b"x"),
+            run_cli(bad.splitlines()[0], input=b"x"),
+            run_cli("connect", bad.splitlines()[0], "-k", keyfile, input=b"x"),
             # key text inside a path (found by a new user: "$(cat backup.key)/x")
-            gcm("encrypt", "-k", good, "-o", bad.splitlines()[0] + "/x", input=b"x"),
-            gcm("encrypt", "-k", good, "-i", "/nonexistent/" + bad.splitlines()[0] + "/x"),
+            run_cli("encrypt", "-k", good, "-o", bad.splitlines()[0] + "/x", input=b"x"),
+            run_cli("encrypt", "-k", good, "-i", "/nonexistent/" + bad.splitlines()[0] + "/x"),
         ):
-            message = result.stderr.decode()
-            assert result.returncode != 0, (bad, message)
+            message = result.stderr
+            assert result.status != 0, (bad, message)
             assert not any(piece in message for piece in pieces), (bad, message)
+    # and once as the shell runs it: the whole of the process's stderr (fd 2), not only sys.stderr
+    shell = gcm_process("encrypt", input=b"x", environ=env(**{KEY_ENV: _malformed_lines(line)[0]}))
+    assert shell.returncode != 0 and shell.stderr, shell
+    assert not any(piece.encode() in shell.stderr for piece in pieces), shell.stderr
 
 
 def test_key_file_open_to_others_is_refused(tmp_path: Path) -> None:
     key = tmp_path / "k"
-    assert gcm("keygen", "-o", key).returncode == 0
+    assert run_cli("keygen", "-o", key).status == 0
     for mode in (0o644, 0o640, 0o604, 0o620):
         key.chmod(mode)
-        message = one_line_error(gcm("encrypt", "-k", key, input=b"x"), EXIT_USAGE)
+        message = one_line_error(run_cli("encrypt", "-k", key, input=b"x"), EXIT_USAGE)
         assert f"mode {mode:04o}" in message and f"chmod 600 {key}" in message
     key.chmod(0o400)
-    assert gcm("encrypt", "-k", key, input=b"x").returncode == 0
+    assert run_cli("encrypt", "-k", key, input=b"x").status == 0
 
 
 # -- listen serves until the real peer arrives --------------------------------------------------
@@ -1004,7 +1047,7 @@ def test_key_file_open_to_others_is_refused(tmp_path: Path) -> None:
 
 def test_listen_keeps_serving_after_failed_handshakes(tmp_path: Path, keyfile: Path) -> None:
     other = tmp_path / "other"
-    assert gcm("keygen", "-o", other).returncode == 0
+    assert run_cli("keygen", "-o", other).status == 0
     listener = Listener(["-k", keyfile])
     with socket.create_connection(("127.0.0.1", listener.port), timeout=TIMEOUT) as stalled:
         # one connection says nothing at all (it must not hold up the others) ...
@@ -1013,12 +1056,12 @@ def test_listen_keeps_serving_after_failed_handshakes(tmp_path: Path, keyfile: P
             probe.shutdown(socket.SHUT_WR)
             while probe.recv(65536):
                 pass
-        wrong = gcm(
+        wrong = gcm_process(
             "connect", f"127.0.0.1:{listener.port}", "-k", other, input=b"intruder"
         )  # ... a wrong key
         # version 2 (issue 10): the listener hangs up on an unknown key ID without answering
         assert "during the handshake" in one_line_error(wrong, EXIT_TRUNCATED)
-        right = gcm("connect", f"127.0.0.1:{listener.port}", "-k", keyfile, input=b"the real peer")
+        right = gcm_process("connect", f"127.0.0.1:{listener.port}", "-k", keyfile, input=b"the real peer")
         assert right.returncode == 0, right.stderr
         assert listener.finish() == 0, listener.stderr
         stalled.sendall(b"late")
@@ -1036,7 +1079,7 @@ def test_listen_keeps_serving_after_failed_handshakes(tmp_path: Path, keyfile: P
 def test_closed_reader_ends_quietly_like_cat(tmp_path: Path, keyfile: Path, command: str) -> None:
     """`gcmstream decrypt ... | head -c 100`: the conventional 141, and not a word."""
     (tmp_path / "in").write_bytes(data(8 * 1024 * 1024))
-    assert gcm("encrypt", "-k", keyfile, "-i", tmp_path / "in", "-o", tmp_path / "enc").returncode == 0
+    assert run_cli("encrypt", "-k", keyfile, "-i", tmp_path / "in", "-o", tmp_path / "enc").status == 0
     source = tmp_path / ("enc" if command == "decrypt" else "in")
     process = subprocess.Popen(
         [sys.executable, "-m", "gcmstream", command, "-k", str(keyfile), "-i", str(source)],
@@ -1103,8 +1146,8 @@ def test_bash_completion_completes_commands_options_and_choices() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["decrypt", "--max-record-size", "aes128 aes256"]
     for shell in ("zsh", "tcsh"):
-        printed = gcm("--print-completion", shell)
-        assert printed.returncode == 0 and b"gcmstream" in printed.stdout
+        printed = run_cli("--print-completion", shell)
+        assert printed.status == 0 and b"gcmstream" in printed.stdout
 
 
 def test_listen_drops_the_oldest_silent_handshake_beyond_its_limit(tmp_path: Path, keyfile: Path) -> None:
@@ -1122,7 +1165,7 @@ def test_listen_drops_the_oldest_silent_handshake_beyond_its_limit(tmp_path: Pat
         silent[-1].settimeout(0.5)
         with pytest.raises(TimeoutError):
             silent[-1].recv(1)  # the newest still waits
-        right = gcm("connect", f"127.0.0.1:{listener.port}", "-k", keyfile, input=b"the real peer")
+        right = gcm_process("connect", f"127.0.0.1:{listener.port}", "-k", keyfile, input=b"the real peer")
         assert right.returncode == 0, right.stderr
         assert listener.finish() == 0, listener.stderr
     assert b"newer handshakes are waiting; still listening" in listener.stderr
@@ -1140,14 +1183,14 @@ def test_damaged_header_field_is_corrupt_not_unsupported(
         damaged = bytearray(wire)
         damaged[offset] ^= 0x80
         (tmp_path / "enc").write_bytes(damaged)
-        result = gcm(
+        result = run_cli(
             "decrypt", "-k", keyfile, "--context", "ctx", "-i", tmp_path / "enc", "-o", tmp_path / "out"
         )
         message = one_line_error(result, EXIT_TAMPERED)
         assert f"{tmp_path / 'enc'} has a corrupt stream header" in message, message
     newer = bytearray(wire)
     newer[4] = 3  # a format version this one does not read (2 is the current one since issue 10)
-    message = one_line_error(gcm("decrypt", "-k", keyfile, input=bytes(newer)), EXIT_UNSUPPORTED)
+    message = one_line_error(run_cli("decrypt", "-k", keyfile, input=bytes(newer)), EXIT_UNSUPPORTED)
     assert "version 3" in message
 
 
@@ -1155,7 +1198,7 @@ def test_decrypt_to_a_missing_directory_names_the_users_path(
     tmp_path: Path, keyfile: Path, sealed: tuple[bytes, bytes]
 ) -> None:
     target = tmp_path / "nowhere" / "x"
-    result = gcm("decrypt", "-k", keyfile, "--context", "ctx", "-o", target, input=sealed[1])
+    result = run_cli("decrypt", "-k", keyfile, "--context", "ctx", "-o", target, input=sealed[1])
     message = one_line_error(result, EXIT_IO)
     assert message == f"gcmstream decrypt: {target}: No such file or directory\n"
     assert ".partial" not in message
@@ -1218,7 +1261,7 @@ def test_completion_into_a_closed_pipe_exits_quietly() -> None:
 
 def test_a_directory_given_as_input_is_named(tmp_path: Path, keyfile: Path) -> None:
     for command in ("encrypt", "decrypt"):
-        result = gcm(command, "-k", keyfile, "-i", tmp_path, "-o", tmp_path / "out")
+        result = run_cli(command, "-k", keyfile, "-i", tmp_path, "-o", tmp_path / "out")
         message = one_line_error(result, EXIT_IO)
         assert str(tmp_path) in message and "directory" in message.lower()
     assert not (tmp_path / "out").exists()
@@ -1228,11 +1271,13 @@ def test_the_same_file_as_input_and_output_is_refused_and_kept(tmp_path: Path, k
     """-i F -o F would rename the output over the input: refused, the input untouched."""
     plain = tmp_path / "plain"
     plain.write_bytes(b"precious")
-    message = one_line_error(gcm("encrypt", "-k", keyfile, "-i", plain, "-o", plain), EXIT_USAGE)
+    message = one_line_error(run_cli("encrypt", "-k", keyfile, "-i", plain, "-o", plain), EXIT_USAGE)
     assert str(plain) in message
     assert plain.read_bytes() == b"precious"
     sealed = tmp_path / "sealed"
-    assert gcm("encrypt", "-k", keyfile, "-i", plain, "-o", sealed).returncode == 0
+    assert run_cli("encrypt", "-k", keyfile, "-i", plain, "-o", sealed).status == 0
     before = sealed.read_bytes()
-    one_line_error(gcm("decrypt", "-k", keyfile, "-i", sealed, "-o", tmp_path / "." / "sealed"), EXIT_USAGE)
+    one_line_error(
+        run_cli("decrypt", "-k", keyfile, "-i", sealed, "-o", tmp_path / "." / "sealed"), EXIT_USAGE
+    )
     assert sealed.read_bytes() == before

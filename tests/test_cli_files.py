@@ -1,5 +1,5 @@
-"""The CLI's random-access commands, as real subprocesses: ``decrypt --offset/--length`` and
-``info``."""
+"""The CLI's random-access commands, ``decrypt --offset/--length`` and ``info``: in process
+(``run_cli``), with real processes where stdin is a file, a pipe or a FIFO."""
 
 from __future__ import annotations
 
@@ -16,12 +16,16 @@ from gcmstream.cli import EXIT_RECORD_LIMIT, EXIT_TAMPERED, EXIT_TRUNCATED, EXIT
 from gcmstream.format import RECORD_HEADER_SIZE, TAG_SIZE, key_id
 from gcmstream.keyfile import read_key_file, write_key_file
 
+from .helpers import run_cli
+
 TIMEOUT = 120
 RECORD = 4096
 HEADER = 94 + 8  # with the FIXED_LAYOUT field
 
 
-def gcm(*args: str | Path, stdin: int | IO[Any] = subprocess.DEVNULL) -> subprocess.CompletedProcess[bytes]:
+def gcm_process(
+    *args: str | Path, stdin: int | IO[Any] = subprocess.DEVNULL
+) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [sys.executable, "-m", "gcmstream", *map(str, args)],
         stdin=stdin,
@@ -39,10 +43,10 @@ def sealed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, bytes]
     write_key_file(keyfile, bytes(range(16)))
     plain = hashlib.shake_256(b"cli files").digest(2 * 1024 * 1024 + 5)
     (directory / "plain").write_bytes(plain)
-    done = gcm(
+    done = run_cli(
         "encrypt", "-k", keyfile, "--record-size", "4K", "-i", directory / "plain", "-o", directory / "enc"
     )
-    assert done.returncode == 0, done.stderr
+    assert done.status == 0, done.stderr
     return keyfile, directory / "enc", plain
 
 
@@ -67,8 +71,8 @@ def test_decrypt_a_range(
         args += ["--offset", offset]
     if length is not None:
         args += ["--length", length]
-    done = gcm(*args)
-    assert done.returncode == 0, done.stderr
+    done = run_cli(*args)
+    assert done.status == 0, done.stderr
     assert done.stdout == plain[start : start + count]
 
 
@@ -80,13 +84,15 @@ def test_a_range_reads_only_its_records(sealed: tuple[Path, Path, bytes], tmp_pa
     damaged[HEADER + 100 * (RECORD_HEADER_SIZE + RECORD + TAG_SIZE) + 50] ^= 1  # record 100
     bad = tmp_path / "bad"
     bad.write_bytes(damaged)
-    done = gcm("decrypt", "-k", keyfile, "-i", bad, "--offset", "1M", "--length", "64K")
-    assert done.returncode == 0, done.stderr
+    done = run_cli("decrypt", "-k", keyfile, "-i", bad, "--offset", "1M", "--length", "64K")
+    assert done.status == 0, done.stderr
     assert done.stdout == plain[1 << 20 : (1 << 20) + 65536]
     out = tmp_path / "out"
-    done = gcm("decrypt", "-k", keyfile, "-i", bad, "--offset", str(99 * RECORD), "--length", "8K", "-o", out)
-    assert done.returncode == EXIT_TAMPERED, done.stderr
-    assert b"record 100" in done.stderr
+    done = run_cli(
+        "decrypt", "-k", keyfile, "-i", bad, "--offset", str(99 * RECORD), "--length", "8K", "-o", out
+    )
+    assert done.status == EXIT_TAMPERED, done.stderr
+    assert "record 100" in done.stderr
     assert not out.exists() and sorted(os.listdir(tmp_path)) == ["bad"]
 
 
@@ -94,15 +100,15 @@ def test_a_range_of_a_cut_file_fails_at_open(sealed: tuple[Path, Path, bytes], t
     keyfile, enc, _ = sealed
     cut = tmp_path / "cut"
     cut.write_bytes(enc.read_bytes()[:-1])
-    done = gcm("decrypt", "-k", keyfile, "-i", cut, "--offset", "0", "--length", "10")
-    assert done.returncode == EXIT_TRUNCATED, done.stderr
+    done = run_cli("decrypt", "-k", keyfile, "-i", cut, "--offset", "0", "--length", "10")
+    assert done.status == EXIT_TRUNCATED, done.stderr
     assert done.stdout == b""
 
 
 def test_a_range_needs_a_file(sealed: tuple[Path, Path, bytes]) -> None:
     keyfile, enc, plain = sealed
     with enc.open("rb") as file:  # stdin that is a file: fine
-        done = gcm("decrypt", "-k", keyfile, "--offset", "7", "--length", "3", stdin=file)
+        done = gcm_process("decrypt", "-k", keyfile, "--offset", "7", "--length", "3", stdin=file)
     assert done.returncode == 0, done.stderr
     assert done.stdout == plain[7:10]
     piped = subprocess.run(
@@ -114,14 +120,14 @@ def test_a_range_needs_a_file(sealed: tuple[Path, Path, bytes]) -> None:
     )
     assert piped.returncode == EXIT_USAGE, piped.stderr
     assert b"stdin is not a file" in piped.stderr
-    bad = gcm("decrypt", "-k", keyfile, "-i", enc, "--offset", "-3")
-    assert bad.returncode == EXIT_USAGE
+    bad = run_cli("decrypt", "-k", keyfile, "-i", enc, "--offset", "-3")
+    assert bad.status == EXIT_USAGE
 
 
 def test_info(sealed: tuple[Path, Path, bytes], tmp_path: Path) -> None:
     keyfile, enc, plain = sealed
-    done = gcm("info", "-k", keyfile, enc)
-    assert done.returncode == 0, done.stderr
+    done = run_cli("info", "-k", keyfile, enc)
+    assert done.status == 0, done.stderr
     text = done.stdout.decode()
     key = read_key_file(keyfile)
     assert f"key ID: {key_id(key).hex()}" in text
@@ -136,8 +142,8 @@ def test_info(sealed: tuple[Path, Path, bytes], tmp_path: Path) -> None:
         assert secret not in text
     other = tmp_path / "other"
     write_key_file(other, bytes(16))
-    wrong = gcm("info", "-k", other, enc)
-    assert wrong.returncode == EXIT_WRONG_KEY and wrong.stdout == b""
+    wrong = run_cli("info", "-k", other, enc)
+    assert wrong.status == EXIT_WRONG_KEY and wrong.stdout == b""
 
 
 def test_records_over_the_limit_name_the_option(sealed: tuple[Path, Path, bytes]) -> None:
@@ -148,9 +154,9 @@ def test_records_over_the_limit_name_the_option(sealed: tuple[Path, Path, bytes]
         ("info", ["--max-record-size", "1K", enc]),
     ]
     for command, args in cases:
-        done = gcm(command, "-k", keyfile, *args)
-        assert done.returncode == EXIT_RECORD_LIMIT, done.stderr
-        assert b"--max-record-size 4K" in done.stderr
+        done = run_cli(command, "-k", keyfile, *args)
+        assert done.status == EXIT_RECORD_LIMIT, done.stderr
+        assert "--max-record-size 4K" in done.stderr
 
 
 def test_decrypt_to_a_file_writes_a_final_record_straddling_the_buffer(tmp_path: Path) -> None:
@@ -159,12 +165,12 @@ def test_decrypt_to_a_file_writes_a_final_record_straddling_the_buffer(tmp_path:
     write_key_file(keyfile, bytes(range(16)))
     plain = hashlib.shake_256(b"straddle").digest(2 * 1024 * 1024 + 500)
     (tmp_path / "plain").write_bytes(plain)
-    done = gcm(
+    done = run_cli(
         "encrypt", "-k", keyfile, "--record-size", "1000", "-i", tmp_path / "plain", "-o", tmp_path / "enc"
     )
-    assert done.returncode == 0, done.stderr
-    done = gcm("decrypt", "-k", keyfile, "-i", tmp_path / "enc", "-o", tmp_path / "back")
-    assert done.returncode == 0, done.stderr
+    assert done.status == 0, done.stderr
+    done = run_cli("decrypt", "-k", keyfile, "-i", tmp_path / "enc", "-o", tmp_path / "back")
+    assert done.status == 0, done.stderr
     assert (tmp_path / "back").read_bytes() == plain
 
 
@@ -183,11 +189,11 @@ def test_a_record_shortened_without_the_key_fails_range_and_info(
     del stream[end - 1000 : end]
     shifted = tmp_path / "shifted"
     shifted.write_bytes(stream)
-    done = gcm("decrypt", "-k", keyfile, "-i", shifted, "--offset", "40K", "--length", "64")
-    assert done.returncode == EXIT_TAMPERED, done.stderr
+    done = run_cli("decrypt", "-k", keyfile, "-i", shifted, "--offset", "40K", "--length", "64")
+    assert done.status == EXIT_TAMPERED, done.stderr
     assert done.stdout == b""
-    done = gcm("info", "-k", keyfile, shifted)
-    assert done.returncode == EXIT_TAMPERED, done.stderr
+    done = run_cli("info", "-k", keyfile, shifted)
+    assert done.status == EXIT_TAMPERED, done.stderr
     assert b"plaintext length" not in done.stdout
 
 

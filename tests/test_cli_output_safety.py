@@ -13,7 +13,8 @@ import pytest
 
 from gcmstream import pipeline, read_key_file
 from gcmstream.cli import EXIT_IO
-from tests.test_cli import gcm, one_line_error
+from tests.test_cli import gcm_process as gcm
+from tests.test_cli import one_line_error
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's link needs root")

@@ -1,4 +1,5 @@
-"""The command line with recipients, identities and passphrases, as real subprocesses:
+"""The command line with recipients, identities and passphrases, in process (``run_cli``; real
+processes for the terminal and for identity's output to stdout):
 ``identity``, ``recipient``, ``encrypt -r/-R/--passphrase[-file]``, ``decrypt --identity/
 --passphrase[-file]`` (issue 14)."""
 
@@ -19,7 +20,8 @@ import pytest
 from gcmstream import Identity, Opener, Recipient, RecipientKind, read_identity_file
 from gcmstream.cli import EXIT_OK, EXIT_TAMPERED, EXIT_USAGE, EXIT_WRONG_KEY
 
-from .test_cli import TIMEOUT, env, gcm, one_line_error
+from .helpers import run_cli
+from .test_cli import TIMEOUT, env, one_line_error
 from .test_recipients import SECRET, assert_no_slice_of
 
 PLAIN = os.urandom(200_000)
@@ -33,9 +35,9 @@ def people(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     found = {}
     for name, extra in (("alice", ()), ("bob", ()), ("carol", ()), ("dave", ("--x25519",))):
         path = folder / f"{name}.identity"
-        result = gcm("identity", "-o", path, *extra)
-        assert result.returncode == EXIT_OK, result.stderr
-        line = result.stderr.decode().strip()
+        result = run_cli("identity", "-o", path, *extra)
+        assert result.status == EXIT_OK, result.stderr
+        line = result.stderr.strip()
         kind = "x25519" if extra else "mlkem768x25519"  # post-quantum unless asked
         assert line.startswith(f"recipient: gcmstream-recipient-v1:{kind}:")
         assert read_identity_file(path).kind is RecipientKind(1 if extra else 2)
@@ -45,8 +47,8 @@ def people(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def recipient_of(path: Path) -> str:
-    result = gcm("recipient", path)
-    assert result.returncode == EXIT_OK and result.stderr == b"", result.stderr
+    result = run_cli("recipient", path)
+    assert result.status == EXIT_OK and result.stderr == "", result.stderr
     return result.stdout.decode().strip()
 
 
@@ -54,10 +56,10 @@ def test_identity_file_is_private_and_not_overwritten(people: dict[str, Path]) -
     path = people["alice"]
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     before = path.read_bytes()
-    one_line_error(gcm("identity", "-o", path), EXIT_USAGE)
+    one_line_error(run_cli("identity", "-o", path), EXIT_USAGE)
     assert path.read_bytes() == before
     secret = before.decode().splitlines()[-1].split(":")[2]
-    assert secret[:16] not in gcm("recipient", path).stdout.decode()
+    assert secret[:16] not in run_cli("recipient", path).stdout.decode()
 
 
 def test_round_trip_with_r_and_R_and_identity(tmp_path: Path, people: dict[str, Path]) -> None:
@@ -66,48 +68,52 @@ def test_round_trip_with_r_and_R_and_identity(tmp_path: Path, people: dict[str, 
     plain = tmp_path / "plain"
     plain.write_bytes(PLAIN)
     sealed = tmp_path / "sealed"
-    result = gcm("encrypt", "-r", recipient_of(people["alice"]), "-R", listed, "-i", plain, "-o", sealed)
-    assert result.returncode == EXIT_OK, result.stderr
+    result = run_cli("encrypt", "-r", recipient_of(people["alice"]), "-R", listed, "-i", plain, "-o", sealed)
+    assert result.status == EXIT_OK, result.stderr
     for name in ("alice", "bob", "carol"):
         identity = people[name]
         out = tmp_path / f"out-{name}"
-        result = gcm("decrypt", "--identity", identity, "-i", sealed, "-o", out)
-        assert result.returncode == EXIT_OK, result.stderr
+        result = run_cli("decrypt", "--identity", identity, "-i", sealed, "-o", out)
+        assert result.status == EXIT_OK, result.stderr
         assert out.read_bytes() == PLAIN
     # through pipes too, and with several --identity of which one matches
     stranger = tmp_path / "stranger.identity"
-    assert gcm("identity", "-o", stranger).returncode == EXIT_OK
-    piped = gcm("decrypt", "--identity", stranger, "--identity", people["carol"], input=sealed.read_bytes())
-    assert piped.returncode == EXIT_OK and piped.stdout == PLAIN
+    assert run_cli("identity", "-o", stranger).status == EXIT_OK
+    piped = run_cli(
+        "decrypt", "--identity", stranger, "--identity", people["carol"], input=sealed.read_bytes()
+    )
+    assert piped.status == EXIT_OK and piped.stdout == PLAIN
 
 
 def test_no_identity_matched_exits_3_before_any_output(tmp_path: Path, people: dict[str, Path]) -> None:
-    sealed = gcm("encrypt", "-r", recipient_of(people["alice"]), input=PLAIN).stdout
+    sealed = run_cli("encrypt", "-r", recipient_of(people["alice"]), input=PLAIN).stdout
     out = tmp_path / "out"
-    result = gcm("decrypt", "--identity", people["bob"], "-i", "-", "-o", out, input=sealed)
+    result = run_cli("decrypt", "--identity", people["bob"], "-i", "-", "-o", out, input=sealed)
     message = one_line_error(result, EXIT_WRONG_KEY)
     assert "identit" in message and "authentication" not in message
     assert not out.exists()
-    piped = gcm("decrypt", "--identity", people["bob"], input=sealed)
-    assert piped.returncode == EXIT_WRONG_KEY and piped.stdout == b""
+    piped = run_cli("decrypt", "--identity", people["bob"], input=sealed)
+    assert piped.status == EXIT_WRONG_KEY and piped.stdout == b""
 
 
 def test_passphrase_file_round_trip(tmp_path: Path, people: dict[str, Path]) -> None:
     secret = tmp_path / "pass"
     secret.write_text("correct horse battery staple\n")
     secret.chmod(0o600)
-    sealed = gcm("encrypt", "--passphrase-file", secret, *FAST, input=PLAIN)
-    assert sealed.returncode == EXIT_OK, sealed.stderr
-    opened = gcm("decrypt", "--passphrase-file", secret, input=sealed.stdout)
-    assert opened.returncode == EXIT_OK and opened.stdout == PLAIN
-    costly = gcm("encrypt", "--passphrase-file", secret, "--work-factor", "20", input=PLAIN)
+    sealed = run_cli("encrypt", "--passphrase-file", secret, *FAST, input=PLAIN)
+    assert sealed.status == EXIT_OK, sealed.stderr
+    opened = run_cli("decrypt", "--passphrase-file", secret, input=sealed.stdout)
+    assert opened.status == EXIT_OK and opened.stdout == PLAIN
+    costly = run_cli("encrypt", "--passphrase-file", secret, "--work-factor", "20", input=PLAIN)
     assert "--work-factor" in one_line_error(costly, EXIT_USAGE)
     wrong = tmp_path / "wrong"
     wrong.write_text("correct horse battery stapler\n")
     wrong.chmod(0o600)
-    message = one_line_error(gcm("decrypt", "--passphrase-file", wrong, input=sealed.stdout), EXIT_WRONG_KEY)
+    message = one_line_error(
+        run_cli("decrypt", "--passphrase-file", wrong, input=sealed.stdout), EXIT_WRONG_KEY
+    )
     assert "passphrase" in message and "stapler" not in message
-    one_line_error(gcm("decrypt", "--identity", people["alice"], input=sealed.stdout), EXIT_WRONG_KEY)
+    one_line_error(run_cli("decrypt", "--identity", people["alice"], input=sealed.stdout), EXIT_WRONG_KEY)
 
 
 def on_terminal(args: list[str], typed: bytes, stdin: bytes) -> tuple[int, bytes, bytes]:
@@ -170,7 +176,7 @@ def test_passphrase_without_a_terminal_is_refused(tmp_path: Path) -> None:
 def test_bad_recipient_line_is_a_usage_error_that_hides_it(people: dict[str, Path]) -> None:
     line = recipient_of(people["carol"])
     typo = line[:-3] + ("x" if line[-3] != "x" else "y") + line[-2:]
-    message = one_line_error(gcm("encrypt", "-r", typo, input=b"data"), EXIT_USAGE)
+    message = one_line_error(run_cli("encrypt", "-r", typo, input=b"data"), EXIT_USAGE)
     assert "checksum" in message and typo.split(":")[2][:20] not in message
 
 
@@ -186,30 +192,30 @@ def test_one_way_of_keying_at_a_time(tmp_path: Path, people: dict[str, Path], ke
         ["decrypt", "--passphrase", "--passphrase-file", secret],
     ]
     for args in combinations:  # each: a usage error, before anything is read
-        one_line_error(gcm(*args, input=b""), EXIT_USAGE)
+        one_line_error(run_cli(*args, input=b""), EXIT_USAGE)
 
 
 def test_key_files_keep_working_beside_identities(keyfile: Path, people: dict[str, Path]) -> None:
-    sealed = gcm("encrypt", "-k", keyfile, input=PLAIN).stdout
-    assert gcm("decrypt", "-k", keyfile, input=sealed).stdout == PLAIN
-    message = one_line_error(gcm("decrypt", "--identity", people["alice"], input=sealed), EXIT_WRONG_KEY)
+    sealed = run_cli("encrypt", "-k", keyfile, input=PLAIN).stdout
+    assert run_cli("decrypt", "-k", keyfile, input=sealed).stdout == PLAIN
+    message = one_line_error(run_cli("decrypt", "--identity", people["alice"], input=sealed), EXIT_WRONG_KEY)
     assert "key" in message
-    sealed_to_alice = gcm("encrypt", "-r", recipient_of(people["alice"]), input=PLAIN).stdout
-    one_line_error(gcm("decrypt", "-k", keyfile, input=sealed_to_alice), EXIT_WRONG_KEY)
+    sealed_to_alice = run_cli("encrypt", "-r", recipient_of(people["alice"]), input=PLAIN).stdout
+    one_line_error(run_cli("decrypt", "-k", keyfile, input=sealed_to_alice), EXIT_WRONG_KEY)
 
 
 def test_identity_file_open_to_others_is_refused(tmp_path: Path, people: dict[str, Path]) -> None:
     exposed = tmp_path / "exposed.identity"
     exposed.write_bytes(people["alice"].read_bytes())
     exposed.chmod(0o644)
-    message = one_line_error(gcm("recipient", exposed), EXIT_USAGE)
+    message = one_line_error(run_cli("recipient", exposed), EXIT_USAGE)
     assert "chmod 600" in message
 
 
 def test_stanza_count_over_the_limit_is_a_corrupt_header(people: dict[str, Path]) -> None:
-    sealed = bytearray(gcm("encrypt", "-r", recipient_of(people["alice"]), input=b"x").stdout)
+    sealed = bytearray(run_cli("encrypt", "-r", recipient_of(people["alice"]), input=b"x").stdout)
     sealed[66:68] = (101).to_bytes(2, "big")  # the stanza count, after the field's type and length
-    result = gcm("decrypt", "--identity", people["alice"], input=bytes(sealed))
+    result = run_cli("decrypt", "--identity", people["alice"], input=bytes(sealed))
     message = one_line_error(result, EXIT_TAMPERED)  # magic and version fine: a corrupt header
     assert "101 recipient stanzas" in message
 
@@ -217,7 +223,7 @@ def test_stanza_count_over_the_limit_is_a_corrupt_header(people: dict[str, Path]
 @pytest.fixture(scope="module")
 def keyfile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("key") / "key"
-    assert gcm("keygen", "-o", path).returncode == EXIT_OK
+    assert run_cli("keygen", "-o", path).status == EXIT_OK
     return path
 
 
@@ -237,20 +243,20 @@ def test_post_quantum_and_classic_recipients_are_never_mixed(tmp_path: Path, peo
     only_classic = tmp_path / "classic.recipients"
     only_classic.write_text(f"{classic}\n")
     for args in (["-r", hybrid, "-r", classic], ["-R", listed], ["-r", hybrid, "-R", only_classic]):
-        result = gcm("encrypt", *args, input=PLAIN)
+        result = run_cli("encrypt", *args, input=PLAIN)
         assert "can't mix post-quantum and classic" in one_line_error(result, EXIT_USAGE)
         assert result.stdout == b""
-    sealed = gcm("encrypt", "-R", only_classic, input=PLAIN)  # one kind: fine
-    assert gcm("decrypt", "--identity", people["dave"], input=sealed.stdout).stdout == PLAIN
+    sealed = run_cli("encrypt", "-R", only_classic, input=PLAIN)  # one kind: fine
+    assert run_cli("decrypt", "--identity", people["dave"], input=sealed.stdout).stdout == PLAIN
 
 
 def test_hostile_scrypt_parameters_are_a_corrupt_header_not_an_internal_error(tmp_path: Path) -> None:
     secret = private_file(tmp_path / "pass", SECRET.encode() + b"\n")
-    sealed = bytearray(gcm("encrypt", "--passphrase-file", secret, *FAST, input=b"x").stdout)
+    sealed = bytearray(run_cli("encrypt", "--passphrase-file", secret, *FAST, input=b"x").stdout)
     stanza = sealed.index(bytes([14, 8, 1]), 62)
     for params in ((16, 1, 1), (14, 8, 2)):  # (16, 1, 1): OpenSSL would refuse it (MemoryError)
         sealed[stanza : stanza + 3] = bytes(params)
-        result = gcm("decrypt", "--passphrase-file", secret, input=bytes(sealed))
+        result = run_cli("decrypt", "--passphrase-file", secret, input=bytes(sealed))
         message = one_line_error(result, EXIT_TAMPERED)
         assert "the format fixes r=8, p=1" in message and "internal" not in message
         assert_no_slice_of(SECRET, message)
@@ -260,7 +266,7 @@ def test_a_passphrase_that_is_not_utf8_never_shows_in_a_message(tmp_path: Path) 
     latin1 = SECRET[:6].encode() + b"\xe4" + SECRET[6:].encode()
     secret = private_file(tmp_path / "pass", latin1 + b"\n")
     for args in (["encrypt", *FAST], ["decrypt"]):
-        message = one_line_error(gcm(*args, "--passphrase-file", secret, input=b"x"), EXIT_USAGE)
+        message = one_line_error(run_cli(*args, "--passphrase-file", secret, input=b"x"), EXIT_USAGE)
         assert "not UTF-8" in message and "position" not in message and "0xe4" not in message
         assert_no_slice_of(latin1, message)
     for args in (["encrypt", "--passphrase", *FAST], ["decrypt", "--passphrase"]):
@@ -275,8 +281,8 @@ def test_wrong_passphrase_message_holds_no_part_of_it(tmp_path: Path) -> None:
     secret = private_file(tmp_path / "pass", SECRET.encode() + b"\n")
     guess = SECRET[:-1] + "?"
     wrong = private_file(tmp_path / "wrong", guess.encode() + b"\n")
-    sealed = gcm("encrypt", "--passphrase-file", secret, *FAST, input=PLAIN).stdout
-    message = one_line_error(gcm("decrypt", "--passphrase-file", wrong, input=sealed), EXIT_WRONG_KEY)
+    sealed = run_cli("encrypt", "--passphrase-file", secret, *FAST, input=PLAIN).stdout
+    message = one_line_error(run_cli("decrypt", "--passphrase-file", wrong, input=sealed), EXIT_WRONG_KEY)
     assert_no_slice_of(SECRET, message)
     assert_no_slice_of(guess, message)
 
@@ -285,8 +291,8 @@ def test_wrong_passphrase_message_holds_no_part_of_it(tmp_path: Path) -> None:
 def test_passphrase_file_is_its_first_line_without_the_line_ending(tmp_path: Path, ending: bytes) -> None:
     # the CLI seals, the API opens: both sides agreeing on a wrong passphrase would not pass
     secret = private_file(tmp_path / "pass", SECRET.encode() + ending)
-    sealed = gcm("encrypt", "--passphrase-file", secret, *FAST, input=PLAIN)
-    assert sealed.returncode == EXIT_OK, sealed.stderr
+    sealed = run_cli("encrypt", "--passphrase-file", secret, *FAST, input=PLAIN)
+    assert sealed.status == EXIT_OK, sealed.stderr
     opener = Opener(passphrase=SECRET)
     opener.receive_data(sealed.stdout)
     opener.receive_eof()
@@ -296,17 +302,17 @@ def test_passphrase_file_is_its_first_line_without_the_line_ending(tmp_path: Pat
 def test_passphrase_file_rules(tmp_path: Path) -> None:
     empty = private_file(tmp_path / "empty", b"\nsecond line\n")
     assert "first line is empty" in one_line_error(
-        gcm("encrypt", "--passphrase-file", empty, *FAST), EXIT_USAGE
+        run_cli("encrypt", "--passphrase-file", empty, *FAST), EXIT_USAGE
     )
     longest = private_file(tmp_path / "longest", b"a" * 4096 + b"\r\n")
-    assert gcm("encrypt", "--passphrase-file", longest, *FAST, input=b"x").returncode == EXIT_OK
+    assert run_cli("encrypt", "--passphrase-file", longest, *FAST, input=b"x").status == EXIT_OK
     too_long = private_file(tmp_path / "long", b"a" * 4097 + b"\n")
     for args in (["encrypt", *FAST], ["decrypt"]):  # refused, not cut to its first 4,096 bytes
-        message = one_line_error(gcm(*args, "--passphrase-file", too_long, input=b"x"), EXIT_USAGE)
+        message = one_line_error(run_cli(*args, "--passphrase-file", too_long, input=b"x"), EXIT_USAGE)
         assert "over 4096 bytes" in message
     for mode in (0o644, 0o640, 0o604):
         exposed = private_file(tmp_path / f"exposed-{mode:o}", SECRET.encode() + b"\n", mode)
-        message = one_line_error(gcm("encrypt", "--passphrase-file", exposed, *FAST), EXIT_USAGE)
+        message = one_line_error(run_cli("encrypt", "--passphrase-file", exposed, *FAST), EXIT_USAGE)
         assert "passphrase file" in message and "chmod 600" in message
 
 
@@ -315,13 +321,13 @@ def test_identity_file_open_to_the_group_is_refused(
     tmp_path: Path, people: dict[str, Path], mode: int
 ) -> None:
     exposed = private_file(tmp_path / "exposed.identity", people["alice"].read_bytes(), mode)
-    message = one_line_error(gcm("recipient", exposed), EXIT_USAGE)
+    message = one_line_error(run_cli("recipient", exposed), EXIT_USAGE)
     assert "identity file" in message and "chmod 600" in message
 
 
 def test_limits_the_user_passes_are_usage_errors(tmp_path: Path, people: dict[str, Path]) -> None:
     many = ["--identity", str(people["alice"])] * 11
-    assert "at most 10" in one_line_error(gcm("decrypt", *many, input=b""), EXIT_USAGE)
+    assert "at most 10" in one_line_error(run_cli("decrypt", *many, input=b""), EXIT_USAGE)
     crowds = {
         "101 x25519": [Identity.generate(RecipientKind.X25519).recipient for _ in range(101)],
         "56 hybrid": [Identity.generate().recipient for _ in range(56)],
@@ -329,12 +335,12 @@ def test_limits_the_user_passes_are_usage_errors(tmp_path: Path, people: dict[st
     for name, crowd in crowds.items():
         listed = tmp_path / name
         listed.write_text("".join(f"{recipient}\n" for recipient in crowd))
-        message = one_line_error(gcm("encrypt", "-R", listed, input=b"x"), EXIT_USAGE)
+        message = one_line_error(run_cli("encrypt", "-R", listed, input=b"x"), EXIT_USAGE)
         assert "at most" in message
     secret = private_file(tmp_path / "pass", b"pw\n")
     for factor in ("13", "1", "0", "-1", "20", "300"):
         message = one_line_error(
-            gcm("encrypt", "--passphrase-file", secret, "--work-factor", factor), EXIT_USAGE
+            run_cli("encrypt", "--passphrase-file", secret, "--work-factor", factor), EXIT_USAGE
         )
         assert "--work-factor" in message
 
@@ -343,7 +349,7 @@ def test_recipients_file_over_the_limit_is_refused(tmp_path: Path, people: dict[
     listed = tmp_path / "big.recipients"
     padding = "#" * (1 << 20) + "\n"
     listed.write_text(f"{recipient_of(people['alice'])}\n{padding}{recipient_of(people['bob'])}\n")
-    message = one_line_error(gcm("encrypt", "-R", listed, input=b"x"), EXIT_USAGE)
+    message = one_line_error(run_cli("encrypt", "-R", listed, input=b"x"), EXIT_USAGE)
     assert "over 1048576" in message
 
 
@@ -354,8 +360,8 @@ def test_a_key_given_for_a_recipient_file_is_wrong_key_whatever_the_stanzas(
     crowd = [recipient_of(people["alice"]), *(str(Identity.generate().recipient) for _ in range(count - 1))]
     listed = tmp_path / "team"
     listed.write_text("\n".join(crowd))
-    sealed = gcm("encrypt", "-R", listed, input=PLAIN).stdout
-    message = one_line_error(gcm("decrypt", "-k", keyfile, input=sealed), EXIT_WRONG_KEY)
+    sealed = run_cli("encrypt", "-R", listed, input=PLAIN).stdout
+    message = one_line_error(run_cli("decrypt", "-k", keyfile, input=sealed), EXIT_WRONG_KEY)
     assert "wrong key" in message and "--identity" in message
 
 
@@ -378,11 +384,11 @@ def test_identity_to_stdout_as_keygen(tmp_path: Path) -> None:
 def test_messages_name_the_recipient_format_but_hide_a_pasted_payload(people: dict[str, Path]) -> None:
     line = recipient_of(people["carol"])
     wrong_version = line.replace("-v1:", "-v9:")
-    message = one_line_error(gcm("encrypt", "-r", wrong_version, input=b"data"), EXIT_USAGE)
+    message = one_line_error(run_cli("encrypt", "-r", wrong_version, input=b"data"), EXIT_USAGE)
     assert "expected gcmstream-recipient-v1:<kind>:<base64url>" in message  # readable
     assert line.split(":")[2][:20] not in message
 
 
 def test_decrypt_without_credentials_points_at_identities_and_passphrases() -> None:
-    message = one_line_error(gcm("decrypt", "-i", "-", input=b""), EXIT_USAGE)
+    message = one_line_error(run_cli("decrypt", "-i", "-", input=b""), EXIT_USAGE)
     assert "-k KEYFILE" in message and "--identity" in message and "--passphrase-file" in message

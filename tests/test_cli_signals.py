@@ -22,6 +22,8 @@ import pytest
 
 from gcmstream.cli import EXIT_INTERRUPTED, EXIT_TERMINATED, KEY_ENV
 
+from .helpers import interruptible
+
 # Seconds from the signal to the exit, measured by this file's tests (each case 2-5 times:
 # `nice -n 10 .venv/bin/python -m pytest -q -s -p no:cacheprovider tests/test_cli_signals.py`
 # printing the figure, 2 shared cores at load 5-7). `python -m gcmstream encrypt|decrypt -k KEY
@@ -57,7 +59,11 @@ def keyfile(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @contextmanager
 def gcmstream(*args: str | Path, stdin: int) -> Iterator[subprocess.Popen[bytes]]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "gcmstream", *map(str, args)], stdin=stdin, stderr=subprocess.PIPE, env=env()
+        [sys.executable, "-m", "gcmstream", *map(str, args)],
+        stdin=stdin,
+        stderr=subprocess.PIPE,
+        env=env(),
+        preexec_fn=interruptible,
     )
     try:
         yield process
@@ -127,6 +133,7 @@ def test_signal_while_stdin_is_idle(
 
 
 @pytest.mark.parametrize("command", ["encrypt", "decrypt"])
+@pytest.mark.slow  # 1 to 2 s a case; make check keeps test_signal_while_stdin_is_idle
 @SIGNALS
 def test_signal_while_a_fifo_given_as_input_is_idle(
     tmp_path: Path, keyfile: Path, command: str, signum: int, code: int
@@ -167,6 +174,7 @@ def sealed_file(tmp_path_factory: pytest.TempPathFactory, keyfile: Path) -> Path
     return folder / "sealed"
 
 
+@pytest.mark.slow  # 1 to 2 s a case; make check keeps test_signal_while_stdin_is_idle
 @SIGNALS
 def test_signal_while_the_reader_of_stdout_stalls(
     keyfile: Path, sealed_file: Path, signum: int, code: int
@@ -179,6 +187,7 @@ def test_signal_while_the_reader_of_stdout_stalls(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env(),
+        preexec_fn=interruptible,
     )
     assert process.stdout is not None and process.stderr is not None
     try:

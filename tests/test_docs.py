@@ -8,7 +8,9 @@ and README.md, SECURITY.md and FORMAT.md name tests by their bare names."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
+import os
 import pkgutil
 import re
 import subprocess
@@ -33,9 +35,17 @@ PUBLIC_MODULES = sorted(
 )
 
 
+# `make test` builds the reference once (its docs target: the same command, any warning fails
+# it) and names the build here, so the suite reads it instead of running Sphinx again.
+BUILT_HTML_ENV = "GCMSTREAM_DOCS_HTML"
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """One Sphinx build for every test of this module (it takes seconds)."""
+    """One Sphinx build for every test of this module: the one `make test` made just before
+    (its -W build succeeded, or make would have stopped), else one made here (seconds)."""
+    if made := os.environ.get(BUILT_HTML_ENV):
+        return subprocess.CompletedProcess([], 0, "", ""), Path(made)
     out = tmp_path_factory.mktemp("html")
     result = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(out)],
@@ -51,6 +61,7 @@ def page_of(module: str, out: Path) -> Path:
     return out / "api" / f"{module.removeprefix('gcmstream.')}.html"
 
 
+@pytest.mark.slow  # a Sphinx build (5 to 9 s); in make test, the docs target's build is read
 def test_api_reference_builds_without_warnings(built: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     result, out = built
     assert result.returncode == 0, result.stderr
@@ -64,6 +75,7 @@ def test_api_reference_builds_without_warnings(built: tuple[subprocess.Completed
     assert gcmstream.__version__ in (out / "index.html").read_text()
 
 
+@pytest.mark.slow  # a Sphinx build (5 to 9 s); in make test, the docs target's build is read
 def test_the_landing_page_leads_to_a_page_per_public_module(
     built: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
@@ -90,6 +102,7 @@ PARAMETER = re.compile(
 )
 
 
+@pytest.mark.slow  # a Sphinx build (5 to 9 s); in make test, the docs target's build is read
 def test_no_private_parameter_in_any_rendered_signature(
     built: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
@@ -133,6 +146,7 @@ def test_the_signature_filter_drops_exactly_the_private_parameters(shown: str, e
     assert sphinx_configuration().without_private_parameters(shown) == expected
 
 
+@pytest.mark.slow  # a Sphinx build (5 to 9 s); in make test, the docs target's build is read
 def test_every_public_attribute_of_gcmstream_attribute_is_documented(
     built: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
@@ -174,6 +188,7 @@ def references(document: str) -> list[tuple[str, str]]:
     return found
 
 
+@functools.cache  # one parse per file: a document names dozens of tests of each
 def defined(path: str) -> set[str]:
     tree = ast.parse((ROOT / path).read_text())
     return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import gc
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -591,7 +592,7 @@ def forged_hello(exchange: KeyExchange, fields: list[tuple[int, bytes]]) -> byte
 def forged_answer(
     client: Channel,
     exchange: KeyExchange,
-    replace: dict[int, bytes] | None = None,
+    replace: Mapping[FieldType, bytes] | None = None,
     extra: list[tuple[int, bytes]] | None = None,
 ) -> bytes:
     """A responder's header and Finished for ``client``'s offer, made from the format under KEY
@@ -599,7 +600,8 @@ def forged_answer(
     carries stand between it and a completed handshake."""
     hello = client.initial_data()
     fields, shared = respond(parse_header(hello, CHANNEL_FIELDS))
-    fields = [(kind, (replace or {}).get(kind, value)) for kind, value in fields] + (extra or [])
+    substitutes = {int(kind): value for kind, value in (replace or {}).items()}
+    fields = [(kind, substitutes.get(kind, value)) for kind, value in fields] + (extra or [])
     answer, _ = make_header(
         KEY, Role.RESPONDER, DEFAULT_RECORD_SIZE, b"", key_exchange=exchange, fields=fields
     )

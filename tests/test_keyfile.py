@@ -234,9 +234,13 @@ def test_a_failed_write_whose_cleanup_fails_raises_the_writes_error(
 
 
 def test_discarding_a_temporary_file_that_is_gone_already_is_fine(tmp_path: Path) -> None:
-    from gcmstream._atomic import discard
+    from gcmstream._atomic import discard_at
 
     (tmp_path / "temp").write_bytes(b"x")
-    discard(str(tmp_path / "temp"))
-    discard(str(tmp_path / "temp"))  # gone already: nothing to do, no error
+    directory = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        discard_at(directory, "temp")
+        discard_at(directory, "temp")  # gone already: nothing to do, no error
+    finally:
+        os.close(directory)
     assert not (tmp_path / "temp").exists()

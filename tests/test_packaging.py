@@ -69,6 +69,7 @@ def _one(directory: Path, pattern: str) -> Path:
     return found
 
 
+@pytest.mark.slow  # the build: 3 s, once per make test (the sdist tests share it)
 def test_wheel_carries_the_license_and_the_metadata(dist: Path) -> None:
     wheel = _one(dist, f"gcmstream-{VERSION}-py3-none-any.whl")
     with zipfile.ZipFile(wheel) as archive:
@@ -86,6 +87,7 @@ def test_wheel_carries_the_license_and_the_metadata(dist: Path) -> None:
     assert "pip install gcmstream" in (metadata.get_payload() or "")  # the README, the index page
 
 
+@pytest.mark.slow
 def test_sdist_holds_the_tests_their_data_and_the_docs(dist: Path) -> None:
     with tarfile.open(_one(dist, f"gcmstream-{VERSION}.tar.gz")) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
@@ -106,12 +108,19 @@ def test_sdist_holds_the_tests_their_data_and_the_docs(dist: Path) -> None:
     ):
         assert needed in names, needed
     assert not [n for n in names if "__pycache__" in n or n.startswith(("docs/_build", ".venv"))]
+    sources = {
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "docs").rglob("*")
+        if path.is_file() and not {"_build", "__pycache__"} & set(path.relative_to(ROOT / "docs").parts)
+    }
+    assert not sorted(sources - names), "docs sources missing from the sdist (Sphinx needs them all)"
 
 
 @pytest.mark.slow
 def test_sdist_tests_pass_from_the_extracted_tree(dist: Path, tmp_path: Path) -> None:
-    """The tests that read the sdist's own files (vectors, README, docs, examples) run against
-    the extracted tree's source; `make sdist-check` runs the whole suite the same way."""
+    """The tests that read the sdist's own files (vectors, README, docs, examples), those not
+    marked slow, run against the extracted tree's source; `make sdist-check` runs the whole
+    suite the same way."""
     with tarfile.open(_one(dist, f"gcmstream-{VERSION}.tar.gz")) as archive:
         archive.extractall(tmp_path, filter="data")
     tree = tmp_path / f"gcmstream-{VERSION}"
@@ -127,8 +136,12 @@ def test_sdist_tests_pass_from_the_extracted_tree(dist: Path, tmp_path: Path) ->
     )
     assert Path(where.stdout.strip()).is_relative_to(tree)  # the extracted code, not ours
     files = [f"tests/test_{name}.py" for name in ("vectors", "public_api", "readme", "docs")]
+    # Those not marked slow: Sphinx runs once per `make test` (its docs target), and the sdist
+    # holds every source it reads (test_sdist_holds_the_tests_their_data_and_the_docs); the
+    # README's shell blocks run in our tree's suite from the same README (`make sdist-check`
+    # runs everything from the extracted tree).
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", *files],
         cwd=tree,
         env=environ,
         capture_output=True,

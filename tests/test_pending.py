@@ -228,6 +228,7 @@ def _uvloop_or_skip() -> None:
     pytest.importorskip("uvloop")
 
 
+@pytest.mark.slow  # 7 to 25 s each (pytest --durations, 2 shared cores)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("adapter", "backend", "options"),
@@ -259,6 +260,7 @@ def test_an_unconfirmed_connection_holds_less_than_14_kib(
     assert 0 < per_connection < UNCONFIRMED_BOUND
 
 
+@pytest.mark.slow  # 3 s
 @pytest.mark.asyncio
 @pytest.mark.timeout(60)
 async def test_pending_handshakes_are_bounded_and_the_oldest_dropped(

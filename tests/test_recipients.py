@@ -355,6 +355,7 @@ def test_stanzas_cannot_be_added_dropped_or_swapped(three: list[Identity]) -> No
     refused(with_stanzas(second), NoIdentityMatchedError, identities=[three[0]])
 
 
+@pytest.mark.slow  # 4 s
 def test_pipelines_pass_recipients_identities_and_passphrases_through(
     tmp_path: Path, three: list[Identity]
 ) -> None:
@@ -647,7 +648,7 @@ def test_an_unlocker_needs_identities_and_says_what_it_holds() -> None:
     assert repr(recipients_module.Unlocker(passphrase="pw")) == "<Unlocker a passphrase>"
     for bad in ([], ["not an identity"]):
         with pytest.raises(ValueError, match="identities must be one or more Identity objects"):
-            recipients_module.Unlocker(identities=bad)  # type: ignore[list-item]
+            recipients_module.Unlocker(identities=bad)  # type: ignore[arg-type]
 
 
 def test_an_unknown_kind_is_named_with_the_kinds_expected() -> None:

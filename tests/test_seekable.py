@@ -86,6 +86,7 @@ operation = st.tuples(
 )
 
 
+@pytest.mark.slow  # 2 to 4 s
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     record_size=st.sampled_from(RECORD_SIZES),

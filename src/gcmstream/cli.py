@@ -798,14 +798,13 @@ _PIPE_STOP_WAIT = 0.1
 
 
 async def _blocking(call: Callable[..., _T], *args: Any) -> _T:
-    done = False
     try:
-        result = await to_thread.run_sync(call, *args, abandon_on_cancel=True)
-        done = True
-        return result
-    finally:
-        if not done:
-            _abandoned_io.append(True)
+        return await to_thread.run_sync(call, *args, abandon_on_cancel=True)
+    except Exception:
+        raise  # the call itself failed (a missing file...): its thread is done, nothing is left
+    except BaseException:
+        _abandoned_io.append(True)  # cancelled (a signal): the thread may still be blocked
+        raise
 
 
 class _OutputClosed(Exception):

@@ -48,6 +48,7 @@ def check(samples: list[int]) -> None:
     assert stretch <= BOUND, f"the reader opened {stretch} records without yielding"
 
 
+@pytest.mark.slow  # 2 to 4 s
 @pytest.mark.asyncio
 async def test_asyncio_reader_yields_under_a_flood_of_one_byte_records() -> None:
     go, finished = asyncio.Event(), asyncio.Event()
