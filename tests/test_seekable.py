@@ -632,3 +632,29 @@ def test_open_file_takes_identities_and_passphrases_as_the_opener_does(tmp_path:
     with gcmstream.open_file(tmp_path / "by-pass", passphrase="correct horse") as file:
         file.seek(-10, io.SEEK_END)
         assert file.read() == data[-10:]
+
+
+@pytest.mark.parametrize("tampered", [0, 3, 7], ids=["first", "middle", "last"])
+def test_read_to_the_end_raises_at_a_tampered_record_never_returns_a_short_file(
+    tmp_path: Path, tampered: int
+) -> None:
+    """A fixed-layout file with one record's ciphertext flipped: ``read()`` (and ``readall``)
+    raise AuthenticationError; they never return the authenticated prefix as if the file ended
+    there (one short readinto taken for the end of the file silently cut it: the invalid vector
+    fixed_layout_edited_stored_header read back 16 of its 100 bytes without an error)."""
+    data = plaintext_for(1024)[: 8 * 1024]
+    path = engine_file(tmp_path, data, 1024)
+    stream = bytearray(path.read_bytes())
+    offset, length, _ = record_places(bytes(stream))[tampered]
+    stream[offset + length - 1] ^= 1
+    path.write_bytes(stream)
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert file.fixed_layout and file.length == len(data)
+        with pytest.raises(gcmstream.AuthenticationError, match=f"record {tampered}"):
+            file.read()
+        file.seek(0)
+        with pytest.raises(gcmstream.AuthenticationError):
+            file.readall()
+        file.seek(0)
+        with pytest.raises(gcmstream.AuthenticationError):
+            shutil.copyfileobj(file, io.BytesIO())

@@ -266,9 +266,15 @@ class DecryptedFile(io.RawIOBase):
         return pos
 
     def readall(self) -> bytes:
+        """Everything from the position to the end, or the error of the first record that fails:
+        readinto returns what authenticated before a bad record and raises on the next call, so
+        this loops to the end rather than take one short read for the end of the file."""
         with self._lock:
             buf = bytearray(max(0, self.length - self._pos))
-            got = self.readinto(buf)
+            got = 0
+            with memoryview(buf) as view:
+                while got < len(buf) and (count := self.readinto(view[got:])):
+                    got += count
             del buf[got:]
             return bytes(buf)
 
