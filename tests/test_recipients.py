@@ -615,9 +615,10 @@ def test_a_recipients_file_over_the_limit_is_refused_not_cut(tmp_path: Path) -> 
     assert read_recipients_file(path) == [first, second]
 
 
-def test_an_identity_file_is_read_as_utf_8_to_its_first_8192_characters(tmp_path: Path) -> None:
-    """A comment in another encoding is replaced, not fatal; a line starting at character
-    8,192 is not read (so it cannot be a second identity line)."""
+def test_an_identity_file_is_read_as_utf_8_and_refused_past_8192_characters(tmp_path: Path) -> None:
+    """A comment in another encoding is replaced, not fatal; a file longer than 8,192
+    characters is refused, never cut (a second identity line past a cut would go unseen;
+    tests/test_format_points.py checks the exact boundary)."""
     identity = Identity.generate(RecipientKind.X25519)
     line = identity.to_text()
     path = tmp_path / "id"
@@ -625,7 +626,8 @@ def test_an_identity_file_is_read_as_utf_8_to_its_first_8192_characters(tmp_path
     assert recipients_module.read_identity_file(path).to_text() == line
     head = line + "\n" + "#" * (8192 - len(line) - 2) + "\n"
     path.write_text(head + "a second line, beyond the limit\n")
-    assert recipients_module.read_identity_file(path).to_text() == line
+    with pytest.raises(RecipientError, match="8192"):
+        recipients_module.read_identity_file(path)
 
 
 def test_a_recipients_file_is_refused_past_its_size_limit(tmp_path: Path) -> None:
