@@ -278,6 +278,17 @@ def case_files(tmp_path: Path) -> Callable[[Case], tuple[Path, Path]]:
     return write
 
 
+def _opens_by_arithmetic(case: Case, path: Path) -> bool:
+    """open_file accepts the file as a fixed layout: its fault lies in a record not yet read."""
+    try:
+        with gcmstream.open_file(
+            path, key=case.key, context=case.context, max_record_size=case.max_record_size
+        ) as file:
+            return file.fixed_layout
+    except gcmstream.errors.GcmStreamError:
+        return False
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_one_class_and_one_exit_status_per_fault_on_every_path(
     case: Case, case_files: Callable[[Case], tuple[Path, Path]], capsys: pytest.CaptureFixture[str]
@@ -289,6 +300,10 @@ def test_one_class_and_one_exit_status_per_fault_on_every_path(
     for name, argv in cli_argvs(case, path, keyfile).items():
         statuses[name] = cli.main(argv)
         lines[name] = capsys.readouterr().err
+    if _opens_by_arithmetic(case, path):
+        # info reads a fixed-layout file's header and FINAL only (it says "final record
+        # authenticated"; FORMAT.md 8.3): a fault in another record is found by reading it
+        assert statuses.pop("info") == cli.EXIT_OK, lines["info"]
     assert len(set(statuses.values())) == 1, (statuses, lines)
     status = next(iter(statuses.values()))
     assert status not in (cli.EXIT_OK, cli.EXIT_INTERNAL), lines
