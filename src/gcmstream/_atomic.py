@@ -4,7 +4,7 @@ Every step works on a name inside a directory the caller opened once (``dir_fd``
 path walked again: a directory renamed or a link planted along the path after the caller
 decided where the output goes changes nothing. A new content goes to a temporary file in that
 directory (created there with ``O_EXCL | O_NOFOLLOW``, so never through a link, and with the
-caller's mode, never the mode of a file found there), is fsynced, renamed over the name (the
+mode the caller gives, never the mode of a file found there), is fsynced, renamed over the name (the
 rename replaces whatever entry is there, a link included, and never writes through it), and
 then the directory is fsynced so that the rename itself survives a crash (where the platform
 can sync a directory). A reader sees the old file or the new one, whole.

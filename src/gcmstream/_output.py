@@ -3,15 +3,16 @@ of the package follows (``pipeline.atomic_output``, the file engine ``files``, t
 ``-o``, key files and identity files). The temporary file, the rename and the directory fsync
 are ``_atomic``'s.
 
-``output_target`` decides, once: it opens the directory of the caller's path, then walks the
-last component's chain of symbolic links entry by entry (``lstat``/``readlink`` relative to
-the directory's descriptor), following a link only when this user or root owns it. Everything
-after works on that descriptor and the final name (``openat``, ``renameat``), so a path swapped
-after the decision cannot send the output elsewhere: a link planted at the name is replaced by
-the rename (never written through), an in-place open refuses a link (``O_NOFOLLOW``) and any
-file other than the one checked. What remains: the directories along the path and along a
-link's text (not the last component) are resolved by the kernel once, when opened, without the
-owner rule.
+``output_target`` decides, once: it walks the caller's path entry by entry, opening each one
+(every directory along the path and along a link's text, and the last name) once without
+following it (``O_PATH | O_NOFOLLOW``) relative to the directory before; owner, type and link
+text come from that descriptor, and a link is followed only when this user or root owns it.
+Everything after works on the last directory's descriptor and the final name (``openat``,
+``renameat``), so a path swapped during or after the decision cannot send the output
+elsewhere: a link planted at the name is replaced by the rename (never written through), an
+in-place open refuses a link (``O_NOFOLLOW``) and any file other than the one checked (device,
+inode number, type and owner). What remains: a directory along the path that another user can
+write may have its entries replaced by them (with files of their own, never with their links).
 """
 
 from __future__ import annotations
