@@ -491,3 +491,19 @@ def test_a_directory_fsync_failure_is_raised_unless_it_cannot_sync(
             write_key_file(tmp_path / "key", generate_key())
     else:
         write_key_file(tmp_path / "key", generate_key())
+
+
+@needs_root
+def test_without_o_path_the_same_rule_holds_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the platform has no O_PATH (macOS) entries are looked at by name: same answers."""
+    monkeypatch.setattr(output_module, "_O_PATH", 0)
+    folder = theirs(tmp_path)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "via").symlink_to("real")
+    write_key_file(tmp_path / "via" / "key", generate_key(), force=True)
+    assert [p.name for p in (tmp_path / "real").iterdir()] == ["key"]
+    (tmp_path / "work").symlink_to(folder)
+    os.lchown(tmp_path / "work", NOBODY, NOBODY)
+    with pytest.raises(PermissionError, match="symbolic link owned by another user"):
+        write_key_file(tmp_path / "work" / "bait", generate_key(), force=True)
+    untouched(folder)

@@ -37,8 +37,11 @@ StrPath: TypeAlias = str | os.PathLike[str]
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC  # POSIX only, as the package is
 # One entry of a path, opened without following it: its owner, type and (for a link) text are
 # read from this one descriptor, so nothing can be swapped between the check and the use.
-_ENTRY = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
-_FOLLOWED = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC  # a directory the kernel reaches: "/", "."
+# O_PATH is Linux's (and FreeBSD's); elsewhere an entry is looked at by name (lstat, then
+# readlink), two lookups a user who can rename in the directory may race.
+_O_PATH: int = getattr(os, "O_PATH", 0)
+_ENTRY = _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+_FOLLOWED = (_O_PATH or os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC  # reached by the kernel: "/", "."
 _LINK_LIMIT = 40  # the kernel's own limit on nested links
 
 
@@ -132,7 +135,7 @@ def _step(
     """What ``name`` in ``directory`` is: the destination, a directory to go on in (its new
     descriptor) or the text of a link to follow."""
     try:
-        entry = os.open(name, _ENTRY, dir_fd=directory)
+        entry, found = _look(directory, name)
     except FileNotFoundError:
         if last:  # nothing there: the file is created
             return Destination(caller, _writable_directory(directory), name, None)
@@ -140,12 +143,13 @@ def _step(
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, caller) from None
     try:
-        found = os.fstat(entry)
         if last and not follow_last:  # whatever it is
             return Destination(caller, _writable_directory(directory), name, found)
         if stat.S_ISLNK(found.st_mode):
             return _link(caller, directory, name, entry, found, last=last)
         if stat.S_ISDIR(found.st_mode) and not last:
+            if entry < 0:
+                return _open_looked_at(caller, directory, name, found)
             kept, entry = entry, -1
             return kept
         if not last:
@@ -166,7 +170,32 @@ def _link(
         return (
             _kernel_link(caller, directory, name) if last else _open_entry(name, directory, caller, _FOLLOWED)
         )
+    if entry < 0:
+        return os.readlink(name, dir_fd=directory)  # without O_PATH: by name again
     return os.readlink("", dir_fd=entry)  # the text of this link, not of whatever the name is now
+
+
+def _look(directory: int, name: str) -> tuple[int, os.stat_result]:
+    """(a descriptor of the entry, or -1 without O_PATH; what it is), not following it."""
+    if not _O_PATH:
+        return -1, os.stat(name, dir_fd=directory, follow_symlinks=False)
+    entry = os.open(name, _ENTRY, dir_fd=directory)
+    try:
+        return entry, os.fstat(entry)
+    except BaseException:
+        os.close(entry)
+        raise
+
+
+def _open_looked_at(caller: str, directory: int, name: str, found: os.stat_result) -> int:
+    """Without O_PATH: the directory ``found`` by name, opened without following a link put
+    there since, and still the one looked at."""
+    opened = _open_entry(name, directory, caller, _DIRECTORY | os.O_NOFOLLOW)
+    now = os.fstat(opened)
+    if (now.st_dev, now.st_ino) != (found.st_dev, found.st_ino):
+        os.close(opened)
+        raise _swapped(caller)
+    return opened
 
 
 def _open_entry(name: str, directory: int | None, caller: str, flags: int) -> int:
