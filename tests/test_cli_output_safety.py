@@ -6,15 +6,19 @@ or beside its target. The library's side is tests/test_output.py."""
 from __future__ import annotations
 
 import os
+import pty
 import stat
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from gcmstream import pipeline, read_key_file
-from gcmstream.cli import EXIT_IO
+from gcmstream.cli import EXIT_IO, EXIT_USAGE
+from tests.test_cli import TIMEOUT, env, one_line_error
 from tests.test_cli import gcm_process as gcm
-from tests.test_cli import one_line_error
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's link needs root")
@@ -118,3 +122,76 @@ def test_a_secret_goes_to_a_regular_file_only(tmp_path: Path, keyfile: Path, nam
     message = one_line_error(gcm(*args, fifo), EXIT_IO)
     assert str(fifo) in message and "refusing to write a secret into a FIFO" in message
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@needs_root
+def test_another_users_link_to_a_terminal_is_refused_without_opening_it(
+    tmp_path: Path, keyfile: Path
+) -> None:
+    """Before the fix encrypt opened -o by path, following any link, to ask whether it was a
+    terminal (a write-intent open of whatever their link chose), and exited 2 for a terminal;
+    now the one rule refuses their link first (exit 6) and isatty asks the descriptor opened."""
+    args = command("encrypt", keyfile, tmp_path)
+    controller, terminal = pty.openpty()
+    try:
+        planted = tmp_path / "tty"
+        planted.symlink_to(os.ttyname(terminal))
+        os.lchown(planted, NOBODY, NOBODY)
+        message = one_line_error(gcm(*args, planted), EXIT_IO)
+        assert str(planted) in message and "symbolic link owned by another user" in message
+        os.lchown(planted, 0, 0)  # ours: followed, opened, and refused as a terminal
+        assert "terminal" in one_line_error(gcm(*args, planted), EXIT_USAGE)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+
+
+def run_to(stdout: int, *args: str | Path) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "gcmstream", *map(str, args)],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        timeout=TIMEOUT,
+        env=env(),
+        check=False,
+    )
+
+
+def decrypted(wire: bytes, keyfile: Path, folder: Path) -> bytes:
+    (folder / "wire").write_bytes(wire)
+    pipeline.decrypt_file(folder / "wire", folder / "back", key=read_key_file(keyfile))
+    return (folder / "back").read_bytes()
+
+
+@needs_root
+def test_dev_stdout_on_a_deleted_file_writes_into_it_never_to_its_name(tmp_path: Path, keyfile: Path) -> None:
+    """/dev/stdout -> /proc/self/fd/1 -> "<path> (deleted)": before the fix that text was
+    followed, and another user's file of that name was replaced by the output."""
+    args = command("encrypt", keyfile, tmp_path)
+    with tempfile.TemporaryFile(dir=tmp_path) as deleted:
+        bait = Path(os.readlink(f"/proc/self/fd/{deleted.fileno()}"))
+        bait.write_bytes(b"theirs")
+        os.chown(bait, NOBODY, NOBODY)
+        result = run_to(deleted.fileno(), *args, "/dev/stdout")
+        assert result.returncode == 0, result.stderr
+        deleted.seek(0)
+        wire = deleted.read()
+    assert decrypted(wire, keyfile, tmp_path) == b"secret data"
+    assert bait.read_bytes() == b"theirs" and bait.stat().st_uid == NOBODY
+
+
+def test_dev_stdout_appended_to_a_log_appends(tmp_path: Path, keyfile: Path) -> None:
+    """``encrypt -o /dev/stdout >> log``: before the fix the log was replaced by a new file
+    (its lines gone, its mode 0600); now it grows, as ``cat > /dev/stdout`` makes it grow."""
+    args = command("encrypt", keyfile, tmp_path)
+    log = tmp_path / "log"
+    log.write_bytes(b"earlier lines\n")
+    log.chmod(0o644)
+    number = log.stat().st_ino
+    with open(log, "ab") as appending:
+        result = run_to(appending.fileno(), *args, "/dev/stdout")
+    assert result.returncode == 0, result.stderr
+    grown = log.read_bytes()
+    assert grown.startswith(b"earlier lines\n")
+    assert decrypted(grown[len(b"earlier lines\n") :], keyfile, tmp_path) == b"secret data"
+    assert stat.S_IMODE(log.stat().st_mode) == 0o644 and log.stat().st_ino == number

@@ -5,9 +5,15 @@ write. The CLI's side, through real subprocesses, is tests/test_cli_output_safet
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import os
+import signal
 import stat
+import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -222,21 +228,46 @@ def test_a_link_planted_at_the_name_after_the_decision_is_replaced_not_followed(
     assert not out.is_symlink() and out.read_bytes() != b"theirs"
 
 
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc descriptor links")
-@pytest.mark.parametrize("writer", ["write_key_file(force=True)", "encrypt_file"])
-def test_a_proc_link_to_a_deleted_file_is_not_replaced(tmp_path: Path, writer: str) -> None:
-    """/dev/stdout -> /proc/self/fd/1 when stdout is a deleted file (pytest's capture): before
-    the fix the output was renamed over the link itself (as root: /dev/stdout made a regular
-    file for the whole machine). Here the link is ours, in tmp_path."""
+needs_proc = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc descriptor links")
+
+
+@needs_proc
+@needs_root
+def test_a_proc_link_to_a_deleted_file_is_written_into_never_followed_by_its_text(tmp_path: Path) -> None:
+    """/dev/stdout -> /proc/self/fd/1 when stdout is a deleted file (pytest's capture): the
+    output goes into that descriptor. Its text, "<path> (deleted)", names another user's file
+    here: before the fix that file was replaced. Here the link is ours, in tmp_path."""
     plain = inputs(tmp_path)
+    with tempfile.TemporaryFile(dir=tmp_path) as deleted:
+        deleted.write(b"before:")
+        deleted.flush()
+        bait = Path(os.readlink(f"/proc/self/fd/{deleted.fileno()}"))
+        assert bait.name.endswith(" (deleted)")
+        bait.write_bytes(b"theirs")
+        os.chown(bait, NOBODY, NOBODY)
+        link = tmp_path / "stdout"
+        link.symlink_to(f"/proc/self/fd/{deleted.fileno()}")
+        WRITERS["encrypt_file"](plain, link)
+        deleted.seek(0)
+        written = deleted.read()
+    assert written.startswith(b"before:") and len(written) > len(b"before:secret data")
+    assert bait.read_bytes() == b"theirs" and bait.stat().st_uid == NOBODY
+    assert link.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["cipher", "plain", "stdout", bait.name])
+
+
+@needs_proc
+@pytest.mark.parametrize("writer", ["write_key_file(force=True)", "write_identity_file(force=True)"])
+def test_a_secret_is_not_written_into_a_descriptor(tmp_path: Path, writer: str) -> None:
+    """A key goes to a file it can give mode 0600, not into whatever a /proc link opens."""
     with tempfile.TemporaryFile(dir=tmp_path) as deleted:
         link = tmp_path / "stdout"
         link.symlink_to(f"/proc/self/fd/{deleted.fileno()}")
-        with pytest.raises(FileNotFoundError, match="deleted file") as info:
-            WRITERS[writer](plain, link)
+        with pytest.raises(PermissionError, match="refusing to write a secret") as info:
+            WRITERS[writer](tmp_path, link)
         assert info.value.filename == str(link)
-        assert link.is_symlink()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "plain", "stdout"]
+        assert deleted.read() == b""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stdout"]
 
 
 @pytest.mark.parametrize("writer", ["encrypt_file", "files.encrypt_path"])
@@ -271,3 +302,208 @@ def test_a_secret_is_never_written_into_or_over_a_fifo(tmp_path: Path, writer: s
     assert info.value.filename == str(fifo)
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
+
+
+@needs_root
+@pytest.mark.parametrize("writer", ["write_key_file(force=True)", "write_identity_file(force=True)"])
+def test_a_secret_is_never_written_into_or_over_a_device(tmp_path: Path, writer: str) -> None:
+    """A character device of root's (a copy of /dev/null's numbers, in tmp_path): refused like a FIFO."""
+    device = tmp_path / "null"
+    os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    with pytest.raises(PermissionError, match="refusing to write a secret into a FIFO"):
+        WRITERS[writer](tmp_path, device)
+    assert stat.S_ISCHR(os.lstat(device).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["null"]
+
+
+def _renameat2() -> Callable[[bytes, bytes], int]:
+    """renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) through libc (Linux, glibc 2.28+)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    exchange = libc.renameat2
+    exchange.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return lambda a, b: int(exchange(-100, a, -100, b, 2))
+
+
+@needs_root
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RENAME_EXCHANGE is Linux's")
+def test_a_link_exchanged_while_it_is_checked_is_never_followed(tmp_path: Path) -> None:
+    """Our link 'key' and their link 'evil' (to their bait) swap places in a loop, in a
+    directory anyone may rename in (0777, not sticky), while we write through 'key'. Before
+    the fix the owner was checked on one lookup and the text read by a second: the check saw
+    our link and the text was theirs: the reviewer's writes lost within 13-1645 iterations;
+    the old decision here lost in rounds 1846, 8215 and 9926 of three runs (this test, with
+    the old _output.py), hence 20000 rounds or 4 s."""
+    exchange = _renameat2()
+    folder = theirs(tmp_path)
+    shared = shared_directory(tmp_path, 0o777)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (shared / "key").symlink_to(private / "key")
+    (shared / "evil").symlink_to(folder / "bait")
+    os.lchown(shared / "evil", NOBODY, NOBODY)
+    a, b = os.fsencode(shared / "key"), os.fsencode(shared / "evil")
+    if exchange(a, b) != 0 or exchange(a, b) != 0:
+        pytest.skip("renameat2 RENAME_EXCHANGE is not available here")
+    pid = os.fork()
+    if pid == 0:  # the attacker: exchange for at most 5 s
+        try:
+            os.chdir(shared)  # tmp_path's parents are root's 0700: reach 'shared' first
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                exchange(b"key", b"evil")
+        finally:
+            os._exit(0)
+    theirs_number = folder.stat().st_ino
+    try:
+        deadline, rounds = time.monotonic() + 4, 0
+        while rounds < 20000 and time.monotonic() < deadline:
+            rounds += 1
+            try:  # the decision alone, thousands of times a second: where the output would go
+                destination = output_module.output_target(shared / "key")
+            except PermissionError:  # 'evil' was at the name: refused
+                continue
+            went_to = os.fstat(destination.directory).st_ino
+            destination.close()
+            assert went_to != theirs_number, f"their directory chosen in round {rounds}"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    untouched(folder)
+
+
+@needs_root
+@pytest.mark.parametrize("writer", ["encrypt_file", "files.encrypt_path"])
+def test_a_fifo_swapped_for_their_fifo_with_the_same_inode_number_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+) -> None:
+    """ext4 hands a freed inode number to the next file at once: our FIFO replaced by theirs
+    under the same number passed the device/inode/type check; the owner now tells them apart."""
+    plain = inputs(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    number = fifo.stat().st_ino
+    readers: list[int] = []
+
+    def swap() -> None:
+        for _ in range(200):
+            fifo.unlink()
+            os.mkfifo(fifo)
+            if fifo.stat().st_ino == number:
+                break
+        os.chown(fifo, NOBODY, NOBODY)
+        readers.append(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # "their" reader
+
+    swapped = after_the_decision(monkeypatch, swap)
+    try:
+        with pytest.raises(PermissionError, match="replaced while it was being opened"):
+            WRITERS[writer](plain, fifo)
+        assert swapped == [True]
+        if fifo.stat().st_ino != number:
+            pytest.skip("this file system did not reuse the inode number")
+        with contextlib.suppress(BlockingIOError):
+            assert os.read(readers[0], 100) == b""
+    finally:
+        for fd in readers:
+            os.close(fd)
+
+
+@needs_root
+@pytest.mark.parametrize("mode", [0o777, 0o1777], ids=["world-writable", "sticky-like-tmp"])
+@pytest.mark.parametrize("writer", ["write_key_file(force=True)", "write_key_file", "encrypt_file"])
+def test_a_foreign_link_among_the_directories_is_refused(tmp_path: Path, writer: str, mode: int) -> None:
+    """shared/work -> their directory, planted by them: shared/work/out must not land in it.
+    Before the fix the directories along the path were resolved by the kernel, links and all."""
+    plain = inputs(tmp_path)
+    folder = theirs(tmp_path)
+    shared = shared_directory(tmp_path, mode)
+    (shared / "work").symlink_to(folder)
+    os.lchown(shared / "work", NOBODY, NOBODY)
+    write = (
+        (lambda _, dst: write_key_file(dst, generate_key()))
+        if writer == "write_key_file"
+        else WRITERS[writer]
+    )
+    with pytest.raises(PermissionError, match="symbolic link owned by another user") as info:
+        write(plain, shared / "work" / "bait")
+    assert info.value.filename == str(shared / "work" / "bait")
+    untouched(folder)
+
+
+def test_a_link_of_ours_among_the_directories_is_followed(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "via").symlink_to("real")
+    (tmp_path / "up").symlink_to(tmp_path / "via" / ".." / "real")
+    write_key_file(tmp_path / "up" / "key", generate_key(), force=True)
+    write_key_file(tmp_path / "via" / "key2", generate_key())
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["key", "key2"]
+
+
+def test_the_temporary_file_stays_0600_until_it_is_whole(tmp_path: Path) -> None:
+    """Another user who opened the temporary file while it was readable kept reading: a failed
+    decrypt's plaintext with --mode 644. Now it is 0600 until the rename gives it the mode."""
+    out = tmp_path / "out"
+
+    async def write() -> None:
+        async with pipeline.atomic_output(out, mode=0o644) as file:
+            await file.write(b"data")
+            (temp,) = (
+                n for n in await anyio.to_thread.run_sync(os.listdir, tmp_path) if n.endswith(".partial")
+            )
+            assert stat.S_IMODE(os.stat(tmp_path / temp).st_mode) == 0o600
+
+    anyio.run(write)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644 and out.read_bytes() == b"data"
+
+
+def test_a_name_as_long_as_the_file_system_allows_can_be_replaced(tmp_path: Path) -> None:
+    """The temporary name no longer grows from the destination's: 255 bytes work with force."""
+    out = tmp_path / ("k" * 255)
+    write_key_file(out, generate_key())
+    write_key_file(out, generate_key(), force=True)
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+@needs_root
+def test_a_directory_at_the_output_is_named_a_directory(tmp_path: Path) -> None:
+    folder = theirs(tmp_path)
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        pipeline.encrypt_file(inputs(tmp_path), folder, key=KEY)
+
+
+@pytest.mark.parametrize(("code", "raised"), [(errno.EIO, True), (errno.EINVAL, False)])
+def test_a_directory_fsync_failure_is_raised_unless_it_cannot_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, raised: bool
+) -> None:
+    """EIO from the directory's fsync means the rename may not survive a crash: said, not
+    swallowed. EINVAL (a file system that cannot sync directories) is not a failure."""
+    fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(code, os.strerror(code))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
+    if raised:
+        with pytest.raises(OSError, match=os.strerror(code)):
+            write_key_file(tmp_path / "key", generate_key())
+    else:
+        write_key_file(tmp_path / "key", generate_key())
+
+
+@needs_root
+def test_without_o_path_the_same_rule_holds_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the platform has no O_PATH (macOS) entries are looked at by name: same answers."""
+    monkeypatch.setattr(output_module, "_O_PATH", 0)
+    folder = theirs(tmp_path)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "via").symlink_to("real")
+    write_key_file(tmp_path / "via" / "key", generate_key(), force=True)
+    assert [p.name for p in (tmp_path / "real").iterdir()] == ["key"]
+    (tmp_path / "work").symlink_to(folder)
+    os.lchown(tmp_path / "work", NOBODY, NOBODY)
+    with pytest.raises(PermissionError, match="symbolic link owned by another user"):
+        write_key_file(tmp_path / "work" / "bait", generate_key(), force=True)
+    untouched(folder)

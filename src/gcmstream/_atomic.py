@@ -4,7 +4,7 @@ Every step works on a name inside a directory the caller opened once (``dir_fd``
 path walked again: a directory renamed or a link planted along the path after the caller
 decided where the output goes changes nothing. A new content goes to a temporary file in that
 directory (created there with ``O_EXCL | O_NOFOLLOW``, so never through a link, and with the
-caller's mode, never the mode of a file found there), is fsynced, renamed over the name (the
+mode the caller gives, never the mode of a file found there), is fsynced, renamed over the name (the
 rename replaces whatever entry is there, a link included, and never writes through it), and
 then the directory is fsynced so that the rename itself survives a crash (where the platform
 can sync a directory). A reader sees the old file or the new one, whole.
@@ -36,22 +36,32 @@ def create_exclusive(directory: int, name: str, mode: int) -> int:
     return fd
 
 
-def temporary_in(directory: int, name: str, mode: int, *, suffix: str = "") -> tuple[int, str]:
-    """(descriptor, name) of a new temporary file beside ``name`` in ``directory``."""
+def temporary_in(directory: int, mode: int, *, suffix: str = "") -> tuple[int, str]:
+    """(descriptor, name) of a new temporary file in ``directory``. Its name is short and
+    random, not derived from the destination's: it fits wherever the destination's name does."""
     for _ in range(_TEMPORARY_ATTEMPTS):
-        temp = f".{name}.{secrets.token_hex(4)}{suffix}"
+        temp = f".gcmstream-{secrets.token_hex(8)}{suffix}"
         try:
             return create_exclusive(directory, temp, mode), temp
         except FileExistsError:
             continue
-    raise OSError(errno.EEXIST, "no free temporary name", name)
+    raise OSError(errno.EEXIST, "no free temporary name")
+
+
+# What fsync of a directory says where directories cannot be synced: EINVAL or ENOTSUP (some
+# file systems and platforms), EBADF (an O_PATH descriptor of a directory we may not read).
+# Anything else (EIO) means the rename may not be durable, and is raised.
+_CANNOT_SYNC_DIRECTORY = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF})
 
 
 def fsync_directory(directory: int) -> None:
     """Make the last rename or creation in ``directory`` durable, where directories can be
     synced (not on every platform or file system: then this does nothing)."""
-    with suppress(OSError):
+    try:
         os.fsync(directory)
+    except OSError as exc:
+        if exc.errno not in _CANNOT_SYNC_DIRECTORY:
+            raise
 
 
 def replace_at(directory: int, temp: str, name: str) -> None:

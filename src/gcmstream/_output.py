@@ -3,15 +3,16 @@ of the package follows (``pipeline.atomic_output``, the file engine ``files``, t
 ``-o``, key files and identity files). The temporary file, the rename and the directory fsync
 are ``_atomic``'s.
 
-``output_target`` decides, once: it opens the directory of the caller's path, then walks the
-last component's chain of symbolic links entry by entry (``lstat``/``readlink`` relative to
-the directory's descriptor), following a link only when this user or root owns it. Everything
-after works on that descriptor and the final name (``openat``, ``renameat``), so a path swapped
-after the decision cannot send the output elsewhere: a link planted at the name is replaced by
-the rename (never written through), an in-place open refuses a link (``O_NOFOLLOW``) and any
-file other than the one checked. What remains: the directories along the path and along a
-link's text (not the last component) are resolved by the kernel once, when opened, without the
-owner rule.
+``output_target`` decides, once: it walks the caller's path entry by entry, opening each one
+(every directory along the path and along a link's text, and the last name) once without
+following it (``O_PATH | O_NOFOLLOW``) relative to the directory before; owner, type and link
+text come from that descriptor, and a link is followed only when this user or root owns it.
+Everything after works on the last directory's descriptor and the final name (``openat``,
+``renameat``), so a path swapped during or after the decision cannot send the output
+elsewhere: a link planted at the name is replaced by the rename (never written through), an
+in-place open refuses a link (``O_NOFOLLOW``) and any file other than the one checked (device,
+inode number, type and owner). What remains: a directory along the path that another user can
+write may have its entries replaced by them (with files of their own, never with their links).
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ __all__ = ("Destination", "Output", "finished", "open_output", "output_target", 
 StrPath: TypeAlias = str | os.PathLike[str]
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC  # POSIX only, as the package is
+# One entry of a path, opened without following it: its owner, type and (for a link) text are
+# read from this one descriptor, so nothing can be swapped between the check and the use.
+# O_PATH is Linux's (and FreeBSD's); elsewhere an entry is looked at by name (lstat, then
+# readlink), two lookups a user who can rename in the directory may race.
+_O_PATH: int = getattr(os, "O_PATH", 0)
+_ENTRY = _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+_FOLLOWED = (_O_PATH or os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC  # reached by the kernel: "/", "."
 _LINK_LIMIT = 40  # the kernel's own limit on nested links
 
 
@@ -47,31 +55,27 @@ def _swapped(path: str) -> PermissionError:
     return PermissionError(errno.EPERM, message, path)
 
 
-def _open_directory(path: str, relative_to: int | None, caller: str) -> int:
-    try:
-        if relative_to is None:
-            return os.open(path, _DIRECTORY)
-        return os.open(path, _DIRECTORY, dir_fd=relative_to)
-    except OSError as exc:  # name the caller's path, not a directory along the way
-        raise OSError(exc.errno, exc.strerror, caller) from None
-
-
 @dataclass
 class Destination:
     """Where an output goes: ``name`` in the open ``directory``, decided by ``output_target``.
     ``found`` is what was there (None: nothing, the file is created); ``kernel_link``: the
-    name is a link only the kernel can follow (``/proc/self/fd/1`` to a pipe). Owns
-    ``directory`` until ``open_output`` takes it."""
+    name is a /proc link that only the kernel follows (``/proc/self/fd/1`` to a pipe);
+    ``inherited``: it is this process's own descriptor (``/dev/stdout``), written into as
+    inherited (appending if it appends). Owns ``directory`` until ``open_output`` takes it."""
 
     path: str
     directory: int
     name: str
     found: os.stat_result | None
     kernel_link: bool = False
+    inherited: int | None = None
 
     @property
     def in_place(self) -> bool:
-        """A FIFO, socket or device (of this user or root) is written into, not replaced."""
+        """A FIFO, socket or device (of this user or root), or a descriptor of this process,
+        is written into, not replaced."""
+        if self.kernel_link:
+            return True
         return self.found is not None and not stat.S_ISREG(self.found.st_mode)
 
     def close(self) -> None:
@@ -80,50 +84,140 @@ class Destination:
             self.directory = -1
 
 
-def output_target(path: StrPath) -> Destination:
+def output_target(path: StrPath, *, follow_last: bool = True) -> Destination:
     """The one decision of where an output goes. Symbolic links are followed only when this
     user or root owns them, and a FIFO, socket or device is written into only when one of
     them owns it: a link or a FIFO someone else planted (in a shared directory, say) would
     put the output into their hands, so it raises PermissionError naming ``path``. A regular
-    file is replaced, never written into, so its owner does not matter."""
+    file is replaced, never written into, so its owner does not matter.
+
+    The path is walked one entry at a time, as the kernel would, but each entry (a directory
+    along the path or the last name, and every entry along a link's text) is opened once
+    without following it (``O_PATH | O_NOFOLLOW``): its owner and type come from that
+    descriptor, a link's text is read through it, and the next entry is looked up relative
+    to it. A /proc link (``/dev/stdout`` ends in one) is never followed by its text. Without
+    ``follow_last`` a link at the last name is the destination itself (``found`` says so)."""
     caller = os.fspath(path)
-    parent, name = os.path.split(caller)
-    directory = _open_directory(parent or ".", None, caller)
+    if not caller:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), caller)
+    directory = _open_entry("/" if caller.startswith("/") else ".", None, caller, _FOLLOWED)
+    pending = caller.split("/")[::-1]  # a stack: the next entry is last
+    links = 0
     try:
-        for _ in range(_LINK_LIMIT):
-            step = _step(caller, directory, name)
+        while pending:
+            name = pending.pop()
+            last = not pending
+            if name in ("", ".") and not last:  # "a//b", "./a", or a link's leading "/"
+                continue
+            if name in ("", ".", "..") and last:
+                raise _is_a_directory(caller)
+            step = _step(caller, directory, name, last=last, follow_last=follow_last)
             if isinstance(step, Destination):
                 return step
+            if isinstance(step, str):  # the text of a link we may follow
+                links += 1
+                if links > _LINK_LIMIT:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), caller)
+                pending.extend(step.split("/")[::-1])
+                if not step.startswith("/"):
+                    continue
+                step = _open_entry("/", None, caller, _FOLLOWED)
             os.close(directory)
-            directory, name = step
-        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), caller)
-    except BaseException:
+            directory = step
+        raise _is_a_directory(caller)  # not reached: the last entry returns or raises
+    finally:
         os.close(directory)
+
+
+def _step(
+    caller: str, directory: int, name: str, *, last: bool, follow_last: bool
+) -> Destination | int | str:
+    """What ``name`` in ``directory`` is: the destination, a directory to go on in (its new
+    descriptor) or the text of a link to follow."""
+    try:
+        entry, found = _look(directory, name)
+    except FileNotFoundError:
+        if last:  # nothing there: the file is created
+            return Destination(caller, _writable_directory(directory), name, None)
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), caller) from None
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, caller) from None
+    try:
+        if last and not follow_last:  # whatever it is
+            return Destination(caller, _writable_directory(directory), name, found)
+        if stat.S_ISLNK(found.st_mode):
+            return _link(caller, directory, name, entry, found, last=last)
+        if stat.S_ISDIR(found.st_mode) and not last:
+            if entry < 0:
+                return _open_looked_at(caller, directory, name, found)
+            kept, entry = entry, -1
+            return kept
+        if not last:
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), caller)
+        _check_owner(caller, found)
+        return Destination(caller, _writable_directory(directory), name, found)
+    finally:
+        if entry >= 0:
+            os.close(entry)
+
+
+def _link(
+    caller: str, directory: int, name: str, entry: int, found: os.stat_result, *, last: bool
+) -> Destination | int | str:
+    if found.st_uid not in _trusted():
+        raise _refuse(caller, "a symbolic link", found.st_uid)
+    if _in_proc(found):  # /proc/self: only the kernel follows it (and the kernel wrote it)
+        return (
+            _kernel_link(caller, directory, name) if last else _open_entry(name, directory, caller, _FOLLOWED)
+        )
+    if entry < 0:
+        return os.readlink(name, dir_fd=directory)  # without O_PATH: by name again
+    return os.readlink("", dir_fd=entry)  # the text of this link, not of whatever the name is now
+
+
+def _look(directory: int, name: str) -> tuple[int, os.stat_result]:
+    """(a descriptor of the entry, or -1 without O_PATH; what it is), not following it."""
+    if not _O_PATH:
+        return -1, os.stat(name, dir_fd=directory, follow_symlinks=False)
+    entry = os.open(name, _ENTRY, dir_fd=directory)
+    try:
+        return entry, os.fstat(entry)
+    except BaseException:
+        os.close(entry)
         raise
 
 
-def _step(caller: str, directory: int, name: str) -> Destination | tuple[int, str]:
-    """What ``name`` in ``directory`` is: the destination, or (directory, name) its link
-    leads to, opened here."""
-    if name in ("", ".", ".."):
-        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), caller)
+def _open_looked_at(caller: str, directory: int, name: str, found: os.stat_result) -> int:
+    """Without O_PATH: the directory ``found`` by name, opened without following a link put
+    there since, and still the one looked at."""
+    opened = _open_entry(name, directory, caller, _DIRECTORY | os.O_NOFOLLOW)
+    now = os.fstat(opened)
+    if (now.st_dev, now.st_ino) != (found.st_dev, found.st_ino):
+        os.close(opened)
+        raise _swapped(caller)
+    return opened
+
+
+def _open_entry(name: str, directory: int | None, caller: str, flags: int) -> int:
     try:
-        found = os.stat(name, dir_fd=directory, follow_symlinks=False)
-    except FileNotFoundError:
-        return Destination(caller, directory, name, None)
-    if not stat.S_ISLNK(found.st_mode):
-        _check_owner(caller, found)
-        return Destination(caller, directory, name, found)
-    if found.st_uid not in _trusted():
-        raise _refuse(caller, "a symbolic link", found.st_uid)
-    text = os.readlink(name, dir_fd=directory)
-    if not _exists(directory, text) and _in_proc(directory):
-        # /dev/stdout -> /proc/self/fd/1 -> "pipe:[...]": only the kernel can follow it. Only
-        # in /proc: elsewhere a dangling link (of ours) is followed to where its text points,
-        # and the file is created there.
-        return _kernel_link(caller, directory, name)
-    link_parent, link_name = os.path.split(text)
-    return _open_directory(link_parent or ".", directory, caller), link_name
+        if directory is None:
+            return os.open(name, flags)
+        return os.open(name, flags, dir_fd=directory)
+    except OSError as exc:  # name the caller's path, not an entry along the way
+        raise OSError(exc.errno, exc.strerror, caller) from None
+
+
+def _writable_directory(directory: int) -> int:
+    """A descriptor of the same directory that can also be fsynced (an O_PATH one cannot);
+    where the directory cannot be read (mode 0300, say) it stays O_PATH and is not synced."""
+    try:
+        return os.open(".", _DIRECTORY, dir_fd=directory)
+    except OSError:
+        return os.dup(directory)
+
+
+def _is_a_directory(caller: str) -> IsADirectoryError:
+    return IsADirectoryError(errno.EISDIR, "refusing to write: the output is a directory", caller)
 
 
 def _trusted() -> set[int]:
@@ -132,33 +226,48 @@ def _trusted() -> set[int]:
 
 def _check_owner(caller: str, found: os.stat_result) -> None:
     """A regular file is replaced, so its owner does not matter; anything else is written into."""
+    if stat.S_ISDIR(found.st_mode):
+        raise _is_a_directory(caller)
     if not stat.S_ISREG(found.st_mode) and found.st_uid not in _trusted():
         raise _refuse(caller, "a FIFO, socket or device", found.st_uid)
 
 
-def _exists(directory: int, text: str) -> bool:
+def _in_proc(found: os.stat_result) -> bool:
+    """Whether ``found`` is in /proc, whose links the kernel writes and follows (never a user):
+    /proc/self/fd/1 reads "pipe:[...]" or "/tmp/x (deleted)", a text no one may follow."""
     try:
-        os.stat(text, dir_fd=directory, follow_symlinks=False)
-    except OSError:  # missing, or a directory along the text missing or not one
-        return False
-    return True
-
-
-def _in_proc(directory: int) -> bool:
-    """Whether ``directory`` is in /proc, whose links' texts the kernel writes (never a user)."""
-    try:
-        return os.fstat(directory).st_dev == os.stat("/proc").st_dev
+        return found.st_dev == os.stat("/proc").st_dev
     except OSError:
         return False
 
 
+def _own_descriptor(directory: int, name: str) -> int | None:
+    """N when ``name`` in ``directory`` is /proc/<this process>/fd/N."""
+    if not name.isdigit():
+        return None
+    try:
+        here, ours = os.fstat(directory), os.stat(f"/proc/{os.getpid()}/fd")
+    except OSError:
+        return None
+    return int(name) if (here.st_dev, here.st_ino) == (ours.st_dev, ours.st_ino) else None
+
+
 def _kernel_link(caller: str, directory: int, name: str) -> Destination:
-    """``name`` itself is opened, following it, and must still be what ``found`` says."""
+    """A /proc link at the end of the path: this process's own descriptor is written into as
+    inherited (``>> log`` keeps appending); another is opened by the kernel, following it, and
+    must still be what ``found`` says."""
+    inherited = _own_descriptor(directory, name)
+    if inherited is not None:
+        found = os.fstat(inherited)
+        if stat.S_ISDIR(found.st_mode):
+            raise _is_a_directory(caller)
+        return Destination(caller, os.dup(directory), name, found, kernel_link=True, inherited=inherited)
     found = os.stat(name, dir_fd=directory)
     _check_owner(caller, found)
-    if stat.S_ISREG(found.st_mode):  # a deleted file behind /proc: nothing to replace in place
-        raise OSError(errno.ENOENT, "the link leads to a deleted file", caller)  # FileNotFoundError
-    return Destination(caller, directory, name, found, kernel_link=True)
+    if stat.S_ISREG(found.st_mode):  # another process's file: not ours to write into
+        message = "refusing to write into a regular file through another process's /proc link"
+        raise PermissionError(errno.EPERM, message, caller)
+    return Destination(caller, os.dup(directory), name, found, kernel_link=True)
 
 
 class Output:
@@ -166,10 +275,11 @@ class Output:
     the destination's name, or in place. ``discard`` (also after a failed commit) leaves the
     destination as it was."""
 
-    def __init__(self, destination: Destination, file: BinaryIO, temp: str | None) -> None:
+    def __init__(self, destination: Destination, file: BinaryIO, temp: str | None, mode: int = 0o600) -> None:
         self.destination = destination
         self.file = file
         self.temp = temp
+        self.mode = mode
 
     @property
     def in_place(self) -> bool:
@@ -182,6 +292,9 @@ class Output:
         try:
             if self.temp is not None:
                 self.file.flush()
+                # 0600 while being written (a failed output may hold a part of a secret);
+                # the mode asked for only once it is whole
+                os.fchmod(self.file.fileno(), self.mode)
                 os.fsync(self.file.fileno())
                 self.file.close()
                 replace_at(self.destination.directory, self.temp, self.destination.name)
@@ -203,6 +316,8 @@ class Output:
 
 
 def _open_in_place(destination: Destination) -> int:
+    if destination.inherited is not None:  # this process's own descriptor, as inherited
+        return os.dup(destination.inherited)
     flags = os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC
     try:
         if not destination.kernel_link:
@@ -219,26 +334,28 @@ def _open_in_place(destination: Destination) -> int:
     return fd
 
 
-def _identity(found: os.stat_result) -> tuple[int, int, int, int]:
-    """Which file this is: a freed inode number can come back for the next file, so its type
-    (and device number) tell a FIFO from whatever took its place."""
-    return found.st_dev, found.st_ino, stat.S_IFMT(found.st_mode), found.st_rdev
+def _identity(found: os.stat_result) -> tuple[int, int, int, int, int]:
+    """Which file this is: a freed inode number can come back at once for the next file (on
+    ext4, say), so its type, device number and owner tell our FIFO from whatever took its
+    place (another user's FIFO is theirs: the owner rule would have refused it)."""
+    return found.st_dev, found.st_ino, stat.S_IFMT(found.st_mode), found.st_rdev, found.st_uid
 
 
 def open_output(target: StrPath | Destination, mode: int = 0o600) -> Output:
     """The output for ``target`` (a path is decided by ``output_target`` first): a new
-    temporary file with ``mode`` beside the destination, or the destination itself when it is
-    written in place (opening a FIFO waits for its reader). Takes ownership of a Destination."""
+    temporary file beside the destination (0600 until ``commit`` gives it ``mode``), or the
+    destination itself when it is written in place (opening a FIFO waits for its reader).
+    Takes ownership of a Destination."""
     destination = target if isinstance(target, Destination) else output_target(target)
     try:
         if destination.in_place:
             return Output(destination, open(_open_in_place(destination), "wb", buffering=0), None)
         try:
-            fd, temp = temporary_in(destination.directory, destination.name, mode, suffix=".partial")
+            fd, temp = temporary_in(destination.directory, 0o600, suffix=".partial")
         except OSError as exc:  # name the caller's path, not the temporary file
             raise OSError(exc.errno, exc.strerror, destination.path) from None
         try:
-            return Output(destination, open(fd, "wb", buffering=0), temp)
+            return Output(destination, open(fd, "wb", buffering=0), temp, mode)
         except BaseException:
             os.close(fd)
             discard_at(destination.directory, temp)
@@ -277,7 +394,9 @@ def write_secret_file(path: StrPath, data: bytes, *, force: bool = False) -> Non
         destination = output_target(path)
         if destination.in_place:
             destination.close()
-            message = "refusing to write a secret into a FIFO, socket or device: it goes to a regular file"
+            message = (
+                "refusing to write a secret into a FIFO, socket, device or descriptor: it goes to a file"
+            )
             raise OSError(errno.EPERM, message, destination.path)  # PermissionError
         output = open_output(destination, 0o600)
         try:
@@ -287,23 +406,23 @@ def write_secret_file(path: StrPath, data: bytes, *, force: bool = False) -> Non
             raise
         output.commit()
         return
-    caller = os.fspath(path)
-    parent, name = os.path.split(caller)
-    directory = _open_directory(parent or ".", None, caller)
+    destination = output_target(path, follow_last=False)  # directories by the same rule
     try:
+        if destination.found is not None:
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), destination.path)
         try:
-            fd = create_exclusive(directory, name, 0o600)
+            fd = create_exclusive(destination.directory, destination.name, 0o600)
         except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, caller) from None
+            raise OSError(exc.errno, exc.strerror, destination.path) from None
         try:
             _write_all(fd, data)
             os.fsync(fd)
         except BaseException:
             os.close(fd)
             with suppress(OSError):
-                os.unlink(name, dir_fd=directory)
+                os.unlink(destination.name, dir_fd=destination.directory)
             raise
         os.close(fd)
-        fsync_directory(directory)
+        fsync_directory(destination.directory)
     finally:
-        os.close(directory)
+        destination.close()

@@ -822,21 +822,6 @@ def _fd_writer(fd: int) -> Callable[[memoryview], Awaitable[None]]:
     return write
 
 
-def _is_terminal(path: str) -> bool:
-    if path == "-":
-        return os.isatty(sys.stdout.fileno())
-    try:
-        if not stat.S_ISCHR(os.stat(path).st_mode):
-            return False
-        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
-    except OSError:
-        return False  # opening it for real reports the problem
-    try:
-        return os.isatty(fd)
-    finally:
-        os.close(fd)
-
-
 def _regular_size(fd: int) -> int | None:
     st = os.fstat(fd)
     return st.st_size if stat.S_ISREG(st.st_mode) else None
@@ -930,9 +915,13 @@ def _refuse_same_file(args: argparse.Namespace) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _open_output(path: str, mode: int) -> AsyncIterator[int]:
-    """A descriptor of OUT: stdout, a file replaced atomically, or (a FIFO, a device) in place."""
+async def _open_output(path: str, mode: int, *, no_terminal: bool = False) -> AsyncIterator[int]:
+    """A descriptor of OUT: stdout, a file replaced atomically, or (a FIFO, a device) in place.
+    ``no_terminal``: a terminal is refused (usage), told by the descriptor opened, after the
+    one rule of where an output may go decided (a path is never opened before)."""
     if path == "-":
+        if no_terminal and os.isatty(sys.stdout.fileno()):
+            raise _Usage(_NO_TERMINAL)
         yield sys.stdout.fileno()
         return
     destination = await to_thread.run_sync(output_target, path)  # refuses what others planted
@@ -941,7 +930,12 @@ async def _open_output(path: str, mode: int) -> AsyncIterator[int]:
     else:
         output = await to_thread.run_sync(open_output, destination, mode)
     async with finished(output):
+        if no_terminal and os.isatty(output.fileno()):
+            raise _Usage(_NO_TERMINAL)
         yield output.fileno()
+
+
+_NO_TERMINAL = "refusing to write ciphertext to a terminal: use -o FILE or redirect stdout"
 
 
 async def _run_engine(work: Callable[..., None], out: int) -> None:
@@ -971,15 +965,13 @@ def _record_limit_error(command: str, size: int, limit: int, where: str) -> _Fai
 
 async def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
     _refuse_same_file(args)
-    if _is_terminal(args.output):
-        raise _Usage("refusing to write ciphertext to a terminal: use -o FILE or redirect stdout")
     if "passphrase" in keying:
         keying = {**keying, "work_factor": args.work_factor}
     sealer = new_sealer(context=args.context, record_size=args.record_size, fixed_layout=True, **keying)
     async with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
-            async with _open_output(args.output, args.mode) as out:
+            async with _open_output(args.output, args.mode, no_terminal=True) as out:
                 await _run_engine(partial(encrypt_fd, source, out, sealer, progress=progress.callback), out)
         except BaseException:
             progress.close()
