@@ -85,6 +85,7 @@ from .format import (
     as_key_ring,
     byte_view,
     check_context,
+    check_fields_length,
     check_header_start,
     check_record_size,
     find_key,
@@ -545,9 +546,11 @@ class Opener:
 
     def _on_header_start(self) -> None:
         """The fixed part arrived: refuse what can be refused before reading more (checks
-        H1..H11: format, sizes, role, key ID, suite), then wait for the rest of the header."""
+        H1..H11: format, sizes, role, key ID, suite), then wait for the rest of the header.
+        H7 (the fields' bound) comes last: a key given for a file sealed to recipients is the
+        wrong key (H10), not a header too long for a key's reader, however many its stanzas."""
         unlocker = self._unlocker
-        start = parse_header_start(self._header_buf, self._max_fields_size)
+        start = parse_header_start(self._header_buf, MAX_STANZA_FIELDS_SIZE)  # H7 below
         if start.record_size > self.max_record_size:
             raise record_size_fault(start.record_size, self.max_record_size)
         expected = self._peer_role
@@ -561,6 +564,7 @@ class Opener:
             if keys is None:  # unreachable: the fixed part is read once
                 raise ProtocolError("header already read")
             self._header_key = self._find_key(keys, start)
+        check_fields_length(start, self._max_fields_size)
         self._header_start = start
         self._header_need = start.size
         whole = bytearray(start.size + (FINISHED_SIZE if self._on_peer_finished is not None else 0))

@@ -11,6 +11,7 @@ case gets ONE error class on every library path and ONE exit status on every CLI
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import subprocess
@@ -131,9 +132,9 @@ def sealed_to(kind: RecipientKind, count: int) -> bytes:
     return bytes(sealer.seal(b"sealed to recipients", final=True))
 
 
-# A key given for a file sealed to recipients: its header names the file key's ID (H10), or,
-# with stanzas over the key reader's 4,096 bytes, breaks that bound first (H7). The CLI says
-# "wrong key" on each path for both (the one refinement of the class's exit status).
+# A key given for a file sealed to recipients: its header names the file key's ID (H10), which
+# a key's reader checks before the fields' bound (H7), so even stanzas over the key reader's
+# 4,096 bytes are a wrong key, decided from the 62 fixed bytes on every path.
 WRONG_KEY_CASES = [
     Case(
         "key_for_one_recipient",
@@ -150,7 +151,7 @@ WRONG_KEY_CASES = [
         KEY,
         CONTEXT,
         gcmstream.DEFAULT_MAX_RECORD_SIZE,
-        "MalformedHeaderError",
+        "UnknownKeyError",
         cli.EXIT_WRONG_KEY,
     ),
 ]
@@ -317,6 +318,42 @@ def test_a_critical_field_in_a_key_sealed_header_is_unsupported_in_real_subproce
         message = done.stderr.decode()
         assert done.returncode == cli.EXIT_UNSUPPORTED, (name, message)
         assert f"critical field 0x{field:04x}" in message and "wrong key" not in message, (name, message)
+
+
+def test_a_key_for_many_recipients_is_a_wrong_key_from_a_pipe_that_pauses(
+    case_files: Callable[[Case], tuple[Path, Path]],
+) -> None:
+    """The verdict depends only on the bytes read: a writer that pauses after the 62 fixed
+    bytes gets the same exit status (3) as the file did, not 4 (H7) for want of the next ones."""
+    case = next(c for c in WRONG_KEY_CASES if c.name == "key_for_many_recipients")
+    assert len(case.wire) > 62 + 4096  # the stanzas pass a key reader's bound (H7)
+    _, keyfile = case_files(case)
+    argv = [
+        sys.executable,
+        "-m",
+        "gcmstream",
+        "decrypt",
+        "-k",
+        str(keyfile),
+        "--context",
+        case.context.decode(),
+    ]
+    with subprocess.Popen(
+        argv + ["-o", "-"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    ) as child:
+        assert child.stdin is not None and child.stderr is not None
+        child.stdin.write(case.wire[:62])
+        child.stdin.flush()
+        try:
+            child.wait(timeout=3)  # the pause: the CLI decides from the fixed part alone
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(BrokenPipeError):
+                child.stdin.write(case.wire[62:])
+        with contextlib.suppress(BrokenPipeError):
+            child.stdin.close()
+        message = child.stderr.read().decode()
+        assert child.wait(timeout=TIMEOUT) == cli.EXIT_WRONG_KEY, message
+    assert "wrong key" in message and "--identity" in message, message
 
 
 # -- which typed fields each kind of reader accepts (docs/FORMAT.md "Typed fields by reader") ----
