@@ -91,6 +91,7 @@ from .format import (
     find_key,
     header_fault,
     key_id,
+    parse_fields,
     parse_header,
     parse_header_start,
     record_size_fault,
@@ -614,11 +615,13 @@ class Opener:
 
     def _unlock(self, unlocker: Unlocker, raw: bytes) -> bytes:
         """The file key of a header sealed to recipients or a passphrase; the commitment,
-        checked next, then covers every stanza."""
+        checked next, then covers every stanza. The fields' structure only (H13) is checked
+        here: an unknown critical type (H14) is judged after the commitment, as with a key, so
+        that one added by someone without the file key is tampering, not "unsupported"."""
         start = self._header_start
         if start is None:  # unreachable: the fixed part came first
             raise ProtocolError("no stream header")
-        fields = parse_header(raw, self._known_fields, self._max_fields_size).fields
+        fields = parse_fields(raw[HEADER_FIXED_SIZE : HEADER_FIXED_SIZE + start.fields_length])
         self.suite = start.suite
         file_key = unlocker.unlock(start.suite, fields)
         if key_id(file_key) != start.key_id:  # only a writer holding a file key gets here

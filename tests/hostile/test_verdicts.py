@@ -339,7 +339,7 @@ def test_a_key_for_many_recipients_is_a_wrong_key_from_a_pipe_that_pauses(
         case.context.decode(),
     ]
     with subprocess.Popen(
-        argv + ["-o", "-"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [*argv, "-o", "-"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     ) as child:
         assert child.stdin is not None and child.stderr is not None
         child.stdin.write(case.wire[:62])
@@ -485,6 +485,40 @@ def test_format_md_table_of_fields_by_reader_is_what_each_reader_does() -> None:
     assert set(fields) == set(FIELD_VALUES) and set(rows) == set(READERS), (fields, sorted(rows))
     found = {name: [READERS[name](field) for field in fields] for name in rows}
     assert found == rows
+
+
+def _broken_commitment(header: bytes) -> bytes:
+    return header[:-1] + bytes([header[-1] ^ 1])
+
+
+@pytest.mark.parametrize("stanza", [FieldType.RECIPIENT_STANZAS, FieldType.PASSPHRASE_STANZA])
+def test_an_unknown_critical_field_beside_stanzas_is_judged_after_the_commitment(
+    stanza: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """H14 runs after the commitment for identity and passphrase readers, as for a key: a
+    keyless writer who adds critical field 0x7fff to a file sealed to recipients must break the
+    commitment, and that is what the reader says (H12, exit 3), not "unsupported" (H14, exit 7,
+    a row that requires a valid commitment); a non-matching identity is a non-match (S7)."""
+    header = _broken_commitment(_stanza_header(stanza, 0x7FFF))
+    keyed = (
+        {"identities": [IDENTITY]} if stanza == FieldType.RECIPIENT_STANZAS else {"passphrase": PASSPHRASE}
+    )
+    assert _opened_header(gcmstream.Opener(**keyed, context=CONTEXT), header) == "KeyCommitmentError"
+    if stanza == FieldType.PASSPHRASE_STANZA:
+        return
+    other = Identity(RecipientKind.X25519, b"\x06" * 32)
+    opener = gcmstream.Opener(identities=[other], context=CONTEXT)
+    assert _opened_header(opener, header) == "NoIdentityMatchedError"
+    path, identity_file = tmp_path / "in.gcms", tmp_path / "identity"
+    path.write_bytes(header)
+    statuses = {}
+    for name, identity in (("opens", IDENTITY), ("other", other)):
+        identity_file.unlink(missing_ok=True)
+        gcmstream.recipients.write_identity_file(identity_file, identity)
+        argv = ["--identity", str(identity_file), "--context", CONTEXT.decode()]
+        statuses[name] = cli.main(["decrypt", *argv, "-i", str(path), "-o", str(tmp_path / "out")])
+        assert "critical field" not in capsys.readouterr().err
+    assert statuses == {"opens": cli.EXIT_WRONG_KEY, "other": cli.EXIT_WRONG_KEY}
 
 
 # -- the exit table: one table in the code, the README's and --help's ---------------------------
