@@ -136,11 +136,12 @@ EXIT_CODES = {
     EXIT_USAGE: "usage: bad arguments, no key or a malformed key, a key file open to others, a key "
     "file that exists (--force), ciphertext to a terminal",
     EXIT_WRONG_KEY: "wrong key, no --identity matched, wrong passphrase, or wrong --context, found "
-    "at the header before any record is opened (H10..H12, S3, S6..S8), also a key given for a "
+    "at the header before any record is opened (H10, H12, S3, S6, S7), also a key given for a "
     "file sealed to recipients or a passphrase; a connect refused by a listen with another key or "
     "context sees only the connection cut during the handshake: 5",
     EXIT_TAMPERED: "tampered or corrupt input: a damaged header after the right magic and version "
-    "(H3..H7, H9, H13), malformed stanzas (S2, S4, S5), a failed channel handshake, a record "
+    "(H3..H7, H9, H13), a header altered where the key given fits it (H11, S8's key ID), "
+    "malformed stanzas (S2, S4, S5), a failed channel handshake, a record "
     "that failed authentication or broke a rule (R1..R7), or data after the end of the stream (R8)",
     EXIT_TRUNCATED: "truncated input: it ended before the authenticated end of the stream",
     EXIT_IO: "I/O error: a file, pipe or connection failed",
@@ -1396,6 +1397,10 @@ _FAILURES: tuple[tuple[_Kind, int, Callable[[BaseException], str]], ...] = (
         EXIT_WRONG_KEY,
         lambda _: "wrong key: the stream names (by its key ID) a key that was not given",
     ),
+    # the key ID proves the key fits (H11: the suite byte disagrees with it; S8: an identity
+    # opened the stanza, but the header names another file key): altered, not a wrong key
+    (_Broke(KeyCommitmentError, "H11"), EXIT_TAMPERED, lambda e: f"corrupt stream header: {e}"),
+    (_Broke(KeyCommitmentError, "S8"), EXIT_TAMPERED, lambda e: f"corrupt stream header: {e}"),
     (KeyCommitmentError, EXIT_WRONG_KEY, str),  # it says "wrong key" and what else it can be
     ((SelfConnectionError, PeerIdentityError), EXIT_IDENTITY, lambda e: f"identity refused: {e}"),
     (NoIdentityMatchedError, EXIT_WRONG_KEY, str),

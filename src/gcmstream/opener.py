@@ -624,10 +624,12 @@ class Opener:
         fields = parse_fields(raw[HEADER_FIXED_SIZE : HEADER_FIXED_SIZE + start.fields_length])
         self.suite = start.suite
         file_key = unlocker.unlock(start.suite, fields)
-        if key_id(file_key) != start.key_id:  # only a writer holding a file key gets here
-            raise KeyCommitmentError(
+        if key_id(file_key) != start.key_id:  # the identity fits: the header was altered
+            refusal = KeyCommitmentError(
                 "the file key a stanza holds is not the one the header names (altered header)"
             )
+            refusal.rule = "S8"  # damage, not a wrong key (cli.EXIT_CODES)
+            raise refusal
         return file_key
 
     def _on_finished(self) -> None:

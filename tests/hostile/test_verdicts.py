@@ -156,7 +156,27 @@ WRONG_KEY_CASES = [
     ),
 ]
 
-CASES = _vector_cases() + FIELD_CASES + WRONG_KEY_CASES
+
+def _with_suite_flipped(wire: bytes) -> bytes:
+    """``wire`` with its header's suite byte (offset 6) naming the other suite."""
+    return wire[:6] + bytes([3 - wire[6]]) + wire[7:]
+
+
+# The key ID names the key given, so the key fits: a suite that disagrees with its length (H11)
+# was altered, which is damage (4), not a wrong key (3).
+ALTERED_CASES = [
+    Case(
+        "key_id_held_suite_flipped",
+        _with_suite_flipped(bytes(Sealer(KEY, context=CONTEXT).seal(b"x", final=True))),
+        KEY,
+        CONTEXT,
+        gcmstream.DEFAULT_MAX_RECORD_SIZE,
+        "KeyCommitmentError",
+        cli.EXIT_TAMPERED,
+    ),
+]
+
+CASES = _vector_cases() + FIELD_CASES + WRONG_KEY_CASES + ALTERED_CASES
 HEADER_FAULT_NAMES = {kind.__name__ for kind in HEADER_FAULTS.values()}
 
 
@@ -521,6 +541,42 @@ def test_an_unknown_critical_field_beside_stanzas_is_judged_after_the_commitment
     assert statuses == {"opens": cli.EXIT_WRONG_KEY, "other": cli.EXIT_WRONG_KEY}
 
 
+def test_a_header_naming_another_file_key_than_the_stanza_opened_is_altered_not_a_wrong_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """S8's key ID: the identity opened the stanza, so it fits; a key ID byte flipped (no key
+    needed to do that) is an altered header, exit 4 on every path, not "wrong key" (3)."""
+    wire = bytes(Sealer(recipients=[IDENTITY.recipient], context=CONTEXT).seal(b"sealed", final=True))
+    altered = wire[:12] + bytes([wire[12] ^ 1]) + wire[13:]  # the key ID's first byte
+    opener = gcmstream.Opener(identities=[IDENTITY], context=CONTEXT)
+    opener.receive_data(altered)
+    with pytest.raises(gcmstream.KeyCommitmentError, match="altered header") as raised:
+        opener.read()
+    assert raised.value.rule == "S8"
+    path, identity_file = tmp_path / "in.gcms", tmp_path / "identity"
+    path.write_bytes(altered)
+    gcmstream.recipients.write_identity_file(identity_file, IDENTITY)
+    common = ["--identity", str(identity_file), "--context", CONTEXT.decode()]
+    argvs = {
+        "decrypt": ["decrypt", *common, "-i", str(path), "-o", str(tmp_path / "out")],
+        "decrypt --offset": [
+            "decrypt",
+            *common,
+            "--offset",
+            "0",
+            "-i",
+            str(path),
+            "-o",
+            str(tmp_path / "out"),
+        ],
+        "info": ["info", *common, str(path)],
+    }
+    for name, argv in argvs.items():
+        status = cli.main(argv)
+        message = capsys.readouterr().err
+        assert status == cli.EXIT_TAMPERED and "wrong key" not in message, (name, message)
+
+
 # -- the exit table: one table in the code, the README's and --help's ---------------------------
 
 README = Path(__file__).parent.parent.parent / "README.md"
@@ -560,6 +616,7 @@ OTHER_CHECKS: dict[str, gcmstream.ProtocolError] = {
     "S5": gcmstream.StanzaError("count"),
     "S8": gcmstream.KeyCommitmentError("file key"),
 }
+OTHER_CHECKS["S8"].rule = "S8"  # as the Opener raises it
 
 
 @pytest.mark.parametrize("rule", [*HEADER_FAULTS, *OTHER_CHECKS])
