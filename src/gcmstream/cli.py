@@ -14,7 +14,6 @@ import getpass
 import logging
 import os
 import re
-import select
 import signal
 import stat
 import sys
@@ -56,14 +55,11 @@ from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
     HARD_MAX_RECORD_SIZE,
-    HEADER_FIXED_SIZE,
-    MAGIC,
     MAX_CONTEXT_SIZE,
     VERSION,
     KeyExchange,
     KeyRing,
     Role,
-    check_header_start,
     generate_key,
 )
 from .handshake import MAX_IDENTITY_SIZE
@@ -74,7 +70,6 @@ from .recipients import (
     DEFAULT_WORK_FACTOR,
     MAX_IDENTITIES,
     RECIPIENT_PREFIX,
-    STANZA_FIELD_TYPES,
     Identity,
     Recipient,
     RecipientKind,
@@ -141,11 +136,12 @@ EXIT_CODES = {
     EXIT_USAGE: "usage: bad arguments, no key or a malformed key, a key file open to others, a key "
     "file that exists (--force), ciphertext to a terminal",
     EXIT_WRONG_KEY: "wrong key, no --identity matched, wrong passphrase, or wrong --context, found "
-    "at the header before any record is opened (H10..H12, S3, S6..S8), also a key given for a "
+    "at the header before any record is opened (H10, H12, S3, S6, S7), also a key given for a "
     "file sealed to recipients or a passphrase; a connect refused by a listen with another key or "
     "context sees only the connection cut during the handshake: 5",
     EXIT_TAMPERED: "tampered or corrupt input: a damaged header after the right magic and version "
-    "(H3..H7, H9, H13), malformed stanzas (S2, S4, S5), a failed channel handshake, a record "
+    "(H3..H7, H9, H13), a header altered where the key given fits it (H11, S8's key ID), "
+    "malformed stanzas (S2, S4, S5), a failed channel handshake, a record "
     "that failed authentication or broke a rule (R1..R7), or data after the end of the stream (R8)",
     EXIT_TRUNCATED: "truncated input: it ended before the authenticated end of the stream",
     EXIT_IO: "I/O error: a file, pipe or connection failed",
@@ -988,7 +984,6 @@ async def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
     where = "the input" if args.input == "-" else args.input
     async with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "decrypt", args.quiet)
-        start = bytearray()  # the header's first bytes, to tell damage from a newer format
         try:
             async with _open_output(args.output, args.mode) as out:
                 # to stdout: pass each record on as it authenticates; to a file: gather
@@ -999,14 +994,11 @@ async def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                     opener,
                     eager=args.output == "-",
                     progress=progress.callback,
-                    start=start,
                 )
                 await _run_engine(work, out)
         except BaseException as exc:
             progress.close()
-            verdict = _header_verdict(
-                exc, "decrypt", keying, where, lambda: _header_start_with_first_field(source, start)
-            )
+            verdict = _header_verdict(exc, "decrypt", where)
             if verdict is None:
                 raise
             raise verdict from None
@@ -1043,39 +1035,25 @@ def _copy_range(
             remaining -= got
 
 
-def _header_verdict(
-    exc: BaseException, command: str, keying: Keying, where: str, start: Callable[[], bytes]
-) -> _Fail | None:
+def _header_verdict(exc: BaseException, command: str, where: str) -> _Fail | None:
     """The message of a header fault for ``decrypt``, ``decrypt --offset`` and ``info`` alike,
     naming the input; None for any other failure. The exit status is the one the class has
-    in ``_FAILURES`` (the class is format.HEADER_FAULTS'), but for one refinement: a key given
-    for a file sealed to recipients or a passphrase (its header names the file key's ID, H10,
-    or, with many stanzas, passes the key reader's 4,096-byte bound, H7) is a wrong key.
-    ``start`` gives the input's first bytes, read only for that case."""
+    in ``_FAILURES`` (the class is format.HEADER_FAULTS')."""
     fault = _leaf(exc)
     if not isinstance(fault, ProtocolError):
         return None
-    if "key" in keying and fault.rule in ("H7", "H10") and _first_field_is_a_stanza(start()):
-        return _Fail(
-            EXIT_WRONG_KEY,
-            f"wrong key: {where} was sealed to recipients or with a passphrase: "
-            "use --identity or --passphrase[-file]",
-        )
     code = _classify(fault)[0]
+    if isinstance(fault, UnknownKeyError):  # from the 62 fixed bytes alone, on every path
+        return _Fail(
+            code,
+            f"wrong key: {where} names (by its key ID) a key that was not given; a file sealed "
+            "to recipients or with a passphrase is read with --identity or --passphrase[-file]",
+        )
     if isinstance(fault, RecordTooLargeError) and fault.rule == "H8":
         return _Fail(code, _record_limit_error(command, fault.size, fault.limit, where).message)
     if isinstance(fault, (MalformedHeaderError, StanzaError)):
         return _Fail(code, f"{where} has a corrupt stream header: {fault}")
     return None
-
-
-def _file_start(path: str) -> bytes:
-    """A file's first bytes, up to its first field's type (for a message only)."""
-    try:
-        with open(path, "rb") as file:
-            return file.read(HEADER_FIXED_SIZE + 2)
-    except OSError:
-        return b""
 
 
 async def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
@@ -1085,7 +1063,7 @@ async def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> No
             await _run_engine(partial(_copy_range, path, out, args, keying), out)
     except BaseException as exc:
         where = "the input" if args.input == "-" else args.input
-        verdict = _header_verdict(exc, "decrypt", keying, where, lambda: _file_start(path))
+        verdict = _header_verdict(exc, "decrypt", where)
         if verdict is None:
             raise
         raise verdict from None
@@ -1117,43 +1095,12 @@ async def _info_command(args: argparse.Namespace, keying: Keying) -> None:
     try:
         text = await to_thread.run_sync(_describe, args.file, args, keying)
     except BaseException as exc:
-        verdict = _header_verdict(exc, "info", keying, args.file, lambda: _file_start(args.file))
+        verdict = _header_verdict(exc, "info", args.file)
         if verdict is None:
             raise
         raise verdict from None
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
-
-
-def _header_start_with_first_field(source: int, start: bytearray) -> bytes:
-    """The input's first bytes, up to its first field's type: the engine may have stopped
-    reading at the fixed part (the error came from it), so read the two bytes after it, from
-    where they are (a file) or from what is already waiting in a pipe. For a message only."""
-    missing = HEADER_FIXED_SIZE + 2 - len(start)
-    if missing <= 0:
-        return bytes(start)
-    with contextlib.suppress(OSError):
-        if _regular_size(source) is not None:
-            return bytes(start) + os.pread(source, missing, len(start))
-        if select.select([source], [], [], 0.2)[0]:
-            return bytes(start) + os.read(source, missing)
-    return bytes(start)
-
-
-def _first_field_is_a_stanza(start: bytes) -> bool:
-    if not _is_gcmstream_start(start) or len(start) < HEADER_FIXED_SIZE + 2:
-        return False
-    return int.from_bytes(start[HEADER_FIXED_SIZE : HEADER_FIXED_SIZE + 2], "big") in STANZA_FIELD_TYPES
-
-
-def _is_gcmstream_start(start: bytes) -> bool:
-    if len(start) <= len(MAGIC):
-        return False
-    try:
-        check_header_start(start)
-    except UnsupportedFormatError:
-        return False
-    return True
 
 
 # -- network pipes ------------------------------------------------------------------------------
@@ -1442,6 +1389,10 @@ _FAILURES: tuple[tuple[_Kind, int, Callable[[BaseException], str]], ...] = (
         EXIT_WRONG_KEY,
         lambda _: "wrong key: the stream names (by its key ID) a key that was not given",
     ),
+    # the key ID proves the key fits (H11: the suite byte disagrees with it; S8: an identity
+    # opened the stanza, but the header names another file key): altered, not a wrong key
+    (_Broke(KeyCommitmentError, "H11"), EXIT_TAMPERED, lambda e: f"corrupt stream header: {e}"),
+    (_Broke(KeyCommitmentError, "S8"), EXIT_TAMPERED, lambda e: f"corrupt stream header: {e}"),
     (KeyCommitmentError, EXIT_WRONG_KEY, str),  # it says "wrong key" and what else it can be
     ((SelfConnectionError, PeerIdentityError), EXIT_IDENTITY, lambda e: f"identity refused: {e}"),
     (NoIdentityMatchedError, EXIT_WRONG_KEY, str),

@@ -146,7 +146,7 @@ class GcmStreamError(Exception):
 class ProtocolError(GcmStreamError):
     """The peer's bytes are invalid. Fatal: the receiving object is failed for good.
     ``rule`` names the check of docs/FORMAT.md 8.1 that failed ("H7"), where a header check
-    raised it (``gcmstream.format.header_fault``), else ""."""
+    raised it (``gcmstream.format.header_fault``), "S8" for 4.4's key ID check, else ""."""
 
     rule: str = ""
 

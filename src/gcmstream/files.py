@@ -273,15 +273,13 @@ def decrypt_fd(
     eager: bool = False,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
-    start: bytearray | None = None,
 ) -> None:
     """Decrypt the one stream ``src`` delivers into ``dst``. ``eager``: write what
-    authenticated before every read (pipes, stdout) rather than 1 MiB at a time. ``start``
-    collects the input's first bytes (the CLI tells damage from another format by them).
+    authenticated before every read (pipes, stdout) rather than 1 MiB at a time.
     On failure, the records that authenticated before it are written, then it is raised, and
     the Opener is broken: every later call with it raises StreamBrokenError."""
     with _fatal(opener):
-        _decrypt_fd(src, dst, opener, eager, progress, stop, start)
+        _decrypt_fd(src, dst, opener, eager, progress, stop)
 
 
 def _decrypt_fd(
@@ -291,7 +289,6 @@ def _decrypt_fd(
     eager: bool,
     progress: Progress | None,
     stop: threading.Event | None,
-    start: bytearray | None,
 ) -> None:
     readinto = _reader(src, stop)
     out: bytearray | None = None
@@ -334,8 +331,6 @@ def _decrypt_fd(
                 raise RuntimeError("gcmstream bug: the opener's ring is full with nothing to read")
             count = readinto(space)
             if count:
-                if start is not None and len(start) < 128:
-                    start += space[: min(count, 128 - len(start))]
                 opener.buffer_updated(count)
                 if progress is not None:
                     progress(count)

@@ -69,6 +69,7 @@ __all__ = (
     "as_key_ring",
     "byte_view",
     "check_context",
+    "check_fields_length",
     "check_header_start",
     "check_identity",
     "check_record_size",
@@ -561,11 +562,20 @@ def parse_header_start(raw: Buffer, max_fields_size: int = MAX_FIELDS_SIZE) -> H
         raise header_fault("H5", f"key exchange {exchange} does not go with role {Role(role).name}")
     if not 1 <= record_size <= HARD_MAX_RECORD_SIZE:
         raise header_fault("H6", f"record size {record_size} is outside 1..{HARD_MAX_RECORD_SIZE}")
-    if fields_length > max_fields_size:
-        raise header_fault("H7", f"header fields of {fields_length} bytes exceed {max_fields_size} bytes")
-    return HeaderStart(
+    start = HeaderStart(
         Role(role), Suite(suite), KeyExchange(exchange), record_size, ident, salt, fields_length
     )
+    check_fields_length(start, max_fields_size)
+    return start
+
+
+def check_fields_length(start: HeaderStart, max_fields_size: int) -> None:
+    """Check H7: the fields fit the reader's bound. The Opener runs it after H8..H11, so that a
+    key given for a file sealed to recipients is the wrong key (H10) whatever its stanzas' size."""
+    if start.fields_length > max_fields_size:
+        raise header_fault(
+            "H7", f"header fields of {start.fields_length} bytes exceed {max_fields_size} bytes"
+        )
 
 
 def parse_fields(data: bytes) -> tuple[tuple[int, bytes], ...]:

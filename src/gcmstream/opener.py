@@ -85,11 +85,13 @@ from .format import (
     as_key_ring,
     byte_view,
     check_context,
+    check_fields_length,
     check_header_start,
     check_record_size,
     find_key,
     header_fault,
     key_id,
+    parse_fields,
     parse_header,
     parse_header_start,
     record_size_fault,
@@ -545,9 +547,11 @@ class Opener:
 
     def _on_header_start(self) -> None:
         """The fixed part arrived: refuse what can be refused before reading more (checks
-        H1..H11: format, sizes, role, key ID, suite), then wait for the rest of the header."""
+        H1..H11: format, sizes, role, key ID, suite), then wait for the rest of the header.
+        H7 (the fields' bound) comes last: a key given for a file sealed to recipients is the
+        wrong key (H10), not a header too long for a key's reader, however many its stanzas."""
         unlocker = self._unlocker
-        start = parse_header_start(self._header_buf, self._max_fields_size)
+        start = parse_header_start(self._header_buf, MAX_STANZA_FIELDS_SIZE)  # H7 below
         if start.record_size > self.max_record_size:
             raise record_size_fault(start.record_size, self.max_record_size)
         expected = self._peer_role
@@ -561,6 +565,7 @@ class Opener:
             if keys is None:  # unreachable: the fixed part is read once
                 raise ProtocolError("header already read")
             self._header_key = self._find_key(keys, start)
+        check_fields_length(start, self._max_fields_size)
         self._header_start = start
         self._header_need = start.size
         whole = bytearray(start.size + (FINISHED_SIZE if self._on_peer_finished is not None else 0))
@@ -610,17 +615,21 @@ class Opener:
 
     def _unlock(self, unlocker: Unlocker, raw: bytes) -> bytes:
         """The file key of a header sealed to recipients or a passphrase; the commitment,
-        checked next, then covers every stanza."""
+        checked next, then covers every stanza. The fields' structure only (H13) is checked
+        here: an unknown critical type (H14) is judged after the commitment, as with a key, so
+        that one added by someone without the file key is tampering, not "unsupported"."""
         start = self._header_start
         if start is None:  # unreachable: the fixed part came first
             raise ProtocolError("no stream header")
-        fields = parse_header(raw, self._known_fields, self._max_fields_size).fields
+        fields = parse_fields(raw[HEADER_FIXED_SIZE : HEADER_FIXED_SIZE + start.fields_length])
         self.suite = start.suite
         file_key = unlocker.unlock(start.suite, fields)
-        if key_id(file_key) != start.key_id:  # only a writer holding a file key gets here
-            raise KeyCommitmentError(
+        if key_id(file_key) != start.key_id:  # the identity fits: the header was altered
+            refusal = KeyCommitmentError(
                 "the file key a stanza holds is not the one the header names (altered header)"
             )
+            refusal.rule = "S8"  # damage, not a wrong key (cli.EXIT_CODES)
+            raise refusal
         return file_key
 
     def _on_finished(self) -> None:

@@ -11,6 +11,7 @@ case gets ONE error class on every library path and ONE exit status on every CLI
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import subprocess
@@ -131,9 +132,9 @@ def sealed_to(kind: RecipientKind, count: int) -> bytes:
     return bytes(sealer.seal(b"sealed to recipients", final=True))
 
 
-# A key given for a file sealed to recipients: its header names the file key's ID (H10), or,
-# with stanzas over the key reader's 4,096 bytes, breaks that bound first (H7). The CLI says
-# "wrong key" on each path for both (the one refinement of the class's exit status).
+# A key given for a file sealed to recipients: its header names the file key's ID (H10), which
+# a key's reader checks before the fields' bound (H7), so even stanzas over the key reader's
+# 4,096 bytes are a wrong key, decided from the 62 fixed bytes on every path.
 WRONG_KEY_CASES = [
     Case(
         "key_for_one_recipient",
@@ -150,12 +151,32 @@ WRONG_KEY_CASES = [
         KEY,
         CONTEXT,
         gcmstream.DEFAULT_MAX_RECORD_SIZE,
-        "MalformedHeaderError",
+        "UnknownKeyError",
         cli.EXIT_WRONG_KEY,
     ),
 ]
 
-CASES = _vector_cases() + FIELD_CASES + WRONG_KEY_CASES
+
+def _with_suite_flipped(wire: bytes) -> bytes:
+    """``wire`` with its header's suite byte (offset 6) naming the other suite."""
+    return wire[:6] + bytes([3 - wire[6]]) + wire[7:]
+
+
+# The key ID names the key given, so the key fits: a suite that disagrees with its length (H11)
+# was altered, which is damage (4), not a wrong key (3).
+ALTERED_CASES = [
+    Case(
+        "key_id_held_suite_flipped",
+        _with_suite_flipped(bytes(Sealer(KEY, context=CONTEXT).seal(b"x", final=True))),
+        KEY,
+        CONTEXT,
+        gcmstream.DEFAULT_MAX_RECORD_SIZE,
+        "KeyCommitmentError",
+        cli.EXIT_TAMPERED,
+    ),
+]
+
+CASES = _vector_cases() + FIELD_CASES + WRONG_KEY_CASES + ALTERED_CASES
 HEADER_FAULT_NAMES = {kind.__name__ for kind in HEADER_FAULTS.values()}
 
 
@@ -334,6 +355,42 @@ def test_a_critical_field_in_a_key_sealed_header_is_unsupported_in_real_subproce
         assert f"critical field 0x{field:04x}" in message and "wrong key" not in message, (name, message)
 
 
+def test_a_key_for_many_recipients_is_a_wrong_key_from_a_pipe_that_pauses(
+    case_files: Callable[[Case], tuple[Path, Path]],
+) -> None:
+    """The verdict depends only on the bytes read: a writer that pauses after the 62 fixed
+    bytes gets the same exit status (3) as the file did, not 4 (H7) for want of the next ones."""
+    case = next(c for c in WRONG_KEY_CASES if c.name == "key_for_many_recipients")
+    assert len(case.wire) > 62 + 4096  # the stanzas pass a key reader's bound (H7)
+    _, keyfile = case_files(case)
+    argv = [
+        sys.executable,
+        "-m",
+        "gcmstream",
+        "decrypt",
+        "-k",
+        str(keyfile),
+        "--context",
+        case.context.decode(),
+    ]
+    with subprocess.Popen(
+        [*argv, "-o", "-"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    ) as child:
+        assert child.stdin is not None and child.stderr is not None
+        child.stdin.write(case.wire[:62])
+        child.stdin.flush()
+        try:
+            child.wait(timeout=3)  # the pause: the CLI decides from the fixed part alone
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(BrokenPipeError):
+                child.stdin.write(case.wire[62:])
+        with contextlib.suppress(BrokenPipeError):
+            child.stdin.close()
+        message = child.stderr.read().decode()
+        assert child.wait(timeout=TIMEOUT) == cli.EXIT_WRONG_KEY, message
+    assert "wrong key" in message and "--identity" in message, message
+
+
 # -- which typed fields each kind of reader accepts (docs/FORMAT.md "Typed fields by reader") ----
 
 FILE_KEY = bytes(range(32))  # a stanza reader's file key: suite 2 (S2)
@@ -465,6 +522,76 @@ def test_format_md_table_of_fields_by_reader_is_what_each_reader_does() -> None:
     assert found == rows
 
 
+def _broken_commitment(header: bytes) -> bytes:
+    return header[:-1] + bytes([header[-1] ^ 1])
+
+
+@pytest.mark.parametrize("stanza", [FieldType.RECIPIENT_STANZAS, FieldType.PASSPHRASE_STANZA])
+def test_an_unknown_critical_field_beside_stanzas_is_judged_after_the_commitment(
+    stanza: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """H14 runs after the commitment for identity and passphrase readers, as for a key: a
+    keyless writer who adds critical field 0x7fff to a file sealed to recipients must break the
+    commitment, and that is what the reader says (H12, exit 3), not "unsupported" (H14, exit 7,
+    a row that requires a valid commitment); a non-matching identity is a non-match (S7)."""
+    header = _broken_commitment(_stanza_header(stanza, 0x7FFF))
+    keyed = (
+        {"identities": [IDENTITY]} if stanza == FieldType.RECIPIENT_STANZAS else {"passphrase": PASSPHRASE}
+    )
+    assert _opened_header(gcmstream.Opener(**keyed, context=CONTEXT), header) == "KeyCommitmentError"
+    if stanza == FieldType.PASSPHRASE_STANZA:
+        return
+    other = Identity(RecipientKind.X25519, b"\x06" * 32)
+    opener = gcmstream.Opener(identities=[other], context=CONTEXT)
+    assert _opened_header(opener, header) == "NoIdentityMatchedError"
+    path, identity_file = tmp_path / "in.gcms", tmp_path / "identity"
+    path.write_bytes(header)
+    statuses = {}
+    for name, identity in (("opens", IDENTITY), ("other", other)):
+        identity_file.unlink(missing_ok=True)
+        gcmstream.recipients.write_identity_file(identity_file, identity)
+        argv = ["--identity", str(identity_file), "--context", CONTEXT.decode()]
+        statuses[name] = cli.main(["decrypt", *argv, "-i", str(path), "-o", str(tmp_path / "out")])
+        assert "critical field" not in capsys.readouterr().err
+    assert statuses == {"opens": cli.EXIT_WRONG_KEY, "other": cli.EXIT_WRONG_KEY}
+
+
+def test_a_header_naming_another_file_key_than_the_stanza_opened_is_altered_not_a_wrong_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """S8's key ID: the identity opened the stanza, so it fits; a key ID byte flipped (no key
+    needed to do that) is an altered header, exit 4 on every path, not "wrong key" (3)."""
+    wire = bytes(Sealer(recipients=[IDENTITY.recipient], context=CONTEXT).seal(b"sealed", final=True))
+    altered = wire[:12] + bytes([wire[12] ^ 1]) + wire[13:]  # the key ID's first byte
+    opener = gcmstream.Opener(identities=[IDENTITY], context=CONTEXT)
+    opener.receive_data(altered)
+    with pytest.raises(gcmstream.KeyCommitmentError, match="altered header") as raised:
+        opener.read()
+    assert raised.value.rule == "S8"
+    path, identity_file = tmp_path / "in.gcms", tmp_path / "identity"
+    path.write_bytes(altered)
+    gcmstream.recipients.write_identity_file(identity_file, IDENTITY)
+    common = ["--identity", str(identity_file), "--context", CONTEXT.decode()]
+    argvs = {
+        "decrypt": ["decrypt", *common, "-i", str(path), "-o", str(tmp_path / "out")],
+        "decrypt --offset": [
+            "decrypt",
+            *common,
+            "--offset",
+            "0",
+            "-i",
+            str(path),
+            "-o",
+            str(tmp_path / "out"),
+        ],
+        "info": ["info", *common, str(path)],
+    }
+    for name, argv in argvs.items():
+        status = cli.main(argv)
+        message = capsys.readouterr().err
+        assert status == cli.EXIT_TAMPERED and "wrong key" not in message, (name, message)
+
+
 # -- the exit table: one table in the code, the README's and --help's ---------------------------
 
 README = Path(__file__).parent.parent.parent / "README.md"
@@ -504,6 +631,7 @@ OTHER_CHECKS: dict[str, gcmstream.ProtocolError] = {
     "S5": gcmstream.StanzaError("count"),
     "S8": gcmstream.KeyCommitmentError("file key"),
 }
+OTHER_CHECKS["S8"].rule = "S8"  # as the Opener raises it
 
 
 @pytest.mark.parametrize("rule", [*HEADER_FAULTS, *OTHER_CHECKS])
