@@ -235,6 +235,41 @@ def test_a_stop_while_final_waits_for_the_end_of_input_releases_none_of_it(eager
     assert released == b"a" * 20
 
 
+def test_a_stop_before_the_end_of_input_is_seen_releases_none_of_final() -> None:
+    """A stop, then the input's end at once (a shell's pipe closed as Ctrl-C reaches the
+    command): the probe's poll sees the end, not the stop. The stop came first: FINAL's
+    plaintext is not released (review 2's PoC of finding 2, whose communicate() closed stdin
+    right after the signal)."""
+    stream = bytes(files.new_sealer(KEY, record_size=10).seal(b"a" * 20 + b"FINAL", final=True))
+    header_size, _ = record_flags(stream)
+    first = header_size + RECORD_HEADER.size + 10 + 16  # the header and the first record
+    stop = threading.Event()
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    os.write(in_write, stream[:first])
+    reads: list[int] = []
+
+    def progress(count: int) -> None:
+        reads.append(count)
+        if sum(reads) == first:
+            os.write(in_write, stream[first:])  # the rest, once the first record is out
+        elif sum(reads) == len(stream):  # after the loop's last read, before the end's
+            stop.set()
+            os.close(in_write)
+
+    try:
+        with pytest.raises(files._Stopped):
+            files.decrypt_fd(
+                in_read, out_write, files.new_opener(KEY), eager=True, progress=progress, stop=stop
+            )
+        os.close(out_write)
+        released = os.read(out_read, 100)
+    finally:
+        os.close(in_read)
+        os.close(out_read)
+    assert (sum(reads), released) == (len(stream), b"a" * 20)
+
+
 @pytest.mark.parametrize("engine", ["encrypt", "decrypt"])
 def test_a_non_blocking_input_is_read_to_its_end(engine: str) -> None:
     """An O_NONBLOCK pipe whose writer is slow, with no stop request: read() answers EAGAIN

@@ -359,6 +359,7 @@ def _decrypt_fd(
             used -= opener.final_length
             if readinto(bytearray(1)):
                 raise TrailingDataError("data follows the FINAL record")
+            _check(stop)  # a stop that came while the end was awaited: the end came too late
             used += opener.final_length
     finally:
         if used > 0:  # on failure too: what is here authenticated (FINAL held back above)
