@@ -572,6 +572,22 @@ def test_listen_connect_moves_data_both_ways(tmp_path: Path, keyfile: Path) -> N
     assert listener.stdout == up
 
 
+def test_connect_with_stdin_closed_says_so(keyfile: Path) -> None:
+    """``<&-``: the channel's stdin thread met sys.stdin None and died silently, leaving the
+    upload waiting for ever (review 2, finding 3); now exit 6 "stdin is closed"."""
+    listener = Listener(["-k", keyfile])
+    line = shlex.join(
+        [sys.executable, "-m", "gcmstream", "connect", f"127.0.0.1:{listener.port}", "-k", str(keyfile)]
+    )
+    try:
+        done = subprocess.run(
+            ["sh", "-c", f"{line} <&-"], capture_output=True, timeout=30, env=env(), check=False
+        )
+    finally:
+        listener.finish()
+    assert (done.returncode, done.stderr) == (EXIT_IO, b"gcmstream connect: stdin is closed\n")
+
+
 def test_half_close_each_direction_ends_on_its_own(keyfile: Path) -> None:
     """The listener's input is empty: the connecting side's output ends at once, while its own
     input is still open; the listener's output ends when that input ends."""

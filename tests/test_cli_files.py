@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,14 @@ from typing import IO, Any
 
 import pytest
 
-from gcmstream.cli import EXIT_RECORD_LIMIT, EXIT_TAMPERED, EXIT_TRUNCATED, EXIT_USAGE, EXIT_WRONG_KEY
+from gcmstream.cli import (
+    EXIT_IO,
+    EXIT_RECORD_LIMIT,
+    EXIT_TAMPERED,
+    EXIT_TRUNCATED,
+    EXIT_USAGE,
+    EXIT_WRONG_KEY,
+)
 from gcmstream.format import RECORD_HEADER_SIZE, TAG_SIZE, key_id
 from gcmstream.keyfile import read_key_file, write_key_file
 
@@ -208,3 +216,16 @@ def test_info_and_a_range_refuse_a_fifo_at_once(sealed: tuple[Path, Path, bytes]
         )
         assert done.returncode == EXIT_USAGE, done.stderr
         assert b"regular file" in done.stderr
+
+
+@pytest.mark.parametrize("command", [["encrypt"], ["decrypt"], ["decrypt", "--offset", "0", "--length", "1"]])
+def test_a_closed_stdin_is_an_io_error_that_says_so(
+    tmp_path: Path, sealed: tuple[Path, Path, bytes], command: list[str]
+) -> None:
+    """``<&-`` in a shell: Python makes sys.stdin None; the CLI used to fail with an internal
+    error (AttributeError) instead of saying stdin is closed (review 2, finding 3)."""
+    options = ["-k", str(sealed[0]), "-o", str(tmp_path / "out")]
+    line = shlex.join([sys.executable, "-m", "gcmstream", *command, *options])
+    done = subprocess.run(["sh", "-c", f"{line} <&-"], capture_output=True, timeout=TIMEOUT, check=False)
+    assert (done.returncode, done.stderr.decode()) == (EXIT_IO, f"gcmstream {command[0]}: stdin is closed\n")
+    assert not (tmp_path / "out").exists()

@@ -7,11 +7,14 @@ test."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Iterator
@@ -200,3 +203,47 @@ def test_signal_while_the_reader_of_stdout_stalls(
         process.wait()
         process.stdout.close()
         process.stderr.close()
+
+
+@SIGNALS
+def test_signal_while_decrypt_waits_for_the_end_after_final_releases_none_of_it(
+    keyfile: Path, signum: int, code: int
+) -> None:
+    """``decrypt`` to stdout given the whole stream on a pipe left open: FINAL authenticated and
+    is held back until the input's end is seen. A signal then ends the command with none of
+    FINAL's plaintext written (review 2, finding 2: it was written, then exit 130 or 143)."""
+    plain = b"first-record-" * 10 + b"LAST"
+    command = ["encrypt", "-k", str(keyfile), "--record-size", "64"]
+    sealed = subprocess.run(
+        [sys.executable, "-m", "gcmstream", *command], input=plain, capture_output=True, check=True, env=env()
+    ).stdout
+    theirs, ours = os.pipe()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "decrypt", "-k", str(keyfile)],
+        stdin=theirs,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+        preexec_fn=interruptible,
+    )
+    os.close(theirs)
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        os.write(ours, sealed)
+        deadline = time.monotonic() + START_TIMEOUT
+        while struct.unpack("i", fcntl.ioctl(ours, termios.FIONREAD, b"\0" * 4))[0]:  # not all read yet
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.3)  # and the read that looks for the end has begun
+        status, elapsed = signal_and_time_the_exit(process, signum)
+        written = process.stdout.read()
+        check_the_end(process, status, code, elapsed)
+    finally:
+        os.close(ours)
+        process.kill()
+        process.wait()
+        process.stdout.close()
+        process.stderr.close()
+    final = len(plain) % 64 or 64
+    # the records before FINAL, or fewer if the worker was given up first (_PIPE_STOP_WAIT)
+    assert plain[:-final].startswith(written)

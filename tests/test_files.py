@@ -4,10 +4,12 @@ cancellation leaving no output."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import struct
+import termios
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -21,6 +23,8 @@ import pytest
 import gcmstream
 from gcmstream import KeyLimits, Opener, files, pipeline
 from gcmstream.format import FLAG_FINAL, FLAG_KEY_UPDATE, RECORD_HEADER, FieldType, parse_header
+
+from .helpers import read_all
 
 KEY = bytes(range(16))
 VECTORS = sorted((Path(__file__).parent / "vectors" / "invalid").glob("*.json"))
@@ -195,6 +199,112 @@ def test_final_is_held_back_until_the_end_of_input_is_seen(tmp_path: Path) -> No
     os.close(in_read)
     os.close(out_read)
     assert released == b"a" * 20
+
+
+@pytest.mark.parametrize("eager", [True, False])
+def test_a_stop_while_final_waits_for_the_end_of_input_releases_none_of_it(eager: bool) -> None:
+    """The whole stream sent, the pipe left open, then a stop (Ctrl-C, SIGTERM in the CLI)
+    while the engine holds FINAL back waiting for the input's end: the records before FINAL
+    are written, no byte of FINAL's plaintext (review 2, finding 2)."""
+    sealer = files.new_sealer(KEY, record_size=10)
+    stream = bytes(sealer.seal(b"a" * 20 + b"FINAL", final=True))
+    stop = threading.Event()
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    os.write(in_write, stream)
+
+    def stop_once_all_is_read() -> None:
+        # the pipe drained: FINAL is read and the engine goes on to look for the end
+        for _ in range(1000):
+            if not struct.unpack("i", fcntl.ioctl(in_read, termios.FIONREAD, b"\0" * 4))[0]:
+                break
+            time.sleep(0.005)
+        stop.set()
+
+    stopper = threading.Thread(target=stop_once_all_is_read)
+    stopper.start()
+    try:
+        with pytest.raises(files._Stopped):
+            files.decrypt_fd(in_read, out_write, files.new_opener(KEY), eager=eager, stop=stop)
+        os.close(out_write)
+        released = os.read(out_read, 100)
+    finally:
+        stopper.join()
+        for fd in (in_read, in_write, out_read):
+            os.close(fd)
+    assert released == b"a" * 20
+
+
+def test_a_stop_before_the_end_of_input_is_seen_releases_none_of_final() -> None:
+    """A stop, then the input's end at once (a shell's pipe closed as Ctrl-C reaches the
+    command): the probe's poll sees the end, not the stop. The stop came first: FINAL's
+    plaintext is not released (review 2's PoC of finding 2, whose communicate() closed stdin
+    right after the signal)."""
+    stream = bytes(files.new_sealer(KEY, record_size=10).seal(b"a" * 20 + b"FINAL", final=True))
+    header_size, _ = record_flags(stream)
+    first = header_size + RECORD_HEADER.size + 10 + 16  # the header and the first record
+    stop = threading.Event()
+    in_read, in_write = os.pipe()
+    out_read, out_write = os.pipe()
+    os.write(in_write, stream[:first])
+    reads: list[int] = []
+
+    def progress(count: int) -> None:
+        reads.append(count)
+        if sum(reads) == first:
+            os.write(in_write, stream[first:])  # the rest, once the first record is out
+        elif sum(reads) == len(stream):  # after the loop's last read, before the end's
+            stop.set()
+            os.close(in_write)
+
+    try:
+        with pytest.raises(files._Stopped):
+            files.decrypt_fd(
+                in_read, out_write, files.new_opener(KEY), eager=True, progress=progress, stop=stop
+            )
+        os.close(out_write)
+        released = os.read(out_read, 100)
+    finally:
+        os.close(in_read)
+        os.close(out_read)
+    assert (sum(reads), released) == (len(stream), b"a" * 20)
+
+
+@pytest.mark.parametrize("engine", ["encrypt", "decrypt"])
+def test_a_non_blocking_input_is_read_to_its_end(engine: str) -> None:
+    """An O_NONBLOCK pipe whose writer is slow, with no stop request: read() answers EAGAIN
+    (None) while no input is there, which is not the end. Encrypting used to seal FINAL there,
+    a complete-looking empty stream; decrypting raised TruncatedStreamError for an intact
+    stream (review 2, finding 1)."""
+    data = os.urandom(2000)
+    sealed = bytes(files.new_sealer(KEY).seal(data, final=True))
+    source = data if engine == "encrypt" else sealed
+    in_read, in_write = os.pipe()
+    os.set_blocking(in_read, False)
+
+    def slow_writer() -> None:
+        for start in range(0, len(source), 1000):
+            time.sleep(0.1)
+            os.write(in_write, source[start : start + 1000])
+        os.close(in_write)
+
+    writer = threading.Thread(target=slow_writer)
+    writer.start()
+    out_read, out_write = os.pipe()
+    try:
+        if engine == "encrypt":
+            files.encrypt_fd(in_read, out_write, files.new_sealer(KEY))
+        else:
+            files.decrypt_fd(in_read, out_write, files.new_opener(KEY))
+        os.close(out_write)
+        written = b"".join(iter(partial(os.read, out_read, 1 << 16), b""))
+    finally:
+        writer.join()
+        os.close(in_read)
+        os.close(out_read)
+    if engine == "encrypt":
+        written = read_all(Opener(KEY), written)
+    assert written == data
 
 
 def test_a_stop_request_stops_the_engine(tmp_path: Path) -> None:

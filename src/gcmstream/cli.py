@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, NoReturn, TextIO, TypeVar, cast
 
 import anyio
 from anyio import from_thread, to_thread
@@ -818,6 +818,20 @@ def _fd_writer(fd: int) -> Callable[[memoryview], Awaitable[None]]:
     return write
 
 
+def _stdin_fd() -> int:
+    """stdin's descriptor. A shell's ``<&-`` closes it: Python then makes ``sys.stdin`` None
+    (and fd 0 may become a file this process opens later), so say it, as an I/O error."""
+    stdin: TextIO | None = sys.stdin
+    try:
+        if stdin is None:
+            raise OSError(errno.EBADF, "closed")
+        fd = stdin.fileno()
+        os.fstat(fd)
+    except (OSError, ValueError):
+        raise OSError(errno.EBADF, "stdin is closed") from None
+    return fd
+
+
 def _regular_size(fd: int) -> int | None:
     st = os.fstat(fd)
     return st.st_size if stat.S_ISREG(st.st_mode) else None
@@ -889,7 +903,8 @@ async def _open_input(path: str) -> AsyncIterator[tuple[int, int | None]]:
     """(fd, size if a regular file) of IN; opening a FIFO waits for a writer, so it may be
     abandoned too."""
     if path == "-":
-        yield sys.stdin.fileno(), _regular_size(sys.stdin.fileno())
+        stdin = _stdin_fd()
+        yield stdin, _regular_size(stdin)
         return
     fd = await _blocking(os.open, path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -1008,7 +1023,7 @@ async def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
 def _seekable_input(path: str) -> str:
     if path != "-":
         return path
-    if _regular_size(sys.stdin.fileno()) is None:
+    if _regular_size(_stdin_fd()) is None:
         raise _Usage("--offset and --length need a file to seek in: use -i FILE (stdin is not a file)")
     return "/dev/stdin"
 
@@ -1117,7 +1132,7 @@ def _stdin_pump(token: Any, send: Callable[[bytes | OSError], Any]) -> None:
         while True:
             chunk: bytes | OSError
             try:
-                chunk = os.read(sys.stdin.fileno(), CHUNK_SIZE)
+                chunk = os.read(_stdin_fd(), CHUNK_SIZE)
             except OSError as exc:
                 chunk = exc
             from_thread.run(send, chunk, token=token)

@@ -20,15 +20,16 @@ Guarantees, beside the pipeline's (atomic output, fsync, mode 0600, links and FI
   output buffer always has room for a whole record, so all of FINAL is gathered in it (when
   it straddles the buffer's end, its start is moved back rather than written) and held back
   until one more read of the input found its end. The records before it are written, then
-  TrailingDataError is raised. The loop ends when the Opener reports the authenticated end
-  (``at_eof``: FINAL authenticated and all of its plaintext delivered), not when FINAL
-  authenticates.
+  TrailingDataError is raised; a stop or read error during that read releases none of FINAL.
+  The loop ends when the Opener reports the authenticated end (``at_eof``: FINAL
+  authenticated and all of its plaintext delivered), not when FINAL authenticates.
 * A stop request (``threading.Event``: task cancellation, SIGTERM or Ctrl-C in the CLI) is
   seen before every read, so the loop stops within one read of at most ``CHUNK_SIZE`` bytes,
   and the output file is not created. Input from a pipe, FIFO, terminal or socket is waited
   for in polls of ``_POLL_MS``, each followed by a look at the stop request, so a stop
   is seen while no input comes (tests/test_cli_signals.py: the CLI exits well within 1 s of
-  the signal). A regular file is read as before, with no poll. A write blocked on a reader
+  the signal). An ``O_NONBLOCK`` input's EAGAIN is "no input yet", never its end. A regular
+  file is read as before, with no poll. A write blocked on a reader
   that stopped reading cannot see it: ``run_in_worker`` gives up waiting after
   ``STOP_WAIT`` (the CLI, with no temporary file to remove, sooner) and the CLI exits.
 """
@@ -41,6 +42,7 @@ import select
 import stat
 import struct
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -203,22 +205,31 @@ def _check(stop: threading.Event | None) -> None:
         raise _Stopped("stopped on request")
 
 
-def _reader(fd: int, stop: threading.Event | None) -> Callable[[Buffer], int | None]:
-    """``readinto`` of ``fd``. From a pipe, FIFO, terminal or socket, with a stop request to
-    watch, it first waits for input in short polls and looks at the request after each: a
-    read() blocked on an idle pipe would never see it. A regular file or block device (always
-    readable) gets the plain ``readinto``: no poll on the hot path."""
+def _reader(fd: int, stop: threading.Event | None) -> Callable[[Buffer], int]:
+    """``readinto`` of ``fd``, returning 0 only at the input's end. A pipe, FIFO, terminal or
+    socket is first waited for in short polls, with a look at the stop request (if any) after
+    each: a read() blocked on an idle pipe would never see it, and one of an ``O_NONBLOCK``
+    descriptor returns None (EAGAIN), which is "no input yet", never the end. A regular file
+    or block device (always readable, no EAGAIN) gets the plain ``readinto``: no poll on the
+    hot path."""
     readinto = io.FileIO(fd, "rb", closefd=False).readinto
     mode = os.fstat(fd).st_mode
-    if stop is None or stat.S_ISREG(mode) or stat.S_ISBLK(mode) or not hasattr(select, "poll"):
+    if stat.S_ISREG(mode) or stat.S_ISBLK(mode):
         return readinto
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)  # (POLLHUP and POLLERR are always reported: EOF, errors)
+    poller = select.poll() if hasattr(select, "poll") else None
+    if poller is not None:
+        poller.register(fd, select.POLLIN)  # (POLLHUP and POLLERR are always reported: EOF, errors)
 
-    def wait_then_readinto(buffer: Buffer) -> int | None:
-        while not poller.poll(_POLL_MS):
-            _check(stop)
-        return readinto(buffer)
+    def wait_then_readinto(buffer: Buffer) -> int:
+        while True:
+            while poller is not None and not poller.poll(_POLL_MS):
+                _check(stop)
+            got: int | None = readinto(buffer)
+            if got is not None:
+                return got
+            _check(stop)  # EAGAIN: another reader took the input, or no poll to wait with
+            if poller is None:
+                time.sleep(_POLL_MS / 1000)
 
     return wait_then_readinto
 
@@ -339,10 +350,12 @@ def _decrypt_fd(
                 eof = True
         # FINAL authenticated and decrypted into the output: release it only if nothing follows
         if not eof:
-            probe = bytearray(1)
-            if readinto(probe):
-                used -= opener.final_length
+            # held back while the probe reads: a stop or read error there releases none of it
+            used -= opener.final_length
+            if readinto(bytearray(1)):
                 raise TrailingDataError("data follows the FINAL record")
+            _check(stop)  # a stop that came while the end was awaited: the end came too late
+            used += opener.final_length
     finally:
         if used > 0:  # on failure too: what is here authenticated (FINAL held back above)
             _write_all(dst, view[:used])
