@@ -99,7 +99,7 @@ def output_target(path: StrPath, *, follow_last: bool = True) -> Destination:
     ``follow_last`` a link at the last name is the destination itself (``found`` says so)."""
     caller = os.fspath(path)
     if not caller:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), caller)
+        raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), caller)
     directory = _open_entry("/" if caller.startswith("/") else ".", None, caller, _FOLLOWED)
     pending = caller.split("/")[::-1]  # a stack: the next entry is last
     links = 0
@@ -139,7 +139,7 @@ def _step(
     except FileNotFoundError:
         if last:  # nothing there: the file is created
             return Destination(caller, _writable_directory(directory), name, None)
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), caller) from None
+        raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), caller) from None
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, caller) from None
     try:
@@ -216,8 +216,8 @@ def _writable_directory(directory: int) -> int:
         return os.dup(directory)
 
 
-def _is_a_directory(caller: str) -> IsADirectoryError:
-    return IsADirectoryError(errno.EISDIR, "refusing to write: the output is a directory", caller)
+def _is_a_directory(caller: str) -> OSError:
+    return OSError(errno.EISDIR, "refusing to write: the output is a directory", caller)
 
 
 def _trusted() -> set[int]:
@@ -266,7 +266,7 @@ def _kernel_link(caller: str, directory: int, name: str) -> Destination:
     _check_owner(caller, found)
     if stat.S_ISREG(found.st_mode):  # another process's file: not ours to write into
         message = "refusing to write into a regular file through another process's /proc link"
-        raise PermissionError(errno.EPERM, message, caller)
+        raise OSError(errno.EPERM, message, caller)
     return Destination(caller, os.dup(directory), name, found, kernel_link=True)
 
 
@@ -409,7 +409,7 @@ def write_secret_file(path: StrPath, data: bytes, *, force: bool = False) -> Non
     destination = output_target(path, follow_last=False)  # directories by the same rule
     try:
         if destination.found is not None:
-            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), destination.path)
+            raise OSError(errno.EEXIST, os.strerror(errno.EEXIST), destination.path)
         try:
             fd = create_exclusive(destination.directory, destination.name, 0o600)
         except OSError as exc:
