@@ -264,3 +264,25 @@ def test_paced_probes_of_a_held_and_an_unknown_key_id_close_at_the_same_time(
     print(f"\n{server} paced, median close:", {k: f"{v * 1000:.2f} ms" for k, v in medians.items()})
     assert abs(medians["held"] - medians["unknown"]) < SAME_TIME_WITHIN
     assert all(PAUSE * 0.9 < value < WAIT for value in medians.values())  # each read to the end
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("server", ALL_SERVERS)
+def test_bytes_past_the_header_end_the_same_for_a_held_and_an_unknown_key_id(
+    server: str, tmp_path: Path
+) -> None:
+    """A whole header with a random commitment and 100 bytes more, five rounds each: no byte
+    back, and the same ending for both key IDs (a FIN, or on some servers a reset for the
+    unread bytes, held key ID or not)."""
+    headers = probe_headers()
+    rounds = 5
+    with any_server(server, tmp_path) as port:
+        results = {
+            name: [probe(port, header + b"\x00" * 100) for _ in range(rounds)]
+            for name, header in headers.items()
+        }
+    endings = {name: {ended for _, ended, _ in outcomes} for name, outcomes in results.items()}
+    print(f"\n{server} header and more:", endings)
+    assert all(received == b"" for outcomes in results.values() for received, _, _ in outcomes)
+    assert endings["held"] == endings["unknown"]
+    assert len(endings["held"]) == 1 and endings["held"] <= {"fin", "reset"}
