@@ -299,13 +299,18 @@ def test_an_initiator_header_is_pending_from_construction_until_its_handshake_en
 
 def test_an_initiator_refuses_an_answer_under_another_key_of_its_ring_with_unknown_key() -> None:
     """An initiator holding KeyRing([current, old]) offered ``current``: an answer whose key ID
-    names ``old`` is UnknownKeyError (H10) as soon as its 62-byte fixed part arrived, the ring
-    notwithstanding."""
+    names ``old`` is UnknownKeyError (H10), the ring notwithstanding, raised once the whole
+    answer arrived, not at its 62-byte fixed part (the same rule as a responder's, which hides
+    from a prober whether a key ID is held)."""
     current, old = generate_key(), generate_key()
     client = Channel(KeyRing([current, old]), role=Role.INITIATOR)
     client.initial_data()
     answer, _ = make_header(old, Role.RESPONDER, 1024, b"", key_exchange=KeyExchange.MLKEM768_X25519)
     client.opener.receive_data(answer[:HEADER_FIXED_SIZE])
+    assert client.handshake_complete() is False  # the fixed part alone: still reading
+    client.opener.receive_data(answer[HEADER_FIXED_SIZE:-1])
+    assert client.handshake_complete() is False  # all but its last byte: still reading
+    client.opener.receive_data(answer[-1:])
     with pytest.raises(UnknownKeyError) as caught:
         client.handshake_complete()
     assert type(caught.value) is UnknownKeyError

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import tracemalloc
@@ -31,8 +32,11 @@ HOST = "127.0.0.1"
 # The most an unconfirmed connection may make a server hold (issue 10; docs/FORMAT.md 5.2),
 # in gcmstream's own allocations, whatever the peer sends: 14 KiB since issue 21 (the worst
 # case, a trickled header of 4,096 bytes of fields, measured 12.6 KiB on the anyio listener on
-# trio; `pytest -s -k unconfirmed tests/test_pending.py` prints each figure).
+# trio, 12.7 KiB when it names a key ID the server does not hold; `pytest -s -k unconfirmed
+# tests/test_pending.py` prints each figure).
 UNCONFIRMED_BOUND = 14 * 1024
+# A key no server here holds: a keyless prober's header names its ID (issue 21 section 2)
+UNKNOWN_KEY = bytes(range(100, 116))
 
 
 async def replay_and_go_silent(port: int, header: bytes) -> tuple[float, bytes]:
@@ -140,11 +144,11 @@ async def serve_replays(serve: Callable[[], contextlib.AbstractAsyncContextManag
     return held / count
 
 
-def forged_fixed_part() -> bytes:
+def forged_fixed_part(key: bytes = KEY) -> bytes:
     """The fixed part of a header a keyless peer can forge: a genuine one's (key ID, salt)
     announcing 4,096 bytes of fields, the most a key's header may carry (MAX_FIELDS_SIZE), so
     the server allocates the largest header buffer it will for an unauthenticated peer."""
-    genuine = gcmstream.Channel(KEY, role=Role.INITIATOR).initial_data()
+    genuine = gcmstream.Channel(key, role=Role.INITIATOR).initial_data()
     return genuine[: HEADER_FIXED_SIZE - 2] + MAX_FIELDS_SIZE.to_bytes(2, "big")
 
 
@@ -160,11 +164,14 @@ async def trickle_forged_fields(port: int, fixed: bytes, started: Answers) -> No
                 await client.send(b"\x01")
 
 
-async def serve_trickles(serve: Callable[[], contextlib.AbstractAsyncContextManager[int]]) -> float:
+async def serve_trickles(
+    serve: Callable[[], contextlib.AbstractAsyncContextManager[int]], key: bytes = KEY
+) -> float:
     """gcmstream's memory per connection trickling a forged header of 4,096 bytes of fields
-    (50 of them, tracemalloc as ``serve_replays``). Nothing answers such a peer, so the figure
-    is read once it stopped growing (every connection holds its header buffer)."""
-    fixed = forged_fixed_part()
+    naming ``key``'s ID (50 of them, tracemalloc as ``serve_replays``). Nothing answers such a
+    peer, so the figure is read once it stopped growing (every connection holds its header
+    buffer)."""
+    fixed = forged_fixed_part(key)
     count = 50
     async with serve() as port, anyio.create_task_group() as tg:
         warm = Answers(1)
@@ -240,19 +247,25 @@ def _uvloop_or_skip() -> None:
         pytest.param("listener", "trio", {}, id="listener-trio"),
     ],
 )
-@pytest.mark.parametrize("attack", ["replay", "forged-fields-trickled"])
+@pytest.mark.parametrize("attack", ["replay", "forged-fields-trickled", "forged-fields-trickled-unknown-key"])
 def test_an_unconfirmed_connection_holds_less_than_14_kib(
     adapter: str, backend: str, options: dict[str, object], attack: str
 ) -> None:
     """Issues 10 and 21: until its Finished verified, a connection holds less than 14 KiB of
     gcmstream's memory, on every server adapter and event loop, whether the peer replayed a
     recorded header (answered, waiting for a Finished) or trickles a forged one announcing
-    4,096 bytes of fields (the largest header buffer; it reached 15.6 KiB on trio before)."""
+    4,096 bytes of fields (the largest header buffer; it reached 15.6 KiB on trio before),
+    naming a held key's ID or one the server does not hold (its refusal, kept until the whole
+    header arrived, once held a traceback and the header buffer: 16,210 B on trio)."""
     if options.get("use_uvloop"):
         _uvloop_or_skip()
     handled: list[object] = []
     serve = _asyncio_server(handled) if adapter == "start_server" else _anyio_listener(handled)
-    measure = serve_replays if attack == "replay" else serve_trickles
+    if attack == "replay":
+        measure = serve_replays
+    else:
+        key = UNKNOWN_KEY if attack.endswith("unknown-key") else KEY
+        measure = functools.partial(serve_trickles, key=key)
     per_connection = anyio.run(measure, serve, backend=backend, backend_options=options)
     assert handled == []
     print(f"gcmstream memory per unconfirmed connection ({adapter}, {backend}, {attack}):", end=" ")
@@ -512,43 +525,58 @@ async def test_a_server_started_inside_self_connections_allowed_refuses_once_it_
     assert "made by this process" in caplog.text
 
 
+@pytest.mark.parametrize("key_id", ["held", "unknown"])
 @pytest.mark.parametrize("ending", ["timeout", "eof"])
 @pytest.mark.parametrize(
     "server", ["start_server/asyncio", "start_server/uvloop", "anyio/asyncio", "anyio/trio"]
 )
 @pytest.mark.timeout(60)
 def test_a_failed_server_connection_is_freed_without_the_cyclic_gc(
-    server: str, ending: str, monkeypatch: pytest.MonkeyPatch
+    server: str, ending: str, key_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Review 10b LOW-4, over real sockets: a replayed header whose handshake then ends by the
-    server's timeout or by the client's EOF leaves no server channel alive once the connection
-    closed, with the cyclic GC off. Except on trio after a timeout: trio's Cancelled exception
-    sits in a reference cycle of its own whose traceback holds the handshake's frames, so that
-    channel (its secrets dropped already) waits for the cyclic GC; pinned here as what holds."""
+    server's timeout or by the client's EOF leaves no server channel (nor its opener) alive
+    once the connection closed, with the cyclic GC off. Except on trio after a timeout: trio's
+    Cancelled exception sits in a reference cycle of its own whose traceback holds the
+    handshake's frames, so that channel (its secrets dropped already) waits for the cyclic GC;
+    pinned here as what holds. Issue 21 review: likewise a header naming a key ID the server
+    does not hold, sent but for its last byte (its refusal kept, not yet raised; it once kept
+    its traceback, whose frames held the opener: a cycle)."""
     import gc
     import weakref
 
     kind, loop = server.split("/")
     if loop == "uvloop":
         _uvloop_or_skip()
-    hello = gcmstream.Channel(KEY, role=Role.INITIATOR).initial_data()
+    unknown = key_id == "unknown"
+    hello = gcmstream.Channel(UNKNOWN_KEY if unknown else KEY, role=Role.INITIATOR).initial_data()
     made: list[weakref.ref[gcmstream.Channel]] = []
+    openers: list[weakref.ref[gcmstream.Opener]] = []
     original = gcmstream.Channel.__init__
+    original_opener = gcmstream.Opener.__init__
 
     def recording(self: gcmstream.Channel, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         made.append(weakref.ref(self))
 
+    def recording_opener(self: gcmstream.Opener, *args: Any, **kwargs: Any) -> None:
+        original_opener(self, *args, **kwargs)
+        openers.append(weakref.ref(self))
+
     monkeypatch.setattr(gcmstream.Channel, "__init__", recording)
+    monkeypatch.setattr(gcmstream.Opener, "__init__", recording_opener)
     timeout = 0.3 if ending == "timeout" else 10.0
-    answer = handshake_sizes(KeyExchange.MLKEM768_X25519)[1]
+    # nothing answers an unknown key ID's header, the less so one short of its last byte
+    answer = 0 if unknown else handshake_sizes(KeyExchange.MLKEM768_X25519)[1]
 
     async def replay(port: int) -> None:
         client = await anyio.connect_tcp(HOST, port)
-        await client.send(hello + b"\x00" * 6)
+        await client.send(hello[:-1] if unknown else hello + b"\x00" * 6)
         received = 0
         while received < answer:
             received += len(await client.receive())
+        if unknown:
+            await anyio.sleep(0.05)  # the server read the fixed part and found no key
         if ending == "eof":
             await client.send_eof()
         with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
@@ -565,14 +593,14 @@ def test_a_failed_server_connection_is_freed_without_the_cyclic_gc(
                 gc.collect()
                 gc.disable()
                 await replay(asyncio_server.sockets[0].getsockname()[1])
-                return [ref() is not None for ref in made]
+                return [ref() is not None for ref in made + openers]
         listener = await create_tcp_listener(key=KEY, local_host=HOST, handshake_timeout=timeout)
         async with anyio.create_task_group() as group:
             group.start_soon(listener.serve, lambda stream: None)
             gc.collect()
             gc.disable()
             await replay(listener.extra(anyio.abc.SocketAttribute.local_port))
-            alive = [ref() is not None for ref in made]
+            alive = [ref() is not None for ref in made + openers]
             group.cancel_scope.cancel()
         return alive
 
@@ -583,7 +611,8 @@ def test_a_failed_server_connection_is_freed_without_the_cyclic_gc(
             alive = anyio.run(main, backend=loop)
     finally:
         gc.enable()
-    assert len(alive) == 1  # the server's channel, made after the replayed header arrived
-    assert alive == [server == "anyio/trio" and ending == "timeout"]
+    # the server's channel, made after the replayed header arrived, and its opener
+    assert len(alive) == 2
+    assert alive == [server == "anyio/trio" and ending == "timeout"] * 2
     gc.collect()
-    assert all(ref() is None for ref in made)
+    assert all(ref() is None for ref in made + openers)

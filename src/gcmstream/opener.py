@@ -272,7 +272,8 @@ class Opener:
         self._header_base = 0  # bytes received before the buffer (the header, while reading Finished)
         self._header_start: HeaderStart | None = None
         self._header_key = b""
-        self._key_refusal: KeyCommitmentError | None = None  # a channel's, held to the whole header
+        # a channel's refusal of the key ID, kept (never raised: no traceback) to the whole header
+        self._key_refusal: KeyCommitmentError | None = None
         self.header: StreamHeader | None = None
         self._direction: Direction | None = None
         self._max_ciphertext = 0
@@ -490,6 +491,7 @@ class Opener:
         yet, ``error`` (why it ended) becomes the opener's: it never waits for input again."""
         self._on_peer_header = _handshake_ended
         self._on_peer_finished = _handshake_ended
+        self._key_refusal = None
         if not failed:
             return
         if error is not None and self._phase is _HEADER:
@@ -583,7 +585,9 @@ class Opener:
         except KeyCommitmentError as exc:
             if self._on_peer_header is None:  # a one-way stream: no prober to hide from
                 raise
-            self._key_refusal = exc
+            # kept without its traceback, whose frames hold this opener and its header buffer:
+            # a cycle that made an unknown key ID's pending connection cost more (SECURITY.md)
+            self._key_refusal = exc.with_traceback(None)
             return bytes(start.suite.key_size)  # never verifies: the refusal is raised anyway
 
     def _on_header(self) -> None:
@@ -601,10 +605,9 @@ class Opener:
         try:
             secret = verify_commitment(key, raw, self._context)
         except KeyCommitmentError:
-            if refusal is not None:
-                raise refusal from None
-            raise
-        if refusal is not None:  # the stand-in key verified a forged commitment: refused all the same
+            if refusal is None:
+                raise
+        if refusal is not None:  # raised here, outside the handler: no context to hold frames
             raise refusal
         header = parse_header(raw, self._known_fields, self._max_fields_size)
         self.header = header

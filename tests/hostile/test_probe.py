@@ -16,6 +16,7 @@ import os
 import re
 import select
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -43,6 +44,13 @@ HANDSHAKE_TIMEOUT = 1.0  # the library servers'; `gcmstream listen` keeps its 30
 # the fixed-part probe waits for).
 REFUSED_WITHIN = 0.5
 WAIT = 5.0  # the most a probe waits for the server to close
+# The paced probe: the fixed part, this pause, then the rest of the header. Before the fix an
+# unknown key ID was hung up on at the fixed part, a whole pause before a held one's refusal.
+PAUSE = 0.015
+PAIRS = 200  # paced probes per key ID and server, held and unknown alternating
+# The most the median close times of held and unknown key IDs may differ (before the fix: the
+# pause, 15 ms); measured within 0.1 ms per server, `pytest -s -k paced tests/hostile/test_probe.py`.
+SAME_TIME_WITHIN = 0.005
 
 
 def probe_headers() -> dict[str, bytes]:
@@ -75,6 +83,34 @@ def probe(port: int, data: bytes, wait: float = WAIT) -> tuple[bytes, str, float
                 return received, "fin", time.monotonic() - sent_at
             received += chunk
     return received, "open", wait
+
+
+def paced_probe(port: int, data: bytes) -> float:
+    """Send ``data``'s fixed part, pause ``PAUSE`` s, send the rest; return the seconds from the
+    fixed part to the server's close (watched during the pause too), or ``WAIT`` if it stays open."""
+    with socket.create_connection((HOST, port), timeout=WAIT) as client:
+        client.sendall(data[:HEADER_FIXED_SIZE])
+        sent_at = time.monotonic()
+        rest = data[HEADER_FIXED_SIZE:]
+        deadline = sent_at + WAIT
+        while (left := deadline - time.monotonic()) > 0:
+            if rest:
+                left = min(left, max(sent_at + PAUSE - time.monotonic(), 0.0))
+            if select.select([client], [], [], left)[0]:
+                try:
+                    if not client.recv(65536):
+                        break
+                except ConnectionResetError:
+                    break
+            elif rest:
+                try:
+                    client.sendall(rest)
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+                rest = b""
+        else:
+            return WAIT
+        return time.monotonic() - sent_at
 
 
 # -- the servers ----------------------------------------------------------------------------------
@@ -208,3 +244,45 @@ def test_a_whole_header_is_refused_the_same_for_a_held_and_an_unknown_key_id(
             assert received == b""
             assert ended == "fin"
             assert elapsed < REFUSED_WITHIN
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("server", ALL_SERVERS)
+def test_paced_probes_of_a_held_and_an_unknown_key_id_close_at_the_same_time(
+    server: str, tmp_path: Path
+) -> None:
+    """The fixed part, a 15 ms pause, then the rest with a random commitment, 200 times for each
+    key ID, alternating: the median close times (from the fixed part) differ by less than 5 ms.
+    Before the fix an unknown key ID was closed at the fixed part, 15 ms before a held one."""
+    headers = probe_headers()
+    times: dict[str, list[float]] = {"held": [], "unknown": []}
+    with any_server(server, tmp_path) as port:
+        for _ in range(PAIRS):
+            for name, header in headers.items():
+                times[name].append(paced_probe(port, header))
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    print(f"\n{server} paced, median close:", {k: f"{v * 1000:.2f} ms" for k, v in medians.items()})
+    assert abs(medians["held"] - medians["unknown"]) < SAME_TIME_WITHIN
+    assert all(PAUSE * 0.9 < value < WAIT for value in medians.values())  # each read to the end
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("server", ALL_SERVERS)
+def test_bytes_past_the_header_end_the_same_for_a_held_and_an_unknown_key_id(
+    server: str, tmp_path: Path
+) -> None:
+    """A whole header with a random commitment and 100 bytes more, five rounds each: no byte
+    back, and the same ending for both key IDs (a FIN, or on some servers a reset for the
+    unread bytes, held key ID or not)."""
+    headers = probe_headers()
+    rounds = 5
+    with any_server(server, tmp_path) as port:
+        results = {
+            name: [probe(port, header + b"\x00" * 100) for _ in range(rounds)]
+            for name, header in headers.items()
+        }
+    endings = {name: {ended for _, ended, _ in outcomes} for name, outcomes in results.items()}
+    print(f"\n{server} header and more:", endings)
+    assert all(received == b"" for outcomes in results.values() for received, _, _ in outcomes)
+    assert endings["held"] == endings["unknown"]
+    assert len(endings["held"]) == 1 and endings["held"] <= {"fin", "reset"}
