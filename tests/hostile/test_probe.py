@@ -200,6 +200,7 @@ ALL_SERVERS = [*SERVERS, "listen"]
 # -- the probes -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # 2 to 5 s a server (it waits out the handshake timeout)
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("server", ALL_SERVERS)
 def test_a_fixed_part_alone_waits_the_same_for_a_held_and_an_unknown_key_id(
@@ -246,6 +247,7 @@ def test_a_whole_header_is_refused_the_same_for_a_held_and_an_unknown_key_id(
             assert elapsed < REFUSED_WITHIN
 
 
+@pytest.mark.slow  # 200 paced pairs: 6 to 7 s a server
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("server", ALL_SERVERS)
 def test_paced_probes_of_a_held_and_an_unknown_key_id_close_at_the_same_time(
