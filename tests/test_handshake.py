@@ -760,3 +760,21 @@ def test_a_wrong_peer_identity_is_named_in_the_error() -> None:
         with pytest.raises(PeerIdentityError) as info:
             server.handshake_complete()
         assert str(info.value) == f"the peer sent {sent}, expected b'bob'"
+
+
+def test_any_holder_of_a_shared_key_can_play_either_end_under_any_name() -> None:
+    """SECURITY.md "Insiders" and the README's "Why not TLS?": with one shared key, a name is a
+    claim, not a proof. A third holder of the client's and server's key answers the client as
+    "server" and connects to the server as "client"; both handshakes complete and each end reads
+    what the impostor sealed. Only a key per pair (a named KeyRing) binds a name to a key."""
+    client = Channel(KEY, role=Role.INITIATOR, local_id="client", peer_id="server")
+    impostor_as_server = Channel(KEY, role=Role.RESPONDER, local_id="server")
+    run_handshake(client, impostor_as_server)
+    server = Channel(KEY, role=Role.RESPONDER, local_id="server", peer_id="client")
+    impostor_as_client = Channel(KEY, role=Role.INITIATOR, local_id="client")
+    run_handshake(impostor_as_client, server)
+    assert client.handshake_complete() and client.peer_id == b"server"
+    assert server.handshake_complete() and server.peer_id == b"client"
+    for sender, receiver in ((impostor_as_server, client), (impostor_as_client, server)):
+        receiver.opener.receive_data(sender.sealer.seal(b"forged", final=True))
+        assert bytes(receiver.opener.read()) == b"forged"
