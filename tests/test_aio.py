@@ -581,6 +581,33 @@ async def test_a_key_ring_server_sees_which_key_the_client_proved() -> None:
 
 
 @pytest.mark.asyncio
+async def test_get_extra_info_gives_the_identity_the_peer_sent() -> None:
+    """Issue 24.7: ``gcmstream_peer_id`` is the identity the peer sent (proved when its key is
+    named in the ring, whose name() gives it as written), None when it sent none."""
+    from gcmstream import KeyRing, generate_key
+
+    alice = generate_key()
+    ring = KeyRing({"alice": alice})
+    seen: list[object] = []
+
+    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        peer_key = writer.get_extra_info("gcmstream_peer_key_id")
+        seen.append((writer.get_extra_info("gcmstream_peer_id"), ring.name(peer_key)))
+        async with writer:
+            await reader.read()
+
+    async with await gcmstream.start_server(handler, "127.0.0.1", 0, key=ring, local_id=b"srv") as server:
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await gcmstream.open_connection("127.0.0.1", port, key=alice, local_id="alice")
+        assert writer.get_extra_info("gcmstream_peer_id") == b"srv"
+        writer.write_eof()
+        assert await reader.read() == b""
+        writer.close()
+        await writer.wait_closed()
+    assert seen == [(b"alice", "alice")]
+
+
+@pytest.mark.asyncio
 @pytest.mark.timeout(30)
 async def test_a_named_key_ring_authenticates_identities(caplog: pytest.LogCaptureFixture) -> None:
     """Review MEDIUM-2: with KeyRing({"alice": ..., "bob": ...}) a client's identity is the name
@@ -646,7 +673,7 @@ ring = gcmstream.KeyRing({"B": k_ab, "C": k_ac})
 async def main():
     async def serve(reader, writer):
         name = ring.name(writer.get_extra_info("gcmstream_peer_key_id"))
-        print("SERVED", name.decode(), (await reader.read()).decode(), flush=True)
+        print("SERVED", name, (await reader.read()).decode(), flush=True)
         writer.write(b"served by A")
         writer.write_eof()
         writer.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import pytest
@@ -21,8 +22,11 @@ pytestmark = pytest.mark.anyio
 
 
 @asynccontextmanager
-async def secure_pair() -> AsyncIterator[tuple[SecureStream, SecureStream]]:
-    """Two SecureStreams over a real TCP connection on 127.0.0.1."""
+async def secure_pair(
+    client_options: dict[str, Any] | None = None, server_options: dict[str, Any] | None = None
+) -> AsyncIterator[tuple[SecureStream, SecureStream]]:
+    """Two SecureStreams over a real TCP connection on 127.0.0.1 (``key=KEY`` unless an
+    ``*_options`` dict, passed on to ``wrap``, says otherwise)."""
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
     port = listener.extra(SocketAttribute.local_port)
     send_accepted, receive_accepted = anyio.create_memory_object_stream[SocketStream](1)
@@ -30,7 +34,9 @@ async def secure_pair() -> AsyncIterator[tuple[SecureStream, SecureStream]]:
 
     async def wrap_server() -> None:
         raw_server = await receive_accepted.receive()
-        result["server"] = await SecureStream.wrap(raw_server, key=KEY, role=gcmstream.Role.RESPONDER)
+        result["server"] = await SecureStream.wrap(
+            raw_server, role=gcmstream.Role.RESPONDER, **{"key": KEY, **(server_options or {})}
+        )
 
     async with listener:
         async with anyio.create_task_group() as serving:
@@ -38,7 +44,9 @@ async def secure_pair() -> AsyncIterator[tuple[SecureStream, SecureStream]]:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(wrap_server)
                 raw_client = await anyio.connect_tcp("127.0.0.1", port)
-                client = await SecureStream.wrap(raw_client, key=KEY, role=gcmstream.Role.INITIATOR)
+                client = await SecureStream.wrap(
+                    raw_client, role=gcmstream.Role.INITIATOR, **{"key": KEY, **(client_options or {})}
+                )
             serving.cancel_scope.cancel()
         # yielded outside the cancelled scope: inside it, the caller's first await was
         # cancelled and the rest of its block silently skipped (mutation run 2026-12-04)
@@ -114,6 +122,23 @@ async def test_typed_attributes_pass_through_and_add_ours() -> None:
             assert client.extra(GcmStreamAttribute.bytes_sealed) == 5
             assert server.extra(GcmStreamAttribute.records_opened) == 1
             assert isinstance(client.transport_stream, SocketStream)
+
+
+async def test_the_peer_id_attribute_is_the_identity_the_peer_sent() -> None:
+    """Issue 24.7: the peer's identity where anyio users look. Proved with a named KeyRing
+    (KeyRing.name gives the name as written), a claim without one, None when none was sent."""
+    alice = gcmstream.generate_key()
+    ring = gcmstream.KeyRing({"alice": alice})
+    with anyio.fail_after(20):
+        async with secure_pair({"key": alice, "local_id": "alice"}, {"key": ring}) as (client, server):
+            assert server.extra(GcmStreamAttribute.peer_id) == b"alice"
+            assert ring.name(server.extra(GcmStreamAttribute.peer_key_id)) == "alice"
+            assert client.extra(GcmStreamAttribute.peer_id) is None
+        async with secure_pair({"local_id": "carol"}, {"local_id": b"server"}) as (client, server):
+            assert (server.extra(GcmStreamAttribute.peer_id), client.extra(GcmStreamAttribute.peer_id)) == (
+                b"carol",
+                b"server",
+            )
 
 
 async def test_peer_closing_without_final_is_truncation() -> None:

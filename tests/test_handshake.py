@@ -417,10 +417,13 @@ def test_a_named_key_ring_gives_the_identity_of_the_key_proved() -> None:
     alice, bob = generate_key(), generate_key()
     ring = KeyRing({"alice": alice, "bob": bob})
     assert (ring.name(key_id(alice)), ring.name(key_id(bob)), ring.name(key_id(KEY))) == (
-        b"alice",
-        b"bob",
+        "alice",
+        "bob",
         None,
     )
+    assert (ring.identity(key_id(alice)), ring.identity(key_id(KEY))) == (b"alice", None)
+    as_bytes = KeyRing({b"alice": alice})  # a name is given back as it was written
+    assert (as_bytes.name(key_id(alice)), as_bytes.identity(key_id(alice))) == (b"alice", b"alice")
     assert ring.primary == alice
     assert repr(ring) == f"<KeyRing alice={key_id(alice).hex()[:8]}, bob={key_id(bob).hex()[:8]}>"
     server = Channel(ring, role=Role.RESPONDER)
@@ -445,7 +448,7 @@ def test_a_named_key_ring_gives_the_identity_of_the_key_proved() -> None:
     new_alice = generate_key()
     rotated = KeyRing({"alice": [new_alice, alice], "bob": [bob]})
     assert rotated.key_ids == (key_id(new_alice), key_id(alice), key_id(bob))
-    assert rotated.name(key_id(alice)) == rotated.name(key_id(new_alice)) == b"alice"
+    assert rotated.name(key_id(alice)) == rotated.name(key_id(new_alice)) == "alice"
 
 
 def test_fixed_randomness_is_not_reachable_from_the_public_constructor() -> None:
@@ -777,4 +780,4 @@ def test_any_holder_of_a_shared_key_can_play_either_end_under_any_name() -> None
     assert server.handshake_complete() and server.peer_id == b"client"
     for sender, receiver in ((impostor_as_server, client), (impostor_as_client, server)):
         receiver.opener.receive_data(sender.sealer.seal(b"forged", final=True))
-        assert bytes(receiver.opener.read()) == b"forged"
+        assert receiver.opener.read() == b"forged"

@@ -16,6 +16,7 @@ import anyio
 
 from .codec import Channel, Opener, Sealer
 from .errors import TruncatedStreamError
+from .format import FieldType
 
 logger = logging.getLogger("gcmstream")
 
@@ -164,5 +165,9 @@ def connection_statistics(sealer: Sealer, opener: Opener | None) -> dict[str, ob
         figures["bytes_opened"] = opener.bytes_opened
         # the key the peer proved (its public key ID): what tells key-ring clients apart, where
         # an identity field is only a claim (SECURITY.md, "Identities")
-        figures["peer_key_id"] = opener.header.key_id if opener.header is not None else None
+        header = opener.header
+        figures["peer_key_id"] = header.key_id if header is not None else None
+        # the identity the peer sent (its local_id): proved when the key it proved is named
+        # in a KeyRing (the channel checked that name, K5), else only a claim
+        figures["peer_id"] = header.field(FieldType.IDENTITY) if header is not None else None
     return figures

@@ -510,7 +510,9 @@ class SecureStreamWriter:
         """The transport's keys, plus gcmstream's: ``gcmstream_suite``, ``gcmstream_record_size``,
         ``gcmstream_records_sealed``, ``gcmstream_bytes_sealed``, ``gcmstream_records_opened``,
         ``gcmstream_bytes_opened``, ``gcmstream_peer_key_id`` (the public ID of the key the
-        peer proved: with a KeyRing, which of its keys)."""
+        peer proved: with a KeyRing, which of its keys), ``gcmstream_peer_id`` (the identity
+        the peer sent, bytes or None: proved when its key is named in a KeyRing, else a claim;
+        ``KeyRing.name(peer_key_id)`` gives the name as the ring was written)."""
         if name.startswith("gcmstream_"):
             opener = self._reader.opener if self._reader is not None else None
             figures = connection_statistics(self._sealer, opener)

@@ -123,6 +123,11 @@ class GcmStreamAttribute(anyio.TypedAttributeSet):
     #:
     #: :meta hide-value:
     peer_key_id: bytes = anyio.typed_attribute()
+    #: the identity the peer sent in the handshake (its ``local_id``), or None: proved when the
+    #: key it proved is named in a KeyRing (``KeyRing.name(peer_key_id)``), else only a claim
+    #:
+    #: :meta hide-value:
+    peer_id: bytes | None = anyio.typed_attribute()
 
 
 @dataclass(eq=False)
@@ -359,6 +364,7 @@ _FIGURES = (
     "records_opened",
     "bytes_opened",
     "peer_key_id",
+    "peer_id",
 )
 
 

@@ -294,7 +294,7 @@ class Channel:
         # K5: a named key is a name its holder must claim, on either side. Taking the name for
         # a missing claim (as before review 10b) let a host's own connection, reflected into its
         # listener, pass as the peer the shared key is named after (the pairwise Selfie).
-        proved = self._keys.name(header.key_id)
+        proved = self._keys.identity(header.key_id)
         if proved is not None and sent != proved:
             claim = "no identity" if sent is None else f"identity {sent!r}"
             raise PeerIdentityError(

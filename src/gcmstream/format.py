@@ -319,7 +319,7 @@ class KeyRing:
     authenticates "one of them" only (a mesh where every node holds every key: nothing between
     nodes). One key cannot have two names."""
 
-    __slots__ = ("_keys", "_names", "_order")
+    __slots__ = ("_given_names", "_keys", "_names", "_order")
 
     def __init__(
         self,
@@ -328,7 +328,8 @@ class KeyRing:
         | Mapping[bytes, Buffer | Sequence[Buffer]],
     ) -> None:
         self._keys: dict[bytes, bytes] = {}
-        self._names: dict[bytes, bytes] = {}
+        self._names: dict[bytes, bytes] = {}  # as sent on the wire (UTF-8), for K5
+        self._given_names: dict[bytes, str | bytes] = {}  # as the caller wrote them, for name()
         self._order: list[bytes] = []
         named = isinstance(keys, Mapping)
         pairs = (
@@ -343,6 +344,7 @@ class KeyRing:
                 if self._names.get(ident, raw) != raw:
                     raise ValueError("one key cannot have two names in a KeyRing")
                 self._names[ident] = raw
+                self._given_names[ident] = name if isinstance(name, str) else raw
             if ident not in self._keys:
                 self._keys[ident] = bytes(key)
                 self._order.append(ident)
@@ -361,8 +363,14 @@ class KeyRing:
         """The key with this key ID, or None."""
         return self._keys.get(bytes(ident))
 
-    def name(self, ident: bytes) -> bytes | None:
-        """The name (UTF-8) of the key with this key ID, or None (unnamed, or not held)."""
+    def name(self, ident: bytes) -> str | bytes | None:
+        """The name of the key with this key ID as it was given (a str stays a str), or None
+        (unnamed, or not held). :meth:`identity` gives it as the peer sends it."""
+        return self._given_names.get(bytes(ident))
+
+    def identity(self, ident: bytes) -> bytes | None:
+        """The name of the key with this key ID as its holder sends it (UTF-8 bytes, its
+        ``local_id`` on the wire), or None (unnamed, or not held)."""
         return self._names.get(bytes(ident))
 
     def __len__(self) -> int:
