@@ -19,7 +19,7 @@ import pytest
 
 import gcmstream
 from gcmstream import aio
-from gcmstream.format import key_id
+from gcmstream.format import MAGIC, key_id
 
 from .helpers import KEY
 
@@ -744,3 +744,53 @@ async def test_own_connection_reflected_into_its_listener_is_refused_with_named_
     assert out.decode().splitlines() == ["SERVED B wire 1000 EUR"]  # (after the PORT line)
     assert "PeerIdentityError: the peer proved the key named b'B' but sent no identity" in err.decode()
     assert "PeerIdentityError: the peer proved the key named b'B' but sent identity b'A'" in err.decode()
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_wrap_streams_upgrades_a_connection_that_carried_plaintext() -> None:
+    """Issue 24.6, the start_tls habit: a plaintext line, then wrap_streams on the same asyncio
+    streams. The client sends its line and its whole first flight in one write, so the server's
+    StreamReader already holds the header behind the line when readline() returns: wrap_streams
+    must take those buffered bytes, and both directions then carry records."""
+    upgraded: list[bytes] = []
+
+    async def serve(raw_reader: asyncio.StreamReader, raw_writer: asyncio.StreamWriter) -> None:
+        upgraded.append(await raw_reader.readline())
+        buffered: bytearray = vars(raw_reader)["_buffer"]  # CPython's StreamReader buffer
+        for _ in range(200):  # bounded: until the header sits behind the line in the buffer
+            if len(buffered) >= len(MAGIC):  # the condition under test
+                break
+            await asyncio.sleep(0.01)
+        upgraded.append(bytes(buffered[: len(MAGIC)]))
+        role = gcmstream.Role.RESPONDER
+        reader, writer = await aio.wrap_streams(raw_reader, raw_writer, key=KEY, role=role)
+        upgraded.append(await reader.read())
+        async with writer:
+            writer.write(b"secured reply")
+            writer.write_eof()
+
+    async with await asyncio.start_server(serve, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        raw_reader, raw_writer = await asyncio.open_connection("127.0.0.1", port)
+        first_flight = bytearray()
+        real_write = raw_writer.write
+
+        def write_after_the_line(data: bytes | bytearray | memoryview) -> None:
+            first_flight.extend(data)  # the line and the header leave in one segment
+            if len(first_flight) > len(b"UPGRADE\n"):
+                real_write(bytes(first_flight))
+                first_flight.clear()
+
+        raw_writer.write = write_after_the_line  # type: ignore[method-assign]
+        raw_writer.write(b"UPGRADE\n")
+        role = gcmstream.Role.INITIATOR
+        reader, writer = await aio.wrap_streams(raw_reader, raw_writer, key=KEY, role=role)
+        raw_writer.write = real_write  # type: ignore[method-assign]
+        async with writer:
+            writer.write(b"secured request")
+            writer.write_eof()
+            assert await reader.read() == b"secured reply"
+    assert upgraded[0] == b"UPGRADE\n"
+    assert upgraded[1] == MAGIC  # the header was in the reader's buffer before wrap_streams
+    assert upgraded[2] == b"secured request"
