@@ -15,6 +15,9 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from .codec import Channel, Opener, Sealer
+from .config import DEFAULT_HANDSHAKE_TIMEOUT as DEFAULT_HANDSHAKE_TIMEOUT  # the adapters' defaults
+from .config import DEFAULT_IDLE_TIMEOUT as DEFAULT_IDLE_TIMEOUT
+from .config import DEFAULT_RECORD_TIMEOUT as DEFAULT_RECORD_TIMEOUT
 from .errors import TruncatedStreamError
 from .format import FieldType
 
@@ -22,23 +25,6 @@ logger = logging.getLogger("gcmstream")
 
 RECEIVE_SIZE = 256 * 1024
 """Bytes asked of a transport per read (wrapped asyncio streams, anyio byte streams)."""
-
-# Seconds a channel waits for its handshake to complete before giving up on it (both adapters'
-# defaults and the CLI's): an unauthenticated peer holds a pending slot at most this long.
-DEFAULT_HANDSHAKE_TIMEOUT = 30.0
-
-# A record that has started to arrive must finish within this many seconds, or the connection
-# is dropped: a peer trickling one byte at a time would otherwise hold its ring (up to
-# max_record_size) for ever. 30 s, as the handshake timeout: far above what a record of 16 MiB
-# takes on any link that can carry this traffic (0.2 s at 1 Gbit/s, 13 s at 10 Mbit/s).
-DEFAULT_RECORD_TIMEOUT = 30.0
-
-# A server may drop a client that sends nothing for this many seconds after its handshake.
-# None by default, as asyncio's and anyio's servers: silence is normal in many protocols (a
-# client that sent its request and now only reads, a long poll), an idle connection holds no
-# ring (about 16 KiB, benchmarks/README.md part 6), and the states a peer could use to hold
-# memory are bounded already (handshake_timeout, record_timeout, max_pending_handshakes).
-DEFAULT_IDLE_TIMEOUT: float | None = None
 
 # A reader yields to its event loop once it has opened this much without waiting for input,
 # so a peer that slices its stream into tiny records cannot hold the loop: 64 one-byte records

@@ -60,7 +60,13 @@ from .opener import Opener
 from .ring import DEFAULT_RING_SIZE
 from .sealer import Sealer
 
-__all__ = ("DEFAULT_HANDSHAKE", "Channel", "HandshakeOptions", "self_connections_allowed")
+__all__ = (
+    "DEFAULT_HANDSHAKE",
+    "Channel",
+    "HandshakeOptions",
+    "check_key_exchange",
+    "self_connections_allowed",
+)
 
 # Salts of the initiator headers this process made whose handshake has not ended: a responder
 # that receives one is talking to itself (the Selfie attack). Weak, so abandoned channels leave.
@@ -119,6 +125,13 @@ class HandshakeOptions:
 DEFAULT_HANDSHAKE = HandshakeOptions()
 
 
+def check_key_exchange(key_exchange: KeyExchange) -> KeyExchange:
+    """What a channel offers (initiator) or accepts at least (responder): one of the two."""
+    if key_exchange not in (KeyExchange.X25519, KeyExchange.MLKEM768_X25519):
+        raise ValueError("a channel's key_exchange is KeyExchange.MLKEM768_X25519 or KeyExchange.X25519")
+    return KeyExchange(key_exchange)
+
+
 def _identity(value: str | bytes | None, name: str) -> bytes | None:
     return None if value is None else check_identity(value, name)
 
@@ -169,10 +182,8 @@ class Channel:
     ) -> None:
         if role not in (Role.INITIATOR, Role.RESPONDER):
             raise ValueError("a channel role is Role.INITIATOR or Role.RESPONDER")
-        if key_exchange not in (KeyExchange.X25519, KeyExchange.MLKEM768_X25519):
-            raise ValueError("a channel's key_exchange is KeyExchange.MLKEM768_X25519 or KeyExchange.X25519")
         self.role = role
-        self.key_exchange = KeyExchange(key_exchange)
+        self.key_exchange = check_key_exchange(key_exchange)
         self._keys = as_key_ring(key)
         self._context = check_context(context)
         self._record_size = record_size

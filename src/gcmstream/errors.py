@@ -95,7 +95,8 @@ Rules that hold everywhere:
   record size, limits, an identity, a ring size, a context over its bound) raise ValueError or
   TypeError, as Python's own constructors do; the asyncio adapter's readers raise the
   ValueError that asyncio.StreamReader raises for the same call. A RuntimeError whose message
-  starts "gcmstream bug" is an invariant that failed. tests/test_public_api.py holds every
+  starts "gcmstream bug" is an invariant that failed. Assigning to a frozen value (a
+  ``Configuration``) raises AttributeError, as a frozen dataclass does. tests/test_public_api.py holds every
   ``raise`` in the source to these rules.
 * Any other exception escaping gcmstream is a bug, except OSError and the async frameworks'
   own resource errors raised by the transport underneath an adapter.

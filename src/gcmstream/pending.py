@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ("DEFAULT_MAX_PENDING_HANDSHAKES", "PendingHandshakes")
+__all__ = ("DEFAULT_MAX_PENDING_HANDSHAKES", "PendingHandshakes", "check_pending_limit")
 
 logger = logging.getLogger("gcmstream")
 
@@ -26,13 +26,18 @@ DEFAULT_MAX_PENDING_HANDSHAKES = 256
 T = TypeVar("T")
 
 
+def check_pending_limit(limit: int) -> int:
+    """``max_pending_handshakes``: an int of at least 1."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ValueError(f"max_pending_handshakes must be an int >= 1, got {limit!r}")
+    return limit
+
+
 class PendingHandshakes(Generic[T]):
     """Connections whose handshake has not completed, oldest first."""
 
     def __init__(self, limit: int, drop: Callable[[T], object]) -> None:
-        if not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"max_pending_handshakes must be an int >= 1, got {limit!r}")
-        self.limit = limit
+        self.limit = check_pending_limit(limit)
         self._drop = drop
         self._pending: dict[T, None] = {}  # insertion order: the oldest first
         self.dropped = 0
