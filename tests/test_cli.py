@@ -588,6 +588,19 @@ def test_connect_with_stdin_closed_says_so(keyfile: Path) -> None:
     assert (done.returncode, done.stderr) == (EXIT_IO, b"gcmstream connect: stdin is closed\n")
 
 
+@pytest.mark.parametrize("command", [["listen", "0"], ["connect", "127.0.0.1:9"]])
+def test_listen_and_connect_with_stdout_closed_say_so_before_any_peer(
+    keyfile: Path, command: list[str]
+) -> None:
+    """``>&-``: listen waited for a peer it could never write for, connect reached out (here to
+    the discard port: "cannot connect"); both now say stdout is closed, exit 6, at once."""
+    line = shlex.join([sys.executable, "-m", "gcmstream", *command, "-k", str(keyfile)])
+    done = subprocess.run(
+        ["sh", "-c", f"{line} >&-"], capture_output=True, timeout=20, env=env(), check=False
+    )
+    assert (done.returncode, done.stderr.decode()) == (EXIT_IO, f"gcmstream {command[0]}: stdout is closed\n")
+
+
 def test_half_close_each_direction_ends_on_its_own(keyfile: Path) -> None:
     """The listener's input is empty: the connecting side's output ends at once, while its own
     input is still open; the listener's output ends when that input ends."""

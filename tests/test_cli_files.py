@@ -229,3 +229,35 @@ def test_a_closed_stdin_is_an_io_error_that_says_so(
     done = subprocess.run(["sh", "-c", f"{line} <&-"], capture_output=True, timeout=TIMEOUT, check=False)
     assert (done.returncode, done.stderr.decode()) == (EXIT_IO, f"gcmstream {command[0]}: stdin is closed\n")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["decrypt", "-i", "{enc}"],
+        ["decrypt", "--offset", "5", "--length", "3", "-i", "{enc}"],
+        ["encrypt", "-i", "{plain}"],
+        ["info", "{enc}"],
+        ["keygen", "-o", "-"],
+        ["identity", "-o", "-"],
+        ["recipient", "{identity}"],
+    ],
+    ids=lambda argv: " ".join(a for a in argv if not a.startswith("{")),
+)
+def test_a_closed_stdout_is_an_io_error_that_says_so(
+    tmp_path: Path, sealed: tuple[Path, Path, bytes], command: list[str]
+) -> None:
+    """``>&-`` in a shell: Python makes sys.stdout None; encrypt, decrypt and info failed with
+    exit 1 "internal error: AttributeError", keygen and identity -o - too, and recipient printed
+    nothing and exited 0. Each command that writes to stdout says it is closed, with exit status 6."""
+    keyfile, enc, _ = sealed
+    (tmp_path / "plain").write_bytes(b"plaintext")
+    identity = tmp_path / "me.identity"
+    assert run_cli("identity", "-o", identity).status == 0
+    names = {"enc": enc, "plain": tmp_path / "plain", "identity": identity}
+    argv = [part.format(**names) for part in command]
+    if command[0] not in ("keygen", "identity", "recipient"):
+        argv += ["-k", str(keyfile)]
+    line = shlex.join([sys.executable, "-m", "gcmstream", *argv])
+    done = subprocess.run(["sh", "-c", f"{line} >&-"], capture_output=True, timeout=TIMEOUT, check=False)
+    assert (done.returncode, done.stderr.decode()) == (EXIT_IO, f"gcmstream {command[0]}: stdout is closed\n")
