@@ -526,7 +526,10 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="N",
         type=_offset,
         help="start at plaintext byte N (K, M, G suffixes); IN must be a file: only the records "
-        "the range touches are read, after the final record authenticated",
+        "the range touches are read, after the final record authenticated. N at or past the end "
+        "of the plaintext writes nothing and exits 0, as tail -c +N and dd skip= do (the file is "
+        "still authenticated: a cut or altered one fails as without --offset); 'gcmstream info' "
+        "gives the length",
     )
     decrypt.add_argument(
         "--length", metavar="N", type=_offset, help="write at most N plaintext bytes (K, M, G suffixes)"
