@@ -1174,9 +1174,25 @@ def test_bash_completion_completes_commands_options_and_choices() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["decrypt", "--max-record-size", "aes128 aes256"]
-    for shell in ("zsh", "tcsh"):
+
+
+def test_the_readme_names_every_shell_the_cli_completes_for() -> None:
+    """The README named bash, zsh and tcsh while --print-completion offered fish and powershell
+    too: the shells it names are the choices --help shows, and each prints a script."""
+    usage = " ".join(run_cli("--help").stdout.decode().split())
+    choices = re.search(r"--print-completion \{([\w,]+)\}", usage)
+    assert choices is not None, usage
+    offered = choices.group(1).split(",")
+    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    sentence = re.search(
+        r"`gcmstream --print-completion (\w+)` \(or ([^)]*)\) prints a shell completion", readme
+    )
+    assert sentence is not None
+    named = [sentence.group(1), *re.findall(r"`(\w+)`", sentence.group(2))]
+    assert sorted(named) == sorted(offered)
+    for shell in offered:
         printed = run_cli("--print-completion", shell)
-        assert printed.status == 0 and b"gcmstream" in printed.stdout
+        assert printed.status == 0 and b"gcmstream" in printed.stdout, shell
 
 
 def test_listen_drops_the_oldest_silent_handshake_beyond_its_limit(tmp_path: Path, keyfile: Path) -> None:

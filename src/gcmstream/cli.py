@@ -1593,8 +1593,9 @@ def _exit_now_if_blocked(code: int) -> int:
 
 
 def _add_completion_option(parser: argparse.ArgumentParser) -> None:
-    """``--print-completion bash|zsh|tcsh``: a completion script made by shtab from this very
-    parser (so it cannot fall behind the options)."""
+    """``--print-completion SHELL``, for every shell shtab supports (README.md names them,
+    tests/test_cli.py compares): a completion script made by shtab from this very parser (so it
+    cannot fall behind the options)."""
     import shtab
 
     shtab.add_argument_to(parser, "--print-completion", help="print a shell completion script and exit")
