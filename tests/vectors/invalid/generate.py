@@ -824,7 +824,15 @@ def channel_initiator_cases(true: bytes) -> list[Case]:
     keys = channel_keys(KEY, shared, x25519_offer, answer, CONTEXT)
     records = forge(BASE, role=Role.RESPONDER, secret=lambda _h, _s: keys.responder_to_initiator)
     response = Forged(answer + keys.responder_finished, records.records, records.plaintexts)
-    placeholder_finished = bytes(32)  # never read: each of these answers fails at its header
+    placeholder_finished = bytes(32)  # where no responder could compute one (a low-order share...)
+
+    def with_finished(header: bytes, offer: bytes, secret: bytes = shared, key: bytes = KEY) -> bytes:
+        """``header`` and the Finished its RESPONDER computes from its own view (the X25519
+        secret of the fixed keys, ML-KEM's first for a hybrid answer): the rule the case names
+        is its only fault, so an initiator that skipped that rule would complete the handshake
+        (and then meet the end of input) instead of failing with the case's error."""
+        return header + channel_keys(key, secret, offer, header, CONTEXT).responder_finished
+
     # a ciphertext of the right length that is no encapsulation to the offered key: the
     # encapsulation to another key made once for the valid vectors, with its shared secret
     stored = json.loads((HERE.parent / "mlkem768_encapsulation.json").read_text())
@@ -913,7 +921,9 @@ def channel_initiator_cases(true: bytes) -> list[Case]:
         forge(BASE).wire(),
         "RoleMismatchError",
     )
-    under_other_key = answer_header(KeyExchange.X25519, x25519_share, key=OTHER_KEY) + placeholder_finished
+    under_other_key = with_finished(
+        answer_header(KeyExchange.X25519, x25519_share, key=OTHER_KEY), x25519_offer, key=OTHER_KEY
+    )
     add(
         "answer_under_another_key",
         "H10: a well-formed answer committed under another key (6465...73) than the offered one; "
@@ -935,7 +945,7 @@ def channel_initiator_cases(true: bytes) -> list[Case]:
     add(
         "downgrade",
         "K1: a hybrid (2) offer answered with X25519 (1) and its one share",
-        answer_header(KeyExchange.X25519, x25519_share) + placeholder_finished,
+        with_finished(answer_header(KeyExchange.X25519, x25519_share), hybrid_offer),
         "DowngradeError",
         offer=KeyExchange.MLKEM768_X25519,
     )
@@ -943,17 +953,20 @@ def channel_initiator_cases(true: bytes) -> list[Case]:
         "hybrid_answer_to_x25519_offer",
         "K2: an X25519 (1) offer answered with the hybrid (2), an X25519 share and a 1,088-byte "
         "ML-KEM-768 ciphertext: stronger, but not what was offered",
-        answer_header(
-            KeyExchange.MLKEM768_X25519, [*x25519_share, (FieldType.MLKEM768_SHARE, other_ciphertext)]
-        )
-        + placeholder_finished,
+        with_finished(
+            answer_header(
+                KeyExchange.MLKEM768_X25519, [*x25519_share, (FieldType.MLKEM768_SHARE, other_ciphertext)]
+            ),
+            x25519_offer,
+            other_secret + shared,
+        ),
         "HandshakeError",
     )
     add(
         "hybrid_label_without_mlkem_to_x25519_offer",
         "K2: an X25519 (1) offer answered with a header labelled hybrid (2) that carries only an "
         "X25519 share",
-        answer_header(KeyExchange.MLKEM768_X25519, x25519_share) + placeholder_finished,
+        with_finished(answer_header(KeyExchange.MLKEM768_X25519, x25519_share), x25519_offer),
         "HandshakeError",
     )
 
@@ -961,8 +974,9 @@ def channel_initiator_cases(true: bytes) -> list[Case]:
     add(
         "unexpected_identity",
         "K7: the answer names the responder mallory; the initiator expects bob (peer_id)",
-        answer_header(KeyExchange.X25519, [*x25519_share, (FieldType.IDENTITY, b"mallory")])
-        + placeholder_finished,
+        with_finished(
+            answer_header(KeyExchange.X25519, [*x25519_share, (FieldType.IDENTITY, b"mallory")]), x25519_offer
+        ),
         "PeerIdentityError",
         receiver_peer_id=b"bob",
     )
@@ -970,7 +984,7 @@ def channel_initiator_cases(true: bytes) -> list[Case]:
         "hybrid_label_without_mlkem",
         "K8 step 1: a hybrid (2) offer answered with a header labelled hybrid that carries only "
         "an X25519 share",
-        answer_header(KeyExchange.MLKEM768_X25519, x25519_share) + placeholder_finished,
+        with_finished(answer_header(KeyExchange.MLKEM768_X25519, x25519_share), hybrid_offer),
         "HandshakeError",
         offer=KeyExchange.MLKEM768_X25519,
     )
