@@ -40,6 +40,7 @@ from gcmstream import (
     GcmStreamError,
     KeyExchange,
     KeyLimits,
+    KeyRing,
     LimitReachedError,
     Opener,
     ProtocolError,
@@ -91,6 +92,33 @@ def fixed_pair(key: bytes, **options: Any) -> tuple[Channel, Channel]:
     run_handshake(initiator, responder)
     assert initiator.handshake_complete() and responder.handshake_complete()
     return initiator, responder
+
+
+def vector_channel(case: Mapping[str, object], **options: Any) -> Channel:
+    """The reading end of an invalid channel vector (tests/vectors/invalid/README.md): a
+    RESPONDER for mode "channel", an INITIATOR for "channel-initiator", with the vector's
+    fixed salt, ephemeral keys, key or key ring, key exchange and peer_id (``options``: other
+    Channel keywords). Its first flight is taken, and an INITIATOR's must be the vector's
+    ``receiver_sends``: the answer in ``input`` is bound to it by the transcript."""
+    initiator = case["mode"] == "channel-initiator"
+    peer_id, ring, seed = (case.get(f"receiver_{name}") for name in ("peer_id", "key_ring", "mlkem768_seed"))
+    key = bytes.fromhex(str(case["key"]))
+    channel = fixed_randomness_channel(
+        KeyRing([bytes.fromhex(k) for k in ring]) if isinstance(ring, list) else key,
+        role=Role.INITIATOR if initiator else Role.RESPONDER,
+        context=bytes.fromhex(str(case["context"])),
+        record_size=int(str(case["receiver_record_size"])),
+        key_exchange=KeyExchange(int(str(case["receiver_key_exchange"]))),
+        peer_id=bytes.fromhex(str(peer_id)) if peer_id is not None else None,
+        salt=bytes.fromhex(str(case["receiver_salt"])),
+        ephemeral=FixedEphemeral(
+            x25519=bytes.fromhex(str(case["receiver_x25519"])),
+            mlkem_seed=bytes.fromhex(str(seed)) if seed is not None else None,
+        ),
+        **options,
+    )
+    assert channel.initial_data() == bytes.fromhex(str(case.get("receiver_sends", "")))
+    return channel
 
 
 def handshake_bytes(initiator: Channel, responder: Channel) -> tuple[bytes, bytes]:

@@ -588,6 +588,19 @@ def test_connect_with_stdin_closed_says_so(keyfile: Path) -> None:
     assert (done.returncode, done.stderr) == (EXIT_IO, b"gcmstream connect: stdin is closed\n")
 
 
+@pytest.mark.parametrize("command", [["listen", "0"], ["connect", "127.0.0.1:9"]])
+def test_listen_and_connect_with_stdout_closed_say_so_before_any_peer(
+    keyfile: Path, command: list[str]
+) -> None:
+    """``>&-``: listen waited for a peer it could never write for, connect reached out (here to
+    the discard port: "cannot connect"); both now say stdout is closed, exit 6, at once."""
+    line = shlex.join([sys.executable, "-m", "gcmstream", *command, "-k", str(keyfile)])
+    done = subprocess.run(
+        ["sh", "-c", f"{line} >&-"], capture_output=True, timeout=20, env=env(), check=False
+    )
+    assert (done.returncode, done.stderr.decode()) == (EXIT_IO, f"gcmstream {command[0]}: stdout is closed\n")
+
+
 def test_half_close_each_direction_ends_on_its_own(keyfile: Path) -> None:
     """The listener's input is empty: the connecting side's output ends at once, while its own
     input is still open; the listener's output ends when that input ends."""
@@ -1161,9 +1174,25 @@ def test_bash_completion_completes_commands_options_and_choices() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["decrypt", "--max-record-size", "aes128 aes256"]
-    for shell in ("zsh", "tcsh"):
+
+
+def test_the_readme_names_every_shell_the_cli_completes_for() -> None:
+    """The README named bash, zsh and tcsh while --print-completion offered fish and powershell
+    too: the shells it names are the choices --help shows, and each prints a script."""
+    usage = " ".join(run_cli("--help").stdout.decode().split())
+    choices = re.search(r"--print-completion \{([\w,]+)\}", usage)
+    assert choices is not None, usage
+    offered = choices.group(1).split(",")
+    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    sentence = re.search(
+        r"`gcmstream --print-completion (\w+)` \(or ([^)]*)\) prints a shell completion", readme
+    )
+    assert sentence is not None
+    named = [sentence.group(1), *re.findall(r"`(\w+)`", sentence.group(2))]
+    assert sorted(named) == sorted(offered)
+    for shell in offered:
         printed = run_cli("--print-completion", shell)
-        assert printed.status == 0 and b"gcmstream" in printed.stdout
+        assert printed.status == 0 and b"gcmstream" in printed.stdout, shell
 
 
 def test_listen_drops_the_oldest_silent_handshake_beyond_its_limit(tmp_path: Path, keyfile: Path) -> None:

@@ -229,3 +229,59 @@ def test_a_closed_stdin_is_an_io_error_that_says_so(
     done = subprocess.run(["sh", "-c", f"{line} <&-"], capture_output=True, timeout=TIMEOUT, check=False)
     assert (done.returncode, done.stderr.decode()) == (EXIT_IO, f"gcmstream {command[0]}: stdin is closed\n")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["decrypt", "-i", "{enc}"],
+        ["decrypt", "--offset", "5", "--length", "3", "-i", "{enc}"],
+        ["encrypt", "-i", "{plain}"],
+        ["info", "{enc}"],
+        ["keygen", "-o", "-"],
+        ["identity", "-o", "-"],
+        ["recipient", "{identity}"],
+    ],
+    ids=lambda argv: " ".join(a for a in argv if not a.startswith("{")),
+)
+def test_a_closed_stdout_is_an_io_error_that_says_so(
+    tmp_path: Path, sealed: tuple[Path, Path, bytes], command: list[str]
+) -> None:
+    """``>&-`` in a shell: Python makes sys.stdout None; encrypt, decrypt and info failed with
+    exit 1 "internal error: AttributeError", keygen and identity -o - too, and recipient printed
+    nothing and exited 0. Each command that writes to stdout says it is closed, with exit status 6."""
+    keyfile, enc, _ = sealed
+    (tmp_path / "plain").write_bytes(b"plaintext")
+    identity = tmp_path / "me.identity"
+    assert run_cli("identity", "-o", identity).status == 0
+    names = {"enc": enc, "plain": tmp_path / "plain", "identity": identity}
+    argv = [part.format(**names) for part in command]
+    if command[0] not in ("keygen", "identity", "recipient"):
+        argv += ["-k", str(keyfile)]
+    line = shlex.join([sys.executable, "-m", "gcmstream", *argv])
+    done = subprocess.run(["sh", "-c", f"{line} >&-"], capture_output=True, timeout=TIMEOUT, check=False)
+    assert (done.returncode, done.stderr.decode()) == (EXIT_IO, f"gcmstream {command[0]}: stdout is closed\n")
+
+
+def test_an_offset_past_the_end_writes_nothing_and_succeeds(
+    tmp_path: Path, sealed: tuple[Path, Path, bytes]
+) -> None:
+    """A range at or past the end is empty with exit 0, as ``tail -c +N``, ``dd skip=`` and
+    Python's seek then read give, so a loop reading slices stops at an empty one; --help and
+    the README say so (they said nothing: a user could not tell an empty range from a bug).
+    Only after the file authenticated: a cut file fails with 5 wherever the offset points."""
+    keyfile, enc, plain = sealed
+    size = len(plain)
+    for offset in (size, size + 1, 10 * size):
+        done = run_cli("decrypt", "-k", keyfile, "-i", enc, "--offset", str(offset))
+        assert (done.status, done.stdout, done.stderr) == (0, b"", ""), offset
+    done = run_cli("decrypt", "-k", keyfile, "-i", enc, "--offset", str(size - 3))
+    assert (done.status, done.stdout) == (0, plain[-3:])
+    cut = tmp_path / "cut"
+    cut.write_bytes(enc.read_bytes()[:-1])
+    done = run_cli("decrypt", "-k", keyfile, "-i", cut, "--offset", str(10 * size))
+    assert (done.status, done.stdout) == (EXIT_TRUNCATED, b"")
+    help_text = " ".join(run_cli("decrypt", "--help").stdout.decode().split())
+    assert "N at or past the end of the plaintext writes nothing and exits 0" in help_text
+    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    assert "`--offset N` at or past the end writes nothing and exits 0" in readme

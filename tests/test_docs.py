@@ -203,6 +203,17 @@ def test_every_test_a_document_names_exists(document: str) -> None:
         assert name in defined(path), f"{document} points at {path}::{name}, which does not exist"
 
 
+def test_every_invalid_vector_format_md_names_exists() -> None:
+    """docs/FORMAT.md points its rules at invalid vectors by file name (in full, or the bare
+    name after the first): each is a file of tests/vectors/invalid/."""
+    text = (ROOT / "docs" / "FORMAT.md").read_text()
+    named = set(re.findall(r"\b([a-z0-9_]+)\.json\b", text)) - {"valid", "lines", "recipients", "xwing"}
+    named -= {"mlkem768_encapsulation"}  # tests/vectors/ itself
+    assert {"channel_initiator_downgrade", "channel_initiator_reflected"} <= named
+    missing = sorted(n for n in named if not (ROOT / "tests" / "vectors" / "invalid" / f"{n}.json").is_file())
+    assert not missing, f"docs/FORMAT.md names vectors that do not exist: {missing}"
+
+
 REPOSITORY_FILE = "https://github.com/gcmstream/gcmstream/blob/main/"
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 

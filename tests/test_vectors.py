@@ -330,3 +330,63 @@ def test_valid_channel_vector(vector: dict[str, Any]) -> None:
 
     # The independent reader rebuilds both handshakes byte for byte and opens both directions.
     assert reference_channel(vector) == (b"".join(writes[Role.INITIATOR]), b"".join(writes[Role.RESPONDER]))
+
+
+INITIATOR_CASES = [
+    json.loads(path.read_text()) for path in sorted((VECTORS / "invalid").glob("channel_initiator_*.json"))
+]
+
+
+def reference_initiator_hello(vector: dict[str, Any]) -> bytes:
+    """The header an INITIATOR with the vector's inputs sends first (docs/FORMAT.md 4, 5.2),
+    built here from the text: its X25519 share, then its ML-KEM-768 encapsulation key for a
+    hybrid offer. Its key is the ring's first key, or ``key``."""
+    exchange = vector["receiver_key_exchange"]
+    own = x25519.X25519PrivateKey.from_private_bytes(bytes.fromhex(vector["receiver_x25519"]))
+    fields = struct.pack(">HH", 1, 32) + own.public_key().public_bytes_raw()
+    if exchange == 2:
+        seed = bytes.fromhex(vector["receiver_mlkem768_seed"])
+        encapsulation_key = mlkem.MLKEM768PrivateKey.from_seed_bytes(seed).public_key().public_bytes_raw()
+        fields += struct.pack(">HH", 2, len(encapsulation_key)) + encapsulation_key
+    key = bytes.fromhex((vector.get("receiver_key_ring") or [vector["key"]])[0])
+    salt, record_size = bytes.fromhex(vector["receiver_salt"]), vector["receiver_record_size"]
+    return _header(key, bytes.fromhex(vector["context"]), 1, exchange, record_size, salt, fields)[0]
+
+
+@pytest.mark.parametrize("vector", INITIATOR_CASES, ids=[v["name"] for v in INITIATOR_CASES])
+def test_invalid_initiator_vector_first_flight_is_built_from_the_text(vector: dict[str, Any]) -> None:
+    """Each channel-initiator vector's ``receiver_sends`` (the reading initiator's own header,
+    to which the answer in ``input`` is bound) follows from the vector's fields alone."""
+    assert reference_initiator_hello(vector) == bytes.fromhex(vector["receiver_sends"])
+
+
+def test_invalid_initiator_vectors_fail_where_their_names_say() -> None:
+    """An independent initiator (FORMAT.md 5.2 on cryptography's primitives) finds the faults of
+    three channel-initiator vectors where their construction puts them: the answer to the X25519
+    offer is whole and its Finished right in ``truncated`` and ``flipped_tag``, and one bit off in
+    ``flipped_finished``."""
+    by_name = {v["name"]: v for v in INITIATOR_CASES}
+    finished: dict[str, tuple[bytes, bytes]] = {}
+    for name in ("truncated", "flipped_tag", "flipped_finished"):
+        vector = by_name[f"channel_initiator_{name}"]
+        key, context = bytes.fromhex(vector["key"]), bytes.fromhex(vector["context"])
+        answer = bytes.fromhex(vector["input"])
+        (fields_length,) = struct.unpack_from(">H", answer, 60)
+        header = answer[: 62 + fields_length + 32]
+        field_type, length = struct.unpack_from(">HH", header, 62)
+        assert (field_type, length, fields_length) == (1, 32, 36)  # the X25519 share alone
+        own = x25519.X25519PrivateKey.from_private_bytes(bytes.fromhex(vector["receiver_x25519"]))
+        shared = own.exchange(x25519.X25519PublicKey.from_public_bytes(header[66:98]))
+        transcript = _sha256(reference_initiator_hello(vector) + header)
+        okm = HKDF(
+            algorithm=hashes.SHA256(),
+            length=128,
+            salt=key,
+            info=b"gcmstream/2 channel" + _sha256(context) + transcript,
+        ).derive(shared)
+        expected = hmac.digest(okm[96:128], transcript, "sha256")
+        finished[name] = (expected, answer[len(header) : len(header) + 32])
+    assert finished["truncated"][0] == finished["truncated"][1]
+    assert finished["flipped_tag"][0] == finished["flipped_tag"][1]
+    expected, got = finished["flipped_finished"]
+    assert (int.from_bytes(expected, "big") ^ int.from_bytes(got, "big")).bit_count() == 1

@@ -144,7 +144,8 @@ EXIT_CODES = {
     "malformed stanzas (S2, S4, S5), a failed channel handshake, a record "
     "that failed authentication or broke a rule (R1..R7), or data after the end of the stream (R8)",
     EXIT_TRUNCATED: "truncated input: it ended before the authenticated end of the stream",
-    EXIT_IO: "I/O error: a file, pipe or connection failed",
+    EXIT_IO: "I/O error: a file, pipe or connection failed, or the stdin or stdout the command "
+    "needs was closed by the shell (<&-, >&-: 'stdin is closed', 'stdout is closed')",
     EXIT_UNSUPPORTED: "not gcmstream data or a format version this version does not read (H1, H2), "
     "or a critical header field this version does not know, under a valid commitment (H14)",
     EXIT_RECORD_LIMIT: "the header announces records larger than --max-record-size allows (H8); the "
@@ -525,7 +526,10 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="N",
         type=_offset,
         help="start at plaintext byte N (K, M, G suffixes); IN must be a file: only the records "
-        "the range touches are read, after the final record authenticated",
+        "the range touches are read, after the final record authenticated. N at or past the end "
+        "of the plaintext writes nothing and exits 0, as tail -c +N and dd skip= do (the file is "
+        "still authenticated: a cut or altered one fails as without --offset); 'gcmstream info' "
+        "gives the length",
     )
     decrypt.add_argument(
         "--length", metavar="N", type=_offset, help="write at most N plaintext bytes (K, M, G suffixes)"
@@ -651,8 +655,7 @@ def _check_private(path: str, what: str) -> None:
 def _keygen(args: argparse.Namespace) -> int:
     key = generate_key(256 if args.suite == "aes256" else 128)
     if args.output == "-":  # e.g. GCMSTREAM_KEY=$(gcmstream keygen -o -)
-        sys.stdout.write(format_key(key) + "\n")
-        sys.stdout.flush()
+        _print_out(format_key(key))
         return EXIT_OK
     try:
         write_key_file(args.output, key, force=args.force)
@@ -664,8 +667,7 @@ def _keygen(args: argparse.Namespace) -> int:
 def _identity(args: argparse.Namespace) -> int:
     identity = Identity.generate(RecipientKind.X25519 if args.x25519 else RecipientKind.MLKEM768_X25519)
     if args.output == "-":  # as keygen -o -: the identity on stdout, its recipient on stderr
-        sys.stdout.write(identity.to_text() + "\n")
-        sys.stdout.flush()
+        _print_out(identity.to_text())
         print(f"recipient: {identity.recipient}", file=sys.stderr, flush=True)
         return EXIT_OK
     try:
@@ -688,7 +690,7 @@ def _read_identity(path: str) -> Identity:
 
 
 def _recipient(args: argparse.Namespace) -> int:
-    print(_read_identity(args.identity_file).recipient, flush=True)
+    _print_out(str(_read_identity(args.identity_file).recipient))
     return EXIT_OK
 
 
@@ -818,18 +820,41 @@ def _fd_writer(fd: int) -> Callable[[memoryview], Awaitable[None]]:
     return write
 
 
-def _stdin_fd() -> int:
-    """stdin's descriptor. A shell's ``<&-`` closes it: Python then makes ``sys.stdin`` None
-    (and fd 0 may become a file this process opens later), so say it, as an I/O error."""
-    stdin: TextIO | None = sys.stdin
+def _closed(name: str) -> OSError:
+    return OSError(errno.EBADF, f"{name} is closed")
+
+
+def _standard_fd(stream: TextIO | None, name: str) -> int:
+    """The descriptor of stdin or stdout. A shell's ``<&-`` or ``>&-`` closes it: Python then
+    makes ``sys.stdin`` or ``sys.stdout`` None (and fd 0 or 1 may become a file this process
+    opens later), so say it, as an I/O error."""
     try:
-        if stdin is None:
-            raise OSError(errno.EBADF, "closed")
-        fd = stdin.fileno()
+        if stream is None:
+            raise _closed(name)
+        fd = stream.fileno()
         os.fstat(fd)
     except (OSError, ValueError):
-        raise OSError(errno.EBADF, "stdin is closed") from None
+        raise _closed(name) from None
     return fd
+
+
+def _stdin_fd() -> int:
+    return _standard_fd(sys.stdin, "stdin")
+
+
+def _stdout_fd() -> int:
+    return _standard_fd(sys.stdout, "stdout")
+
+
+def _print_out(text: str) -> None:
+    """A command's one line of output (a key, an identity, a recipient, info) on stdout.
+    print() would drop it silently when the shell closed stdout (Python's sys.stdout is then
+    None); a write to a descriptor that failed raises its own OSError."""
+    stdout: TextIO | None = sys.stdout
+    if stdout is None:
+        raise _closed("stdout")
+    stdout.write(text + "\n")
+    stdout.flush()
 
 
 def _regular_size(fd: int) -> int | None:
@@ -931,9 +956,10 @@ async def _open_output(path: str, mode: int, *, no_terminal: bool = False) -> As
     ``no_terminal``: a terminal is refused (usage), told by the descriptor opened, after the
     one rule of where an output may go decided (a path is never opened before)."""
     if path == "-":
-        if no_terminal and os.isatty(sys.stdout.fileno()):
+        stdout = _stdout_fd()
+        if no_terminal and os.isatty(stdout):
             raise _Usage(_NO_TERMINAL)
-        yield sys.stdout.fileno()
+        yield stdout
         return
     destination = await to_thread.run_sync(output_target, path)  # refuses what others planted
     if destination.in_place:  # opening a FIFO waits for its reader: a signal abandons the wait
@@ -1114,8 +1140,7 @@ async def _info_command(args: argparse.Namespace, keying: Keying) -> None:
         if verdict is None:
             raise
         raise verdict from None
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+    _print_out(text)
 
 
 # -- network pipes ------------------------------------------------------------------------------
@@ -1159,7 +1184,7 @@ async def _session(stream: ByteStream) -> None:
         await stream.send_eof()  # only at the true end of stdin
 
     async def download() -> None:
-        write = _fd_writer(sys.stdout.fileno())
+        write = _fd_writer(_stdout_fd())
         while True:
             try:
                 data = await stream.receive(CHUNK_SIZE)
@@ -1289,6 +1314,7 @@ def _peer_failure(exc: BaseException, args: argparse.Namespace) -> str:
 
 async def _listen_command(args: argparse.Namespace, key: bytes) -> None:
     host, port = args.address
+    _stdout_fd()  # where the session writes: a closed one is said before a peer is involved
     keys = KeyRing([key])  # once, not a ring (and its key ID) per connection
     async with await _bind(host, port, args.quiet) as listener:
         if args.once:  # the first connection only, whatever its handshake gives
@@ -1316,6 +1342,7 @@ async def _session_then_close(stream: SecureStream) -> None:
 
 async def _connect_command(args: argparse.Namespace, key: bytes) -> None:
     host, port = args.address
+    _stdout_fd()  # where the session writes: a closed one is said before a peer is involved
     try:
         stream = await connect_tcp(
             host,
@@ -1557,16 +1584,18 @@ def _exit_now_if_blocked(code: int) -> int:
     """A thread blocked on stdin or stdout (a terminal, an idle pipe, a stalled reader) holds
     up interpreter shutdown, even as a daemon thread; when one is left, flush and leave at once."""
     if _abandoned_io or any(thread.is_alive() for thread in _stdin_threads):
-        with contextlib.suppress(OSError):
-            sys.stdout.flush()
-            sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):  # (None: closed by the shell)
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.flush()
         os._exit(code)
     return code
 
 
 def _add_completion_option(parser: argparse.ArgumentParser) -> None:
-    """``--print-completion bash|zsh|tcsh``: a completion script made by shtab from this very
-    parser (so it cannot fall behind the options)."""
+    """``--print-completion SHELL``, for every shell shtab supports (README.md names them,
+    tests/test_cli.py compares): a completion script made by shtab from this very parser (so it
+    cannot fall behind the options)."""
     import shtab
 
     shtab.add_argument_to(parser, "--print-completion", help="print a shell completion script and exit")

@@ -27,7 +27,6 @@ from gcmstream import (
     GcmStreamError,
     HandshakeError,
     KeyCommitmentError,
-    KeyExchange,
     MalformedHeaderError,
     MalformedRecordError,
     Opener,
@@ -44,7 +43,6 @@ from gcmstream import (
     UnknownKeyError,
     UnsupportedFormatError,
 )
-from gcmstream._fixed import fixed_channel as fixed_randomness_channel
 from gcmstream.format import (
     DEFAULT_MAX_RECORD_SIZE,
     FLAG_FINAL,
@@ -56,9 +54,8 @@ from gcmstream.format import (
     RECORD_HEADER_SIZE,
     TAG_SIZE,
 )
-from gcmstream.handshake import FixedEphemeral
 
-from ..helpers import CONTEXT, KEY, fixed_channel, forge, handshake_bytes
+from ..helpers import CONTEXT, KEY, fixed_channel, forge, handshake_bytes, vector_channel
 
 VECTORS = Path(__file__).parent.parent / "vectors" / "invalid"
 
@@ -568,20 +565,8 @@ def vector_opener(case: dict[str, object]) -> MakeOpener:
     context = bytes.fromhex(str(case["context"]))
 
     def make() -> Opener:
-        if case["mode"] == "channel":
-            peer_id = case.get("receiver_peer_id")
-            channel = fixed_randomness_channel(
-                key,
-                role=Role.RESPONDER,
-                context=context,
-                record_size=int(str(case["receiver_record_size"])),
-                key_exchange=KeyExchange(int(str(case["receiver_key_exchange"]))),
-                peer_id=bytes.fromhex(str(peer_id)) if peer_id is not None else None,
-                salt=bytes.fromhex(str(case["receiver_salt"])),
-                ephemeral=FixedEphemeral(x25519=bytes.fromhex(str(case["receiver_x25519"]))),
-            )
-            channel.initial_data()
-            return channel.opener
+        if case["mode"] != "one-way":
+            return vector_channel(case).opener  # (its hooks keep the channel alive)
         limit = case.get("max_record_size")
         return Opener(key, context=context, max_record_size=int(str(limit or DEFAULT_MAX_RECORD_SIZE)))
 
@@ -589,12 +574,30 @@ def vector_opener(case: dict[str, object]) -> MakeOpener:
 
 
 def test_vector_directory_is_complete() -> None:
-    assert len(VECTOR_FILES) >= 98
+    assert len(VECTOR_FILES) >= 128
     names = {json.loads(p.read_text())["expect"] for p in VECTOR_FILES}
     assert names == set(ERRORS)
     assert all(issubclass(error, ProtocolError) for error in ERRORS.values())  # none is a usage error
     stems = {p.stem for p in VECTOR_FILES}  # the cases cut from valid.json's stream are here too
     assert {"valid_stream_trailing_byte", "hand_sealed_old_key_after_key_update"} <= stems
+    # the initiator's side of a channel, as data too (FORMAT.md 5.2: H10 with the offered key,
+    # K1, K2, K8, K9, a reflected header, a cut answer)
+    modes = {json.loads(p.read_text())["mode"] for p in VECTOR_FILES}
+    assert modes == {"one-way", "channel", "channel-initiator"}
+    assert {
+        f"channel_initiator_{name}"
+        for name in (
+            "answer_under_another_key_of_its_ring",
+            "downgrade",
+            "hybrid_label_without_mlkem",
+            "hybrid_label_without_mlkem_to_x25519_offer",
+            "mlkem_ciphertext_too_short",
+            "low_order_x25519_share",
+            "flipped_finished",
+            "reflected",
+            "answer_cut",
+        )
+    } <= stems
 
 
 @pytest.mark.parametrize("path", VECTOR_FILES, ids=[p.stem for p in VECTOR_FILES])

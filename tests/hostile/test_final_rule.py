@@ -29,20 +29,18 @@ import anyio
 import pytest
 
 import gcmstream
-from gcmstream import Channel, KeyExchange, Opener, Role, pipeline
+from gcmstream import Opener, pipeline
 from gcmstream._adapter import handshake
-from gcmstream._fixed import fixed_channel as fixed_randomness_channel
 from gcmstream.aio import decrypting_reader
 from gcmstream.anyio_stream import SecureStream
-from gcmstream.handshake import FixedEphemeral
 from gcmstream.keyfile import write_key_file
 
-from ..helpers import run_cli
+from ..helpers import run_cli, vector_channel
 
 VECTORS = sorted((Path(__file__).parent.parent / "vectors" / "invalid").glob("*.json"))
 ALL_CASES = [json.loads(p.read_text()) for p in VECTORS]
 CASES = [case for case in ALL_CASES if case["mode"] == "one-way"]
-CHANNEL_CASES = [case for case in ALL_CASES if case["mode"] == "channel"]
+CHANNEL_CASES = [case for case in ALL_CASES if case["mode"] in ("channel", "channel-initiator")]
 
 
 def sha(data: bytes) -> str:
@@ -288,28 +286,13 @@ class WholeInput(anyio.abc.ByteStream):
         return data
 
     async def send(self, item: bytes) -> None:
-        pass  # the responder's answers are discarded, as the vectors say
+        pass  # the reading end's own bytes are discarded, as the vectors say
 
     async def send_eof(self) -> None:
         pass
 
     async def aclose(self) -> None:
         self._rest = b""
-
-
-def vector_responder(case: dict[str, object], ring_size: int) -> Channel:
-    peer_id = case.get("receiver_peer_id")
-    return fixed_randomness_channel(
-        bytes.fromhex(str(case["key"])),
-        role=Role.RESPONDER,
-        context=bytes.fromhex(str(case["context"])),
-        record_size=int(str(case["receiver_record_size"])),
-        key_exchange=KeyExchange(int(str(case["receiver_key_exchange"]))),
-        peer_id=bytes.fromhex(str(peer_id)) if peer_id is not None else None,
-        ring_size=ring_size,
-        salt=bytes.fromhex(str(case["receiver_salt"])),
-        ephemeral=FixedEphemeral(x25519=bytes.fromhex(str(case["receiver_x25519"]))),
-    )
 
 
 @pytest.mark.anyio
@@ -321,7 +304,7 @@ async def test_anyio_stream_with_rings_filled_exactly(case: dict[str, object], e
     data = bytes.fromhex(str(case["input"]))
     for ring_size in ring_sizes(data, str(case["name"]), every):
         transport = WholeInput(data)
-        channel = vector_responder(case, ring_size)
+        channel = vector_channel(case, ring_size=ring_size)
         stream = SecureStream(transport, channel)
         released = bytearray()
         error = None

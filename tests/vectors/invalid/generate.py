@@ -13,9 +13,11 @@ refuses to write anything if the library disagrees. The ``valid_stream_*`` cases
 stream of ../valid.json (its generator, ../generate.py, reproduces it), and the ``hand_sealed_*``
 ones seal records a writer never would.
 
-Fields of a case (see README.md): ``mode`` is "one-way" (an Opener reads ``input``) or
+Fields of a case (see README.md): ``mode`` is "one-way" (an Opener reads ``input``),
 "channel" (a RESPONDER Channel with salt ``receiver_salt`` and record size
-``receiver_record_size`` reads ``input`` as its peer's bytes); ``expect`` is the exception class
+``receiver_record_size`` reads ``input`` as its peer's bytes) or "channel-initiator" (an
+INITIATOR Channel sends its header ``receiver_sends``, then reads ``input`` as the responder's
+answer); ``expect`` is the exception class
 name from gcmstream.errors; ``released_sha256``/``released_length`` describe the plaintext an
 opener releases before the error when it is given the whole input at once and then EOF (as in
 age's CCTV corpus); ``plaintext_sha256`` is the plaintext the writer meant to send.
@@ -35,7 +37,7 @@ from types import ModuleType
 
 from cryptography.hazmat.primitives.asymmetric import mlkem
 
-from gcmstream import GcmStreamError, Opener, Role
+from gcmstream import GcmStreamError, KeyRing, Opener, Role
 from gcmstream._fixed import fixed_channel as fixed_randomness_channel
 from gcmstream.format import (
     FLAG_FINAL,
@@ -78,6 +80,11 @@ SALT_I = bytes([0xE5]) * 32
 # fixed ephemeral X25519 keys (test-only injection): channel cases use the X25519 exchange
 INITIATOR_X25519 = bytes(range(1, 33))
 RESPONDER_X25519 = bytes(range(33, 65))
+# the INITIATOR that reads in channel-initiator cases: a salt of its own (a responder refuses an
+# initiator header whose salt a live initiator of this process holds, K4, and the channel cases
+# send SALT_I to responders) and, for hybrid offers, a fixed ML-KEM-768 seed
+SALT_READING_INITIATOR = bytes([0xF6]) * 32
+INITIATOR_MLKEM_SEED = bytes(range(128, 192))
 
 # Plaintext of the base stream: five records, the second one carries KEY_UPDATE, the third is
 # short (a flush), the last is FINAL. Distinct bytes everywhere so any mix-up is visible.
@@ -211,6 +218,10 @@ class Case:
     receiver_salt: bytes | None = None
     receiver_key_exchange: int = KeyExchange.X25519
     receiver_peer_id: bytes | None = None
+    # channel-initiator only: the reader's own first flight, its ML-KEM seed, its key ring
+    receiver_sends: bytes | None = None
+    receiver_mlkem768_seed: bytes | None = None
+    receiver_key_ring: list[bytes] | None = None
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -223,12 +234,19 @@ class Case:
         if self.max_record_size is not None:
             out["max_record_size"] = self.max_record_size
         if self.receiver_salt is not None:
+            initiator = self.mode == "channel-initiator"
             out["receiver_salt"] = self.receiver_salt.hex()
             out["receiver_record_size"] = RECORD_SIZE
-            out["receiver_x25519"] = RESPONDER_X25519.hex()
+            out["receiver_x25519"] = (INITIATOR_X25519 if initiator else RESPONDER_X25519).hex()
             out["receiver_key_exchange"] = self.receiver_key_exchange
+            if self.receiver_mlkem768_seed is not None:
+                out["receiver_mlkem768_seed"] = self.receiver_mlkem768_seed.hex()
+            if self.receiver_key_ring is not None:
+                out["receiver_key_ring"] = [key.hex() for key in self.receiver_key_ring]
             if self.receiver_peer_id is not None:
                 out["receiver_peer_id"] = self.receiver_peer_id.hex()
+            if self.receiver_sends is not None:
+                out["receiver_sends"] = self.receiver_sends.hex()
         out.update(
             expect=self.expect,
             released_length=len(self.released),
@@ -760,7 +778,274 @@ def build_cases() -> list[Case]:
         "KeyCommitmentError",
         0,
     )
-    return cases + valid_stream_cases() + fixed_layout_cases()
+    return cases + channel_initiator_cases(true) + valid_stream_cases() + fixed_layout_cases()
+
+
+# -- channel-initiator: an INITIATOR reads the RESPONDER's answer -------------------------------
+
+
+def reading_initiator_hello(exchange: KeyExchange) -> bytes:
+    """The header the reading INITIATOR sends first (fixed salt, X25519 key and ML-KEM seed)."""
+    fixed = FixedEphemeral(INITIATOR_X25519, mlkem_seed=INITIATOR_MLKEM_SEED)
+    return make_header(
+        KEY,
+        Role.INITIATOR,
+        RECORD_SIZE,
+        CONTEXT,
+        SALT_READING_INITIATOR,
+        key_exchange=exchange,
+        fields=InitiatorShares(exchange, fixed).fields(),
+    )[0]
+
+
+def answer_header(exchange: int, fields: list[tuple[int, bytes]], key: bytes = KEY) -> bytes:
+    """A RESPONDER header (salt SALT_R1), committed under ``key``, labelled ``exchange``,
+    carrying ``fields`` as given, whatever the offer was."""
+    return make_header(
+        key, Role.RESPONDER, RECORD_SIZE, CONTEXT, SALT_R1, key_exchange=KeyExchange(exchange), fields=fields
+    )[0]
+
+
+def _with_byte(header: bytes, offset: int, value: int) -> bytes:
+    return header[:offset] + bytes([value]) + header[offset + 1 :]
+
+
+def channel_initiator_cases(true: bytes) -> list[Case]:
+    """``channel_initiator_*``: what a responder may answer that an initiator must refuse
+    (FORMAT.md 5.2: H1..H14 on R_header with the offered key only, then K1, K2, K3, K5..K9).
+    The faults in the fixed part are bytes edited in a committed answer: each check runs before
+    the commitment (H12), so the edit is what is refused."""
+    x25519_offer = reading_initiator_hello(KeyExchange.X25519)
+    hybrid_offer = reading_initiator_hello(KeyExchange.MLKEM768_X25519)
+    x25519_share, shared = respond(
+        parse_header(x25519_offer, CHANNEL_FIELDS), FixedEphemeral(RESPONDER_X25519)
+    )
+    answer = answer_header(KeyExchange.X25519, x25519_share)
+    keys = channel_keys(KEY, shared, x25519_offer, answer, CONTEXT)
+    records = forge(BASE, role=Role.RESPONDER, secret=lambda _h, _s: keys.responder_to_initiator)
+    response = Forged(answer + keys.responder_finished, records.records, records.plaintexts)
+    placeholder_finished = bytes(32)  # where no responder could compute one (a low-order share...)
+
+    def with_finished(header: bytes, offer: bytes, secret: bytes = shared, key: bytes = KEY) -> bytes:
+        """``header`` and the Finished its RESPONDER computes from its own view (the X25519
+        secret of the fixed keys, ML-KEM's first for a hybrid answer): the rule the case names
+        is its only fault, so an initiator that skipped that rule would complete the handshake
+        (and then meet the end of input) instead of failing with the case's error."""
+        return header + channel_keys(key, secret, offer, header, CONTEXT).responder_finished
+
+    # a ciphertext of the right length that is no encapsulation to the offered key: the
+    # encapsulation to another key made once for the valid vectors, with its shared secret
+    stored = json.loads((HERE.parent / "mlkem768_encapsulation.json").read_text())
+    other_ciphertext, other_secret = (
+        bytes.fromhex(stored["ciphertext"]),
+        bytes.fromhex(stored["shared_secret"]),
+    )
+    if INITIATOR_MLKEM_SEED.hex() == stored["initiator_seed"]:
+        raise SystemExit("the reading initiator's ML-KEM seed must not be the stored encapsulation's")
+    to_another_key = answer_header(
+        KeyExchange.MLKEM768_X25519, [*x25519_share, (FieldType.MLKEM768_SHARE, other_ciphertext)]
+    )
+    # (``shared`` is the X25519 secret of both fixed X25519 keys, whatever the offer)
+    responder_view = channel_keys(KEY, other_secret + shared, hybrid_offer, to_another_key, CONTEXT)
+    cases: list[Case] = []
+
+    def add(
+        name: str,
+        comment: str,
+        data: bytes,
+        expect: str,
+        released: int = 0,
+        *,
+        offer: KeyExchange = KeyExchange.X25519,
+        **kw: object,
+    ) -> None:
+        hybrid = offer is KeyExchange.MLKEM768_X25519
+        case = Case(
+            f"channel_initiator_{name}",
+            comment,
+            data,
+            expect,
+            response.plain(released),
+            true,
+            mode="channel-initiator",
+            receiver_salt=SALT_READING_INITIATOR,
+            receiver_key_exchange=offer,
+            receiver_sends=hybrid_offer if hybrid else x25519_offer,
+            receiver_mlkem768_seed=INITIATOR_MLKEM_SEED if hybrid else None,
+            **kw,  # type: ignore[arg-type]
+        )
+        cases.append(case)
+
+    # -- the answer's fixed part (H2, H4, H5, H9, H10, H11) --------------------------------------
+    add(
+        "answer_version_1",
+        "H2: the answer's version byte (4) is 1, the unreleased version 1",
+        _with_byte(response.wire(), 4, 1),
+        "UnsupportedFormatError",
+    )
+    add(
+        "answer_unknown_suite",
+        "H4: the answer's suite byte (6) is 3, no suite",
+        _with_byte(response.wire(), 6, 3),
+        "MalformedHeaderError",
+    )
+    add(
+        "answer_other_suite",
+        "H11: the answer's suite byte (6) is 2 (AES-256-GCM) under the offered 128-bit key's ID; "
+        "raised once the whole header arrived (5.2, key rings)",
+        _with_byte(response.wire(), 6, 2),
+        "KeyCommitmentError",
+    )
+    add(
+        "answer_unknown_key_exchange",
+        "H5: the answer's key exchange byte (7) is 3, no exchange",
+        _with_byte(response.wire(), 7, 3),
+        "MalformedHeaderError",
+    )
+    add(
+        "answer_without_key_exchange",
+        "H5: the answer's key exchange byte (7) is 0, which only a ONE_WAY header carries",
+        _with_byte(response.wire(), 7, 0),
+        "MalformedHeaderError",
+    )
+    add(
+        "reflected",
+        "H9: the initiator's own header (receiver_sends) sent back to it: role 1 where the "
+        "responder's role 2 is required",
+        x25519_offer,
+        "RoleMismatchError",
+    )
+    add(
+        "one_way_stream",
+        "H9: a one-way stream (role 0) as the answer",
+        forge(BASE).wire(),
+        "RoleMismatchError",
+    )
+    under_other_key = with_finished(
+        answer_header(KeyExchange.X25519, x25519_share, key=OTHER_KEY), x25519_offer, key=OTHER_KEY
+    )
+    add(
+        "answer_under_another_key",
+        "H10: a well-formed answer committed under another key (6465...73) than the offered one; "
+        "raised once the whole header arrived, before K1",
+        under_other_key,
+        "UnknownKeyError",
+    )
+    add(
+        "answer_under_another_key_of_its_ring",
+        "H10: the same answer as answer_under_another_key to an initiator whose key ring holds "
+        "that other key too (after the offered primary): it reads the answer with the offered "
+        "key alone",
+        under_other_key,
+        "UnknownKeyError",
+        receiver_key_ring=[KEY, OTHER_KEY],
+    )
+
+    # -- K1, K2: the key exchange answered -------------------------------------------------------
+    add(
+        "downgrade",
+        "K1: a hybrid (2) offer answered with X25519 (1) and its one share",
+        with_finished(answer_header(KeyExchange.X25519, x25519_share), hybrid_offer),
+        "DowngradeError",
+        offer=KeyExchange.MLKEM768_X25519,
+    )
+    add(
+        "hybrid_answer_to_x25519_offer",
+        "K2: an X25519 (1) offer answered with the hybrid (2), an X25519 share and a 1,088-byte "
+        "ML-KEM-768 ciphertext: stronger, but not what was offered",
+        with_finished(
+            answer_header(
+                KeyExchange.MLKEM768_X25519, [*x25519_share, (FieldType.MLKEM768_SHARE, other_ciphertext)]
+            ),
+            x25519_offer,
+            other_secret + shared,
+        ),
+        "HandshakeError",
+    )
+    add(
+        "hybrid_label_without_mlkem_to_x25519_offer",
+        "K2: an X25519 (1) offer answered with a header labelled hybrid (2) that carries only an "
+        "X25519 share",
+        with_finished(answer_header(KeyExchange.MLKEM768_X25519, x25519_share), x25519_offer),
+        "HandshakeError",
+    )
+
+    # -- K7, K8, K9 ------------------------------------------------------------------------------
+    add(
+        "unexpected_identity",
+        "K7: the answer names the responder mallory; the initiator expects bob (peer_id)",
+        with_finished(
+            answer_header(KeyExchange.X25519, [*x25519_share, (FieldType.IDENTITY, b"mallory")]), x25519_offer
+        ),
+        "PeerIdentityError",
+        receiver_peer_id=b"bob",
+    )
+    add(
+        "hybrid_label_without_mlkem",
+        "K8 step 1: a hybrid (2) offer answered with a header labelled hybrid that carries only "
+        "an X25519 share",
+        with_finished(answer_header(KeyExchange.MLKEM768_X25519, x25519_share), hybrid_offer),
+        "HandshakeError",
+        offer=KeyExchange.MLKEM768_X25519,
+    )
+    add(
+        "low_order_x25519_share",
+        "K8 step 2: the answer's X25519 share is 32 zero bytes (u = 0, a low-order point): the "
+        "X25519 result would be all zero",
+        answer_header(KeyExchange.X25519, [(FieldType.X25519_SHARE, bytes(32))]) + placeholder_finished,
+        "HandshakeError",
+    )
+    add(
+        "mlkem_ciphertext_too_short",
+        "K8 step 4: a hybrid answer whose ML-KEM-768 ciphertext has 1,087 bytes",
+        answer_header(
+            KeyExchange.MLKEM768_X25519, [*x25519_share, (FieldType.MLKEM768_SHARE, other_ciphertext[:-1])]
+        )
+        + placeholder_finished,
+        "HandshakeError",
+        offer=KeyExchange.MLKEM768_X25519,
+    )
+    add(
+        "mlkem_ciphertext_to_another_key",
+        "K8 step 4 then K9: a hybrid answer whose 1,088-byte ciphertext encapsulates to another "
+        "key (tests/vectors/mlkem768_encapsulation.json), with the Finished of the responder's "
+        "view: decapsulation gives ML-KEM's implicit-rejection secret, the keys differ, "
+        "key confirmation fails",
+        to_another_key + responder_view.responder_finished,
+        "HandshakeError",
+        offer=KeyExchange.MLKEM768_X25519,
+    )
+    add(
+        "flipped_finished",
+        "K9: one bit of the responder's Finished flipped",
+        flip(response.wire(), len(answer) + 5),
+        "HandshakeError",
+    )
+
+    # -- cut, then the responder's records -------------------------------------------------------
+    add("answer_cut", "the answer's header cut after 40 bytes", answer[:40], "TruncatedStreamError")
+    add("no_finished", "the answer's whole header, then the end of input", answer, "TruncatedStreamError")
+    add(
+        "finished_cut",
+        "the answer's header and 31 bytes of its Finished",
+        answer + keys.responder_finished[:31],
+        "TruncatedStreamError",
+    )
+    add(
+        "truncated",
+        "a valid answer, then the responder's records without the FINAL one",
+        response.wire(response.records[:4]),
+        "TruncatedStreamError",
+        4,
+    )
+    add(
+        "flipped_tag",
+        "a valid answer, then the responder's records with one bit of record 3's tag flipped",
+        flip(response.wire(), len(response.header) + sum(map(len, response.records[:4])) - 1),
+        "AuthenticationError",
+        3,
+    )
+    return cases
 
 
 # -- cases cut from a writer's own stream ----------------------------------------------------------
@@ -1024,19 +1309,30 @@ def fixed_layout_cases() -> list[Case]:
 
 
 def channel_reader(case: dict[str, object]) -> Opener:
-    """The RESPONDER a channel case describes; its answers to the input are dropped."""
+    """The channel end a channel case describes (a RESPONDER for "channel", an INITIATOR for
+    "channel-initiator"), its first flight taken; its answers to the input are dropped. An
+    INITIATOR must send exactly ``receiver_sends``: the answer in ``input`` is bound to it."""
+    initiator = case["mode"] == "channel-initiator"
     peer_id = case.get("receiver_peer_id")
+    ring = case.get("receiver_key_ring")
+    seed = case.get("receiver_mlkem768_seed")
+    key = bytes.fromhex(str(case["key"]))
     channel = fixed_randomness_channel(
-        bytes.fromhex(str(case["key"])),
-        role=Role.RESPONDER,
+        KeyRing([bytes.fromhex(k) for k in ring]) if isinstance(ring, list) else key,
+        role=Role.INITIATOR if initiator else Role.RESPONDER,
         context=bytes.fromhex(str(case["context"])),
         record_size=int(str(case["receiver_record_size"])),
         key_exchange=KeyExchange(int(str(case["receiver_key_exchange"]))),
         peer_id=bytes.fromhex(str(peer_id)) if peer_id is not None else None,
         salt=bytes.fromhex(str(case["receiver_salt"])),
-        ephemeral=FixedEphemeral(x25519=bytes.fromhex(str(case["receiver_x25519"]))),
+        ephemeral=FixedEphemeral(
+            x25519=bytes.fromhex(str(case["receiver_x25519"])),
+            mlkem_seed=bytes.fromhex(str(seed)) if seed is not None else None,
+        ),
     )
-    channel.initial_data()
+    sent = channel.initial_data()
+    if sent != bytes.fromhex(str(case.get("receiver_sends", ""))):
+        raise SystemExit(f"{case['name']}: the reading channel end sent other bytes than receiver_sends")
     return channel.opener  # (its hooks keep the channel alive)
 
 
@@ -1046,7 +1342,7 @@ def replay(case: dict[str, object], chunk_size: int = 0) -> tuple[bytes, GcmStre
     key = bytes.fromhex(str(case["key"]))
     context = bytes.fromhex(str(case["context"]))
     data = bytes.fromhex(str(case["input"]))
-    if case["mode"] == "channel":
+    if case["mode"] in ("channel", "channel-initiator"):
         opener = channel_reader(case)
     else:
         max_record_size = case.get("max_record_size")
