@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import traceback
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -135,6 +136,33 @@ def describe_handshake_failure(exc: BaseException, peer: object, time_limit: flo
     if isinstance(exc, TimeoutError) and time_limit is not None:
         reason = f"not complete within {time_limit} s"
     logger.warning("handshake with %s failed: %s: %s", peer, type(exc).__name__, reason)
+
+
+async def run_handler(
+    call: Callable[[], Awaitable[object] | None],
+    peer: object,
+    *,
+    abort: Abort,
+    what: str = "handler",
+    report: Callable[[Exception], None] | None = None,
+) -> None:
+    """Run one connection's handler so that its failure ends that connection only, never the
+    server (both adapters' servers call this, the rule is here once). An Exception is logged
+    once with the peer, passed to ``report`` (asyncio: the loop's exception handler), and the
+    connection is closed at once with ``abort``, without FINAL, so the client cannot take what
+    it got for a complete stream. Cancellations (BaseException) propagate. The log record holds
+    the formatted traceback, not the error: a handler that keeps records would otherwise keep
+    the connection alive through the traceback's frames (as describe_handshake_failure)."""
+    try:
+        result = call()
+        if result is not None:
+            await result
+    except Exception as exc:
+        details = "".join(traceback.format_exception(exc)).rstrip()
+        logger.error("%s failed for %s; the server goes on: %s", what, peer, details)
+        if report is not None:
+            report(exc)
+        await abort()
 
 
 def check_can_take_input(opener: Opener) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
@@ -38,6 +39,7 @@ from ._adapter import (
     describe_handshake_failure,
     handshake,
     logger,
+    run_handler,
 )
 from .channel import HandshakeOptions
 from .codec import Channel, Opener, Phase, Sealer
@@ -390,9 +392,26 @@ class SecureStreamWriter:
         self._wait_closed = closed
         self._flush_scheduled = False
         self._closing = False
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # made outside a loop (encrypting_writer is not async)
+            self._loop = None
 
     def __repr__(self) -> str:
         return f"<SecureStreamWriter {self._sealer!r}>"
+
+    def __del__(self, warn: Callable[..., None] = warnings.warn) -> None:
+        """Dropped without ``close()``: warn and close the transport, as asyncio's StreamWriter
+        does (its ``__del__``); the peer sees no FINAL, so a truncation. ``warn`` is bound now:
+        at interpreter exit the module's globals may already be gone."""
+        transport = getattr(self, "_transport", None)  # None: the constructor failed
+        if transport is None or self._closing or transport.is_closing():
+            return
+        if self._loop is not None and self._loop.is_closed():
+            warn("loop is closed", ResourceWarning)
+            return
+        self.close()
+        warn(f"unclosed {self!r}", ResourceWarning)
 
     @property
     def transport(self) -> asyncio.WriteTransport:
@@ -878,13 +897,21 @@ async def start_server(
             pending.done(transport)
         protocol.watch_idle(idle_timeout)
         reader, writer = protocol.streams()
-        try:
-            result = client_connected_cb(reader, writer)
-            if result is not None:
-                await result
-        except Exception:
-            logger.exception("client_connected_cb failed for %s", peer)
-            transport.abort()  # no FINAL: the client must not take this for a complete stream
+
+        def report(exc: Exception) -> None:  # as asyncio.start_server's own (asyncio/streams.py)
+            message = "Unhandled exception in client_connected_cb"
+            loop.call_exception_handler({"message": message, "exception": exc, "transport": transport})
+
+        async def abort() -> None:
+            transport.abort()
+
+        await run_handler(
+            lambda: client_connected_cb(reader, writer),
+            peer,
+            abort=abort,
+            what="client_connected_cb",
+            report=report,
+        )
 
     def start(protocol: _ChannelProtocol) -> None:
         pending.add(protocol.connected_transport())
