@@ -452,6 +452,8 @@ async def test_async_with_writer_ends_the_stream_only_on_a_clean_exit() -> None:
             await outcomes.put(await r.read())
         except gcmstream.TruncatedStreamError as exc:
             await outcomes.put(exc)
+        finally:
+            w.close()  # a writer left to the collector warns (ResourceWarning, as asyncio's)
 
     server = await gcmstream.start_server(receive, "127.0.0.1", 0, key=KEY)
     port = server.sockets[0].getsockname()[1]

@@ -330,7 +330,7 @@ async def test_leaving_the_block_after_the_peer_left_does_not_raise() -> None:
     which escaped the block and the listener. Now the block ends quietly, as trio's
     SSLStream.aclose does when its close_notify cannot be sent; the peer never got FINAL."""
     outcomes: list[BaseException | None] = []
-    client_gone = anyio.Event()
+    client_gone, handler_done = anyio.Event(), anyio.Event()
 
     async def handler(stream: SecureStream) -> None:
         try:
@@ -342,7 +342,10 @@ async def test_leaving_the_block_after_the_peer_left_does_not_raise() -> None:
         except BaseException as exc:
             outcomes.append(exc)
             raise
-        outcomes.append(None)
+        else:
+            outcomes.append(None)
+        finally:
+            handler_done.set()
 
     listener = await anyio_stream.create_tcp_listener(key=KEY, local_host="127.0.0.1")
     port = listener.extra(SocketAttribute.local_port)
@@ -356,10 +359,8 @@ async def test_leaving_the_block_after_the_peer_left_does_not_raise() -> None:
                 assert await stream.receive() == b"HI"
                 await stream.aclose()  # before the server's FINAL: it goes to a closed socket
                 client_gone.set()
-                while len(outcomes) < 1:
-                    await anyio.sleep(0.01)
+                await handler_done.wait()
                 assert outcomes == [None], outcomes
                 outcomes.clear()
-                client_gone = anyio.Event()
+                client_gone, handler_done = anyio.Event(), anyio.Event()
             tg.cancel_scope.cancel()
-

@@ -133,7 +133,9 @@ async def serve_many(server: Server) -> list[bytes]:
 
 
 def failure_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "gcmstream" and " failed for " in r.getMessage()]
+    return [
+        r.getMessage() for r in caplog.records if r.name == "gcmstream" and " failed for " in r.getMessage()
+    ]
 
 
 PATHS = [
