@@ -373,7 +373,8 @@ class SecureStreamWriter:
     FINAL, so the usual ``try: ... finally: writer.close()`` after a failed transfer makes the
     peer raise TruncatedStreamError instead of taking the cut stream for a complete one.
     (A deliberate difference from asyncio, where closing is an end: the docs say so and
-    tests/test_aio.py pins it.)
+    tests/test_aio.py pins it.) A writer dropped without ``close()`` warns (ResourceWarning)
+    and closes its transport, as asyncio's StreamWriter does.
     """
 
     def __init__(
@@ -873,7 +874,10 @@ async def start_server(
     same way (None, the default: never; see SECURITY.md "Memory per connection" for why).
     ``ring_size`` is the receive ring's byte budget per connection (as for
     :class:`~gcmstream.Channel`). Unlike asyncio's, a bad ``limit`` raises ValueError here,
-    not at each connection."""
+    not at each connection. An exception that escapes ``client_connected_cb`` ends its
+    connection only: it is logged once with the peer and passed to the loop's exception
+    handler ("Unhandled exception in client_connected_cb", as ``asyncio.start_server`` does),
+    and the connection is aborted without FINAL, so the client reads a truncation."""
     _check_limit(limit)
     ring_capacity(max_record_size, ring_size)  # a bad ring_size raises now, not per client
     keys = as_key_ring(key)  # once, not a ring (and its key IDs) per connection

@@ -91,8 +91,9 @@ class AnyioStreamClosedError(StreamClosedError, anyio.ClosedResourceError):
 
 class AnyioTruncatedStreamError(TruncatedStreamError, anyio.BrokenResourceError):
     """The peer's stream ended without its FINAL record (it closed without ending the stream,
-    or the connection was cut): gcmstream's TruncatedStreamError, and a ``BrokenResourceError``
-    so that generic anyio code catches it. The transport's error, if any, is ``__cause__``."""
+    or the connection was cut), or the connection ended during the handshake (a server that
+    refused it hangs up): gcmstream's TruncatedStreamError, and a ``BrokenResourceError`` so
+    that generic anyio code catches it. The transport's error, if any, is ``__cause__``."""
 
 
 class AnyioStreamBrokenError(StreamBrokenError, anyio.BrokenResourceError):
@@ -471,7 +472,16 @@ class SecureListener(Listener[SecureStream]):
     Clients that fail the handshake or do not complete it within ``handshake_timeout`` are
     dropped and passed to :meth:`handle_handshake_error` (as anyio's TLSListener does); at
     most ``max_pending_handshakes`` wait at once (a new one beyond that drops the oldest); the
-    listener keeps serving."""
+    listener keeps serving.
+
+    An exception that escapes ``handler`` ends that connection only (unlike anyio's own
+    listeners, whose task group it would end): it is logged once with the peer and the
+    connection is closed without FINAL, so the client reads a truncation; cancellations
+    propagate. There is no ``accept()``: anyio's ``Listener`` API is ``serve()`` alone, and its
+    TLSListener adds none; one that ran handshakes one at a time would let a client that sends
+    nothing hold up every other for ``handshake_timeout``. Nor a ``listeners`` list (a
+    MultiListener's): their ``accept()`` would hand out plaintext connections. ``listener``,
+    the wrapped one, is public as TLSListener's."""
 
     listener: Listener[Any]
     key: Keys = field(repr=False)
