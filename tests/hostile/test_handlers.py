@@ -13,6 +13,7 @@ listener's ``serve()`` (its task group) on asyncio and trio.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import struct
@@ -76,8 +77,6 @@ def listener_server() -> AbstractAsyncContextManager[int]:
 def start_server(reports: list[dict[str, Any]]) -> Server:
     @asynccontextmanager
     async def serve() -> AsyncIterator[int]:
-        import asyncio
-
         asyncio.get_running_loop().set_exception_handler(lambda _, context: reports.append(context))
         server = await gcmstream.start_server(asyncio_echo, HOST, 0, key=KEY)
         async with server:
@@ -170,3 +169,64 @@ def test_failing_handlers_never_end_the_server(
         assert {r["message"] for r in reports} == {"Unhandled exception in client_connected_cb"}
     else:
         assert reports == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("path", "backend", "options"), PATHS)
+def test_a_cancelled_handler_is_not_a_failure(
+    path: str, backend: str, options: dict[str, object], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stopping the server while a handler waits cancels the handler, and that cancellation
+    propagates: it is not logged or reported as the handler's failure (only an Exception is)."""
+    if options.get("use_uvloop"):
+        pytest.importorskip("uvloop")
+    caplog.set_level(logging.ERROR, logger="gcmstream")
+    seen: list[str] = []
+    waiting = anyio.Event()
+
+    async def anyio_waits(stream: SecureStream) -> None:
+        waiting.set()
+        try:
+            await stream.receive()
+        except BaseException as exc:
+            seen.append(type(exc).__name__)
+            raise
+
+    async def asyncio_waits(
+        reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter
+    ) -> None:
+        waiting.set()
+        try:
+            await reader.read(1)
+        except BaseException as exc:
+            seen.append(type(exc).__name__)
+            raise
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        with anyio.fail_after(20):
+            if path == "listener":
+                listener = await create_tcp_listener(key=KEY, local_host=HOST)
+                async with listener, anyio.create_task_group() as tg:
+                    tg.start_soon(listener.serve, anyio_waits)
+                    client = await connect_tcp(
+                        HOST, listener.extra(anyio.abc.SocketAttribute.local_port), key=KEY
+                    )
+                    await waiting.wait()
+                    tg.cancel_scope.cancel()  # stop serving: the handler is cancelled
+                await client.aclose()
+            else:
+                server = await gcmstream.start_server(asyncio_waits, HOST, 0, key=KEY)
+                client = await connect_tcp(HOST, server.sockets[0].getsockname()[1], key=KEY)
+                await waiting.wait()
+                server.close()
+                handlers = asyncio.all_tasks() - {asyncio.current_task()}
+                for task in handlers:  # what asyncio.run does to what is left at its end
+                    task.cancel()
+                await asyncio.wait(handlers)
+                await client.aclose()
+
+    anyio.run(main, backend=backend, backend_options=options)
+    assert seen == ["Cancelled" if backend == "trio" else "CancelledError"]
+    assert failure_lines(caplog) == []
