@@ -168,3 +168,28 @@ def test_a_writer_dropped_without_close_warns_and_closes_as_asyncio_s(use_uvloop
     secure = run(use_uvloop, lambda: dropped_writer_seen(secure_server))
     assert plain == {"warnings": [("ResourceWarning", True)], "transport closed": True}
     assert secure == plain
+
+
+async def connected_writer(make: Callable[[], Awaitable[tuple[asyncio.Server, Open]]]) -> Any:
+    server, connect = await make()
+    async with server:
+        _, writer = await connect(server.sockets[0].getsockname()[1])
+    return writer
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("use_uvloop", LOOPS)
+def test_a_writer_dropped_after_its_loop_closed_warns_as_asyncio_s(use_uvloop: bool) -> None:
+    """Past its loop nothing can close the transport: both only warn "loop is closed"."""
+    seen = {}
+    for make in (plain_server, secure_server):
+        writer = run(use_uvloop, lambda make=make: connected_writer(make))  # type: ignore[misc]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            del writer
+            gc.collect()
+        seen[make.__name__] = [
+            (w.category.__name__, str(w.message)) for w in caught if "loop" in str(w.message)
+        ]
+    assert seen["plain_server"] == [("ResourceWarning", "loop is closed")]
+    assert seen["secure_server"] == seen["plain_server"]
