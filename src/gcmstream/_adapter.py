@@ -47,6 +47,15 @@ FAIR_RECORDS = 64
 FAIR_BYTES = 4 * 1024 * 1024
 
 
+# What the end that leaving ``async with`` makes (FINAL, then a half-close) raises when the peer
+# has gone: it ended its stream and closed its socket (a client that read its answer), so the
+# half-close finds the connection reset (ENOTCONN) or the send a broken pipe. Neither adapter
+# raises that from the block, as trio's SSLStream.aclose suppresses BrokenResourceError when its
+# close_notify cannot be sent: FINAL is all that end sends, and a peer that is gone needs none.
+# (An explicit write_eof()/send_eof() still raises: the caller asked.)
+PEER_GONE: tuple[type[BaseException], ...] = (OSError, anyio.BrokenResourceError)
+
+
 class Fairness:
     """What one reader has opened since it last gave its event loop to others."""
 

@@ -31,6 +31,7 @@ from ._adapter import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECORD_TIMEOUT,
+    PEER_GONE,
     RECEIVE_SIZE,
     Fairness,
     blame_connection,
@@ -457,19 +458,22 @@ class SecureStreamWriter:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         """Without an exception: end the stream (``write_eof``, ``drain``), then close. With
-        one (a cancellation too): close without ending it, so the peer sees a truncation."""
+        one (a cancellation too): close without ending it, so the peer sees a truncation. A
+        peer that already left (it ended its stream and closed its socket) cannot take the end:
+        that is not raised here (``PEER_GONE`` in _adapter.py says why)."""
         if exc_type is not None:
             self.close()
             with contextlib.suppress(Exception):  # the block's own exception is the one to see
                 await self.wait_closed()
             return
-        try:
-            if not self.is_closing():
-                self.write_eof()
-                await self.drain()
-        finally:
-            self.close()
-        await self.wait_closed()
+        with contextlib.suppress(*PEER_GONE):
+            try:
+                if not self.is_closing():
+                    self.write_eof()
+                    await self.drain()
+            finally:
+                self.close()
+            await self.wait_closed()
 
     def _scheduled_flush(self) -> None:
         self._flush_scheduled = False

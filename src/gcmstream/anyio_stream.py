@@ -47,6 +47,7 @@ from ._adapter import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECORD_TIMEOUT,
+    PEER_GONE,
     RECEIVE_SIZE,
     blame_connection,
     check_can_take_input,
@@ -382,7 +383,7 @@ class SecureStream(ByteStream):
         FINAL and the half-close are all that call sends. An explicit ``send_eof()`` raises."""
         try:
             if exc_type is None and not self._closed:
-                with contextlib.suppress(anyio.BrokenResourceError):
+                with contextlib.suppress(*PEER_GONE):
                     await self.send_eof()
         finally:
             await self.aclose()
