@@ -488,6 +488,57 @@ async def test_async_with_writer_ends_the_stream_only_on_a_clean_exit() -> None:
     await server.wait_closed()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("use_uvloop", [False, True], ids=["asyncio", "uvloop"])
+def test_leaving_async_with_writer_after_the_peer_left_does_not_raise(use_uvloop: bool) -> None:
+    """Issue 24: a client that ended its stream, read its answer and closed its socket. The
+    handler then leaves ``async with writer:``, whose write_eof() half-closed a connection the
+    peer's reset had ended: OSError ENOTCONN on asyncio escaped the block (the trio bug of the
+    anyio adapter, here). Now the block ends quietly, as the anyio adapter's does."""
+    outcomes: list[str | None] = []
+
+    async def main() -> None:
+        client_gone, handled = asyncio.Event(), asyncio.Event()
+
+        async def handle(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+            try:
+                async with writer:
+                    while data := await reader.read(100):
+                        writer.write(data.upper())
+                    await client_gone.wait()
+                    await asyncio.sleep(0.05)  # the client's FIN is in
+            except BaseException as exc:
+                outcomes.append(repr(exc))
+                raise
+            else:
+                outcomes.append(None)
+            finally:
+                handled.set()
+
+        server = await gcmstream.start_server(handle, "127.0.0.1", 0, key=KEY)
+        async with server:
+            for _ in range(3):
+                reader, writer = await gcmstream.open_connection(
+                    "127.0.0.1", server.sockets[0].getsockname()[1], key=KEY
+                )
+                writer.write(b"hi")
+                writer.write_eof()
+                assert await asyncio.wait_for(reader.read(2), 10) == b"HI"
+                writer.close()  # before the server's FINAL: it goes to a closed socket
+                await writer.wait_closed()
+                client_gone.set()
+                await asyncio.wait_for(handled.wait(), 10)
+                client_gone.clear()
+                handled.clear()
+
+    if use_uvloop:
+        uvloop = pytest.importorskip("uvloop")
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
+    assert outcomes == [None, None, None]
+
+
 @pytest.mark.asyncio
 async def test_write_eof_twice_is_harmless_and_writing_after_it_is_refused() -> None:
     async def job(r: gcmstream.SecureStreamReader, w: gcmstream.SecureStreamWriter) -> None:
@@ -719,54 +770,3 @@ async def test_own_connection_reflected_into_its_listener_is_refused_with_named_
     assert out.decode().splitlines() == ["SERVED B wire 1000 EUR"]  # (after the PORT line)
     assert "PeerIdentityError: the peer proved the key named b'B' but sent no identity" in err.decode()
     assert "PeerIdentityError: the peer proved the key named b'B' but sent identity b'A'" in err.decode()
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("use_uvloop", [False, True], ids=["asyncio", "uvloop"])
-def test_leaving_async_with_writer_after_the_peer_left_does_not_raise(use_uvloop: bool) -> None:
-    """Issue 24: a client that ended its stream, read its answer and closed its socket. The
-    handler then leaves ``async with writer:``, whose write_eof() half-closed a connection the
-    peer's reset had ended: OSError ENOTCONN on asyncio escaped the block (the trio bug of the
-    anyio adapter, here). Now the block ends quietly, as the anyio adapter's does."""
-    outcomes: list[str | None] = []
-
-    async def main() -> None:
-        client_gone, handled = asyncio.Event(), asyncio.Event()
-
-        async def handle(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
-            try:
-                async with writer:
-                    while data := await reader.read(100):
-                        writer.write(data.upper())
-                    await client_gone.wait()
-                    await asyncio.sleep(0.05)  # the client's FIN is in
-            except BaseException as exc:
-                outcomes.append(repr(exc))
-                raise
-            else:
-                outcomes.append(None)
-            finally:
-                handled.set()
-
-        server = await gcmstream.start_server(handle, "127.0.0.1", 0, key=KEY)
-        async with server:
-            for _ in range(3):
-                reader, writer = await gcmstream.open_connection(
-                    "127.0.0.1", server.sockets[0].getsockname()[1], key=KEY
-                )
-                writer.write(b"hi")
-                writer.write_eof()
-                assert await asyncio.wait_for(reader.read(2), 10) == b"HI"
-                writer.close()  # before the server's FINAL: it goes to a closed socket
-                await writer.wait_closed()
-                client_gone.set()
-                await asyncio.wait_for(handled.wait(), 10)
-                client_gone.clear()
-                handled.clear()
-
-    if use_uvloop:
-        uvloop = pytest.importorskip("uvloop")
-        uvloop.run(main())
-    else:
-        asyncio.run(main())
-    assert outcomes == [None, None, None]
