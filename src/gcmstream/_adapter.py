@@ -1,9 +1,11 @@
 """Glue the asyncio adapter, the anyio adapter and the CLI share (private).
 
 One copy of each piece, so the adapters cannot drift apart: the handshake and its
-timeout-and-close policy, the handshake-failure log line, the guard against an opener that
-needs input but cannot take any, cause chaining onto a truncation, the connection statistics
-behind ``get_extra_info`` and the typed attributes, one receive size and one logger.
+timeout-and-close policy, the handshake-failure log line, a failing handler's fate (it ends its
+connection, never the server: ``run_handler``), what the end made by leaving ``async with``
+ignores (``PEER_GONE``), the guard against an opener that needs input but cannot take any,
+cause chaining onto a truncation, the connection statistics behind ``get_extra_info`` and the
+typed attributes, one receive size and one logger.
 """
 
 from __future__ import annotations
