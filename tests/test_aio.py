@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import logging
 import os
@@ -11,6 +12,7 @@ import random
 import socket
 import struct
 import sys
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -537,6 +539,29 @@ def test_leaving_async_with_writer_after_the_peer_left_does_not_raise(use_uvloop
     else:
         asyncio.run(main())
     assert outcomes == [None, None, None]
+
+
+def test_a_writer_made_outside_a_loop_dropped_after_it_closed_only_warns() -> None:
+    """encrypting_writer is not async: a writer made outside a running loop and dropped after
+    that loop closed cannot close its transport; its __del__ warns "loop is closed" and raises
+    nothing (an exception there would be unraisable: pytest fails the test on it)."""
+    here, there = socket.socketpair()
+    loop = asyncio.new_event_loop()
+
+    async def inner_writer() -> asyncio.StreamWriter:
+        return (await asyncio.open_unix_connection(sock=here))[1]
+
+    inner = loop.run_until_complete(inner_writer())
+    writer = gcmstream.encrypting_writer(inner, key=KEY)
+    loop.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del writer
+        gc.collect()
+    assert ("ResourceWarning", "loop is closed") in [(w.category.__name__, str(w.message)) for w in caught]
+    inner.transport.abort()
+    here.close()
+    there.close()
 
 
 @pytest.mark.asyncio

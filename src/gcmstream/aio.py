@@ -412,7 +412,11 @@ class SecureStreamWriter:
         if self._loop is not None and self._loop.is_closed():
             warn("loop is closed", ResourceWarning)
             return
-        self.close()
+        try:
+            self.close()
+        except (RuntimeError, OSError):  # a writer made outside a loop, whose loop has closed
+            warn("loop is closed", ResourceWarning)
+            return
         warn(f"unclosed {self!r}", ResourceWarning)
 
     @property
