@@ -8,9 +8,10 @@ CPython's ``asyncio/streams.py``: ``StreamReaderProtocol.connection_made`` repor
 (keys ``message``, ``exception``, ``transport``), and ``StreamWriter.__del__`` warns
 ``ResourceWarning("unclosed <StreamWriter ...>")`` and closes its transport.
 
-Deliberate difference, pinned here: after a failed handler asyncio closes the connection (the
+Deliberate differences, pinned here: after a failed handler asyncio closes the connection (the
 client reads an end), gcmstream's client reads a truncation (no FINAL: it must not take what it
-got for a complete stream).
+got for a complete stream); a plain (not async) callback that raises is reported as a
+coroutine's failure, where asyncio reports it as "Exception in callback ..." of connection_made.
 """
 
 from __future__ import annotations
@@ -193,3 +194,47 @@ def test_a_writer_dropped_after_its_loop_closed_warns_as_asyncio_s(use_uvloop: b
         ]
     assert seen["plain_server"] == [("ResourceWarning", "loop is closed")]
     assert seen["secure_server"] == seen["plain_server"]
+
+
+def failing_callback(reader: Any, writer: Any) -> None:
+    """A plain function (not a coroutine) as client_connected_cb, which raises."""
+    writer.close()
+    raise HandlerBug("a bug in a plain callback")
+
+
+async def failing_callback_seen(secure: bool) -> tuple[str, str]:
+    loop = asyncio.get_running_loop()
+    reports: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: reports.append(context))
+    if secure:
+        server = await gcmstream.start_server(failing_callback, HOST, 0, key=KEY)
+    else:
+        server = await asyncio.start_server(failing_callback, HOST, 0)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        writer: Any
+        if secure:
+            _, writer = await gcmstream.open_connection(HOST, port, key=KEY)
+        else:
+            _, writer = await asyncio.open_connection(HOST, port)
+        for _ in range(200):
+            if reports:
+                break
+            await asyncio.sleep(0.01)
+        writer.close()
+    [report] = reports
+    return report["message"].split(" ")[0], type(report["exception"]).__name__
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("use_uvloop", LOOPS)
+def test_a_plain_callback_that_raises_is_reported_as_a_handler_failure(use_uvloop: bool) -> None:
+    """A deliberate difference: asyncio calls a plain callback inside connection_made, so its
+    exception reaches the loop's handler as "Exception in callback ..."; gcmstream calls it from
+    the connection's task, so it is reported as a coroutine's would be ("Unhandled exception in
+    client_connected_cb"). The exception itself reaches the handler on both."""
+    plain = run(use_uvloop, lambda: failing_callback_seen(False))
+    secure = run(use_uvloop, lambda: failing_callback_seen(True))
+    assert plain[1] == secure[1] == "HandlerBug"
+    assert secure[0] == "Unhandled"
+    assert plain[0] != "Unhandled"
