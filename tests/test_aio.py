@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import logging
 import os
@@ -11,6 +12,7 @@ import random
 import socket
 import struct
 import sys
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -452,6 +454,8 @@ async def test_async_with_writer_ends_the_stream_only_on_a_clean_exit() -> None:
             await outcomes.put(await r.read())
         except gcmstream.TruncatedStreamError as exc:
             await outcomes.put(exc)
+        finally:
+            w.close()  # a writer left to the collector warns (ResourceWarning, as asyncio's)
 
     server = await gcmstream.start_server(receive, "127.0.0.1", 0, key=KEY)
     port = server.sockets[0].getsockname()[1]
@@ -484,6 +488,80 @@ async def test_async_with_writer_ends_the_stream_only_on_a_clean_exit() -> None:
     assert isinstance(await asyncio.wait_for(outcomes.get(), 10), gcmstream.TruncatedStreamError)
     server.close()
     await server.wait_closed()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("use_uvloop", [False, True], ids=["asyncio", "uvloop"])
+def test_leaving_async_with_writer_after_the_peer_left_does_not_raise(use_uvloop: bool) -> None:
+    """Issue 24: a client that ended its stream, read its answer and closed its socket. The
+    handler then leaves ``async with writer:``, whose write_eof() half-closed a connection the
+    peer's reset had ended: OSError ENOTCONN on asyncio escaped the block (the trio bug of the
+    anyio adapter, here). Now the block ends quietly, as the anyio adapter's does."""
+    outcomes: list[str | None] = []
+
+    async def main() -> None:
+        client_gone, handled = asyncio.Event(), asyncio.Event()
+
+        async def handle(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+            try:
+                async with writer:
+                    while data := await reader.read(100):
+                        writer.write(data.upper())
+                    await client_gone.wait()
+                    await asyncio.sleep(0.05)  # the client's FIN is in
+            except BaseException as exc:
+                outcomes.append(repr(exc))
+                raise
+            else:
+                outcomes.append(None)
+            finally:
+                handled.set()
+
+        server = await gcmstream.start_server(handle, "127.0.0.1", 0, key=KEY)
+        async with server:
+            for _ in range(3):
+                reader, writer = await gcmstream.open_connection(
+                    "127.0.0.1", server.sockets[0].getsockname()[1], key=KEY
+                )
+                writer.write(b"hi")
+                writer.write_eof()
+                assert await asyncio.wait_for(reader.read(2), 10) == b"HI"
+                writer.close()  # before the server's FINAL: it goes to a closed socket
+                await writer.wait_closed()
+                client_gone.set()
+                await asyncio.wait_for(handled.wait(), 10)
+                client_gone.clear()
+                handled.clear()
+
+    if use_uvloop:
+        uvloop = pytest.importorskip("uvloop")
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
+    assert outcomes == [None, None, None]
+
+
+def test_a_writer_made_outside_a_loop_dropped_after_it_closed_only_warns() -> None:
+    """encrypting_writer is not async: a writer made outside a running loop and dropped after
+    that loop closed cannot close its transport; its __del__ warns "loop is closed" and raises
+    nothing (an exception there would be unraisable: pytest fails the test on it)."""
+    here, there = socket.socketpair()
+    loop = asyncio.new_event_loop()
+
+    async def inner_writer() -> asyncio.StreamWriter:
+        return (await asyncio.open_unix_connection(sock=here))[1]
+
+    inner = loop.run_until_complete(inner_writer())
+    writer = gcmstream.encrypting_writer(inner, key=KEY)
+    loop.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del writer
+        gc.collect()
+    assert ("ResourceWarning", "loop is closed") in [(w.category.__name__, str(w.message)) for w in caught]
+    inner.transport.abort()
+    here.close()
+    there.close()
 
 
 @pytest.mark.asyncio

@@ -346,3 +346,46 @@ async def test_every_send_hands_the_transport_fresh_memory() -> None:
             assert len(given) == 3
             assert all(bytes(view) == copy for view, copy in given)
             assert len({id(view.obj) for view, _ in given}) == 3
+
+
+async def test_leaving_the_block_after_the_peer_left_does_not_raise() -> None:
+    """Issue 24: a client that ended its stream, read its answer and closed its socket. The
+    handler then leaves ``async with stream:``; its implicit send_eof meets a peer that is
+    gone (on trio, shutdown() said ENOTCONN: BrokenResourceError 'could not half-close'),
+    which escaped the block and the listener. Now the block ends quietly, as trio's
+    SSLStream.aclose does when its close_notify cannot be sent; the peer never got FINAL."""
+    outcomes: list[BaseException | None] = []
+    client_gone, handler_done = anyio.Event(), anyio.Event()
+
+    async def handler(stream: SecureStream) -> None:
+        try:
+            async with stream:
+                async for data in stream:
+                    await stream.send(data.upper())
+                await client_gone.wait()
+                await anyio.sleep(0.05)  # the client's FIN is in
+        except BaseException as exc:
+            outcomes.append(exc)
+            raise
+        else:
+            outcomes.append(None)
+        finally:
+            handler_done.set()
+
+    listener = await anyio_stream.create_tcp_listener(key=KEY, local_host="127.0.0.1")
+    port = listener.extra(SocketAttribute.local_port)
+    with anyio.fail_after(10):
+        async with listener, anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, handler)
+            for _ in range(3):
+                stream = await anyio_stream.connect_tcp("127.0.0.1", port, key=KEY)
+                await stream.send(b"hi")
+                await stream.send_eof()
+                assert await stream.receive() == b"HI"
+                await stream.aclose()  # before the server's FINAL: it goes to a closed socket
+                client_gone.set()
+                await handler_done.wait()
+                assert outcomes == [None], outcomes
+                outcomes.clear()
+                client_gone, handler_done = anyio.Event(), anyio.Event()
+            tg.cancel_scope.cancel()

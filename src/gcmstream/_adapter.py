@@ -1,15 +1,18 @@
 """Glue the asyncio adapter, the anyio adapter and the CLI share (private).
 
 One copy of each piece, so the adapters cannot drift apart: the handshake and its
-timeout-and-close policy, the handshake-failure log line, the guard against an opener that
-needs input but cannot take any, cause chaining onto a truncation, the connection statistics
-behind ``get_extra_info`` and the typed attributes, one receive size and one logger.
+timeout-and-close policy, the handshake-failure log line, a failing handler's fate (it ends its
+connection, never the server: ``run_handler``), what the end made by leaving ``async with``
+ignores (``PEER_GONE``), the guard against an opener that needs input but cannot take any,
+cause chaining onto a truncation, the connection statistics behind ``get_extra_info`` and the
+typed attributes, one receive size and one logger.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import traceback
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -31,6 +34,15 @@ RECEIVE_SIZE = 256 * 1024
 # cost ~0.2 ms, 4 MiB of full records ~0.5 ms (benchmarks/README.md, the flood row).
 FAIR_RECORDS = 64
 FAIR_BYTES = 4 * 1024 * 1024
+
+
+# What the end that leaving ``async with`` makes (FINAL, then a half-close) raises when the peer
+# has gone: it ended its stream and closed its socket (a client that read its answer), so the
+# half-close finds the connection reset (ENOTCONN) or the send a broken pipe. Neither adapter
+# raises that from the block, as trio's SSLStream.aclose suppresses BrokenResourceError when its
+# close_notify cannot be sent: FINAL is all that end sends, and a peer that is gone needs none.
+# (An explicit write_eof()/send_eof() still raises: the caller asked.)
+PEER_GONE: tuple[type[BaseException], ...] = (OSError, anyio.BrokenResourceError)
 
 
 class Fairness:
@@ -122,6 +134,33 @@ def describe_handshake_failure(exc: BaseException, peer: object, time_limit: flo
     if isinstance(exc, TimeoutError) and time_limit is not None:
         reason = f"not complete within {time_limit} s"
     logger.warning("handshake with %s failed: %s: %s", peer, type(exc).__name__, reason)
+
+
+async def run_handler(
+    call: Callable[[], Awaitable[object] | None],
+    peer: object,
+    *,
+    abort: Abort,
+    what: str = "handler",
+    report: Callable[[Exception], None] | None = None,
+) -> None:
+    """Run one connection's handler so that its failure ends that connection only, never the
+    server (both adapters' servers call this, the rule is here once). An Exception is logged
+    once with the peer, passed to ``report`` (asyncio: the loop's exception handler), and the
+    connection is closed at once with ``abort``, without FINAL, so the client cannot take what
+    it got for a complete stream. Cancellations (BaseException) propagate. The log record holds
+    the formatted traceback, not the error: a handler that keeps records would otherwise keep
+    the connection alive through the traceback's frames (as describe_handshake_failure)."""
+    try:
+        result = call()
+        if result is not None:
+            await result
+    except Exception as exc:
+        details = "".join(traceback.format_exception(exc)).rstrip()
+        logger.error("%s failed for %s; the server goes on: %s", what, peer, details)
+        if report is not None:
+            report(exc)
+        await abort()
 
 
 def check_can_take_input(opener: Opener) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
@@ -30,6 +31,7 @@ from ._adapter import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECORD_TIMEOUT,
+    PEER_GONE,
     RECEIVE_SIZE,
     Fairness,
     blame_connection,
@@ -38,6 +40,7 @@ from ._adapter import (
     describe_handshake_failure,
     handshake,
     logger,
+    run_handler,
 )
 from .channel import HandshakeOptions
 from .codec import Channel, Opener, Phase, Sealer
@@ -371,7 +374,8 @@ class SecureStreamWriter:
     FINAL, so the usual ``try: ... finally: writer.close()`` after a failed transfer makes the
     peer raise TruncatedStreamError instead of taking the cut stream for a complete one.
     (A deliberate difference from asyncio, where closing is an end: the docs say so and
-    tests/test_aio.py pins it.)
+    tests/test_aio.py pins it.) A writer dropped without ``close()`` warns (ResourceWarning)
+    and closes its transport, as asyncio's StreamWriter does.
     """
 
     def __init__(
@@ -390,9 +394,30 @@ class SecureStreamWriter:
         self._wait_closed = closed
         self._flush_scheduled = False
         self._closing = False
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # made outside a loop (encrypting_writer is not async)
+            self._loop = None
 
     def __repr__(self) -> str:
         return f"<SecureStreamWriter {self._sealer!r}>"
+
+    def __del__(self, warn: Callable[..., None] = warnings.warn) -> None:
+        """Dropped without ``close()``: warn and close the transport, as asyncio's StreamWriter
+        does (its ``__del__``); the peer sees no FINAL, so a truncation. ``warn`` is bound now:
+        at interpreter exit the module's globals may already be gone."""
+        transport = getattr(self, "_transport", None)  # None: the constructor failed
+        if transport is None or self._closing or transport.is_closing():
+            return
+        if self._loop is not None and self._loop.is_closed():
+            warn("loop is closed", ResourceWarning)
+            return
+        try:
+            self.close()
+        except (RuntimeError, OSError):  # a writer made outside a loop, whose loop has closed
+            warn("loop is closed", ResourceWarning)
+            return
+        warn(f"unclosed {self!r}", ResourceWarning)
 
     @property
     def transport(self) -> asyncio.WriteTransport:
@@ -437,19 +462,22 @@ class SecureStreamWriter:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         """Without an exception: end the stream (``write_eof``, ``drain``), then close. With
-        one (a cancellation too): close without ending it, so the peer sees a truncation."""
+        one (a cancellation too): close without ending it, so the peer sees a truncation. A
+        peer that already left (it ended its stream and closed its socket) cannot take the end:
+        that is not raised here (``PEER_GONE`` in _adapter.py says why)."""
         if exc_type is not None:
             self.close()
             with contextlib.suppress(Exception):  # the block's own exception is the one to see
                 await self.wait_closed()
             return
-        try:
-            if not self.is_closing():
-                self.write_eof()
-                await self.drain()
-        finally:
-            self.close()
-        await self.wait_closed()
+        with contextlib.suppress(*PEER_GONE):
+            try:
+                if not self.is_closing():
+                    self.write_eof()
+                    await self.drain()
+            finally:
+                self.close()
+            await self.wait_closed()
 
     def _scheduled_flush(self) -> None:
         self._flush_scheduled = False
@@ -856,7 +884,10 @@ async def start_server(
     same way (None, the default: never; see SECURITY.md "Memory per connection" for why).
     ``ring_size`` is the receive ring's byte budget per connection (as for
     :class:`~gcmstream.Channel`). Unlike asyncio's, a bad ``limit`` raises ValueError here,
-    not at each connection."""
+    not at each connection. An exception that escapes ``client_connected_cb`` ends its
+    connection only: it is logged once with the peer and passed to the loop's exception
+    handler ("Unhandled exception in client_connected_cb", as ``asyncio.start_server`` does),
+    and the connection is aborted without FINAL, so the client reads a truncation."""
     _check_limit(limit)
     ring_capacity(max_record_size, ring_size)  # a bad ring_size raises now, not per client
     keys = as_key_ring(key)  # once, not a ring (and its key IDs) per connection
@@ -880,13 +911,21 @@ async def start_server(
             pending.done(transport)
         protocol.watch_idle(idle_timeout)
         reader, writer = protocol.streams()
-        try:
-            result = client_connected_cb(reader, writer)
-            if result is not None:
-                await result
-        except Exception:
-            logger.exception("client_connected_cb failed for %s", peer)
-            transport.abort()  # no FINAL: the client must not take this for a complete stream
+
+        def report(exc: Exception) -> None:  # as asyncio.start_server's own (asyncio/streams.py)
+            message = "Unhandled exception in client_connected_cb"
+            loop.call_exception_handler({"message": message, "exception": exc, "transport": transport})
+
+        async def abort() -> None:
+            transport.abort()
+
+        await run_handler(
+            lambda: client_connected_cb(reader, writer),
+            peer,
+            abort=abort,
+            what="client_connected_cb",
+            report=report,
+        )
 
     def start(protocol: _ChannelProtocol) -> None:
         pending.add(protocol.connected_transport())

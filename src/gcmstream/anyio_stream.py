@@ -24,6 +24,7 @@ transport may keep what it was given after ``send()`` returns (anyio's asyncio s
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,13 +32,22 @@ from types import TracebackType
 from typing import Any
 
 import anyio
-from anyio.abc import AnyByteStream, ByteStream, Listener, SocketAttribute, TaskGroup
+from anyio.abc import (
+    AnyByteStream,
+    ByteReceiveStream,
+    ByteSendStream,
+    ByteStream,
+    Listener,
+    SocketAttribute,
+    TaskGroup,
+)
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from ._adapter import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECORD_TIMEOUT,
+    PEER_GONE,
     RECEIVE_SIZE,
     blame_connection,
     check_can_take_input,
@@ -45,6 +55,7 @@ from ._adapter import (
     describe_handshake_failure,
     handshake,
     logger,
+    run_handler,
 )
 from .channel import DEFAULT_HANDSHAKE, HandshakeOptions
 from .codec import Channel, Opener
@@ -81,8 +92,9 @@ class AnyioStreamClosedError(StreamClosedError, anyio.ClosedResourceError):
 
 class AnyioTruncatedStreamError(TruncatedStreamError, anyio.BrokenResourceError):
     """The peer's stream ended without its FINAL record (it closed without ending the stream,
-    or the connection was cut): gcmstream's TruncatedStreamError, and a ``BrokenResourceError``
-    so that generic anyio code catches it. The transport's error, if any, is ``__cause__``."""
+    or the connection was cut), or the connection ended during the handshake (a server that
+    refused it hangs up): gcmstream's TruncatedStreamError, and a ``BrokenResourceError`` so
+    that generic anyio code catches it. The transport's error, if any, is ``__cause__``."""
 
 
 class AnyioStreamBrokenError(StreamBrokenError, anyio.BrokenResourceError):
@@ -145,9 +157,16 @@ class SecureStream(ByteStream):
     _record_since: float | None = field(init=False, default=None, repr=False)
     idle_timeout: float | None = field(default=DEFAULT_IDLE_TIMEOUT, repr=False)
 
+    # an object stream of bytes (AnyByteStream includes them, as TLSStream.wrap takes them)
+    # receives whole items, without a size, and is sent bytes, not a view of ours
+    _sized_receive: bool = field(init=False, default=True, repr=False)
+    _sends_views: bool = field(init=False, default=True, repr=False)
+
     def __post_init__(self) -> None:
         self._receive_guard = anyio.ResourceGuard("reading from")
         self._send_guard = anyio.ResourceGuard("writing to")
+        self._sized_receive = isinstance(self.transport_stream, ByteReceiveStream)
+        self._sends_views = isinstance(self.transport_stream, ByteSendStream)
 
     @classmethod
     async def wrap(
@@ -181,7 +200,14 @@ class SecureStream(ByteStream):
         caused by TimeoutError; so does a receive that waited ``idle_timeout`` seconds after the
         handshake with nothing arriving (None, the default: no limit; meant for servers, see
         SECURITY.md "Memory per connection"). ``ring_size`` is the receive ring's byte budget
-        (as for :class:`~gcmstream.Channel`)."""
+        (as for :class:`~gcmstream.Channel`). ``transport_stream`` may be an anyio byte stream
+        or an object stream of bytes (``StapledObjectStream`` of memory object streams), as
+        for anyio's ``TLSStream.wrap``; an object stream's items arrive whole, so the
+        handshake's bound on what an unconfirmed peer makes us hold counts items, not bytes.
+
+        A responder that refuses this side's header hangs up: that (and any connection lost
+        during the handshake) raises :class:`AnyioTruncatedStreamError`, the
+        ``BrokenResourceError`` that anyio code expects of a broken transport."""
         channel = Channel(
             key,
             role=role,
@@ -200,10 +226,28 @@ class SecureStream(ByteStream):
         async def abort() -> None:
             await anyio.aclose_forcefully(transport_stream)
 
-        await handshake(
-            channel, transport_stream.send, stream._receive_more, time_limit=handshake_timeout, abort=abort
-        )
+        try:
+            await handshake(
+                channel,
+                stream._send_transport,
+                stream._receive_more,
+                time_limit=handshake_timeout,
+                abort=abort,
+            )
+        except TruncatedStreamError as exc:
+            raise _anyio_truncation(exc, stream._receive_lost) from (exc.__cause__ or exc)
         return stream
+
+    async def _send_transport(self, data: Buffer) -> None:
+        if self._sends_views:
+            await self.transport_stream.send(data)  # type: ignore[arg-type]  # any buffer works
+        else:
+            await self.transport_stream.send(bytes(data))  # an item the receiver may keep
+
+    async def _receive_transport(self, size: int) -> bytes:
+        if self._sized_receive:
+            return await self.transport_stream.receive(size)  # type: ignore[call-arg]
+        return await self.transport_stream.receive()
 
     async def _receive_more(self) -> None:
         opener = self.channel.opener
@@ -219,10 +263,10 @@ class SecureStream(ByteStream):
                 deadline, idle = idle_deadline, True
         try:
             if deadline is None:  # no scope then: a cancel scope costs ~2 KB on trio while it waits
-                data = await self.transport_stream.receive(size)  # type: ignore[call-arg]
+                data = await self._receive_transport(size)
             else:
                 with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
-                    data = await self.transport_stream.receive(size)  # type: ignore[call-arg]
+                    data = await self._receive_transport(size)
         except TimeoutError:
             peer = self.transport_stream.extra(SocketAttribute.remote_address, "the peer")
             if idle:
@@ -268,8 +312,7 @@ class SecureStream(ByteStream):
                 try:
                     data = opener.read(max_bytes)
                 except TruncatedStreamError as exc:
-                    blame_connection(exc, self._receive_lost)
-                    raise AnyioTruncatedStreamError(*exc.args) from (exc.__cause__ or exc)
+                    raise _anyio_truncation(exc, self._receive_lost) from (exc.__cause__ or exc)
                 except StreamBrokenError as exc:
                     raise AnyioStreamBrokenError(exc.original) from exc.original
                 if data is not None:
@@ -300,7 +343,7 @@ class SecureStream(ByteStream):
 
     async def _send_sealed(self, output: memoryview) -> None:
         try:
-            await self.transport_stream.send(output)  # type: ignore[arg-type]  # any buffer works
+            await self._send_transport(output)
         except BaseException as exc:
             self._send_broken = exc  # the peer may have half a record: nothing sent later can be trusted
             raise
@@ -336,10 +379,17 @@ class SecureStream(ByteStream):
         exc_tb: TracebackType | None,
     ) -> None:
         """Leaving the block without an exception ends the stream (``send_eof``), then closes;
-        with one (a cancellation too), it only closes: the peer sees a truncation."""
+        with one (a cancellation too), it only closes: the peer sees a truncation.
+
+        A peer that already left (it ended its stream and closed its socket: a client that got
+        its answer) cannot take our FINAL: sending it or half-closing then fails with
+        ``BrokenResourceError`` (``could not half-close`` on trio), which is not raised here,
+        as trio's ``SSLStream.aclose`` suppresses it when its close_notify cannot be sent:
+        FINAL and the half-close are all that call sends. An explicit ``send_eof()`` raises."""
         try:
             if exc_type is None and not self._closed:
-                await self.send_eof()
+                with contextlib.suppress(*PEER_GONE):
+                    await self.send_eof()
         finally:
             await self.aclose()
 
@@ -354,6 +404,15 @@ class SecureStream(ByteStream):
             **self.transport_stream.extra_attributes,
             **{getattr(GcmStreamAttribute, name): figure(name) for name in _FIGURES},
         }
+
+
+def _anyio_truncation(
+    exc: TruncatedStreamError, connection_error: BaseException | None
+) -> AnyioTruncatedStreamError:
+    """A truncation in anyio's vocabulary (also a BrokenResourceError), blamed on the
+    transport's error if the connection was lost: the one conversion of receive and wrap."""
+    blame_connection(exc, connection_error)
+    return AnyioTruncatedStreamError(*exc.args)
 
 
 _FIGURES = (
@@ -420,7 +479,16 @@ class SecureListener(Listener[SecureStream]):
     Clients that fail the handshake or do not complete it within ``handshake_timeout`` are
     dropped and passed to :meth:`handle_handshake_error` (as anyio's TLSListener does); at
     most ``max_pending_handshakes`` wait at once (a new one beyond that drops the oldest); the
-    listener keeps serving."""
+    listener keeps serving.
+
+    An exception that escapes ``handler`` ends that connection only (unlike anyio's own
+    listeners, whose task group it would end): it is logged once with the peer and the
+    connection is closed without FINAL, so the client reads a truncation; cancellations
+    propagate. There is no ``accept()``: anyio's ``Listener`` API is ``serve()`` alone, and its
+    TLSListener adds none; one that ran handshakes one at a time would let a client that sends
+    nothing hold up every other for ``handshake_timeout``. Nor a ``listeners`` list (a
+    MultiListener's): their ``accept()`` would hand out plaintext connections. ``listener``,
+    the wrapped one, is public as TLSListener's."""
 
     listener: Listener[Any]
     key: Keys = field(repr=False)
@@ -454,7 +522,8 @@ class SecureListener(Listener[SecureStream]):
 
         async def handle(transport: AnyByteStream) -> None:
             # the address, while it can still be asked: a closed socket no longer knows it
-            self._peers[id(transport)] = transport.extra(SocketAttribute.remote_address, "an unknown peer")
+            peer = transport.extra(SocketAttribute.remote_address, "an unknown peer")
+            self._peers[id(transport)] = peer
             entry = _Pending(anyio.CancelScope())
             pending.add(entry)
             try:
@@ -486,7 +555,11 @@ class SecureListener(Listener[SecureStream]):
             if entry.scope.cancel_called:  # dropped for a newer one (logged by PendingHandshakes)
                 await anyio.aclose_forcefully(transport)
                 return
-            await handler(stream)
+
+            async def abort() -> None:
+                await anyio.aclose_forcefully(stream)  # aclose never seals FINAL
+
+            await run_handler(lambda: handler(stream), peer, abort=abort)
 
         await self.listener.serve(handle, task_group)
 

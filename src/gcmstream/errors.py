@@ -38,7 +38,8 @@
     │   │   │                            FINAL record: the sender closed without ending the
     │   │   │                            stream (close/aclose are not an end), or was cut off
     │   │   └── AnyioTruncatedStreamError  (in gcmstream.anyio_stream; also anyio's
-    │   │                                BrokenResourceError)
+    │   │                                BrokenResourceError): also a connection that ended
+    │   │                                during the handshake, e.g. a server that refused it
     │   └── TrailingDataError            bytes after the FINAL record (``record_number``: FINAL's)
     ├── UsageError                       the caller broke a rule; nothing was changed and the
     │   │                                object is still usable
@@ -89,8 +90,10 @@ Rules that hold everywhere:
 * The anyio adapter speaks anyio's vocabulary without leaving this tree: its truncation,
   closed and broken errors are the ``Anyio*`` subclasses above, so ``except
   TruncatedStreamError`` and generic anyio code's ``except anyio.BrokenResourceError`` both
-  catch a peer that closed without ending its stream. The asyncio adapter raises asyncio's own
-  IncompleteReadError and LimitOverrunError where asyncio.StreamReader does.
+  catch a peer that closed without ending its stream, or that hung up during the handshake
+  (a refusal: where anyio's TLSStream.wrap raises BrokenResourceError too). The asyncio
+  adapter raises asyncio's own IncompleteReadError and LimitOverrunError where
+  asyncio.StreamReader does.
 * Arguments that are wrong before any stream exists (a key of the wrong type or length, a
   record size, limits, an identity, a ring size, a context over its bound) raise ValueError or
   TypeError, as Python's own constructors do; the asyncio adapter's readers raise the

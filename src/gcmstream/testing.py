@@ -157,7 +157,10 @@ def asyncio_adapter() -> Adapter:
     @asynccontextmanager
     async def serve(handler: Handler, key: Keys, context: bytes) -> AsyncIterator[int]:
         async def connected(reader: aio.SecureStreamReader, writer: aio.SecureStreamWriter) -> None:
-            await handler(AsyncioEndpoint(reader, writer))
+            try:
+                await handler(AsyncioEndpoint(reader, writer))
+            finally:
+                writer.close()  # the handler is done with it (never FINAL: only send_eof is)
 
         server = await aio.start_server(
             connected, LOCALHOST, 0, key=key, context=context, handshake_timeout=SERVER_HANDSHAKE_TIMEOUT
@@ -192,7 +195,10 @@ def asyncio_wrapped_adapter() -> Adapter:
             except (GcmStreamError, TimeoutError):
                 writer.close()
                 return
-            await handler(AsyncioEndpoint(*secure))
+            try:
+                await handler(AsyncioEndpoint(*secure))
+            finally:
+                secure[1].close()  # the handler is done with it (never FINAL: only send_eof is)
 
         server = await asyncio.start_server(connected, LOCALHOST, 0)
         try:

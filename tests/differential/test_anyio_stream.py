@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 import pytest
 from anyio.abc import ByteStream, SocketAttribute
+from anyio.streams.stapled import StapledObjectStream
 from anyio.streams.tls import TLSStream
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -32,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 import gcmstream
-from gcmstream.anyio_stream import AnyioTruncatedStreamError, SecureStream
+from gcmstream.anyio_stream import AnyioTruncatedStreamError, SecureStream, connect_tcp, create_tcp_listener
 
 from ..helpers import KEY
 
@@ -311,3 +312,84 @@ async def test_leaving_async_with_on_an_exception_is_a_truncation_the_peer_can_c
             assert "the sender closed without ending the stream" in str(info.value)
             with pytest.raises(anyio.BrokenResourceError):  # and it stays broken
                 await server.receive()
+
+
+def object_stream_pair() -> tuple[StapledObjectStream[bytes], StapledObjectStream[bytes]]:
+    """Two ends of an in-memory object stream of bytes (an ``AnyByteStream`` with no sizes)."""
+    a_send, b_receive = anyio.create_memory_object_stream[bytes](100)
+    b_send, a_receive = anyio.create_memory_object_stream[bytes](100)
+    return StapledObjectStream(a_send, a_receive), StapledObjectStream(b_send, b_receive)
+
+
+@pytest.mark.parametrize("kind", ["tls", "gcmstream"])
+async def test_wrap_takes_an_object_stream_of_bytes(
+    kind: str, tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext]
+) -> None:
+    """Issue 24: TLSStream.wrap takes any AnyByteStream, object streams of bytes included;
+    SecureStream.wrap called ``receive(size)`` on them (TypeError). Both now carry a
+    conversation over memory object streams, and the items on the transport are bytes."""
+    client_end, server_end = object_stream_pair()
+    wrap: Callable[[Any, bool], Awaitable[ByteStream]] = tls(tls_contexts) if kind == "tls" else gcm
+    seen: list[object] = []
+    spied_receive = server_end.receive_stream.receive
+
+    async def spy() -> bytes:
+        item = await spied_receive()
+        seen.append(type(item))
+        return item
+
+    server_end.receive_stream.receive = spy  # type: ignore[method-assign]
+    accepted: list[ByteStream] = []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+
+            async def accept() -> None:
+                accepted.append(await wrap(server_end, True))
+
+            tg.start_soon(accept)
+            client = await wrap(client_end, False)
+        server = accepted[0]
+        await client.send(b"hello")
+        assert await server.receive() == b"hello"
+        await server.send(b"world")
+        assert await client.receive() == b"world"
+    assert seen and set(seen) == {bytes}, seen
+    for stream in (client, server):
+        await anyio.aclose_forcefully(stream)
+
+
+async def hang_up_at_first_flight(wrap: Wrap) -> tuple[Any, ...]:
+    """A client's wrap against a server that reads the first bytes and hangs up: what a refused
+    handshake looks like from the client."""
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(SocketAttribute.local_port)
+        async with anyio.create_task_group() as tg:
+
+            async def refuse() -> None:
+                raw = await listener.listeners[0].accept()  # type: ignore[attr-defined]
+                await raw.receive()
+                await raw.aclose()
+
+            tg.start_soon(refuse)
+            with anyio.fail_after(10):
+                return await outcome(wrap(await anyio.connect_tcp("127.0.0.1", port), False))
+    raise AssertionError("unreachable")
+
+
+async def test_a_refused_handshake_is_a_broken_resource_as_tls(
+    tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext],
+) -> None:
+    """Issue 24: a server that hangs up during the handshake reaches an anyio client as a
+    BrokenResourceError on TLSStream; on SecureStream it was the plain TruncatedStreamError,
+    not the AnyioTruncatedStreamError (also a BrokenResourceError) its later failures are.
+    Now the same category; and a real refusal (a server with another key) is that type too."""
+    assert await hang_up_at_first_flight(tls(tls_contexts)) == ("raised", "BrokenResourceError")
+    assert await hang_up_at_first_flight(gcm) == ("raised", "BrokenResourceError")
+    listener = await create_tcp_listener(key=bytes(16), local_host="127.0.0.1")  # another key
+    port = listener.extra(SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, anyio.aclose_forcefully)
+        with anyio.fail_after(10), pytest.raises(AnyioTruncatedStreamError) as caught:
+            await connect_tcp("127.0.0.1", port, key=KEY)
+        assert "during the handshake" in str(caught.value)
+        tg.cancel_scope.cancel()
