@@ -887,7 +887,10 @@ async def start_server(
     not at each connection. An exception that escapes ``client_connected_cb`` ends its
     connection only: it is logged once with the peer and passed to the loop's exception
     handler ("Unhandled exception in client_connected_cb", as ``asyncio.start_server`` does),
-    and the connection is aborted without FINAL, so the client reads a truncation."""
+    and the connection is aborted without FINAL, so the client reads a truncation. Unlike
+    asyncio's, a handler that returns without closing its writer does not leave the connection
+    open: the writer, dropped, warns ResourceWarning and closes it without FINAL
+    (tests/differential/test_aio_conventions.py pins both differences)."""
     _check_limit(limit)
     ring_capacity(max_record_size, ring_size)  # a bad ring_size raises now, not per client
     keys = as_key_ring(key)  # once, not a ring (and its key IDs) per connection

@@ -11,7 +11,9 @@ CPython's ``asyncio/streams.py``: ``StreamReaderProtocol.connection_made`` repor
 Deliberate differences, pinned here: after a failed handler asyncio closes the connection (the
 client reads an end), gcmstream's client reads a truncation (no FINAL: it must not take what it
 got for a complete stream); a plain (not async) callback that raises is reported as a
-coroutine's failure, where asyncio reports it as "Exception in callback ..." of connection_made.
+coroutine's failure, where asyncio reports it as "Exception in callback ..." of connection_made;
+a handler that returns without closing its writer leaves asyncio's connection open (its protocol
+keeps the writer) while gcmstream's writer, dropped, warns and closes it without FINAL.
 """
 
 from __future__ import annotations
@@ -238,3 +240,56 @@ def test_a_plain_callback_that_raises_is_reported_as_a_handler_failure(use_uvloo
     assert plain[1] == secure[1] == "HandlerBug"
     assert secure[0] == "Unhandled"
     assert plain[0] != "Unhandled"
+
+
+async def forgetful_handler(reader: Any, writer: Any) -> None:
+    """Answers, then returns without close() or write_eof(), keeping no reference."""
+    writer.write((await reader.read(4)).upper())
+    await writer.drain()
+
+
+async def forgotten_writer_seen(secure: bool) -> tuple[str, list[str]]:
+    """What the client reads after the handler returned, and the server's ResourceWarnings."""
+    server: asyncio.Server
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if secure:
+            server = await gcmstream.start_server(forgetful_handler, HOST, 0, key=KEY)
+        else:
+            server = await asyncio.start_server(forgetful_handler, HOST, 0)
+        async with server:
+            port = server.sockets[0].getsockname()[1]
+            reader: Any
+            writer: Any
+            if secure:
+                reader, writer = await gcmstream.open_connection(HOST, port, key=KEY)
+            else:
+                reader, writer = await asyncio.open_connection(HOST, port)
+            writer.write(b"ping")
+            await writer.drain()
+            assert await asyncio.wait_for(reader.readexactly(4), 10) == b"PING"
+            for _ in range(5):  # the handler's task has ended: let the collector see its writer
+                gc.collect()
+                await asyncio.sleep(0.02)
+            try:
+                ending = repr(await asyncio.wait_for(reader.read(), 0.5))
+            except gcmstream.TruncatedStreamError:
+                ending = "truncated"
+            except TimeoutError:
+                ending = "still open"
+            writer.close()
+    return ending, [str(w.message).split(" ")[0] for w in caught if w.category is ResourceWarning]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("use_uvloop", LOOPS)
+def test_a_handler_that_forgets_its_writer_ends_the_connection_as_truncated(use_uvloop: bool) -> None:
+    """A deliberate difference: asyncio's server protocol keeps the writer of a handler that
+    returned without closing it, so the connection stays open until the client leaves;
+    gcmstream's writer is dropped with the handler, warns ResourceWarning and closes the
+    connection without FINAL, so the client reads a truncation, never a complete stream."""
+    plain = run(use_uvloop, lambda: forgotten_writer_seen(False))
+    secure = run(use_uvloop, lambda: forgotten_writer_seen(True))
+    assert plain == ("still open", [])
+    assert secure[0] == "truncated"
+    assert "unclosed" in secure[1]
