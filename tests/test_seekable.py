@@ -678,9 +678,13 @@ def test_a_walked_file_fails_as_the_sequential_reader_does(tmp_path: Path, flags
     path = tmp_path / "forged"
     path.write_bytes(wire)
     opener = gcmstream.Opener(helpers.KEY, context=helpers.CONTEXT)
-    with pytest.raises(gcmstream.ProtocolError) as sequential:
+    broken: tuple[type[gcmstream.MalformedRecordError | gcmstream.TrailingDataError], ...] = (
+        gcmstream.MalformedRecordError,
+        gcmstream.TrailingDataError,
+    )
+    with pytest.raises(broken) as sequential:
         helpers.read_all(opener, wire)
-    with pytest.raises(gcmstream.ProtocolError) as walked:
+    with pytest.raises(broken) as walked:
         gcmstream.open_file(path, key=helpers.KEY, context=helpers.CONTEXT)
     assert sequential.value.record_number == 1
     assert (type(walked.value), str(walked.value), walked.value.record_number) == (
