@@ -117,7 +117,7 @@ class RecordLayer:
 
     # -- opening ---------------------------------------------------------------------------
 
-    def _refuse_open(self, size: int) -> None:
+    def _refuse_open(self) -> None:
         """Refuse (before decrypting) a record that would take the peer past a hard limit."""
         number = self.records
         if self._seq >= self.limits.hard_records:
@@ -160,7 +160,7 @@ class RecordLayer:
         seq = self._seq
         limits = self.limits
         if seq >= limits.hard_records or self._key_bytes + size > limits.hard_bytes:
-            self._refuse_open(size)
+            self._refuse_open()
         keys = self._keys
         try:
             keys.decrypt_into(keys.nonce_into(seq), ciphertext, aad, plaintext)
