@@ -51,7 +51,7 @@ def cases(gs: Any, record_size: int) -> dict[str, Callable[[], None]]:
     wire = bytes(sealer.seal(data)) + bytes(sealer.close())
     pieces = [wire[i : i + PIECE] for i in range(0, len(wire), PIECE)]
     # pieces of whole records, about as large: only the header's piece splits a record
-    aligned_size = max(1, PIECE // (record_size + 21)) * (record_size + 21)
+    aligned_size = max(1, round(PIECE / (record_size + 21))) * (record_size + 21)
     aligned = [wire[i : i + aligned_size] for i in range(0, len(wire), aligned_size)]
     out = memoryview(bytearray(PIECE))
 
