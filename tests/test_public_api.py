@@ -240,3 +240,25 @@ def test_every_raise_outside_the_tree_is_one_the_rules_allow() -> None:
         if name == "RuntimeError":
             message = first.value if isinstance(first, ast.Constant) else ""
             assert isinstance(message, str) and message.startswith("gcmstream bug"), where
+
+
+# What only the record layer touches: the AEAD of a key generation and its nonces. format.py
+# defines them (TrafficKeys); every record is sealed or opened through records.py.
+_RECORD_CRYPTO = {"aead", "decrypt_into", "encrypt_into", "nonce_into", "nonce_parts"}
+
+
+def test_only_the_record_layer_seals_or_opens_records() -> None:
+    """One copy of each record path (CONTRIBUTING.md's layer map): no module but
+    ``records.py`` reaches a key generation's AEAD, its ``encrypt_into``/``decrypt_into`` or
+    its nonces (``format.py`` defines them)."""
+    src = Path(gcmstream.__file__).parent
+    found = []
+    for path in sorted(src.glob("*.py")):
+        if path.name in ("records.py", "format.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in _RECORD_CRYPTO:
+                found.append(f"{path.name}:{node.lineno} .{node.attr}")
+    assert not found, found
+    layer = (src / "records.py").read_text(encoding="utf-8")
+    assert "decrypt_into" in layer and "encrypt_into" in layer  # (the check looks where they are)

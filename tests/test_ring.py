@@ -402,3 +402,38 @@ def test_missing_counts_what_the_partial_record_lacks() -> None:
     assert ring.missing() == len(second) - 12
     put(ring, second[12:])
     assert (ring.complete, ring.missing()) == (2, RECORD_HEADER_SIZE)
+
+
+def test_release_of_several_records_is_their_pops() -> None:
+    """``release(nbytes, records)`` (the Opener's run releases a stretch of records at once)
+    leaves the ring as popping them one by one does: at the wrap, when it empties, and when
+    records stay."""
+    rng = random.Random(23)
+    for _ in range(200):
+        records = [wire_record(i, rng.randrange(TAG_SIZE, 200)) for i in range(rng.randrange(2, 12))]
+        capacity = rng.choice([None, 230 + RECORD_HEADER_SIZE, 700])
+        rings = [RecordRing(200, capacity), RecordRing(200, capacity)]
+        stream = b"".join(records)
+        sent = [0, 0]
+        for _step in range(50):
+            most = rng.randrange(1, 300)
+            for index, ring in enumerate(rings):
+                room = ring.writable()
+                count = min(len(room), len(stream) - sent[index], most)
+                room[:count] = stream[sent[index] : sent[index] + count]
+                ring.commit(count)
+                sent[index] += count
+            pops, ring_a, ring_b = 0, rings[0], rings[1]
+            head, stop = ring_a.head, ring_a.wrap if ring_a.wrap >= 0 else ring_a.frontier
+            take = rng.randrange(0, ring_a.complete + 1)
+            pos = head
+            while pops < take and pos < stop:
+                _, length = RECORD_HEADER.unpack_from(ring_a.buf, pos)
+                ring_a.pop(RECORD_HEADER_SIZE + length)
+                pos += RECORD_HEADER_SIZE + length
+                pops += 1
+            if pops:
+                ring_b.release(pos - head, pops)
+            state = ("head", "tail", "frontier", "frontier_len", "complete", "wrap", "stored")
+            assert [getattr(ring_a, name) for name in state] == [getattr(ring_b, name) for name in state]
+            assert len(ring_a.writable()) == len(ring_b.writable())

@@ -658,3 +658,37 @@ def test_read_to_the_end_raises_at_a_tampered_record_never_returns_a_short_file(
         file.seek(0)
         with pytest.raises(gcmstream.AuthenticationError):
             shutil.copyfileobj(file, io.BytesIO())
+
+
+@pytest.mark.parametrize(
+    ("flags", "after"),
+    [(0x80, b""), (FLAG_FINAL | FLAG_KEY_UPDATE, b""), (FLAG_FINAL, b"\x00")],
+    ids=["unknown flags", "FINAL and KEY_UPDATE", "data after FINAL"],
+)
+def test_a_walked_file_fails_as_the_sequential_reader_does(tmp_path: Path, flags: int, after: bytes) -> None:
+    """The walk opens each record through the record layer, as the Opener does: a flag rule
+    broken by record 1 of a file without FIXED_LAYOUT raises the Opener's error, its message
+    and its ``record_number`` (the walk's own copy of the rules dropped the number)."""
+    from . import helpers
+
+    wire, _ = helpers.forge([(0, b"first"), (flags, b"second"), (FLAG_FINAL, b"")])
+    if after:  # FINAL as record 1, then a byte
+        wire, _ = helpers.forge([(0, b"first"), (FLAG_FINAL, b"second")])
+        wire += after
+    path = tmp_path / "forged"
+    path.write_bytes(wire)
+    opener = gcmstream.Opener(helpers.KEY, context=helpers.CONTEXT)
+    broken: tuple[type[gcmstream.MalformedRecordError | gcmstream.TrailingDataError], ...] = (
+        gcmstream.MalformedRecordError,
+        gcmstream.TrailingDataError,
+    )
+    with pytest.raises(broken) as sequential:
+        helpers.read_all(opener, wire)
+    with pytest.raises(broken) as walked:
+        gcmstream.open_file(path, key=helpers.KEY, context=helpers.CONTEXT)
+    assert sequential.value.record_number == 1
+    assert (type(walked.value), str(walked.value), walked.value.record_number) == (
+        type(sequential.value),
+        str(sequential.value),
+        1,
+    )

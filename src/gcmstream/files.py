@@ -64,6 +64,7 @@ from .format import (
 from .opener import Opener, Phase
 from .pipeline import CHUNK_SIZE
 from .recipients import DEFAULT_WORK_FACTOR, Identity, Recipient
+from .records import records_per_generation
 from .sealer import Sealer
 
 __all__ = (
@@ -168,15 +169,6 @@ def new_opener(
         max_record_size=max_record_size,
         ring_size=ring_size,
     )
-
-
-def records_per_generation(record_size: int, limits: KeyLimits) -> int:
-    """Records per key generation when every record is full: the Sealer's automatic key update
-    (FORMAT.md 6.3 rule 5, and ``direction.plan_flags``) marks record ``seq`` when
-    ``seq + 1 >= update_after_records``, ``(seq + 1) * size >= update_after_bytes`` or the next
-    full record would pass ``hard_bytes``."""
-    by_bytes = -(-limits.update_after_bytes // record_size)
-    return max(1, min(limits.update_after_records, by_bytes, limits.hard_bytes // record_size))
 
 
 def fixed_layout_field(record_size: int, limits: KeyLimits) -> tuple[int, bytes]:

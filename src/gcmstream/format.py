@@ -2,7 +2,7 @@
 
 Nothing here does I/O or keeps state between calls except :class:`TrafficKeys`, which holds the
 AEAD key and nonce base of one direction under one key generation (the sequence position is
-``direction.Direction``'s).
+``records.RecordLayer``'s).
 """
 
 from __future__ import annotations

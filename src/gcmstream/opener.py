@@ -28,8 +28,10 @@ Where input lives. Input comes in two ways, and the reader sees one stream:
   buffer): records are opened in place there (``ring.py`` has the ring's invariant);
 * held by reference (``receive_data``/``receive_some`` of ``bytes`` or a read-only view, after
   the header): a record that lies whole in it is opened straight from it, so its ciphertext is
-  never copied. Only a record split across inputs is copied into the ring, once the reader
-  reaches it. Held input comes after everything in the ring, and at most one is held.
+  never copied. Only a record split across inputs is copied into the ring, in two steps: its
+  start once the reader reaches it, its rest as the next input arrives (then the record is
+  whole in the ring and opens in the ring's run). Held input comes after everything in the
+  ring, and at most one is held.
 
 Where plaintext may exist. A record is decrypted straight into the caller's ``readinto``
 buffer when its plaintext fits there, else into the ring (in place, or, for a held record, into
@@ -45,15 +47,10 @@ import enum
 from collections.abc import Callable, Iterable
 from typing import NoReturn
 
-from cryptography.exceptions import InvalidTag
-
 from ._turn import Turn
-from .direction import Direction
 from .errors import (
-    AuthenticationError,
     BufferFullError,
     KeyCommitmentError,
-    MalformedRecordError,
     OutOfRangeError,
     ProtocolError,
     StreamBrokenError,
@@ -64,10 +61,7 @@ from .errors import (
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     FINISHED_SIZE,
-    FLAG_FINAL,
-    FLAG_KEY_UPDATE,
     HEADER_FIXED_SIZE,
-    KNOWN_FLAGS,
     MAGIC,
     MAX_FIELDS_SIZE,
     MAX_STANZA_FIELDS_SIZE,
@@ -82,6 +76,7 @@ from .format import (
     Role,
     StreamHeader,
     Suite,
+    TrafficKeys,
     as_key_ring,
     byte_view,
     check_context,
@@ -98,6 +93,7 @@ from .format import (
     verify_commitment,
 )
 from .recipients import STANZA_FIELD_TYPES, Identity, Unlocker
+from .records import RecordLayer
 from .ring import DEFAULT_RING_SIZE, RecordRing, check_record_length, ring_capacity
 
 __all__ = ("Opener", "Phase")
@@ -180,7 +176,6 @@ class Opener:
     __slots__ = (
         "__weakref__",
         "_context",
-        "_direction",
         "_eof",
         "_error",
         "_final_length",
@@ -203,10 +198,10 @@ class Opener:
         "_on_peer_header",
         "_peer_role",
         "_phase",
-        "_plain_aad",
         "_pt_end",
         "_pt_pos",
         "_record_wire",
+        "_records",
         "_ring",
         "_run_capped",
         "_turn",
@@ -262,7 +257,6 @@ class Opener:
         self._error: ProtocolError | None = None  # the one slot: waiting (or, once FAILED, raised)
         self._eof = False
         self._untaken = False  # receive_some left bytes outside that follow what it took
-        self._plain_aad = (-1, b"")  # (length, header) of the last plain record the runs opened
         self._run_capped = False  # the last run loop stopped at _CALL_RECORDS
         # the peer's header (its fixed part first, then exactly its size), and on a channel its
         # Finished: all an unconfirmed peer makes us hold
@@ -275,7 +269,7 @@ class Opener:
         # a channel's refusal of the key ID, kept (never raised: no traceback) to the whole header
         self._key_refusal: KeyCommitmentError | None = None
         self.header: StreamHeader | None = None
-        self._direction: Direction | None = None
+        self._records: RecordLayer | None = None  # made once the header verified
         self._max_ciphertext = 0
         self._ring: RecordRing | None = None
         self._held: memoryview | None = None  # input held by reference, from _held_pos on
@@ -305,11 +299,19 @@ class Opener:
 
     @property
     def records_opened(self) -> int:
-        return self._direction.records if self._direction is not None else 0
+        return self._records.records if self._records is not None else 0
 
     @property
     def bytes_opened(self) -> int:
-        return self._direction.bytes if self._direction is not None else 0
+        return self._records.total_bytes if self._records is not None else 0
+
+    @property
+    def record_layer(self) -> RecordLayer | None:
+        """This stream's record layer (``gcmstream.records``: its keys, position and limits)
+        once the header verified, else None. For gcmstream's random access (``open_file``),
+        which opens records by their place with the keys the header gave; reading records
+        through it directly would move them out of this Opener's sight."""
+        return self._records
 
     def __repr__(self) -> str:
         state = "failed" if self.failed else "eof" if self.at_eof else "open"
@@ -395,7 +397,8 @@ class Opener:
 
     def receive_some(self, data: Buffer) -> int:
         """Take what can be taken of ``data`` without waiting for a read; return how many bytes.
-        ``bytes`` (or a read-only view) are held by reference whole; other buffers are copied
+        ``bytes`` (or a read-only view) are held by reference (after the rest of a record split
+        across inputs, which is copied into the ring first); other buffers are copied
         into free ring space. 0 means: read first.
 
         Bytes not taken are known to follow in the stream: until the next feeding call, a FINAL
@@ -433,13 +436,19 @@ class Opener:
         while taken < len(view):
             if self._discarding():
                 return len(view)
+            count = len(view) - taken
             if hold and self._phase is _RECORDS and view.readonly and self._held is None:
-                self._hold(view[taken:] if taken else view)
-                return len(view)
+                ring = self._ring
+                if ring is None or ring.tail == ring.frontier:  # at a record boundary
+                    self._hold(view[taken:] if taken else view)
+                    return len(view)
+                # the rest of a record split across inputs: copied now, in one piece, so that
+                # the record is whole in the ring for the next run (measured: benchmarks/ab.py)
+                count = min(count, ring.missing())
             room = self._writable()
             if not room:
                 break
-            count = min(len(room), len(view) - taken)
+            count = min(len(room), count)
             room[:count] = view[taken : taken + count]
             self._commit(count)
             taken += count
@@ -646,7 +655,7 @@ class Opener:
         if header is None:  # unreachable: called once the header verified
             raise ProtocolError("no stream header")
         self._max_ciphertext = header.record_size + TAG_SIZE
-        self._direction = Direction(secret, header.suite, self._limits)
+        self._records = RecordLayer(TrafficKeys(secret, header.suite), self._limits, header.record_size)
         self._phase = _RECORDS
         self._header_buf = bytearray()  # read and verified: ``header`` keeps what is needed
 
@@ -768,7 +777,7 @@ class Opener:
         self._revoke()
         return b"".join(parts)
 
-    def _read_single(self, max_bytes: int) -> bytes | None:  # noqa: C901 (the Opener restructure splits it)
+    def _read_single(self, max_bytes: int) -> bytes | None:
         """The small-message path of ``read``: when the only input is one whole plain record
         (in the ring or held), ``AESGCM.decrypt`` makes the returned ``bytes`` itself, with no
         copy through the ring. None (nothing changed) for anything else, which the general
@@ -781,41 +790,30 @@ class Opener:
         if ring is not None and ring.stored:
             if held is not None or ring.complete != 1:
                 return None
-            source, pos = ring.view, ring.head
+            source, pos, available = ring.view, ring.head, ring.stored
         elif held is not None:
             source, pos = held, self._held_pos
-            if len(held) - pos < RECORD_HEADER_SIZE:
+            available = len(held) - pos
+            if available < RECORD_HEADER_SIZE:
                 return None
         else:
             return None
         flags, length = _unpack_record_header(source, pos)
-        body = pos + RECORD_HEADER_SIZE
-        count = length - TAG_SIZE
-        direction = self._direction
+        records = self._records
         if (
-            flags
-            or direction is None
+            records is None
             or not TAG_SIZE < length <= self._max_ciphertext
-            or (0 < max_bytes < count)
-            or (source is held and body + length != len(source))  # exactly one record
-            or (source is not held and ring is not None and ring.stored != RECORD_HEADER_SIZE + length)
-            or direction.seq >= direction.limits.hard_records
-            or direction.key_bytes + count > direction.limits.hard_bytes
+            or (0 < max_bytes < length - TAG_SIZE)
+            or available != RECORD_HEADER_SIZE + length  # exactly one record
         ):
             return None
-        keys = direction.keys
-        try:
-            plaintext = keys.aead.decrypt(
-                keys.nonce_into(direction.seq), source[body : body + length], source[pos:body]
-            )
-        except InvalidTag:
-            return None  # the general path opens it again and reports it
-        direction.seq += 1
-        direction.key_bytes += count
-        if source is held:
+        plaintext = records.open_plain_bytes(flags, length, source, pos)
+        if plaintext is None:
+            return None  # the general path opens it and reports what it finds
+        if ring is not None and ring.stored:
+            ring.release(RECORD_HEADER_SIZE + length, 1)
+        else:
             self._held = None
-        elif ring is not None:
-            ring.pop(RECORD_HEADER_SIZE + length)
         return plaintext
 
     def readinto(self, buffer: Buffer) -> int | None:
@@ -857,7 +855,7 @@ class Opener:
                     ring = self._ring
                     if ring is not None and ring.complete:
                         got = self._open_ring_run(ring, target, got)
-                    elif self._held is not None and (ring is None or not ring.stored):
+                    if self._held is not None and (ring is None or not ring.stored) and not self._run_capped:
                         got = self._open_run(target, got)  # (held input starts a record)
                     if got == size or self._run_capped:
                         break  # (a run that opened _CALL_RECORDS records ends the call)
@@ -936,22 +934,32 @@ class Opener:
             before = self._held_pos
             if ring is not None and ring.stored:  # a record split across inputs: complete it
                 self._absorb(ring.missing())
-            else:  # at a record boundary: whole records open in place, a partial one is copied
-                if len(held) - before >= RECORD_HEADER_SIZE:
-                    _, length = _unpack_record_header(held, before)
-                    check_record_length(length, self._max_ciphertext, self.records_opened)
-                    whole = before + RECORD_HEADER_SIZE + length <= len(held)
-                    size = length - TAG_SIZE
-                    fits = target is not None and size <= len(target)
-                    if whole and (length >= _IN_PLACE_MIN or fits or not size):
-                        return True
-                self._absorb(_ABSORB_BYTES)
+            elif self._opens_in_place(held, before, target):
+                return True
             if self._held is held and self._held_pos == before:
                 return False  # no room at all: cannot happen while the ring holds no whole record
         if self._error is not None:
             raise self._error
         if self._eof:
             raise TruncatedStreamError(self._truncation())
+        return False
+
+    def _opens_in_place(self, held: memoryview, before: int, target: memoryview | None) -> bool:
+        """At a record boundary in the held input: True when the record there is whole and is
+        opened where it lies; else the held input is copied into the ring, a partial record
+        in one step (its rest is all that is held), small records ``_ABSORB_BYTES`` at a time."""
+        limit = _ABSORB_BYTES
+        if len(held) - before >= RECORD_HEADER_SIZE:
+            _, length = _unpack_record_header(held, before)
+            check_record_length(length, self._max_ciphertext, self.records_opened)
+            whole = before + RECORD_HEADER_SIZE + length <= len(held)
+            size = length - TAG_SIZE
+            fits = target is not None and size <= len(target)
+            if whole and (length >= _IN_PLACE_MIN or fits or not size):
+                return True
+            if not whole:
+                limit = -1
+        self._absorb(limit)
         return False
 
     def _truncation(self) -> str:
@@ -974,12 +982,12 @@ class Opener:
             "the sender closed without ending the stream, or the connection was cut"
         )
 
-    def _open(self, target: memoryview | None) -> int:  # noqa: C901 (the Opener restructure splits it)
-        """Decrypt the record ``_next_record`` found and account for it. Returns the bytes
-        decrypted straight into ``target`` (when its plaintext fits there), else 0 with the
-        plaintext in the ring as the current record."""
-        direction = self._direction
-        if direction is None:  # unreachable: records are found only after the header
+    def _open(self, target: memoryview | None) -> int:
+        """Open the record ``_next_record`` found (``RecordLayer.open_record``). Returns the
+        bytes decrypted straight into ``target`` (when its plaintext fits there), else 0 with
+        the plaintext in the ring as the current record."""
+        records = self._records
+        if records is None:  # unreachable: records are found only after the header
             raise ProtocolError("no stream header")
         ring = self._ring
         if ring is not None and ring.complete:  # in the ring, opened in place
@@ -990,16 +998,7 @@ class Opener:
                 views = self._slice_views(ring, pos, length)
             aad, ciphertext, plaintext = views[2], views[3], views[4]
         else:  # whole in the held input: read in place, plaintext into a reserved ring slot
-            held = self._held
-            if held is None:  # unreachable: _next_record found it there
-                raise ProtocolError("no record to open")
-            start = self._held_pos
-            flags, length = _unpack_record_header(held, start)
-            body = start + RECORD_HEADER_SIZE
-            aad, ciphertext = held[start:body], held[body : body + length]
-            self._held_pos = body + length
-            if self._held_pos == len(held):
-                self._held = None
+            flags, length, aad, ciphertext = self._take_held_record()
             ring = None
             plaintext = _NO_PLAINTEXT  # (chosen below)
         size = length - TAG_SIZE
@@ -1010,28 +1009,11 @@ class Opener:
             plaintext = _NO_PLAINTEXT  # an empty held record needs no memory (no ring for it)
         elif ring is None:
             ring = self._get_ring()
-            pos = ring.reserve(RECORD_HEADER_SIZE + length)
-            views = self._views[pos % _VIEW_SLOTS]
-            if views is None or views[0] != pos or views[1] != length:
-                views = self._slice_views(ring, pos, length)
-            plaintext = views[4]
-        seq = direction.seq
-        limits = direction.limits
-        if seq >= limits.hard_records or direction.key_bytes + size > limits.hard_bytes:
-            direction.check_open(size)  # raises, naming the limit
-        keys = direction.keys
-        try:
-            keys.aead.decrypt_into(keys.nonce_into(seq), ciphertext, aad, plaintext)
-        except InvalidTag as exc:
-            plaintext[:] = bytes(len(plaintext))  # never leave unauthenticated plaintext
-            raise AuthenticationError(direction.records) from exc
-        if flags:  # rare: check and apply the flags only then
-            more_in_ring = ring is not None and ring.stored > RECORD_HEADER_SIZE + length
-            self._apply_flags(flags, plaintext, more_in_ring or self._held is not None or self._untaken)
-            direction.advance(size, flags)
-        else:  # direction.advance inlined: the per-record hot path
-            direction.seq = seq + 1
-            direction.key_bytes += size
+            plaintext = self._reserve_plaintext(ring, length)
+        followed = flags != 0 and self._followed(ring, RECORD_HEADER_SIZE + length)
+        if records.open_record(flags, size, aad, ciphertext, plaintext, followed):
+            self._final_length = size
+            self._phase = _FINAL
         if ring is not None:
             self._record_wire = RECORD_HEADER_SIZE + length
             if not direct:
@@ -1040,132 +1022,66 @@ class Opener:
                 return 0
         return size if direct else 0
 
-    def _apply_flags(self, flags: int, plaintext: memoryview, followed: bool) -> None:
-        """Check an authenticated record's flags (wiping its plaintext if they break a rule)
-        and enter FINAL for a FINAL record that nothing follows."""
-        number = self.records_opened
-        problem: ProtocolError | None = None
-        if flags & ~KNOWN_FLAGS:
-            problem = MalformedRecordError(
-                f"record {number} has unknown flags 0x{flags:02x}", record_number=number
-            )
-        elif flags == FLAG_FINAL | FLAG_KEY_UPDATE:
-            problem = MalformedRecordError(
-                f"record {number} has both FINAL and KEY_UPDATE", record_number=number
-            )
-        elif flags & FLAG_FINAL and followed:
-            problem = TrailingDataError(
-                f"data follows the FINAL record (record {number})", record_number=number
-            )
-        if problem is not None:
-            plaintext[:] = bytes(len(plaintext))
-            raise problem
-        if flags & FLAG_FINAL:
-            self._final_length = len(plaintext)
-            self._phase = _FINAL
+    def _take_held_record(self) -> tuple[int, int, memoryview, memoryview]:
+        """(flags, length, header, ciphertext) of the whole record at the held position,
+        which moves past it."""
+        held = self._held
+        if held is None:  # unreachable: _next_record found it there
+            raise ProtocolError("no record to open")
+        start = self._held_pos
+        flags, length = _unpack_record_header(held, start)
+        body = start + RECORD_HEADER_SIZE
+        self._held_pos = body + length
+        if self._held_pos == len(held):
+            self._held = None
+        return flags, length, held[start:body], held[body : body + length]
+
+    def _reserve_plaintext(self, ring: RecordRing, length: int) -> memoryview:
+        """Room for a held record's plaintext: the body of a slot the ring reserves for it."""
+        pos = ring.reserve(RECORD_HEADER_SIZE + length)
+        views = self._views[pos % _VIEW_SLOTS]
+        if views is None or views[0] != pos or views[1] != length:
+            views = self._slice_views(ring, pos, length)
+        return views[4]
+
+    def _followed(self, ring: RecordRing | None, wire_length: int) -> bool:
+        """Whether bytes are known to follow the record being opened (a FINAL record must be
+        the last): after it in the ring, held, or left outside by ``receive_some``."""
+        return (ring is not None and ring.stored > wire_length) or self._held is not None or self._untaken
 
     def _open_run(self, target: memoryview, got: int) -> int:
-        """The hot path of ``readinto``: consecutive whole records without flags, straight from
-        the held input into ``target``. Stops, leaving the record to ``_step``, at anything
-        else: a flag, a record split or too large for what is left, a limit, a failure.
-
-        Every per-record call and slice counts here (~0.1 us each, against ~0.7 us for a 1 KiB
-        ``decrypt_into``): the nonce is patched inline, the limits become two budgets, and the
-        associated data of a plain record (flags 0 and its length) is rebuilt once per length
-        rather than sliced from the input, which holds the same five bytes."""
+        """The hot path of ``readinto`` from held input: consecutive whole plain records
+        straight into ``target`` (``RecordLayer.open_run``), leaving anything else to
+        ``_step``."""
         held = self._held
-        direction = self._direction
-        if held is None or direction is None:
+        records = self._records
+        if held is None or records is None:
             return got
-        pos, held_len, size = self._held_pos, len(held), len(target)
-        keys = direction.keys
-        decrypt_into = keys.decrypt_into
-        nonce, pack_low, iv_low = keys.nonce_parts
-        seq, key_bytes = direction.seq, direction.key_bytes
-        records_left = min(direction.limits.hard_records - seq, _CALL_RECORDS)
-        bytes_left = direction.limits.hard_bytes - key_bytes
-        max_ciphertext = self._max_ciphertext
-        unpack = _unpack_record_header
-        aad_length, aad = self._plain_aad
-        opened = 0
-        try:
-            while held_len - pos >= RECORD_HEADER_SIZE and opened < records_left:
-                flags, length = unpack(held, pos)
-                body = pos + RECORD_HEADER_SIZE
-                end = body + length
-                count = length - TAG_SIZE
-                if flags or end > held_len or count > size - got or count > bytes_left:
-                    break
-                if length != aad_length:
-                    if not TAG_SIZE < length <= max_ciphertext:
-                        break
-                    aad_length, aad = length, RECORD_HEADER.pack(0, length)
-                    self._plain_aad = (length, aad)
-                out = target[got : got + count]
-                pack_low(nonce, 4, iv_low ^ (seq + opened))
-                try:
-                    decrypt_into(nonce, held[body:end], aad, out)
-                except InvalidTag:
-                    out[:] = bytes(count)  # wiped; _step opens it again and reports it
-                    break
-                opened += 1
-                bytes_left -= count
-                got += count
-                pos = end
-        finally:
-            direction.seq = seq + opened
-            direction.key_bytes = direction.limits.hard_bytes - bytes_left
-            self._run_capped = opened == _CALL_RECORDS
-            if pos == held_len:
-                self._held = None
-            else:
-                self._held_pos = pos
+        pos, got, opened = records.open_run(held, self._held_pos, len(held), target, got, _CALL_RECORDS)
+        self._run_capped = opened == _CALL_RECORDS
+        if pos == len(held):
+            self._held = None
+        else:
+            self._held_pos = pos
         return got
 
     def _open_ring_run(self, ring: RecordRing, target: memoryview, got: int) -> int:
-        """``_open_run`` for records that lie whole in the ring: consecutive plain records from
-        its head, decrypted straight into ``target`` and released at once. Stops at the same
-        things, leaving the record to ``_step``."""
-        direction = self._direction
-        if direction is None:
+        """``_open_run`` for the whole records at the ring's head: each stretch of them that
+        lies in one piece (up to the wrap, then from 0) in one ``RecordLayer.open_run``, and
+        released with one ``RecordRing.release``."""
+        records = self._records
+        if records is None:
             return got
-        size = len(target)
-        keys = direction.keys
-        decrypt_into = keys.decrypt_into
-        nonce, pack_low, iv_low = keys.nonce_parts
-        seq = direction.seq
-        records_left = min(direction.limits.hard_records - seq, _CALL_RECORDS)
-        bytes_left = direction.limits.hard_bytes - direction.key_bytes
-        buf, view, pop = ring.buf, ring.view, ring.pop
-        unpack = _unpack_record_header
-        aad_length, aad = self._plain_aad
-        opened = 0
-        try:
-            while ring.complete and opened < records_left:
-                pos = ring.head
-                flags, length = unpack(buf, pos)  # (its range was checked as it arrived)
-                count = length - TAG_SIZE
-                if flags or not 0 < count <= size - got or count > bytes_left:
-                    break
-                if length != aad_length:  # a plain record's header is its associated data
-                    aad_length, aad = length, RECORD_HEADER.pack(0, length)
-                    self._plain_aad = (length, aad)
-                body = pos + RECORD_HEADER_SIZE
-                out = target[got : got + count]
-                pack_low(nonce, 4, iv_low ^ (seq + opened))
-                try:
-                    decrypt_into(nonce, view[body : body + length], aad, out)
-                except InvalidTag:
-                    out[:] = bytes(count)  # wiped; _step opens it again and reports it
-                    break
-                opened += 1
-                bytes_left -= count
-                got += count
-                pop(RECORD_HEADER_SIZE + length)
-        finally:
-            direction.seq = seq + opened
-            direction.key_bytes = direction.limits.hard_bytes - bytes_left
-            self._run_capped = opened == _CALL_RECORDS
+        budget = _CALL_RECORDS
+        while ring.complete and budget:
+            head = ring.head
+            stop = ring.wrap if ring.wrap >= 0 else ring.frontier
+            pos, got, opened = records.open_run(ring.view, head, stop, target, got, budget)
+            if not opened:
+                break
+            ring.release(pos - head, opened)
+            budget -= opened
+        self._run_capped = not budget
         return got
 
     def _slice_views(
@@ -1182,7 +1098,7 @@ class Opener:
 
     def _close_record(self) -> None:
         if self._ring is not None:
-            self._ring.pop(self._record_wire)
+            self._ring.release(self._record_wire, 1)
         self._record_wire = 0
 
     def _drop_input(self) -> None:

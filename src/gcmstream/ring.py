@@ -198,8 +198,13 @@ class RecordRing:
 
     def pop(self, wire_length: int) -> None:
         """Release the complete record at ``head``; its memory may be overwritten from now on."""
-        self.complete -= 1
-        self.head += wire_length
+        self.release(wire_length, 1)
+
+    def release(self, nbytes: int, records: int) -> None:
+        """Release ``records`` complete records, ``nbytes`` in all, from ``head`` (they lie in
+        one piece: not past the wrap); their memory may be overwritten from now on."""
+        self.complete -= records
+        self.head += nbytes
         if self.wrap >= 0 and self.head == self.wrap:
             self.head, self.wrap = 0, -1
         if self.wrap < 0 and self.head == self.tail:  # empty: restart at 0 for the longest view

@@ -1,6 +1,6 @@
 """The Sealer: plaintext in, stream header and records out. Sans-IO, one direction.
 
-Each call first plans the flags of every record it will make (``plan_flags``: key updates,
+Each call first plans the flags of every record it will make (``RecordLayer.plan_flags``: key updates,
 FINAL, the hard per-key limits), refusing the whole call before sealing anything if a record
 would pass a limit; then it seals with exactly those flags. Output lands in a reusable buffer
 (allocated on first use, revoked at the next call) unless it is larger than four records.
@@ -12,15 +12,11 @@ import os
 from collections.abc import Callable, Iterable
 
 from ._turn import Turn
-from .direction import Direction, far_from_limits, plan_flags
 from .errors import NotReadyError, StreamClosedError, UsageError
 from .format import (
     DEFAULT_RECORD_SIZE,
-    FLAG_FINAL,
-    FLAG_KEY_UPDATE,
     MAX_HEADER_SIZE,
     MAX_STANZA_FIELDS_SIZE,
-    RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
     Buffer,
@@ -29,11 +25,13 @@ from .format import (
     Keys,
     Role,
     Suite,
+    TrafficKeys,
     byte_view,
     check_record_size,
     make_header,
 )
 from .recipients import DEFAULT_WORK_FACTOR, FILE_KEY_SIZE, Recipient, seal_stanzas
+from .records import RecordLayer
 
 __all__ = ("Sealer",)
 
@@ -98,7 +96,7 @@ class Sealer:
         self._reuse_output = reuse_output
         self.record_size = check_record_size(record_size)
         self._limits = limits or KeyLimits()
-        self._direction: Direction | None = None
+        self._records: RecordLayer | None = None
         if _role is Role.ONE_WAY:
             # _salt is for known-answer tests only: a repeated salt repeats every key and nonce
             # _fields: a one-way header's typed fields (the file engine's layout field)
@@ -111,7 +109,7 @@ class Sealer:
                 fields=[*fields, *_fields],
                 max_fields_size=MAX_STANZA_FIELDS_SIZE,
             )
-            self._direction = Direction(secret, self.suite, self._limits)
+            self._records = self._new_layer(secret)
         else:  # a channel's: the Channel sends the headers, and keys it by install_secret()
             self.header = b""
         self._auto = auto_key_update
@@ -138,7 +136,7 @@ class Sealer:
     @property
     def ready(self) -> bool:
         """True once records can be sealed (a channel's sealer waits for the peer's header)."""
-        return self._direction is not None
+        return self._records is not None
 
     @property
     def pending(self) -> int:
@@ -147,17 +145,17 @@ class Sealer:
 
     @property
     def records_sealed(self) -> int:
-        return self._direction.records if self._direction is not None else 0
+        return self._records.records if self._records is not None else 0
 
     @property
     def bytes_sealed(self) -> int:
-        return self._direction.bytes if self._direction is not None else 0
+        return self._records.total_bytes if self._records is not None else 0
 
     @property
     def key_generation(self) -> int:
         """How many key updates this stream made. Public (documented in the API reference) for
         diagnostics and for tests that pin when keys change; nothing inside gcmstream reads it."""
-        return self._direction.keys.generation if self._direction is not None else 0
+        return self._records.keys.generation if self._records is not None else 0
 
     def install_secret(self, secret: bytes, suite: Suite | None = None) -> None:
         """Key a channel's sealer once its handshake is confirmed (``Channel`` calls this), under
@@ -166,12 +164,15 @@ class Sealer:
 
         It takes no turn: it runs inside the opener's call that confirmed the peer's Finished,
         and a seal() racing it on another thread sees either no key (NotReadyError) or the
-        whole Direction, which one assignment installs."""
-        if self._direction is not None:
+        whole RecordLayer, which one assignment installs."""
+        if self._records is not None:
             raise UsageError("this sealer is already keyed")
         if suite is not None:
             self.suite = suite
-        self._direction = Direction(secret, self.suite, self._limits)
+        self._records = self._new_layer(secret)
+
+    def _new_layer(self, secret: bytes) -> RecordLayer:
+        return RecordLayer(TrafficKeys(secret, self.suite), self._limits, self.record_size)
 
     def seal(self, data: Buffer, *, flush: bool = False, final: bool = False) -> memoryview:
         """Seal ``data``. The rest of a record waits for more data unless ``flush=True`` (seal it
@@ -198,7 +199,7 @@ class Sealer:
     def _seal_single(self, data: Buffer) -> memoryview | None:
         """The message path of ``seal(data, flush=True)``: nothing pending, the header sent,
         ``data`` one plain record far from every limit. None (nothing changed) otherwise."""
-        direction = self._direction
+        records = self._records
         if isinstance(data, memoryview):
             if data.ndim != 1 or data.itemsize != 1 or not data.c_contiguous:
                 return None  # len() would count items, not bytes: the general path casts
@@ -206,35 +207,28 @@ class Sealer:
             return None  # (another buffer type: the general path makes a byte view of it)
         size = len(data)
         if (
-            direction is None
+            records is None
             or self._closed
             or not self._header_sent
             or not 0 < size <= self.record_size
-            or not far_from_limits(direction, 1, self.record_size, self._update_requested)
+            or not records.far_from_limits(1, self._update_requested)
         ):
             return None
         if self._lent is not None:
             self._revoke()
-        wire = size + _OVERHEAD
-        out = self._output(wire)
-        RECORD_HEADER.pack_into(out, 0, 0, size + TAG_SIZE)
-        keys = direction.keys
-        nonce = keys.nonce_into(direction.seq)
-        direction.seq += 1  # reserved before use: an interrupted call never leaves it reusable
-        direction.key_bytes += size
-        keys.aead.encrypt_into(nonce, data, out[:RECORD_HEADER_SIZE], out[RECORD_HEADER_SIZE:wire])
-        return self._lend(out, wire)
+        out = self._output(size + _OVERHEAD)
+        return self._lend(out, records.seal_one(data, size, out))
 
     def _seal(self, data: Buffer, flush: bool, final: bool) -> memoryview:
         self._revoke()
-        direction = self._ready("seal")
+        records = self._ready("seal")
         src = byte_view(data)
         size = self.record_size
         total = self._pending_len + len(src)
         sizes = [size] * (total // size)
         if ((final or flush) and total % size) or (final and not sizes):
             sizes.append(total % size)
-        flags = self._plan(direction, sizes, final)
+        flags = self._plan(records, sizes, final)
         out = self._output(
             len(sizes) * _OVERHEAD + sum(sizes) + (0 if self._header_sent else len(self.header))
         )
@@ -262,14 +256,14 @@ class Sealer:
 
     def _flush(self) -> memoryview:
         self._revoke()
-        direction = self._ready("flush")
+        records = self._ready("flush")
         length = self._pending_len
         sizes = [length] if length > 0 or self._update_requested else []
         # A requested key update whose record would carry the pending bytes past the old key's
         # byte limit goes first as an empty record, so update_key() + flush() always moves on.
-        if self._update_requested and direction.key_bytes + length > self._limits.hard_bytes:
+        if self._update_requested and records.key_bytes + length > self._limits.hard_bytes:
             sizes = [0, length]
-        flags = self._plan(direction, sizes, False)
+        flags = self._plan(records, sizes, False)
         out = self._output(len(sizes) * _OVERHEAD + length + (0 if self._header_sent else len(self.header)))
         pos = self._put_header(out)
         if sizes:
@@ -304,25 +298,20 @@ class Sealer:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _ready(self, verb: str) -> Direction:
+    def _ready(self, verb: str) -> RecordLayer:
         if self._closed:
             raise StreamClosedError(f"cannot {verb}: the FINAL record was already sealed")
-        if self._direction is None:
+        if self._records is None:
             raise NotReadyError("cannot seal before the channel handshake is complete")
-        return self._direction
+        return self._records
 
-    def _plan(self, direction: Direction, sizes: list[int], final: bool) -> list[int] | None:
+    def _plan(self, records: RecordLayer, sizes: list[int], final: bool) -> list[int] | None:
         """The flags of each record to seal (LimitReachedError if one would pass a hard
         limit), or None for the common case: all plain, FINAL on the last if ``final``."""
-        if far_from_limits(direction, len(sizes), self.record_size, self._update_requested):
+        if records.far_from_limits(len(sizes), self._update_requested):
             return None
-        return plan_flags(
-            direction,
-            sizes,
-            final=final,
-            update_requested=self._update_requested,
-            auto_update=self._auto,
-            record_size=self.record_size,
+        return records.plan_flags(
+            sizes, final=final, update_requested=self._update_requested, auto_update=self._auto
         )
 
     def _seal_records(
@@ -335,44 +324,14 @@ class Sealer:
         flags: list[int] | None,
         final: bool,
     ) -> int:
-        """Seal consecutive records of ``src`` from ``start``, one per size, into ``out`` at
-        ``pos`` with the planned ``flags`` (None: plain, FINAL on the last if ``final``);
+        """Seal records of ``src`` from ``start`` into ``out`` at ``pos`` (``RecordLayer.seal_run``);
         return the end."""
-        direction = self._direction
-        if direction is None:  # unreachable: _ready() checked; kept for the type checker
+        records = self._records
+        if records is None:  # unreachable: _ready() checked; kept for the type checker
             raise NotReadyError("cannot seal before the channel handshake is complete")
-        keys = direction.keys
-        encrypt_into = keys.aead.encrypt_into
-        nonce, pack_low, iv_low = keys.nonce_parts
-        pack_into = RECORD_HEADER.pack_into
-        last = len(sizes) - 1
-        taken = start
-        aad_flag, aad_length, aad = -1, -1, b""  # a record's header is its associated data
-        for index, length in enumerate(sizes):
-            flag = flags[index] if flags is not None else FLAG_FINAL if final and index == last else 0
-            chunk = src[taken : taken + length]
-            taken += length
-            body = pos + RECORD_HEADER_SIZE
-            end = body + length + TAG_SIZE
-            if flag != aad_flag or length != aad_length:  # full records share one header
-                aad_flag, aad_length = flag, length
-                aad = RECORD_HEADER.pack(flag, length + TAG_SIZE)
-            pack_into(out, pos, flag, length + TAG_SIZE)
-            pack_low(nonce, 4, iv_low ^ direction.seq)
-            # The position moves on before the record is sealed (a nonce is reserved, then
-            # used), so a call interrupted here (Ctrl-C) can lose a record, never reuse a nonce.
-            seal_record = encrypt_into
-            if flag & FLAG_KEY_UPDATE:
-                direction.advance(length, flag)  # this record is the old key's last
-                encrypt_into = direction.keys.aead.encrypt_into
-                sealing_nonce, (nonce, pack_low, iv_low) = nonce, direction.keys.nonce_parts
-                self._update_requested = False
-            else:  # direction.advance inlined: this is the per-record hot path
-                direction.seq += 1
-                direction.key_bytes += length
-                sealing_nonce = nonce
-            seal_record(sealing_nonce, chunk, aad, out[body:end])
-            pos = end
+        pos, updated = records.seal_run(out, pos, src, start, sizes, flags, final)
+        if updated:
+            self._update_requested = False
         return pos
 
     def _revoke(self) -> None:

@@ -37,7 +37,7 @@ relabelled fails as AuthenticationError naming its number, its plaintext is wipe
 the reads that touch it fail; the file object stays usable for other ranges. One decrypted
 record is kept for the next read; a read that covers a whole record decrypts it straight into
 the caller's buffer. Memory: two record buffers, whatever the file size, plus the index of a
-walked file (8 bytes per genuine record) and a few key generations (``_KeyChain``). Reading
+walked file (8 bytes per genuine record) and a few key generations (``records.KeyChain``). Reading
 one byte anywhere reads at most one record from disk after open; opening a FIXED_LAYOUT file
 reads the header and the FINAL record (and leaves FINAL decrypted), so one byte near the end
 of a large one costs at most two records of disk reads.
@@ -56,12 +56,10 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import anyio
 from anyio import AsyncFile, to_thread
-from cryptography.exceptions import InvalidTag
 
 from .errors import (
     AuthenticationError,
     MalformedRecordError,
-    TrailingDataError,
     TruncatedStreamError,
     UnsupportedEndpointError,
 )
@@ -71,7 +69,6 @@ from .format import (
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
     HEADER_FIXED_SIZE,
-    KNOWN_FLAGS,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
@@ -80,10 +77,10 @@ from .format import (
     KeyLimits,
     Keys,
     StreamHeader,
-    TrafficKeys,
     byte_view,
 )
 from .recipients import Identity
+from .records import KeyChain, RecordLayer
 from .ring import check_record_length
 
 if TYPE_CHECKING:
@@ -150,33 +147,7 @@ class _Walked:
 
 
 _Layout: TypeAlias = _Fixed | _Walked
-
-
-class _KeyChain:
-    """The keys of any key generation, derived forward (FORMAT.md 5.4) from the nearest one
-    kept: the last one used and one every ``_CHECKPOINT`` generations, so a file with many key
-    updates costs a few TrafficKeys, and a read far from the last one at most
-    ``_CHECKPOINT`` derivations."""
-
-    _CHECKPOINT = 1024
-
-    def __init__(self, first: TrafficKeys) -> None:
-        self._checkpoints = [first]  # generations 0, _CHECKPOINT, 2 * _CHECKPOINT, ...
-        self._last = first
-
-    def __call__(self, generation: int) -> TrafficKeys:
-        keys = self._last
-        if keys.generation == generation:
-            return keys
-        checkpoint = self._checkpoints[min(generation // self._CHECKPOINT, len(self._checkpoints) - 1)]
-        if keys.generation > generation or checkpoint.generation > keys.generation:
-            keys = checkpoint
-        while keys.generation < generation:
-            keys = keys.next()
-            if keys.generation == len(self._checkpoints) * self._CHECKPOINT:
-                self._checkpoints.append(keys)
-        self._last = keys
-        return keys
+_KeyChain = KeyChain  # its name here before the record layer took it (tests/test_seekable.py)
 
 
 class DecryptedFile(io.RawIOBase):
@@ -196,7 +167,7 @@ class DecryptedFile(io.RawIOBase):
         fd: int,
         name: str,
         header: StreamHeader,
-        keys: _KeyChain,
+        keys: KeyChain,
         layout: _Layout,
         plain: bytearray,
         cached: int,
@@ -331,13 +302,13 @@ def _open_record(
     fd: int,
     layout: _Layout,
     index: int,
-    keys_for: _KeyChain,
+    keys: KeyChain,
     wire: bytearray,
     out: memoryview,
 ) -> None:
-    """Read record ``index`` with one ``preadv`` into ``wire`` and decrypt it into ``out``
-    (its plaintext size) with the flags and length its place requires, or raise with ``out``
-    wiped."""
+    """Read record ``index`` with one ``preadv`` into ``wire`` and open it into ``out`` (its
+    plaintext size) with the flags and length its place requires (``KeyChain.open_at``), or
+    raise with ``out`` wiped."""
     _, size, generation, seq, flags = layout.record(index)
     length = size + _OVERHEAD
     view = memoryview(wire)[:length]
@@ -345,16 +316,7 @@ def _open_record(
         got = os.preadv(fd, [view], layout.wire_offset(index))
         if got != length:
             raise TruncatedStreamError(f"the file ended inside record {index}: it shrank since it was opened")
-        aad = RECORD_HEADER.pack(flags, size + TAG_SIZE)
-        if view[:RECORD_HEADER_SIZE] != aad:  # moved, cut or relabelled: it cannot authenticate
-            out[:] = bytes(len(out))
-            raise AuthenticationError(index)
-        keys = keys_for(generation)
-        try:
-            keys.aead.decrypt_into(keys.nonce(seq), view[RECORD_HEADER_SIZE:], aad, out)
-        except InvalidTag:
-            out[:] = bytes(len(out))
-            raise AuthenticationError(index) from None
+        keys.open_at(generation, seq, flags, view, out, index)
     finally:
         view.release()
 
@@ -362,8 +324,9 @@ def _open_record(
 # -- opening ----------------------------------------------------------------------------------
 
 
-def _read_header(fd: int, opener: Opener) -> tuple[StreamHeader, TrafficKeys]:
-    """Feed the header to ``opener`` (all of its checks) and return it with its keys."""
+def _read_header(fd: int, opener: Opener) -> tuple[StreamHeader, RecordLayer]:
+    """Feed the header to ``opener`` (all of its checks) and return it with its record layer
+    (generation 0, no record opened)."""
     offset = 0
     need = HEADER_FIXED_SIZE
     while not opener.header_verified():
@@ -375,18 +338,17 @@ def _read_header(fd: int, opener: Opener) -> tuple[StreamHeader, TrafficKeys]:
         offset += len(chunk)
         need = opener.header_missing
     header = opener.header
-    direction = opener._direction  # the verified stream's generation-0 keys
-    if header is None or direction is None:  # unreachable once header_verified() is True
+    records = opener.record_layer
+    if header is None or records is None:  # unreachable once header_verified() is True
         raise TruncatedStreamError("input ended before the stream header")
-    return header, direction.keys
+    return header, records
 
 
-def _promised_layout(header: StreamHeader) -> int | None:
+def _promised_layout(header: StreamHeader, limits: KeyLimits) -> int | None:
     """N of the header's FIXED_LAYOUT field, or None when there is none or FORMAT.md 4.3 says
-    to ignore it (N is 0, not 4 bytes, or past the hard limits): then the file is walked."""
+    to ignore it (N is 0, not 4 bytes, or past the hard ``limits``): then the file is walked."""
     value = header.field(FieldType.FIXED_LAYOUT)
     per_generation = layout_generation_size(value) if value is not None else None
-    limits = KeyLimits()
     if per_generation is None or per_generation > limits.hard_records:
         return None
     if per_generation * header.record_size > limits.hard_bytes:
@@ -426,9 +388,10 @@ class _Blocks:
         return memoryview(self._block)[offset - self._start : offset - self._start + count]
 
 
-def _walk(fd: int, header: StreamHeader, file_size: int, first_keys: TrafficKeys, *, index: bool) -> _Walked:
-    """Authenticate every record in order, as a sequential reader does (the same record
-    checks, R1..R4, and errors), and return their places (``index``) once the FINAL record
+def _walk(fd: int, header: StreamHeader, file_size: int, records: RecordLayer, *, index: bool) -> _Walked:
+    """Authenticate every record in order with ``records`` (at generation 0, no record opened),
+    as a sequential reader does (``RecordLayer.open_record``: the same limits, record checks,
+    R1..R4, and errors), and return their places (``index``) once the FINAL record
     authenticated and ends the file. A record is authenticated before anything it says (its
     length, its flags) is used to find the next one, so every place in the result comes from
     authenticated records only: a record edited, moved, dropped or duplicated fails here, and
@@ -436,16 +399,14 @@ def _walk(fd: int, header: StreamHeader, file_size: int, first_keys: TrafficKeys
     over the file into one record of scratch memory, and (``index``) 8 bytes per record and
     per key generation."""
     header_size = len(header.raw)
-    limits = KeyLimits()
-    max_ciphertext = header.record_size + TAG_SIZE
     starts = array("Q", [0])
     generations = array("Q", [0])
-    scratch = bytearray(header.record_size)
+    scratch = memoryview(bytearray(header.record_size))
     blocks = _Blocks(fd, file_size, header_size, header.record_size)
-    keys = first_keys
-    offset, plain, seq, key_bytes, count = header_size, 0, 0, 0, 0
+    offset, plain = header_size, 0
     try:
         while True:
+            count = records.records
             if file_size - offset < RECORD_HEADER_SIZE:
                 where = "at a record boundary" if offset == file_size else "inside a record header"
                 raise TruncatedStreamError(
@@ -453,48 +414,34 @@ def _walk(fd: int, header: StreamHeader, file_size: int, first_keys: TrafficKeys
                     "the file was cut short"
                 )
             flags, length = RECORD_HEADER.unpack(blocks.view(offset, RECORD_HEADER_SIZE))
-            check_record_length(length, max_ciphertext)
+            check_record_length(length, records.max_ciphertext, count)
             size = length - TAG_SIZE
-            if seq >= limits.hard_records or key_bytes + size > limits.hard_bytes:
-                raise MalformedRecordError(f"record {count}: the writer passed a per-key limit")
             end = offset + RECORD_HEADER_SIZE + length
             if end > file_size:
                 raise TruncatedStreamError(f"input ended inside record {count}, without a FINAL record")
             with blocks.view(offset, RECORD_HEADER_SIZE + length) as wire:
-                try:  # as it is on disk: a forged flag or length fails here
-                    keys.decrypt_into(
-                        keys.nonce(seq),
-                        wire[RECORD_HEADER_SIZE:],
-                        wire[:RECORD_HEADER_SIZE],
-                        memoryview(scratch)[:size],
-                    )
-                except InvalidTag:
-                    raise AuthenticationError(count) from None
-            if flags & ~KNOWN_FLAGS:
-                raise MalformedRecordError(f"record {count} has unknown flags 0x{flags:02x}")
-            if flags == FLAG_FINAL | FLAG_KEY_UPDATE:
-                raise MalformedRecordError(f"record {count} has both FINAL and KEY_UPDATE")
+                # as it is on disk: a forged flag or length fails here
+                final = records.open_record(
+                    flags,
+                    size,
+                    wire[:RECORD_HEADER_SIZE],
+                    wire[RECORD_HEADER_SIZE:],
+                    scratch[:size],
+                    end != file_size,
+                )
             plain += size
-            count += 1
             if index:
                 starts.append(plain)
-            if flags & FLAG_FINAL:
-                if end != file_size:
-                    raise TrailingDataError(f"data follows the FINAL record (record {count - 1})")
+            if final:
                 return _Walked(header_size, starts, generations)
             offset = end
-            if flags & FLAG_KEY_UPDATE:
-                keys = keys.next()
-                if index:
-                    generations.append(count)
-                seq, key_bytes = 0, 0
-            else:
-                seq, key_bytes = seq + 1, key_bytes + size
+            if index and flags & FLAG_KEY_UPDATE:
+                generations.append(count + 1)
     finally:
         scratch[:] = bytes(len(scratch))
 
 
-def _final_in_place(fd: int, fixed: _Fixed, keys: _KeyChain, wire: bytearray, plain: bytearray) -> bool:
+def _final_in_place(fd: int, fixed: _Fixed, keys: KeyChain, wire: bytearray, plain: bytearray) -> bool:
     """True when the FINAL record authenticates where the layout puts it (left in ``plain``)."""
     try:
         _open_record(fd, fixed, fixed.count - 1, keys, wire, memoryview(plain)[: fixed.last])
@@ -550,25 +497,25 @@ def open_file(
     fd = _open_regular(path)
     try:
         file_size = os.fstat(fd).st_size
-        header, first_keys = _read_header(fd, opener)
-        keys = _KeyChain(first_keys)
+        header, records = _read_header(fd, opener)
+        keys = KeyChain(records.keys)
         plain = bytearray(header.record_size)
         wire = bytearray(header.record_size + _OVERHEAD)
         layout: _Layout
-        per_generation = _promised_layout(header)
+        per_generation = _promised_layout(header, records.limits)
         if per_generation is not None:
             fixed = _fixed_layout(header, per_generation, file_size)
             if fixed is None or not _final_in_place(fd, fixed, keys, wire, plain):
                 # Cut, extended, edited or not as announced: refused, never walked for places.
                 # The walk (the sequential reader's checks, no index) names the fault; a
                 # writer that broke its own promise is refused too.
-                _walk(fd, header, file_size, first_keys, index=False)
+                _walk(fd, header, file_size, records, index=False)
                 raise MalformedRecordError(
                     "the records are not where the header's FIXED_LAYOUT field puts them"
                 )
             layout = fixed
         else:
-            layout = _walk(fd, header, file_size, first_keys, index=True)
+            layout = _walk(fd, header, file_size, records, index=True)
             _, size, _, _, _ = layout.record(layout.count - 1)
             _open_record(fd, layout, layout.count - 1, keys, wire, memoryview(plain)[:size])
         # FINAL stays decrypted: reading the end costs no more disk reads
