@@ -248,7 +248,7 @@ def _uvloop_or_skip() -> None:
     pytest.importorskip("uvloop")
 
 
-@pytest.mark.slow  # 7 to 25 s each (pytest --durations, 2 shared cores)
+@pytest.mark.slow  # 3 to 7 s each (pytest --durations, 2 shared cores, load average 8)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("adapter", "backend", "options"),
