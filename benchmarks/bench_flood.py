@@ -268,7 +268,7 @@ def _available(loop: str) -> str | None:
 
 
 def run(quick: bool) -> dict[str, Any]:
-    records = 20_000 if quick else 300_000
+    records = 5_000 if quick else 300_000
     baseline_s = 0.3 if quick else 2.0
     reps = 1 if quick else 2
     timeout = 60.0 if quick else 180.0

@@ -1,7 +1,9 @@
-"""The command line's outputs under another user's symbolic link, as real subprocesses
-(``python -m gcmstream``): ``keygen``/``identity`` with ``--force``, ``encrypt -o`` and
-``decrypt -o`` all refuse it (exit 6, one line naming the path) and write nothing through it
-or beside its target. The library's side is tests/test_output.py."""
+"""The command line's outputs under another user's symbolic link: ``keygen``/``identity`` with
+``--force``, ``encrypt -o`` and ``decrypt -o`` all refuse it (exit 6, one line naming the path)
+and write nothing through it or beside its target. Links and FIFOs are files, so those run in
+process (``run_cli``: a process adds nothing to them); a terminal and ``/dev/stdout`` (this
+process's own descriptor 1) run as real subprocesses (``python -m gcmstream``). The library's
+side is tests/test_output.py."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 
 from gcmstream import pipeline, read_key_file
 from gcmstream.cli import EXIT_IO, EXIT_USAGE
+from tests.helpers import run_cli
 from tests.test_cli import TIMEOUT, env, one_line_error
 from tests.test_cli import gcm_process as gcm
 
@@ -27,7 +30,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user
 @pytest.fixture
 def keyfile(tmp_path: Path) -> Path:
     path = tmp_path / "key"
-    assert gcm("keygen", "-o", path).returncode == 0
+    assert run_cli("keygen", "-o", path).status == 0
     return path
 
 
@@ -83,7 +86,7 @@ def test_another_users_link_at_the_output_is_refused(
     link's target (their file, then holding our key and mode 0600, still theirs to read)."""
     args = command(name, keyfile, tmp_path)
     theirs, shared, planted = plant(tmp_path, mode)
-    message = one_line_error(gcm(*args, planted), EXIT_IO)
+    message = one_line_error(run_cli(*args, planted), EXIT_IO)
     assert str(planted) in message and "symbolic link owned by another user" in message
     untouched(theirs, shared)
 
@@ -94,7 +97,7 @@ def test_another_users_link_behind_one_of_ours_is_refused(tmp_path: Path, keyfil
     args = command(name, keyfile, tmp_path)
     theirs, shared, planted = plant(tmp_path, 0o1777)
     (tmp_path / "mine").symlink_to(planted)
-    message = one_line_error(gcm(*args, tmp_path / "mine"), EXIT_IO)
+    message = one_line_error(run_cli(*args, tmp_path / "mine"), EXIT_IO)
     assert str(tmp_path / "mine") in message and "symbolic link owned by another user" in message
     untouched(theirs, shared)
 
@@ -104,8 +107,8 @@ def test_a_link_of_ours_still_leads_to_its_target(tmp_path: Path, keyfile: Path,
     args = command(name, keyfile, tmp_path)
     (tmp_path / "target").write_bytes(b"old")
     (tmp_path / "link").symlink_to("target")
-    result = gcm(*args, tmp_path / "link")
-    assert result.returncode == 0, result.stderr
+    result = run_cli(*args, tmp_path / "link")
+    assert result.status == 0, result.stderr
     assert (tmp_path / "link").is_symlink()
     assert (tmp_path / "target").read_bytes() != b"old"
     assert stat.S_IMODE((tmp_path / "target").stat().st_mode) == 0o600
@@ -119,7 +122,7 @@ def test_a_secret_goes_to_a_regular_file_only(tmp_path: Path, keyfile: Path, nam
     args = command(name, keyfile, tmp_path)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    message = one_line_error(gcm(*args, fifo), EXIT_IO)
+    message = one_line_error(run_cli(*args, fifo), EXIT_IO)
     assert str(fifo) in message and "refusing to write a secret into a FIFO" in message
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
