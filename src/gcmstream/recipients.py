@@ -48,7 +48,9 @@ __all__ = (
     "Unlocker",
     "check_recipients",
     "check_work_factor",
+    "parse_identities",
     "parse_recipients",
+    "parse_recipients_file",
     "read_identity_file",
     "read_recipients_file",
     "seal_stanzas",
@@ -292,7 +294,11 @@ def parse_recipients(text: str) -> list[Recipient]:
 def read_recipients_file(path: str | os.PathLike[str]) -> list[Recipient]:
     """The recipients in a ``-R`` file; RecipientError if it holds none or passes 1 MiB."""
     with open(path, encoding="utf-8", errors="replace") as file:
-        text = file.read(MAX_RECIPIENTS_FILE_SIZE + 1)
+        return parse_recipients_file(file.read(MAX_RECIPIENTS_FILE_SIZE + 1))
+
+
+def parse_recipients_file(text: str) -> list[Recipient]:
+    """The recipients in the text of a ``-R`` file (``-R -``: stdin), as ``read_recipients_file``."""
     if len(text) > MAX_RECIPIENTS_FILE_SIZE:
         raise RecipientError(f"the recipients file is over {MAX_RECIPIENTS_FILE_SIZE} characters")
     recipients = parse_recipients(text)
@@ -301,13 +307,27 @@ def read_recipients_file(path: str | os.PathLike[str]) -> list[Recipient]:
     return recipients
 
 
+def _identity_lines(text: str) -> list[str]:
+    if len(text) > MAX_IDENTITY_FILE_SIZE:  # cut, a second identity line could go unseen
+        raise RecipientError(f"the identity file is over {MAX_IDENTITY_FILE_SIZE} characters")
+    return _lines(text)
+
+
+def parse_identities(text: str) -> list[Identity]:
+    """Every identity of an identity file's text, one a line, blank lines and ``#`` comments
+    skipped (as age's identity files): at least one, at most 8,192 characters in all (the
+    command line's ``--identity``, which tries them all)."""
+    lines = _identity_lines(text)
+    if not lines:
+        raise RecipientError("the identity file holds no identity line")
+    return [Identity.parse(line) for line in lines]
+
+
 def read_identity_file(path: str | os.PathLike[str]) -> Identity:
     """The one identity in an identity file (comments and blank lines skipped)."""
     with open(path, encoding="utf-8", errors="replace") as file:
         text = file.read(MAX_IDENTITY_FILE_SIZE + 1)
-    if len(text) > MAX_IDENTITY_FILE_SIZE:  # cut, a second identity line could go unseen
-        raise RecipientError(f"the identity file is over {MAX_IDENTITY_FILE_SIZE} characters")
-    lines = _lines(text)
+    lines = _identity_lines(text)
     if len(lines) != 1:
         raise RecipientError(f"expected one identity line, found {len(lines)}")
     return Identity.parse(lines[0])
