@@ -1200,8 +1200,8 @@ def _copy_range(
 
 def _header_verdict(exc: BaseException, command: str, where: str) -> _Fail | None:
     """The message of a fault of the input for ``decrypt``, ``decrypt --offset`` and ``info``
-    alike, naming the file; None for any other failure (and for a fault of stdin past its header). The exit status is the one the class has
-    in ``_FAILURES`` (the class is format.HEADER_FAULTS')."""
+    alike, naming the file; None for any other failure (and for a fault of stdin past its
+    header). The exit status is the one the class has in ``_FAILURES``."""
     fault = _leaf(exc)
     if not isinstance(fault, ProtocolError):
         return None
