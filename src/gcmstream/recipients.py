@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
+from . import _numbers
 from ._output import write_secret_file
 from .errors import NoIdentityMatchedError, RecipientError, StanzaError, WorkFactorError
 from .format import MAX_STANZA_FIELDS_SIZE, TAG_SIZE, FieldType, Suite
@@ -68,7 +69,7 @@ MAX_IDENTITIES = 10  # so a reader tries at most MAX_STANZAS * MAX_IDENTITIES = 
 # log2_n=18, r=8 takes 0.79 s of CPU (1.5 s wall) and 256 MiB, as age's default does. Readers
 # refuse parameters whose memory (128 * r * N bytes) or work (N * r * p) passes these ceilings,
 # before scrypt runs: 512 MiB and 2**22 (log2_n=19, r=8, p=1: 2.3 s of CPU there).
-DEFAULT_WORK_FACTOR = 18
+DEFAULT_WORK_FACTOR = _numbers.DEFAULT_WORK_FACTOR  # 18, in _numbers for the command line's --help
 SCRYPT_R = 8
 SCRYPT_P = 1
 MAX_SCRYPT_MEMORY = 512 * 1024 * 1024
