@@ -1384,3 +1384,38 @@ def test_connect_to_an_unknown_host_names_the_host(keyfile: Path) -> None:
     """It said "unknown error -2" (getaddrinfo's code read as an errno)."""
     message = one_line_error(run_cli("connect", "no-such-host.invalid:9000", "-k", keyfile), EXIT_IO)
     assert "no-such-host.invalid" in message and "unknown error" not in message, message
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["encrypt", "--help"]])
+def test_version_and_help_import_no_cryptography_or_event_loop(argv: list[str]) -> None:
+    """Issue 25: a bare --version cost 428 ms of CPU, most of it imports it never used; it and
+    --help now load neither cryptography nor asyncio nor anyio nor shtab (benchmarks/README.md)."""
+    probe = (
+        "import sys\nfrom gcmstream.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        "heavy = ('cryptography', 'anyio', 'asyncio', 'shtab', 'gcmstream.format', 'gcmstream.aio')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy), file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, env=env(), timeout=TIMEOUT, check=True
+    )
+    assert done.stderr.decode().strip() == "[]", done.stderr.decode()
+
+
+def test_import_gcmstream_loads_no_adapter() -> None:
+    probe = (
+        "import sys, gcmstream\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('gcmstream.', 'anyio', 'cryptography'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, env=env(), timeout=TIMEOUT, check=True
+    )
+    assert done.stdout.decode().strip() == "[]", done.stdout.decode()
+
+
+def test_completion_shells_are_shtabs() -> None:
+    import shtab
+
+    from gcmstream.cli import COMPLETION_SHELLS
+
+    assert list(COMPLETION_SHELLS) == list(shtab.SUPPORTED_SHELLS)

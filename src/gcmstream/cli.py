@@ -7,7 +7,6 @@ traceback is shown only for a bug, and only with GCMSTREAM_DEBUG=1.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import errno
 import getpass
@@ -24,17 +23,15 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, NoReturn, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
 
-import anyio
-from anyio import from_thread, to_thread
-from anyio.abc import ByteStream, SocketStream
-from anyio.lowlevel import current_token
-from anyio.streams.memory import MemoryObjectReceiveStream
-
-from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
-from ._output import finished, open_output, output_target
-from .anyio_stream import SecureStream, connect_tcp
+from ._numbers import (
+    DEFAULT_MAX_RECORD_SIZE,
+    DEFAULT_RECORD_SIZE,
+    DEFAULT_WORK_FACTOR,
+    HARD_MAX_RECORD_SIZE,
+    MAX_CONTEXT_SIZE,
+)
 from .errors import (
     KeyCommitmentError,
     MalformedHeaderError,
@@ -51,44 +48,157 @@ from .errors import (
     UnsupportedFormatError,
     UsageError,
 )
-from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
-from .format import (
-    DEFAULT_MAX_RECORD_SIZE,
-    DEFAULT_RECORD_SIZE,
-    HARD_MAX_RECORD_SIZE,
-    HEADER_FIXED_SIZE,
-    MAX_CONTEXT_SIZE,
-    MAX_STANZA_FIELDS_SIZE,
-    VERSION,
-    FieldType,
-    KeyExchange,
-    KeyRing,
-    Role,
-    generate_key,
-    parse_fields,
-    parse_header_start,
-)
-from .handshake import MAX_IDENTITY_SIZE
-from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
-from .pending import PendingHandshakes
-from .pipeline import CHUNK_SIZE
-from .recipients import (
-    DEFAULT_WORK_FACTOR,
-    IDENTITY_PREFIX,
-    MAX_IDENTITIES,
-    MAX_IDENTITY_FILE_SIZE,
-    MAX_RECIPIENTS_FILE_SIZE,
-    RECIPIENT_PREFIX,
-    Identity,
-    Recipient,
-    RecipientKind,
-    check_recipients,
-    check_work_factor,
-    parse_identities,
-    parse_recipients_file,
-    write_identity_file,
-)
-from .seekable import open_file
+
+# What the commands run on (anyio, cryptography through the format, the file engine) is imported
+# when a command runs (_import_runtime), not for --help or --version: those stay a few times
+# `python -c pass` (benchmarks/README.md, "start-up").
+if TYPE_CHECKING:
+    import anyio
+    from anyio import from_thread, to_thread
+    from anyio.abc import ByteStream, SocketStream
+    from anyio.lowlevel import current_token
+    from anyio.streams.memory import MemoryObjectReceiveStream
+
+    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
+    from ._output import finished, open_output, output_target
+    from .anyio_stream import SecureStream, connect_tcp
+    from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
+    from .format import (
+        HEADER_FIXED_SIZE,
+        MAX_STANZA_FIELDS_SIZE,
+        VERSION,
+        FieldType,
+        KeyExchange,
+        KeyRing,
+        Role,
+        generate_key,
+        parse_fields,
+        parse_header_start,
+    )
+    from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
+    from .pending import PendingHandshakes
+    from .pipeline import CHUNK_SIZE
+    from .recipients import (
+        IDENTITY_PREFIX,
+        MAX_IDENTITIES,
+        MAX_IDENTITY_FILE_SIZE,
+        MAX_RECIPIENTS_FILE_SIZE,
+        RECIPIENT_PREFIX,
+        Identity,
+        Recipient,
+        RecipientKind,
+        check_recipients,
+        check_work_factor,
+        parse_identities,
+        parse_recipients_file,
+        write_identity_file,
+    )
+    from .seekable import open_file
+
+
+def _import_runtime() -> None:
+    """Bind the modules the commands need as this module's globals, once a command will run."""
+    global \
+        anyio, \
+        from_thread, \
+        to_thread, \
+        ByteStream, \
+        SocketStream, \
+        current_token, \
+        MemoryObjectReceiveStream, \
+        DEFAULT_HANDSHAKE_TIMEOUT, \
+        finished, \
+        open_output, \
+        output_target, \
+        SecureStream, \
+        connect_tcp, \
+        STOP_WAIT, \
+        _Stopped, \
+        decrypt_fd, \
+        encrypt_fd, \
+        new_opener, \
+        new_sealer, \
+        run_in_worker, \
+        HEADER_FIXED_SIZE, \
+        MAX_STANZA_FIELDS_SIZE, \
+        VERSION, \
+        FieldType, \
+        KeyExchange, \
+        KeyRing, \
+        Role, \
+        generate_key, \
+        parse_fields, \
+        parse_header_start, \
+        MAX_IDENTITY_SIZE, \
+        KeyFileError, \
+        format_key, \
+        parse_key, \
+        read_key_file, \
+        write_key_file, \
+        PendingHandshakes, \
+        CHUNK_SIZE, \
+        IDENTITY_PREFIX, \
+        MAX_IDENTITIES, \
+        MAX_IDENTITY_FILE_SIZE, \
+        MAX_RECIPIENTS_FILE_SIZE, \
+        RECIPIENT_PREFIX, \
+        Identity, \
+        Recipient, \
+        RecipientKind, \
+        check_recipients, \
+        check_work_factor, \
+        parse_identities, \
+        parse_recipients_file, \
+        write_identity_file, \
+        open_file
+    import anyio
+    from anyio import from_thread, to_thread
+    from anyio.abc import ByteStream, SocketStream
+    from anyio.lowlevel import current_token
+    from anyio.streams.memory import MemoryObjectReceiveStream
+
+    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
+    from ._output import finished, open_output, output_target
+    from .anyio_stream import SecureStream, connect_tcp
+    from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
+    from .format import (
+        HEADER_FIXED_SIZE,
+        MAX_STANZA_FIELDS_SIZE,
+        VERSION,
+        FieldType,
+        KeyExchange,
+        KeyRing,
+        Role,
+        generate_key,
+        parse_fields,
+        parse_header_start,
+    )
+    from .handshake import MAX_IDENTITY_SIZE
+    from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
+    from .pending import PendingHandshakes
+    from .pipeline import CHUNK_SIZE
+    from .recipients import (
+        IDENTITY_PREFIX,
+        MAX_IDENTITIES,
+        MAX_IDENTITY_FILE_SIZE,
+        MAX_RECIPIENTS_FILE_SIZE,
+        RECIPIENT_PREFIX,
+        Identity,
+        Recipient,
+        RecipientKind,
+        check_recipients,
+        check_work_factor,
+        parse_identities,
+        parse_recipients_file,
+        write_identity_file,
+    )
+    from .seekable import open_file
+
+    global _KEY_EXCHANGES
+    _KEY_EXCHANGES = dict(
+        zip(_KEY_EXCHANGE_NAMES, (KeyExchange.MLKEM768_X25519, KeyExchange.X25519), strict=True)
+    )
+
 
 _T = TypeVar("_T")
 _K = TypeVar("_K")
@@ -214,7 +324,7 @@ _KEY_LIKE = re.compile(r"(?<![A-Za-z0-9_:/.-])[A-Za-z0-9_:-]{21,}[A-Za-z0-9_-](?
 # path or an address rarely mix both in a 22-character run without a separator. Such runs are
 # hidden too, whatever surrounds them.
 _MIXED_RUN = re.compile(r"[A-Za-z0-9_-]{22,}")
-_RECIPIENT_LINE = re.compile(re.escape(RECIPIENT_PREFIX) + r"(:[a-z0-9]+)?:?")  # payload excluded
+_RECIPIENT_LINE = re.compile(r"gcmstream-recipient-v1(:[a-z0-9]+)?:?")  # payload excluded
 
 
 def _hide_key_text(text: str) -> str:
@@ -301,13 +411,16 @@ def _context(text: str) -> bytes:
 
 
 def _channel_name(text: str) -> str:
+    from .handshake import MAX_IDENTITY_SIZE
+
     size = len(text.encode("utf-8"))
     if not 1 <= size <= MAX_IDENTITY_SIZE:
         raise argparse.ArgumentTypeError(f"a name is 1 to {MAX_IDENTITY_SIZE} bytes of UTF-8, got {size}")
     return text
 
 
-_KEY_EXCHANGES = {"hybrid": KeyExchange.MLKEM768_X25519, "x25519": KeyExchange.X25519}
+_KEY_EXCHANGE_NAMES = ("hybrid", "x25519")  # KeyExchange.MLKEM768_X25519, X25519 (_import_runtime)
+_KEY_EXCHANGES: dict[str, KeyExchange] = {}
 
 
 def _address(text: str, *, default_host: str | None) -> tuple[str, int]:
@@ -591,7 +704,7 @@ def _build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument(
             "--key-exchange",
-            choices=_KEY_EXCHANGES,
+            choices=_KEY_EXCHANGE_NAMES,
             default="hybrid",
             help="hybrid (ML-KEM-768 + X25519, the default) or x25519 (smaller handshake); "
             "'listen' refuses a weaker one than its own, 'connect' offers it",
@@ -1515,7 +1628,8 @@ def _leaf(exc: BaseException) -> BaseException:
     """The error that matters inside task-group exception groups and StreamBrokenError."""
     while True:
         if isinstance(exc, BaseExceptionGroup):
-            inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+            cancelled = getattr(sys.modules.get("asyncio"), "CancelledError", ())  # none if unloaded
+            inner = [e for e in exc.exceptions if not isinstance(e, cancelled)]
             exc = (inner or list(exc.exceptions))[0]
         elif isinstance(exc, StreamBrokenError):
             exc = exc.original
@@ -1545,7 +1659,18 @@ class _Broke:
         return isinstance(exc, self.kind) and exc.rule == self.rule
 
 
-_Kind = type[BaseException] | tuple[type[BaseException], ...] | _Broke
+@dataclass(frozen=True)
+class _StreamEnd:
+    """anyio's ends of a stream (broken, closed, at its end), matched without importing anyio
+    before a command runs (anyio is loaded by then if one can be raised)."""
+
+    def matches(self, exc: BaseException) -> bool:
+        anyio = sys.modules.get("anyio")
+        ends = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) if anyio else ()
+        return isinstance(exc, ends)
+
+
+_Kind = type[BaseException] | tuple[type[BaseException], ...] | _Broke | _StreamEnd
 
 # (kind of error, exit status, its message): the first match wins, so the specific come before
 # the general (the key errors are ProtocolErrors; TimeoutError and BrokenPipeError are OSErrors).
@@ -1576,7 +1701,7 @@ _FAILURES: tuple[tuple[_Kind, int, Callable[[BaseException], str]], ...] = (
     (TimeoutError, EXIT_IO, lambda _: "timed out waiting for the channel handshake to complete"),
     (BrokenPipeError, EXIT_IO, lambda _: "output closed before the end (broken pipe)"),
     (OSError, EXIT_IO, _os_failure),
-    ((anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream), EXIT_IO, _connection_lost),
+    (_StreamEnd(), EXIT_IO, _connection_lost),
     (KeyboardInterrupt, EXIT_INTERRUPTED, lambda _: "interrupted"),
     (_Terminated, EXIT_TERMINATED, str),
 )
@@ -1592,7 +1717,7 @@ def _classify(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, _Fail):
         return exc.code, exc.message
     for kind, code, message in _FAILURES:
-        if kind.matches(exc) if isinstance(kind, _Broke) else isinstance(exc, kind):
+        if kind.matches(exc) if isinstance(kind, (_Broke, _StreamEnd)) else isinstance(exc, kind):
             return code, message(exc)
     return EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
 
@@ -1634,6 +1759,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(_build_parser(), sys.argv[1:] if argv is None else argv)
     if isinstance(args, int):
         return args
+    _import_runtime()
     _log_to_stderr(args.command)
     try:
         local = _LOCAL_COMMANDS.get(args.command)
@@ -1723,7 +1849,28 @@ def _exit_now_if_blocked(code: int) -> int:
 def _add_completion_option(parser: argparse.ArgumentParser) -> None:
     """``--print-completion SHELL``, for every shell shtab supports (README.md names them,
     tests/test_cli.py compares): a completion script made by shtab from this very parser (so it
-    cannot fall behind the options)."""
-    import shtab
+    cannot fall behind the options). shtab is imported only when asked (80 ms)."""
+    parser.add_argument(
+        "--print-completion",
+        choices=COMPLETION_SHELLS,
+        action=_PrintCompletion,
+        help="print a shell completion script and exit",
+    )
 
-    shtab.add_argument_to(parser, "--print-completion", help="print a shell completion script and exit")
+
+# shtab.SUPPORTED_SHELLS, written here so that --help does not import shtab (a test compares)
+COMPLETION_SHELLS = ("bash", "zsh", "tcsh", "fish", "powershell")
+
+
+class _PrintCompletion(argparse.Action):
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option: str | None = None,
+    ) -> None:
+        import shtab
+
+        print(shtab.complete(parser, values))
+        parser.exit(0)
