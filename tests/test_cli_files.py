@@ -96,9 +96,7 @@ def test_a_range_reads_only_its_records(sealed: tuple[Path, Path, bytes], tmp_pa
     assert done.status == 0, done.stderr
     assert done.stdout == plain[1 << 20 : (1 << 20) + 65536]
     out = tmp_path / "out"
-    done = run_cli(
-        "decrypt", "-k", keyfile, bad, "--offset", str(99 * RECORD), "--length", "8K", "-o", out
-    )
+    done = run_cli("decrypt", "-k", keyfile, bad, "--offset", str(99 * RECORD), "--length", "8K", "-o", out)
     assert done.status == EXIT_TAMPERED, done.stderr
     assert "record 100" in done.stderr
     assert not out.exists() and sorted(os.listdir(tmp_path)) == ["bad"]

@@ -146,9 +146,7 @@ def test_signal_while_a_fifo_given_as_input_is_idle(
     os.mkfifo(fifo)
     out = tmp_path / "out"
     out.mkdir()
-    with gcmstream(
-        command, "-k", keyfile, fifo, "-o", out / "file", stdin=subprocess.DEVNULL
-    ) as process:
+    with gcmstream(command, "-k", keyfile, fifo, "-o", out / "file", stdin=subprocess.DEVNULL) as process:
         # the writer, once the command opened the FIFO for reading (ENXIO until then)
         deadline = time.monotonic() + START_TIMEOUT
         writer = -1
