@@ -18,6 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    __version__: str  # read from the installed metadata on first use (__getattr__)
     from .aio import (
         SecureStreamReader,
         SecureStreamWriter,
