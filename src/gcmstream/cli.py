@@ -10,20 +10,17 @@ import argparse
 import contextlib
 import errno
 import getpass
-import logging
 import os
 import re
 import signal
-import socket
 import stat
 import sys
 import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TextIO, TypeVar, cast
 
 from ._numbers import (
     DEFAULT_MAX_RECORD_SIZE,
@@ -53,6 +50,8 @@ from .errors import (
 # when a command runs (_import_runtime), not for --help or --version: those stay a few times
 # `python -c pass` (benchmarks/README.md, "start-up").
 if TYPE_CHECKING:
+    import logging
+
     import anyio
     from anyio import from_thread, to_thread
     from anyio.abc import ByteStream, SocketStream
@@ -203,7 +202,7 @@ def _import_runtime() -> None:
 _T = TypeVar("_T")
 _K = TypeVar("_K")
 Keying = dict[str, Any]  # Sealer/Opener keywords: key=, recipients=, identities= or passphrase=
-_log = logging.getLogger("gcmstream.cli")
+_log: logging.Logger  # set by _log_to_stderr, before any command runs
 # The command line's floor for a writer's scrypt work factor (N = 2**14: 16 MiB, about 40 ms
 # here): below it a passphrase costs an attacker almost nothing to guess. The API stays lenient.
 MIN_WORK_FACTOR = 14
@@ -487,7 +486,7 @@ def _build_parser() -> argparse.ArgumentParser:
         + _EXIT_EPILOG,
         formatter_class=formatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_PrintVersion, nargs=0, help="print the version and exit")
     _add_completion_option(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -755,10 +754,20 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _version() -> str:
-    from . import __version__
+class _PrintVersion(argparse.Action):
+    """--version, the version read only when asked (importlib.metadata: 30 ms)."""
 
-    return __version__
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option: str | None = None,
+    ) -> None:
+        from . import __version__
+
+        print(f"{parser.prog} {__version__}")
+        parser.exit(0)
 
 
 # -- keys ---------------------------------------------------------------------------------------
@@ -1110,15 +1119,12 @@ def _si(count: float) -> str:
     return f"{count:.1f} {units[step]}"
 
 
-@dataclass
 class _Progress:
     """A tqdm bar on stderr, only when stderr is a terminal and the input size is known;
-    it ends with a one-line summary."""
+    it ends with a one-line summary. (No dataclass: dataclasses costs --help 8 ms.)"""
 
-    bar: Any = None
-    desc: str = ""
-    done: int = 0
-    started: float = 0.0
+    def __init__(self, bar: Any = None, desc: str = "", done: int = 0, started: float = 0.0) -> None:
+        self.bar, self.desc, self.done, self.started = bar, desc, done, started
 
     @classmethod
     def start(cls, total: int | None, desc: str, quiet: bool) -> _Progress:
@@ -1612,7 +1618,7 @@ def _os_reason(exc: BaseException) -> str:
         elif isinstance(exc, OSError) and (exc.errno or exc.strerror):
             # asyncio words a refusal "Connect call failed (...)": the errno's own text says why;
             # a name lookup's errno is getaddrinfo's (EAI_*, negative), its strerror the words
-            gai = isinstance(exc, socket.gaierror) or (exc.errno or 0) < 0
+            gai = (exc.errno or 0) < 0  # socket.gaierror's EAI_* codes are negative
             reason = os.strerror(exc.errno) if exc.errno and not gai else str(exc.strerror)
             return reason[:1].lower() + reason[1:]
         elif exc.__cause__ is not None:
@@ -1648,8 +1654,7 @@ def _connection_lost(exc: BaseException) -> str:
     return f"connection lost{f': {cause}' if cause else ''}"
 
 
-@dataclass(frozen=True)
-class _Broke:
+class _Broke(NamedTuple):
     """A ProtocolError raised by one check of docs/FORMAT.md 8.1 (its ``rule``)."""
 
     kind: type[ProtocolError]
@@ -1659,7 +1664,6 @@ class _Broke:
         return isinstance(exc, self.kind) and exc.rule == self.rule
 
 
-@dataclass(frozen=True)
 class _StreamEnd:
     """anyio's ends of a stream (broken, closed, at its end), matched without importing anyio
     before a command runs (anyio is loaded by then if one can be raised)."""
@@ -1822,16 +1826,19 @@ def _report_failure(args: argparse.Namespace, code: int, message: str) -> None:
 
 def _log_to_stderr(command: str) -> None:
     """Log lines (listen's refused connections) as one line each, like the error line."""
+    import logging  # here, not for --help (10 ms)
+
+    class HidingFormatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return _hide_key_text(super().format(record))
+
+    global _log
+    _log = logging.getLogger("gcmstream.cli")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_HidingFormatter(f"gcmstream {command}: %(message)s"))
+    handler.setFormatter(HidingFormatter(f"gcmstream {command}: %(message)s"))
     _log.handlers[:] = [handler]
     _log.setLevel(logging.INFO)
     _log.propagate = False
-
-
-class _HidingFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return _hide_key_text(super().format(record))
 
 
 def _exit_now_if_blocked(code: int) -> int:
