@@ -1,6 +1,7 @@
-"""The numbers the command line's parser shows (--help, defaults), in a module that imports
-nothing, so that ``gcmstream --help`` and ``--version`` load no cryptography. ``format`` and
-``recipients`` re-export them: this is their one copy."""
+"""The numbers the command line's parser shows (--help, defaults) and the recipient prefix its
+messages keep visible, in a module that imports nothing, so that ``gcmstream --help`` and
+``--version`` load no cryptography. ``format`` and ``recipients`` re-export them: this is their
+one copy."""
 
 # 64 KiB: from this size up, the ~2 us of Python per record vanishes next to AES-GCM and the
 # copy a socket makes anyway; smaller records lose up to 4x (benchmarks/README.md), larger
@@ -14,3 +15,5 @@ HARD_MAX_RECORD_SIZE = 16 * 1024 * 1024
 MAX_CONTEXT_SIZE = 64 * 1024
 # scrypt's default log2 N (recipients.py says how it was measured).
 DEFAULT_WORK_FACTOR = 18
+# The prefix of a recipient line (docs/FORMAT.md 4.5).
+RECIPIENT_PREFIX = "gcmstream-recipient-v1"

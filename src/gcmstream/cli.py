@@ -28,6 +28,7 @@ from ._numbers import (
     DEFAULT_WORK_FACTOR,
     HARD_MAX_RECORD_SIZE,
     MAX_CONTEXT_SIZE,
+    RECIPIENT_PREFIX,
 )
 from .errors import (
     KeyCommitmentError,
@@ -82,7 +83,6 @@ if TYPE_CHECKING:
         MAX_IDENTITIES,
         MAX_IDENTITY_FILE_SIZE,
         MAX_RECIPIENTS_FILE_SIZE,
-        RECIPIENT_PREFIX,
         Identity,
         Recipient,
         RecipientKind,
@@ -95,71 +95,23 @@ if TYPE_CHECKING:
     from .seekable import open_file
 
 
-def _import_runtime() -> None:
-    """Bind the modules the commands need as this module's globals, once a command will run."""
-    global \
-        anyio, \
-        from_thread, \
-        to_thread, \
-        ByteStream, \
-        SocketStream, \
-        current_token, \
-        MemoryObjectReceiveStream, \
-        DEFAULT_HANDSHAKE_TIMEOUT, \
-        finished, \
-        open_output, \
-        output_target, \
-        SecureStream, \
-        connect_tcp, \
-        STOP_WAIT, \
-        _Stopped, \
-        decrypt_fd, \
-        encrypt_fd, \
-        new_opener, \
-        new_sealer, \
-        run_in_worker, \
-        HEADER_FIXED_SIZE, \
-        MAX_STANZA_FIELDS_SIZE, \
-        VERSION, \
-        FieldType, \
-        KeyExchange, \
-        KeyRing, \
-        Role, \
-        generate_key, \
-        parse_fields, \
-        parse_header_start, \
-        MAX_IDENTITY_SIZE, \
-        KeyFileError, \
-        format_key, \
-        parse_key, \
-        read_key_file, \
-        write_key_file, \
-        PendingHandshakes, \
-        CHUNK_SIZE, \
-        IDENTITY_PREFIX, \
-        MAX_IDENTITIES, \
-        MAX_IDENTITY_FILE_SIZE, \
-        MAX_RECIPIENTS_FILE_SIZE, \
-        RECIPIENT_PREFIX, \
-        Identity, \
-        Recipient, \
-        RecipientKind, \
-        check_recipients, \
-        check_work_factor, \
-        parse_identities, \
-        parse_recipients_file, \
-        write_identity_file, \
-        open_file
-    import anyio
-    from anyio import from_thread, to_thread
-    from anyio.abc import ByteStream, SocketStream
-    from anyio.lowlevel import current_token
-    from anyio.streams.memory import MemoryObjectReceiveStream
+def _import_runtime(command: str) -> None:
+    """Bind what ``command`` runs on as this module's globals, once it will run: the keys and
+    their formats (cryptography) for every command, the file engine and anyio for the others,
+    the channel and its adapter for listen and connect."""
+    _import_keys()
+    if command not in _LOCAL_COMMANDS:
+        _import_files()
+    if command in _NET_COMMANDS:
+        _import_network()
 
-    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
-    from ._output import finished, open_output, output_target
-    from .anyio_stream import SecureStream, connect_tcp
-    from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
+
+def _import_keys() -> None:
+    global HEADER_FIXED_SIZE, MAX_STANZA_FIELDS_SIZE, VERSION, FieldType, KeyExchange, KeyRing, Role
+    global generate_key, parse_fields, parse_header_start, KeyFileError, format_key, parse_key
+    global read_key_file, write_key_file, IDENTITY_PREFIX, MAX_IDENTITIES, MAX_IDENTITY_FILE_SIZE
+    global MAX_RECIPIENTS_FILE_SIZE, Identity, Recipient, RecipientKind, check_recipients
+    global check_work_factor, parse_identities, parse_recipients_file, write_identity_file
     from .format import (
         HEADER_FIXED_SIZE,
         MAX_STANZA_FIELDS_SIZE,
@@ -172,16 +124,12 @@ def _import_runtime() -> None:
         parse_fields,
         parse_header_start,
     )
-    from .handshake import MAX_IDENTITY_SIZE
     from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
-    from .pending import PendingHandshakes
-    from .pipeline import CHUNK_SIZE
     from .recipients import (
         IDENTITY_PREFIX,
         MAX_IDENTITIES,
         MAX_IDENTITY_FILE_SIZE,
         MAX_RECIPIENTS_FILE_SIZE,
-        RECIPIENT_PREFIX,
         Identity,
         Recipient,
         RecipientKind,
@@ -191,12 +139,33 @@ def _import_runtime() -> None:
         parse_recipients_file,
         write_identity_file,
     )
-    from .seekable import open_file
 
     global _KEY_EXCHANGES
-    _KEY_EXCHANGES = dict(
-        zip(_KEY_EXCHANGE_NAMES, (KeyExchange.MLKEM768_X25519, KeyExchange.X25519), strict=True)
-    )
+    exchanges = (KeyExchange.MLKEM768_X25519, KeyExchange.X25519)
+    _KEY_EXCHANGES = dict(zip(_KEY_EXCHANGE_NAMES, exchanges, strict=True))
+
+
+def _import_files() -> None:
+    global anyio, to_thread, finished, open_output, output_target, STOP_WAIT, _Stopped, decrypt_fd
+    global encrypt_fd, new_opener, new_sealer, run_in_worker, CHUNK_SIZE, open_file
+    import anyio
+    from anyio import to_thread
+
+    from ._output import finished, open_output, output_target
+    from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
+    from .pipeline import CHUNK_SIZE
+    from .seekable import open_file
+
+
+def _import_network() -> None:
+    global from_thread, current_token, DEFAULT_HANDSHAKE_TIMEOUT, SecureStream, connect_tcp
+    global PendingHandshakes
+    from anyio import from_thread
+    from anyio.lowlevel import current_token
+
+    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
+    from .anyio_stream import SecureStream, connect_tcp
+    from .pending import PendingHandshakes
 
 
 _T = TypeVar("_T")
@@ -323,7 +292,7 @@ _KEY_LIKE = re.compile(r"(?<![A-Za-z0-9_:/.-])[A-Za-z0-9_:-]{21,}[A-Za-z0-9_-](?
 # path or an address rarely mix both in a 22-character run without a separator. Such runs are
 # hidden too, whatever surrounds them.
 _MIXED_RUN = re.compile(r"[A-Za-z0-9_-]{22,}")
-_RECIPIENT_LINE = re.compile(r"gcmstream-recipient-v1(:[a-z0-9]+)?:?")  # payload excluded
+_RECIPIENT_LINE = re.compile(re.escape(RECIPIENT_PREFIX) + r"(:[a-z0-9]+)?:?")  # payload excluded
 
 
 def _hide_key_text(text: str) -> str:
@@ -1763,7 +1732,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(_build_parser(), sys.argv[1:] if argv is None else argv)
     if isinstance(args, int):
         return args
-    _import_runtime()
+    _import_runtime(args.command)
     _log_to_stderr(args.command)
     try:
         local = _LOCAL_COMMANDS.get(args.command)

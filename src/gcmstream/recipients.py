@@ -58,7 +58,7 @@ __all__ = (
     "write_identity_file",
 )
 
-RECIPIENT_PREFIX = "gcmstream-recipient-v1"
+RECIPIENT_PREFIX = _numbers.RECIPIENT_PREFIX  # "gcmstream-recipient-v1", in _numbers for the command line
 IDENTITY_PREFIX = "gcmstream-identity-v1"
 CHECKSUM_SIZE = 4
 FILE_KEY_SIZE = 32  # the file key keys AES-256-GCM: a quantum-resistant wrap deserves it
