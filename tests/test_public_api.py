@@ -9,6 +9,7 @@ import importlib
 import inspect
 import pkgutil
 import re
+import types
 from pathlib import Path
 from types import ModuleType
 
@@ -242,3 +243,20 @@ def test_every_raise_outside_the_tree_is_one_the_rules_allow() -> None:
         if name == "RuntimeError":
             message = first.value if isinstance(first, ast.Constant) else ""
             assert isinstance(message, str) and message.startswith("gcmstream bug"), where
+
+
+def test_the_namespace_holds_only_the_api_and_submodules() -> None:
+    """Issue 25: ``gcmstream.annotations`` (the __future__ import) and ``PackageNotFoundError``
+    (the version's lookup) were public-looking names; every name is the API, a dunder or a
+    submodule now, and every name of __all__ resolves (the lazy __getattr__)."""
+    for name in gcmstream.__all__:
+        getattr(gcmstream, name)
+    stray = {
+        name
+        for name in vars(gcmstream)
+        if not name.startswith("_")
+        and name not in gcmstream.__all__
+        and not isinstance(getattr(gcmstream, name), types.ModuleType)
+    }
+    assert stray == set(), stray
+    assert "annotations" not in dir(gcmstream) and "PackageNotFoundError" not in dir(gcmstream)

@@ -15,9 +15,9 @@ its module when it is first used.
 """
 
 import importlib
-from typing import TYPE_CHECKING, Any
+import typing
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     __version__: str  # read from the installed metadata on first use (__getattr__)
     from .aio import (
         SecureStreamReader,
@@ -186,7 +186,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name == "__version__":  # pyproject.toml is the one place the version is written
         from importlib.metadata import PackageNotFoundError, version
 
