@@ -15,9 +15,9 @@ its module when it is first used.
 """
 
 import importlib
-import typing
 
-if typing.TYPE_CHECKING:
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
     __version__: str  # read from the installed metadata on first use (__getattr__)
     from .aio import (
         SecureStreamReader,
@@ -103,6 +103,8 @@ if typing.TYPE_CHECKING:
         write_identity_file,
     )
     from .seekable import DecryptedFile, open_file, open_file_async
+
+del TYPE_CHECKING  # not an API name
 
 # each public name and the module that defines it
 _HOMES = {

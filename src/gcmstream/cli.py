@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TextIO, TypeVar, cast
 
 from ._numbers import (
     DEFAULT_MAX_RECORD_SIZE,
@@ -50,8 +49,10 @@ from .errors import (
 # What the commands run on (anyio, cryptography through the format, the file engine) is imported
 # when a command runs (_import_runtime), not for --help or --version: those stay a few times
 # `python -c pass` (benchmarks/README.md, "start-up").
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (12 ms of --help)
 if TYPE_CHECKING:
     import logging
+    from typing import Any, NoReturn, TextIO, TypeVar
 
     import anyio
     from anyio import from_thread, to_thread
@@ -168,9 +169,10 @@ def _import_network() -> None:
     from .pending import PendingHandshakes
 
 
-_T = TypeVar("_T")
-_K = TypeVar("_K")
-Keying = dict[str, Any]  # Sealer/Opener keywords: key=, recipients=, identities= or passphrase=
+if TYPE_CHECKING:
+    _T = TypeVar("_T")
+    _K = TypeVar("_K")
+    Keying = dict[str, Any]  # Sealer/Opener keywords: key=, recipients=, identities= or passphrase=
 _log: logging.Logger  # set by _log_to_stderr, before any command runs
 # The command line's floor for a writer's scrypt work factor (N = 2**14: 16 MiB, about 40 ms
 # here): below it a passphrase costs an attacker almost nothing to guess. The API stays lenient.
@@ -1613,9 +1615,10 @@ def _leaf(exc: BaseException) -> BaseException:
 
 
 def _os_failure(exc: BaseException) -> str:
-    error = cast(OSError, exc)  # _FAILURES gives it only OSErrors
-    reason = error.strerror or str(error) or type(error).__name__
-    return f"{error.filename}: {reason}" if error.filename else reason
+    if not isinstance(exc, OSError):  # _FAILURES gives it only OSErrors
+        return str(exc)
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"{exc.filename}: {reason}" if exc.filename else reason
 
 
 def _connection_lost(exc: BaseException) -> str:
@@ -1623,11 +1626,11 @@ def _connection_lost(exc: BaseException) -> str:
     return f"connection lost{f': {cause}' if cause else ''}"
 
 
-class _Broke(NamedTuple):
+class _Broke:
     """A ProtocolError raised by one check of docs/FORMAT.md 8.1 (its ``rule``)."""
 
-    kind: type[ProtocolError]
-    rule: str
+    def __init__(self, kind: type[ProtocolError], rule: str) -> None:
+        self.kind, self.rule = kind, rule
 
     def matches(self, exc: BaseException) -> bool:
         return isinstance(exc, self.kind) and exc.rule == self.rule
