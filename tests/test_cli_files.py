@@ -125,7 +125,7 @@ def test_a_range_needs_a_file(sealed: tuple[Path, Path, bytes]) -> None:
         check=False,
     )
     assert piped.returncode == EXIT_USAGE, piped.stderr
-    assert b"stdin is not a file" in piped.stderr
+    assert b"stdin is not a file" in piped.stderr and b"give INPUT as a file" in piped.stderr
     bad = run_cli("decrypt", "-k", keyfile, enc, "--offset", "-3")
     assert bad.status == EXIT_USAGE
 

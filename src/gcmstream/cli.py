@@ -1262,7 +1262,9 @@ def _seekable_input(path: str) -> str:
     if path != "-":
         return path
     if _regular_size(_stdin_fd()) is None:
-        raise _Usage("--offset and --length need a file to seek in: use -i FILE (stdin is not a file)")
+        raise _Usage(
+            "--offset and --length need a file to seek in: give INPUT as a file (stdin is not a file)"
+        )
     return "/dev/stdin"
 
 
