@@ -976,7 +976,9 @@ def _sealed_with(path: str) -> int | None:
     at ``path`` holds them, 0 when it holds neither (a key), None when it cannot be told: no
     regular file (a pipe is not read ahead: its bytes would be gone) or no gcmstream header
     (the command itself then says what is wrong)."""
-    try:
+    try:  # a FIFO is not opened: that would let its writer start, then see this end close
+        if path != "-" and not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         fd = _stdin_fd() if path == "-" else os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
