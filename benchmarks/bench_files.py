@@ -200,11 +200,11 @@ def main(quick: bool) -> None:
             for start in range(0, size, len(block)):
                 out.write(block[: size - start])
         cli = [sys.executable, "-m", "gcmstream"]
-        subprocess.run([*cli, "encrypt", "-q", "-k", keyfile, "-i", plain, "-o", sealed], check=True)
+        subprocess.run([*cli, "encrypt", "-q", "-k", keyfile, plain, "-o", sealed], check=True)
         commands = {
-            "cli encrypt": [*cli, "encrypt", "-q", "-k", str(keyfile), "-i", str(plain), "-o", "/dev/null"],
+            "cli encrypt": [*cli, "encrypt", "-q", "-k", str(keyfile), str(plain), "-o", "/dev/null"],
             "floor encrypt": [sys.executable, "-c", FLOOR, "encrypt", str(plain)],
-            "cli decrypt": [*cli, "decrypt", "-q", "-k", str(keyfile), "-i", str(sealed), "-o", "/dev/null"],
+            "cli decrypt": [*cli, "decrypt", "-q", "-k", str(keyfile), str(sealed), "-o", "/dev/null"],
             "floor decrypt": [sys.executable, "-c", FLOOR, "decrypt", str(sealed)],
             "cli encrypt to tmpfs": [
                 *cli,
@@ -212,7 +212,6 @@ def main(quick: bool) -> None:
                 "-q",
                 "-k",
                 str(keyfile),
-                "-i",
                 str(plain),
                 "-o",
                 str(work / "out"),

@@ -214,7 +214,7 @@ def test_usage_errors(tmp_path: Path, keyfile: Path) -> None:
     one_line_error(run_cli("encrypt", "-k", keyfile, "--bogus"), EXIT_USAGE)
     one_line_error(run_cli("connect", "no-port", "-k", keyfile), EXIT_USAGE)
     one_line_error(run_cli("frobnicate"), EXIT_USAGE)
-    missing = run_cli("encrypt", "-k", keyfile, "-i", tmp_path / "nope", "-o", tmp_path / "out")
+    missing = run_cli("encrypt", "-k", keyfile, tmp_path / "nope", "-o", tmp_path / "out")
     assert "No such file" in one_line_error(missing, EXIT_IO)
     assert not (tmp_path / "out").exists()
 
@@ -236,8 +236,8 @@ def test_round_trip_files(tmp_path: Path, keyfile: Path, size: int) -> None:
     plain = data(size)
     (tmp_path / "in").write_bytes(plain)
     args = ("-k", keyfile, "--context", "backup v1")
-    assert run_cli("encrypt", *args, "-i", tmp_path / "in", "-o", tmp_path / "enc").status == 0
-    assert run_cli("decrypt", *args, "-i", tmp_path / "enc", "-o", tmp_path / "out").status == 0
+    assert run_cli("encrypt", *args, tmp_path / "in", "-o", tmp_path / "enc").status == 0
+    assert run_cli("decrypt", *args, tmp_path / "enc", "-o", tmp_path / "out").status == 0
     assert (tmp_path / "out").read_bytes() == plain
     assert sorted(p.name for p in tmp_path.iterdir()) == ["enc", "in", "out"]
 
@@ -245,7 +245,7 @@ def test_round_trip_files(tmp_path: Path, keyfile: Path, size: int) -> None:
 @pytest.mark.parametrize("size", SIZES)
 def test_round_trip_pipes(keyfile: Path, size: int) -> None:
     plain = data(size)
-    encrypted = run_cli("encrypt", "-k", keyfile, "-i", "-", "-o", "-", "--record-size", "16K", input=plain)
+    encrypted = run_cli("encrypt", "-k", keyfile, "-", "-o", "-", "--record-size", "16K", input=plain)
     assert encrypted.status == 0, encrypted.stderr
     assert encrypted.stderr == ""
     decrypted = run_cli("decrypt", "-k", keyfile, input=encrypted.stdout)
@@ -265,7 +265,7 @@ def test_every_command_runs_as_a_real_process(tmp_path: Path) -> None:
     assert sealed.returncode == 0, sealed.stderr
     info = gcm_process("info", "-k", key, tmp_path / "sealed")
     assert info.returncode == 0 and info.stdout, info.stderr
-    opened = gcm_process("decrypt", "-k", key, "-i", tmp_path / "sealed")
+    opened = gcm_process("decrypt", "-k", key, tmp_path / "sealed")
     assert opened.returncode == 0 and opened.stdout == b"smoke", opened.stderr
     cut = (tmp_path / "sealed").read_bytes()[:-1]
     one_line_error(gcm_process("decrypt", "-k", key, input=cut), EXIT_TRUNCATED)
@@ -315,7 +315,7 @@ def test_failures_leave_no_output_file(
 ) -> None:
     _, wire = sealed
     (tmp_path / "enc").write_bytes(mangle(wire))  # type: ignore[operator]
-    args = ("decrypt", "-k", keyfile, "--context", context, "-i", tmp_path / "enc", "-o", tmp_path / "out")
+    args = ("decrypt", "-k", keyfile, "--context", context, tmp_path / "enc", "-o", tmp_path / "out")
     one_line_error(run_cli(*args), code)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["enc"]
     (tmp_path / "out").write_bytes(b"keep me")
@@ -413,15 +413,15 @@ def _stderr_on_terminal(args: Sequence[str | Path]) -> tuple[int, bytes]:
 
 def test_progress_bar_on_a_terminal_only(tmp_path: Path, keyfile: Path) -> None:
     (tmp_path / "in").write_bytes(data(4 * 1024 * 1024))
-    args: list[str | Path] = ["encrypt", "-k", keyfile, "-i", tmp_path / "in", "-o", tmp_path / "enc"]
+    args: list[str | Path] = ["encrypt", "-k", keyfile, tmp_path / "in", "-o", tmp_path / "enc"]
     code, shown = _stderr_on_terminal(args)
     assert code == 0
     assert b"encrypt:" in shown and b"%|" in shown
     code, shown = _stderr_on_terminal([*args, "--quiet"])
     assert code == 0 and shown == b""
-    code, shown = _stderr_on_terminal(["decrypt", "-k", keyfile, "-i", tmp_path / "enc", "-o", os.devnull])
+    code, shown = _stderr_on_terminal(["decrypt", "-k", keyfile, tmp_path / "enc", "-o", os.devnull])
     assert code == 0 and b"decrypt" in shown
-    piped = run_cli("encrypt", "-k", keyfile, "-i", tmp_path / "in", "-o", tmp_path / "enc")
+    piped = run_cli("encrypt", "-k", keyfile, tmp_path / "in", "-o", tmp_path / "enc")
     assert piped.status == 0 and piped.stderr == ""  # stderr is no terminal: no bar
 
 
@@ -497,14 +497,12 @@ def test_decrypt_memory_does_not_grow_with_input(tmp_path: Path, keyfile: Path) 
     size = 128 * 1024 * 1024
     with open(tmp_path / "big", "wb") as file:  # sparse: cheap to make, same work to encrypt
         file.truncate(size)
-    assert run_cli("encrypt", "-k", keyfile, "-i", tmp_path / "big", "-o", tmp_path / "big.enc").status == 0
+    assert run_cli("encrypt", "-k", keyfile, tmp_path / "big", "-o", tmp_path / "big.enc").status == 0
     (tmp_path / "big").unlink()
     (tmp_path / "small").write_bytes(b"x" * 1000)
-    assert (
-        run_cli("encrypt", "-k", keyfile, "-i", tmp_path / "small", "-o", tmp_path / "small.enc").status == 0
-    )
-    baseline = _peak_rss_kib(["decrypt", "-k", keyfile, "-i", tmp_path / "small.enc", "-o", tmp_path / "s"])
-    big = _peak_rss_kib(["decrypt", "-k", keyfile, "-i", tmp_path / "big.enc", "-o", tmp_path / "b"])
+    assert run_cli("encrypt", "-k", keyfile, tmp_path / "small", "-o", tmp_path / "small.enc").status == 0
+    baseline = _peak_rss_kib(["decrypt", "-k", keyfile, tmp_path / "small.enc", "-o", tmp_path / "s"])
+    big = _peak_rss_kib(["decrypt", "-k", keyfile, tmp_path / "big.enc", "-o", tmp_path / "b"])
     assert (tmp_path / "b").stat().st_size == size
     # The ring (256 KiB), one read and one write buffer (1 MiB each) and thread stacks: a few MiB
     # over the interpreter's own baseline, whatever the size; 128 MiB of input would show.
@@ -863,10 +861,10 @@ def test_every_accepted_record_size_reads_back(tmp_path: Path, keyfile: Path, re
     """With default options, or with the option the error message names: never "tampered"."""
     plain = data(100_000)
     (tmp_path / "in").write_bytes(plain)
-    encrypted = run_cli("encrypt", "-k", keyfile, "--record-size", record_size, "-i", tmp_path / "in")
+    encrypted = run_cli("encrypt", "-k", keyfile, "--record-size", record_size, tmp_path / "in")
     assert encrypted.status == 0, encrypted.stderr
     (tmp_path / "enc").write_bytes(encrypted.stdout)
-    args: list[str | Path] = ["decrypt", "-k", keyfile, "-i", tmp_path / "enc"]
+    args: list[str | Path] = ["decrypt", "-k", keyfile, tmp_path / "enc"]
     decrypted = run_cli(*args)
     if decrypted.status != 0:
         message = one_line_error(decrypted, EXIT_RECORD_LIMIT)
@@ -914,7 +912,7 @@ def test_output_never_wider_than_0600_unless_asked(
     out = tmp_path / "out"
     out.write_bytes(b"old")
     out.chmod(0o666)  # an existing file's wide mode is not copied to the new content
-    args = (command, "-k", keyfile, "--context", "ctx", "-i", tmp_path / "in", "-o", out)
+    args = (command, "-k", keyfile, "--context", "ctx", tmp_path / "in", "-o", out)
     assert run_cli(*args).status == 0
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     out.unlink()
@@ -943,7 +941,7 @@ def test_output_does_not_follow_a_symlink_planted_by_another_user(
     os.chown(theirs / "out.tar", NOBODY, NOBODY)
     (shared / "out.tar").symlink_to(theirs / "out.tar")
     os.lchown(shared / "out.tar", NOBODY, NOBODY)
-    args = (command, "-k", keyfile, "--context", "ctx", "-i", tmp_path / "in", "-o", shared / "out.tar")
+    args = (command, "-k", keyfile, "--context", "ctx", tmp_path / "in", "-o", shared / "out.tar")
     message = one_line_error(run_cli(*args), EXIT_IO)
     assert str(shared / "out.tar") in message and "symbolic link owned by another user" in message
     assert (theirs / "out.tar").read_bytes() == b"bait"
@@ -969,7 +967,7 @@ def test_output_is_not_written_into_another_users_fifo(
     for fifo in (theirs, mine):
         os.mkfifo(fifo, 0o666)
     os.chown(theirs, NOBODY, NOBODY)
-    args = ("decrypt", "-k", keyfile, "--context", "ctx", "-i", tmp_path / "enc", "-o")
+    args = ("decrypt", "-k", keyfile, "--context", "ctx", tmp_path / "enc", "-o")
     listening = os.open(theirs, os.O_RDONLY | os.O_NONBLOCK)  # a reader waits there
     try:
         message = one_line_error(run_cli(*args, theirs), EXIT_IO)
@@ -1049,7 +1047,7 @@ def test_malformed_key_lines_never_show_the_key(tmp_path: Path) -> None:
             run_cli("connect", bad.splitlines()[0], "-k", keyfile, input=b"x"),
             # key text inside a path (found by a new user: "$(cat backup.key)/x")
             run_cli("encrypt", "-k", good, "-o", bad.splitlines()[0] + "/x", input=b"x"),
-            run_cli("encrypt", "-k", good, "-i", "/nonexistent/" + bad.splitlines()[0] + "/x"),
+            run_cli("encrypt", "-k", good, "/nonexistent/" + bad.splitlines()[0] + "/x"),
         ):
             message = result.stderr
             assert result.status != 0, (bad, message)
@@ -1108,10 +1106,10 @@ def test_listen_keeps_serving_after_failed_handshakes(tmp_path: Path, keyfile: P
 def test_closed_reader_ends_quietly_like_cat(tmp_path: Path, keyfile: Path, command: str) -> None:
     """`gcmstream decrypt ... | head -c 100`: the conventional 141, and not a word."""
     (tmp_path / "in").write_bytes(data(8 * 1024 * 1024))
-    assert run_cli("encrypt", "-k", keyfile, "-i", tmp_path / "in", "-o", tmp_path / "enc").status == 0
+    assert run_cli("encrypt", "-k", keyfile, tmp_path / "in", "-o", tmp_path / "enc").status == 0
     source = tmp_path / ("enc" if command == "decrypt" else "in")
     process = subprocess.Popen(
-        [sys.executable, "-m", "gcmstream", command, "-k", str(keyfile), "-i", str(source)],
+        [sys.executable, "-m", "gcmstream", command, "-k", str(keyfile), str(source)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -1131,15 +1129,13 @@ def test_closed_reader_ends_quietly_like_cat(tmp_path: Path, keyfile: Path, comm
 
 def test_progress_bar_ends_with_a_summary_in_one_unit_system(tmp_path: Path, keyfile: Path) -> None:
     (tmp_path / "in").write_bytes(data(4_200_000))
-    code, shown = _stderr_on_terminal(
-        ["encrypt", "-k", keyfile, "-i", tmp_path / "in", "-o", tmp_path / "enc"]
-    )
+    code, shown = _stderr_on_terminal(["encrypt", "-k", keyfile, tmp_path / "in", "-o", tmp_path / "enc"])
     assert code == 0
     text = shown.decode()
     last = text.replace("\r", "\n").strip().splitlines()[-1]
     assert re.fullmatch(r"gcmstream encrypt: 4\.2 MB in \d+\.\d\d s \(\d+(\.\d+)? [kMG]?B/s\)", last), last
     assert "iB" not in text  # no MiB beside MB/s
-    code, shown = _stderr_on_terminal(["decrypt", "-k", keyfile, "-i", tmp_path / "enc", "-o", os.devnull])
+    code, shown = _stderr_on_terminal(["decrypt", "-k", keyfile, tmp_path / "enc", "-o", os.devnull])
     assert code == 0 and "gcmstream decrypt: 4.2 MB in" in shown.decode()
 
 
@@ -1229,7 +1225,7 @@ def test_damaged_header_field_is_corrupt_not_unsupported(
         damaged[offset] ^= 0x80
         (tmp_path / "enc").write_bytes(damaged)
         result = run_cli(
-            "decrypt", "-k", keyfile, "--context", "ctx", "-i", tmp_path / "enc", "-o", tmp_path / "out"
+            "decrypt", "-k", keyfile, "--context", "ctx", tmp_path / "enc", "-o", tmp_path / "out"
         )
         message = one_line_error(result, EXIT_TAMPERED)
         assert f"{tmp_path / 'enc'} has a corrupt stream header" in message, message
@@ -1254,7 +1250,7 @@ def test_closed_reader_leaves_no_progress_bar_behind(tmp_path: Path, keyfile: Pa
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     process = subprocess.Popen(
-        [sys.executable, "-m", "gcmstream", "encrypt", "-k", str(keyfile), "-i", str(tmp_path / "in")],
+        [sys.executable, "-m", "gcmstream", "encrypt", "-k", str(keyfile), str(tmp_path / "in")],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=terminal,
@@ -1306,7 +1302,7 @@ def test_completion_into_a_closed_pipe_exits_quietly() -> None:
 
 def test_a_directory_given_as_input_is_named(tmp_path: Path, keyfile: Path) -> None:
     for command in ("encrypt", "decrypt"):
-        result = run_cli(command, "-k", keyfile, "-i", tmp_path, "-o", tmp_path / "out")
+        result = run_cli(command, "-k", keyfile, tmp_path, "-o", tmp_path / "out")
         message = one_line_error(result, EXIT_IO)
         assert str(tmp_path) in message and "directory" in message.lower()
     assert not (tmp_path / "out").exists()
@@ -1316,13 +1312,110 @@ def test_the_same_file_as_input_and_output_is_refused_and_kept(tmp_path: Path, k
     """-i F -o F would rename the output over the input: refused, the input untouched."""
     plain = tmp_path / "plain"
     plain.write_bytes(b"precious")
-    message = one_line_error(run_cli("encrypt", "-k", keyfile, "-i", plain, "-o", plain), EXIT_USAGE)
+    message = one_line_error(run_cli("encrypt", "-k", keyfile, plain, "-o", plain), EXIT_USAGE)
     assert str(plain) in message
     assert plain.read_bytes() == b"precious"
     sealed = tmp_path / "sealed"
-    assert run_cli("encrypt", "-k", keyfile, "-i", plain, "-o", sealed).status == 0
+    assert run_cli("encrypt", "-k", keyfile, plain, "-o", sealed).status == 0
     before = sealed.read_bytes()
-    one_line_error(
-        run_cli("decrypt", "-k", keyfile, "-i", sealed, "-o", tmp_path / "." / "sealed"), EXIT_USAGE
-    )
+    one_line_error(run_cli("decrypt", "-k", keyfile, sealed, "-o", tmp_path / "." / "sealed"), EXIT_USAGE)
     assert sealed.read_bytes() == before
+
+
+def test_errors_about_a_file_name_it_and_a_cut_file_is_no_connection(tmp_path: Path, keyfile: Path) -> None:
+    """Issue 25: wrong key or context, tampered, truncated: the message names the file; a cut
+    file's speaks of a file, not of a sender or a connection."""
+    sealed = tmp_path / "sealed.gcms"
+    assert (
+        run_cli("encrypt", "-k", keyfile, "--context", "c", "-o", sealed, input=data(3 * RECORD)).status == 0
+    )
+    wire = sealed.read_bytes()
+    cut, bad = tmp_path / "cut.gcms", tmp_path / "bad.gcms"
+    cut.write_bytes(wire[: len(wire) // 2])
+    bad.write_bytes(_tamper(wire))
+    for path, args, code in (
+        (sealed, ("--context", "other"), EXIT_WRONG_KEY),
+        (bad, ("--context", "c"), EXIT_TAMPERED),
+        (cut, ("--context", "c"), EXIT_TRUNCATED),
+    ):
+        message = one_line_error(run_cli("decrypt", "-k", keyfile, *args, path, "-o", tmp_path / "o"), code)
+        assert f"{path}" in message, message
+        assert "connection" not in message and "sender" not in message, message
+
+
+def test_recipient_into_a_closed_pipe_exits_141_quietly(tmp_path: Path) -> None:
+    """README: a reader that went away ends the command quietly with 141, as cat; `recipient`
+    said exit 6 "output closed before the end (broken pipe)"."""
+    identity = tmp_path / "me.identity"
+    assert run_cli("identity", "-o", identity).status == 0
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader left before the line is written: EPIPE every time
+    try:
+        process = subprocess.run(
+            [sys.executable, "-m", "gcmstream", "recipient", str(identity)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            env=env(),
+            timeout=TIMEOUT,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert (process.returncode, process.stderr) == (EXIT_BROKEN_PIPE, b"")
+    shell = subprocess.run(
+        [
+            "bash",
+            "-c",
+            '"$0" -m gcmstream recipient "$1" | true; echo "${PIPESTATUS[0]}"',
+            sys.executable,
+            identity,
+        ],
+        capture_output=True,
+        env=env(),
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert shell.stdout.strip() in (b"0", b"141") and shell.stderr == b"", (
+        shell
+    )  # 0: written before true left
+
+
+def test_connect_to_an_unknown_host_names_the_host(keyfile: Path) -> None:
+    """It said "unknown error -2" (getaddrinfo's code read as an errno)."""
+    message = one_line_error(run_cli("connect", "no-such-host.invalid:9000", "-k", keyfile), EXIT_IO)
+    assert "no-such-host.invalid" in message and "unknown error" not in message, message
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["encrypt", "--help"]])
+def test_version_and_help_import_no_cryptography_or_event_loop(argv: list[str]) -> None:
+    """Issue 25: a bare --version cost 428 ms of CPU, most of it imports it never used; it and
+    --help now load neither cryptography nor asyncio nor anyio nor shtab (benchmarks/README.md)."""
+    probe = (
+        "import sys\nfrom gcmstream.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        "heavy = ('cryptography', 'anyio', 'asyncio', 'shtab', 'gcmstream.format', 'gcmstream.aio')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy), file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, env=env(), timeout=TIMEOUT, check=True
+    )
+    assert done.stderr.decode().strip() == "[]", done.stderr.decode()
+
+
+def test_import_gcmstream_loads_no_adapter() -> None:
+    probe = (
+        "import sys, gcmstream\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('gcmstream.', 'anyio', 'cryptography'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, env=env(), timeout=TIMEOUT, check=True
+    )
+    assert done.stdout.decode().strip() == "[]", done.stdout.decode()
+
+
+def test_completion_shells_are_shtabs() -> None:
+    import shtab
+
+    from gcmstream.cli import COMPLETION_SHELLS
+
+    assert list(COMPLETION_SHELLS) == list(shtab.SUPPORTED_SHELLS)

@@ -52,7 +52,7 @@ def sealed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, bytes]
     plain = hashlib.shake_256(b"cli files").digest(2 * 1024 * 1024 + 5)
     (directory / "plain").write_bytes(plain)
     done = run_cli(
-        "encrypt", "-k", keyfile, "--record-size", "4K", "-i", directory / "plain", "-o", directory / "enc"
+        "encrypt", "-k", keyfile, "--record-size", "4K", directory / "plain", "-o", directory / "enc"
     )
     assert done.status == 0, done.stderr
     return keyfile, directory / "enc", plain
@@ -74,7 +74,7 @@ def test_decrypt_a_range(
     sealed: tuple[Path, Path, bytes], offset: str | None, length: str | None, start: int, count: int
 ) -> None:
     keyfile, enc, plain = sealed
-    args: list[str | Path] = ["decrypt", "-k", keyfile, "-i", enc]
+    args: list[str | Path] = ["decrypt", "-k", keyfile, enc]
     if offset is not None:
         args += ["--offset", offset]
     if length is not None:
@@ -92,13 +92,11 @@ def test_a_range_reads_only_its_records(sealed: tuple[Path, Path, bytes], tmp_pa
     damaged[HEADER + 100 * (RECORD_HEADER_SIZE + RECORD + TAG_SIZE) + 50] ^= 1  # record 100
     bad = tmp_path / "bad"
     bad.write_bytes(damaged)
-    done = run_cli("decrypt", "-k", keyfile, "-i", bad, "--offset", "1M", "--length", "64K")
+    done = run_cli("decrypt", "-k", keyfile, bad, "--offset", "1M", "--length", "64K")
     assert done.status == 0, done.stderr
     assert done.stdout == plain[1 << 20 : (1 << 20) + 65536]
     out = tmp_path / "out"
-    done = run_cli(
-        "decrypt", "-k", keyfile, "-i", bad, "--offset", str(99 * RECORD), "--length", "8K", "-o", out
-    )
+    done = run_cli("decrypt", "-k", keyfile, bad, "--offset", str(99 * RECORD), "--length", "8K", "-o", out)
     assert done.status == EXIT_TAMPERED, done.stderr
     assert "record 100" in done.stderr
     assert not out.exists() and sorted(os.listdir(tmp_path)) == ["bad"]
@@ -108,7 +106,7 @@ def test_a_range_of_a_cut_file_fails_at_open(sealed: tuple[Path, Path, bytes], t
     keyfile, enc, _ = sealed
     cut = tmp_path / "cut"
     cut.write_bytes(enc.read_bytes()[:-1])
-    done = run_cli("decrypt", "-k", keyfile, "-i", cut, "--offset", "0", "--length", "10")
+    done = run_cli("decrypt", "-k", keyfile, cut, "--offset", "0", "--length", "10")
     assert done.status == EXIT_TRUNCATED, done.stderr
     assert done.stdout == b""
 
@@ -127,8 +125,8 @@ def test_a_range_needs_a_file(sealed: tuple[Path, Path, bytes]) -> None:
         check=False,
     )
     assert piped.returncode == EXIT_USAGE, piped.stderr
-    assert b"stdin is not a file" in piped.stderr
-    bad = run_cli("decrypt", "-k", keyfile, "-i", enc, "--offset", "-3")
+    assert b"stdin is not a file" in piped.stderr and b"give INPUT as a file" in piped.stderr
+    bad = run_cli("decrypt", "-k", keyfile, enc, "--offset", "-3")
     assert bad.status == EXIT_USAGE
 
 
@@ -158,7 +156,7 @@ def test_records_over_the_limit_name_the_option(sealed: tuple[Path, Path, bytes]
     """4 KiB records read with --max-record-size 1K: the message names the option that reads them."""
     keyfile, enc, _ = sealed
     cases: list[tuple[str, list[str | Path]]] = [
-        ("decrypt", ["-i", enc, "--offset", "0", "--max-record-size", "1K"]),
+        ("decrypt", [enc, "--offset", "0", "--max-record-size", "1K"]),
         ("info", ["--max-record-size", "1K", enc]),
     ]
     for command, args in cases:
@@ -174,10 +172,10 @@ def test_decrypt_to_a_file_writes_a_final_record_straddling_the_buffer(tmp_path:
     plain = hashlib.shake_256(b"straddle").digest(2 * 1024 * 1024 + 500)
     (tmp_path / "plain").write_bytes(plain)
     done = run_cli(
-        "encrypt", "-k", keyfile, "--record-size", "1000", "-i", tmp_path / "plain", "-o", tmp_path / "enc"
+        "encrypt", "-k", keyfile, "--record-size", "1000", tmp_path / "plain", "-o", tmp_path / "enc"
     )
     assert done.status == 0, done.stderr
-    done = run_cli("decrypt", "-k", keyfile, "-i", tmp_path / "enc", "-o", tmp_path / "back")
+    done = run_cli("decrypt", "-k", keyfile, tmp_path / "enc", "-o", tmp_path / "back")
     assert done.status == 0, done.stderr
     assert (tmp_path / "back").read_bytes() == plain
 
@@ -197,7 +195,7 @@ def test_a_record_shortened_without_the_key_fails_range_and_info(
     del stream[end - 1000 : end]
     shifted = tmp_path / "shifted"
     shifted.write_bytes(stream)
-    done = run_cli("decrypt", "-k", keyfile, "-i", shifted, "--offset", "40K", "--length", "64")
+    done = run_cli("decrypt", "-k", keyfile, shifted, "--offset", "40K", "--length", "64")
     assert done.status == EXIT_TAMPERED, done.stderr
     assert done.stdout == b""
     done = run_cli("info", "-k", keyfile, shifted)
@@ -210,7 +208,7 @@ def test_info_and_a_range_refuse_a_fifo_at_once(sealed: tuple[Path, Path, bytes]
     keyfile, _, _ = sealed
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    for args in (("info", "-k", keyfile, fifo), ("decrypt", "-k", keyfile, "-i", fifo, "--offset", "0")):
+    for args in (("info", "-k", keyfile, fifo), ("decrypt", "-k", keyfile, fifo, "--offset", "0")):
         done = subprocess.run(
             [sys.executable, "-m", "gcmstream", *map(str, args)], capture_output=True, timeout=30, check=False
         )
@@ -234,9 +232,9 @@ def test_a_closed_stdin_is_an_io_error_that_says_so(
 @pytest.mark.parametrize(
     "command",
     [
-        ["decrypt", "-i", "{enc}"],
-        ["decrypt", "--offset", "5", "--length", "3", "-i", "{enc}"],
-        ["encrypt", "-i", "{plain}"],
+        ["decrypt", "{enc}"],
+        ["decrypt", "--offset", "5", "--length", "3", "{enc}"],
+        ["encrypt", "{plain}"],
         ["info", "{enc}"],
         ["keygen", "-o", "-"],
         ["identity", "-o", "-"],
@@ -273,13 +271,13 @@ def test_an_offset_past_the_end_writes_nothing_and_succeeds(
     keyfile, enc, plain = sealed
     size = len(plain)
     for offset in (size, size + 1, 10 * size):
-        done = run_cli("decrypt", "-k", keyfile, "-i", enc, "--offset", str(offset))
+        done = run_cli("decrypt", "-k", keyfile, enc, "--offset", str(offset))
         assert (done.status, done.stdout, done.stderr) == (0, b"", ""), offset
-    done = run_cli("decrypt", "-k", keyfile, "-i", enc, "--offset", str(size - 3))
+    done = run_cli("decrypt", "-k", keyfile, enc, "--offset", str(size - 3))
     assert (done.status, done.stdout) == (0, plain[-3:])
     cut = tmp_path / "cut"
     cut.write_bytes(enc.read_bytes()[:-1])
-    done = run_cli("decrypt", "-k", keyfile, "-i", cut, "--offset", str(10 * size))
+    done = run_cli("decrypt", "-k", keyfile, cut, "--offset", str(10 * size))
     assert (done.status, done.stdout) == (EXIT_TRUNCATED, b"")
     help_text = " ".join(run_cli("decrypt", "--help").stdout.decode().split())
     assert "N at or past the end of the plaintext writes nothing and exits 0" in help_text

@@ -43,9 +43,9 @@ def command(name: str, keyfile: Path, folder: Path) -> tuple[str | Path, ...]:
     if name == "identity":
         return ("identity", "--force", "-o")
     if name == "encrypt":
-        return ("encrypt", "-k", keyfile, "-i", plain, "-o")
+        return ("encrypt", "-k", keyfile, plain, "-o")
     pipeline.encrypt_file(plain, folder / "cipher", key=read_key_file(keyfile))
-    return ("decrypt", "-k", keyfile, "-i", folder / "cipher", "-o")
+    return ("decrypt", "-k", keyfile, folder / "cipher", "-o")
 
 
 def plant(tmp_path: Path, shared_mode: int) -> tuple[Path, Path, Path]:

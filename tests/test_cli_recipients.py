@@ -68,12 +68,12 @@ def test_round_trip_with_r_and_R_and_identity(tmp_path: Path, people: dict[str, 
     plain = tmp_path / "plain"
     plain.write_bytes(PLAIN)
     sealed = tmp_path / "sealed"
-    result = run_cli("encrypt", "-r", recipient_of(people["alice"]), "-R", listed, "-i", plain, "-o", sealed)
+    result = run_cli("encrypt", "-r", recipient_of(people["alice"]), "-R", listed, plain, "-o", sealed)
     assert result.status == EXIT_OK, result.stderr
     for name in ("alice", "bob", "carol"):
         identity = people[name]
         out = tmp_path / f"out-{name}"
-        result = run_cli("decrypt", "--identity", identity, "-i", sealed, "-o", out)
+        result = run_cli("decrypt", "--identity", identity, sealed, "-o", out)
         assert result.status == EXIT_OK, result.stderr
         assert out.read_bytes() == PLAIN
     # through pipes too, and with several --identity of which one matches
@@ -88,7 +88,7 @@ def test_round_trip_with_r_and_R_and_identity(tmp_path: Path, people: dict[str, 
 def test_no_identity_matched_exits_3_before_any_output(tmp_path: Path, people: dict[str, Path]) -> None:
     sealed = run_cli("encrypt", "-r", recipient_of(people["alice"]), input=PLAIN).stdout
     out = tmp_path / "out"
-    result = run_cli("decrypt", "--identity", people["bob"], "-i", "-", "-o", out, input=sealed)
+    result = run_cli("decrypt", "--identity", people["bob"], "-", "-o", out, input=sealed)
     message = one_line_error(result, EXIT_WRONG_KEY)
     assert "identit" in message and "authentication" not in message
     assert not out.exists()
@@ -390,5 +390,105 @@ def test_messages_name_the_recipient_format_but_hide_a_pasted_payload(people: di
 
 
 def test_decrypt_without_credentials_points_at_identities_and_passphrases() -> None:
-    message = one_line_error(run_cli("decrypt", "-i", "-", input=b""), EXIT_USAGE)
+    message = one_line_error(run_cli("decrypt", "-", input=b""), EXIT_USAGE)
     assert "-k KEYFILE" in message and "--identity" in message and "--passphrase-file" in message
+
+
+def test_i_is_short_for_identity_and_the_input_is_an_argument(
+    tmp_path: Path, people: dict[str, Path]
+) -> None:
+    """Issue 25: `decrypt -i IDENTITY FILE`, as age takes it; `encrypt -i` encrypts to the
+    identity's recipient, as `age -e -i` does."""
+    plain = tmp_path / "plain"
+    plain.write_bytes(PLAIN)
+    sealed = tmp_path / "plain.gcms"
+    assert run_cli("encrypt", "-i", people["alice"], "-o", sealed, plain).status == EXIT_OK
+    opened = run_cli("decrypt", "-i", people["alice"], sealed)
+    assert opened.status == EXIT_OK and opened.stdout == PLAIN, opened.stderr
+    dashed = run_cli(
+        "decrypt", "--identity", people["alice"], "-o", tmp_path / "out", "-", input=sealed.read_bytes()
+    )
+    assert dashed.status == EXIT_OK and (tmp_path / "out").read_bytes() == PLAIN
+
+
+def test_a_file_given_to_i_that_is_no_identity_names_the_change(
+    tmp_path: Path, people: dict[str, Path]
+) -> None:
+    """The old habit `-i INPUT`: the message says -i is --identity now and how to give the input."""
+    plain = tmp_path / "notes.txt"
+    plain.write_bytes(b"not an identity\n")
+    plain.chmod(0o644)  # an input's usual mode: the change is said, not "open to other users"
+    sealed = tmp_path / "notes.gcms"
+    assert run_cli("encrypt", "-r", recipient_of(people["bob"]), "-o", sealed, plain).status == EXIT_OK
+    for command, path in (("encrypt", plain), ("decrypt", sealed)):
+        message = one_line_error(run_cli(command, "-i", path, "-o", tmp_path / "out"), EXIT_USAGE)
+        assert f"{path} is not an identity file" in message and "--identity" in message, message
+        assert f"gcmstream {command} [OPTIONS] {path}" in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_identity_file_may_hold_several_identities_all_tried(
+    tmp_path: Path, people: dict[str, Path]
+) -> None:
+    """As age's identity files: one a line, comments and blank lines skipped, every one tried."""
+    sealed = run_cli("encrypt", "-r", recipient_of(people["carol"]), input=PLAIN).stdout
+    several = tmp_path / "keys.txt"
+    several.write_text(
+        f"# alice\n{people['alice'].read_text()}\n# carol\n{people['carol'].read_text()}\n", encoding="ascii"
+    )
+    several.chmod(0o600)
+    opened = run_cli("decrypt", "-i", several, input=sealed)
+    assert opened.status == EXIT_OK and opened.stdout == PLAIN, opened.stderr
+    assert run_cli("recipient", several).stdout.decode().splitlines() == [
+        recipient_of(people["alice"]),
+        recipient_of(people["carol"]),
+    ]
+
+
+def test_dash_reads_identities_or_recipients_from_stdin(tmp_path: Path, people: dict[str, Path]) -> None:
+    """`-R -` and `-i -` read stdin, as in age; then the input must be a file."""
+    plain = tmp_path / "plain"
+    plain.write_bytes(PLAIN)
+    sealed = tmp_path / "sealed"
+    listed = recipient_of(people["dave"]).encode() + b"\n"
+    assert run_cli("encrypt", "-R", "-", "-o", sealed, plain, input=listed).status == EXIT_OK
+    opened = run_cli("decrypt", "-i", "-", sealed, input=people["dave"].read_bytes())
+    assert opened.status == EXIT_OK and opened.stdout == PLAIN, opened.stderr
+    message = one_line_error(run_cli("decrypt", "-i", "-", input=sealed.read_bytes()), EXIT_USAGE)
+    assert "stdin is read by both" in message
+
+
+def test_decrypt_without_credentials_names_what_the_header_needs(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path
+) -> None:
+    """Issue 25: the header says whether the file needs -k, --identity or a passphrase."""
+    secret = tmp_path / "pass"
+    secret.write_text("correct horse battery staple\n")
+    secret.chmod(0o600)
+    made = {
+        "recipients": run_cli("encrypt", "-r", recipient_of(people["alice"]), input=PLAIN),
+        "passphrase": run_cli("encrypt", "--passphrase-file", secret, *FAST, input=PLAIN),
+        "key": run_cli("encrypt", "-k", keyfile, input=PLAIN),
+    }
+    expected = {
+        "recipients": "is encrypted to recipients: give -i/--identity FILE",
+        "passphrase": "is encrypted with a passphrase: give --passphrase (asked on the terminal) "
+        "or --passphrase-file FILE",
+        "key": "is encrypted with a key: give -k KEYFILE or set GCMSTREAM_KEY",
+    }
+    for name, result in made.items():
+        path = tmp_path / f"{name}.gcms"
+        path.write_bytes(result.stdout)
+        for command in ("decrypt", "info"):
+            message = one_line_error(run_cli(command, path), EXIT_USAGE)
+            assert f"{path} {expected[name]}" in message, message
+
+
+def test_a_passphrase_file_at_a_terminal_asks_for_the_passphrase(tmp_path: Path) -> None:
+    """No --passphrase given: the header names a passphrase, and the terminal is asked."""
+    code, sealed, err = on_terminal(["encrypt", "--passphrase", *FAST], b"pw one\npw one\n", PLAIN)
+    assert code == EXIT_OK, err
+    path = tmp_path / "sealed"
+    path.write_bytes(sealed)
+    code, opened, err = on_terminal(["decrypt", str(path)], b"pw one\n", b"")
+    assert code == EXIT_OK and opened == PLAIN, err

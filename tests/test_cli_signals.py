@@ -32,7 +32,7 @@ from .helpers import interruptible
 # printing the figure, 2 shared cores at load 5-7). `python -m gcmstream encrypt|decrypt -k KEY
 # -o DIR/file` reading an idle pipe or terminal on stdin or `-i FIFO`: 5.005-5.061 s before the
 # engine polled its input (its worker, blocked in read(), was given up after 5 s,
-# files.STOP_WAIT), 0.064-0.315 s after. `python -m gcmstream decrypt -k KEY -i FILE` blocked
+# files.STOP_WAIT), 0.064-0.315 s after. `python -m gcmstream decrypt -k KEY FILE` blocked
 # writing to a stdout pipe nobody reads: 5.007-5.017 s before (the same 5 s), 0.101-0.131 s
 # after (given up after cli._PIPE_STOP_WAIT, 0.1 s). Much of it is Python's own exit: `python -c
 # "import gcmstream.cli, sys; sys.stdin.buffer.read()"` on an idle pipe exited 0.110-0.124 s
@@ -146,9 +146,7 @@ def test_signal_while_a_fifo_given_as_input_is_idle(
     os.mkfifo(fifo)
     out = tmp_path / "out"
     out.mkdir()
-    with gcmstream(
-        command, "-k", keyfile, "-i", fifo, "-o", out / "file", stdin=subprocess.DEVNULL
-    ) as process:
+    with gcmstream(command, "-k", keyfile, fifo, "-o", out / "file", stdin=subprocess.DEVNULL) as process:
         # the writer, once the command opened the FIFO for reading (ENXIO until then)
         deadline = time.monotonic() + START_TIMEOUT
         writer = -1
@@ -172,7 +170,7 @@ def sealed_file(tmp_path_factory: pytest.TempPathFactory, keyfile: Path) -> Path
     """8 MiB encrypted: far more than a pipe holds."""
     folder = tmp_path_factory.mktemp("sealed")
     (folder / "plain").write_bytes(os.urandom(8 * 1024 * 1024))
-    command = ["encrypt", "-k", keyfile, "-i", folder / "plain", "-o", folder / "sealed"]
+    command = ["encrypt", "-k", keyfile, folder / "plain", "-o", folder / "sealed"]
     subprocess.run([sys.executable, "-m", "gcmstream", *map(str, command)], check=True, env=env())
     return folder / "sealed"
 
@@ -185,7 +183,7 @@ def test_signal_while_the_reader_of_stdout_stalls(
     """``decrypt`` to a pipe nobody reads any more, its worker blocked in write(): the signal
     ends the command within the same bound (no temporary file to wait for)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "gcmstream", "decrypt", "-k", str(keyfile), "-i", str(sealed_file)],
+        [sys.executable, "-m", "gcmstream", "decrypt", "-k", str(keyfile), str(sealed_file)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

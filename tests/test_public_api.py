@@ -9,6 +9,7 @@ import importlib
 import inspect
 import pkgutil
 import re
+import types
 from pathlib import Path
 from types import ModuleType
 
@@ -90,7 +91,9 @@ TOP_LEVEL_MODULES: dict[str, set[str]] = {
         "Unlocker",
         "check_recipients",
         "check_work_factor",
+        "parse_identities",
         "parse_recipients",
+        "parse_recipients_file",
         "seal_stanzas",
     },
     "gcmstream.seekable": set(),
@@ -262,3 +265,20 @@ def test_only_the_record_layer_seals_or_opens_records() -> None:
     assert not found, found
     layer = (src / "records.py").read_text(encoding="utf-8")
     assert "decrypt_into" in layer and "encrypt_into" in layer  # (the check looks where they are)
+
+
+def test_the_namespace_holds_only_the_api_and_submodules() -> None:
+    """Issue 25: ``gcmstream.annotations`` (the __future__ import) and ``PackageNotFoundError``
+    (the version's lookup) were public-looking names; every name is the API, a dunder or a
+    submodule now, and every name of __all__ resolves (the lazy __getattr__)."""
+    for name in gcmstream.__all__:
+        getattr(gcmstream, name)
+    stray = {
+        name
+        for name in vars(gcmstream)
+        if not name.startswith("_")
+        and name not in gcmstream.__all__
+        and not isinstance(getattr(gcmstream, name), types.ModuleType)
+    }
+    assert stray == set(), stray
+    assert "annotations" not in dir(gcmstream) and "PackageNotFoundError" not in dir(gcmstream)

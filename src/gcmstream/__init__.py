@@ -8,95 +8,205 @@ points (asyncio's ``open_connection``/``start_server`` beside anyio's ``connect_
 ``create_tcp_listener``), pipelines and key files. Building blocks (``gcmstream.format``,
 ``gcmstream.ring``, ``gcmstream.channel``, ...) are reached through their modules
 (tests/test_public_api.py keeps the two lists).
+
+Nothing is imported until it is used (PEP 562): ``import gcmstream`` loads no adapter, no
+cryptography and no event loop library (``gcmstream --version`` starts fast); a name loads
+its module when it is first used.
 """
 
-from __future__ import annotations
+import importlib
 
-from importlib.metadata import PackageNotFoundError, version
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
+if TYPE_CHECKING:
+    __version__: str  # read from the installed metadata on first use (__getattr__)
+    from .aio import (
+        SecureStreamReader,
+        SecureStreamWriter,
+        decrypting_reader,
+        encrypting_writer,
+        open_connection,
+        start_server,
+        wrap_streams,
+    )
+    from .anyio_stream import (
+        GcmStreamAttribute,
+        SecureListener,
+        SecureStream,
+        connect_tcp,
+        create_tcp_listener,
+    )
+    from .channel import self_connections_allowed
+    from .codec import Channel, Opener, Sealer
+    from .errors import (
+        AuthenticationError,
+        BufferFullError,
+        ConcurrencyError,
+        DowngradeError,
+        GcmStreamError,
+        HandshakeError,
+        KeyCommitmentError,
+        KeyFileError,
+        LimitReachedError,
+        MalformedHeaderError,
+        MalformedRecordError,
+        NoIdentityMatchedError,
+        NotReadyError,
+        OutOfRangeError,
+        PeerIdentityError,
+        ProtocolError,
+        RecipientError,
+        RecordTooLargeError,
+        RoleMismatchError,
+        SelfConnectionError,
+        StanzaError,
+        StreamBrokenError,
+        StreamClosedError,
+        TrailingDataError,
+        TruncatedStreamError,
+        UnknownFieldError,
+        UnknownKeyError,
+        UnsupportedBufferError,
+        UnsupportedEndpointError,
+        UnsupportedFormatError,
+        UsageError,
+        WorkFactorError,
+    )
+    from .format import (
+        DEFAULT_MAX_RECORD_SIZE,
+        DEFAULT_RECORD_SIZE,
+        HARD_MAX_RECORD_SIZE,
+        KeyExchange,
+        KeyLimits,
+        KeyRing,
+        Role,
+        Suite,
+        generate_key,
+        key_id,
+    )
+    from .keyfile import read_key_file, write_key_file
+    from .pipeline import (
+        decrypt_file,
+        decrypt_file_async,
+        decrypt_iter,
+        decrypt_stream,
+        encrypt_file,
+        encrypt_file_async,
+        encrypt_iter,
+        encrypt_stream,
+    )
+    from .recipients import (
+        Identity,
+        Recipient,
+        RecipientKind,
+        read_identity_file,
+        read_recipients_file,
+        write_identity_file,
+    )
+    from .seekable import DecryptedFile, open_file, open_file_async
 
-from .aio import (
-    SecureStreamReader,
-    SecureStreamWriter,
-    decrypting_reader,
-    encrypting_writer,
-    open_connection,
-    start_server,
-    wrap_streams,
-)
-from .anyio_stream import GcmStreamAttribute, SecureListener, SecureStream, connect_tcp, create_tcp_listener
-from .channel import self_connections_allowed
-from .codec import Channel, Opener, Sealer
-from .errors import (
-    AuthenticationError,
-    BufferFullError,
-    ConcurrencyError,
-    DowngradeError,
-    GcmStreamError,
-    HandshakeError,
-    KeyCommitmentError,
-    KeyFileError,
-    LimitReachedError,
-    MalformedHeaderError,
-    MalformedRecordError,
-    NoIdentityMatchedError,
-    NotReadyError,
-    OutOfRangeError,
-    PeerIdentityError,
-    ProtocolError,
-    RecipientError,
-    RecordTooLargeError,
-    RoleMismatchError,
-    SelfConnectionError,
-    StanzaError,
-    StreamBrokenError,
-    StreamClosedError,
-    TrailingDataError,
-    TruncatedStreamError,
-    UnknownFieldError,
-    UnknownKeyError,
-    UnsupportedBufferError,
-    UnsupportedEndpointError,
-    UnsupportedFormatError,
-    UsageError,
-    WorkFactorError,
-)
-from .format import (
-    DEFAULT_MAX_RECORD_SIZE,
-    DEFAULT_RECORD_SIZE,
-    HARD_MAX_RECORD_SIZE,
-    KeyExchange,
-    KeyLimits,
-    KeyRing,
-    Role,
-    Suite,
-    generate_key,
-    key_id,
-)
-from .keyfile import read_key_file, write_key_file
-from .pipeline import (
-    decrypt_file,
-    decrypt_file_async,
-    decrypt_iter,
-    decrypt_stream,
-    encrypt_file,
-    encrypt_file_async,
-    encrypt_iter,
-    encrypt_stream,
-)
-from .recipients import (
-    Identity,
-    Recipient,
-    RecipientKind,
-    read_identity_file,
-    read_recipients_file,
-    write_identity_file,
-)
-from .seekable import DecryptedFile, open_file, open_file_async
+del TYPE_CHECKING  # not an API name
 
-try:  # pyproject.toml is the one place the version is written
-    __version__ = version("gcmstream")
-except PackageNotFoundError:  # imported from a source tree that was never installed
-    __version__ = "0+unknown"
+# each public name and the module that defines it
+_HOMES = {
+    "SecureStreamReader": "aio",
+    "SecureStreamWriter": "aio",
+    "decrypting_reader": "aio",
+    "encrypting_writer": "aio",
+    "open_connection": "aio",
+    "start_server": "aio",
+    "wrap_streams": "aio",
+    "GcmStreamAttribute": "anyio_stream",
+    "SecureListener": "anyio_stream",
+    "SecureStream": "anyio_stream",
+    "connect_tcp": "anyio_stream",
+    "create_tcp_listener": "anyio_stream",
+    "self_connections_allowed": "channel",
+    "Channel": "codec",
+    "Opener": "codec",
+    "Sealer": "codec",
+    "AuthenticationError": "errors",
+    "BufferFullError": "errors",
+    "ConcurrencyError": "errors",
+    "DowngradeError": "errors",
+    "GcmStreamError": "errors",
+    "HandshakeError": "errors",
+    "KeyCommitmentError": "errors",
+    "KeyFileError": "errors",
+    "LimitReachedError": "errors",
+    "MalformedHeaderError": "errors",
+    "MalformedRecordError": "errors",
+    "NoIdentityMatchedError": "errors",
+    "NotReadyError": "errors",
+    "OutOfRangeError": "errors",
+    "PeerIdentityError": "errors",
+    "ProtocolError": "errors",
+    "RecipientError": "errors",
+    "RecordTooLargeError": "errors",
+    "RoleMismatchError": "errors",
+    "SelfConnectionError": "errors",
+    "StanzaError": "errors",
+    "StreamBrokenError": "errors",
+    "StreamClosedError": "errors",
+    "TrailingDataError": "errors",
+    "TruncatedStreamError": "errors",
+    "UnknownFieldError": "errors",
+    "UnknownKeyError": "errors",
+    "UnsupportedBufferError": "errors",
+    "UnsupportedEndpointError": "errors",
+    "UnsupportedFormatError": "errors",
+    "UsageError": "errors",
+    "WorkFactorError": "errors",
+    "DEFAULT_MAX_RECORD_SIZE": "format",
+    "DEFAULT_RECORD_SIZE": "format",
+    "HARD_MAX_RECORD_SIZE": "format",
+    "KeyExchange": "format",
+    "KeyLimits": "format",
+    "KeyRing": "format",
+    "Role": "format",
+    "Suite": "format",
+    "generate_key": "format",
+    "key_id": "format",
+    "read_key_file": "keyfile",
+    "write_key_file": "keyfile",
+    "decrypt_file": "pipeline",
+    "decrypt_file_async": "pipeline",
+    "decrypt_iter": "pipeline",
+    "decrypt_stream": "pipeline",
+    "encrypt_file": "pipeline",
+    "encrypt_file_async": "pipeline",
+    "encrypt_iter": "pipeline",
+    "encrypt_stream": "pipeline",
+    "Identity": "recipients",
+    "Recipient": "recipients",
+    "RecipientKind": "recipients",
+    "read_identity_file": "recipients",
+    "read_recipients_file": "recipients",
+    "write_identity_file": "recipients",
+    "DecryptedFile": "seekable",
+    "open_file": "seekable",
+    "open_file_async": "seekable",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name == "__version__":  # pyproject.toml is the one place the version is written
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("gcmstream")
+        except PackageNotFoundError:  # imported from a source tree that was never installed
+            value = "0+unknown"
+    elif name in _HOMES:
+        value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # found once: later uses are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = (
     "DEFAULT_MAX_RECORD_SIZE",

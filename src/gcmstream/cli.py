@@ -7,11 +7,9 @@ traceback is shown only for a bug, and only with GCMSTREAM_DEBUG=1.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import errno
 import getpass
-import logging
 import os
 import re
 import signal
@@ -21,19 +19,16 @@ import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, NoReturn, TextIO, TypeVar, cast
 
-import anyio
-from anyio import from_thread, to_thread
-from anyio.abc import ByteStream, SocketStream
-from anyio.lowlevel import current_token
-from anyio.streams.memory import MemoryObjectReceiveStream
-
-from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
-from ._output import finished, open_output, output_target
-from .anyio_stream import SecureStream, connect_tcp
+from ._numbers import (
+    DEFAULT_MAX_RECORD_SIZE,
+    DEFAULT_RECORD_SIZE,
+    DEFAULT_WORK_FACTOR,
+    HARD_MAX_RECORD_SIZE,
+    MAX_CONTEXT_SIZE,
+    RECIPIENT_PREFIX,
+)
 from .errors import (
     KeyCommitmentError,
     MalformedHeaderError,
@@ -50,41 +45,135 @@ from .errors import (
     UnsupportedFormatError,
     UsageError,
 )
-from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
-from .format import (
-    DEFAULT_MAX_RECORD_SIZE,
-    DEFAULT_RECORD_SIZE,
-    HARD_MAX_RECORD_SIZE,
-    MAX_CONTEXT_SIZE,
-    VERSION,
-    KeyExchange,
-    KeyRing,
-    Role,
-    generate_key,
-)
-from .handshake import MAX_IDENTITY_SIZE
-from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
-from .pending import PendingHandshakes
-from .pipeline import CHUNK_SIZE
-from .recipients import (
-    DEFAULT_WORK_FACTOR,
-    MAX_IDENTITIES,
-    RECIPIENT_PREFIX,
-    Identity,
-    Recipient,
-    RecipientKind,
-    check_recipients,
-    check_work_factor,
-    read_identity_file,
-    read_recipients_file,
-    write_identity_file,
-)
-from .seekable import open_file
 
-_T = TypeVar("_T")
-_K = TypeVar("_K")
-Keying = dict[str, Any]  # Sealer/Opener keywords: key=, recipients=, identities= or passphrase=
-_log = logging.getLogger("gcmstream.cli")
+# What the commands run on (anyio, cryptography through the format, the file engine) is imported
+# when a command runs (_import_runtime), not for --help or --version: those stay a few times
+# `python -c pass` (benchmarks/README.md, "start-up").
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (12 ms of --help)
+if TYPE_CHECKING:
+    import logging
+    from typing import Any, NoReturn, TextIO, TypeVar
+
+    import anyio
+    from anyio import from_thread, to_thread
+    from anyio.abc import ByteStream, SocketStream
+    from anyio.lowlevel import current_token
+    from anyio.streams.memory import MemoryObjectReceiveStream
+
+    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
+    from ._output import finished, open_output, output_target
+    from .anyio_stream import SecureStream, connect_tcp
+    from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
+    from .format import (
+        HEADER_FIXED_SIZE,
+        MAX_STANZA_FIELDS_SIZE,
+        VERSION,
+        FieldType,
+        KeyExchange,
+        KeyRing,
+        Role,
+        generate_key,
+        parse_fields,
+        parse_header_start,
+    )
+    from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
+    from .pending import PendingHandshakes
+    from .pipeline import CHUNK_SIZE
+    from .recipients import (
+        IDENTITY_PREFIX,
+        MAX_IDENTITIES,
+        MAX_IDENTITY_FILE_SIZE,
+        MAX_RECIPIENTS_FILE_SIZE,
+        Identity,
+        Recipient,
+        RecipientKind,
+        check_recipients,
+        check_work_factor,
+        parse_identities,
+        parse_recipients_file,
+        write_identity_file,
+    )
+    from .seekable import open_file
+
+
+def _import_runtime(command: str) -> None:
+    """Bind what ``command`` runs on as this module's globals, once it will run: the keys and
+    their formats (cryptography) for every command, the file engine and anyio for the others,
+    the channel and its adapter for listen and connect."""
+    _import_keys()
+    if command not in _LOCAL_COMMANDS:
+        _import_files()
+    if command in _NET_COMMANDS:
+        _import_network()
+
+
+def _import_keys() -> None:
+    global HEADER_FIXED_SIZE, MAX_STANZA_FIELDS_SIZE, VERSION, FieldType, KeyExchange, KeyRing, Role
+    global generate_key, parse_fields, parse_header_start, KeyFileError, format_key, parse_key
+    global read_key_file, write_key_file, IDENTITY_PREFIX, MAX_IDENTITIES, MAX_IDENTITY_FILE_SIZE
+    global MAX_RECIPIENTS_FILE_SIZE, Identity, Recipient, RecipientKind, check_recipients
+    global check_work_factor, parse_identities, parse_recipients_file, write_identity_file
+    from .format import (
+        HEADER_FIXED_SIZE,
+        MAX_STANZA_FIELDS_SIZE,
+        VERSION,
+        FieldType,
+        KeyExchange,
+        KeyRing,
+        Role,
+        generate_key,
+        parse_fields,
+        parse_header_start,
+    )
+    from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
+    from .recipients import (
+        IDENTITY_PREFIX,
+        MAX_IDENTITIES,
+        MAX_IDENTITY_FILE_SIZE,
+        MAX_RECIPIENTS_FILE_SIZE,
+        Identity,
+        Recipient,
+        RecipientKind,
+        check_recipients,
+        check_work_factor,
+        parse_identities,
+        parse_recipients_file,
+        write_identity_file,
+    )
+
+    global _KEY_EXCHANGES
+    exchanges = (KeyExchange.MLKEM768_X25519, KeyExchange.X25519)
+    _KEY_EXCHANGES = dict(zip(_KEY_EXCHANGE_NAMES, exchanges, strict=True))
+
+
+def _import_files() -> None:
+    global anyio, to_thread, finished, open_output, output_target, STOP_WAIT, _Stopped, decrypt_fd
+    global encrypt_fd, new_opener, new_sealer, run_in_worker, CHUNK_SIZE, open_file
+    import anyio
+    from anyio import to_thread
+
+    from ._output import finished, open_output, output_target
+    from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
+    from .pipeline import CHUNK_SIZE
+    from .seekable import open_file
+
+
+def _import_network() -> None:
+    global from_thread, current_token, DEFAULT_HANDSHAKE_TIMEOUT, SecureStream, connect_tcp
+    global PendingHandshakes
+    from anyio import from_thread
+    from anyio.lowlevel import current_token
+
+    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
+    from .anyio_stream import SecureStream, connect_tcp
+    from .pending import PendingHandshakes
+
+
+if TYPE_CHECKING:
+    _T = TypeVar("_T")
+    _K = TypeVar("_K")
+    Keying = dict[str, Any]  # Sealer/Opener keywords: key=, recipients=, identities= or passphrase=
+_log: logging.Logger  # set by _log_to_stderr, before any command runs
 # The command line's floor for a writer's scrypt work factor (N = 2**14: 16 MiB, about 40 ms
 # here): below it a passphrase costs an attacker almost nothing to guess. The API stays lenient.
 MIN_WORK_FACTOR = 14
@@ -292,13 +381,16 @@ def _context(text: str) -> bytes:
 
 
 def _channel_name(text: str) -> str:
+    from .handshake import MAX_IDENTITY_SIZE
+
     size = len(text.encode("utf-8"))
     if not 1 <= size <= MAX_IDENTITY_SIZE:
         raise argparse.ArgumentTypeError(f"a name is 1 to {MAX_IDENTITY_SIZE} bytes of UTF-8, got {size}")
     return text
 
 
-_KEY_EXCHANGES = {"hybrid": KeyExchange.MLKEM768_X25519, "x25519": KeyExchange.X25519}
+_KEY_EXCHANGE_NAMES = ("hybrid", "x25519")  # KeyExchange.MLKEM768_X25519, X25519 (_import_runtime)
+_KEY_EXCHANGES: dict[str, KeyExchange] = {}
 
 
 def _address(text: str, *, default_host: str | None) -> tuple[str, int]:
@@ -333,12 +425,12 @@ _EXAMPLES = {
   gcmstream recipient me.identity > me.recipient     # to give to others""",
     "encrypt": """\
   tar c docs | gcmstream encrypt -k backup.key --context "backup v1" > docs.tar.gcms
-  gcmstream encrypt -R team.recipients -r gcmstream-recipient-v1:x25519:... -i a.pdf -o a.pdf.gcms
-  gcmstream encrypt --passphrase -i notes.txt -o notes.txt.gcms""",
+  gcmstream encrypt -R team.recipients -r gcmstream-recipient-v1:x25519:... -o a.pdf.gcms a.pdf
+  gcmstream encrypt --passphrase -o notes.txt.gcms notes.txt""",
     "decrypt": """\
-  gcmstream decrypt -k backup.key --context "backup v1" -i docs.tar.gcms | tar x
-  gcmstream decrypt -k backup.key -i big.iso.gcms --offset 2G --length 4K | xxd
-  gcmstream decrypt --identity me.identity -i a.pdf.gcms -o a.pdf""",
+  gcmstream decrypt -k backup.key --context "backup v1" docs.tar.gcms | tar x
+  gcmstream decrypt -k backup.key big.iso.gcms --offset 2G --length 4K | xxd
+  gcmstream decrypt -i me.identity -o a.pdf a.pdf.gcms      # -i: --identity, as in age""",
     "info": """\
   gcmstream info -k backup.key big.iso.gcms
   gcmstream info -k backup.key --context "backup v1" docs.tar.gcms""",
@@ -365,7 +457,7 @@ def _build_parser() -> argparse.ArgumentParser:
         + _EXIT_EPILOG,
         formatter_class=formatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_PrintVersion, nargs=0, help="print the version and exit")
     _add_completion_option(parser)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -438,7 +530,9 @@ def _build_parser() -> argparse.ArgumentParser:
         )
 
     def io_options(sub: argparse.ArgumentParser, what: str) -> None:
-        sub.add_argument("-i", "--input", metavar="IN", default="-", help=f"{what} to read (default: stdin)")
+        sub.add_argument(
+            "input", metavar="INPUT", nargs="?", default="-", help=f"{what} to read (default or '-': stdin)"
+        )
         sub.add_argument(
             "-o", "--output", metavar="OUT", default="-", help="where to write (default: stdout)"
         )
@@ -466,7 +560,7 @@ def _build_parser() -> argparse.ArgumentParser:
     encrypt = command(
         "encrypt",
         "encrypt a file or stdin",
-        "Encrypt IN (default stdin) into OUT (default stdout; refused if stdout is a terminal). "
+        "Encrypt INPUT (default stdin) into OUT (default stdout; refused if stdout is a terminal). "
         "Output to a file is written to a temporary file and renamed when complete.",
     )
     key_options(encrypt)
@@ -484,7 +578,15 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         action="append",
         default=[],
-        help="encrypt to the recipients in FILE, one a line, '#' comments (repeatable)",
+        help="encrypt to the recipients in FILE ('-': stdin), one a line, '#' comments (repeatable)",
+    )
+    encrypt.add_argument(
+        "-i",
+        "--identity",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="encrypt to the recipients of the identities in FILE (repeatable), as age -e -i does",
     )
     passphrase_options(encrypt, "twice ")
     encrypt.add_argument(
@@ -505,16 +607,23 @@ def _build_parser() -> argparse.ArgumentParser:
         "over 1M, decrypting needs --max-record-size",
     )
 
-    decrypt = command("decrypt", "decrypt and verify a file or stdin", "Decrypt IN into OUT. " + _STDOUT_NOTE)
+    decrypt = command(
+        "decrypt",
+        "decrypt and verify a file or stdin",
+        "Decrypt INPUT (default stdin) into OUT. Without -k, --identity or a passphrase option, "
+        "the header says which one the file needs. " + _STDOUT_NOTE,
+    )
 
     def reader_keying_options(sub: argparse.ArgumentParser) -> None:
         key_options(sub)
         sub.add_argument(
+            "-i",
             "--identity",
             metavar="FILE",
             action="append",
             default=[],
-            help="decrypt with the identity in FILE (repeatable), instead of a key",
+            help="decrypt with the identities in FILE ('-': stdin), one a line, each tried "
+            "(repeatable), instead of a key; -i as in age (up to 0.1.0 it named the input)",
         )
         passphrase_options(sub, "")
 
@@ -525,7 +634,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--offset",
         metavar="N",
         type=_offset,
-        help="start at plaintext byte N (K, M, G suffixes); IN must be a file: only the records "
+        help="start at plaintext byte N (K, M, G suffixes); INPUT must be a file: only the records "
         "the range touches are read, after the final record authenticated. N at or past the end "
         "of the plaintext writes nothing and exits 0, as tail -c +N and dd skip= do (the file is "
         "still authenticated: a cut or altered one fails as without --offset); 'gcmstream info' "
@@ -565,7 +674,7 @@ def _build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument(
             "--key-exchange",
-            choices=_KEY_EXCHANGES,
+            choices=_KEY_EXCHANGE_NAMES,
             default="hybrid",
             help="hybrid (ML-KEM-768 + X25519, the default) or x25519 (smaller handshake); "
             "'listen' refuses a weaker one than its own, 'connect' offers it",
@@ -616,10 +725,20 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _version() -> str:
-    from . import __version__
+class _PrintVersion(argparse.Action):
+    """--version, the version read only when asked (importlib.metadata: 30 ms)."""
 
-    return __version__
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option: str | None = None,
+    ) -> None:
+        from . import __version__
+
+        print(f"{parser.prog} {__version__}")
+        parser.exit(0)
 
 
 # -- keys ---------------------------------------------------------------------------------------
@@ -678,24 +797,47 @@ def _identity(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _read_identity(path: str) -> Identity:
+def _read_identities(path: str, command: str) -> list[Identity]:
+    """The identities in FILE ('-': stdin), one a line. A file that is no identity file at all
+    given to -i is most likely an input, as -i meant before it meant --identity: say so."""
     try:
-        _check_private(path, "identity file")
-        return read_identity_file(path)
+        text = _read_text(path, MAX_IDENTITY_FILE_SIZE)
+        if IDENTITY_PREFIX not in text and RECIPIENT_PREFIX not in text and command != "recipient":
+            raise _Usage(
+                f"{path} is not an identity file: -i is short for --identity now, as in age (it "
+                f"named the input up to 0.1.0); the file to {command} is an argument of its own: "
+                f"gcmstream {command} [OPTIONS] {path}"
+            )
+        if path != "-":
+            _check_private(path, "identity file")
+        return parse_identities(text)
     except RecipientError as exc:
         raise _Usage(f"identity file {path}: {exc}") from None
-    except (OSError, UnicodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise _Usage(f"cannot read identity file {path}: {reason}") from None
+    except OSError as exc:
+        raise _Usage(f"cannot read identity file {path}: {exc.strerror or exc}") from None
+
+
+def _read_text(path: str, limit: int) -> str:
+    """At most ``limit`` characters (and one more, to tell a longer file) of the UTF-8 text in
+    FILE or, for '-', stdin; an invalid byte becomes U+FFFD, as recipients.py reads files."""
+    if path != "-":
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return file.read(limit + 1)
+    fd, data = _stdin_fd(), b""
+    while len(data) <= 4 * limit and (chunk := os.read(fd, 4 * limit + 4 - len(data))):
+        data += chunk  # 4 bytes a character at most: enough to see a text over the limit
+    return data.decode("utf-8", errors="replace")[: limit + 1]
 
 
 def _recipient(args: argparse.Namespace) -> int:
-    _print_out(str(_read_identity(args.identity_file).recipient))
+    for identity in _read_identities(args.identity_file, "recipient"):
+        _print_out(str(identity.recipient))
     return EXIT_OK
 
 
-def _read_recipients(args: argparse.Namespace) -> list[Recipient]:
-    recipients = []
+def _read_recipients(args: argparse.Namespace, of_identities: list[Recipient]) -> list[Recipient]:
+    """The recipients of -i identities, then -r's and -R's, all checked together."""
+    recipients = list(of_identities)
     for number, line in enumerate(args.recipient, 1):
         try:
             recipients.append(Recipient.parse(line))
@@ -703,7 +845,7 @@ def _read_recipients(args: argparse.Namespace) -> list[Recipient]:
             raise _Usage(f"recipient {number} (-r): {exc}") from None
     for path in args.recipients_file:
         try:
-            recipients += read_recipients_file(path)
+            recipients += parse_recipients_file(_read_text(path, MAX_RECIPIENTS_FILE_SIZE))
         except RecipientError as exc:
             raise _Usage(f"recipients file {path}: {exc}") from None
         except (OSError, UnicodeError) as exc:
@@ -734,10 +876,8 @@ def _read_passphrase(args: argparse.Namespace, *, encrypting: bool) -> str:
             return line.decode("utf-8")
         except UnicodeError:
             raise _Usage(f"passphrase file {path}: its first line is not UTF-8 text") from None
-    try:  # getpass falls back to stdin without a terminal: stdin may be the data, so refuse
-        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
-    except OSError:
-        raise _Usage("no terminal to ask for a passphrase: use --passphrase-file FILE") from None
+    if not _has_terminal():  # getpass falls back to stdin without one: stdin may be the data
+        raise _Usage("no terminal to ask for a passphrase: use --passphrase-file FILE")
     try:
         passphrase = getpass.getpass("passphrase: ")
         if not passphrase:
@@ -749,38 +889,112 @@ def _read_passphrase(args: argparse.Namespace, *, encrypting: bool) -> str:
     return passphrase
 
 
+def _has_terminal() -> bool:
+    """Whether this process has a controlling terminal (/dev/tty) to ask a passphrase on."""
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+    except OSError:
+        return False
+    return True
+
+
 def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
     """Sealer/Opener keywords from -k (or the environment), -r/-R or --identity, or a
-    passphrase: exactly one of these ways."""
-    public = bool(args.recipient or args.recipients_file) if encrypting else bool(args.identity)
+    passphrase: exactly one of these ways; for a reader given none, the one its header names."""
+    _one_reader_of_stdin(args)
+    public = bool(args.identity) or (encrypting and bool(args.recipient or args.recipients_file))
     secret = args.passphrase or args.passphrase_file is not None
-    option = "-r/-R" if encrypting else "--identity"
+    option = "-r/-R/-i" if encrypting else "-i/--identity"
     if public + secret + (args.key_file is not None) > 1 or (args.passphrase and args.passphrase_file):
         raise _Usage(f"give one of -k, {option}, --passphrase or --passphrase-file")
     if public and encrypting:
-        return {"recipients": _read_recipients(args)}
+        return {"recipients": _read_recipients(args, [i.recipient for i in _identities(args)])}
     if public:
-        if len(args.identity) > MAX_IDENTITIES:
-            raise _Usage(f"{len(args.identity)} --identity options: at most {MAX_IDENTITIES} are tried")
-        return {"identities": [_read_identity(path) for path in args.identity]}
+        return {"identities": _identities(args)}
     if secret:
         if encrypting:  # checked before the passphrase is asked for
-            if args.work_factor < MIN_WORK_FACTOR:
-                raise _Usage(
-                    f"--work-factor {args.work_factor}: at least {MIN_WORK_FACTOR}, or the "
-                    "passphrase is cheap to guess"
-                )
-            try:
-                check_work_factor(args.work_factor)
-            except ValueError as exc:
-                raise _Usage(f"--work-factor: {exc}") from None
+            _check_work_factor(args.work_factor)
         return {"passphrase": _read_passphrase(args, encrypting=encrypting)}
     if args.key_file is None and KEY_ENV not in os.environ and not encrypting:
-        raise _Usage(
-            f"no key: give -k KEYFILE or set {KEY_ENV}; for a file encrypted to you or with a "
-            "passphrase, --identity FILE or --passphrase-file FILE"
-        )
+        return _what_the_header_asks_for(args)
     return {"key": _load_key(args.key_file)}
+
+
+def _check_work_factor(work_factor: int) -> None:
+    if work_factor < MIN_WORK_FACTOR:
+        raise _Usage(
+            f"--work-factor {work_factor}: at least {MIN_WORK_FACTOR}, or the passphrase is cheap to guess"
+        )
+    try:
+        check_work_factor(work_factor)
+    except ValueError as exc:
+        raise _Usage(f"--work-factor: {exc}") from None
+
+
+def _one_reader_of_stdin(args: argparse.Namespace) -> None:
+    """stdin is read once: by INPUT, -R -, or -i -, never two of them."""
+    readers = [f"-i {p}" for p in args.identity if p == "-"]
+    readers += [f"-R {p}" for p in getattr(args, "recipients_file", []) if p == "-"]
+    if getattr(args, "input", None) == "-":
+        readers.append("INPUT (absent or '-')")
+    if len(readers) > 1:
+        raise _Usage(f"stdin is read by both {readers[0]} and {readers[1]}: give the input as a file")
+
+
+def _identities(args: argparse.Namespace) -> list[Identity]:
+    identities = [each for path in args.identity for each in _read_identities(path, args.command)]
+    if len(identities) > MAX_IDENTITIES:
+        raise _Usage(f"{len(identities)} identities (-i/--identity): at most {MAX_IDENTITIES} are tried")
+    return identities
+
+
+def _what_the_header_asks_for(args: argparse.Namespace) -> Keying:
+    """No key, identity or passphrase given to a reader: the header of the file says which it
+    needs; a passphrase is asked for on the terminal, the others are named."""
+    path = args.input if args.command == "decrypt" else args.file
+    where = "the input" if path == "-" else path
+    sealed_with = _sealed_with(path)
+    if sealed_with == FieldType.PASSPHRASE_STANZA:
+        if _has_terminal():
+            return {"passphrase": _read_passphrase(args, encrypting=False)}
+        raise _Usage(
+            f"{where} is encrypted with a passphrase: give --passphrase (asked on the terminal) "
+            "or --passphrase-file FILE"
+        )
+    if sealed_with == FieldType.RECIPIENT_STANZAS:
+        raise _Usage(f"{where} is encrypted to recipients: give -i/--identity FILE")
+    if sealed_with is not None:
+        raise _Usage(f"no key: {where} is encrypted with a key: give -k KEYFILE or set {KEY_ENV}")
+    raise _Usage(
+        f"no key: give -k KEYFILE or set {KEY_ENV}; for a file encrypted to you or with a "
+        "passphrase, -i/--identity FILE or --passphrase-file FILE"
+    )
+
+
+def _sealed_with(path: str) -> int | None:
+    """FieldType.RECIPIENT_STANZAS or PASSPHRASE_STANZA when the header of the encrypted file
+    at ``path`` holds them, 0 when it holds neither (a key), None when it cannot be told: no
+    regular file (a pipe is not read ahead: its bytes would be gone) or no gcmstream header
+    (the command itself then says what is wrong)."""
+    try:  # a FIFO is not opened: that would let its writer start, then see this end close
+        if path != "-" and not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        fd = _stdin_fd() if path == "-" else os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if _regular_size(fd) is None:
+            return None
+        at = os.lseek(fd, 0, os.SEEK_CUR)
+        start = parse_header_start(os.pread(fd, HEADER_FIXED_SIZE, at), MAX_STANZA_FIELDS_SIZE)
+        fields = parse_fields(os.pread(fd, start.fields_length, at + HEADER_FIXED_SIZE))
+    except (OSError, ProtocolError):
+        return None
+    finally:
+        if path != "-":
+            os.close(fd)
+    kinds = {kind for kind, _ in fields} & {FieldType.RECIPIENT_STANZAS, FieldType.PASSPHRASE_STANZA}
+    return kinds.pop() if kinds else 0
 
 
 # -- files, stdin, stdout ---------------------------------------------------------------------
@@ -853,8 +1067,11 @@ def _print_out(text: str) -> None:
     stdout: TextIO | None = sys.stdout
     if stdout is None:
         raise _closed("stdout")
-    stdout.write(text + "\n")
-    stdout.flush()
+    try:
+        stdout.write(text + "\n")
+        stdout.flush()
+    except BrokenPipeError:  # `gcmstream recipient F | true`: quiet, as cat
+        raise _OutputClosed from None
 
 
 def _regular_size(fd: int) -> int | None:
@@ -875,15 +1092,12 @@ def _si(count: float) -> str:
     return f"{count:.1f} {units[step]}"
 
 
-@dataclass
 class _Progress:
     """A tqdm bar on stderr, only when stderr is a terminal and the input size is known;
-    it ends with a one-line summary."""
+    it ends with a one-line summary. (No dataclass: dataclasses costs --help 8 ms.)"""
 
-    bar: Any = None
-    desc: str = ""
-    done: int = 0
-    started: float = 0.0
+    def __init__(self, bar: Any = None, desc: str = "", done: int = 0, started: float = 0.0) -> None:
+        self.bar, self.desc, self.done, self.started = bar, desc, done, started
 
     @classmethod
     def start(cls, total: int | None, desc: str, quiet: bool) -> _Progress:
@@ -1050,7 +1264,9 @@ def _seekable_input(path: str) -> str:
     if path != "-":
         return path
     if _regular_size(_stdin_fd()) is None:
-        raise _Usage("--offset and --length need a file to seek in: use -i FILE (stdin is not a file)")
+        raise _Usage(
+            "--offset and --length need a file to seek in: give INPUT as a file (stdin is not a file)"
+        )
     return "/dev/stdin"
 
 
@@ -1077,9 +1293,9 @@ def _copy_range(
 
 
 def _header_verdict(exc: BaseException, command: str, where: str) -> _Fail | None:
-    """The message of a header fault for ``decrypt``, ``decrypt --offset`` and ``info`` alike,
-    naming the input; None for any other failure. The exit status is the one the class has
-    in ``_FAILURES`` (the class is format.HEADER_FAULTS')."""
+    """The message of a fault of the input for ``decrypt``, ``decrypt --offset`` and ``info``
+    alike, naming the file; None for any other failure (and for a fault of stdin past its
+    header). The exit status is the one the class has in ``_FAILURES``."""
     fault = _leaf(exc)
     if not isinstance(fault, ProtocolError):
         return None
@@ -1094,7 +1310,11 @@ def _header_verdict(exc: BaseException, command: str, where: str) -> _Fail | Non
         return _Fail(code, _record_limit_error(command, fault.size, fault.limit, where).message)
     if isinstance(fault, (MalformedHeaderError, StanzaError)):
         return _Fail(code, f"{where} has a corrupt stream header: {fault}")
-    return None
+    if where == "the input":  # stdin: no file to name, the error's own words
+        return None
+    if isinstance(fault, TruncatedStreamError):  # the Opener's words speak of a sender too
+        return _Fail(code, f"truncated input: {where} ends before its FINAL record: the file was cut short")
+    return _Fail(code, f"{where}: {_classify(fault)[1]}")  # wrong key or context, tampered
 
 
 async def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
@@ -1371,8 +1591,10 @@ def _os_reason(exc: BaseException) -> str:
         if isinstance(exc, BaseExceptionGroup):
             exc = exc.exceptions[0]
         elif isinstance(exc, OSError) and (exc.errno or exc.strerror):
-            # asyncio words a refusal "Connect call failed (...)": the errno's own text says why
-            reason = os.strerror(exc.errno) if exc.errno else str(exc.strerror)
+            # asyncio words a refusal "Connect call failed (...)": the errno's own text says why;
+            # a name lookup's errno is getaddrinfo's (EAI_*, negative), its strerror the words
+            gai = (exc.errno or 0) < 0  # socket.gaierror's EAI_* codes are negative
+            reason = os.strerror(exc.errno) if exc.errno and not gai else str(exc.strerror)
             return reason[:1].lower() + reason[1:]
         elif exc.__cause__ is not None:
             exc = exc.__cause__
@@ -1387,7 +1609,8 @@ def _leaf(exc: BaseException) -> BaseException:
     """The error that matters inside task-group exception groups and StreamBrokenError."""
     while True:
         if isinstance(exc, BaseExceptionGroup):
-            inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+            cancelled = getattr(sys.modules.get("asyncio"), "CancelledError", ())  # none if unloaded
+            inner = [e for e in exc.exceptions if not isinstance(e, cancelled)]
             exc = (inner or list(exc.exceptions))[0]
         elif isinstance(exc, StreamBrokenError):
             exc = exc.original
@@ -1396,9 +1619,10 @@ def _leaf(exc: BaseException) -> BaseException:
 
 
 def _os_failure(exc: BaseException) -> str:
-    error = cast(OSError, exc)  # _FAILURES gives it only OSErrors
-    reason = error.strerror or str(error) or type(error).__name__
-    return f"{error.filename}: {reason}" if error.filename else reason
+    if not isinstance(exc, OSError):  # _FAILURES gives it only OSErrors
+        return str(exc)
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"{exc.filename}: {reason}" if exc.filename else reason
 
 
 def _connection_lost(exc: BaseException) -> str:
@@ -1406,18 +1630,27 @@ def _connection_lost(exc: BaseException) -> str:
     return f"connection lost{f': {cause}' if cause else ''}"
 
 
-@dataclass(frozen=True)
 class _Broke:
     """A ProtocolError raised by one check of docs/FORMAT.md 8.1 (its ``rule``)."""
 
-    kind: type[ProtocolError]
-    rule: str
+    def __init__(self, kind: type[ProtocolError], rule: str) -> None:
+        self.kind, self.rule = kind, rule
 
     def matches(self, exc: BaseException) -> bool:
         return isinstance(exc, self.kind) and exc.rule == self.rule
 
 
-_Kind = type[BaseException] | tuple[type[BaseException], ...] | _Broke
+class _StreamEnd:
+    """anyio's ends of a stream (broken, closed, at its end), matched without importing anyio
+    before a command runs (anyio is loaded by then if one can be raised)."""
+
+    def matches(self, exc: BaseException) -> bool:
+        anyio = sys.modules.get("anyio")
+        ends = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) if anyio else ()
+        return isinstance(exc, ends)
+
+
+_Kind = type[BaseException] | tuple[type[BaseException], ...] | _Broke | _StreamEnd
 
 # (kind of error, exit status, its message): the first match wins, so the specific come before
 # the general (the key errors are ProtocolErrors; TimeoutError and BrokenPipeError are OSErrors).
@@ -1448,7 +1681,7 @@ _FAILURES: tuple[tuple[_Kind, int, Callable[[BaseException], str]], ...] = (
     (TimeoutError, EXIT_IO, lambda _: "timed out waiting for the channel handshake to complete"),
     (BrokenPipeError, EXIT_IO, lambda _: "output closed before the end (broken pipe)"),
     (OSError, EXIT_IO, _os_failure),
-    ((anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream), EXIT_IO, _connection_lost),
+    (_StreamEnd(), EXIT_IO, _connection_lost),
     (KeyboardInterrupt, EXIT_INTERRUPTED, lambda _: "interrupted"),
     (_Terminated, EXIT_TERMINATED, str),
 )
@@ -1464,7 +1697,7 @@ def _classify(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, _Fail):
         return exc.code, exc.message
     for kind, code, message in _FAILURES:
-        if kind.matches(exc) if isinstance(kind, _Broke) else isinstance(exc, kind):
+        if kind.matches(exc) if isinstance(kind, (_Broke, _StreamEnd)) else isinstance(exc, kind):
             return code, message(exc)
     return EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
 
@@ -1506,6 +1739,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(_build_parser(), sys.argv[1:] if argv is None else argv)
     if isinstance(args, int):
         return args
+    _import_runtime(args.command)
     _log_to_stderr(args.command)
     try:
         local = _LOCAL_COMMANDS.get(args.command)
@@ -1568,16 +1802,19 @@ def _report_failure(args: argparse.Namespace, code: int, message: str) -> None:
 
 def _log_to_stderr(command: str) -> None:
     """Log lines (listen's refused connections) as one line each, like the error line."""
+    import logging  # here, not for --help (10 ms)
+
+    class HidingFormatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return _hide_key_text(super().format(record))
+
+    global _log
+    _log = logging.getLogger("gcmstream.cli")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_HidingFormatter(f"gcmstream {command}: %(message)s"))
+    handler.setFormatter(HidingFormatter(f"gcmstream {command}: %(message)s"))
     _log.handlers[:] = [handler]
     _log.setLevel(logging.INFO)
     _log.propagate = False
-
-
-class _HidingFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return _hide_key_text(super().format(record))
 
 
 def _exit_now_if_blocked(code: int) -> int:
@@ -1595,7 +1832,28 @@ def _exit_now_if_blocked(code: int) -> int:
 def _add_completion_option(parser: argparse.ArgumentParser) -> None:
     """``--print-completion SHELL``, for every shell shtab supports (README.md names them,
     tests/test_cli.py compares): a completion script made by shtab from this very parser (so it
-    cannot fall behind the options)."""
-    import shtab
+    cannot fall behind the options). shtab is imported only when asked (80 ms)."""
+    parser.add_argument(
+        "--print-completion",
+        choices=COMPLETION_SHELLS,
+        action=_PrintCompletion,
+        help="print a shell completion script and exit",
+    )
 
-    shtab.add_argument_to(parser, "--print-completion", help="print a shell completion script and exit")
+
+# shtab.SUPPORTED_SHELLS, written here so that --help does not import shtab (a test compares)
+COMPLETION_SHELLS = ("bash", "zsh", "tcsh", "fish", "powershell")
+
+
+class _PrintCompletion(argparse.Action):
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option: str | None = None,
+    ) -> None:
+        import shtab
+
+        print(shtab.complete(parser, values))
+        parser.exit(0)

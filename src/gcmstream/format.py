@@ -19,6 +19,12 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
+# the record sizes and the context bound: their one copy is in _numbers (for --help, without
+# cryptography); they are this module's names too
+from ._numbers import DEFAULT_MAX_RECORD_SIZE as DEFAULT_MAX_RECORD_SIZE
+from ._numbers import DEFAULT_RECORD_SIZE as DEFAULT_RECORD_SIZE
+from ._numbers import HARD_MAX_RECORD_SIZE as HARD_MAX_RECORD_SIZE
+from ._numbers import MAX_CONTEXT_SIZE as MAX_CONTEXT_SIZE
 from .errors import (
     KeyCommitmentError,
     MalformedHeaderError,
@@ -133,16 +139,6 @@ FLAG_FINAL = 0x01
 FLAG_KEY_UPDATE = 0x02
 KNOWN_FLAGS = FLAG_FINAL | FLAG_KEY_UPDATE
 
-# 64 KiB: from this size up, the ~2 us of Python per record vanishes next to AES-GCM and the
-# copy a socket makes anyway; smaller records lose up to 4x (benchmarks/README.md), larger
-# ones quadruple a connection's ring (256 KiB here). age and DARE use 64 KiB; TLS 16 KiB.
-DEFAULT_RECORD_SIZE = 64 * 1024
-# A reader accepts records up to 1 MiB unless told otherwise: larger records only cost memory.
-DEFAULT_MAX_RECORD_SIZE = 1024 * 1024
-# Hard cap on the record size field, as gRPC ALTS caps frames at 16 MiB.
-HARD_MAX_RECORD_SIZE = 16 * 1024 * 1024
-# Context is never sent; it only feeds HKDF (hashed). Bounded so it cannot be a memory lever.
-MAX_CONTEXT_SIZE = 64 * 1024
 
 _LABEL_KEY_ID = b"gcmstream/2 key id"
 _LABEL_HEADER = b"gcmstream/2 header"

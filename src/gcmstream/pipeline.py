@@ -51,10 +51,11 @@ from anyio import AsyncFile, EndOfStream, to_thread
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from ._output import finished, open_output
-from .codec import Opener, Sealer
 from .errors import TrailingDataError, TruncatedStreamError, UnsupportedEndpointError
 from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, Keys, byte_view
+from .opener import Opener
 from .recipients import Identity, Recipient
+from .sealer import Sealer
 
 __all__ = (
     "CHUNK_SIZE",

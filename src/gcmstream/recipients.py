@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
+from . import _numbers
 from ._output import write_secret_file
 from .errors import NoIdentityMatchedError, RecipientError, StanzaError, WorkFactorError
 from .format import MAX_STANZA_FIELDS_SIZE, TAG_SIZE, FieldType, Suite
@@ -48,14 +49,16 @@ __all__ = (
     "Unlocker",
     "check_recipients",
     "check_work_factor",
+    "parse_identities",
     "parse_recipients",
+    "parse_recipients_file",
     "read_identity_file",
     "read_recipients_file",
     "seal_stanzas",
     "write_identity_file",
 )
 
-RECIPIENT_PREFIX = "gcmstream-recipient-v1"
+RECIPIENT_PREFIX = _numbers.RECIPIENT_PREFIX  # "gcmstream-recipient-v1", in _numbers for the command line
 IDENTITY_PREFIX = "gcmstream-identity-v1"
 CHECKSUM_SIZE = 4
 FILE_KEY_SIZE = 32  # the file key keys AES-256-GCM: a quantum-resistant wrap deserves it
@@ -66,7 +69,7 @@ MAX_IDENTITIES = 10  # so a reader tries at most MAX_STANZAS * MAX_IDENTITIES = 
 # log2_n=18, r=8 takes 0.79 s of CPU (1.5 s wall) and 256 MiB, as age's default does. Readers
 # refuse parameters whose memory (128 * r * N bytes) or work (N * r * p) passes these ceilings,
 # before scrypt runs: 512 MiB and 2**22 (log2_n=19, r=8, p=1: 2.3 s of CPU there).
-DEFAULT_WORK_FACTOR = 18
+DEFAULT_WORK_FACTOR = _numbers.DEFAULT_WORK_FACTOR  # 18, in _numbers for the command line's --help
 SCRYPT_R = 8
 SCRYPT_P = 1
 MAX_SCRYPT_MEMORY = 512 * 1024 * 1024
@@ -292,7 +295,11 @@ def parse_recipients(text: str) -> list[Recipient]:
 def read_recipients_file(path: str | os.PathLike[str]) -> list[Recipient]:
     """The recipients in a ``-R`` file; RecipientError if it holds none or passes 1 MiB."""
     with open(path, encoding="utf-8", errors="replace") as file:
-        text = file.read(MAX_RECIPIENTS_FILE_SIZE + 1)
+        return parse_recipients_file(file.read(MAX_RECIPIENTS_FILE_SIZE + 1))
+
+
+def parse_recipients_file(text: str) -> list[Recipient]:
+    """The recipients in the text of a ``-R`` file (``-R -``: stdin), as ``read_recipients_file``."""
     if len(text) > MAX_RECIPIENTS_FILE_SIZE:
         raise RecipientError(f"the recipients file is over {MAX_RECIPIENTS_FILE_SIZE} characters")
     recipients = parse_recipients(text)
@@ -301,13 +308,27 @@ def read_recipients_file(path: str | os.PathLike[str]) -> list[Recipient]:
     return recipients
 
 
+def _identity_lines(text: str) -> list[str]:
+    if len(text) > MAX_IDENTITY_FILE_SIZE:  # cut, a second identity line could go unseen
+        raise RecipientError(f"the identity file is over {MAX_IDENTITY_FILE_SIZE} characters")
+    return _lines(text)
+
+
+def parse_identities(text: str) -> list[Identity]:
+    """Every identity of an identity file's text, one a line, blank lines and ``#`` comments
+    skipped (as age's identity files): at least one, at most 8,192 characters in all (the
+    command line's ``--identity``, which tries them all)."""
+    lines = _identity_lines(text)
+    if not lines:
+        raise RecipientError("the identity file holds no identity line")
+    return [Identity.parse(line) for line in lines]
+
+
 def read_identity_file(path: str | os.PathLike[str]) -> Identity:
     """The one identity in an identity file (comments and blank lines skipped)."""
     with open(path, encoding="utf-8", errors="replace") as file:
         text = file.read(MAX_IDENTITY_FILE_SIZE + 1)
-    if len(text) > MAX_IDENTITY_FILE_SIZE:  # cut, a second identity line could go unseen
-        raise RecipientError(f"the identity file is over {MAX_IDENTITY_FILE_SIZE} characters")
-    lines = _lines(text)
+    lines = _identity_lines(text)
     if len(lines) != 1:
         raise RecipientError(f"expected one identity line, found {len(lines)}")
     return Identity.parse(lines[0])

@@ -199,7 +199,7 @@ def test_cli_to_stdout(case: dict[str, object], tmp_path: Path) -> None:
     keyfile = tmp_path / "k"
     write_key_file(keyfile, key)
     (tmp_path / "in.gcms").write_bytes(data)
-    done = run_cli("decrypt", "-q", "-k", keyfile, "--context", context.decode(), "-i", tmp_path / "in.gcms")
+    done = run_cli("decrypt", "-q", "-k", keyfile, "--context", context.decode(), tmp_path / "in.gcms")
     assert done.status not in (0, 1), done.stderr  # a documented failure (test_cli.py pins which)
     assert len(done.stdout) == case["released_length"]
     assert sha(done.stdout) == case["released_sha256"]
@@ -337,7 +337,6 @@ def test_cli_to_a_file_leaves_no_output(case: dict[str, object], tmp_path: Path)
         keyfile,
         "--context",
         context.decode(),
-        "-i",
         tmp_path / "in.gcms",
         "-o",
         tmp_path / "out",

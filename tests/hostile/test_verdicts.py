@@ -280,8 +280,8 @@ def cli_argvs(case: Case, path: Path, keyfile: Path) -> dict[str, list[str]]:
     ]
     out = str(path.with_suffix(".plain"))
     return {
-        "decrypt": ["decrypt", *common, "-i", str(path), "-o", out],
-        "decrypt --offset": ["decrypt", *common, "--offset", "0", "-i", str(path), "-o", out],
+        "decrypt": ["decrypt", *common, str(path), "-o", out],
+        "decrypt --offset": ["decrypt", *common, "--offset", "0", str(path), "-o", out],
         "info": ["info", *common, str(path)],
     }
 
@@ -551,7 +551,7 @@ def test_an_unknown_critical_field_beside_stanzas_is_judged_after_the_commitment
         identity_file.unlink(missing_ok=True)
         gcmstream.recipients.write_identity_file(identity_file, identity)
         argv = ["--identity", str(identity_file), "--context", CONTEXT.decode()]
-        statuses[name] = cli.main(["decrypt", *argv, "-i", str(path), "-o", str(tmp_path / "out")])
+        statuses[name] = cli.main(["decrypt", *argv, str(path), "-o", str(tmp_path / "out")])
         assert "critical field" not in capsys.readouterr().err
     assert statuses == {"opens": cli.EXIT_WRONG_KEY, "other": cli.EXIT_WRONG_KEY}
 
@@ -573,13 +573,12 @@ def test_a_header_naming_another_file_key_than_the_stanza_opened_is_altered_not_
     gcmstream.recipients.write_identity_file(identity_file, IDENTITY)
     common = ["--identity", str(identity_file), "--context", CONTEXT.decode()]
     argvs = {
-        "decrypt": ["decrypt", *common, "-i", str(path), "-o", str(tmp_path / "out")],
+        "decrypt": ["decrypt", *common, str(path), "-o", str(tmp_path / "out")],
         "decrypt --offset": [
             "decrypt",
             *common,
             "--offset",
             "0",
-            "-i",
             str(path),
             "-o",
             str(tmp_path / "out"),
