@@ -39,6 +39,7 @@ from ._adapter import (
     handshake,
     logger,
 )
+from .admission import Admission, AdmissionPolicy, admission_policy
 from .channel import HandshakeOptions
 from .codec import Channel, Opener, Phase, Sealer
 from .errors import ConcurrencyError, GcmStreamError, StreamClosedError, TruncatedStreamError
@@ -52,7 +53,6 @@ from .format import (
     Role,
     as_key_ring,
 )
-from .pending import DEFAULT_MAX_PENDING_HANDSHAKES, PendingHandshakes
 from .ring import DEFAULT_RING_SIZE, ring_capacity
 
 __all__ = (
@@ -727,7 +727,9 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
             raise RuntimeError("gcmstream bug: a connection's protocol used before connection_made")
         return self.transport
 
-    async def handshake(self, time_limit: float | None) -> None:
+    async def handshake(
+        self, time_limit: float | None, on_header_verified: Callable[[], object] | None = None
+    ) -> None:
         """The channel handshake; the transport is aborted if it fails."""
         transport = self.connected_transport()
 
@@ -737,7 +739,14 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         async def abort() -> None:
             transport.abort()
 
-        await handshake(self.channel, send, self.wait, time_limit=time_limit, abort=abort)
+        await handshake(
+            self.channel,
+            send,
+            self.wait,
+            time_limit=time_limit,
+            abort=abort,
+            on_header_verified=on_header_verified,
+        )
 
     def streams(self) -> tuple[SecureStreamReader, SecureStreamWriter]:
         """The streams, made once the handshake completed: the reader and this protocol hold
@@ -838,18 +847,21 @@ async def start_server(
     key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
     local_id: str | bytes | None = None,
     peer_id: str | bytes | None = None,
-    max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES,
+    max_pending_handshakes: int | None = None,
+    admission: AdmissionPolicy | None = None,
     **kwargs: Any,
 ) -> asyncio.Server:
     """Serve like ``asyncio.start_server``: ``client_connected_cb(reader, writer)`` runs for
     each client whose handshake completed (its Finished verified). A client with another key
     or context, one whose handshake fails, or one that does not complete it within
-    ``handshake_timeout`` seconds is logged and disconnected. At most
-    ``max_pending_handshakes`` connections wait for their handshake at once; a new one beyond
-    that disconnects the oldest. ``key`` may be a KeyRing: clients may use any key in it. A
-    record that has begun to arrive must finish within ``record_timeout`` seconds (None: no
-    limit), or the connection is dropped and logged, and its reader raises
-    TruncatedStreamError caused by TimeoutError: a peer trickling bytes cannot hold its ring.
+    ``handshake_timeout`` seconds is logged and disconnected. Which connections may wait for
+    their handshake is ``admission``'s rule (:class:`~gcmstream.AdmissionPolicy`, default
+    :data:`~gcmstream.admission.DEFAULT_ADMISSION`); ``max_pending_handshakes=N`` is shorthand
+    for ``AdmissionPolicy.from_max_pending_handshakes(N)``. ``key`` may be a KeyRing: clients
+    may use any key in it. A record that has begun to arrive must finish within
+    ``record_timeout`` seconds (None: no limit), or the connection is dropped and logged, and
+    its reader raises TruncatedStreamError caused by TimeoutError: a peer trickling bytes
+    cannot hold its ring.
     A client that sends nothing for ``idle_timeout`` seconds after its handshake is dropped the
     same way (None, the default: never; see SECURITY.md "Memory per connection" for why).
     ``ring_size`` is the receive ring's byte budget per connection (as for
@@ -861,18 +873,18 @@ async def start_server(
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
     options = HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id)
-    pending: PendingHandshakes[asyncio.BaseTransport] = PendingHandshakes(
-        max_pending_handshakes,
-        lambda transport: transport.abort(),  # type: ignore[attr-defined]
+    pending: Admission[asyncio.Transport] = Admission(
+        admission_policy(admission, max_pending_handshakes), lambda transport: transport.abort()
     )
 
     async def serve_one(protocol: _ChannelProtocol) -> None:
         transport = protocol.connected_transport()
         peer = transport.get_extra_info("peername")
         try:
-            await protocol.handshake(handshake_timeout)
+            await protocol.handshake(handshake_timeout, lambda: pending.verified(transport))
         except Exception as exc:  # the transport is aborted already; cancellations propagate
-            describe_handshake_failure(exc, peer, handshake_timeout)
+            if pending.done(transport):  # (an evicted one is counted by the admission's report)
+                describe_handshake_failure(exc, peer, handshake_timeout)
             return
         finally:
             pending.done(transport)
@@ -887,7 +899,10 @@ async def start_server(
             transport.abort()  # no FINAL: the client must not take this for a complete stream
 
     def start(protocol: _ChannelProtocol) -> None:
-        pending.add(protocol.connected_transport())
+        transport = protocol.connected_transport()
+        if not pending.admit(transport, transport.get_extra_info("peername")):
+            transport.abort()  # refused (its source is at its cap): no task, no handshake
+            return
         task = loop.create_task(serve_one(protocol))
         tasks.add(task)  # keep a reference until done
         task.add_done_callback(tasks.discard)

@@ -46,6 +46,7 @@ from ._adapter import (
     handshake,
     logger,
 )
+from .admission import DEFAULT_ADMISSION, Admission, AdmissionPolicy, admission_policy
 from .channel import DEFAULT_HANDSHAKE, HandshakeOptions
 from .codec import Channel, Opener
 from .errors import StreamBrokenError, StreamClosedError, TruncatedStreamError
@@ -59,7 +60,6 @@ from .format import (
     Role,
     as_key_ring,
 )
-from .pending import DEFAULT_MAX_PENDING_HANDSHAKES, PendingHandshakes
 from .ring import DEFAULT_RING_SIZE, ring_capacity
 
 __all__ = (
@@ -162,6 +162,7 @@ class SecureStream(ByteStream):
         key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
         local_id: str | bytes | None = None,
         peer_id: str | bytes | None = None,
+        on_header_verified: Callable[[], object] | None = None,
     ) -> SecureStream:
         """Run the channel handshake (one round trip, both sides confirmed), sending while
         receiving (so it works over a transport that does not buffer). One side is
@@ -176,7 +177,9 @@ class SecureStream(ByteStream):
         caused by TimeoutError; so does a receive that waited ``idle_timeout`` seconds after the
         handshake with nothing arriving (None, the default: no limit; meant for servers, see
         SECURITY.md "Memory per connection"). ``ring_size`` is the receive ring's byte budget
-        (as for :class:`~gcmstream.Channel`)."""
+        (as for :class:`~gcmstream.Channel`). ``on_header_verified`` is called once, when the
+        peer's header verified (before its Finished): a server's :class:`~gcmstream.admission.Admission`
+        uses it."""
         channel = Channel(
             key,
             role=role,
@@ -196,7 +199,12 @@ class SecureStream(ByteStream):
             await anyio.aclose_forcefully(transport_stream)
 
         await handshake(
-            channel, transport_stream.send, stream._receive_more, time_limit=handshake_timeout, abort=abort
+            channel,
+            transport_stream.send,
+            stream._receive_more,
+            time_limit=handshake_timeout,
+            abort=abort,
+            on_header_verified=on_header_verified,
         )
         return stream
 
@@ -412,9 +420,11 @@ class _Pending:
 class SecureListener(Listener[SecureStream]):
     """Wraps a listener so that ``serve()`` hands out handshaken SecureStreams (as responder).
     Clients that fail the handshake or do not complete it within ``handshake_timeout`` are
-    dropped and passed to :meth:`handle_handshake_error` (as anyio's TLSListener does); at
-    most ``max_pending_handshakes`` wait at once (a new one beyond that drops the oldest); the
-    listener keeps serving."""
+    dropped and passed to :meth:`handle_handshake_error` (as anyio's TLSListener does); which
+    may wait for their handshake is ``admission``'s rule (:class:`~gcmstream.AdmissionPolicy`;
+    ``max_pending_handshakes=N``, when given, stands for
+    ``AdmissionPolicy.from_max_pending_handshakes(N)``); one the admission drops or refuses is
+    closed without a log line of its own. The listener keeps serving."""
 
     listener: Listener[Any]
     key: Keys = field(repr=False)
@@ -427,9 +437,14 @@ class SecureListener(Listener[SecureStream]):
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT
     ring_size: int = DEFAULT_RING_SIZE
     options: HandshakeOptions = DEFAULT_HANDSHAKE
-    max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES
+    max_pending_handshakes: int | None = None
+    admission: AdmissionPolicy = DEFAULT_ADMISSION
 
     _peers: dict[int, object] = field(init=False, default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        given = None if self.admission is DEFAULT_ADMISSION else self.admission
+        self.admission = admission_policy(given, self.max_pending_handshakes)  # checked here
 
     async def handle_handshake_error(self, exc: Exception, stream: AnyByteStream) -> None:
         """Called when a client's handshake failed (``stream`` is its transport, closed
@@ -443,14 +458,17 @@ class SecureListener(Listener[SecureStream]):
         handler: Callable[[SecureStream], Any],
         task_group: TaskGroup | None = None,
     ) -> None:
-        # dropping the oldest closes its transport; its handshake then fails and is logged
-        pending: PendingHandshakes[_Pending] = PendingHandshakes(self.max_pending_handshakes, _Pending.drop)
+        # an evicted handshake is cancelled: its transport is closed, nothing logged per connection
+        pending: Admission[_Pending] = Admission(self.admission, _Pending.drop)
 
         async def handle(transport: AnyByteStream) -> None:
             # the address, while it can still be asked: a closed socket no longer knows it
-            self._peers[id(transport)] = transport.extra(SocketAttribute.remote_address, "an unknown peer")
+            address = transport.extra(SocketAttribute.remote_address, None)
             entry = _Pending(anyio.CancelScope())
-            pending.add(entry)
+            if not pending.admit(entry, address):
+                await anyio.aclose_forcefully(transport)  # refused: its source is at its cap
+                return
+            self._peers[id(transport)] = "an unknown peer" if address is None else address
             try:
                 with entry.scope:
                     stream = await SecureStream.wrap(
@@ -468,6 +486,7 @@ class SecureListener(Listener[SecureStream]):
                         key_exchange=self.options.key_exchange,
                         local_id=self.options.local_id,
                         peer_id=self.options.peer_id,
+                        on_header_verified=lambda: pending.verified(entry),
                     )
             except BaseException as exc:
                 if isinstance(exc, Exception) and not isinstance(exc, anyio.get_cancelled_exc_class()):
@@ -477,7 +496,7 @@ class SecureListener(Listener[SecureStream]):
             finally:
                 self._peers.pop(id(transport), None)
                 pending.done(entry)
-            if entry.scope.cancel_called:  # dropped for a newer one (logged by PendingHandshakes)
+            if entry.scope.cancel_called:  # evicted (counted by the admission's report)
                 await anyio.aclose_forcefully(transport)
                 return
             await handler(stream)
@@ -508,12 +527,15 @@ async def create_tcp_listener(
     key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
     local_id: str | bytes | None = None,
     peer_id: str | bytes | None = None,
-    max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES,
+    max_pending_handshakes: int | None = None,
+    admission: AdmissionPolicy | None = None,
 ) -> SecureListener:
     """``anyio.create_tcp_listener`` whose ``serve()`` hands out SecureStreams. A client that
     sends nothing for ``idle_timeout`` seconds while its handler waits to receive is dropped
-    (None, the default: never); other options as for :meth:`SecureStream.wrap`."""
+    (None, the default: never); ``admission`` and ``max_pending_handshakes`` as for
+    :class:`SecureListener`; other options as for :meth:`SecureStream.wrap`."""
     ring_capacity(max_record_size, ring_size)  # a bad ring_size raises now, not per client
+    policy = admission_policy(admission, max_pending_handshakes)  # a bad one raises now
     listener = await anyio.create_tcp_listener(local_host=local_host, local_port=local_port)
     return SecureListener(
         listener=listener,
@@ -527,5 +549,5 @@ async def create_tcp_listener(
         idle_timeout=idle_timeout,
         ring_size=ring_size,
         options=HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id),
-        max_pending_handshakes=max_pending_handshakes,
+        admission=policy,
     )

@@ -33,6 +33,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
 from ._output import finished, open_output, output_target
+from .admission import DEFAULT_ADMISSION, Admission
 from .anyio_stream import SecureStream, connect_tcp
 from .errors import (
     KeyCommitmentError,
@@ -64,7 +65,6 @@ from .format import (
 )
 from .handshake import MAX_IDENTITY_SIZE
 from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
-from .pending import PendingHandshakes
 from .pipeline import CHUNK_SIZE
 from .recipients import (
     DEFAULT_WORK_FACTOR,
@@ -1213,7 +1213,12 @@ async def _accept_one(listener: anyio.abc.Listener[SocketStream]) -> SocketStrea
     return accepted[0]
 
 
-async def _handshake(transport: SocketStream, args: argparse.Namespace, key: KeyRing) -> SecureStream:
+async def _handshake(
+    transport: SocketStream,
+    args: argparse.Namespace,
+    key: KeyRing,
+    on_header_verified: Callable[[], object] | None = None,
+) -> SecureStream:
     return await SecureStream.wrap(  # the shared handshake policy: timeout, close on failure
         transport,
         key=key,
@@ -1225,13 +1230,8 @@ async def _handshake(transport: SocketStream, args: argparse.Namespace, key: Key
         key_exchange=_KEY_EXCHANGES[args.key_exchange],
         local_id=args.local_id,
         peer_id=args.peer_id,
+        on_header_verified=on_header_verified,
     )
-
-
-# Handshakes waiting at once; a connection beyond that closes the oldest waiting one (logged),
-# as the library's servers do (pending.py). Each costs a socket and a few KiB until it
-# completes its handshake or its time runs out.
-MAX_PENDING_HANDSHAKES = 16
 
 
 async def _first_peer(
@@ -1241,25 +1241,23 @@ async def _first_peer(
     closed, so a stranger (a port scan, a probe, a wrong key) does not end the session.
     Handshakes run side by side: one that stalls does not hold up the real peer."""
     winner: list[SecureStream] = []
-    # dropping the oldest cancels its handshake, which closes its transport
-    pending: PendingHandshakes[anyio.CancelScope] = PendingHandshakes(
-        MAX_PENDING_HANDSHAKES, lambda scope: scope.cancel()
-    )
+    # the servers' admission (admission.py, its defaults): an evicted handshake's scope is
+    # cancelled, which closes its transport; the admission's report counts it, no line per peer
+    pending: Admission[anyio.CancelScope] = Admission(DEFAULT_ADMISSION, lambda scope: scope.cancel())
     async with anyio.create_task_group() as tg:
 
         async def handshake(transport: SocketStream, peer: str, scope: anyio.CancelScope) -> None:
             try:
                 with scope:
-                    stream = await _handshake(transport, args, key)
+                    stream = await _handshake(transport, args, key, lambda: pending.verified(scope))
             except Exception as exc:  # logged and survived: the listener keeps serving
-                _log.warning("%s: %s; still listening", peer, _peer_failure(exc, args))
+                if pending.done(scope):
+                    _log.warning("%s: %s; still listening", peer, _peer_failure(exc, args))
                 return
             finally:
                 pending.done(scope)
             if scope.cancel_called:
                 await anyio.aclose_forcefully(transport)
-                limit = MAX_PENDING_HANDSHAKES
-                _log.warning("%s: closed: %d newer handshakes are waiting; still listening", peer, limit)
                 return
             if winner:
                 await anyio.aclose_forcefully(stream.transport_stream)
@@ -1270,10 +1268,12 @@ async def _first_peer(
         async def accept(sub: Any) -> None:
             while True:
                 transport = await sub.accept()
-                peer = _shown(transport.extra(anyio.abc.SocketAttribute.remote_address))
+                address = transport.extra(anyio.abc.SocketAttribute.remote_address)
                 scope = anyio.CancelScope()
-                pending.add(scope)
-                tg.start_soon(handshake, transport, peer, scope)
+                if not pending.admit(scope, address):  # its source is at its cap
+                    await anyio.aclose_forcefully(transport)
+                    continue
+                tg.start_soon(handshake, transport, _shown(address), scope)
 
         for sub in getattr(listener, "listeners", [listener]):
             tg.start_soon(accept, sub)

@@ -1,0 +1,209 @@
+"""Issue 24.3: a keyless flood does not keep legitimate clients out, on every server path.
+
+One attacker process (tests/hostile/flood.py) holds 1,000 TCP connections to a server on
+127.0.0.1 and reconnects each as soon as the server drops it, silent or replaying a recorded
+initiator header, from one address or from 250; meanwhile 50 legitimate clients (this process)
+connect, one every 0.1 s, and each must complete its handshake and an echo within 5 s: at least
+45 of 50 on asyncio, uvloop, the anyio listener on asyncio and trio, and ``gcmstream listen``.
+The server runs with every default (gcmstream.admission.DEFAULT_ADMISSION) in its own process.
+Run ``pytest -s`` to see each run's figures (served, slowest, what the attacker did).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import re
+import select
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+import gcmstream
+from gcmstream import Role
+from gcmstream.keyfile import write_key_file
+
+from ..helpers import KEY
+from .flood import BACKENDS, MANY_SOURCES, ONE_SOURCE, ROOT, keyless_flood, raise_fd_limit, server_process
+
+LEGIT = 50
+WITHIN = 5.0  # seconds each legitimate client has for its handshake and echo
+SERVED = 45  # of LEGIT, at least
+SOURCES = {"one-address": ONE_SOURCE, "250-addresses": MANY_SOURCES}
+
+
+def recorded_header() -> bytes:
+    """A genuine client's first flight, recorded (its header verifies at the server)."""
+    return gcmstream.Channel(KEY, role=Role.INITIATOR).initial_data()
+
+
+async def one_client(port: int, delay: float) -> float | None:
+    """Connect after ``delay`` s, handshake, echo b"ping"; the seconds it took, None if it
+    failed or took more than WITHIN."""
+    await asyncio.sleep(delay)
+    start = time.monotonic()
+    try:
+        async with asyncio.timeout(WITHIN):
+            reader, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY)
+            try:
+                writer.write(b"ping")
+                writer.write_eof()
+                echoed = await reader.read()
+            finally:
+                writer.close()
+    except (gcmstream.GcmStreamError, OSError, TimeoutError):
+        return None
+    return time.monotonic() - start if echoed == b"ping" else None
+
+
+async def legit_clients(port: int, count: int) -> list[float | None]:
+    return await asyncio.gather(*(one_client(port, 0.1 * n) for n in range(count)))
+
+
+def attacker_counts(process: subprocess.Popen[str]) -> dict[str, int]:
+    assert process.stdout is not None
+    process.terminate()
+    process.wait(10)
+    lines = process.stdout.read().splitlines()
+    return ast.literal_eval(lines[-1]) if lines else {}
+
+
+def report(name: str, times: Sequence[float | None], counts: dict[str, int], warnings: int) -> int:
+    served = [t for t in times if t is not None]
+    slowest = max(served, default=0.0)
+    print(f"\n{name}: served {len(served)}/{len(times)} within {WITHIN} s, slowest {slowest:.2f} s;")
+    print(f"  attacker {counts}; server warnings {warnings}")
+    return len(served)
+
+
+def flood_run(backend: str, payload: bytes, sources: Sequence[str], attackers: int, legit: int, log: Path) -> None:
+    raise_fd_limit(4096)
+    with server_process(backend, log) as port:
+        with keyless_flood(port, count=attackers, payload=payload, sources=sources) as attacker:
+            time.sleep(1.0)  # the flood reaches its steady state first
+            times = asyncio.run(legit_clients(port, legit))
+            # during the flood (its end closes every pending connection at once, each logged)
+            warnings = log.read_text().count("WARNING")
+            counts = attacker_counts(attacker)
+    name = f"{backend}, {'replay' if payload else 'silent'}, {len(sources)} source(s), {attackers} attackers"
+    served = report(name, times, counts, warnings)
+    assert counts["established"] >= attackers  # the flood was real: every slot connected
+    assert served >= legit * SERVED // LEGIT, name
+    # the admission logs counts at most every 10 s, never a line per shed connection
+    assert warnings <= 10, log.read_text()[-2000:]
+
+
+@pytest.mark.slow  # 10-25 s each on two shared cores (pytest --durations)
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sources", list(SOURCES), ids=list(SOURCES))
+@pytest.mark.parametrize("attack", ["silent", "replay"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_keyless_flood_keeps_at_most_5_of_50_clients_out(
+    backend: str, attack: str, sources: str, tmp_path: Path
+) -> None:
+    if backend == "uvloop":
+        pytest.importorskip("uvloop")
+    payload = recorded_header() if attack == "replay" else b""
+    flood_run(backend, payload, SOURCES[sources], 1000, LEGIT, tmp_path / "server.log")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("attack", ["silent", "replay"])
+def test_a_small_keyless_flood_keeps_clients_in(attack: str, tmp_path: Path) -> None:
+    """make check's version: 200 attackers from 250 addresses, 20 clients, asyncio."""
+    payload = recorded_header() if attack == "replay" else b""
+    flood_run("asyncio", payload, MANY_SOURCES, 200, 20, tmp_path / "server.log")
+
+
+# -- gcmstream listen: one peer per run, so one run per legitimate client ----------------------
+
+LISTEN_RUNS = 10
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_listening(process: subprocess.Popen[bytes]) -> bytes:
+    """Read the listener's stderr up to its 'listening on' line (bounded: WITHIN seconds)."""
+    assert process.stderr is not None
+    fd, seen = process.stderr.fileno(), b""
+    deadline = time.monotonic() + 2 * WITHIN
+    while b"listening on" not in seen and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            seen += chunk
+    assert b"listening on" in seen, seen
+    return seen
+
+
+def listen_once(port: int, keyfile: Path) -> tuple[bool, bytes]:
+    """One ``gcmstream listen`` process, one legitimate peer: True if the peer's handshake
+    and transfer completed within WITHIN and the listener printed what it sent."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "listen", f"127.0.0.1:{port}", "-k", str(keyfile)],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_listening(process)
+        took = asyncio.run(one_listen_peer(port))
+        out, err = process.communicate(timeout=2 * WITHIN)
+    finally:
+        process.kill()
+        process.wait()
+    return took is not None and out == b"ping" and process.returncode == 0, err
+
+
+async def one_listen_peer(port: int) -> float | None:
+    start = time.monotonic()
+    try:
+        async with asyncio.timeout(WITHIN):
+            reader, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY)
+            try:
+                writer.write(b"ping")
+                writer.write_eof()
+                await reader.read()  # the listener's stdin is empty: just its FINAL
+            finally:
+                writer.close()
+    except (gcmstream.GcmStreamError, OSError, TimeoutError):
+        return None
+    return time.monotonic() - start
+
+
+@pytest.mark.slow  # 20-40 s each on two shared cores
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("attack", ["silent", "replay"])
+def test_listen_under_a_keyless_flood_still_takes_its_peer(attack: str, tmp_path: Path) -> None:
+    """LISTEN_RUNS listen processes in turn on one port, the flood running throughout (from
+    250 addresses); each run's one peer must get through within WITHIN: at least 9 of 10."""
+    raise_fd_limit(4096)
+    keyfile = tmp_path / "key"
+    write_key_file(keyfile, KEY)
+    port = free_port()
+    payload = recorded_header() if attack == "replay" else b""
+    results = []
+    warnings = 0
+    with keyless_flood(port, count=1000, payload=payload, sources=MANY_SOURCES) as attacker:
+        time.sleep(0.5)
+        for _ in range(LISTEN_RUNS):
+            ok, err = listen_once(port, keyfile)
+            results.append(ok)
+            warnings += len(re.findall(rb"still listening", err))
+        counts = attacker_counts(attacker)
+    print(f"\nlisten, {attack}: served {sum(results)}/{LISTEN_RUNS}; attacker {counts}; per-peer warnings {warnings}")
+    assert counts["established"] >= 1000
+    assert sum(results) >= LISTEN_RUNS * SERVED // LEGIT
