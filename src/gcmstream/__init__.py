@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .admission import AdmissionPolicy
 from .aio import (
     SecureStreamReader,
     SecureStreamWriter,
@@ -102,6 +103,7 @@ __all__ = (
     "DEFAULT_MAX_RECORD_SIZE",
     "DEFAULT_RECORD_SIZE",
     "HARD_MAX_RECORD_SIZE",
+    "AdmissionPolicy",
     "AuthenticationError",
     "BufferFullError",
     "Channel",

@@ -105,7 +105,12 @@ def attack(port: int, count: int, payload: bytes, sources: Sequence[str], second
 
 @contextlib.contextmanager
 def keyless_flood(
-    port: int, *, count: int = 1000, payload: bytes = b"", sources: Sequence[str] = ONE_SOURCE, seconds: float = 60
+    port: int,
+    *,
+    count: int = 1000,
+    payload: bytes = b"",
+    sources: Sequence[str] = ONE_SOURCE,
+    seconds: float = 60,
 ) -> Iterator[subprocess.Popen[str]]:
     """Run :func:`attack` in its own process while the block runs (up to ``seconds``); the
     process's last stdout line (after the block) is the attack's counts."""

@@ -82,15 +82,19 @@ def report(name: str, times: Sequence[float | None], counts: dict[str, int], war
     return len(served)
 
 
-def flood_run(backend: str, payload: bytes, sources: Sequence[str], attackers: int, legit: int, log: Path) -> None:
+def flood_run(
+    backend: str, payload: bytes, sources: Sequence[str], attackers: int, legit: int, log: Path
+) -> None:
     raise_fd_limit(4096)
-    with server_process(backend, log) as port:
-        with keyless_flood(port, count=attackers, payload=payload, sources=sources) as attacker:
-            time.sleep(1.0)  # the flood reaches its steady state first
-            times = asyncio.run(legit_clients(port, legit))
-            # during the flood (its end closes every pending connection at once, each logged)
-            warnings = log.read_text().count("WARNING")
-            counts = attacker_counts(attacker)
+    with (
+        server_process(backend, log) as port,
+        keyless_flood(port, count=attackers, payload=payload, sources=sources) as attacker,
+    ):
+        time.sleep(1.0)  # the flood reaches its steady state first
+        times = asyncio.run(legit_clients(port, legit))
+        # during the flood (its end closes every pending connection at once, each logged)
+        warnings = log.read_text().count("WARNING")
+        counts = attacker_counts(attacker)
     name = f"{backend}, {'replay' if payload else 'silent'}, {len(sources)} source(s), {attackers} attackers"
     served = report(name, times, counts, warnings)
     assert counts["established"] >= attackers  # the flood was real: every slot connected
@@ -204,6 +208,9 @@ def test_listen_under_a_keyless_flood_still_takes_its_peer(attack: str, tmp_path
             results.append(ok)
             warnings += len(re.findall(rb"still listening", err))
         counts = attacker_counts(attacker)
-    print(f"\nlisten, {attack}: served {sum(results)}/{LISTEN_RUNS}; attacker {counts}; per-peer warnings {warnings}")
+    print(
+        f"\nlisten, {attack}: served {sum(results)}/{LISTEN_RUNS}; attacker {counts};",
+        f"per-peer warnings {warnings}",
+    )
     assert counts["established"] >= 1000
     assert sum(results) >= LISTEN_RUNS * SERVED // LEGIT
