@@ -541,6 +541,9 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_input = 0.0  # loop.time() of the last bytes received, or of resuming reading
         self._on_connected = on_connected
+        # a server's admission, told as soon as the peer's header verified (here, not a loop
+        # pass later in the handshake's task: under a flood each pass admits ~100 newcomers)
+        self.on_header_verified: Callable[[], object] | None = None
         self._scratch: memoryview | None = None
         self._into_scratch = False
         self._loop = loop
@@ -578,6 +581,9 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
                 self.transport.pause_reading()
             return
         opener.buffer_updated(nbytes)
+        if self.on_header_verified is not None and opener.header is not None and not opener.failed:
+            verified, self.on_header_verified = self.on_header_verified, None
+            verified()
         if not opener.wants_data and not self._read_paused and self.transport is not None:
             self._read_paused = True
             self.transport.pause_reading()
@@ -727,9 +733,7 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
             raise RuntimeError("gcmstream bug: a connection's protocol used before connection_made")
         return self.transport
 
-    async def handshake(
-        self, time_limit: float | None, on_header_verified: Callable[[], object] | None = None
-    ) -> None:
+    async def handshake(self, time_limit: float | None) -> None:
         """The channel handshake; the transport is aborted if it fails."""
         transport = self.connected_transport()
 
@@ -739,14 +743,7 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         async def abort() -> None:
             transport.abort()
 
-        await handshake(
-            self.channel,
-            send,
-            self.wait,
-            time_limit=time_limit,
-            abort=abort,
-            on_header_verified=on_header_verified,
-        )
+        await handshake(self.channel, send, self.wait, time_limit=time_limit, abort=abort)
 
     def streams(self) -> tuple[SecureStreamReader, SecureStreamWriter]:
         """The streams, made once the handshake completed: the reader and this protocol hold
@@ -881,7 +878,7 @@ async def start_server(
         transport = protocol.connected_transport()
         peer = transport.get_extra_info("peername")
         try:
-            await protocol.handshake(handshake_timeout, lambda: pending.verified(transport))
+            await protocol.handshake(handshake_timeout)
         except Exception as exc:  # the transport is aborted already; cancellations propagate
             if pending.done(transport):  # (an evicted one is counted by the admission's report)
                 describe_handshake_failure(exc, peer, handshake_timeout)
@@ -903,6 +900,7 @@ async def start_server(
         if not pending.admit(transport, transport.get_extra_info("peername")):
             transport.abort()  # refused (its source is at its cap): no task, no handshake
             return
+        protocol.on_header_verified = lambda: pending.verified(transport)
         task = loop.create_task(serve_one(protocol))
         tasks.add(task)  # keep a reference until done
         task.add_done_callback(tasks.discard)

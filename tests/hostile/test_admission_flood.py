@@ -164,6 +164,7 @@ def listen_once(port: int, keyfile: Path) -> tuple[bool, bytes]:
     )
     try:
         wait_listening(process)
+        time.sleep(1.0)  # the flood, reconnecting since the port opened, fills the listener first
         took = asyncio.run(one_listen_peer(port))
         out, err = process.communicate(timeout=2 * WITHIN)
     finally:
@@ -188,7 +189,7 @@ async def one_listen_peer(port: int) -> float | None:
     return time.monotonic() - start
 
 
-@pytest.mark.slow  # 20-40 s each on two shared cores
+@pytest.mark.slow  # 25-40 s each on two shared cores
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("attack", ["silent", "replay"])
 def test_listen_under_a_keyless_flood_still_takes_its_peer(attack: str, tmp_path: Path) -> None:
@@ -212,5 +213,5 @@ def test_listen_under_a_keyless_flood_still_takes_its_peer(attack: str, tmp_path
         f"\nlisten, {attack}: served {sum(results)}/{LISTEN_RUNS}; attacker {counts};",
         f"per-peer warnings {warnings}",
     )
-    assert counts["established"] >= 1000
+    assert counts["established"] >= 1000 * LISTEN_RUNS  # every run was flooded
     assert sum(results) >= LISTEN_RUNS * SERVED // LEGIT
