@@ -54,8 +54,8 @@ def admission(
 
 def test_the_defaults_are_the_documented_ones() -> None:
     assert AdmissionPolicy() == DEFAULT_ADMISSION
-    assert (DEFAULT_ADMISSION.start, DEFAULT_ADMISSION.rate, DEFAULT_ADMISSION.full) == (128, 30, 256)
-    assert (DEFAULT_ADMISSION.verified, DEFAULT_ADMISSION.per_source) == (1024, 32)
+    assert (DEFAULT_ADMISSION.start, DEFAULT_ADMISSION.rate, DEFAULT_ADMISSION.full) == (256, 30, 512)
+    assert (DEFAULT_ADMISSION.verified, DEFAULT_ADMISSION.per_source) == (1024, 64)
     assert gcmstream.AdmissionPolicy is AdmissionPolicy
 
 

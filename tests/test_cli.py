@@ -1169,13 +1169,13 @@ def test_bash_completion_completes_commands_options_and_choices() -> None:
 def test_listen_refuses_a_source_past_its_cap_and_still_takes_the_real_peer(
     tmp_path: Path, keyfile: Path
 ) -> None:
-    """listen admits as the library's servers do (gcmstream.admission, the defaults): once 128
-    handshakes wait, a source holding 32 or more gets no more (closed at once, no line of its
+    """listen admits as the library's servers do (gcmstream.admission, the defaults): once 256
+    handshakes wait, a source holding 64 or more gets no more (closed at once, no line of its
     own), while the others still wait, and a peer from another address still gets through."""
     listener = Listener(["-k", keyfile])
     with contextlib.ExitStack() as stack:
         silent = []
-        for _ in range(129):  # from one address; accepted in this order
+        for _ in range(257):  # from one address; accepted in this order
             sock = stack.enter_context(socket.socket())
             sock.bind(("127.0.0.2", 0))
             sock.settimeout(TIMEOUT)
@@ -1183,7 +1183,7 @@ def test_listen_refuses_a_source_past_its_cap_and_still_takes_the_real_peer(
             silent.append(sock)
         silent[-1].settimeout(10)  # far below the 30 s handshake timeout
         with contextlib.suppress(ConnectionResetError):
-            assert silent[-1].recv(1) == b""  # the 129th was refused
+            assert silent[-1].recv(1) == b""  # the 257th was refused
         silent[0].settimeout(0.5)
         with pytest.raises(TimeoutError):
             silent[0].recv(1)  # the first still waits

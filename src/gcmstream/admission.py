@@ -34,16 +34,30 @@ times out, and a keyless flood can send as many such peers as the server accepts
   burst from one host (a test, a benchmark, a proxy) is served while the server is not under
   pressure. A client that shares its address with an attacker shares its cap.
 
-Defaults (``AdmissionPolicy()``): ``start=128, rate=30, full=256, verified=256, per_source=32``.
-``full`` keeps the former ``max_pending_handshakes`` default (256: about 3.5 MiB of gcmstream's
-allocations at 14 KiB each, tests/test_pending.py); ``start`` is above the 100 connections
-asyncio accepts in one pass of its loop, so an idle server never drops within a burst it took
-at once; ``rate`` is OpenSSH's; ``verified=256`` lets a genuine client's Finished arrive while a
-replay flood verifies headers as fast as one core can (0.83 ms each, issue 24: about 200 ms of
-headers); ``per_source=32`` is 32 handshakes in flight from one address, far above one host's
-needs. Measured with these defaults (tests/hostile/test_admission_flood.py, the command and
-figures in SECURITY.md "Denial of service"): 1,000 keyless connections reconnecting as fast as
-one attacker process can, silent or replaying a recorded header, from one address or from 250.
+Defaults (``AdmissionPolicy()``): ``start=256, rate=30, full=512, verified=1024,
+per_source=64``, each measured with tests/hostile/test_admission_flood.py (1,000 keyless
+connections reconnecting as fast as one attacker process can, silent or replaying a recorded
+header, from one address or from 250; 50 clients, each within 5 s; the figures and the command
+are in SECURITY.md "Denial of service"):
+
+- ``start=256`` is the former ``max_pending_handshakes`` default: a server that is not under
+  a flood drops and refuses nothing up to 256 handshakes at once (a burst of 200 clients from
+  one host, tests/hostile/test_sockets.py, is served whole).
+- ``full=512``: a newcomer outlives about 256 to 512 later arrivals before it can be the
+  longest waiting; asyncio accepts at most 100 per pass of its loop, and a genuine header is
+  read one pass after its connection is accepted.
+- ``rate=30`` is OpenSSH's default.
+- ``verified=1024``: a genuine client's Finished must come before 1,024 later headers verify,
+  and a replay flood verifies headers as fast as a core allows (0.83 ms each, issue 24).
+  Against the replay flood from 250 addresses the asyncio server served 42 of 50 with 256,
+  47 and 49 with 512, 49 with 1,024 (slowest 1.0 s), one run each on a shared two-core machine.
+- ``per_source=64``: once 256 are pending, one address (or IPv6 /64) cannot add more; its own
+  arrivals are refused rather than admitted at the others' expense (an arrival it makes below
+  ``start`` evicts nobody: random early drop starts at ``start``).
+
+Memory under a flood: at most 512 waiting and 1,024 verified handshakes, about 21 MiB of
+gcmstream's own allocations at the 14 KiB bound of tests/test_pending.py (the event loop's
+socket state comes on top); drop-oldest's 256 held 3.5 MiB but kept clients out.
 
 Logging: a shed connection (refused or evicted) is logged at debug level; a warning with the
 counts goes out at most once per ``REPORT_INTERVAL`` seconds, never one per connection.
@@ -96,11 +110,11 @@ class AdmissionPolicy:
     handshakes are pending, a source address (IPv6: its /64) with this many pending has its
     newcomers refused; None: no cap. Every value is checked here (ValueError)."""
 
-    start: int = 128
+    start: int = 256
     rate: int = 30
-    full: int = 256
+    full: int = 512
     verified: int = 1024
-    per_source: int | None = 32
+    per_source: int | None = 64
 
     def __post_init__(self) -> None:
         _check_count("start", self.start, 1)
