@@ -103,7 +103,7 @@ def flood_run(
     assert warnings <= 10, log.read_text()[-2000:]
 
 
-@pytest.mark.slow  # 10-25 s each on two shared cores (pytest --durations)
+@pytest.mark.slow  # 6-12 s each on two shared cores (pytest --durations)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("sources", list(SOURCES), ids=list(SOURCES))
 @pytest.mark.parametrize("attack", ["silent", "replay"])
@@ -118,11 +118,10 @@ def test_a_keyless_flood_keeps_at_most_5_of_50_clients_out(
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("attack", ["silent", "replay"])
-def test_a_small_keyless_flood_keeps_clients_in(attack: str, tmp_path: Path) -> None:
-    """make check's version: 200 attackers from 250 addresses, 20 clients, asyncio."""
-    payload = recorded_header() if attack == "replay" else b""
-    flood_run("asyncio", payload, MANY_SOURCES, 200, 20, tmp_path / "server.log")
+def test_a_small_replay_flood_keeps_clients_in(tmp_path: Path) -> None:
+    """make check's version (4-6 s): 600 connections replaying a recorded header from 250
+    addresses, 20 clients, asyncio. Drop-oldest served 17 of 20 here, with 5,440 warnings."""
+    flood_run("asyncio", recorded_header(), MANY_SOURCES, 600, 20, tmp_path / "server.log")
 
 
 # -- gcmstream listen: one peer per run, so one run per legitimate client ----------------------
