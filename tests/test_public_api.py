@@ -74,6 +74,7 @@ TOP_LEVEL_MODULES: dict[str, set[str]] = {
         "REPORT_INTERVAL",
         "Admission",
         "admission_policy",
+        "check_pending_limit",
         "source_of",
     },
     "gcmstream.aio": set(),

@@ -80,6 +80,7 @@ __all__ = (
     "Admission",
     "AdmissionPolicy",
     "admission_policy",
+    "check_pending_limit",
     "source_of",
 )
 
@@ -96,6 +97,11 @@ def _check_count(name: str, value: object, least: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < least:
         raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
     return value
+
+
+def check_pending_limit(limit: int) -> int:
+    """``max_pending_handshakes``: an int of at least 1 (ValueError otherwise)."""
+    return _check_count("max_pending_handshakes", limit, 1)
 
 
 @dataclass(frozen=True)
@@ -132,7 +138,7 @@ class AdmissionPolicy:
     def from_max_pending_handshakes(cls, limit: int) -> AdmissionPolicy:
         """The policy ``max_pending_handshakes=limit`` stands for: at most ``limit`` waiting
         and ``limit`` verified, no random band (``start == full``), the default per-source cap."""
-        _check_count("max_pending_handshakes", limit, 1)
+        check_pending_limit(limit)
         return cls(start=limit, full=limit, verified=limit)
 
     def drop_probability(self, waiting: int) -> float:

@@ -165,11 +165,15 @@ def listen_once(port: int, keyfile: Path) -> tuple[bool, bytes]:
         wait_listening(process)
         time.sleep(1.0)  # the flood, reconnecting since the port opened, fills the listener first
         took = asyncio.run(one_listen_peer(port))
+        if took is None:  # the peer did not get through: listen is still listening
+            return False, b""
         out, err = process.communicate(timeout=2 * WITHIN)
+    except subprocess.TimeoutExpired:
+        return False, b""
     finally:
         process.kill()
         process.wait()
-    return took is not None and out == b"ping" and process.returncode == 0, err
+    return out == b"ping" and process.returncode == 0, err
 
 
 async def one_listen_peer(port: int) -> float | None:
