@@ -50,7 +50,7 @@ are in SECURITY.md "Denial of service"):
 - ``verified=1024``: a genuine client's Finished must come before 1,024 later headers verify,
   and a replay flood verifies headers as fast as a core allows (0.83 ms each, issue 24).
   Against the replay flood from 250 addresses the asyncio server served 42 of 50 with 256,
-  47 and 49 with 512, 49 with 1,024 (slowest 1.0 s), one run each on a shared two-core machine.
+  47 and 49 with 512 (two runs), 50 with 1,024 (slowest 1.1 s), on a shared two-core machine.
 - ``per_source=64``: once 256 are pending, one address (or IPv6 /64) cannot add more; its own
   arrivals are refused rather than admitted at the others' expense (an arrival it makes below
   ``start`` evicts nobody: random early drop starts at ``start``).
