@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import gcmstream
 from gcmstream.admission import (
     DEFAULT_ADMISSION,
+    FAILURE_LINES,
     REPORT_INTERVAL,
     Admission,
     AdmissionPolicy,
@@ -254,6 +255,19 @@ def test_a_flood_is_reported_once_per_interval_with_counts(caplog: pytest.LogCap
     assert f"refused {pending.refused} " in warnings[1]  # every refusal was from A, after the first report
     debug = [r for r in caplog.records if r.levelno == logging.DEBUG]
     assert len(debug) == pending.refused + pending.evicted_waiting  # the detail, at debug only
+
+
+def test_failed_handshakes_are_warnings_up_to_a_quota_then_counted(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+    now = [0.0]
+    pending, _ = admission(DEFAULT_ADMISSION, clock=lambda: now[0])
+    allowed = [pending.failure_logged() for _ in range(FAILURE_LINES + 400)]
+    assert allowed == [True] * FAILURE_LINES + [False] * 400
+    assert caplog.messages == []  # (the adapters log the allowed ones themselves)
+    now[0] += REPORT_INTERVAL
+    assert pending.failure_logged()
+    muted = f"400 more handshakes failed in the last {REPORT_INTERVAL:.0f} s (logged at debug level)"
+    assert caplog.messages == [muted]
 
 
 # -- invariants under any sequence ------------------------------------------------------------------

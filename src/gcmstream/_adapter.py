@@ -139,15 +139,19 @@ async def _exchange(
         await receive_more()
 
 
-def describe_handshake_failure(exc: BaseException, peer: object, time_limit: float | None = None) -> None:
+def describe_handshake_failure(
+    exc: BaseException, peer: object, time_limit: float | None = None, level: int = logging.WARNING
+) -> None:
     """The one log line for a client that failed the handshake (never a key: errors hold none).
     A timeout says which limit ran out: the handshake did not complete in ``time_limit``. The
     record gets the message, not the error: a handler that keeps records (pytest's, a memory
-    handler) would otherwise keep the failed connection alive through the error's traceback."""
+    handler) would otherwise keep the failed connection alive through the error's traceback.
+    ``level``: a server under a flood logs most failures at debug level
+    (``Admission.failure_logged``)."""
     reason = str(exc)
     if isinstance(exc, TimeoutError) and time_limit is not None:
         reason = f"not complete within {time_limit} s"
-    logger.warning("handshake with %s failed: %s: %s", peer, type(exc).__name__, reason)
+    logger.log(level, "handshake with %s failed: %s: %s", peer, type(exc).__name__, reason)
 
 
 def check_can_take_input(opener: Opener) -> None:

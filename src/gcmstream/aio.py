@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
@@ -881,7 +882,8 @@ async def start_server(
             await protocol.handshake(handshake_timeout)
         except Exception as exc:  # the transport is aborted already; cancellations propagate
             if pending.done(transport):  # (an evicted one is counted by the admission's report)
-                describe_handshake_failure(exc, peer, handshake_timeout)
+                level = logging.WARNING if pending.failure_logged() else logging.DEBUG
+                describe_handshake_failure(exc, peer, handshake_timeout, level)
             return
         finally:
             pending.done(transport)

@@ -24,6 +24,7 @@ transport may keep what it was given after ``send()`` returns (anyio's asyncio s
 
 from __future__ import annotations
 
+import logging
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -441,6 +442,7 @@ class SecureListener(Listener[SecureStream]):
     admission: AdmissionPolicy = DEFAULT_ADMISSION
 
     _peers: dict[int, object] = field(init=False, default_factory=dict, repr=False)
+    _pending: Admission[Any] | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         given = None if self.admission is DEFAULT_ADMISSION else self.admission
@@ -451,7 +453,9 @@ class SecureListener(Listener[SecureStream]):
         already). Logs one line naming the peer (never a key). Override it to do more;
         cancellations are not passed here, they propagate."""
         peer = self._peers.get(id(stream), "an unknown peer")
-        describe_handshake_failure(exc, peer, self.handshake_timeout)
+        quiet = self._pending is not None and not self._pending.failure_logged()  # a flood
+        level = logging.DEBUG if quiet else logging.WARNING
+        describe_handshake_failure(exc, peer, self.handshake_timeout, level)
 
     async def serve(
         self,
@@ -460,6 +464,7 @@ class SecureListener(Listener[SecureStream]):
     ) -> None:
         # an evicted handshake is cancelled: its transport is closed, nothing logged per connection
         pending: Admission[_Pending] = Admission(self.admission, _Pending.drop)
+        self._pending = pending  # its failure log quota, for handle_handshake_error
 
         async def handle(transport: AnyByteStream) -> None:
             # the address, while it can still be asked: a closed socket no longer knows it

@@ -1251,8 +1251,9 @@ async def _first_peer(
                 with scope:
                     stream = await _handshake(transport, args, key, lambda: pending.verified(scope))
             except Exception as exc:  # logged and survived: the listener keeps serving
-                if pending.done(scope):
-                    _log.warning("%s: %s; still listening", peer, _peer_failure(exc, args))
+                if pending.done(scope):  # (at debug level past the admission's quota: a flood)
+                    level = logging.WARNING if pending.failure_logged() else logging.DEBUG
+                    _log.log(level, "%s: %s; still listening", peer, _peer_failure(exc, args))
                 return
             finally:
                 pending.done(scope)
