@@ -1191,25 +1191,32 @@ def test_the_readme_names_every_shell_the_cli_completes_for() -> None:
         assert printed.status == 0 and b"gcmstream" in printed.stdout, shell
 
 
-def test_listen_drops_the_oldest_silent_handshake_beyond_its_limit(tmp_path: Path, keyfile: Path) -> None:
-    """At most 16 handshakes wait: a 17th connection closes the oldest waiting one (not the
-    newcomer), long before the handshake timeout, and the real peer still gets through."""
+def test_listen_refuses_a_source_past_its_cap_and_still_takes_the_real_peer(
+    tmp_path: Path, keyfile: Path
+) -> None:
+    """listen admits as the library's servers do (gcmstream.admission, the defaults): once 256
+    handshakes wait, a source holding 64 or more gets no more (closed at once, no line of its
+    own), while the others still wait, and a peer from another address still gets through."""
     listener = Listener(["-k", keyfile])
     with contextlib.ExitStack() as stack:
         silent = []
-        for _ in range(17):
-            address = ("127.0.0.1", listener.port)
-            silent.append(stack.enter_context(socket.create_connection(address, timeout=TIMEOUT)))
-            time.sleep(0.05)  # accepted in this order
-        silent[0].settimeout(10)  # far below the 30 s handshake timeout
-        assert silent[0].recv(1) == b""  # the oldest was closed
-        silent[-1].settimeout(0.5)
+        for _ in range(257):  # from one address; accepted in this order
+            sock = stack.enter_context(socket.socket())
+            sock.bind(("127.0.0.2", 0))
+            sock.settimeout(TIMEOUT)
+            sock.connect(("127.0.0.1", listener.port))
+            silent.append(sock)
+        silent[-1].settimeout(10)  # far below the 30 s handshake timeout
+        with contextlib.suppress(ConnectionResetError):
+            assert silent[-1].recv(1) == b""  # the 257th was refused
+        silent[0].settimeout(0.5)
         with pytest.raises(TimeoutError):
-            silent[-1].recv(1)  # the newest still waits
+            silent[0].recv(1)  # the first still waits
         right = gcm_process("connect", f"127.0.0.1:{listener.port}", "-k", keyfile, input=b"the real peer")
         assert right.returncode == 0, right.stderr
         assert listener.finish() == 0, listener.stderr
-    assert b"newer handshakes are waiting; still listening" in listener.stderr
+    assert b"still listening" not in listener.stderr  # no line per refused connection
+    assert b"admission under load: refused 1 (source at per_source)" in listener.stderr
 
 
 # -- messages ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import gcmstream.config
+from gcmstream.admission import DEFAULT_ADMISSION
 from gcmstream import Channel, KeyExchange, KeyLimits, KeyRing, Role, generate_key
 from gcmstream.config import (
     DEFAULT_HANDSHAKE_TIMEOUT,
@@ -48,6 +49,7 @@ BAD_VALUES: list[tuple[str, object, type[Exception]]] = [
     ("max_pending_handshakes", 0, ValueError),
     ("max_pending_handshakes", 2.5, ValueError),
     ("max_pending_handshakes", True, ValueError),
+    ("admission", 256, TypeError),
 ]
 
 
@@ -71,6 +73,10 @@ def test_the_defaults_are_the_entry_points_defaults() -> None:
     assert own["handshake_timeout"].default == DEFAULT_HANDSHAKE_TIMEOUT == 30.0
     assert own["record_timeout"].default == DEFAULT_RECORD_TIMEOUT == 30.0
     assert own["idle_timeout"].default is DEFAULT_IDLE_TIMEOUT is None
+    assert Configuration(key=KEY).admission is DEFAULT_ADMISSION
+    assert Configuration(key=KEY, max_pending_handshakes=8).admission.full == 8
+    with pytest.raises(ValueError, match="not both"):
+        Configuration(key=KEY, admission=DEFAULT_ADMISSION, max_pending_handshakes=8)
     checked = 0
     for entry in (
         gcmstream.open_connection,

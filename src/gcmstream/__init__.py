@@ -19,6 +19,7 @@ import importlib
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     __version__: str  # read from the installed metadata on first use (__getattr__)
+    from .admission import AdmissionPolicy
     from .aio import (
         SecureStreamReader,
         SecureStreamWriter,
@@ -108,6 +109,7 @@ del TYPE_CHECKING  # not an API name
 
 # each public name and the module that defines it
 _HOMES = {
+    "AdmissionPolicy": "admission",
     "SecureStreamReader": "aio",
     "SecureStreamWriter": "aio",
     "decrypting_reader": "aio",
@@ -212,6 +214,7 @@ __all__ = (
     "DEFAULT_MAX_RECORD_SIZE",
     "DEFAULT_RECORD_SIZE",
     "HARD_MAX_RECORD_SIZE",
+    "AdmissionPolicy",
     "AuthenticationError",
     "BufferFullError",
     "Channel",

@@ -74,11 +74,19 @@ Abort = Callable[[], Awaitable[None]]
 
 
 async def handshake(
-    channel: Channel, send: Send, receive_more: ReceiveMore, *, time_limit: float | None, abort: Abort
+    channel: Channel,
+    send: Send,
+    receive_more: ReceiveMore,
+    *,
+    time_limit: float | None,
+    abort: Abort,
+    on_header_verified: Callable[[], object] | None = None,
 ) -> None:
     """Run the channel handshake within ``time_limit`` seconds (None: no limit). On any failure
     (the peer's header, a timeout, a lost connection, a cancellation) the connection is closed
     at once with ``abort`` and the error re-raised: a half-made connection is never handed on.
+    ``on_header_verified`` is called once, when the peer's header verified (a server's
+    admission then protects the connection from peers that sent nothing: admission.py).
 
     What the channel has to send (``data_to_send()``) is sent before the next read: the
     handshake's messages alternate, so this completes over a transport without buffering
@@ -89,7 +97,7 @@ async def handshake(
     deadline = math.inf if time_limit is None else anyio.current_time() + time_limit
     try:
         with anyio.CancelScope(deadline=deadline) as scope:
-            await _exchange(channel, send, receive_more)
+            await _exchange(channel, send, receive_more, on_header_verified)
         if scope.cancelled_caught:  # only its deadline cancels this scope
             raise TimeoutError
     except BaseException:
@@ -99,7 +107,9 @@ async def handshake(
         raise
 
 
-async def _exchange(channel: Channel, send: Send, receive_more: ReceiveMore) -> None:
+async def _exchange(
+    channel: Channel, send: Send, receive_more: ReceiveMore, on_header_verified: Callable[[], object] | None
+) -> None:
     # One task sends, then reads: the channel's messages alternate (docs/FORMAT.md 5.2). The
     # responder sends nothing before the initiator's header is whole and nothing after its
     # Finished; the initiator sends its Finished only once the responder's arrived. So neither
@@ -120,20 +130,27 @@ async def _exchange(channel: Channel, send: Send, receive_more: ReceiveMore) -> 
                 if channel.opener.failed:
                     channel.handshake_complete()  # raises the peer's error
                 raise
-        if channel.handshake_complete():
-            return
+        if channel.handshake_complete():  # (raises the peer's error, so a header that
+            return  # verified but was then refused never counts as verified below)
+        if on_header_verified is not None and channel.opener.header is not None:
+            on_header_verified()
+            on_header_verified = None
         await receive_more()
 
 
-def describe_handshake_failure(exc: BaseException, peer: object, time_limit: float | None = None) -> None:
+def describe_handshake_failure(
+    exc: BaseException, peer: object, time_limit: float | None = None, level: int = logging.WARNING
+) -> None:
     """The one log line for a client that failed the handshake (never a key: errors hold none).
     A timeout says which limit ran out: the handshake did not complete in ``time_limit``. The
     record gets the message, not the error: a handler that keeps records (pytest's, a memory
-    handler) would otherwise keep the failed connection alive through the error's traceback."""
+    handler) would otherwise keep the failed connection alive through the error's traceback.
+    ``level``: a server under a flood logs most failures at debug level
+    (``Admission.failure_logged``)."""
     reason = str(exc)
     if isinstance(exc, TimeoutError) and time_limit is not None:
         reason = f"not complete within {time_limit} s"
-    logger.warning("handshake with %s failed: %s: %s", peer, type(exc).__name__, reason)
+    logger.log(level, "handshake with %s failed: %s: %s", peer, type(exc).__name__, reason)
 
 
 async def run_handler(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
@@ -42,6 +43,7 @@ from ._adapter import (
     logger,
     run_handler,
 )
+from .admission import Admission, AdmissionPolicy, admission_policy
 from .channel import HandshakeOptions
 from .codec import Channel, Opener, Phase, Sealer
 from .errors import ConcurrencyError, GcmStreamError, StreamClosedError, TruncatedStreamError
@@ -55,7 +57,6 @@ from .format import (
     Role,
     as_key_ring,
 )
-from .pending import DEFAULT_MAX_PENDING_HANDSHAKES, PendingHandshakes
 from .ring import DEFAULT_RING_SIZE, ring_capacity
 
 __all__ = (
@@ -571,6 +572,9 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_input = 0.0  # loop.time() of the last bytes received, or of resuming reading
         self._on_connected = on_connected
+        # a server's admission, told as soon as the peer's header verified (here, not a loop
+        # pass later in the handshake's task: under a flood each pass admits ~100 newcomers)
+        self.on_header_verified: Callable[[], object] | None = None
         self._scratch: memoryview | None = None
         self._into_scratch = False
         self._loop = loop
@@ -608,6 +612,9 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
                 self.transport.pause_reading()
             return
         opener.buffer_updated(nbytes)
+        if self.on_header_verified is not None and opener.header is not None and not opener.failed:
+            verified, self.on_header_verified = self.on_header_verified, None
+            verified()
         if not opener.wants_data and not self._read_paused and self.transport is not None:
             self._read_paused = True
             self.transport.pause_reading()
@@ -868,18 +875,21 @@ async def start_server(
     key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
     local_id: str | bytes | None = None,
     peer_id: str | bytes | None = None,
-    max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES,
+    max_pending_handshakes: int | None = None,
+    admission: AdmissionPolicy | None = None,
     **kwargs: Any,
 ) -> asyncio.Server:
     """Serve like ``asyncio.start_server``: ``client_connected_cb(reader, writer)`` runs for
     each client whose handshake completed (its Finished verified). A client with another key
     or context, one whose handshake fails, or one that does not complete it within
-    ``handshake_timeout`` seconds is logged and disconnected. At most
-    ``max_pending_handshakes`` connections wait for their handshake at once; a new one beyond
-    that disconnects the oldest. ``key`` may be a KeyRing: clients may use any key in it. A
-    record that has begun to arrive must finish within ``record_timeout`` seconds (None: no
-    limit), or the connection is dropped and logged, and its reader raises
-    TruncatedStreamError caused by TimeoutError: a peer trickling bytes cannot hold its ring.
+    ``handshake_timeout`` seconds is logged and disconnected. Which connections may wait for
+    their handshake is ``admission``'s rule (:class:`~gcmstream.AdmissionPolicy`, default
+    :data:`~gcmstream.admission.DEFAULT_ADMISSION`); ``max_pending_handshakes=N`` is shorthand
+    for ``AdmissionPolicy.from_max_pending_handshakes(N)``. ``key`` may be a KeyRing: clients
+    may use any key in it. A record that has begun to arrive must finish within
+    ``record_timeout`` seconds (None: no limit), or the connection is dropped and logged, and
+    its reader raises TruncatedStreamError caused by TimeoutError: a peer trickling bytes
+    cannot hold its ring.
     A client that sends nothing for ``idle_timeout`` seconds after its handshake is dropped the
     same way (None, the default: never; see SECURITY.md "Memory per connection" for why).
     ``ring_size`` is the receive ring's byte budget per connection (as for
@@ -897,9 +907,8 @@ async def start_server(
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
     options = HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id)
-    pending: PendingHandshakes[asyncio.BaseTransport] = PendingHandshakes(
-        max_pending_handshakes,
-        lambda transport: transport.abort(),  # type: ignore[attr-defined]
+    pending: Admission[asyncio.Transport] = Admission(
+        admission_policy(admission, max_pending_handshakes), lambda transport: transport.abort()
     )
 
     async def serve_one(protocol: _ChannelProtocol) -> None:
@@ -908,7 +917,9 @@ async def start_server(
         try:
             await protocol.handshake(handshake_timeout)
         except Exception as exc:  # the transport is aborted already; cancellations propagate
-            describe_handshake_failure(exc, peer, handshake_timeout)
+            if pending.done(transport):  # (an evicted one is counted by the admission's report)
+                level = logging.WARNING if pending.failure_logged() else logging.DEBUG
+                describe_handshake_failure(exc, peer, handshake_timeout, level)
             return
         finally:
             pending.done(transport)
@@ -931,7 +942,11 @@ async def start_server(
         )
 
     def start(protocol: _ChannelProtocol) -> None:
-        pending.add(protocol.connected_transport())
+        transport = protocol.connected_transport()
+        if not pending.admit(transport, transport.get_extra_info("peername")):
+            transport.abort()  # refused (its source is at its cap): no task, no handshake
+            return
+        protocol.on_header_verified = lambda: pending.verified(transport)
         task = loop.create_task(serve_one(protocol))
         tasks.add(task)  # keep a reference until done
         task.add_done_callback(tasks.discard)

@@ -25,6 +25,7 @@ transport may keep what it was given after ``send()`` returns (anyio's asyncio s
 from __future__ import annotations
 
 import contextlib
+import logging
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ from ._adapter import (
     logger,
     run_handler,
 )
+from .admission import DEFAULT_ADMISSION, Admission, AdmissionPolicy, admission_policy
 from .channel import DEFAULT_HANDSHAKE, HandshakeOptions
 from .codec import Channel, Opener
 from .errors import StreamBrokenError, StreamClosedError, TruncatedStreamError
@@ -70,7 +72,6 @@ from .format import (
     Role,
     as_key_ring,
 )
-from .pending import DEFAULT_MAX_PENDING_HANDSHAKES, PendingHandshakes
 from .ring import DEFAULT_RING_SIZE, ring_capacity
 
 __all__ = (
@@ -186,6 +187,7 @@ class SecureStream(ByteStream):
         key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
         local_id: str | bytes | None = None,
         peer_id: str | bytes | None = None,
+        on_header_verified: Callable[[], object] | None = None,
     ) -> SecureStream:
         """Run the channel handshake (one round trip, both sides confirmed), sending while
         receiving (so it works over a transport that does not buffer). One side is
@@ -207,7 +209,9 @@ class SecureStream(ByteStream):
 
         A responder that refuses this side's header hangs up: that (and any connection lost
         during the handshake) raises :class:`AnyioTruncatedStreamError`, the
-        ``BrokenResourceError`` that anyio code expects of a broken transport."""
+        ``BrokenResourceError`` that anyio code expects of a broken transport.
+        ``on_header_verified`` is called once, when the peer's header verified (before its
+        Finished): a server's :class:`~gcmstream.admission.Admission` uses it."""
         channel = Channel(
             key,
             role=role,
@@ -233,6 +237,7 @@ class SecureStream(ByteStream):
                 stream._receive_more,
                 time_limit=handshake_timeout,
                 abort=abort,
+                on_header_verified=on_header_verified,
             )
         except TruncatedStreamError as exc:
             raise _anyio_truncation(exc, stream._receive_lost) from (exc.__cause__ or exc)
@@ -477,9 +482,11 @@ class _Pending:
 class SecureListener(Listener[SecureStream]):
     """Wraps a listener so that ``serve()`` hands out handshaken SecureStreams (as responder).
     Clients that fail the handshake or do not complete it within ``handshake_timeout`` are
-    dropped and passed to :meth:`handle_handshake_error` (as anyio's TLSListener does); at
-    most ``max_pending_handshakes`` wait at once (a new one beyond that drops the oldest); the
-    listener keeps serving.
+    dropped and passed to :meth:`handle_handshake_error` (as anyio's TLSListener does); which
+    may wait for their handshake is ``admission``'s rule (:class:`~gcmstream.AdmissionPolicy`;
+    ``max_pending_handshakes=N``, when given, stands for
+    ``AdmissionPolicy.from_max_pending_handshakes(N)``); one the admission drops or refuses is
+    closed without a log line of its own. The listener keeps serving.
 
     An exception that escapes ``handler`` ends that connection only (unlike anyio's own
     listeners, whose task group it would end): it is logged once with the peer and the
@@ -501,31 +508,43 @@ class SecureListener(Listener[SecureStream]):
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT
     ring_size: int = DEFAULT_RING_SIZE
     options: HandshakeOptions = DEFAULT_HANDSHAKE
-    max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES
+    max_pending_handshakes: int | None = None
+    admission: AdmissionPolicy = DEFAULT_ADMISSION
 
     _peers: dict[int, object] = field(init=False, default_factory=dict, repr=False)
+    _pending: Admission[Any] | None = field(init=False, default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        given = None if self.admission is DEFAULT_ADMISSION else self.admission
+        self.admission = admission_policy(given, self.max_pending_handshakes)  # checked here
 
     async def handle_handshake_error(self, exc: Exception, stream: AnyByteStream) -> None:
         """Called when a client's handshake failed (``stream`` is its transport, closed
         already). Logs one line naming the peer (never a key). Override it to do more;
         cancellations are not passed here, they propagate."""
         peer = self._peers.get(id(stream), "an unknown peer")
-        describe_handshake_failure(exc, peer, self.handshake_timeout)
+        quiet = self._pending is not None and not self._pending.failure_logged()  # a flood
+        level = logging.DEBUG if quiet else logging.WARNING
+        describe_handshake_failure(exc, peer, self.handshake_timeout, level)
 
     async def serve(
         self,
         handler: Callable[[SecureStream], Any],
         task_group: TaskGroup | None = None,
     ) -> None:
-        # dropping the oldest closes its transport; its handshake then fails and is logged
-        pending: PendingHandshakes[_Pending] = PendingHandshakes(self.max_pending_handshakes, _Pending.drop)
+        # an evicted handshake is cancelled: its transport is closed, nothing logged per connection
+        pending: Admission[_Pending] = Admission(self.admission, _Pending.drop)
+        self._pending = pending  # its failure log quota, for handle_handshake_error
 
         async def handle(transport: AnyByteStream) -> None:
             # the address, while it can still be asked: a closed socket no longer knows it
-            peer = transport.extra(SocketAttribute.remote_address, "an unknown peer")
-            self._peers[id(transport)] = peer
+            address = transport.extra(SocketAttribute.remote_address, None)
+            peer = "an unknown peer" if address is None else address
             entry = _Pending(anyio.CancelScope())
-            pending.add(entry)
+            if not pending.admit(entry, address):
+                await anyio.aclose_forcefully(transport)  # refused: its source is at its cap
+                return
+            self._peers[id(transport)] = peer
             try:
                 with entry.scope:
                     stream = await SecureStream.wrap(
@@ -543,6 +562,7 @@ class SecureListener(Listener[SecureStream]):
                         key_exchange=self.options.key_exchange,
                         local_id=self.options.local_id,
                         peer_id=self.options.peer_id,
+                        on_header_verified=lambda: pending.verified(entry),
                     )
             except BaseException as exc:
                 if isinstance(exc, Exception) and not isinstance(exc, anyio.get_cancelled_exc_class()):
@@ -552,7 +572,7 @@ class SecureListener(Listener[SecureStream]):
             finally:
                 self._peers.pop(id(transport), None)
                 pending.done(entry)
-            if entry.scope.cancel_called:  # dropped for a newer one (logged by PendingHandshakes)
+            if entry.scope.cancel_called:  # evicted (counted by the admission's report)
                 await anyio.aclose_forcefully(transport)
                 return
 
@@ -587,12 +607,15 @@ async def create_tcp_listener(
     key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
     local_id: str | bytes | None = None,
     peer_id: str | bytes | None = None,
-    max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES,
+    max_pending_handshakes: int | None = None,
+    admission: AdmissionPolicy | None = None,
 ) -> SecureListener:
     """``anyio.create_tcp_listener`` whose ``serve()`` hands out SecureStreams. A client that
     sends nothing for ``idle_timeout`` seconds while its handler waits to receive is dropped
-    (None, the default: never); other options as for :meth:`SecureStream.wrap`."""
+    (None, the default: never); ``admission`` and ``max_pending_handshakes`` as for
+    :class:`SecureListener`; other options as for :meth:`SecureStream.wrap`."""
     ring_capacity(max_record_size, ring_size)  # a bad ring_size raises now, not per client
+    policy = admission_policy(admission, max_pending_handshakes)  # a bad one raises now
     listener = await anyio.create_tcp_listener(local_host=local_host, local_port=local_port)
     return SecureListener(
         listener=listener,
@@ -606,5 +629,5 @@ async def create_tcp_listener(
         idle_timeout=idle_timeout,
         ring_size=ring_size,
         options=HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id),
-        max_pending_handshakes=max_pending_handshakes,
+        admission=policy,
     )

@@ -77,7 +77,7 @@ if TYPE_CHECKING:
         parse_header_start,
     )
     from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
-    from .pending import PendingHandshakes
+    from .admission import DEFAULT_ADMISSION, Admission
     from .pipeline import CHUNK_SIZE
     from .recipients import (
         IDENTITY_PREFIX,
@@ -160,13 +160,13 @@ def _import_files() -> None:
 
 def _import_network() -> None:
     global from_thread, current_token, DEFAULT_HANDSHAKE_TIMEOUT, SecureStream, connect_tcp
-    global PendingHandshakes
+    global DEFAULT_ADMISSION, Admission
     from anyio import from_thread
     from anyio.lowlevel import current_token
 
     from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
     from .anyio_stream import SecureStream, connect_tcp
-    from .pending import PendingHandshakes
+    from .admission import DEFAULT_ADMISSION, Admission
 
 
 if TYPE_CHECKING:
@@ -1458,7 +1458,12 @@ async def _accept_one(listener: anyio.abc.Listener[SocketStream]) -> SocketStrea
     return accepted[0]
 
 
-async def _handshake(transport: SocketStream, args: argparse.Namespace, key: KeyRing) -> SecureStream:
+async def _handshake(
+    transport: SocketStream,
+    args: argparse.Namespace,
+    key: KeyRing,
+    on_header_verified: Callable[[], object] | None = None,
+) -> SecureStream:
     return await SecureStream.wrap(  # the shared handshake policy: timeout, close on failure
         transport,
         key=key,
@@ -1470,13 +1475,8 @@ async def _handshake(transport: SocketStream, args: argparse.Namespace, key: Key
         key_exchange=_KEY_EXCHANGES[args.key_exchange],
         local_id=args.local_id,
         peer_id=args.peer_id,
+        on_header_verified=on_header_verified,
     )
-
-
-# Handshakes waiting at once; a connection beyond that closes the oldest waiting one (logged),
-# as the library's servers do (pending.py). Each costs a socket and a few KiB until it
-# completes its handshake or its time runs out.
-MAX_PENDING_HANDSHAKES = 16
 
 
 async def _first_peer(
@@ -1486,25 +1486,24 @@ async def _first_peer(
     closed, so a stranger (a port scan, a probe, a wrong key) does not end the session.
     Handshakes run side by side: one that stalls does not hold up the real peer."""
     winner: list[SecureStream] = []
-    # dropping the oldest cancels its handshake, which closes its transport
-    pending: PendingHandshakes[anyio.CancelScope] = PendingHandshakes(
-        MAX_PENDING_HANDSHAKES, lambda scope: scope.cancel()
-    )
+    # the servers' admission (admission.py, its defaults): an evicted handshake's scope is
+    # cancelled, which closes its transport; the admission's report counts it, no line per peer
+    pending: Admission[anyio.CancelScope] = Admission(DEFAULT_ADMISSION, lambda scope: scope.cancel())
     async with anyio.create_task_group() as tg:
 
         async def handshake(transport: SocketStream, peer: str, scope: anyio.CancelScope) -> None:
             try:
                 with scope:
-                    stream = await _handshake(transport, args, key)
+                    stream = await _handshake(transport, args, key, lambda: pending.verified(scope))
             except Exception as exc:  # logged and survived: the listener keeps serving
-                _log.warning("%s: %s; still listening", peer, _peer_failure(exc, args))
+                if pending.done(scope):  # (at debug level past the admission's quota: a flood)
+                    level = logging.WARNING if pending.failure_logged() else logging.DEBUG
+                    _log.log(level, "%s: %s; still listening", peer, _peer_failure(exc, args))
                 return
             finally:
                 pending.done(scope)
             if scope.cancel_called:
                 await anyio.aclose_forcefully(transport)
-                limit = MAX_PENDING_HANDSHAKES
-                _log.warning("%s: closed: %d newer handshakes are waiting; still listening", peer, limit)
                 return
             if winner:
                 await anyio.aclose_forcefully(stream.transport_stream)
@@ -1515,10 +1514,12 @@ async def _first_peer(
         async def accept(sub: Any) -> None:
             while True:
                 transport = await sub.accept()
-                peer = _shown(transport.extra(anyio.abc.SocketAttribute.remote_address))
+                address = transport.extra(anyio.abc.SocketAttribute.remote_address)
                 scope = anyio.CancelScope()
-                pending.add(scope)
-                tg.start_soon(handshake, transport, peer, scope)
+                if not pending.admit(scope, address):  # its source is at its cap
+                    await anyio.aclose_forcefully(transport)
+                    continue
+                tg.start_soon(handshake, transport, _shown(address), scope)
 
         for sub in getattr(listener, "listeners", [listener]):
             tg.start_soon(accept, sub)

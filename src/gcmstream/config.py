@@ -32,7 +32,7 @@ from .format import (
     check_identity,
     check_record_size,
 )
-from .pending import DEFAULT_MAX_PENDING_HANDSHAKES, check_pending_limit
+from .admission import AdmissionPolicy, admission_policy
 from .ring import DEFAULT_RING_SIZE, ring_capacity
 
 __all__ = (
@@ -78,11 +78,14 @@ class Configuration:
     ``key_exchange``, ``local_id``, ``peer_id``, ``record_size``, ``max_record_size``,
     ``ring_size`` and ``limits`` mean what they mean for :class:`~gcmstream.Channel`;
     ``handshake_timeout``, ``record_timeout`` and ``idle_timeout`` are seconds or None (no
-    limit), as for :func:`~gcmstream.start_server`; ``max_pending_handshakes`` bounds the
-    handshakes a server has pending at once. Identities are kept as the bytes a peer sees.
+    limit), as for :func:`~gcmstream.start_server`; ``admission`` is a server's rule for its
+    pending handshakes (:class:`~gcmstream.AdmissionPolicy`; ``max_pending_handshakes=N``
+    stands for ``AdmissionPolicy.from_max_pending_handshakes(N)``, not both). Identities are
+    kept as the bytes a peer sees.
     """
 
     __slots__ = (
+        "admission",
         "context",
         "handshake_timeout",
         "idle_timeout",
@@ -90,7 +93,6 @@ class Configuration:
         "key_exchange",
         "limits",
         "local_id",
-        "max_pending_handshakes",
         "max_record_size",
         "peer_id",
         "record_size",
@@ -110,7 +112,7 @@ class Configuration:
     handshake_timeout: float | None
     record_timeout: float | None
     idle_timeout: float | None
-    max_pending_handshakes: int
+    admission: AdmissionPolicy
 
     def __init__(
         self,
@@ -127,7 +129,8 @@ class Configuration:
         handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
         record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
-        max_pending_handshakes: int = DEFAULT_MAX_PENDING_HANDSHAKES,
+        admission: AdmissionPolicy | None = None,
+        max_pending_handshakes: int | None = None,
     ) -> None:
         if limits is not None and not isinstance(limits, KeyLimits):
             raise TypeError(f"limits must be a KeyLimits or None, got {type(limits).__name__}")
@@ -146,7 +149,7 @@ class Configuration:
             "handshake_timeout": check_timeout(handshake_timeout, "handshake_timeout"),
             "record_timeout": check_timeout(record_timeout, "record_timeout"),
             "idle_timeout": check_timeout(idle_timeout, "idle_timeout"),
-            "max_pending_handshakes": check_pending_limit(max_pending_handshakes),
+            "admission": admission_policy(admission, max_pending_handshakes),
         }
         for name in _FIELDS:
             object.__setattr__(self, name, values[name])
@@ -210,7 +213,7 @@ _FIELDS = (
     "handshake_timeout",
     "record_timeout",
     "idle_timeout",
-    "max_pending_handshakes",
+    "admission",
 )
 
 

@@ -1,0 +1,361 @@
+"""Admission of pending handshakes: which connections a server keeps while their handshake runs.
+
+Sans-IO (no awaits, no loop; randomness and the clock are injected), one copy for every server
+path: the asyncio server (``start_server``), the anyio listener (``SecureListener.serve``) and
+``gcmstream listen``. The adapter tells :class:`Admission` when a connection arrives
+(:meth:`~Admission.admit`), when its header verified (:meth:`~Admission.verified`) and when its
+handshake ended (:meth:`~Admission.done`); the admission drops a connection through the callback
+the adapter gives (abort a transport, cancel a scope).
+
+An unauthenticated peer costs a server a socket and a few KiB until its handshake completes or
+times out, and a keyless flood can send as many such peers as the server accepts. The rule,
+:class:`AdmissionPolicy`, keeps a newcomer's chance bounded below whatever the flood does:
+
+- **Two classes.** A connection is *waiting* until the initiator's header verified (it sent
+  nothing, or part of a header), then *verified* until its Finished arrives (one round trip).
+  Each class has its own budget (``full``, ``verified``), and a connection is only ever
+  evicted by one of its own class: one that sent nothing never evicts one whose header
+  verified. A replayed recorded header verifies too (docs/FORMAT.md 5.2: only the Finished
+  proves the key), so the verified class is bounded and evicts its own oldest: a genuine client
+  answers within one round trip, so the oldest verified one is the likeliest replay.
+- **Random early drop, as OpenSSH's ``MaxStartups start:rate:full``.** With ``start`` or more
+  waiting, a newcomer causes a drop with probability ``rate`` percent, rising linearly to 100 %
+  at ``full`` (sshd_config(5)). What is dropped differs from OpenSSH on purpose: not the
+  newcomer but the connection that has waited longest without a verified header. OpenSSH
+  refuses the newcomer, so a silent flood that filled ``full`` slots holds them for the whole
+  grace time and every legitimate client is refused (the weakness its ``PerSourcePenalties``
+  later addressed). Dropping the longest waiting instead means a newcomer is evicted only after
+  every connection that was waiting before it: it has about ``full`` arrivals' time to deliver
+  its header, which a genuine client sends with its first packet.
+- **A per-source cap.** Once ``start`` handshakes are pending, a source address (IPv4 address;
+  IPv6 /64, the block one host is usually given) with ``per_source`` pending gets no more: its
+  newcomers are refused (closed at once), as OpenSSH's ``PerSourceMaxStartups``. An attacker
+  with one address then holds at most that many slots; below ``start`` nothing is refused, so a
+  burst from one host (a test, a benchmark, a proxy) is served while the server is not under
+  pressure. A client that shares its address with an attacker shares its cap.
+
+Defaults (``AdmissionPolicy()``): ``start=256, rate=30, full=512, verified=1024,
+per_source=64``, each measured with tests/hostile/test_admission_flood.py (1,000 keyless
+connections reconnecting as fast as one attacker process can, silent or replaying a recorded
+header, from one address or from 250; 50 clients, each within 5 s; the figures and the command
+are in SECURITY.md "Denial of service"):
+
+- ``start=256`` is the former ``max_pending_handshakes`` default: a server that is not under
+  a flood drops and refuses nothing up to 256 handshakes at once (a burst of 200 clients from
+  one host, tests/hostile/test_sockets.py, is served whole).
+- ``full=512``: a newcomer outlives about 256 to 512 later arrivals before it can be the
+  longest waiting; asyncio accepts at most 100 per pass of its loop, and a genuine header is
+  read one pass after its connection is accepted.
+- ``rate=30`` is OpenSSH's default.
+- ``verified=1024``: a genuine client's Finished must come before 1,024 later headers verify,
+  and a replay flood verifies headers as fast as a core allows (0.83 ms each, issue 24).
+  Against the replay flood from 250 addresses the asyncio server served 42 of 50 with 256,
+  47 and 49 with 512 (two runs), 50 with 1,024 (slowest 1.1 s), on a shared two-core machine.
+- ``per_source=64``: once 256 are pending, one address (or IPv6 /64) cannot add more; its own
+  arrivals are refused rather than admitted at the others' expense (an arrival it makes below
+  ``start`` evicts nobody: random early drop starts at ``start``).
+
+Memory under a flood: at most 512 waiting and 1,024 verified handshakes, about 21 MiB of
+gcmstream's own allocations at the 14 KiB bound of tests/test_pending.py (the event loop's
+socket state comes on top); drop-oldest's 256 held 3.5 MiB but kept clients out.
+
+Logging: a shed connection (refused or evicted) is logged at debug level; a warning with the
+counts goes out at most once per ``REPORT_INTERVAL`` seconds, never one per connection. A
+handshake that failed on its own (a bad header, a timeout) is a warning line of its own up to
+``FAILURE_LINES`` per ``REPORT_INTERVAL``, then debug lines and a count.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+__all__ = (
+    "DEFAULT_ADMISSION",
+    "FAILURE_LINES",
+    "REPORT_INTERVAL",
+    "Admission",
+    "AdmissionPolicy",
+    "admission_policy",
+    "check_pending_limit",
+    "source_of",
+)
+
+logger = logging.getLogger("gcmstream")
+
+REPORT_INTERVAL = 10.0
+"""Seconds between two warnings that count the handshakes an :class:`Admission` shed."""
+
+FAILURE_LINES = 100
+"""Failed handshakes an :class:`Admission` lets its server log at warning level per
+``REPORT_INTERVAL``; the rest go at debug level, their count in the next warning."""
+
+T = TypeVar("T")
+_ABSENT = object()
+
+
+def _check_count(name: str, value: object, least: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    return value
+
+
+def check_pending_limit(limit: int) -> int:
+    """``max_pending_handshakes``: an int of at least 1 (ValueError otherwise)."""
+    return _check_count("max_pending_handshakes", limit, 1)
+
+
+@dataclass(frozen=True)
+class AdmissionPolicy:
+    """How many handshakes a server keeps pending, and which it drops (module docstring).
+
+    ``start``, ``rate``, ``full``: with ``start`` or more connections waiting for their header
+    to verify, each newcomer makes the longest-waiting one drop with probability ``rate``
+    percent, rising linearly to 100 % at ``full`` (at most ``full`` wait at once).
+    ``verified``: at most this many whose header verified wait for their Finished; a newly
+    verified one beyond that drops the oldest of them. ``per_source``: once ``start``
+    handshakes are pending, a source address (IPv6: its /64) with this many pending has its
+    newcomers refused; None: no cap. Every value is checked here (ValueError)."""
+
+    start: int = 256
+    rate: int = 30
+    full: int = 512
+    verified: int = 1024
+    per_source: int | None = 64
+
+    def __post_init__(self) -> None:
+        _check_count("start", self.start, 1)
+        _check_count("full", self.full, 1)
+        if self.start > self.full:
+            raise ValueError(f"start ({self.start}) must not exceed full ({self.full})")
+        _check_count("rate", self.rate, 0)
+        if self.rate > 100:
+            raise ValueError(f"rate is a percentage from 0 to 100, got {self.rate!r}")
+        _check_count("verified", self.verified, 1)
+        if self.per_source is not None:
+            _check_count("per_source", self.per_source, 1)
+
+    @classmethod
+    def from_max_pending_handshakes(cls, limit: int) -> AdmissionPolicy:
+        """The policy ``max_pending_handshakes=limit`` stands for: at most ``limit`` waiting
+        and ``limit`` verified, no random band (``start == full``), the default per-source cap."""
+        check_pending_limit(limit)
+        return cls(start=limit, full=limit, verified=limit)
+
+    def drop_probability(self, waiting: int) -> float:
+        """The chance that a newcomer makes the longest-waiting connection drop, with
+        ``waiting`` connections waiting for their header (OpenSSH's MaxStartups line)."""
+        if waiting < self.start:
+            return 0.0
+        if waiting >= self.full:
+            return 1.0
+        span = self.full - self.start  # > 0 here: start <= waiting < full
+        return (self.rate + (100 - self.rate) * (waiting - self.start) / span) / 100
+
+
+DEFAULT_ADMISSION = AdmissionPolicy()
+"""The servers' default policy (module docstring: why these values)."""
+
+
+def admission_policy(
+    admission: AdmissionPolicy | None, max_pending_handshakes: int | None
+) -> AdmissionPolicy:
+    """The policy a server's keywords ask for: ``admission``, or the one
+    ``max_pending_handshakes`` stands for, or :data:`DEFAULT_ADMISSION`; not both."""
+    if admission is not None and max_pending_handshakes is not None:
+        raise ValueError("give admission or max_pending_handshakes, not both")
+    if max_pending_handshakes is not None:
+        return AdmissionPolicy.from_max_pending_handshakes(max_pending_handshakes)
+    if admission is None:
+        return DEFAULT_ADMISSION
+    if not isinstance(admission, AdmissionPolicy):
+        raise TypeError(f"admission must be an AdmissionPolicy, got {type(admission).__name__}")
+    return admission
+
+
+def source_of(address: object) -> str | None:
+    """The per-source key of a peer address as sockets report it: the IPv4 address (an
+    IPv4-mapped IPv6 one too), the /64 of an IPv6 address; None (no cap) for anything else
+    (a Unix socket, an unknown peer)."""
+    if not isinstance(address, tuple) or not address or not isinstance(address[0], str):
+        return None
+    try:
+        ip = ipaddress.ip_address(address[0].partition("%")[0])  # without an IPv6 zone
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+class Admission(Generic[T]):
+    """The pending handshakes of one server under an :class:`AdmissionPolicy`.
+
+    ``drop(connection)`` is called for each connection evicted (the adapter closes it; its
+    handshake then fails, and :meth:`done` says it was evicted). ``random`` returns a float in
+    [0, 1) and ``clock`` seconds; both are injected so that tests decide them."""
+
+    def __init__(
+        self,
+        policy: AdmissionPolicy,
+        drop: Callable[[T], object],
+        *,
+        random: Callable[[], float] = random.random,  # load shedding, not a secret
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not isinstance(policy, AdmissionPolicy):
+            raise TypeError(f"policy must be an AdmissionPolicy, got {type(policy).__name__}")
+        self.policy = policy
+        self._drop = drop
+        self._random = random
+        self._clock = clock
+        # insertion order is age: the oldest first (waiting: since arrival; verified: since then)
+        self._waiting: dict[T, str | None] = {}
+        self._verified: dict[T, str | None] = {}
+        self._per_source: dict[str, int] = {}
+        self.refused = 0  # newcomers refused: their source was at its cap
+        self.evicted_waiting = 0
+        self.evicted_verified = 0
+        self._reported_at = -math.inf
+        self._reported = (0, 0, 0)  # the counters at the last warning
+        self._failures_since = -math.inf
+        self._failure_lines = 0
+        self._failures_muted = 0
+
+    def __len__(self) -> int:
+        return len(self._waiting) + len(self._verified)
+
+    @property
+    def waiting(self) -> int:
+        """Connections whose header has not verified yet."""
+        return len(self._waiting)
+
+    @property
+    def verified_count(self) -> int:
+        """Connections whose header verified, waiting for their Finished."""
+        return len(self._verified)
+
+    def pending_from(self, address: object) -> int:
+        """Pending handshakes from ``address``'s source (:func:`source_of`)."""
+        source = source_of(address)
+        return 0 if source is None else self._per_source.get(source, 0)
+
+    def admit(self, connection: T, address: object) -> bool:
+        """A connection arrived from ``address`` (a socket's peer name). False: refused, the
+        adapter closes it at once and does not call :meth:`done`. True: it is pending, and the
+        longest-waiting one may have been dropped to make room."""
+        policy = self.policy
+        source = source_of(address)
+        if (
+            source is not None
+            and policy.per_source is not None
+            and len(self) >= policy.start
+            and self._per_source.get(source, 0) >= policy.per_source
+        ):
+            self.refused += 1
+            logger.debug(
+                "refused a connection from %s: %d handshakes pending from it", source, policy.per_source
+            )
+            self._report()
+            return False
+        chance = policy.drop_probability(len(self._waiting))
+        if chance >= 1.0 or (chance > 0.0 and self._random() < chance):
+            self._evict(self._waiting)
+            self.evicted_waiting += 1
+            self._report()
+        self._waiting[connection] = source
+        if source is not None:
+            self._per_source[source] = self._per_source.get(source, 0) + 1
+        return True
+
+    def verified(self, connection: T) -> None:
+        """The connection's header verified: from now on only another verified one can evict
+        it (the oldest first, beyond ``policy.verified``). Nothing if it is no longer pending."""
+        source = self._waiting.pop(connection, _ABSENT)
+        if source is _ABSENT:
+            return
+        if len(self._verified) >= self.policy.verified:
+            self._evict(self._verified)
+            self.evicted_verified += 1
+            self._report()
+        self._verified[connection] = source  # type: ignore[assignment]  # not _ABSENT here
+
+    def done(self, connection: T) -> bool:
+        """The connection's handshake ended (completed or failed). True if it was pending;
+        False if the admission had evicted it (or never admitted it): the adapter need not log
+        its failure, the admission's report counts it."""
+        source = self._waiting.pop(connection, _ABSENT)
+        if source is _ABSENT:
+            source = self._verified.pop(connection, _ABSENT)
+            if source is _ABSENT:
+                return False
+        self._release(source)  # type: ignore[arg-type]  # not _ABSENT here
+        return True
+
+    def failure_logged(self) -> bool:
+        """A pending handshake failed (not evicted: :meth:`done` said True). True: log it at
+        warning level; False: at debug level, counted (at most ``FAILURE_LINES`` warnings per
+        ``REPORT_INTERVAL``: a flood of bad headers or of silent peers timing out is not a
+        warning per connection)."""
+        now = self._clock()
+        if now - self._failures_since >= REPORT_INTERVAL:
+            if self._failures_muted:
+                logger.warning(
+                    "%d more handshakes failed in the last %.0f s (logged at debug level)",
+                    self._failures_muted,
+                    now - self._failures_since,
+                )
+            self._failures_since, self._failure_lines, self._failures_muted = now, 0, 0
+        if self._failure_lines < FAILURE_LINES:
+            self._failure_lines += 1
+            return True
+        self._failures_muted += 1
+        return False
+
+    def _release(self, source: str | None) -> None:
+        if source is None:
+            return
+        left = self._per_source[source] - 1
+        if left:
+            self._per_source[source] = left
+        else:
+            del self._per_source[source]
+
+    def _evict(self, table: dict[T, str | None]) -> None:
+        victim = next(iter(table))
+        self._release(table.pop(victim))
+        logger.debug(
+            "dropped a pending handshake (%d waiting, %d verified)", len(self._waiting), len(self._verified)
+        )
+        self._drop(victim)
+
+    def _counts(self) -> tuple[int, int]:
+        return len(self._waiting), len(self._verified)
+
+    def _report(self) -> None:
+        """One warning per REPORT_INTERVAL at most, with what was shed since the last one."""
+        now = self._clock()
+        if now - self._reported_at < REPORT_INTERVAL:
+            return
+        counts = (self.refused, self.evicted_waiting, self.evicted_verified)
+        refused, waiting, verified = (now_ - then for now_, then in zip(counts, self._reported, strict=True))
+        since = "" if self._reported_at == -math.inf else f" in the last {now - self._reported_at:.0f} s"
+        logger.warning(
+            "admission under load%s: refused %d (source at per_source), dropped %d waiting and "
+            "%d verified handshakes; %d pending (%r)",
+            since,
+            refused,
+            waiting,
+            verified,
+            len(self),
+            self.policy,
+        )
+        self._reported_at, self._reported = now, counts

@@ -1,0 +1,363 @@
+"""The admission policy, sans IO: randomness and the clock are injected, so every draw is decided
+here. The same policy against real sockets under a flood: tests/hostile/test_admission_flood.py."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gcmstream
+from gcmstream.admission import (
+    DEFAULT_ADMISSION,
+    FAILURE_LINES,
+    REPORT_INTERVAL,
+    Admission,
+    AdmissionPolicy,
+    admission_policy,
+    source_of,
+)
+from gcmstream.anyio_stream import SecureListener, create_tcp_listener
+
+from .helpers import KEY
+
+A = ("198.51.100.1", 40000)  # peer addresses as sockets give them
+B = ("198.51.100.2", 40000)
+
+
+class Coin:
+    """An injected ``random``: returns the queued draws, then ``then``."""
+
+    def __init__(self, *draws: float, then: float = 0.999) -> None:
+        self.draws, self.then = list(draws), then
+        self.calls = 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        return self.draws.pop(0) if self.draws else self.then
+
+
+def admission(
+    policy: AdmissionPolicy, coin: Coin | None = None, clock: Any = None
+) -> tuple[Admission[int], list[int]]:
+    dropped: list[int] = []
+    return (
+        Admission(policy, dropped.append, random=coin or Coin(), clock=clock or (lambda: 0.0)),
+        dropped,
+    )
+
+
+# -- the policy's values ------------------------------------------------------------------------
+
+
+def test_the_defaults_are_the_documented_ones() -> None:
+    assert AdmissionPolicy() == DEFAULT_ADMISSION
+    assert (DEFAULT_ADMISSION.start, DEFAULT_ADMISSION.rate, DEFAULT_ADMISSION.full) == (256, 30, 512)
+    assert (DEFAULT_ADMISSION.verified, DEFAULT_ADMISSION.per_source) == (1024, 64)
+    assert gcmstream.AdmissionPolicy is AdmissionPolicy
+
+
+@pytest.mark.parametrize(
+    ("values", "match"),
+    [
+        ({"start": 0}, "start must be an int >= 1"),
+        ({"start": 2.0}, "start must be an int >= 1"),
+        ({"start": True}, "start must be an int >= 1"),
+        ({"full": 0, "start": 1}, "full must be an int >= 1"),
+        ({"start": 11, "full": 10}, r"start \(11\) must not exceed full \(10\)"),
+        ({"rate": -1}, "rate must be an int >= 0"),
+        ({"rate": 101}, "rate is a percentage from 0 to 100"),
+        ({"verified": 0}, "verified must be an int >= 1"),
+        ({"per_source": 0}, "per_source must be an int >= 1"),
+        ({"per_source": "3"}, "per_source must be an int >= 1"),
+    ],
+)
+def test_a_bad_policy_raises_value_error_naming_the_value(values: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        AdmissionPolicy(**values)
+
+
+def test_a_policy_is_frozen() -> None:
+    with pytest.raises(AttributeError):
+        DEFAULT_ADMISSION.full = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("limit", [0, -1, 2.5, None, "2", True])
+def test_max_pending_handshakes_must_be_an_int_of_at_least_1(limit: Any) -> None:
+    with pytest.raises(ValueError, match="max_pending_handshakes must be an int >= 1"):
+        AdmissionPolicy.from_max_pending_handshakes(limit)
+
+
+def test_max_pending_handshakes_builds_a_policy_without_a_random_band() -> None:
+    policy = admission_policy(None, 5)
+    assert (policy.start, policy.full, policy.verified) == (5, 5, 5)
+    assert [policy.drop_probability(n) for n in (4, 5, 6)] == [0.0, 1.0, 1.0]
+    assert admission_policy(None, None) is DEFAULT_ADMISSION
+    own = AdmissionPolicy(start=2, full=4)
+    assert admission_policy(own, None) is own
+    with pytest.raises(ValueError, match="not both"):
+        admission_policy(own, 5)
+    with pytest.raises(TypeError, match="AdmissionPolicy"):
+        admission_policy(256, None)  # type: ignore[arg-type]
+
+
+def test_the_drop_probability_is_openssh_maxstartups_line() -> None:
+    """sshd_config(5) MaxStartups 10:30:100: 30 % at 10 unauthenticated, rising linearly,
+    100 % at 100."""
+    policy = AdmissionPolicy(start=10, rate=30, full=100)
+    assert policy.drop_probability(0) == policy.drop_probability(9) == 0.0
+    assert policy.drop_probability(10) == pytest.approx(0.30)
+    assert policy.drop_probability(55) == pytest.approx(0.65)
+    assert policy.drop_probability(99) == pytest.approx(0.30 + 0.70 * 89 / 90)
+    assert policy.drop_probability(100) == policy.drop_probability(1000) == 1.0
+
+
+# -- the rules ------------------------------------------------------------------------------------
+
+
+def test_random_early_drop_evicts_the_longest_waiting_when_the_draw_falls_below() -> None:
+    coin = Coin(0.29, 0.31)  # at start (30 %): the first draw drops, the second does not
+    pending, dropped = admission(AdmissionPolicy(start=3, rate=30, full=10, per_source=None), coin)
+    for connection in range(3):
+        assert pending.admit(connection, A)
+    assert coin.calls == 0  # below start: no draw, no drop
+    assert pending.admit(3, A) and dropped == [0]  # 0.29 < 0.30: the longest waiting goes
+    assert pending.admit(4, A) and dropped == [0]  # 0.31: nobody goes
+    assert pending.waiting == 4 and pending.evicted_waiting == 1
+
+
+def test_at_full_the_longest_waiting_goes_without_a_draw() -> None:
+    coin = Coin()
+    pending, dropped = admission(AdmissionPolicy(start=3, full=3, per_source=None), coin)
+    for connection in range(6):
+        assert pending.admit(connection, A)
+    assert dropped == [0, 1, 2] and pending.waiting == 3 and coin.calls == 0
+
+
+def test_a_newcomer_is_evicted_only_after_every_connection_waiting_before_it() -> None:
+    """The lower bound on a newcomer's chance: admitted with W waiting ahead of it, it outlives
+    the next W evictions (here at full, where every arrival evicts)."""
+    pending, dropped = admission(AdmissionPolicy(start=16, full=16, per_source=None))
+    for connection in range(16):
+        pending.admit(connection, A)
+    pending.admit(100, A)  # the newcomer: 15 waiting ahead of it after the drop it caused
+    for attacker in range(200, 215):
+        pending.admit(attacker, A)
+    assert 100 not in dropped
+    pending.admit(215, A)
+    assert dropped[-1] == 100
+
+
+def test_a_verified_handshake_is_never_evicted_for_one_that_sent_nothing() -> None:
+    pending, dropped = admission(AdmissionPolicy(start=2, full=2, verified=3, per_source=None))
+    for connection in range(3):
+        pending.admit(connection, A)
+        pending.verified(connection)
+    for silent in range(10, 1010):  # a silent flood: only waiting ones are evicted
+        assert pending.admit(silent, A)
+    assert not set(dropped) & {0, 1, 2}
+    assert pending.verified_count == 3 and pending.waiting == 2 and pending.evicted_verified == 0
+
+
+def test_a_replayed_header_evicts_only_the_oldest_verified() -> None:
+    """A replay verifies too; the verified class is bounded and sheds its own oldest (a genuine
+    client's Finished follows its header within one round trip)."""
+    pending, dropped = admission(AdmissionPolicy(start=2, full=2, verified=2, per_source=None))
+    pending.admit(1, A)
+    pending.admit(2, A)  # waiting, never verified
+    for replay in (10, 11, 12, 13):
+        pending.admit(replay, A)  # (evicts waiting ones while the class is full)
+        pending.verified(replay)
+    assert dropped == [1, 10, 11] and pending.evicted_verified == 2  # (1 made room for 10)
+    assert pending.waiting == 1  # 2 still waits: no verified one evicted it
+    pending.verified(10)  # already evicted: nothing
+    assert pending.verified_count == 2
+
+
+def test_done_says_whether_the_admission_had_evicted_it() -> None:
+    pending, dropped = admission(AdmissionPolicy(start=1, full=1, per_source=None))
+    pending.admit(1, A)
+    pending.admit(2, A)
+    assert dropped == [1]
+    assert pending.done(1) is False  # evicted: the adapter does not log it
+    assert pending.done(2) is True and len(pending) == 0
+    assert pending.done(2) is False
+
+
+def test_a_source_at_its_cap_is_refused_once_start_are_pending() -> None:
+    pending, dropped = admission(AdmissionPolicy(start=4, rate=0, full=100, per_source=2))
+    for connection in range(4):  # below start: one source may hold more than its cap
+        assert pending.admit(connection, A)
+    assert pending.pending_from(A) == 4
+    assert not pending.admit(4, A)  # under pressure, A is past its cap: refused
+    assert pending.admit(5, B) and pending.admit(6, B)
+    assert not pending.admit(7, B)
+    assert pending.refused == 2 and dropped == []
+    for connection in range(3):
+        pending.done(connection)  # A back to 1 pending
+    assert pending.admit(8, A)
+    assert pending.pending_from(A) == 2 and pending.pending_from(B) == 2
+
+
+def test_an_evicted_or_finished_connection_gives_its_sources_slot_back() -> None:
+    pending, dropped = admission(AdmissionPolicy(start=1, full=2, verified=1, per_source=None))
+    pending.admit(1, A)
+    pending.verified(1)
+    pending.admit(2, A)
+    pending.verified(2)  # evicts 1
+    assert dropped == [1] and pending.pending_from(A) == 1
+    pending.done(2)
+    assert pending.pending_from(A) == 0 and len(pending) == 0
+
+
+@pytest.mark.parametrize(
+    ("address", "source"),
+    [
+        (("192.0.2.7", 1), "192.0.2.7"),
+        (("::ffff:192.0.2.7", 1, 0, 0), "192.0.2.7"),
+        (("2001:db8:1:2:3:4:5:6", 1, 0, 0), "2001:db8:1:2::/64"),
+        (("2001:db8:1:2:ffff::1", 1, 0, 0), "2001:db8:1:2::/64"),
+        (("fe80::1%eth0", 1, 0, 2), "fe80::/64"),
+        ("/run/server.sock", None),
+        (("not an address", 1), None),
+        (None, None),
+        ((), None),
+    ],
+)
+def test_a_source_is_the_ipv4_address_or_the_ipv6_64(address: object, source: str | None) -> None:
+    assert source_of(address) == source
+
+
+def test_sources_without_an_address_have_no_cap() -> None:
+    pending, _ = admission(AdmissionPolicy(start=1, full=100, per_source=1))
+    assert all(pending.admit(n, "/run/server.sock") for n in range(10))
+
+
+# -- logging: counts, never a line per connection ---------------------------------------------------
+
+
+def test_a_flood_is_reported_once_per_interval_with_counts(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="gcmstream")
+    now = [100.0]
+    pending, dropped = admission(AdmissionPolicy(start=1, full=1, per_source=1), clock=lambda: now[0])
+    for connection in range(1000):
+        pending.admit(connection, A if connection % 2 else ("192.0.2.9", connection))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "dropped 1 waiting" in warnings[0]
+    now[0] += REPORT_INTERVAL
+    pending.admit(5000, ("192.0.2.10", 1))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert warnings[1].startswith(f"admission under load in the last {REPORT_INTERVAL:.0f} s: refused ")
+    assert f"refused {pending.refused} " in warnings[1]  # every refusal was from A, after the first report
+    debug = [r for r in caplog.records if r.levelno == logging.DEBUG]
+    assert len(debug) == pending.refused + pending.evicted_waiting  # the detail, at debug only
+
+
+def test_failed_handshakes_are_warnings_up_to_a_quota_then_counted(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+    now = [0.0]
+    pending, _ = admission(DEFAULT_ADMISSION, clock=lambda: now[0])
+    allowed = [pending.failure_logged() for _ in range(FAILURE_LINES + 400)]
+    assert allowed == [True] * FAILURE_LINES + [False] * 400
+    assert caplog.messages == []  # (the adapters log the allowed ones themselves)
+    now[0] += REPORT_INTERVAL
+    assert pending.failure_logged()
+    muted = f"400 more handshakes failed in the last {REPORT_INTERVAL:.0f} s (logged at debug level)"
+    assert caplog.messages == [muted]
+
+
+# -- invariants under any sequence ------------------------------------------------------------------
+
+OPERATIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["admit", "verified", "done"]),
+        st.integers(0, 15),  # the connection: few, so verified and done find admitted ones
+        st.integers(0, 3),  # its source
+        st.floats(0, 0.999),  # the draw
+    ),
+    max_size=200,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    operations=OPERATIONS,
+    start=st.integers(1, 6),
+    extra=st.integers(0, 6),
+    verified=st.integers(1, 4),
+    rate=st.integers(0, 100),
+    per_source=st.one_of(st.none(), st.integers(1, 4)),
+)
+def test_invariants_hold_under_any_sequence(
+    operations: list[tuple[str, int, int, float]],
+    start: int,
+    extra: int,
+    verified: int,
+    rate: int,
+    per_source: int | None,
+) -> None:
+    policy = AdmissionPolicy(
+        start=start, rate=rate, full=start + extra, verified=verified, per_source=per_source
+    )
+    draws: list[float] = []
+    dropped: list[int] = []
+    pending: Admission[int] = Admission(policy, dropped.append, random=lambda: draws.pop(), clock=lambda: 0.0)
+    state: dict[int, str] = {}  # what the model says: "waiting" or "verified"
+    seen: set[int] = set()  # a connection arrives once (a socket is not reused)
+    for operation, connection, source, draw in operations:
+        draws[:] = [draw]
+        before = set(dropped)
+        if operation == "admit" and connection not in seen:
+            seen.add(connection)
+            if pending.admit(connection, (f"192.0.2.{source}", 1)):
+                state[connection] = "waiting"
+        elif operation == "verified":
+            pending.verified(connection)
+            if state.get(connection) == "waiting":
+                state[connection] = "verified"
+        elif operation == "done":
+            assert pending.done(connection) is (connection in state)
+            state.pop(connection, None)
+        for victim in set(dropped) - before:
+            kind = state.pop(victim)
+            # an admission evicts a waiting one only; a verification, a verified one only
+            assert kind == ("waiting" if operation == "admit" else "verified")
+        assert pending.waiting == sum(kind == "waiting" for kind in state.values()) <= policy.full
+        assert pending.verified_count == sum(kind == "verified" for kind in state.values()) <= verified
+    assert len(pending) == len(state)
+
+
+# -- the servers take the policy --------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_start_server_refuses_both_spellings_and_a_bad_policy() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        await gcmstream.start_server(
+            lambda r, w: None, "127.0.0.1", 0, key=KEY, max_pending_handshakes=4, admission=AdmissionPolicy()
+        )
+    with pytest.raises(ValueError, match="max_pending_handshakes must be an int >= 1"):
+        await gcmstream.start_server(lambda r, w: None, "127.0.0.1", 0, key=KEY, max_pending_handshakes=0)
+
+
+@pytest.mark.anyio
+async def test_the_anyio_listener_takes_either_spelling_and_checks_it() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        await create_tcp_listener(
+            key=KEY, local_host="127.0.0.1", max_pending_handshakes=4, admission=AdmissionPolicy()
+        )
+    listener = await create_tcp_listener(key=KEY, local_host="127.0.0.1", max_pending_handshakes=4)
+    try:
+        assert listener.admission == AdmissionPolicy.from_max_pending_handshakes(4)
+        assert isinstance(listener, SecureListener)
+    finally:
+        await listener.aclose()
+    listener = await create_tcp_listener(key=KEY, local_host="127.0.0.1")
+    try:
+        assert listener.admission is DEFAULT_ADMISSION
+    finally:
+        await listener.aclose()
