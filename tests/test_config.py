@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import gcmstream.config
-from gcmstream.admission import DEFAULT_ADMISSION
 from gcmstream import Channel, KeyExchange, KeyLimits, KeyRing, Role, generate_key
+from gcmstream.admission import DEFAULT_ADMISSION
 from gcmstream.config import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,

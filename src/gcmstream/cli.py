@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 
     from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
     from ._output import finished, open_output, output_target
+    from .admission import DEFAULT_ADMISSION, Admission
     from .anyio_stream import SecureStream, connect_tcp
     from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
     from .format import (
@@ -77,7 +78,6 @@ if TYPE_CHECKING:
         parse_header_start,
     )
     from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
-    from .admission import DEFAULT_ADMISSION, Admission
     from .pipeline import CHUNK_SIZE
     from .recipients import (
         IDENTITY_PREFIX,
@@ -165,8 +165,8 @@ def _import_network() -> None:
     from anyio.lowlevel import current_token
 
     from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
-    from .anyio_stream import SecureStream, connect_tcp
     from .admission import DEFAULT_ADMISSION, Admission
+    from .anyio_stream import SecureStream, connect_tcp
 
 
 if TYPE_CHECKING:
@@ -1497,8 +1497,8 @@ async def _first_peer(
                     stream = await _handshake(transport, args, key, lambda: pending.verified(scope))
             except Exception as exc:  # logged and survived: the listener keeps serving
                 if pending.done(scope):  # (at debug level past the admission's quota: a flood)
-                    level = logging.WARNING if pending.failure_logged() else logging.DEBUG
-                    _log.log(level, "%s: %s; still listening", peer, _peer_failure(exc, args))
+                    log = _log.warning if pending.failure_logged() else _log.debug
+                    log("%s: %s; still listening", peer, _peer_failure(exc, args))
                 return
             finally:
                 pending.done(scope)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any, Final
 
+from .admission import AdmissionPolicy, admission_policy
 from .channel import Channel, check_key_exchange
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
@@ -32,7 +33,6 @@ from .format import (
     check_identity,
     check_record_size,
 )
-from .admission import AdmissionPolicy, admission_policy
 from .ring import DEFAULT_RING_SIZE, ring_capacity
 
 __all__ = (
