@@ -32,6 +32,8 @@ from gcmstream import (
 from gcmstream import recipients as recipients_module
 from gcmstream.format import HEADER_FIXED_SIZE, MAX_STANZA_FIELDS_SIZE
 
+from .helpers import run_under_ascii_locale
+
 PLAINTEXT = os.urandom(3000)
 
 
@@ -642,6 +644,29 @@ def test_a_recipients_file_is_refused_past_its_size_limit(tmp_path: Path) -> Non
     path.write_text(at_limit + "#")
     with pytest.raises(RecipientError, match=f"over {limit} characters"):
         recipients_module.read_recipients_file(path)
+
+
+def test_identity_and_recipients_files_are_read_as_utf_8_whatever_the_locale(tmp_path: Path) -> None:
+    """UTF-8 is named, not taken from the locale: under an ASCII locale a comment of "\u00e9"
+    that is under each file's limit in characters, though over it in bytes, is read, and the
+    line after it found (decoded as ASCII, each byte would count as a character and the file
+    would be refused as too long)."""
+    identity = Identity.generate(RecipientKind.X25519)
+    identity_file = tmp_path / "id"
+    identity_file.write_text("#" + "\u00e9" * 4100 + "\n" + identity.to_text() + "\n", encoding="utf-8")
+    recipients_file = tmp_path / "r"
+    half = recipients_module.MAX_RECIPIENTS_FILE_SIZE // 2
+    recipients_file.write_text(
+        "#" + "\u00e9" * (half + 100) + "\n" + str(identity.recipient) + "\n", encoding="utf-8"
+    )
+    code = (
+        "import sys; from gcmstream import recipients as r; "
+        "print(r.read_identity_file(sys.argv[1]).recipient); "
+        "print(*r.read_recipients_file(sys.argv[2]))"
+    )
+    encoding, *read = run_under_ascii_locale(code, str(identity_file), str(recipients_file))
+    assert encoding.lower() not in ("utf-8", "utf8")
+    assert read == [str(identity.recipient)] * 2
 
 
 def test_an_unlocker_needs_identities_and_says_what_it_holds() -> None:
