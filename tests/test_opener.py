@@ -538,6 +538,38 @@ def test_receive_some_copies_held_input_aside_to_take_more() -> None:
     assert read_all_into(opener, len(plaintext)) == plaintext
 
 
+def test_bytes_receive_some_left_outside_refuse_a_final_record_before_them() -> None:
+    """receive_some copies mutable input as far as the ring takes it. When the ring ends
+    exactly with the FINAL record, the bytes left outside still follow it in the stream: the
+    FINAL record is refused (TrailingDataError) and its plaintext never released, as it is
+    when the bytes after it are in the ring (FORMAT.md 8.2)."""
+    plaintext = random.Random(8).randbytes(300)
+    wire = seal_stream([plaintext], record_size=64)
+    opener = Opener(KEY, ring_size=len(wire) - HEADER_SIZE)  # the records, exactly
+    assert opener.receive_some(bytearray(wire + b"after the end")) == len(wire)
+    out = bytearray()
+    with pytest.raises(TrailingDataError):
+        for _ in range(10):  # bounded: five records
+            data = opener.read()
+            assert data, "the FINAL record was released with bytes after it"
+            out += data
+    assert bytes(out) == plaintext[: len(out)]
+    assert len(out) < len(plaintext)
+
+
+def test_every_feeding_call_after_receive_eof_says_so() -> None:
+    """After receive_eof, each call that gives input raises StreamClosedError naming why."""
+    opener = Opener(KEY)
+    opener.receive_data(seal_stream([b"abc"])[:10])
+    opener.get_buffer()
+    opener.receive_eof()
+    with pytest.raises(StreamClosedError, match=r"^input already ended \(receive_eof was called\)$"):
+        opener.buffer_updated(0)
+    for feed_call in (opener.receive_data, opener.receive_some):
+        with pytest.raises(StreamClosedError, match=r"^input already ended \(receive_eof was called\)$"):
+            feed_call(b"more")
+
+
 def test_find_searches_only_the_current_records_unread_plaintext() -> None:
     """Opener.find (under StreamReader.readuntil): the index of ``sub`` relative to what peek()
     returns, -1 outside it: not in consumed bytes, not in the record's tag after it."""
