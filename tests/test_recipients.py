@@ -175,6 +175,17 @@ def test_no_secret_in_repr() -> None:
     assert "hunter2" not in repr(opener)
 
 
+def test_an_opener_of_stanzas_names_the_suite_the_header_gives() -> None:
+    """An Opener holding identities learns the suite from the header it unlocks: its ``suite``
+    and repr show it once the header is read."""
+    identity = Identity.generate(RecipientKind.X25519)
+    opener = Opener(identities=[identity])
+    opener.receive_data(seal(recipients=[identity.recipient]))
+    assert opener.read() == PLAINTEXT
+    assert opener.suite is Suite.AES_256_GCM
+    assert "AES_256_GCM" in repr(opener)
+
+
 def test_identity_file_is_private_and_round_trips(tmp_path: Path) -> None:
     identity = Identity.generate()
     path = tmp_path / "me.identity"
