@@ -45,6 +45,7 @@ from gcmstream.format import (
     RECORD_HEADER_SIZE,
     TAG_SIZE,
 )
+from gcmstream.opener import _CALL_RECORDS
 
 from .helpers import (
     CONTEXT,
@@ -568,6 +569,22 @@ def test_every_feeding_call_after_receive_eof_says_so() -> None:
     for feed_call in (opener.receive_data, opener.receive_some):
         with pytest.raises(StreamClosedError, match=r"^input already ended \(receive_eof was called\)$"):
             feed_call(b"more")
+
+
+@pytest.mark.parametrize("given", [bytes, bytearray], ids=["held", "ring"])
+def test_one_read_opens_at_most_call_records_records(given: Callable[[bytes], bytes]) -> None:
+    """A read of tiny records stops after _CALL_RECORDS of them (the loop's fairness: a flood
+    of one-byte records must not hold a read call for 64 KiB of them), from held input and
+    from the ring alike; the next read goes on where it stopped."""
+    sealer = Sealer(KEY, record_size=1)
+    wire = bytes(sealer.take_header()) + b"".join(bytes(sealer.seal(b"x", flush=True)) for _ in range(600))
+    wire += bytes(sealer.close())
+    opener = Opener(KEY)
+    opener.receive_data(given(wire))
+    buffer = bytearray(4096)
+    assert opener.readinto(buffer) == _CALL_RECORDS
+    assert opener.readinto(buffer) == _CALL_RECORDS
+    assert opener.readinto(buffer) == 600 - 2 * _CALL_RECORDS
 
 
 def test_find_searches_only_the_current_records_unread_plaintext() -> None:
