@@ -928,6 +928,26 @@ def test_views_die_at_the_next_read_side_call(source: str, next_call: Callable[[
         bytes(view)
 
 
+@pytest.mark.parametrize("source", ["peek", "read_view"])
+@pytest.mark.parametrize("given", [bytes, bytearray], ids=["held", "ring"])
+def test_a_view_dies_at_a_read_of_the_next_lone_record(source: str, given: Callable[[bytes], bytes]) -> None:
+    """A view of a record read to its end dies at the next read too when that read takes the
+    one-record shortcut (a lone whole record decrypted straight into new bytes)."""
+    wire = seal_stream([b"abcdefg", b"hijklmn", b"opqrstu"], record_size=7)
+    (first, flags, first_length), (second, second_flags, second_length), *_ = records(wire)
+    assert flags == second_flags == 0
+    opener = Opener(KEY)
+    opener.receive_data(wire[:second])
+    view = opener.peek() if source == "peek" else opener.read_view()
+    assert view is not None and bytes(view) == b"abcdefg"
+    if source == "peek":
+        opener.consume(len(view))
+    opener.receive_data(given(wire[second : second + second_length]))
+    assert opener.read() == b"hijklmn"
+    with pytest.raises(ValueError, match="released"):
+        bytes(view)
+
+
 @pytest.mark.parametrize(
     "feed",
     [
