@@ -928,6 +928,18 @@ def test_views_die_at_the_next_read_side_call(source: str, next_call: Callable[[
         bytes(view)
 
 
+def test_read_returns_a_record_in_the_ring_and_the_held_one_after_it() -> None:
+    """read() returns all that is ready across records: a whole record copied into the ring
+    and the next one held by reference, both, not the first alone."""
+    wire = seal_stream([b"abcdefg", b"hijklmn", b"opqrstu"], record_size=7)
+    (first, _, first_length), (second, _, second_length), *_ = records(wire)
+    opener = Opener(KEY)
+    opener.receive_data(wire[:first])
+    opener.receive_data(bytearray(wire[first:second]))  # copied: mutable
+    opener.receive_data(wire[second : second + second_length])  # held: bytes
+    assert opener.read() == b"abcdefghijklmn"
+
+
 @pytest.mark.parametrize("source", ["peek", "read_view"])
 @pytest.mark.parametrize("given", [bytes, bytearray], ids=["held", "ring"])
 def test_a_view_dies_at_a_read_of_the_next_lone_record(source: str, given: Callable[[bytes], bytes]) -> None:
