@@ -266,6 +266,30 @@ def test_record_limit_is_enforced_on_the_direct_path(how: str, first: int) -> No
         opener.readinto(out)
 
 
+@pytest.mark.parametrize("limit", ["record", "byte"])
+@pytest.mark.parametrize("given", [bytes, bytearray], ids=["held", "ring"])
+def test_limits_hold_for_records_read_one_at_a_time(given: Callable[[bytes], bytes], limit: str) -> None:
+    """read() of a lone whole record takes a shortcut (the record decrypted into new bytes):
+    it counts what it opened and refuses a record past the reader's limits as the other paths
+    do."""
+    sealer = Sealer(KEY, record_size=10)  # a writer that ignores the reader's tighter limits
+    wire = bytes(sealer.seal(bytes(30), flush=True))
+    if limit == "record":
+        limits = KeyLimits(update_after_records=1, hard_records=2)
+    else:
+        limits = KeyLimits(update_after_bytes=20, hard_bytes=25)
+    opener = Opener(KEY, limits=limits)
+    opener.receive_data(wire[:HEADER_SIZE])
+    pieces = [wire[start : start + length] for start, _, length in records(wire)]
+    for number, piece in enumerate(pieces[:2], 1):
+        opener.receive_data(given(piece))
+        assert opener.read() == bytes(10)
+        assert (opener.records_opened, opener.bytes_opened) == (number, 10 * number)
+    opener.receive_data(given(pieces[2]))
+    with pytest.raises(MalformedRecordError, match=rf"record 2.*{limit} limit"):
+        opener.read()
+
+
 @pytest.mark.parametrize(("how", "first"), LIMIT_CASES)
 def test_byte_limit_is_enforced_on_the_direct_path(how: str, first: int) -> None:
     sealer = Sealer(KEY, record_size=10)
