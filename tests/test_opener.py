@@ -952,6 +952,26 @@ def test_views_die_at_the_next_read_side_call(source: str, next_call: Callable[[
         bytes(view)
 
 
+def test_read_after_readinto_stopped_inside_held_input() -> None:
+    """readinto leaves held input at a record boundary past its start; read() then looks at
+    the record there, not at the first one held: a FINAL record ends the stream (read() gives
+    its plaintext, then b""), and a record header cut short waits for more input."""
+    sealer = Sealer(KEY, record_size=7)
+    wire = bytes(sealer.seal(b"abcdefg")) + bytes(sealer.seal(b"hijklmn", final=True))
+    (_, flags, length), (_, final_flags, final_length) = records(wire)
+    assert (flags, final_flags, length) == (0, FLAG_FINAL, final_length)  # alike but the flag
+    opener = Opener(KEY)
+    opener.receive_data(wire)
+    assert opener.readinto(bytearray(7)) == 7
+    assert opener.read() == b"hijklmn"
+    assert opener.read() == b""
+
+    opener = Opener(KEY)
+    opener.receive_data(wire[: HEADER_SIZE + length + 3])  # the first record, 3 bytes of the next
+    assert opener.readinto(bytearray(7)) == 7
+    assert opener.read() is None
+
+
 def test_read_returns_a_record_in_the_ring_and_the_held_one_after_it() -> None:
     """read() returns all that is ready across records: a whole record copied into the ring
     and the next one held by reference, both, not the first alone."""
