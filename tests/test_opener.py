@@ -976,16 +976,19 @@ def test_read_after_readinto_stopped_inside_held_input() -> None:
 def test_read_of_a_lone_record_keeps_max_bytes_and_an_empty_record_is_not_the_end(
     given: Callable[[bytes], bytes],
 ) -> None:
-    """The one-record read shortcut is taken only when it may: read(3) of a lone 7-byte record
-    returns 3 bytes, and a lone empty plain record returns nothing yet (None), never b"" (the
-    end), which would let a reader stop at any empty record."""
-    wire, _ = forge([(0, b"abcdefg"), (0, b""), (FLAG_FINAL, b"hi")])
-    (first, _, first_length), (empty, _, empty_length), (last, _, _) = records(wire)
+    """The one-record read shortcut is taken only when it may: read(3) and read(1) of a lone
+    7-byte record return 3 bytes and 1, and a lone empty plain record returns nothing yet
+    (None), never b"" (the end), which would let a reader stop at any empty record."""
+    wire, _ = forge([(0, b"abcdefg"), (0, b"ABCDEFG"), (0, b""), (FLAG_FINAL, b"hi")])
+    (first, _, _), (second, _, _), (empty, _, _), (last, _, _) = records(wire)
     opener = Opener(KEY, context=CONTEXT)
     opener.receive_data(wire[:first])
-    opener.receive_data(given(wire[first:empty]))
+    opener.receive_data(given(wire[first:second]))
     assert opener.read(3) == b"abc"
     assert opener.read() == b"defg"
+    opener.receive_data(given(wire[second:empty]))
+    assert opener.read(1) == b"A"
+    assert opener.read() == b"BCDEFG"
     opener.receive_data(given(wire[empty:last]))
     assert opener.read() is None
     opener.receive_data(given(wire[last:]))
