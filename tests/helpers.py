@@ -23,6 +23,7 @@ import io
 import itertools
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -497,3 +498,31 @@ def interruptible() -> None:
     (a job started in the background, as some runners start the suite, inherits SIGINT ignored,
     and Python then never raises KeyboardInterrupt)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def run_under_ascii_locale(code: str, *args: str) -> list[str]:
+    """Run ``code`` (with ``args`` in sys.argv[1:]) in a fresh Python whose locale encoding is
+    ASCII: the C locale without Python's UTF-8 mode and without locale coercion, both of which
+    would make it UTF-8 again. The child imports the gcmstream these tests import; its first
+    output line is its locale encoding, so that a test can check the setting took. Returns the
+    lines it printed."""
+    import gcmstream
+
+    environ = {
+        **os.environ,
+        "LC_ALL": "C",
+        "LANG": "C",
+        "PYTHONUTF8": "0",
+        "PYTHONCOERCECLOCALE": "0",
+        "PYTHONPATH": str(Path(gcmstream.__file__).parent.parent),
+    }
+    prelude = "import locale; print(locale.getpreferredencoding(False))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", prelude + code, *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, f"the child failed:\n{done.stderr}"
+    return done.stdout.splitlines()

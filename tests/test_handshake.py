@@ -142,6 +142,19 @@ def test_ephemeral_private_keys_are_dropped_when_the_handshake_ends() -> None:
     assert ephemeral_dropped(failed)
 
 
+@pytest.mark.parametrize("given", [50, "header"], ids=["part-of-the-header", "header-then-nothing"])
+def test_an_eof_during_the_handshake_counts_the_bytes_received(given: int | str) -> None:
+    """The truncation message says how far the handshake got: the bytes of the peer's header
+    received, and after a whole header, those too (the Finished MAC is read after them)."""
+    header = Channel(KEY, role=Role.INITIATOR).initial_data()
+    count = len(header) if given == "header" else int(given)
+    responder = Channel(KEY, role=Role.RESPONDER)
+    responder.opener.receive_data(header[:count])
+    responder.opener.receive_eof()
+    with pytest.raises(TruncatedStreamError, match=rf"during the handshake \({count} bytes received;"):
+        responder.handshake_complete()
+
+
 def _fails_by_eof(role: Role) -> Channel:
     """A channel whose handshake ends by EOF before Finished: an initiator after its header, a
     responder after answering a replayed header."""

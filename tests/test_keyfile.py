@@ -13,6 +13,8 @@ import pytest
 from gcmstream import KeyFileError, generate_key, read_key_file, write_key_file
 from gcmstream.keyfile import format_key, parse_key
 
+from .helpers import run_under_ascii_locale
+
 
 def synced_directories(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record the directories os.fsync is called on (by the descriptor's path)."""
@@ -178,6 +180,19 @@ def test_a_key_file_is_read_only_to_its_first_4096_characters(tmp_path: Path) ->
     path = tmp_path / "k.key"
     path.write_text(head + "a second line, beyond the limit\n")
     assert read_key_file(path) == KEY_128
+
+
+def test_a_key_file_is_read_as_utf_8_whatever_the_locale(tmp_path: Path) -> None:
+    """UTF-8 is named, not taken from the locale: under an ASCII locale a comment of 2,100
+    "\u00e9" (4,200 bytes) is still 2,100 characters, so the key line after it lies within the
+    first 4,096 characters and is read (decoded as ASCII, each byte would be a character of
+    its own and the key line would fall past the limit)."""
+    path = tmp_path / "k.key"
+    path.write_text("#" + "\u00e9" * 2100 + "\n" + LINE_128 + "\n", encoding="utf-8")
+    code = "import sys; from gcmstream import read_key_file; print(read_key_file(sys.argv[1]).hex())"
+    encoding, key_hex = run_under_ascii_locale(code, str(path))
+    assert encoding.lower() not in ("utf-8", "utf8")
+    assert key_hex == KEY_128.hex()
 
 
 @pytest.mark.skipif(not hasattr(os, "fchmod"), reason="POSIX modes")

@@ -45,6 +45,7 @@ from gcmstream.format import (
     RECORD_HEADER_SIZE,
     TAG_SIZE,
 )
+from gcmstream.opener import _CALL_RECORDS
 
 from .helpers import (
     CONTEXT,
@@ -263,6 +264,30 @@ def test_record_limit_is_enforced_on_the_direct_path(how: str, first: int) -> No
     assert opener.readinto(out) == 20 - first  # two records, then the one past the reader's limit
     with pytest.raises(MalformedRecordError, match=r"record 2.*record limit"):
         opener.readinto(out)
+
+
+@pytest.mark.parametrize("limit", ["record", "byte"])
+@pytest.mark.parametrize("given", [bytes, bytearray], ids=["held", "ring"])
+def test_limits_hold_for_records_read_one_at_a_time(given: Callable[[bytes], bytes], limit: str) -> None:
+    """read() of a lone whole record takes a shortcut (the record decrypted into new bytes):
+    it counts what it opened and refuses a record past the reader's limits as the other paths
+    do."""
+    sealer = Sealer(KEY, record_size=10)  # a writer that ignores the reader's tighter limits
+    wire = bytes(sealer.seal(bytes(30), flush=True))
+    if limit == "record":
+        limits = KeyLimits(update_after_records=1, hard_records=2)
+    else:
+        limits = KeyLimits(update_after_bytes=20, hard_bytes=25)
+    opener = Opener(KEY, limits=limits)
+    opener.receive_data(wire[:HEADER_SIZE])
+    pieces = [wire[start : start + length] for start, _, length in records(wire)]
+    for number, piece in enumerate(pieces[:2], 1):
+        opener.receive_data(given(piece))
+        assert opener.read() == bytes(10)
+        assert (opener.records_opened, opener.bytes_opened) == (number, 10 * number)
+    opener.receive_data(given(pieces[2]))
+    with pytest.raises(MalformedRecordError, match=rf"record 2.*{limit} limit"):
+        opener.read()
 
 
 @pytest.mark.parametrize(("how", "first"), LIMIT_CASES)
@@ -536,6 +561,54 @@ def test_receive_some_copies_held_input_aside_to_take_more() -> None:
     assert opener.receive_some(wire[cut:]) == len(wire) - cut
     opener.receive_eof()
     assert read_all_into(opener, len(plaintext)) == plaintext
+
+
+def test_bytes_receive_some_left_outside_refuse_a_final_record_before_them() -> None:
+    """receive_some copies mutable input as far as the ring takes it. When the ring ends
+    exactly with the FINAL record, the bytes left outside still follow it in the stream: the
+    FINAL record is refused (TrailingDataError) and its plaintext never released, as it is
+    when the bytes after it are in the ring (FORMAT.md 8.2)."""
+    plaintext = random.Random(8).randbytes(300)
+    wire = seal_stream([plaintext], record_size=64)
+    opener = Opener(KEY, ring_size=len(wire) - HEADER_SIZE)  # the records, exactly
+    assert opener.receive_some(bytearray(wire + b"after the end")) == len(wire)
+    out = bytearray()
+    with pytest.raises(TrailingDataError):
+        for _ in range(10):  # bounded: five records
+            data = opener.read()
+            assert data, "the FINAL record was released with bytes after it"
+            out += data
+    assert bytes(out) == plaintext[: len(out)]
+    assert len(out) < len(plaintext)
+
+
+def test_every_feeding_call_after_receive_eof_says_so() -> None:
+    """After receive_eof, each call that gives input raises StreamClosedError naming why."""
+    opener = Opener(KEY)
+    opener.receive_data(seal_stream([b"abc"])[:10])
+    opener.get_buffer()
+    opener.receive_eof()
+    with pytest.raises(StreamClosedError, match=r"^input already ended \(receive_eof was called\)$"):
+        opener.buffer_updated(0)
+    for feed_call in (opener.receive_data, opener.receive_some):
+        with pytest.raises(StreamClosedError, match=r"^input already ended \(receive_eof was called\)$"):
+            feed_call(b"more")
+
+
+@pytest.mark.parametrize("given", [bytes, bytearray], ids=["held", "ring"])
+def test_one_read_opens_at_most_call_records_records(given: Callable[[bytes], bytes]) -> None:
+    """A read of tiny records stops after _CALL_RECORDS of them (the loop's fairness: a flood
+    of one-byte records must not hold a read call for 64 KiB of them), from held input and
+    from the ring alike; the next read goes on where it stopped."""
+    sealer = Sealer(KEY, record_size=1)
+    wire = bytes(sealer.take_header()) + b"".join(bytes(sealer.seal(b"x", flush=True)) for _ in range(600))
+    wire += bytes(sealer.close())
+    opener = Opener(KEY)
+    opener.receive_data(given(wire))
+    buffer = bytearray(4096)
+    assert opener.readinto(buffer) == _CALL_RECORDS
+    assert opener.readinto(buffer) == _CALL_RECORDS
+    assert opener.readinto(buffer) == 600 - 2 * _CALL_RECORDS
 
 
 def test_find_searches_only_the_current_records_unread_plaintext() -> None:
@@ -875,6 +948,82 @@ def test_views_die_at_the_next_read_side_call(source: str, next_call: Callable[[
     assert view is not None
     assert bytes(view[:1]) == b"a"
     next_call(opener)
+    with pytest.raises(ValueError, match="released"):
+        bytes(view)
+
+
+def test_read_after_readinto_stopped_inside_held_input() -> None:
+    """readinto leaves held input at a record boundary past its start; read() then looks at
+    the record there, not at the first one held: a FINAL record ends the stream (read() gives
+    its plaintext, then b""), and a record header cut short waits for more input."""
+    sealer = Sealer(KEY, record_size=7)
+    wire = bytes(sealer.seal(b"abcdefg")) + bytes(sealer.seal(b"hijklmn", final=True))
+    (_, flags, length), (_, final_flags, final_length) = records(wire)
+    assert (flags, final_flags, length) == (0, FLAG_FINAL, final_length)  # alike but the flag
+    opener = Opener(KEY)
+    opener.receive_data(wire)
+    assert opener.readinto(bytearray(7)) == 7
+    assert opener.read() == b"hijklmn"
+    assert opener.read() == b""
+
+    opener = Opener(KEY)
+    opener.receive_data(wire[: HEADER_SIZE + length + 3])  # the first record, 3 bytes of the next
+    assert opener.readinto(bytearray(7)) == 7
+    assert opener.read() is None
+
+
+@pytest.mark.parametrize("given", [bytes, bytearray], ids=["held", "ring"])
+def test_read_of_a_lone_record_keeps_max_bytes_and_an_empty_record_is_not_the_end(
+    given: Callable[[bytes], bytes],
+) -> None:
+    """The one-record read shortcut is taken only when it may: read(3) and read(1) of a lone
+    7-byte record return 3 bytes and 1, and a lone empty plain record returns nothing yet
+    (None), never b"" (the end), which would let a reader stop at any empty record."""
+    wire, _ = forge([(0, b"abcdefg"), (0, b"ABCDEFG"), (0, b""), (FLAG_FINAL, b"hi")])
+    (first, _, _), (second, _, _), (empty, _, _), (last, _, _) = records(wire)
+    opener = Opener(KEY, context=CONTEXT)
+    opener.receive_data(wire[:first])
+    opener.receive_data(given(wire[first:second]))
+    assert opener.read(3) == b"abc"
+    assert opener.read() == b"defg"
+    opener.receive_data(given(wire[second:empty]))
+    assert opener.read(1) == b"A"
+    assert opener.read() == b"BCDEFG"
+    opener.receive_data(given(wire[empty:last]))
+    assert opener.read() is None
+    opener.receive_data(given(wire[last:]))
+    assert opener.read() == b"hi"
+    assert opener.read() == b""
+
+
+def test_read_returns_a_record_in_the_ring_and_the_held_one_after_it() -> None:
+    """read() returns all that is ready across records: a whole record copied into the ring
+    and the next one held by reference, both, not the first alone."""
+    wire = seal_stream([b"abcdefg", b"hijklmn", b"opqrstu"], record_size=7)
+    (first, _, first_length), (second, _, second_length), *_ = records(wire)
+    opener = Opener(KEY)
+    opener.receive_data(wire[:first])
+    opener.receive_data(bytearray(wire[first:second]))  # copied: mutable
+    opener.receive_data(wire[second : second + second_length])  # held: bytes
+    assert opener.read() == b"abcdefghijklmn"
+
+
+@pytest.mark.parametrize("source", ["peek", "read_view"])
+@pytest.mark.parametrize("given", [bytes, bytearray], ids=["held", "ring"])
+def test_a_view_dies_at_a_read_of_the_next_lone_record(source: str, given: Callable[[bytes], bytes]) -> None:
+    """A view of a record read to its end dies at the next read too when that read takes the
+    one-record shortcut (a lone whole record decrypted straight into new bytes)."""
+    wire = seal_stream([b"abcdefg", b"hijklmn", b"opqrstu"], record_size=7)
+    (first, flags, first_length), (second, second_flags, second_length), *_ = records(wire)
+    assert flags == second_flags == 0
+    opener = Opener(KEY)
+    opener.receive_data(wire[:second])
+    view = opener.peek() if source == "peek" else opener.read_view()
+    assert view is not None and bytes(view) == b"abcdefg"
+    if source == "peek":
+        opener.consume(len(view))
+    opener.receive_data(given(wire[second : second + second_length]))
+    assert opener.read() == b"hijklmn"
     with pytest.raises(ValueError, match="released"):
         bytes(view)
 

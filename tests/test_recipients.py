@@ -4,9 +4,10 @@ streams sealed to several recipients or a passphrase, and every refusal (docs/FO
 from __future__ import annotations
 
 import os
+import re
 import stat
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,9 @@ from gcmstream import (
     write_identity_file,
 )
 from gcmstream import recipients as recipients_module
-from gcmstream.format import HEADER_FIXED_SIZE, MAX_STANZA_FIELDS_SIZE
+from gcmstream.format import HEADER_FIXED_SIZE, MAX_STANZA_FIELDS_SIZE, FieldType, Suite
+
+from .helpers import run_under_ascii_locale
 
 PLAINTEXT = os.urandom(3000)
 
@@ -170,6 +173,17 @@ def test_no_secret_in_repr() -> None:
     assert "hunter2" not in repr(unlocker)
     opener = Opener(passphrase="hunter2")
     assert "hunter2" not in repr(opener)
+
+
+def test_an_opener_of_stanzas_names_the_suite_the_header_gives() -> None:
+    """An Opener holding identities learns the suite from the header it unlocks: its ``suite``
+    and repr show it once the header is read."""
+    identity = Identity.generate(RecipientKind.X25519)
+    opener = Opener(identities=[identity])
+    opener.receive_data(seal(recipients=[identity.recipient]))
+    assert opener.read() == PLAINTEXT
+    assert opener.suite is Suite.AES_256_GCM
+    assert "AES_256_GCM" in repr(opener)
 
 
 def test_identity_file_is_private_and_round_trips(tmp_path: Path) -> None:
@@ -405,6 +419,8 @@ def test_a_stanza_header_must_name_its_file_key_and_aes_256_gcm() -> None:
     # a writer holding one file key wraps another: the key ID gives it away before the commitment
     error = refused(header(os.urandom(32), os.urandom(32)), KeyCommitmentError, identities=[identity])
     assert "stanza" in str(error)
+    # damage (the CLI's exit 4), not a wrong key (3): the identity did open the stanza
+    assert isinstance(error, KeyCommitmentError) and error.rule == "S8"
 
 
 # -- review of issue 14: the findings' tests, each written as the attacker tried it -------------
@@ -642,6 +658,177 @@ def test_a_recipients_file_is_refused_past_its_size_limit(tmp_path: Path) -> Non
     path.write_text(at_limit + "#")
     with pytest.raises(RecipientError, match=f"over {limit} characters"):
         recipients_module.read_recipients_file(path)
+
+
+def test_identity_and_recipients_files_are_read_as_utf_8_whatever_the_locale(tmp_path: Path) -> None:
+    """UTF-8 is named, not taken from the locale: under an ASCII locale a comment of "\u00e9"
+    that is under each file's limit in characters, though over it in bytes, is read, and the
+    line after it found (decoded as ASCII, each byte would count as a character and the file
+    would be refused as too long)."""
+    identity = Identity.generate(RecipientKind.X25519)
+    identity_file = tmp_path / "id"
+    identity_file.write_text("#" + "\u00e9" * 4100 + "\n" + identity.to_text() + "\n", encoding="utf-8")
+    recipients_file = tmp_path / "r"
+    half = recipients_module.MAX_RECIPIENTS_FILE_SIZE // 2
+    recipients_file.write_text(
+        "#" + "\u00e9" * (half + 100) + "\n" + str(identity.recipient) + "\n", encoding="utf-8"
+    )
+    code = (
+        "import sys; from gcmstream import recipients as r; "
+        "print(r.read_identity_file(sys.argv[1]).recipient); "
+        "print(*r.read_recipients_file(sys.argv[2]))"
+    )
+    encoding, *read = run_under_ascii_locale(code, str(identity_file), str(recipients_file))
+    assert encoding.lower() not in ("utf-8", "utf8")
+    assert read == [str(identity.recipient)] * 2
+
+
+def _file_with(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "file"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _unlock(fields: list[tuple[int, bytes]], passphrase: str | None = None) -> bytes:
+    identities = None if passphrase else [Identity.generate(RecipientKind.X25519)]
+    unlocker = recipients_module.Unlocker(identities, passphrase)
+    return unlocker.unlock(Suite.AES_256_GCM, fields)
+
+
+def _unlock_stanzas(value: bytes) -> bytes:
+    return _unlock([(FieldType.RECIPIENT_STANZAS, value)])
+
+
+_X25519_LINE = f"{recipients_module.RECIPIENT_PREFIX}:x25519:"
+# (what provokes the refusal, the error, what its message must say): each message names what
+# was found or expected, which a mutant replacing the message with None (or dropping it) loses.
+REFUSALS = [
+    pytest.param(
+        lambda _: Recipient.parse(_X25519_LINE + "A"),
+        RecipientError,
+        r"^the recipient is not valid base64url$",
+        id="recipient-not-base64url",
+    ),
+    pytest.param(
+        lambda _: Recipient(RecipientKind.X25519, bytes(31)),
+        RecipientError,
+        r"^a x25519 recipient has 32 bytes, got 31$",
+        id="recipient-length",
+    ),
+    pytest.param(
+        lambda _: Recipient(RecipientKind.MLKEM768_X25519, b"\xff" * (1184 + 32)),
+        RecipientError,
+        r"^not a valid mlkem768x25519 public key$",
+        id="recipient-not-a-public-key",
+    ),
+    pytest.param(
+        lambda _: Identity(RecipientKind.X25519, b"\x5a" * 31),
+        RecipientError,
+        r"^a x25519 identity has 32 bytes, got 31$",
+        id="identity-length",
+    ),
+    pytest.param(
+        lambda tmp_path: read_recipients_file(_file_with(tmp_path, "# nobody\n\n")),
+        RecipientError,
+        r"^the recipients file holds no recipient line$",
+        id="recipients-file-empty",
+    ),
+    pytest.param(
+        lambda tmp_path: read_identity_file(_file_with(tmp_path, "# nothing\n")),
+        RecipientError,
+        r"^expected one identity line, found 0$",
+        id="identity-file-empty",
+    ),
+    pytest.param(
+        lambda _: recipients_module.check_work_factor("18"),  # type: ignore[arg-type]
+        TypeError,
+        r"^work_factor must be an int, not str$",
+        id="work-factor-type",
+    ),
+    pytest.param(
+        lambda _: _unlock_stanzas(b"\x00"),
+        StanzaError,
+        r"^the recipient stanzas field is too short for its count$",
+        id="stanzas-count-cut",
+    ),
+    pytest.param(
+        lambda _: _unlock_stanzas(b"\x00\x01" + b"\x01\x00\x00"),
+        StanzaError,
+        r"^the recipient stanzas end inside a stanza header$",
+        id="stanza-header-cut",
+    ),
+    pytest.param(
+        lambda _: _unlock_stanzas(b"\x00\x01" + struct.pack(">BBH", 1, 0, 10) + bytes(9)),
+        StanzaError,
+        r"^a recipient stanza runs past the end of its field$",
+        id="stanza-past-its-field",
+    ),
+    pytest.param(
+        lambda _: _unlock_stanzas(b"\x00\x01" + struct.pack(">BBH", 9, 1, 3) + bytes(3)),
+        StanzaError,
+        r"^a recipient stanza is shorter than its tag$",
+        id="unknown-stanza-shorter-than-its-tag",
+    ),
+    pytest.param(
+        lambda _: _unlock_stanzas(b"\x00\x01" + struct.pack(">BBH", 1, 0, 3) + bytes(3)),
+        StanzaError,
+        r"^a x25519 stanza has 3 bytes, expected 80$",
+        id="stanza-length",
+    ),
+    pytest.param(
+        lambda _: _unlock(
+            [(FieldType.RECIPIENT_STANZAS, b"\x00\x01"), (FieldType.PASSPHRASE_STANZA, bytes(67))]
+        ),
+        StanzaError,
+        r"^a passphrase stanza must be the only stanza, but recipient stanzas are there$",
+        id="passphrase-and-recipient-stanzas",
+    ),
+    pytest.param(
+        lambda _: _unlock([(FieldType.PASSPHRASE_STANZA, bytes(5))], passphrase="pass"),
+        StanzaError,
+        r"^the passphrase stanza has 5 bytes, expected 67$",
+        id="passphrase-stanza-length",
+    ),
+    pytest.param(
+        lambda _: _unlock([(FieldType.PASSPHRASE_STANZA, bytes([1, 8, 1]) + bytes(64))]),
+        NoIdentityMatchedError,
+        r"^the stream was sealed with a passphrase, not to recipients$",
+        id="passphrase-stanza-for-identities",
+    ),
+    pytest.param(
+        lambda _: _unlock(
+            [(FieldType.RECIPIENT_STANZAS, b"\x00\x01" + struct.pack(">BBH", 1, 0, 80) + bytes(80))],
+            passphrase="pass",
+        ),
+        NoIdentityMatchedError,
+        r"^the stream was sealed to recipients, not with a passphrase$",
+        id="recipient-stanzas-for-a-passphrase",
+    ),
+    pytest.param(
+        lambda _: recipients_module.Unlocker(),
+        ValueError,
+        r"^give identities or a passphrase, not both$",
+        id="unlocker-neither",
+    ),
+    pytest.param(
+        lambda _: recipients_module.seal_stanzas(bytes(32)),
+        ValueError,
+        r"^give recipients or a passphrase, not both$",
+        id="seal-neither",
+    ),
+]
+
+
+@pytest.mark.parametrize(("provoke", "error", "message"), REFUSALS)
+def test_each_refusal_says_what_was_wrong(
+    tmp_path: Path, provoke: Callable[[Path], object], error: type[Exception], message: str
+) -> None:
+    """The refusals no other test reads the message of: each says what it found or expected
+    (and those about a secret never show its bytes: 0x5a... is not in the identity's)."""
+    with pytest.raises(error) as caught:
+        provoke(tmp_path)
+    assert re.search(message, str(caught.value))
+    assert "5a5a" not in str(caught.value) and "WlpaWl" not in str(caught.value)
 
 
 def test_an_unlocker_needs_identities_and_says_what_it_holds() -> None:
