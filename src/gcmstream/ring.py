@@ -1,10 +1,10 @@
-"""The receive ring: fixed memory that incoming records land in and are opened in place.
+"""The receive ring: the memory incoming records land in and are opened in place.
 
 Invariant
 ---------
-``buf`` has a fixed ``capacity`` C, allocated once, never resized. Positions are offsets into
-it. Records are stored whole: a record never wraps past C. The stored bytes, in stream order,
-occupy
+``buf`` has a ``capacity`` C, at most ``limit`` (one largest record and the next record's
+header, or the ring budget if that is more). Positions are offsets into it. Records are stored
+whole: a record never wraps past C. The stored bytes, in stream order, occupy
 
 * ``[head, tail)``                    when not wrapped (``wrap == -1``), or
 * ``[head, wrap)`` then ``[0, tail)``  when wrapped (the top segment ends at ``wrap``).
@@ -14,15 +14,29 @@ at ``head`` (the first may be the record the opener is reading, already decrypte
 then at ``frontier`` the bytes received so far of the next, incomplete record, up to ``tail``.
 ``frontier_len`` is that record's wire length once its 5-byte header has arrived, else 0.
 
-A record that starts in the last ``max_wire`` bytes (the zone ``[C - max_wire, C)``) might not
-fit before C, so there the ring offers the transport only the record's header first, then
-exactly the rest of the record once it is known to fit. A record that does not fit moves to 0;
-only its header bytes (at most 5) are copied, and only when ``[0, len)`` is free. With
-C >= max_wire + 5 (one largest record and the next record's header) this always becomes
-possible once the reader has consumed the records ahead, so a reader that keeps reading never
-deadlocks and a reader that stops reading stops the transport (backpressure: ``writable()`` is
-empty) instead of growing anything. A larger C lets the transport go on receiving while the
-reader opens what arrived (measured: benchmarks/README.md).
+At its limit (C = ``limit``): a record that starts in the last ``max_wire`` bytes (the zone
+``[C - max_wire, C)``) might not fit before C, so there the ring offers the transport only the
+record's header first, then exactly the rest of the record once it is known to fit. A record
+that does not fit moves to 0; only its header bytes (at most 5) are copied, and only when
+``[0, len)`` is free. With C >= max_wire + 5 (one largest record and the next record's header)
+this always becomes possible once the reader has consumed the records ahead, so a reader that
+keeps reading never deadlocks and a reader that stops reading stops the transport
+(backpressure: ``writable()`` is empty) instead of growing anything. A larger C lets the
+transport go on receiving while the reader opens what arrived (measured: benchmarks/README.md).
+
+Memory that follows use: a ring made with ``start`` below its ``limit`` begins that small and
+has no zone (every offer reaches C); a record crossing C moves to 0 with the bytes of it
+received so far (fewer than C), under the same condition. Where it would offer nothing (full,
+or a record larger than it), it grows instead, straight to ``limit``, moving the stored bytes
+to 0 in order (``head`` becomes 0: the Opener moves the positions it holds by as much), so
+backpressure starts where it would with ``limit`` from the start; while it copies, it holds
+its old memory too (at most ``limit / 8``, or ``start``). When it empties after a burst that
+stored at most 1/32 of C (``peak``: the most bytes stored since it was last empty), it shrinks
+to 4x that burst, ``start`` at least. The gap between 4x and 1/32 keeps bursts of one size
+from making it grow and shrink by turns. So a connection that exchanged 1 KiB messages holds a
+ring of ``START_CAPACITY`` bytes, and a bulk stream of 64 KiB records keeps its full ring and
+allocates nothing per record (tests/test_allocations.py). Views into an older buffer (the
+cache ``views``, views lent to a reader) keep only that buffer alive, unchanged.
 
 Reserved records: when the ring is empty, ``reserve(n)`` stores a complete record of ``n`` wire
 bytes at 0 without anything being written there. The Opener does this for a record it opens
@@ -43,10 +57,21 @@ from __future__ import annotations
 from .errors import MalformedRecordError, OutOfRangeError, RecordTooLargeError
 from .format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
 
-__all__ = ("DEFAULT_RING_SIZE", "RecordRing", "check_record_length", "ring_capacity")
+__all__ = ("DEFAULT_RING_SIZE", "START_CAPACITY", "VIEW_SLOTS", "RecordRing", "check_record_length", "ring_capacity")
 
 # The receive ring's byte budget: four 64 KiB records (their headers and tags included).
 DEFAULT_RING_SIZE = 4 * (RECORD_HEADER_SIZE + 64 * 1024 + TAG_SIZE)
+# The capacity an Opener's ring starts with and shrinks back to: a 1 KiB message and then some
+# (benchmarks/bench_conns.py: a connection after one 1 KiB echo, benchmarks/README.md part 6).
+START_CAPACITY = 4096
+# View cache slots (see ``RecordRing.views``): prime, so the positions of equal records spread
+# over it (16 records of 64 KiB, a 1 MiB ring, take 16 distinct slots); few, so it stays small.
+VIEW_SLOTS = 31
+# A ring shrinks when it empties after a burst that used at most 1/_SHRINK_USE of it, to
+# _GROWTH times the burst (so at most 1/8 of its limit); it grows to its limit. The gap between
+# the two keeps a burst size from making it grow and shrink by turns.
+_GROWTH = 4
+_SHRINK_USE = 32
 
 
 def ring_capacity(record_size: int, ring_size: int = DEFAULT_RING_SIZE) -> int:
@@ -69,7 +94,7 @@ def check_record_length(length: int, max_ciphertext: int, record_number: int | N
 
 
 class RecordRing:
-    """Fixed ring of whole records. See the module docstring for the invariant."""
+    """Ring of whole records. See the module docstring for the invariant."""
 
     __slots__ = (
         "_offered",
@@ -80,26 +105,63 @@ class RecordRing:
         "frontier",
         "frontier_len",
         "head",
+        "limit",
         "max_ciphertext",
         "max_wire",
+        "peak",
+        "start",
         "tail",
         "view",
+        "views",
         "wrap",
     )
 
-    def __init__(self, record_size: int, capacity: int | None = None) -> None:
-        # capacity: ring_capacity(record_size) unless a test or the Opener says otherwise
+    def __init__(self, record_size: int, capacity: int | None = None, start: int | None = None) -> None:
+        # capacity: the most it holds, ring_capacity(record_size) unless a test or the Opener
+        # says otherwise; start: what it holds at first and shrinks back to (None: capacity)
         self.max_ciphertext = record_size + TAG_SIZE
         self.max_wire = RECORD_HEADER_SIZE + self.max_ciphertext
-        self.capacity = ring_capacity(record_size) if capacity is None else capacity
-        if self.capacity < self.max_wire + RECORD_HEADER_SIZE:
+        self.limit = ring_capacity(record_size) if capacity is None else capacity
+        if self.limit < self.max_wire + RECORD_HEADER_SIZE:
             raise ValueError("ring capacity must hold a maximum-size record and the next record's header")
-        self.buf = bytearray(self.capacity)
-        self.view = memoryview(self.buf)
-        self._zone = self.capacity - self.max_wire
-        self.head = self.tail = self.frontier = self.frontier_len = self.complete = 0
+        self.start = self.limit if start is None else max(2 * RECORD_HEADER_SIZE + TAG_SIZE, min(start, self.limit))
+        self.head = self.tail = self.frontier = self.frontier_len = self.complete = self.peak = 0
         self.wrap = -1
         self._offered = 0
+        self._allocate(self.start)
+
+    def _allocate(self, capacity: int) -> None:
+        """New memory of ``capacity`` bytes (views into the old buffer stay valid, unchanged)."""
+        self.capacity = capacity
+        self.buf = bytearray(capacity)
+        self.view = memoryview(self.buf)
+        self._zone = capacity - self.max_wire if capacity == self.limit else capacity
+        # A small direct-mapped cache for the Opener: position -> (position, ciphertext length,
+        # AAD view, ciphertext view, plaintext view). Records of one size land on the same few
+        # positions, so opening reuses views instead of slicing three new ones per record.
+        # Fixed size, so it never allocates as it fills; new with the memory it views.
+        self.views: list[tuple[int, int, memoryview, memoryview, memoryview] | None] = [None] * VIEW_SLOTS
+
+    def _grow(self) -> None:
+        """The full ``limit``, the stored bytes moved to 0 in order (``head`` becomes 0: the
+        Opener moves the positions it holds by as much). Straight to the limit, in one step:
+        while copying, the old memory (at most 1/8 of the limit, or ``start``) is held too."""
+        size = self.limit
+        old, head, wrap, tail = self.view, self.head, self.wrap, self.tail
+        self._allocate(size)
+        if wrap >= 0:  # the top segment, then the bottom one (where the frontier is) after it
+            top = wrap - head
+            self.view[0:top] = old[head:wrap]
+            self.view[top : top + tail] = old[0:tail]
+            self.frontier += top
+            self.tail = top + tail
+        else:
+            self.view[0 : tail - head] = old[head:tail]
+            self.frontier -= head
+            self.tail = tail - head
+        self.head = 0
+        self.wrap = -1
+        self._offered = self.tail  # a view offered before this is stale: committing it fails
 
     @property
     def stored(self) -> int:
@@ -114,7 +176,15 @@ class RecordRing:
         return (self.frontier_len or RECORD_HEADER_SIZE) - (self.tail - self.frontier)
 
     def writable(self) -> memoryview:
-        """Free space the next incoming bytes go to; empty means "stop reading" (backpressure)."""
+        """Free space the next incoming bytes go to; empty means "stop reading" (backpressure).
+        A ring below its limit grows instead of offering nothing (``head`` may move to 0)."""
+        view = self._offer()
+        if not view and self.capacity < self.limit:
+            self._grow()
+            view = self._offer()
+        return view
+
+    def _offer(self) -> memoryview:
         need = self.frontier_len or RECORD_HEADER_SIZE
         if self.frontier + need > self.capacity and not self._relocate(need):
             return self.view[0:0]
@@ -133,6 +203,8 @@ class RecordRing:
         """Whether ``writable()`` would offer any space now. A pure check: it moves nothing
         (``writable()`` may move the frontier record's header to 0 first)."""
         need = self.frontier_len or RECORD_HEADER_SIZE
+        if self.capacity < self.limit and self.stored - (self.tail - self.frontier) + need <= self.limit:
+            return True  # writable() would grow it to the limit (the complete records, then this one)
         if self.frontier + need > self.capacity:  # writable() would move the header to 0
             if self.wrap >= 0:
                 return False
@@ -141,7 +213,8 @@ class RecordRing:
         return min(stop, self.head if self.wrap >= 0 else self.capacity) > self.tail
 
     def _relocate(self, need: int) -> bool:
-        """Move the frontier record's first bytes (at most a header) to 0, if 0.. is free."""
+        """Move the frontier record's first bytes (at most a header at the limit) to 0, if
+        0.. is free."""
         if self.wrap >= 0:
             return False
         start, count = self.frontier, self.tail - self.frontier
@@ -162,6 +235,9 @@ class RecordRing:
         if nbytes < 0 or self.tail + nbytes > self._offered:
             raise OutOfRangeError(f"commit of {nbytes} bytes exceeds the view that was offered")
         self.tail += nbytes
+        stored = self.tail - self.head if self.wrap < 0 else self.wrap - self.head + self.tail
+        if stored > self.peak:
+            self.peak = stored
         while True:
             available = self.tail - self.frontier
             if not self.frontier_len:
@@ -182,6 +258,12 @@ class RecordRing:
         must be empty); return its position. Views offered before this are stale."""
         if self.stored or wire_length > self.max_wire:
             raise OutOfRangeError(f"cannot reserve {wire_length} bytes in a ring holding {self.stored}")
+        self.head = self.tail = self.frontier = 0
+        self.wrap = -1
+        if wire_length > self.peak:
+            self.peak = wire_length
+        if wire_length > self.capacity:
+            self._grow()
         self.head = 0
         self.wrap = -1
         self.tail = self.frontier = wire_length
@@ -195,6 +277,7 @@ class RecordRing:
         self.head = self.tail = self.frontier = self.frontier_len = self.complete = 0
         self.wrap = -1
         self._offered = 0
+        self.views = [None] * VIEW_SLOTS
 
     def pop(self, wire_length: int) -> None:
         """Release the complete record at ``head``; its memory may be overwritten from now on."""
@@ -210,3 +293,7 @@ class RecordRing:
         if self.wrap < 0 and self.head == self.tail:  # empty: restart at 0 for the longest view
             self.head = self.tail = self.frontier = 0
             self._offered = 0  # a view offered before this is stale: committing it must fail
+            if self.start < self.limit:  # fit the memory to the burst that just ended
+                if self.capacity > self.start and _SHRINK_USE * self.peak <= self.capacity:
+                    self._allocate(max(self.start, _GROWTH * self.peak))
+                self.peak = 0
