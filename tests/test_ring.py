@@ -470,28 +470,37 @@ def fill_and_read(ring: RecordRing, records: list[bytes]) -> None:
 
 
 def test_memory_follows_use() -> None:
-    """ring.py "Memory that follows use": a small message keeps the ring at its start size, bulk
-    records grow it to its limit (one buffer for the whole steady flow), and a small burst after
-    that shrinks it back; a burst of the size that grew it does not shrink it."""
+    """ring.py "Memory that follows use": a message takes START_CAPACITY and leaves nothing once
+    read, bulk records grow the ring to its limit (one buffer for the whole steady flow), a
+    medium burst after that shrinks it to 4x the burst, and a burst of the size that grew it
+    does not shrink it."""
     record_size = 64 * 1024
     ring = RecordRing(record_size, ring_capacity(record_size), START_CAPACITY)
     assert ring.capacity == len(ring.buf) == START_CAPACITY
-    fill_and_read(ring, [wire_record(0, 1024 + TAG_SIZE)])  # one 1 KiB echo
-    assert ring.capacity == START_CAPACITY
+    echo = wire_record(0, 1024 + TAG_SIZE)
+    ring.writable()[: len(echo)] = echo
+    ring.commit(len(echo))
+    assert ring.capacity == START_CAPACITY  # a 1 KiB message fits: no growth
+    ring.pop(len(echo))
+    assert ring.capacity == len(ring.buf) == 0 and not ring.views  # released once read
     bulk = [wire_record(i, record_size + TAG_SIZE) for i in range(8)]
     fill_and_read(ring, bulk[:1])
     assert ring.capacity == ring.limit == ring_capacity(record_size)
     steady = ring.buf
     fill_and_read(ring, bulk)  # steady bulk flow: no new memory
     assert ring.buf is steady
-    fill_and_read(ring, [wire_record(0, 1024 + TAG_SIZE)])
-    assert ring.capacity == 4 * (RECORD_HEADER_SIZE + 1024 + TAG_SIZE)  # 4x the burst, START_CAPACITY at least
+    medium = wire_record(0, 5000)
+    fill_and_read(ring, [medium])  # at most 1/32 of the ring: 4x the burst
+    assert ring.capacity == 4 * len(medium)
+    fill_and_read(ring, [echo])
+    assert ring.capacity == 0
     # 16 KiB records arrive 4 at a time: the ring grows and single ones do not shrink it again
-    medium = [wire_record(i, 16 * 1024 + TAG_SIZE) for i in range(4)]
-    fill_and_read(ring, medium)
+    sixteen = [wire_record(i, 16 * 1024 + TAG_SIZE) for i in range(4)]
+    fill_and_read(ring, sixteen)
     grown = ring.buf
+    assert ring.capacity == ring.limit
     for _ in range(3):
-        fill_and_read(ring, medium[:1])
+        fill_and_read(ring, sixteen[:1])
         assert ring.buf is grown
 
 

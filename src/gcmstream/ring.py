@@ -27,16 +27,19 @@ transport go on receiving while the reader opens what arrived (measured: benchma
 Memory that follows use: a ring made with ``start`` below its ``limit`` begins that small and
 has no zone (every offer reaches C); a record crossing C moves to 0 with the bytes of it
 received so far (fewer than C), under the same condition. Where it would offer nothing (full,
-or a record larger than it), it grows instead, straight to ``limit``, moving the stored bytes
-to 0 in order (``head`` becomes 0: the Opener moves the positions it holds by as much), so
-backpressure starts where it would with ``limit`` from the start; while it copies, it holds
-its old memory too (at most ``limit / 8``, or ``start``). When it empties after a burst that
-stored at most 1/32 of C (``peak``: the most bytes stored since it was last empty), it shrinks
-to 4x that burst, ``start`` at least. The gap between 4x and 1/32 keeps bursts of one size
-from making it grow and shrink by turns. So a connection that exchanged 1 KiB messages holds a
-ring of ``START_CAPACITY`` bytes, and a bulk stream of 64 KiB records keeps its full ring and
-allocates nothing per record (tests/test_allocations.py). Views into an older buffer (the
-cache ``views``, views lent to a reader) keep only that buffer alive, unchanged.
+or a record larger than it), or once a burst stored more than half of C (a stream, not a
+message: it would otherwise take a stream of small records a few KiB per transport read), it
+grows instead, straight to ``limit``, moving the stored bytes to 0 in order (``head`` becomes
+0: the Opener moves the positions it holds by as much), so backpressure starts where it would
+with ``limit`` from the start; while it copies, it holds its old memory too (at most
+``limit / 8``, or ``start``). ``peak`` is the most bytes stored since it was last empty. When
+it empties after a burst of at most ``start / 2`` (a message), it releases its memory (C = 0,
+no views) and takes ``start`` bytes again when the next bytes come; after a burst of at most
+C / 32, it shrinks to 4x that burst. The gap between 4x and 1/32 keeps bursts of one size from
+making it grow and shrink by turns. So a connection that exchanged 1 KiB messages holds no ring
+memory between them (4 KiB while one arrives), and a bulk stream of 64 KiB records keeps its
+full ring and allocates nothing per record (tests/test_allocations.py). Views into an older
+buffer (the cache ``views``, views lent to a reader) keep only that buffer alive, unchanged.
 
 Reserved records: when the ring is empty, ``reserve(n)`` stores a complete record of ``n`` wire
 bytes at 0 without anything being written there. The Opener does this for a record it opens
@@ -140,7 +143,9 @@ class RecordRing:
         # AAD view, ciphertext view, plaintext view). Records of one size land on the same few
         # positions, so opening reuses views instead of slicing three new ones per record.
         # Fixed size, so it never allocates as it fills; new with the memory it views.
-        self.views: list[tuple[int, int, memoryview, memoryview, memoryview] | None] = [None] * VIEW_SLOTS
+        self.views: list[tuple[int, int, memoryview, memoryview, memoryview] | None] = (
+            [None] * VIEW_SLOTS if capacity else []  # (no record is stored in no memory)
+        )
 
     def _grow(self) -> None:
         """The full ``limit``, the stored bytes moved to 0 in order (``head`` becomes 0: the
@@ -177,7 +182,12 @@ class RecordRing:
 
     def writable(self) -> memoryview:
         """Free space the next incoming bytes go to; empty means "stop reading" (backpressure).
-        A ring below its limit grows instead of offering nothing (``head`` may move to 0)."""
+        A ring below its limit may grow first (``head`` may move to 0)."""
+        if self.capacity < self.limit:
+            if not self.capacity:
+                self._allocate(self.start)  # released after the last burst: a new one begins
+            elif 2 * self.peak > self.capacity:
+                self._grow()  # a burst filled it more than half: a stream, not a message
         view = self._offer()
         if not view and self.capacity < self.limit:
             self._grow()
@@ -263,7 +273,10 @@ class RecordRing:
         if wire_length > self.peak:
             self.peak = wire_length
         if wire_length > self.capacity:
-            self._grow()
+            if not self.capacity and 2 * wire_length <= self.start:
+                self._allocate(self.start)
+            else:
+                self._grow()
         self.head = 0
         self.wrap = -1
         self.tail = self.frontier = wire_length
@@ -294,6 +307,8 @@ class RecordRing:
             self.head = self.tail = self.frontier = 0
             self._offered = 0  # a view offered before this is stale: committing it must fail
             if self.start < self.limit:  # fit the memory to the burst that just ended
-                if self.capacity > self.start and _SHRINK_USE * self.peak <= self.capacity:
+                if 2 * self.peak <= self.start:
+                    self._allocate(0)  # a message: none until the next one
+                elif self.capacity > self.start and _SHRINK_USE * self.peak <= self.capacity:
                     self._allocate(max(self.start, _GROWTH * self.peak))
                 self.peak = 0
