@@ -49,21 +49,23 @@ def rss_bytes() -> int:
 
 
 def gcm_buffers() -> dict[str, int]:
-    """How many receive rings / sealer output buffers this process holds right now."""
+    """How many receive rings holding memory (and its bytes) / sealer output buffers this
+    process holds right now."""
     gc.collect()
     try:
         from gcmstream.codec import Sealer
         from gcmstream.ring import RecordRing
     except ImportError:
         return {}
-    rings = sealers = outputs = 0
+    rings = ring_bytes = sealers = outputs = 0
     for obj in gc.get_objects():
         if isinstance(obj, RecordRing):
-            rings += 1
+            rings += len(obj.buf) > 0  # a ring that released its memory holds none
+            ring_bytes += len(obj.buf)
         elif isinstance(obj, Sealer):
             sealers += 1
             outputs += getattr(obj, "_out", None) is not None
-    return {"rings": rings, "sealers": sealers, "sealer_output_buffers": outputs}
+    return {"rings": rings, "ring_bytes": ring_bytes, "sealers": sealers, "sealer_output_buffers": outputs}
 
 
 async def _stdin_lines() -> asyncio.Queue[str]:

@@ -163,7 +163,8 @@ class Opener:
     Memory: the receive ring holds at most ``max(ring_size, record_size + 26)`` bytes (the
     announced record size, at most ``max_record_size``: one largest record and the next header
     at least), allocated when the first record byte arrives, 4 KiB at first, grown with the
-    records that arrive and shrunk back after a small burst (``ring.py``); plus the header buffer (the 62-byte
+    records that arrive, released once a message is read and shrunk after a small burst
+    (``ring.py``, "Memory that follows use"); plus the header buffer (the 62-byte
     fixed part, then the announced header and a channel's Finished, released once records
     start) and at most one input held by reference (the caller's own object, not a copy, unless the
     caller passed a mutable buffer whose rest did not fit).
