@@ -278,4 +278,7 @@ if __name__ == "__main__":
                 print(f"{row['name']}: {row.get('error')}")
                 continue
             buffers = {k: v for k, v in row["server_used"].items() if k != "rss"}
-            print(f"{row['name']}: idle {idle / 1024:.1f} KiB, used {used / 1024:.1f} KiB per connection {buffers}")
+            print(
+                f"{row['name']}: idle {idle / 1024:.1f} KiB, used {used / 1024:.1f} KiB",
+                f"per connection {buffers}",
+            )

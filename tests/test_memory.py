@@ -165,7 +165,9 @@ async def test_anyio_listener_ring_size_sets_what_a_connection_holds() -> None:
 
 def gcmstream_held(snapshot: tracemalloc.Snapshot) -> int:
     """Bytes gcmstream's own code allocated and still holds."""
-    return sum(trace.size for trace in snapshot.filter_traces([tracemalloc.Filter(True, "*gcmstream/*")]).traces)
+    return sum(
+        trace.size for trace in snapshot.filter_traces([tracemalloc.Filter(True, "*gcmstream/*")]).traces
+    )
 
 
 IDLE_CONNECTIONS = 20
@@ -189,6 +191,7 @@ async def _idle_after_one_echo(serve: str) -> float:
     from gcmstream.anyio_stream import SecureStream, create_tcp_listener
 
     echoed = 0
+    all_echoed = anyio.Event()
     tracemalloc.start()
     try:
         async with anyio.create_task_group() as tg:
@@ -219,6 +222,8 @@ async def _idle_after_one_echo(serve: str) -> float:
                 nonlocal echoed
                 assert await reader.readexactly(len(ECHO)) == ECHO
                 echoed += 1
+                if echoed == IDLE_CONNECTIONS:
+                    all_echoed.set()
                 await reader.read(1)  # the receive loop waits for the next message
 
             gc.collect()
@@ -231,8 +236,7 @@ async def _idle_after_one_echo(serve: str) -> float:
                     await writer.drain()
                     tg.start_soon(client, reader)
                     writers.append(writer)
-                while echoed < IDLE_CONNECTIONS:
-                    await anyio.sleep(0.05)
+                await all_echoed.wait()
                 await anyio.sleep(0.2)  # every end is back in its receive call
             gc.collect()
             after = gcmstream_held(tracemalloc.take_snapshot())

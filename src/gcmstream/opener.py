@@ -94,7 +94,14 @@ from .format import (
 )
 from .recipients import STANZA_FIELD_TYPES, Identity, Unlocker
 from .records import RecordLayer
-from .ring import DEFAULT_RING_SIZE, START_CAPACITY, VIEW_SLOTS, RecordRing, check_record_length, ring_capacity
+from .ring import (
+    DEFAULT_RING_SIZE,
+    START_CAPACITY,
+    VIEW_SLOTS,
+    RecordRing,
+    check_record_length,
+    ring_capacity,
+)
 
 __all__ = ("Opener", "Phase")
 

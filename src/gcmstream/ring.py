@@ -60,7 +60,14 @@ from __future__ import annotations
 from .errors import MalformedRecordError, OutOfRangeError, RecordTooLargeError
 from .format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
 
-__all__ = ("DEFAULT_RING_SIZE", "START_CAPACITY", "VIEW_SLOTS", "RecordRing", "check_record_length", "ring_capacity")
+__all__ = (
+    "DEFAULT_RING_SIZE",
+    "START_CAPACITY",
+    "VIEW_SLOTS",
+    "RecordRing",
+    "check_record_length",
+    "ring_capacity",
+)
 
 # The receive ring's byte budget: four 64 KiB records (their headers and tags included).
 DEFAULT_RING_SIZE = 4 * (RECORD_HEADER_SIZE + 64 * 1024 + TAG_SIZE)
@@ -127,7 +134,9 @@ class RecordRing:
         self.limit = ring_capacity(record_size) if capacity is None else capacity
         if self.limit < self.max_wire + RECORD_HEADER_SIZE:
             raise ValueError("ring capacity must hold a maximum-size record and the next record's header")
-        self.start = self.limit if start is None else max(2 * RECORD_HEADER_SIZE + TAG_SIZE, min(start, self.limit))
+        self.start = (
+            self.limit if start is None else max(2 * RECORD_HEADER_SIZE + TAG_SIZE, min(start, self.limit))
+        )
         self.head = self.tail = self.frontier = self.frontier_len = self.complete = self.peak = 0
         self.wrap = -1
         self._offered = 0
