@@ -476,9 +476,10 @@ def test_memory_follows_use() -> None:
     does not shrink it."""
     record_size = 64 * 1024
     ring = RecordRing(record_size, ring_capacity(record_size), START_CAPACITY)
-    assert ring.capacity == len(ring.buf) == START_CAPACITY
+    assert ring.capacity == len(ring.buf) == 0  # nothing before the first bytes
     echo = wire_record(0, 1024 + TAG_SIZE)
     ring.writable()[: len(echo)] = echo
+    assert len(ring.buf) == START_CAPACITY
     ring.commit(len(echo))
     assert ring.capacity == START_CAPACITY  # a 1 KiB message fits: no growth
     ring.pop(len(echo))

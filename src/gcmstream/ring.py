@@ -24,8 +24,9 @@ keeps reading never deadlocks and a reader that stops reading stops the transpor
 (backpressure: ``writable()`` is empty) instead of growing anything. A larger C lets the
 transport go on receiving while the reader opens what arrived (measured: benchmarks/README.md).
 
-Memory that follows use: a ring made with ``start`` below its ``limit`` begins that small and
-has no zone (every offer reaches C); a record crossing C moves to 0 with the bytes of it
+Memory that follows use: a ring made with ``start`` below its ``limit`` begins with no memory,
+takes ``start`` bytes when the first bytes come (the limit at once for a larger reserved
+record), and has no zone (every offer reaches C); a record crossing C moves to 0 with the bytes of it
 received so far (fewer than C), under the same condition. Where it would offer nothing (full,
 or a record larger than it), or once a burst stored more than half of C (a stream, not a
 message: it would otherwise take a stream of small records a few KiB per transport read), it
@@ -140,7 +141,9 @@ class RecordRing:
         self.head = self.tail = self.frontier = self.frontier_len = self.complete = self.peak = 0
         self.wrap = -1
         self._offered = 0
-        self._allocate(self.start)
+        # a growing ring takes its first memory with its first bytes: ``start``, or the limit
+        # at once for a record reserved larger than that
+        self._allocate(self.start if self.start == self.limit else 0)
 
     def _allocate(self, capacity: int) -> None:
         """New memory of ``capacity`` bytes (views into the old buffer stay valid, unchanged)."""
