@@ -471,9 +471,9 @@ def fill_and_read(ring: RecordRing, records: list[bytes]) -> None:
 
 def test_memory_follows_use() -> None:
     """ring.py "Memory that follows use": a message takes START_CAPACITY and leaves nothing once
-    read, bulk records grow the ring to its limit (one buffer for the whole steady flow), a
-    medium burst after that shrinks it to 4x the burst, and a burst of the size that grew it
-    does not shrink it."""
+    read, bulk records grow the ring to its limit (one buffer for the whole steady flow), medium
+    bursts after that bring it down to 4x the burst, messages release it, and a burst of the
+    size that grew it does not shrink it."""
     record_size = 64 * 1024
     ring = RecordRing(record_size, ring_capacity(record_size), START_CAPACITY)
     assert ring.capacity == len(ring.buf) == 0  # nothing before the first bytes
@@ -491,10 +491,17 @@ def test_memory_follows_use() -> None:
     fill_and_read(ring, bulk)  # steady bulk flow: no new memory
     assert ring.buf is steady
     medium = wire_record(0, 5000)
-    fill_and_read(ring, [medium])  # at most 1/32 of the ring: 4x the burst
-    assert ring.capacity == 4 * len(medium)
-    fill_and_read(ring, [echo])
-    assert ring.capacity == 0
+    sizes = []
+    for _ in range(10):  # bursts of one 5 KiB record: the ring comes down as bulk is forgotten
+        fill_and_read(ring, [medium])
+        sizes.append(ring.capacity)
+    assert sizes == sorted(sizes, reverse=True), sizes
+    assert sizes[-1] == sizes[-2] == sizes[-3] < ring.limit // 4, sizes  # and settles
+    for _ in range(10):  # 1 KiB messages: down, then released
+        fill_and_read(ring, [echo])
+        sizes.append(ring.capacity)
+    assert sizes == sorted(sizes, reverse=True), sizes
+    assert sizes[-1] == 0
     # 16 KiB records arrive 4 at a time: the ring grows and single ones do not shrink it again
     sixteen = [wire_record(i, 16 * 1024 + TAG_SIZE) for i in range(4)]
     fill_and_read(ring, sixteen)

@@ -26,21 +26,25 @@ transport go on receiving while the reader opens what arrived (measured: benchma
 
 Memory that follows use: a ring made with ``start`` below its ``limit`` begins with no memory,
 takes ``start`` bytes when the first bytes come (the limit at once for a larger reserved
-record), and has no zone (every offer reaches C); a record crossing C moves to 0 with the bytes of it
-received so far (fewer than C), under the same condition. Where it would offer nothing (full,
-or a record larger than it), or once a burst stored more than half of C (a stream, not a
+record), and has no zone (every offer reaches C); a record crossing C moves to 0 with the bytes
+of it received so far (fewer than C), under the same condition. Where it would offer nothing
+(full, or a record larger than it), or once a burst stored more than half of C (a stream, not a
 message: it would otherwise take a stream of small records a few KiB per transport read), it
-grows instead, straight to ``limit``, moving the stored bytes to 0 in order (``head`` becomes
-0: the Opener moves the positions it holds by as much), so backpressure starts where it would
-with ``limit`` from the start; while it copies, it holds its old memory too (at most
-``limit / 8``, or ``start``). ``peak`` is the most bytes stored since it was last empty. When
-it empties after a burst of at most ``start / 2`` (a message), it releases its memory (C = 0,
-no views) and takes ``start`` bytes again when the next bytes come; after a burst of at most
-C / 32, it shrinks to 4x that burst. The gap between 4x and 1/32 keeps bursts of one size from
-making it grow and shrink by turns. So a connection that exchanged 1 KiB messages holds no ring
-memory between them (4 KiB while one arrives), and a bulk stream of 64 KiB records keeps its
-full ring and allocates nothing per record (tests/test_allocations.py). Views into an older
-buffer (the cache ``views``, views lent to a reader) keep only that buffer alive, unchanged.
+grows instead: 4x (and to 4 records of the frontier record's size at least), the whole
+``limit`` once that is over ``limit / 8``, moving the stored bytes to 0 in order (``head``
+becomes 0: the Opener moves the positions it holds by as much), so backpressure starts where it
+would with ``limit`` from the start; while it copies, it holds its old memory too (at most
+``limit / 8``, or ``start``). ``peak`` is the most bytes stored since it was last empty,
+``recent`` the larger of that and half the ``recent`` before (the recent bursts, forgotten by
+halves). When it empties: if ``recent`` is at most ``start / 2`` (messages), it releases its
+memory (C = 0, no views) and takes ``start`` bytes again when the next bytes come; else if
+``recent`` is at most C / 32, it shrinks to 4 x ``recent`` (``start`` if that is at most 2 x
+``start``). A burst that fits in half of C never grows it, so bursts of one size settle on one
+size, and a ring grown by large bursts comes down only as ``recent`` halves over the small
+bursts after them. So a connection that exchanged 1 KiB messages holds no ring memory between
+them (4 KiB while one arrives), and a bulk stream of 64 KiB records keeps its full ring and
+allocates nothing per record (tests/test_allocations.py). Views into an older buffer (the cache
+``views``, views lent to a reader) keep only that buffer alive, unchanged.
 
 Reserved records: when the ring is empty, ``reserve(n)`` stores a complete record of ``n`` wire
 bytes at 0 without anything being written there. The Opener does this for a record it opens
@@ -78,9 +82,9 @@ START_CAPACITY = 4096
 # View cache slots (see ``RecordRing.views``): prime, so the positions of equal records spread
 # over it (16 records of 64 KiB, a 1 MiB ring, take 16 distinct slots); few, so it stays small.
 VIEW_SLOTS = 31
-# A ring shrinks when it empties after a burst that used at most 1/_SHRINK_USE of it, to
-# _GROWTH times the burst (so at most 1/8 of its limit); it grows to its limit. The gap between
-# the two keeps a burst size from making it grow and shrink by turns.
+# A ring shrinks when it empties after recent bursts that used at most 1/_SHRINK_USE of it, to
+# _GROWTH times them (so at most 1/8 of its limit); it grows to its limit when a burst fills
+# more than half of it. The gap keeps bursts of one size from making it grow and shrink by turns.
 _GROWTH = 4
 _SHRINK_USE = 32
 
@@ -120,6 +124,7 @@ class RecordRing:
         "max_ciphertext",
         "max_wire",
         "peak",
+        "recent",
         "start",
         "tail",
         "view",
@@ -139,6 +144,7 @@ class RecordRing:
             self.limit if start is None else max(2 * RECORD_HEADER_SIZE + TAG_SIZE, min(start, self.limit))
         )
         self.head = self.tail = self.frontier = self.frontier_len = self.complete = self.peak = 0
+        self.recent = 0  # peak of the recent bursts: each burst's, or half the one before
         self.wrap = -1
         self._offered = 0
         # a growing ring takes its first memory with its first bytes: ``start``, or the limit
@@ -159,11 +165,14 @@ class RecordRing:
             [None] * VIEW_SLOTS if capacity else []  # (no record is stored in no memory)
         )
 
-    def _grow(self) -> None:
-        """The full ``limit``, the stored bytes moved to 0 in order (``head`` becomes 0: the
-        Opener moves the positions it holds by as much). Straight to the limit, in one step:
-        while copying, the old memory (at most 1/8 of the limit, or ``start``) is held too."""
-        size = self.limit
+    def _grow(self, need: int = RECORD_HEADER_SIZE) -> None:
+        """More memory, the stored bytes moved to 0 in order (``head`` becomes 0: the Opener
+        moves the positions it holds by as much): 4x, and 4 records of ``need`` bytes (the
+        frontier record's) at least; the whole ``limit`` once that is over ``limit / 8``, so
+        that while copying, the old memory held too is at most ``limit / 8`` (or ``start``)."""
+        size = max(_GROWTH * self.capacity, _GROWTH * need + RECORD_HEADER_SIZE)
+        if size > self.limit // 8:
+            size = self.limit
         old, head, wrap, tail = self.view, self.head, self.wrap, self.tail
         self._allocate(size)
         if wrap >= 0:  # the top segment, then the bottom one (where the frontier is) after it
@@ -179,6 +188,19 @@ class RecordRing:
         self.head = 0
         self.wrap = -1
         self._offered = self.tail  # a view offered before this is stale: committing it fails
+
+    def _fit(self) -> None:
+        """The ring just emptied: release or shrink its memory if recent bursts used little of
+        it (see the module docstring)."""
+        recent = self.recent = max(self.peak, self.recent >> 1)
+        self.peak = 0
+        capacity = self.capacity
+        if 2 * recent <= self.start:
+            if capacity:
+                self._allocate(0)  # messages: no memory until the next one
+        elif _SHRINK_USE * recent <= capacity:
+            size = _GROWTH * recent
+            self._allocate(size if size > 2 * self.start else self.start)
 
     @property
     def stored(self) -> int:
@@ -199,10 +221,10 @@ class RecordRing:
             if not self.capacity:
                 self._allocate(self.start)  # released after the last burst: a new one begins
             elif 2 * self.peak > self.capacity:
-                self._grow()  # a burst filled it more than half: a stream, not a message
+                self._grow(self.frontier_len or RECORD_HEADER_SIZE)  # a burst filled it more than half
         view = self._offer()
         if not view and self.capacity < self.limit:
-            self._grow()
+            self._grow(self.frontier_len or RECORD_HEADER_SIZE)
             view = self._offer()
         return view
 
@@ -288,7 +310,7 @@ class RecordRing:
             if not self.capacity and 2 * wire_length <= self.start:
                 self._allocate(self.start)
             else:
-                self._grow()
+                self._grow(wire_length)
         self.head = 0
         self.wrap = -1
         self.tail = self.frontier = wire_length
@@ -318,9 +340,5 @@ class RecordRing:
         if self.wrap < 0 and self.head == self.tail:  # empty: restart at 0 for the longest view
             self.head = self.tail = self.frontier = 0
             self._offered = 0  # a view offered before this is stale: committing it must fail
-            if self.start < self.limit:  # fit the memory to the burst that just ended
-                if 2 * self.peak <= self.start:
-                    self._allocate(0)  # a message: none until the next one
-                elif self.capacity > self.start and _SHRINK_USE * self.peak <= self.capacity:
-                    self._allocate(max(self.start, _GROWTH * self.peak))
-                self.peak = 0
+            if self.start < self.limit:  # fit the memory to the bursts that just ended
+                self._fit()
