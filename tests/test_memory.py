@@ -173,7 +173,7 @@ def gcmstream_held(snapshot: tracemalloc.Snapshot) -> int:
 IDLE_CONNECTIONS = 20
 ECHO = bytes(range(256)) * 4  # 1 KiB, as benchmarks/bench_conns.py
 # gcmstream's own allocations per connection end after one 1 KiB echo, each end back in its
-# receive call: measured 11.6 KiB on asyncio, 8.8 KiB on anyio (these tests, ``-s`` prints it;
+# receive call: measured 11.4-11.6 KiB on asyncio, 8.8 KiB on anyio (these tests, ``-s`` prints it;
 # the stream header kept, 1.3 KiB, the sealer's buffers sized to the message, the handler's own
 # 1 KiB of data); the landed ring alone was 262 KiB per end.
 IDLE_BOUND = 16 * 1024
