@@ -26,25 +26,25 @@ transport go on receiving while the reader opens what arrived (measured: benchma
 
 Memory that follows use: a ring made with ``start`` below its ``limit`` begins with no memory,
 takes ``start`` bytes when the first bytes come (the limit at once for a larger reserved
-record), and has no zone (every offer reaches C); a record crossing C moves to 0 with the bytes
-of it received so far (fewer than C), under the same condition. Where it would offer nothing
-(full, or a record larger than it), or once a burst stored more than half of C (a stream, not a
-message: it would otherwise take a stream of small records a few KiB per transport read), it
-grows instead: 4x (and to 4 records of the frontier record's size at least), the whole
-``limit`` once that is over ``limit / 8``, moving the stored bytes to 0 in order (``head``
-becomes 0: the Opener moves the positions it holds by as much), so backpressure starts where it
-would with ``limit`` from the start; while it copies, it holds its old memory too (at most
-``limit / 8``, or ``start``). ``peak`` is the most bytes stored since it was last empty,
-``recent`` the larger of that and half the ``recent`` before (the recent bursts, forgotten by
-halves). When it empties: if ``recent`` is at most ``start / 2`` (messages), it releases its
-memory (C = 0, no views) and takes ``start`` bytes again when the next bytes come; else if
-``recent`` is at most C / 32, it shrinks to 4 x ``recent`` (``start`` if that is at most 2 x
-``start``). A burst that fits in half of C never grows it, so bursts of one size settle on one
-size, and a ring grown by large bursts comes down only as ``recent`` halves over the small
-bursts after them. So a connection that exchanged 1 KiB messages holds no ring memory between
-them (4 KiB while one arrives), and a bulk stream of 64 KiB records keeps its full ring and
-allocates nothing per record (tests/test_allocations.py). Views into an older buffer (the cache
-``views``, views lent to a reader) keep only that buffer alive, unchanged.
+record), and its zone is its last quarter: a record of up to C / 4 never crosses C; a larger
+one that does moves to 0 with the bytes of it received so far (fewer than C), under the same
+condition. Where it would offer nothing (full, or a record larger than it), or once a burst
+stored more than half of C (a stream, not a message: it would otherwise take a stream of small
+records a few KiB per transport read), it grows instead: 4x (and to 4 records of the frontier
+record's size at least), the whole ``limit`` once that is over ``limit / 8``, moving the stored
+bytes to 0 in order (``head`` becomes 0: the Opener moves the positions it holds by as much),
+so backpressure starts where it would with ``limit`` from the start; while it copies, it holds
+its old memory too (at most ``limit / 8``, or ``start``). ``peak`` is the most bytes stored
+since it was last empty, ``recent`` the larger of that and half the ``recent`` before (the
+recent bursts, forgotten by halves). When it empties: if ``recent`` is at most ``start / 2``
+(messages), it releases its memory (C = 0, no views) and takes ``start`` bytes again when the
+next bytes come; else if ``recent`` is at most C / 32, it shrinks to 4 x ``recent`` (``start``
+if that is at most 2 x ``start``). A burst that fits in half of C never grows it, so bursts of
+one size settle on one size, and a ring grown by large bursts comes down only as ``recent``
+halves over the small bursts after them. So a connection that exchanged 1 KiB messages holds no
+ring memory between them (4 KiB while one arrives), and a bulk stream of 64 KiB records keeps
+its full ring and allocates nothing per record (tests/test_allocations.py). Views into an older
+buffer (the cache ``views``, views lent to a reader) keep only that buffer alive, unchanged.
 
 Reserved records: when the ring is empty, ``reserve(n)`` stores a complete record of ``n`` wire
 bytes at 0 without anything being written there. The Opener does this for a record it opens
@@ -156,7 +156,10 @@ class RecordRing:
         self.capacity = capacity
         self.buf = bytearray(capacity)
         self.view = memoryview(self.buf)
-        self._zone = capacity - self.max_wire if capacity == self.limit else capacity
+        # below the limit: the last quarter, so records of up to C / 4 never cross C (a ring
+        # with no zone copied each crossing record's received part: 8 % more CPU for 4 KiB
+        # records, benchmarks/ab.py "open read")
+        self._zone = capacity - self.max_wire if capacity == self.limit else capacity - capacity // 4
         # A small direct-mapped cache for the Opener: position -> (position, ciphertext length,
         # AAD view, ciphertext view, plaintext view). Records of one size land on the same few
         # positions, so opening reuses views instead of slicing three new ones per record.
@@ -189,16 +192,13 @@ class RecordRing:
         self.wrap = -1
         self._offered = self.tail  # a view offered before this is stale: committing it fails
 
-    def _fit(self) -> None:
-        """The ring just emptied: release or shrink its memory if recent bursts used little of
-        it (see the module docstring)."""
-        recent = self.recent = max(self.peak, self.recent >> 1)
-        self.peak = 0
-        capacity = self.capacity
+    def _fit(self, recent: int) -> None:
+        """The ring just emptied after bursts that used little of it (``recent``): release or
+        shrink its memory (see the module docstring)."""
         if 2 * recent <= self.start:
-            if capacity:
+            if self.capacity:
                 self._allocate(0)  # messages: no memory until the next one
-        elif _SHRINK_USE * recent <= capacity:
+        else:
             size = _GROWTH * recent
             self._allocate(size if size > 2 * self.start else self.start)
 
@@ -222,16 +222,9 @@ class RecordRing:
                 self._allocate(self.start)  # released after the last burst: a new one begins
             elif 2 * self.peak > self.capacity:
                 self._grow(self.frontier_len or RECORD_HEADER_SIZE)  # a burst filled it more than half
-        view = self._offer()
-        if not view and self.capacity < self.limit:
-            self._grow(self.frontier_len or RECORD_HEADER_SIZE)
-            view = self._offer()
-        return view
-
-    def _offer(self) -> memoryview:
         need = self.frontier_len or RECORD_HEADER_SIZE
         if self.frontier + need > self.capacity and not self._relocate(need):
-            return self.view[0:0]
+            return self._grown_or_full(need)
         stop = self.frontier + need
         if stop < self._zone:
             stop = self._zone
@@ -239,9 +232,17 @@ class RecordRing:
         if stop > limit:
             stop = limit
         if stop <= self.tail:
-            return self.view[0:0]
+            return self._grown_or_full(need)
         self._offered = stop
         return self.view[self.tail : stop]
+
+    def _grown_or_full(self, need: int) -> memoryview:
+        """``writable()`` where the present memory offers nothing: grow and offer what that
+        gives (never nothing below the limit), or nothing at the limit (backpressure)."""
+        if self.capacity < self.limit:
+            self._grow(need)
+            return self.writable()
+        return self.view[0:0]
 
     def can_take(self) -> bool:
         """Whether ``writable()`` would offer any space now. A pure check: it moves nothing
@@ -341,4 +342,10 @@ class RecordRing:
             self.head = self.tail = self.frontier = 0
             self._offered = 0  # a view offered before this is stale: committing it must fail
             if self.start < self.limit:  # fit the memory to the bursts that just ended
-                self._fit()
+                recent = self.recent >> 1
+                if self.peak > recent:
+                    recent = self.peak
+                self.recent = recent
+                self.peak = 0
+                if 2 * recent <= self.start or _SHRINK_USE * recent <= self.capacity:
+                    self._fit(recent)
