@@ -76,15 +76,16 @@ __all__ = (
 
 # The receive ring's byte budget: four 64 KiB records (their headers and tags included).
 DEFAULT_RING_SIZE = 4 * (RECORD_HEADER_SIZE + 64 * 1024 + TAG_SIZE)
-# The capacity an Opener's ring starts with and shrinks back to: a 1 KiB message and then some
-# (benchmarks/bench_conns.py: a connection after one 1 KiB echo, benchmarks/README.md part 6).
+# The memory an Opener's ring takes with its first bytes (and again after it released it): a
+# 1 KiB message and then some (benchmarks/bench_conns.py, benchmarks/README.md part 6).
 START_CAPACITY = 4096
 # View cache slots (see ``RecordRing.views``): prime, so the positions of equal records spread
 # over it (16 records of 64 KiB, a 1 MiB ring, take 16 distinct slots); few, so it stays small.
 VIEW_SLOTS = 31
 # A ring shrinks when it empties after recent bursts that used at most 1/_SHRINK_USE of it, to
-# _GROWTH times them (so at most 1/8 of its limit); it grows to its limit when a burst fills
-# more than half of it. The gap keeps bursts of one size from making it grow and shrink by turns.
+# _GROWTH times them (so at most 1/8 of its limit); it grows _GROWTH times (to its limit past
+# 1/8 of it) when a burst fills more than half of it. The gap keeps bursts of one size from
+# making it grow and shrink by turns.
 _GROWTH = 4
 _SHRINK_USE = 32
 
@@ -156,9 +157,8 @@ class RecordRing:
         self.capacity = capacity
         self.buf = bytearray(capacity)
         self.view = memoryview(self.buf)
-        # below the limit: the last quarter, so records of up to C / 4 never cross C (a ring
-        # with no zone copied each crossing record's received part: 8 % more CPU for 4 KiB
-        # records, benchmarks/ab.py "open read")
+        # below the limit: the last quarter, so records of up to C / 4 never cross C (and no
+        # received part of one is copied to 0)
         self._zone = capacity - self.max_wire if capacity == self.limit else capacity - capacity // 4
         # A small direct-mapped cache for the Opener: position -> (position, ciphertext length,
         # AAD view, ciphertext view, plaintext view). Records of one size land on the same few
