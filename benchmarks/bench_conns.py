@@ -2,7 +2,9 @@
 from a client process; RSS is read from /proc after the handshakes (idle) and again after each
 connection echoed one 1 KiB message (lightly used). The server also counts the gcmstream
 receive rings and sealer output buffers that exist, to check that an idle connection holds
-none. Rows: gcmstream asyncio, plain asyncio streams, asyncio TLS 1.3.
+none. Rows: gcmstream asyncio, gcmstream anyio (its listener on
+the asyncio backend; the client is gcmstream asyncio, the same wire), plain asyncio streams,
+asyncio TLS 1.3. ``python benchmarks/bench_conns.py [N]`` runs it alone (N connections, 1000).
 """
 
 from __future__ import annotations
@@ -29,7 +31,12 @@ from bench_net import (
     spawn,
 )
 
-VARIANTS = {"gcmstream asyncio": "gcm", "plain asyncio streams": "plain", "asyncio TLS 1.3": "tls"}
+VARIANTS = {
+    "gcmstream asyncio": "gcm",
+    "gcmstream anyio (asyncio backend)": "anyio",
+    "plain asyncio streams": "plain",
+    "asyncio TLS 1.3": "tls",
+}
 MESSAGE = bytes(range(256)) * 4
 
 
@@ -42,21 +49,23 @@ def rss_bytes() -> int:
 
 
 def gcm_buffers() -> dict[str, int]:
-    """How many receive rings / sealer output buffers this process holds right now."""
+    """How many receive rings holding memory (and its bytes) / sealer output buffers this
+    process holds right now."""
     gc.collect()
     try:
         from gcmstream.codec import Sealer
         from gcmstream.ring import RecordRing
     except ImportError:
         return {}
-    rings = sealers = outputs = 0
+    rings = ring_bytes = sealers = outputs = 0
     for obj in gc.get_objects():
         if isinstance(obj, RecordRing):
-            rings += 1
+            rings += len(obj.buf) > 0  # a ring that released its memory holds none
+            ring_bytes += len(obj.buf)
         elif isinstance(obj, Sealer):
             sealers += 1
             outputs += getattr(obj, "_out", None) is not None
-    return {"rings": rings, "sealers": sealers, "sealer_output_buffers": outputs}
+    return {"rings": rings, "ring_bytes": ring_bytes, "sealers": sealers, "sealer_output_buffers": outputs}
 
 
 async def _stdin_lines() -> asyncio.Queue[str]:
@@ -82,6 +91,9 @@ async def _server(kind: str) -> None:
             pass
         writer.close()
 
+    if kind == "anyio":
+        await _anyio_server()
+        return
     server: asyncio.Server
     if kind == "gcm":
         import gcmstream.aio
@@ -102,13 +114,41 @@ async def _server(kind: str) -> None:
     server.close()
 
 
+async def _anyio_server() -> None:
+    import anyio
+
+    import gcmstream.anyio_stream
+
+    async def echo(stream: Any) -> None:
+        try:
+            async with stream:
+                while True:
+                    data = await stream.receive(65536)
+                    await stream.send(data)
+        except Exception:
+            pass
+
+    listener = await gcmstream.anyio_stream.create_tcp_listener(
+        key=KEY, context=CONTEXT, local_host="127.0.0.1", max_pending_handshakes=4096
+    )
+    queue = await _stdin_lines()
+    emit("PORT ", str(listener.extra(anyio.abc.SocketAttribute.local_port)))
+    async with anyio.create_task_group() as group:
+        group.start_soon(listener.serve, echo)
+        while (command := await queue.get()) != "exit":
+            if command == "measure":
+                await anyio.sleep(0.3)  # let the last handshakes / echoes finish
+                emit("MEASURE ", {"rss": rss_bytes(), **gcm_buffers()})
+        group.cancel_scope.cancel()
+
+
 async def _client(kind: str, port: int, count: int) -> None:
     queue = await _stdin_lines()
     sem = asyncio.Semaphore(64)
 
     async def connect() -> tuple[Any, Any]:
         async with sem:
-            if kind == "gcm":
+            if kind in ("gcm", "anyio"):
                 import gcmstream.aio
 
                 return await gcmstream.aio.open_connection("127.0.0.1", port, key=KEY, context=CONTEXT)
@@ -189,8 +229,8 @@ def one_run(work: Workdir, variant: str, count: int) -> dict[str, Any]:
     }
 
 
-def run(quick: bool) -> dict[str, Any]:
-    count = 20 if quick else 1000
+def run(quick: bool, count: int = 0) -> dict[str, Any]:
+    count = count or (20 if quick else 1000)
     work = Workdir()
     rows = []
     try:
@@ -230,3 +270,15 @@ def main(quick: bool) -> dict[str, Any]:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         worker(sys.argv[2:])
+    else:  # alone: print the per-connection figures (KiB) of one run
+        result = run(False, int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+        for row in result["rows"]:
+            idle, used = row.get("server_rss_per_conn_idle"), row.get("server_rss_per_conn_used")
+            if idle is None or used is None:
+                print(f"{row['name']}: {row.get('error')}")
+                continue
+            buffers = {k: v for k, v in row["server_used"].items() if k != "rss"}
+            print(
+                f"{row['name']}: idle {idle / 1024:.1f} KiB, used {used / 1024:.1f} KiB",
+                f"per connection {buffers}",
+            )

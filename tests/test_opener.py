@@ -1456,3 +1456,19 @@ def test_a_length_below_the_tag_names_the_record_at_the_boundary(how: str) -> No
         found = first_error(opener, wire)
         assert isinstance(found, MalformedRecordError)
         assert found.record_number is None
+
+
+def test_ring_growth_moves_the_record_being_read() -> None:
+    """ring.py "Memory that follows use": a small ring that grows while the reader is inside a
+    record moves that record to 0; the reader's position moves with it (kills the Opener not
+    shifting ``_pt_pos``/``_pt_end`` when ``head`` moves)."""
+    plaintext = random.Random(9).randbytes(20 * 1000)
+    wire = seal_stream([plaintext], record_size=1000)
+    opener = Opener(KEY)
+    first = HEADER_SIZE + 2 * (1000 + 21)  # the header and two records: they fit in 4 KiB
+    feed_zero_copy(opener, wire[:first])
+    got = opener.read(1010)  # all of the first record, 10 bytes of the second (in the ring)
+    assert got is not None and len(got) == 1010
+    feed_zero_copy(opener, wire[first:])  # fills the ring: it grows, the second record moves
+    opener.receive_eof()
+    assert got + read_all_into(opener, len(plaintext) - len(got)) == plaintext

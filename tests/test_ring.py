@@ -9,7 +9,7 @@ import pytest
 from gcmstream.codec import Opener, Sealer
 from gcmstream.errors import MalformedRecordError, OutOfRangeError, RecordTooLargeError
 from gcmstream.format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
-from gcmstream.ring import DEFAULT_RING_SIZE, RecordRing, ring_capacity
+from gcmstream.ring import DEFAULT_RING_SIZE, START_CAPACITY, RecordRing, ring_capacity
 
 from .helpers import KEY
 
@@ -19,8 +19,8 @@ class CheckedRing(RecordRing):
 
     __slots__ = ("relocations",)
 
-    def __init__(self, record_size: int, capacity: int | None = None) -> None:
-        super().__init__(record_size, capacity)
+    def __init__(self, record_size: int, capacity: int | None = None, start: int | None = None) -> None:
+        super().__init__(record_size, capacity, start)
         self.relocations: list[int] = []
 
     def _relocate(self, need: int) -> bool:
@@ -51,11 +51,15 @@ class Model:
 
     def check(self) -> None:
         ring = self.ring
-        assert id(ring.buf) == self.buf_id, "the buffer object was replaced"
         assert ring.view.obj is ring.buf
-        assert ring.capacity == self.capacity == len(ring.buf) == len(ring.view)
+        assert ring.capacity == len(ring.buf) == len(ring.view) <= ring.limit
         assert 0 <= ring.stored <= ring.capacity
-        assert all(count <= RECORD_HEADER_SIZE for count in ring.relocations)
+        if ring.start == ring.limit:  # a fixed ring: one buffer, and relocations copy a header
+            assert id(ring.buf) == self.buf_id, "the buffer object was replaced"
+            assert ring.capacity == self.capacity
+            assert all(count <= RECORD_HEADER_SIZE for count in ring.relocations)
+        else:
+            assert all(count < ring.limit for count in ring.relocations)
 
     def send(self, most: int) -> int:
         """Write up to ``most`` bytes into what ``writable()`` offers; return how many."""
@@ -105,7 +109,9 @@ def test_reader_that_keeps_reading_never_deadlocks(seed: int) -> None:
     max_wire = RECORD_HEADER_SIZE + max_body
     smallest = max_wire + RECORD_HEADER_SIZE  # one largest record and the next header
     capacity = rng.choice([None, smallest, smallest + rng.randrange(1, max_wire), 2 * max_wire, 3 * max_wire])
-    ring = CheckedRing(record_size, capacity)
+    # half the runs with a ring that starts small and grows and shrinks as records arrive
+    start = rng.choice([None, 1, 64, max_wire // 2 + 1, max_wire + 1]) if seed % 2 else None
+    ring = CheckedRing(record_size, capacity, start)
     sizes = [rng.choice([TAG_SIZE, max_body, max_body, rng.randint(TAG_SIZE, max_body)]) for _ in range(300)]
     model = Model(ring, [wire_record(i, size) for i, size in enumerate(sizes)])
     steps = 0
@@ -135,9 +141,11 @@ def test_backpressure_when_full_and_resume_when_popped(seed: int) -> None:
     max_body = record_size + TAG_SIZE
     smallest = 2 * RECORD_HEADER_SIZE + max_body
     ring = CheckedRing(
-        record_size, rng.choice([None, smallest, smallest + 37, 2 * (RECORD_HEADER_SIZE + max_body) + 37])
+        record_size,
+        rng.choice([None, smallest, smallest + 37, 2 * (RECORD_HEADER_SIZE + max_body) + 37]),
+        rng.choice([None, 64]) if seed % 2 else None,  # a small start grows before refusing input
     )
-    count = 8 * ring.capacity // (TAG_SIZE + max_body) + 10  # several ringfuls
+    count = 8 * ring.limit // (TAG_SIZE + max_body) + 10  # several ringfuls
     sizes = [rng.randint(TAG_SIZE, max_body) for _ in range(count)]
     model = Model(ring, [wire_record(i, size) for i, size in enumerate(sizes)])
     for _ in range(5):
@@ -145,7 +153,7 @@ def test_backpressure_when_full_and_resume_when_popped(seed: int) -> None:
         while model.send(rng.randint(1, 5000)):
             pass
         assert len(ring.writable()) == 0
-        assert ring.stored <= ring.capacity
+        assert ring.stored <= ring.capacity == ring.limit  # backpressure only at the limit
         assert ring.complete >= 1
         held = ring.stored
         # Still nothing after another try, and nothing was dropped or grown.
@@ -437,3 +445,92 @@ def test_release_of_several_records_is_their_pops() -> None:
             state = ("head", "tail", "frontier", "frontier_len", "complete", "wrap", "stored")
             assert [getattr(ring_a, name) for name in state] == [getattr(ring_b, name) for name in state]
             assert len(ring_a.writable()) == len(ring_b.writable())
+
+
+def fill_and_read(ring: RecordRing, records: list[bytes]) -> None:
+    """A transport that writes ``records`` and a reader that keeps popping until all are read."""
+    stream = b"".join(records)
+    sent = 0
+    popped = 0
+    for _ in range(10 * len(stream) + 100):
+        if popped == len(records):
+            return
+        view = ring.writable()
+        count = min(len(view), len(stream) - sent)
+        if count:
+            view[:count] = stream[sent : sent + count]
+            ring.commit(count)
+            sent += count
+        while ring.complete:
+            _, length = RECORD_HEADER.unpack_from(ring.buf, ring.head)
+            assert bytes(ring.view[ring.head : ring.head + RECORD_HEADER_SIZE + length]) == records[popped]
+            ring.pop(RECORD_HEADER_SIZE + length)
+            popped += 1
+    raise AssertionError("no progress")
+
+
+def test_memory_follows_use() -> None:
+    """ring.py "Memory that follows use": a message takes START_CAPACITY and leaves nothing once
+    read, bulk records grow the ring to its limit (one buffer for the whole steady flow), medium
+    bursts after that bring it down to 4x the burst, messages release it, and a burst of the
+    size that grew it does not shrink it."""
+    record_size = 64 * 1024
+    ring = RecordRing(record_size, ring_capacity(record_size), START_CAPACITY)
+    assert ring.capacity == len(ring.buf) == 0  # nothing before the first bytes
+    echo = wire_record(0, 1024 + TAG_SIZE)
+    ring.writable()[: len(echo)] = echo
+    assert len(ring.buf) == START_CAPACITY
+    ring.commit(len(echo))
+    assert ring.capacity == START_CAPACITY  # a 1 KiB message fits: no growth
+    ring.pop(len(echo))
+    assert ring.capacity == len(ring.buf) == 0 and not ring.views  # released once read
+    bulk = [wire_record(i, record_size + TAG_SIZE) for i in range(8)]
+    fill_and_read(ring, bulk[:1])
+    assert ring.capacity == ring.limit == ring_capacity(record_size)
+    steady = ring.buf
+    fill_and_read(ring, bulk)  # steady bulk flow: no new memory
+    assert ring.buf is steady
+    medium = wire_record(0, 5000)
+    sizes = []
+    for _ in range(10):  # bursts of one 5 KiB record: the ring comes down as bulk is forgotten
+        fill_and_read(ring, [medium])
+        sizes.append(ring.capacity)
+    assert sizes == sorted(sizes, reverse=True), sizes
+    assert sizes[-1] == sizes[-2] == sizes[-3] < ring.limit // 4, sizes  # and settles
+    for _ in range(10):  # 1 KiB messages: down, then released
+        fill_and_read(ring, [echo])
+        sizes.append(ring.capacity)
+    assert sizes == sorted(sizes, reverse=True), sizes
+    assert sizes[-1] == 0
+    # 16 KiB records arrive 4 at a time: the ring grows and single ones do not shrink it again
+    sixteen = [wire_record(i, 16 * 1024 + TAG_SIZE) for i in range(4)]
+    fill_and_read(ring, sixteen)
+    grown = ring.buf
+    assert ring.capacity == ring.limit
+    for _ in range(3):
+        fill_and_read(ring, sixteen[:1])
+        assert ring.buf is grown
+
+
+def test_growth_moves_stored_records_in_order() -> None:
+    """A small ring full of complete records and a partial one grows instead of refusing input;
+    the records keep their order and bytes, and head becomes 0 (what the Opener shifts by)."""
+    ring = RecordRing(1000, None, 64)
+    records = [wire_record(i, 20) for i in range(5)]
+    stream = b"".join(records) + wire_record(5, 900)[:30]
+    view = ring.writable()
+    view[: len(view)] = stream[: len(view)]
+    ring.commit(len(view))
+    sent = len(view)
+    ring.pop(len(records[0]))  # head moves past the first record
+    while sent < len(stream):
+        view = ring.writable()
+        assert view, "a ring below its limit refused input"
+        count = min(len(view), len(stream) - sent)
+        view[:count] = stream[sent : sent + count]
+        ring.commit(count)
+        sent += count
+    assert ring.capacity > 64
+    assert ring.head == 0 or ring.capacity == 64
+    assert bytes(ring.view[ring.head : ring.head + ring.stored]) == stream[len(records[0]) :]
+    assert ring.complete == 4

@@ -156,7 +156,7 @@ def test_pending_plaintext_survives_its_buffer_growing() -> None:
     plaintext = random.Random(8).randbytes(9000)
     sealer = Sealer(KEY, record_size=16384)
     wire = bytearray(sealer.seal(plaintext[:3000]))
-    wire += sealer.seal(plaintext[3000:6000])  # 6000 bytes wait: past the first 4096-byte buffer
+    wire += sealer.seal(plaintext[3000:6000])  # 6000 bytes wait: past the first buffer (3000 bytes)
     wire += sealer.seal(plaintext[6000:], final=True)
     assert sealer.pending == 0
     check_valid(bytes(wire), plaintext, "all", "copy")

@@ -94,7 +94,14 @@ from .format import (
 )
 from .recipients import STANZA_FIELD_TYPES, Identity, Unlocker
 from .records import RecordLayer
-from .ring import DEFAULT_RING_SIZE, RecordRing, check_record_length, ring_capacity
+from .ring import (
+    DEFAULT_RING_SIZE,
+    START_CAPACITY,
+    VIEW_SLOTS,
+    RecordRing,
+    check_record_length,
+    ring_capacity,
+)
 
 __all__ = ("Opener", "Phase")
 
@@ -102,10 +109,6 @@ __all__ = ("Opener", "Phase")
 # the caller's buffer: measured, one bulk copy then opening in place beats slicing the held
 # input per record below ~16 KiB (1 KiB records: 3.9 against 5.0 us per record).
 _IN_PLACE_MIN = 16 * 1024
-# View cache slots for the general path: prime, so the positions of equal records spread over
-# it (16 records of 64 KiB, a 1 MiB ring, take 16 distinct slots); few, so it stays under ~20 KB.
-# The run loops do not use it: small records would thrash it.
-_VIEW_SLOTS = 31
 # Records one read call opens at most (it returns what it has, up to its size): a peer that
 # slices its stream into 1-byte records cannot make one call run for long. 256: an anyio
 # receive (one call per turn of the loop) of one-byte records then takes ~1-2 ms, where 1,024
@@ -164,9 +167,11 @@ class Opener:
     authenticated byte before them has been read. Feeding never raises a ProtocolError.
     Input held by reference must not change until the opener has read past it.
 
-    Memory: the receive ring holds ``max(ring_size, record_size + 26)`` bytes (the announced
-    record size, at most ``max_record_size``: one largest record and the next header at
-    least), allocated when the first record byte arrives; plus the header buffer (the 62-byte
+    Memory: the receive ring holds at most ``max(ring_size, record_size + 26)`` bytes (the
+    announced record size, at most ``max_record_size``: one largest record and the next header
+    at least), allocated when the first record byte arrives, 4 KiB at first, grown with the
+    records that arrive, released once a message is read and shrunk after a small burst
+    (``ring.py``, "Memory that follows use"); plus the header buffer (the 62-byte
     fixed part, then the announced header and a channel's Finished, released once records
     start) and at most one input held by reference (the caller's own object, not a copy, unless the
     caller passed a mutable buffer whose rest did not fit).
@@ -207,7 +212,6 @@ class Opener:
         "_turn",
         "_unlocker",
         "_untaken",
-        "_views",
         "header",
         "max_record_size",
         "ring_size",
@@ -280,11 +284,6 @@ class Opener:
         self._record_wire = 0
         self._pt_pos = self._pt_end = 0
         self._final_length = -1  # plaintext bytes of the FINAL record, once it authenticated
-        # A small direct-mapped cache: ring position -> (position, ciphertext length, AAD view,
-        # ciphertext view, plaintext view). Records of one size land on the same few positions,
-        # so opening reuses views instead of slicing three new ones per record. Fixed size, so
-        # it never allocates as it fills; made with the ring (an unconfirmed peer has neither).
-        self._views: list[tuple[int, int, memoryview, memoryview, memoryview] | None] = []
 
     @property
     def phase(self) -> Phase:
@@ -518,7 +517,13 @@ class Opener:
             return memoryview(b"")
         if self._phase is _HEADER:
             return memoryview(self._header_buf)[self._header_got : self._header_need]
-        return (self._ring or self._get_ring()).writable()
+        ring = self._ring or self._get_ring()
+        head = ring.head
+        view = ring.writable()
+        if ring.head != head and self._record_wire:  # it grew and moved the current record
+            self._pt_pos += ring.head - head
+            self._pt_end += ring.head - head
+        return view
 
     def _commit(self, nbytes: int) -> None:  # noqa: C901 (the Opener restructure splits it)
         if self._phase is _FINAL:
@@ -552,8 +557,10 @@ class Opener:
         connection that never receives a record never holds one."""
         if self._ring is None:
             record_size = self.header.record_size if self.header is not None else self.max_record_size
-            self._ring = RecordRing(record_size, ring_capacity(record_size, self.ring_size))
-            self._views = [None] * _VIEW_SLOTS
+            # it starts small and grows with the records that arrive (ring.py: memory that
+            # follows use), so a connection that exchanges small messages holds a small ring
+            capacity = ring_capacity(record_size, self.ring_size)
+            self._ring = RecordRing(record_size, capacity, START_CAPACITY)
         return self._ring
 
     def _on_header_start(self) -> None:
@@ -993,7 +1000,7 @@ class Opener:
         if ring is not None and ring.complete:  # in the ring, opened in place
             pos = ring.head
             flags, length = _unpack_record_header(ring.buf, pos)
-            views = self._views[pos % _VIEW_SLOTS]
+            views = ring.views[pos % VIEW_SLOTS]
             if views is None or views[0] != pos or views[1] != length:
                 views = self._slice_views(ring, pos, length)
             aad, ciphertext, plaintext = views[2], views[3], views[4]
@@ -1039,7 +1046,7 @@ class Opener:
     def _reserve_plaintext(self, ring: RecordRing, length: int) -> memoryview:
         """Room for a held record's plaintext: the body of a slot the ring reserves for it."""
         pos = ring.reserve(RECORD_HEADER_SIZE + length)
-        views = self._views[pos % _VIEW_SLOTS]
+        views = ring.views[pos % VIEW_SLOTS]
         if views is None or views[0] != pos or views[1] != length:
             views = self._slice_views(ring, pos, length)
         return views[4]
@@ -1093,7 +1100,7 @@ class Opener:
         body = pos + RECORD_HEADER_SIZE
         end = body + length
         views = (pos, length, view[pos:body], view[body:end], view[body : end - TAG_SIZE])
-        self._views[pos % _VIEW_SLOTS] = views
+        ring.views[pos % VIEW_SLOTS] = views
         return views
 
     def _close_record(self) -> None:
@@ -1108,8 +1115,6 @@ class Opener:
             self._ring.clear()
         self._record_wire = 0
         self._pt_pos = self._pt_end = 0
-        if self._ring is not None:
-            self._views = [None] * _VIEW_SLOTS
 
     def _revoke(self) -> None:
         if self._lent is not None:
