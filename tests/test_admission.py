@@ -3,14 +3,17 @@ here. The same policy against real sockets under a flood: tests/hostile/test_adm
 
 from __future__ import annotations
 
+import errno
 import logging
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gcmstream
+from gcmstream._adapter import accept_retrying
 from gcmstream.admission import (
     DEFAULT_ADMISSION,
     FAILURE_LINES,
@@ -18,9 +21,11 @@ from gcmstream.admission import (
     Admission,
     AdmissionPolicy,
     admission_policy,
+    fit_to_descriptors,
     source_of,
 )
 from gcmstream.anyio_stream import SecureListener, create_tcp_listener
+from gcmstream.format import HEADER_FIXED_SIZE
 
 from .helpers import KEY
 
@@ -175,6 +180,133 @@ def test_a_replayed_header_evicts_only_the_oldest_verified() -> None:
     assert pending.waiting == 1  # 2 still waits: no verified one evicted it
     pending.verified(10)  # already evicted: nothing
     assert pending.verified_count == 2
+
+
+def test_one_that_sent_nothing_is_evicted_before_one_that_sent_part_of_its_header() -> None:
+    """Review 2026-12-04 finding 1: the victim is the oldest silent connection, then (only if none
+    is silent) the oldest that sent part of a header."""
+    pending, dropped = admission(AdmissionPolicy(start=3, full=3, per_source=None))
+    for connection in (1, 2, 3):
+        pending.admit(connection, A)
+    pending.received(1)  # the oldest has begun its header
+    pending.admit(4, A)
+    assert dropped == [2] and pending.silent == 2  # 3 and 4
+    pending.received(3)
+    pending.received(4)
+    pending.admit(5, A)  # 5 silent, but no room: the oldest partial goes, never the newcomer
+    assert dropped == [2, 1] and pending.waiting == 3
+
+
+def test_a_finished_connection_is_never_evicted() -> None:
+    """Review finding 7: once its Finished verified, a connection leaves the classes; a replay
+    flood that keeps `verified` full evicts other ones."""
+    pending, dropped = admission(AdmissionPolicy(start=1, full=1, verified=1, per_source=None))
+    pending.admit(1, A)
+    pending.verified(1)
+    pending.finished(1)
+    for replay in range(10, 20):
+        pending.admit(replay, A)
+        pending.verified(replay)
+    assert 1 not in dropped and len(dropped) == 9
+    assert pending.done(1) is True  # not evicted: the adapter runs its handler
+
+
+def test_one_evicted_but_not_yet_closed_whose_finished_arrives_is_kept() -> None:
+    """asyncio closes the evicted at the end of the loop pass, if ``evicted`` still says so: a
+    Finished read in that same pass rescues it (review finding 7)."""
+    pending, dropped = admission(AdmissionPolicy(start=1, full=1, verified=1, per_source=None))
+    pending.admit(1, A)
+    pending.verified(1)
+    pending.admit(2, A)
+    pending.verified(2)  # evicts 1
+    assert dropped == [1] and pending.evicted(1)
+    pending.finished(1)  # its Finished, read in the same pass
+    assert not pending.evicted(1) and pending.done(1) is True
+    pending.admit(3, A)
+    pending.verified(3)  # evicts 2, which stays evicted
+    assert pending.evicted(2) and pending.done(2) is False and not pending.evicted(2)
+
+
+def test_observe_reads_what_the_responders_opener_took() -> None:
+    """The one rule adapters call from their read path (asyncio's buffer_updated, anyio's
+    receive): nothing yet: silent; part of a header: partial; the header: verified; the
+    Finished: finished (never evicted)."""
+    pending, dropped = admission(AdmissionPolicy(start=1, full=1, verified=1, per_source=None))
+    client = gcmstream.Channel(KEY, role=gcmstream.Role.INITIATOR)
+    server = gcmstream.Channel(KEY, role=gcmstream.Role.RESPONDER)
+    first = client.initial_data()
+    pending.admit(1, A)
+    server.opener.receive_data(first[:HEADER_FIXED_SIZE])
+    pending.observe(1, server.opener)
+    assert pending.silent == 0 and pending.waiting == 1
+    server.opener.receive_data(first[HEADER_FIXED_SIZE:])
+    pending.observe(1, server.opener)
+    assert pending.verified_count == 1 and pending.waiting == 0
+    client.opener.receive_data(server.data_to_send())
+    server.opener.receive_data(client.data_to_send())
+    pending.observe(1, server.opener)
+    assert len(pending) == 0 and server.handshake_complete()
+    pending.admit(2, A)
+    pending.verified(2)  # would evict 1 if it still counted as verified
+    assert dropped == [] and pending.done(1) is True
+
+
+def test_the_default_budget_fits_in_half_the_descriptor_limit() -> None:
+    """Review finding 2: at the usual soft RLIMIT_NOFILE of 1,024 the defaults' full + verified
+    (1,536) would reach EMFILE; fitted, they take at most 512 and keep their shape."""
+    fitted = fit_to_descriptors(DEFAULT_ADMISSION, 1024)
+    assert fitted.full + fitted.verified <= 512
+    assert fitted.start <= fitted.full and fitted.rate == DEFAULT_ADMISSION.rate
+    assert abs(fitted.verified - 2 * fitted.full) <= 1  # the defaults' ratio (rounded down)
+    assert fitted.per_source is not None and 1 <= fitted.per_source < DEFAULT_ADMISSION.per_source  # type: ignore[operator]
+    assert fit_to_descriptors(DEFAULT_ADMISSION, 65536) is DEFAULT_ADMISSION  # it fits already
+    assert fit_to_descriptors(DEFAULT_ADMISSION, None) is DEFAULT_ADMISSION  # unknown (Windows)
+    tiny = fit_to_descriptors(DEFAULT_ADMISSION, 16)
+    assert min(tiny.start, tiny.full, tiny.verified) >= 1 and tiny.full + tiny.verified <= 8
+
+
+class FlakyListener:
+    """accept() fails with ``errors`` (in order), then returns "a connection"."""
+
+    def __init__(self, *errors: BaseException) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    async def accept(self) -> str:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "a connection"
+
+
+def emfile() -> OSError:
+    return OSError(errno.EMFILE, "Too many open files")
+
+
+def broken_by(cause: OSError) -> anyio.BrokenResourceError:
+    exc = anyio.BrokenResourceError()
+    exc.__cause__ = cause  # as anyio on trio raises it
+    return exc
+
+
+@pytest.mark.anyio
+async def test_an_accept_loop_survives_running_out_of_descriptors(caplog: pytest.LogCaptureFixture) -> None:
+    """Review finding 2: EMFILE/ENFILE (as anyio raises them on asyncio and on trio) pause the
+    accept loop; they do not end it. One warning, not one per attempt."""
+    listener = FlakyListener(emfile(), broken_by(emfile()), OSError(errno.ENFILE, "table full"))
+    with caplog.at_level(logging.WARNING, logger="gcmstream"):
+        with anyio.fail_after(5):
+            assert await accept_retrying(listener) == "a connection"
+    assert listener.calls == 4
+    assert len([r for r in caplog.records if "accept() failed" in r.getMessage()]) <= 1
+
+
+@pytest.mark.anyio
+async def test_an_accept_loop_still_ends_on_other_errors() -> None:
+    with pytest.raises(OSError, match="refused"):
+        await accept_retrying(FlakyListener(OSError(errno.ECONNREFUSED, "refused")))
+    with pytest.raises(anyio.BrokenResourceError):
+        await accept_retrying(FlakyListener(broken_by(OSError(errno.EBADF, "closed"))))
 
 
 def test_done_says_whether_the_admission_had_evicted_it() -> None:

@@ -74,7 +74,10 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from .opener import Opener
 
 __all__ = (
     "DEFAULT_ADMISSION",
@@ -84,6 +87,7 @@ __all__ = (
     "AdmissionPolicy",
     "admission_policy",
     "check_pending_limit",
+    "fit_to_descriptors",
     "source_of",
 )
 
@@ -162,6 +166,38 @@ class AdmissionPolicy:
 DEFAULT_ADMISSION = AdmissionPolicy()
 """The servers' default policy (module docstring: why these values)."""
 
+DESCRIPTOR_SHARE = 2
+"""A server's pending handshakes get at most 1/DESCRIPTOR_SHARE of its descriptor limit: the
+rest is for the connections it serves, its listening sockets and the process's own files."""
+
+
+def fit_to_descriptors(policy: AdmissionPolicy, soft_limit: int | None) -> AdmissionPolicy:
+    """``policy`` shrunk so that its pending sockets (``full + verified``) take at most half of
+    ``soft_limit`` descriptors (the soft ``RLIMIT_NOFILE``; None or below 16: unknown or
+    absurd, ``policy`` as is). Each of ``start``, ``full``, ``verified``, ``per_source`` is
+    scaled by the same factor (at least 1 each), so the policy keeps its shape. Beyond the
+    descriptor limit accept() fails with EMFILE for every later client, genuine or not (review
+    2026-12-04 finding 2: the defaults' 1,536 pending sockets against the usual limit of 1,024);
+    the servers call this on their default policy when they start."""
+    if soft_limit is None or soft_limit < 16:
+        return policy
+    budget = soft_limit // DESCRIPTOR_SHARE
+    if policy.full + policy.verified <= budget:
+        return policy
+
+    def scaled(value: int) -> int:
+        return max(1, value * budget // (policy.full + policy.verified))
+
+    per_source = None if policy.per_source is None else scaled(policy.per_source)
+    full = scaled(policy.full)
+    return AdmissionPolicy(
+        start=min(full, scaled(policy.start)),
+        rate=policy.rate,
+        full=full,
+        verified=scaled(policy.verified),
+        per_source=per_source,
+    )
+
 
 def admission_policy(
     admission: AdmissionPolicy | None, max_pending_handshakes: int | None
@@ -200,7 +236,11 @@ class Admission(Generic[T]):
     """The pending handshakes of one server under an :class:`AdmissionPolicy`.
 
     ``drop(connection)`` is called for each connection evicted (the adapter closes it; its
-    handshake then fails, and :meth:`done` says it was evicted). ``random`` returns a float in
+    handshake then fails, and :meth:`done` says it was evicted). An adapter whose reads are
+    callbacks (asyncio) may close it later, at the end of the loop pass, and only if
+    :meth:`evicted` still says so: a connection whose Finished is read in that same pass is
+    kept (:meth:`finished`), never cut after its handshake completed (review 2026-12-04
+    finding 7). ``random`` returns a float in
     [0, 1) and ``clock`` seconds; both are injected so that tests decide them."""
 
     def __init__(
@@ -217,9 +257,15 @@ class Admission(Generic[T]):
         self._drop = drop
         self._random = random
         self._clock = clock
-        # insertion order is age: the oldest first (waiting: since arrival; verified: since then)
-        self._waiting: dict[T, str | None] = {}
+        # insertion order is age: the oldest first. Waiting is two tables: ``_silent`` (nothing
+        # received yet, since arrival) is evicted before ``_partial`` (part of a header, since
+        # its first bytes); verified: since its header verified. ``_finished``: its Finished
+        # verified, never evicted, until ``done``.
+        self._silent: dict[T, str | None] = {}
+        self._partial: dict[T, str | None] = {}
         self._verified: dict[T, str | None] = {}
+        self._finished: set[T] = set()
+        self._evicted: set[T] = set()  # dropped, until ``done`` (or rescued by ``finished``)
         self._per_source: dict[str, int] = {}
         self.refused = 0  # newcomers refused: their source was at its cap
         self.evicted_waiting = 0
@@ -231,12 +277,18 @@ class Admission(Generic[T]):
         self._failures_muted = 0
 
     def __len__(self) -> int:
-        return len(self._waiting) + len(self._verified)
+        """Pending handshakes: waiting or verified (not those whose Finished arrived)."""
+        return len(self._silent) + len(self._partial) + len(self._verified)
 
     @property
     def waiting(self) -> int:
         """Connections whose header has not verified yet."""
-        return len(self._waiting)
+        return len(self._silent) + len(self._partial)
+
+    @property
+    def silent(self) -> int:
+        """Waiting connections that have received nothing yet (the first evicted)."""
+        return len(self._silent)
 
     @property
     def verified_count(self) -> int:
@@ -266,20 +318,70 @@ class Admission(Generic[T]):
             )
             self._report()
             return False
-        chance = policy.drop_probability(len(self._waiting))
+        chance = policy.drop_probability(self.waiting)
         if chance >= 1.0 or (chance > 0.0 and self._random() < chance):
-            self._evict(self._waiting)
+            self._evict(self._silent or self._partial)  # one that sent nothing first
             self.evicted_waiting += 1
             self._report()
-        self._waiting[connection] = source
+        self._silent[connection] = source
         if source is not None:
             self._per_source[source] = self._per_source.get(source, 0) + 1
         return True
 
+    def observe(self, connection: T, opener: Opener) -> None:
+        """The adapter's one report from the read path: bytes of the connection's handshake
+        arrived, and ``opener`` (the responder's) took them. Called where the bytes are read
+        (asyncio's ``buffer_updated``, anyio's receive), not once the answer is computed: under
+        a flood a verified header can wait a long time for the CPU, and must not count as
+        waiting meanwhile (review 2026-12-04 finding 1). A failed opener changes nothing (its
+        handshake ends, :meth:`done` follows)."""
+        if opener.failed:
+            return
+        if opener.record_layer is not None:  # its Finished verified: never evicted from now on
+            self.finished(connection)
+        elif opener.header is not None:
+            self.verified(connection)
+        else:
+            self.received(connection)
+
+    def received(self, connection: T) -> None:
+        """Part of the connection's header arrived: from now on it is evicted only after every
+        waiting connection that sent nothing. Nothing if it is not silent and pending."""
+        source = self._silent.pop(connection, _ABSENT)
+        if source is not _ABSENT:
+            self._partial[connection] = source  # type: ignore[assignment]  # not _ABSENT here
+
+    def finished(self, connection: T) -> None:
+        """The connection's Finished verified: its handshake completed, the admission never
+        evicts it (review 2026-12-04 finding 7); :meth:`done` still follows."""
+        if connection in self._evicted:  # evicted in this loop pass, not closed yet: kept
+            self._evicted.discard(connection)
+            self._finished.add(connection)
+            return
+        source = self._pop_pending(connection)
+        if source is _ABSENT:
+            return
+        self._release(source)  # type: ignore[arg-type]  # not _ABSENT here
+        self._finished.add(connection)
+
+    def evicted(self, connection: T) -> bool:
+        """True if the admission dropped the connection (and its Finished has not verified
+        since): an adapter that closes evicted connections late closes it now."""
+        return connection in self._evicted
+
+    def _pop_pending(self, connection: T) -> object:  # a source (str or None), or _ABSENT
+        for table in (self._silent, self._partial, self._verified):
+            source = table.pop(connection, _ABSENT)
+            if source is not _ABSENT:
+                return source
+        return _ABSENT
+
     def verified(self, connection: T) -> None:
         """The connection's header verified: from now on only another verified one can evict
-        it (the oldest first, beyond ``policy.verified``). Nothing if it is no longer pending."""
-        source = self._waiting.pop(connection, _ABSENT)
+        it (the oldest first, beyond ``policy.verified``). Nothing if it is no longer waiting."""
+        source = self._silent.pop(connection, _ABSENT)
+        if source is _ABSENT:
+            source = self._partial.pop(connection, _ABSENT)
         if source is _ABSENT:
             return
         if len(self._verified) >= self.policy.verified:
@@ -292,11 +394,15 @@ class Admission(Generic[T]):
         """The connection's handshake ended (completed or failed). True if it was pending;
         False if the admission had evicted it (or never admitted it): the adapter need not log
         its failure, the admission's report counts it."""
-        source = self._waiting.pop(connection, _ABSENT)
+        if connection in self._finished:
+            self._finished.discard(connection)
+            return True
+        if connection in self._evicted:
+            self._evicted.discard(connection)
+            return False
+        source = self._pop_pending(connection)
         if source is _ABSENT:
-            source = self._verified.pop(connection, _ABSENT)
-            if source is _ABSENT:
-                return False
+            return False
         self._release(source)  # type: ignore[arg-type]  # not _ABSENT here
         return True
 
@@ -333,12 +439,13 @@ class Admission(Generic[T]):
         victim = next(iter(table))
         self._release(table.pop(victim))
         logger.debug(
-            "dropped a pending handshake (%d waiting, %d verified)", len(self._waiting), len(self._verified)
+            "dropped a pending handshake (%d waiting, %d verified)", self.waiting, len(self._verified)
         )
+        self._evicted.add(victim)
         self._drop(victim)
 
     def _counts(self) -> tuple[int, int]:
-        return len(self._waiting), len(self._verified)
+        return self.waiting, len(self._verified)
 
     def _report(self) -> None:
         """One warning per REPORT_INTERVAL at most, with what was shed since the last one."""

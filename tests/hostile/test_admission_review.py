@@ -48,12 +48,6 @@ HOST = "127.0.0.1"
 
 
 @pytest.mark.asyncio
-@pytest.mark.xfail(
-    strict=True,
-    reason="review finding 1: the admission learns 'verified' only when the handshake task has "
-    "computed and sent its answer, so a client whose whole first flight arrived (its header "
-    "verified in the opener) is still 'waiting' and a silent newcomer evicts it",
-)
 async def test_a_client_whose_first_flight_arrived_is_not_evicted_by_a_silent_newcomer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -391,12 +385,6 @@ def _answer(sock: socket.socket, channel: gcmstream.Channel) -> bytes:
 
 
 @pytest.mark.asyncio
-@pytest.mark.xfail(
-    strict=True,
-    reason="review finding 7: a replayed header that verifies evicts the oldest verified "
-    "connection even when its Finished has arrived: its handshake completes, the transport is "
-    "aborted, and start_server still runs client_connected_cb on it",
-)
 async def test_a_completed_handshake_is_never_aborted_by_the_admission() -> None:
     transports_closing_at_the_handler: list[bool] = []
 
