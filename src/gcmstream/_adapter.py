@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from .admission import DEFAULT_ADMISSION, REPORT_INTERVAL, AdmissionPolicy, fit_to_descriptors
 from .codec import Channel, Opener, Sealer
@@ -141,6 +142,9 @@ async def _exchange(
         await receive_more()
         if on_handshake_input is not None:  # at once: computing the answer takes a while
             on_handshake_input(channel.opener)
+        # an admission that evicted this connection cancelled it: do not compute an answer
+        # (0.83 ms of CPU, issue 24) that nobody will read; under a flood that waste grows
+        await anyio.lowlevel.checkpoint_if_cancelled()
 
 
 def describe_handshake_failure(

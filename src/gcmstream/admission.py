@@ -166,22 +166,24 @@ class AdmissionPolicy:
 DEFAULT_ADMISSION = AdmissionPolicy()
 """The servers' default policy (module docstring: why these values)."""
 
-DESCRIPTOR_SHARE = 2
-"""A server's pending handshakes get at most 1/DESCRIPTOR_SHARE of its descriptor limit: the
-rest is for the connections it serves, its listening sockets and the process's own files."""
+DESCRIPTOR_RESERVE = 4
+"""A server's pending handshakes leave 1/DESCRIPTOR_RESERVE of its descriptor limit (at least
+64) to the connections it serves, its listening sockets and the process's own files."""
 
 
 def fit_to_descriptors(policy: AdmissionPolicy, soft_limit: int | None) -> AdmissionPolicy:
-    """``policy`` shrunk so that its pending sockets (``full + verified``) take at most half of
-    ``soft_limit`` descriptors (the soft ``RLIMIT_NOFILE``; None or below 16: unknown or
-    absurd, ``policy`` as is). Each of ``start``, ``full``, ``verified``, ``per_source`` is
-    scaled by the same factor (at least 1 each), so the policy keeps its shape. Beyond the
-    descriptor limit accept() fails with EMFILE for every later client, genuine or not (review
-    2026-12-04 finding 2: the defaults' 1,536 pending sockets against the usual limit of 1,024);
-    the servers call this on their default policy when they start."""
-    if soft_limit is None or soft_limit < 16:
+    """``policy`` shrunk so that its pending sockets (``full + verified``) leave a quarter of
+    ``soft_limit`` descriptors (the soft ``RLIMIT_NOFILE``), at least 64, to everything else;
+    ``policy`` as is if it fits, or if ``soft_limit`` is None (unknown) or below 128 (too few
+    to share). ``start``, ``full``, ``verified`` and ``per_source`` are scaled by the same
+    factor (at least 1 each), so the policy keeps its shape. Past the descriptor limit accept()
+    fails with EMFILE for every later client, genuine or not (review 2026-12-04 finding 2: the
+    defaults' 1,536 pending sockets against the usual limit of 1,024); the servers call this
+    on their default policy when they start, and their accept loops survive EMFILE when the
+    served connections take the rest."""
+    if soft_limit is None or soft_limit < 128:
         return policy
-    budget = soft_limit // DESCRIPTOR_SHARE
+    budget = soft_limit - max(64, soft_limit // DESCRIPTOR_RESERVE)
     if policy.full + policy.verified <= budget:
         return policy
 

@@ -576,6 +576,7 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         # a server's admission, told what arrived as soon as it was read (here, not a loop
         # pass later in the handshake's task: under a flood each pass admits ~100 newcomers)
         self.on_handshake_input: Callable[[Opener], object] | None = None
+        self.handshake_task: asyncio.Task[None] | None = None  # a server's, cancelled on eviction
         self._scratch: memoryview | None = None
         self._into_scratch = False
         self._loop = loop
@@ -867,6 +868,9 @@ def _admission(loop: asyncio.AbstractEventLoop, policy: AdmissionPolicy) -> Admi
     def abort_if_evicted(transport: asyncio.Transport) -> None:
         if pending.evicted(transport):
             transport.abort()
+            task = transport.get_protocol().handshake_task  # type: ignore[attr-defined]
+            if task is not None:
+                task.cancel()  # it computes no answer for a connection it no longer has
 
     pending: Admission[asyncio.Transport] = Admission(
         server_admission(policy), lambda transport: loop.call_soon(abort_if_evicted, transport)
@@ -966,7 +970,7 @@ async def start_server(
             transport.abort()  # refused (its source is at its cap): no task, no handshake
             return
         protocol.on_handshake_input = lambda opener: pending.observe(transport, opener)
-        task = loop.create_task(serve_one(protocol))
+        task = protocol.handshake_task = loop.create_task(serve_one(protocol))
         tasks.add(task)  # keep a reference until done
         task.add_done_callback(tasks.discard)
 
