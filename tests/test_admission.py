@@ -251,7 +251,7 @@ def test_observe_reads_what_the_responders_opener_took() -> None:
     assert dropped == [] and pending.done(1) is True
 
 
-def test_the_default_budget_fits_in_half_the_descriptor_limit() -> None:
+def test_the_default_budget_leaves_a_quarter_of_the_descriptor_limit() -> None:
     """Review finding 2: at the usual soft RLIMIT_NOFILE of 1,024 the defaults' full + verified
     (1,536) would reach EMFILE; fitted, they leave a quarter free and keep their shape."""
     fitted = fit_to_descriptors(DEFAULT_ADMISSION, 1024)
@@ -333,6 +333,20 @@ def test_a_source_at_its_cap_is_refused_once_start_are_pending() -> None:
         pending.done(connection)  # A back to 1 pending
     assert pending.admit(8, A)
     assert pending.pending_from(A) == 2 and pending.pending_from(B) == 2
+
+
+def test_one_address_alone_holds_start_slots_then_per_source() -> None:
+    """What SECURITY.md states (review 2026-12-04 finding 6): the cap binds once ``start`` are
+    pending, so one address alone holds ``start`` slots; once others fill the rest, a newcomer
+    of a source at ``per_source`` is refused."""
+    policy = AdmissionPolicy(start=8, rate=0, full=32, per_source=2)
+    pending, dropped = admission(policy)
+    for connection in range(100):  # bounded: one address, connections that never finish
+        pending.admit(connection, A)
+    assert pending.pending_from(A) == policy.start and pending.refused == 100 - policy.start
+    assert pending.admit(1000, B) and pending.admit(1001, B)
+    assert not pending.admit(1002, B)  # 10 pending >= start: B is at its cap of 2
+    assert dropped == []
 
 
 def test_an_evicted_or_finished_connection_gives_its_sources_slot_back() -> None:

@@ -3,21 +3,26 @@
 Sans-IO (no awaits, no loop; randomness and the clock are injected), one copy for every server
 path: the asyncio server (``start_server``), the anyio listener (``SecureListener.serve``) and
 ``gcmstream listen``. The adapter tells :class:`Admission` when a connection arrives
-(:meth:`~Admission.admit`), when its header verified (:meth:`~Admission.verified`) and when its
-handshake ended (:meth:`~Admission.done`); the admission drops a connection through the callback
-the adapter gives (abort a transport, cancel a scope).
+(:meth:`~Admission.admit`), what its handshake's bytes gave each time they were read
+(:meth:`~Admission.observe`: part of a header, a verified header, a verified Finished) and when
+its handshake ended (:meth:`~Admission.done`); the admission drops a connection through the
+callback the adapter gives (abort a transport and cancel its task, cancel a scope).
 
 An unauthenticated peer costs a server a socket and a few KiB until its handshake completes or
 times out, and a keyless flood can send as many such peers as the server accepts. The rule,
 :class:`AdmissionPolicy`, keeps a newcomer's chance bounded below whatever the flood does:
 
 - **Two classes.** A connection is *waiting* until the initiator's header verified (it sent
-  nothing, or part of a header), then *verified* until its Finished arrives (one round trip).
-  Each class has its own budget (``full``, ``verified``), and a connection is only ever
-  evicted by one of its own class: one that sent nothing never evicts one whose header
-  verified. A replayed recorded header verifies too (docs/FORMAT.md 5.2: only the Finished
-  proves the key), so the verified class is bounded and evicts its own oldest: a genuine client
-  answers within one round trip, so the oldest verified one is the likeliest replay.
+  nothing, or part of a header), then *verified* until its Finished verifies (one round trip);
+  then it is no longer pending and is never evicted. Each class has its own budget (``full``,
+  ``verified``), and a connection is only ever evicted by one of its own class: one that sent
+  nothing never evicts one whose header verified. The class follows what was read, at once
+  (asyncio's ``buffer_updated``, anyio's receive), not how far the server has got: a header
+  that waits for the CPU to be answered is verified already. Among the waiting, one that has
+  received nothing is evicted before one that has received part of a header. A replayed
+  recorded header verifies too (docs/FORMAT.md 5.2: only the Finished proves the key), so
+  the verified class is bounded and evicts its own oldest: a genuine client answers within
+  one round trip, so the oldest verified one is the likeliest replay.
 - **Random early drop, as OpenSSH's ``MaxStartups start:rate:full``.** With ``start`` or more
   waiting, a newcomer causes a drop with probability ``rate`` percent, rising linearly to 100 %
   at ``full`` (sshd_config(5)). What is dropped differs from OpenSSH on purpose: not the
@@ -29,13 +34,19 @@ times out, and a keyless flood can send as many such peers as the server accepts
   its header, which a genuine client sends with its first packet.
 - **A per-source cap.** Once ``start`` handshakes are pending, a source address (IPv4 address;
   IPv6 /64, the block one host is usually given) with ``per_source`` pending gets no more: its
-  newcomers are refused (closed at once), as OpenSSH's ``PerSourceMaxStartups``. An attacker
-  with one address then holds at most that many slots; below ``start`` nothing is refused, so a
-  burst from one host (a test, a benchmark, a proxy) is served while the server is not under
-  pressure. A client that shares its address with an attacker shares its cap.
+  newcomers are refused (closed at once), as OpenSSH's ``PerSourceMaxStartups``. Below
+  ``start`` nothing is refused, so a burst from one host (a test, a benchmark, a proxy) is
+  served while the server is not under pressure; an attacker alone with one address therefore
+  holds up to ``start`` slots, and ``per_source`` once other sources fill the rest (review
+  2026-12-04 finding 6). A client that shares its address (NAT, the same IPv6 /64) with an
+  attacker shares its cap, and an attacker with many addresses (an IPv6 /48 has 65,536 /64s)
+  is not bounded by it.
 
 Defaults (``AdmissionPolicy()``): ``start=256, rate=30, full=512, verified=1024,
-per_source=64``, each measured with tests/hostile/test_admission_flood.py (1,000 keyless
+per_source=64``, shrunk when a server starts to fit its descriptor limit
+(:func:`fit_to_descriptors`: pending sockets leave a quarter of the soft ``RLIMIT_NOFILE``, at
+least 64, to everything else; at the usual 1,024: ``start=128, full=256, verified=512,
+per_source=32``), each measured with tests/hostile/test_admission_flood.py (1,000 keyless
 connections reconnecting as fast as one attacker process can, silent or replaying a recorded
 header, from one address or from 250; 50 clients, each within 5 s; the figures and the command
 are in SECURITY.md "Denial of service"):
