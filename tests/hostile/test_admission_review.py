@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -43,6 +44,14 @@ from .test_admission_flood import (
 )
 
 HOST = "127.0.0.1"
+
+# The floods that measure the review's figures (10-20 s of two processes' CPU each) run only on
+# request: `GCMSTREAM_REVIEW_FLOODS=1 pytest -s tests/hostile/test_admission_review.py`. What
+# they found is guarded in every run by the deterministic tests here and in
+# tests/test_admission.py (docs/review-2026-12-04-admission.md, "Status after fixes").
+review_flood = pytest.mark.skipif(
+    not os.environ.get("GCMSTREAM_REVIEW_FLOODS"), reason="a review flood: GCMSTREAM_REVIEW_FLOODS=1 runs it"
+)
 
 # -- finding 1: a header that arrived (and verified) is evicted by a connection that sent nothing
 
@@ -180,12 +189,14 @@ def answered_flood(
         process.wait(10)
 
 
+@review_flood
 @pytest.mark.slow  # about 10 s
 @pytest.mark.timeout(120)
 @pytest.mark.xfail(
-    strict=True,
-    reason="review finding 1: 1,000 replaying connections that leave once answered keep "
-    "asyncio's start_server to 0-15 of 50 (issue 24.3 asks >= 45)",
+    strict=False,  # load-dependent: 40 of 50 after the fixes in one run (the status section)
+    reason="review finding 1 (remains in part): 1,000 replaying connections that leave once "
+    "answered kept asyncio's start_server to 0-15 of 50, 40 after the fixes (issue 24.3 asks >= 45): "
+    "each replay costs a responder half, which the admission does not bound per source",
 )
 def test_a_replay_flood_that_leaves_once_answered_keeps_at_most_5_of_50_out(tmp_path: Path) -> None:
     raise_fd_limit(4096)
@@ -203,13 +214,15 @@ def test_a_replay_flood_that_leaves_once_answered_keeps_at_most_5_of_50_out(tmp_
 # -- finding 3: a silent flood that hangs up at once ---------------------------------------------
 
 
+@review_flood
 @pytest.mark.slow  # about 10 s each
 @pytest.mark.timeout(120)
 @pytest.mark.xfail(
-    strict=True,
-    reason="review finding 3: 1,000 keyless connections that connect and hang up at once (silent) "
-    "keep the anyio listener to 0 of 50 on asyncio and trio: each costs an accept and a WARNING "
-    "line, the accept queue holds the legitimate client behind thousands of them",
+    strict=False,  # load-dependent: 50 of 50 at a load average of 3-4, on main's code too
+    reason="review finding 3 (remains, load-dependent): 1,000 keyless connections that connect "
+    "and hang up at once (silent) keep the anyio listener to 0 of 50 on asyncio and trio: each "
+    "costs an accept and a WARNING line, the accept queue holds the legitimate client behind "
+    "thousands of them",
 )
 @pytest.mark.parametrize("backend", ["anyio-asyncio", "anyio-trio"])
 def test_a_connect_and_hang_up_flood_keeps_at_most_5_of_50_out(backend: str, tmp_path: Path) -> None:
@@ -236,15 +249,24 @@ SERVE_AT_1024 = (
 )
 
 
+@review_flood
 @pytest.mark.slow  # about 10 s each
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(
-    strict=True,
-    reason="review finding 2: full + verified = 1,280 pending sockets > a soft RLIMIT_NOFILE "
-    "of 1024; 1,200 replaying connections end SecureListener.serve() with EMFILE (anyio) "
-    "or pause accept() with a traceback per attempt (asyncio): 0-9 of 50 served",
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param(
+            "asyncio",
+            marks=pytest.mark.xfail(
+                strict=False,  # 38 and 41 of 50 after the fixes (no EMFILE): load-dependent
+                reason="review finding 1 at the fitted budget (256 waiting, 512 verified): 1,200 "
+                "replays held keep the verified class churning faster than asyncio answers",
+            ),
+        ),
+        "anyio-asyncio",
+        "anyio-trio",
+    ],
 )
-@pytest.mark.parametrize("backend", ["asyncio", "anyio-asyncio", "anyio-trio"])
 def test_a_replay_flood_at_the_usual_descriptor_limit_keeps_the_server_serving(
     backend: str, tmp_path: Path
 ) -> None:
@@ -278,13 +300,9 @@ def test_a_replay_flood_at_the_usual_descriptor_limit_keeps_the_server_serving(
     assert served >= SERVED
 
 
+@review_flood
 @pytest.mark.slow  # about 10 s
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(
-    strict=True,
-    reason="review finding 2: gcmstream listen at a soft RLIMIT_NOFILE of 1024 exits with "
-    "'Too many open files' (exit 6) under 1,200 replaying connections",
-)
 def test_listen_at_the_usual_descriptor_limit_survives_a_replay_flood(tmp_path: Path) -> None:
     raise_fd_limit(4096)
     keyfile = tmp_path / "key"
@@ -315,6 +333,117 @@ def test_listen_at_the_usual_descriptor_limit_survives_a_replay_flood(tmp_path: 
             process.wait()
     assert b"Too many open files" not in err, err[-500:]
     assert took is not None and out == b"ping" and process.returncode == 0
+
+
+# The same finding, cheap and deterministic (the regression guards that run in `make test`): a
+# descriptor limit so low that 150 silent connections exhaust it, then they leave and a genuine
+# client must be served. Before the fix the anyio listener's serve() ended at the first EMFILE
+# (trio: BrokenResourceError from it; asyncio: the OSError) and `listen` exited 6.
+
+LOW_LIMIT_LISTENER = r"""
+import logging, resource, sys
+import anyio
+from anyio.abc import SocketAttribute
+import gcmstream
+from gcmstream import AdmissionPolicy
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+async def echo(stream):
+    async with stream:
+        await stream.send(await stream.receive())
+
+async def main():
+    # a policy larger than the limit, given explicitly: kept (with a warning), so EMFILE comes
+    big = AdmissionPolicy(start=500, full=500, verified=500, per_source=None)
+    listener = await gcmstream.create_tcp_listener(
+        key=bytes(range(16)), local_host="127.0.0.1", admission=big
+    )
+    print(listener.extra(SocketAttribute.local_port), flush=True)
+    await listener.serve(echo)
+
+anyio.run(main, backend=sys.argv[1])
+"""
+
+
+def _silent_crowd(port: int, count: int) -> list[socket.socket]:
+    crowd = []
+    for _ in range(count):  # bounded
+        sock = socket.socket()
+        sock.settimeout(2.0)
+        sock.connect((HOST, port))
+        crowd.append(sock)
+    return crowd
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_anyio_listener_serves_again_after_running_out_of_descriptors(backend: str) -> None:
+    server = subprocess.Popen(
+        [sys.executable, "-c", LOW_LIMIT_LISTENER, backend],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        crowd = _silent_crowd(port, 150)  # more than the 64 descriptors the server may open
+        time.sleep(0.5)  # it accepts until EMFILE
+        for sock in crowd:
+            sock.close()
+        took = asyncio.run(asyncio.wait_for(_echo_once(port), 10))
+        assert server.poll() is None, "the listener ended"
+    finally:
+        server.kill()
+        _, err = server.communicate(timeout=10)
+    assert b"accept() failed" in err, err[-1000:]  # it did run out, and said so once
+    assert err.count(b"accept() failed") == 1
+    assert took is not None
+
+
+async def _echo_once(port: int) -> float | None:
+    start = time.monotonic()
+    stream = await gcmstream.anyio_stream.connect_tcp("127.0.0.1", port, key=KEY)
+    async with stream:
+        await stream.send(b"ping")
+        if await stream.receive() != b"ping":
+            return None
+    return time.monotonic() - start
+
+
+@pytest.mark.timeout(60)
+def test_listen_takes_its_peer_after_running_out_of_descriptors(tmp_path: Path) -> None:
+    keyfile = tmp_path / "key"
+    write_key_file(keyfile, KEY)
+    port = free_port()
+
+    def at_48() -> None:  # below 128 the policy is not fitted: 150 silent peers exhaust it
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (48, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "listen", f"{HOST}:{port}", "-k", str(keyfile)],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=at_48,  # (a fork-safe setrlimit: no thread runs in this test)
+    )
+    try:
+        wait_listening(process)
+        crowd = _silent_crowd(port, 150)
+        time.sleep(0.5)
+        for sock in crowd:
+            sock.close()
+        took = asyncio.run(one_listen_peer(port))
+        out, err = process.communicate(timeout=10)
+    finally:
+        process.kill()
+        process.wait()
+    assert b"accept() failed" in err, err[-1000:]
+    assert took is not None and out == b"ping" and process.returncode == 0, err[-1000:]
 
 
 # -- finding 4: one warning per keyless connection ----------------------------------------------
