@@ -77,6 +77,7 @@ TOP_LEVEL_MODULES: dict[str, set[str]] = {
         "Admission",
         "admission_policy",
         "check_pending_limit",
+        "fit_to_descriptors",
         "source_of",
     },
     "gcmstream.aio": set(),
