@@ -3,17 +3,14 @@ here. The same policy against real sockets under a flood: tests/hostile/test_adm
 
 from __future__ import annotations
 
-import errno
 import logging
 from typing import Any
 
-import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gcmstream
-from gcmstream._adapter import accept_retrying
 from gcmstream.admission import (
     DEFAULT_ADMISSION,
     FAILURE_LINES,
@@ -264,50 +261,6 @@ def test_the_default_budget_leaves_a_quarter_of_the_descriptor_limit() -> None:
     small = fit_to_descriptors(DEFAULT_ADMISSION, 128)
     assert min(small.start, small.full, small.verified) >= 1 and small.full + small.verified <= 64
     assert fit_to_descriptors(DEFAULT_ADMISSION, 100) is DEFAULT_ADMISSION  # too few to share
-
-
-class FlakyListener:
-    """accept() fails with ``errors`` (in order), then returns "a connection"."""
-
-    def __init__(self, *errors: BaseException) -> None:
-        self.errors = list(errors)
-        self.calls = 0
-
-    async def accept(self) -> str:
-        self.calls += 1
-        if self.errors:
-            raise self.errors.pop(0)
-        return "a connection"
-
-
-def emfile() -> OSError:
-    return OSError(errno.EMFILE, "Too many open files")
-
-
-def broken_by(cause: OSError) -> anyio.BrokenResourceError:
-    exc = anyio.BrokenResourceError()
-    exc.__cause__ = cause  # as anyio on trio raises it
-    return exc
-
-
-@pytest.mark.anyio
-async def test_an_accept_loop_survives_running_out_of_descriptors(caplog: pytest.LogCaptureFixture) -> None:
-    """Review finding 2: EMFILE/ENFILE (as anyio raises them on asyncio and on trio) pause the
-    accept loop; they do not end it. One warning, not one per attempt."""
-    listener = FlakyListener(emfile(), broken_by(emfile()), OSError(errno.ENFILE, "table full"))
-    with caplog.at_level(logging.WARNING, logger="gcmstream"):
-        with anyio.fail_after(5):
-            assert await accept_retrying(listener) == "a connection"
-    assert listener.calls == 4
-    assert len([r for r in caplog.records if "accept() failed" in r.getMessage()]) <= 1
-
-
-@pytest.mark.anyio
-async def test_an_accept_loop_still_ends_on_other_errors() -> None:
-    with pytest.raises(OSError, match="refused"):
-        await accept_retrying(FlakyListener(OSError(errno.ECONNREFUSED, "refused")))
-    with pytest.raises(anyio.BrokenResourceError):
-        await accept_retrying(FlakyListener(broken_by(OSError(errno.EBADF, "closed"))))
 
 
 def test_done_says_whether_the_admission_had_evicted_it() -> None:

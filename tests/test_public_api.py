@@ -75,6 +75,7 @@ TOP_LEVEL_MODULES: dict[str, set[str]] = {
         "FAILURE_LINES",
         "REPORT_INTERVAL",
         "Admission",
+        "HandshakeInput",
         "admission_policy",
         "check_pending_limit",
         "fit_to_descriptors",

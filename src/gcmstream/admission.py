@@ -85,10 +85,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
-
-if TYPE_CHECKING:
-    from .opener import Opener
+from typing import Generic, Protocol, TypeVar
 
 __all__ = (
     "DEFAULT_ADMISSION",
@@ -96,6 +93,7 @@ __all__ = (
     "REPORT_INTERVAL",
     "Admission",
     "AdmissionPolicy",
+    "HandshakeInput",
     "admission_policy",
     "check_pending_limit",
     "fit_to_descriptors",
@@ -112,6 +110,20 @@ FAILURE_LINES = 100
 ``REPORT_INTERVAL``; the rest go at debug level, their count in the next warning."""
 
 T = TypeVar("T")
+
+
+class HandshakeInput(Protocol):
+    """What :meth:`Admission.observe` reads of a responder's opener (``gcmstream.Opener``;
+    a protocol here, so that this module imports nothing of gcmstream)."""
+
+    @property
+    def failed(self) -> bool: ...  # the handshake failed: its end follows
+    @property
+    def header(self) -> object | None: ...  # the initiator's header verified
+    @property
+    def record_layer(self) -> object | None: ...  # its Finished verified too
+
+
 _ABSENT = object()
 
 
@@ -341,7 +353,7 @@ class Admission(Generic[T]):
             self._per_source[source] = self._per_source.get(source, 0) + 1
         return True
 
-    def observe(self, connection: T, opener: Opener) -> None:
+    def observe(self, connection: T, opener: HandshakeInput) -> None:
         """The adapter's one report from the read path: bytes of the connection's handshake
         arrived, and ``opener`` (the responder's) took them. Called where the bytes are read
         (asyncio's ``buffer_updated``, anyio's receive), not once the answer is computed: under
