@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import logging
 import math
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -89,8 +90,9 @@ async def handshake(
     """Run the channel handshake within ``time_limit`` seconds (None: no limit). On any failure
     (the peer's header, a timeout, a lost connection, a cancellation) the connection is closed
     at once with ``abort`` and the error re-raised: a half-made connection is never handed on.
-    ``on_handshake_input`` is called with the channel's opener after each read (a server's
-    admission learns there what the peer sent: ``Admission.observe``).
+    ``on_handshake_input`` is called with the channel's opener after each read (the end of
+    the input included: the handshake then ends at once), before any answer is computed: a
+    server's admission learns there what the peer sent (``Admission.observe``).
 
     What the channel has to send (``data_to_send()``) is sent before the next read: the
     handshake's messages alternate, so this completes over a transport without buffering
@@ -262,10 +264,25 @@ _exhausted_logged_at = -math.inf  # process-wide: the descriptor limit is the pr
 
 
 def _out_of_resources(exc: BaseException) -> bool:
-    # anyio on asyncio raises the OSError; on trio, BrokenResourceError from it
+    # anyio on asyncio raises the OSError; on trio, BrokenResourceError from it; a MultiListener,
+    # a group of them
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_out_of_resources(each) for each in exc.exceptions)
     if isinstance(exc, anyio.BrokenResourceError):
         exc = exc.__cause__ or exc
     return isinstance(exc, OSError) and exc.errno in _OUT_OF_RESOURCES
+
+
+def _say_exhausted(exc: BaseException) -> None:
+    """A warning at most every ``REPORT_INTERVAL`` seconds (process-wide, as the limit is)."""
+    global _exhausted_logged_at
+    now = time.monotonic()  # (not the loop's clock: trio's has a random offset, this is global)
+    if now - _exhausted_logged_at >= REPORT_INTERVAL:
+        _exhausted_logged_at = now
+        while isinstance(exc, BaseExceptionGroup):
+            exc = exc.exceptions[0]
+        cause = exc.__cause__ if isinstance(exc, anyio.BrokenResourceError) else exc
+        logger.warning("accept() failed (%s); retrying every %g s", cause, ACCEPT_RETRY_DELAY)
 
 
 async def accept_retrying(listener: Any) -> Any:
@@ -273,38 +290,31 @@ async def accept_retrying(listener: Any) -> Any:
     descriptors or memory (a warning at most every ``REPORT_INTERVAL`` seconds): the server
     goes on once connections close, instead of ending (review 2026-12-04 finding 2). Any other
     failure propagates."""
-    global _exhausted_logged_at
     while True:
         try:
             return await listener.accept()
         except (OSError, anyio.BrokenResourceError) as exc:
             if not _out_of_resources(exc):
                 raise
-            now = anyio.current_time()
-            if now - _exhausted_logged_at >= REPORT_INTERVAL:
-                _exhausted_logged_at = now
-                cause = exc.__cause__ if isinstance(exc, anyio.BrokenResourceError) else exc
-                logger.warning("accept() failed (%s); retrying every %g s", cause, ACCEPT_RETRY_DELAY)
+            _say_exhausted(exc)
         await anyio.sleep(ACCEPT_RETRY_DELAY)
 
 
 async def serve_retrying(
     listener: Any, handler: Callable[[Any], Awaitable[object]], task_group: Any | None
 ) -> None:
-    """``listener.serve(handler, task_group)`` with :func:`accept_retrying` as its accept loop
-    for a socket listener or a MultiListener of them (``create_tcp_listener``'s); any other
-    anyio listener serves as it does."""
-    subs = getattr(listener, "listeners", [listener])
-    if not all(hasattr(sub, "accept") for sub in subs):
-        await listener.serve(handler, task_group)
-        return
-
-    async def accepting(sub: Any, handlers: Any) -> None:
-        while True:
-            stream = await accept_retrying(sub)
-            handlers.start_soon(handler, stream)
-
+    """``listener.serve(handler, task_group)``, served again after ``ACCEPT_RETRY_DELAY`` when
+    it ended for want of descriptors or memory, as :func:`accept_retrying` (anyio's ``serve()``
+    ends there). The handlers run in ``task_group`` or in one of this call's, which outlives
+    the restarts: a connection being served is not waited for before accepting again."""
     async with anyio.create_task_group() as own:
         handlers = own if task_group is None else task_group
-        for sub in subs:
-            own.start_soon(accepting, sub, handlers)
+        while True:
+            try:
+                await listener.serve(handler, handlers)
+                return
+            except BaseException as exc:  # (a MultiListener's is a group)
+                if not _out_of_resources(exc):
+                    raise
+                _say_exhausted(exc)
+            await anyio.sleep(ACCEPT_RETRY_DELAY)

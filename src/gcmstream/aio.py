@@ -878,6 +878,27 @@ def _admission(loop: asyncio.AbstractEventLoop, policy: AdmissionPolicy) -> Admi
     return pending
 
 
+async def _admitted_handshake(
+    protocol: _ChannelProtocol, pending: Admission[asyncio.Transport], time_limit: float | None
+) -> bool:
+    """The handshake of a connection ``pending`` holds: True if it completed and was not
+    evicted (an evicted one's transport is aborted: no handler runs on it). A failure is
+    logged (at debug level past the admission's quota), an evicted one not at all (the
+    admission's report counts it)."""
+    transport = protocol.connected_transport()
+    try:
+        await protocol.handshake(time_limit)
+    except Exception as exc:  # the transport is aborted already; cancellations propagate
+        if pending.done(transport):
+            level = logging.WARNING if pending.failure_logged() else logging.DEBUG
+            describe_handshake_failure(exc, transport.get_extra_info("peername"), time_limit, level)
+        return False
+    except BaseException:  # cancelled (an evicted one too)
+        pending.done(transport)
+        raise
+    return pending.done(transport)
+
+
 async def start_server(
     client_connected_cb: ClientConnectedCallback,
     host: str | None = None,
@@ -933,18 +954,7 @@ async def start_server(
     async def serve_one(protocol: _ChannelProtocol) -> None:
         transport = protocol.connected_transport()
         peer = transport.get_extra_info("peername")
-        failure: Exception | None = None
-        try:
-            await protocol.handshake(handshake_timeout)
-        except Exception as exc:  # the transport is aborted already; cancellations propagate
-            failure = exc
-        finally:
-            kept = pending.done(transport)  # False: evicted (the admission's report counts it)
-        if not kept:  # its transport aborted: no handler runs on it, nothing logged
-            return
-        if failure is not None:
-            level = logging.WARNING if pending.failure_logged() else logging.DEBUG
-            describe_handshake_failure(failure, peer, handshake_timeout, level)
+        if not await _admitted_handshake(protocol, pending, handshake_timeout):
             return
         protocol.watch_idle(idle_timeout)
         reader, writer = protocol.streams()
