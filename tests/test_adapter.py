@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import logging
 import os
 import socket
@@ -21,6 +22,7 @@ import anyio
 import pytest
 
 import gcmstream
+from gcmstream._adapter import accept_retrying
 from gcmstream.anyio_stream import SecureStream, connect_tcp, create_tcp_listener
 
 KEY = os.urandom(16)  # random: any trace of it in a log is a leak, not a coincidence
@@ -217,3 +219,50 @@ async def test_the_peers_error_wins_over_a_failed_send() -> None:
     with pytest.raises(gcmstream.HandshakeError, match="key confirmation failed"):
         await handshake(responder, record, _nothing_more, time_limit=5, abort=_abort)
     assert len(b"".join(sent)) == handshake_sizes(KeyExchange.MLKEM768_X25519)[1]
+
+
+# -- accept loops that survive running out of descriptors (review 2026-12-04 finding 2) ---------
+
+
+class FlakyListener:
+    """accept() fails with ``errors`` (in order), then returns "a connection"."""
+
+    def __init__(self, *errors: BaseException) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    async def accept(self) -> str:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "a connection"
+
+
+def emfile() -> OSError:
+    return OSError(errno.EMFILE, "Too many open files")
+
+
+def broken_by(cause: OSError) -> anyio.BrokenResourceError:
+    exc = anyio.BrokenResourceError()
+    exc.__cause__ = cause  # as anyio on trio raises it
+    return exc
+
+
+@pytest.mark.anyio
+async def test_an_accept_loop_survives_running_out_of_descriptors(caplog: pytest.LogCaptureFixture) -> None:
+    """Review finding 2: EMFILE/ENFILE (as anyio raises them on asyncio and on trio) pause the
+    accept loop; they do not end it. One warning, not one per attempt."""
+    listener = FlakyListener(emfile(), broken_by(emfile()), OSError(errno.ENFILE, "table full"))
+    with caplog.at_level(logging.WARNING, logger="gcmstream"):
+        with anyio.fail_after(5):
+            assert await accept_retrying(listener) == "a connection"
+    assert listener.calls == 4
+    assert len([r for r in caplog.records if "accept() failed" in r.getMessage()]) <= 1
+
+
+@pytest.mark.anyio
+async def test_an_accept_loop_still_ends_on_other_errors() -> None:
+    with pytest.raises(OSError, match="refused"):
+        await accept_retrying(FlakyListener(OSError(errno.ECONNREFUSED, "refused")))
+    with pytest.raises(anyio.BrokenResourceError):
+        await accept_retrying(FlakyListener(broken_by(OSError(errno.EBADF, "closed"))))

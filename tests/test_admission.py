@@ -18,9 +18,11 @@ from gcmstream.admission import (
     Admission,
     AdmissionPolicy,
     admission_policy,
+    fit_to_descriptors,
     source_of,
 )
 from gcmstream.anyio_stream import SecureListener, create_tcp_listener
+from gcmstream.format import HEADER_FIXED_SIZE
 
 from .helpers import KEY
 
@@ -177,6 +179,90 @@ def test_a_replayed_header_evicts_only_the_oldest_verified() -> None:
     assert pending.verified_count == 2
 
 
+def test_one_that_sent_nothing_is_evicted_before_one_that_sent_part_of_its_header() -> None:
+    """Review 2026-12-04 finding 1: the victim is the oldest silent connection, then (only if none
+    is silent) the oldest that sent part of a header."""
+    pending, dropped = admission(AdmissionPolicy(start=3, full=3, per_source=None))
+    for connection in (1, 2, 3):
+        pending.admit(connection, A)
+    pending.received(1)  # the oldest has begun its header
+    pending.admit(4, A)
+    assert dropped == [2] and pending.silent == 2  # 3 and 4
+    pending.received(3)
+    pending.received(4)
+    pending.admit(5, A)  # 5 silent, but no room: the oldest partial goes, never the newcomer
+    assert dropped == [2, 1] and pending.waiting == 3
+
+
+def test_a_finished_connection_is_never_evicted() -> None:
+    """Review finding 7: once its Finished verified, a connection leaves the classes; a replay
+    flood that keeps `verified` full evicts other ones."""
+    pending, dropped = admission(AdmissionPolicy(start=1, full=1, verified=1, per_source=None))
+    pending.admit(1, A)
+    pending.verified(1)
+    pending.finished(1)
+    for replay in range(10, 20):
+        pending.admit(replay, A)
+        pending.verified(replay)
+    assert 1 not in dropped and len(dropped) == 9
+    assert pending.done(1) is True  # not evicted: the adapter runs its handler
+
+
+def test_one_evicted_but_not_yet_closed_whose_finished_arrives_is_kept() -> None:
+    """asyncio closes the evicted at the end of the loop pass, if ``evicted`` still says so: a
+    Finished read in that same pass rescues it (review finding 7)."""
+    pending, dropped = admission(AdmissionPolicy(start=1, full=1, verified=1, per_source=None))
+    pending.admit(1, A)
+    pending.verified(1)
+    pending.admit(2, A)
+    pending.verified(2)  # evicts 1
+    assert dropped == [1] and pending.evicted(1)
+    pending.finished(1)  # its Finished, read in the same pass
+    assert not pending.evicted(1) and pending.done(1) is True
+    pending.admit(3, A)
+    pending.verified(3)  # evicts 2, which stays evicted
+    assert pending.evicted(2) and pending.done(2) is False and not pending.evicted(2)
+
+
+def test_observe_reads_what_the_responders_opener_took() -> None:
+    """The one rule adapters call from their read path (asyncio's buffer_updated, anyio's
+    receive): nothing yet: silent; part of a header: partial; the header: verified; the
+    Finished: finished (never evicted)."""
+    pending, dropped = admission(AdmissionPolicy(start=1, full=1, verified=1, per_source=None))
+    client = gcmstream.Channel(KEY, role=gcmstream.Role.INITIATOR)
+    server = gcmstream.Channel(KEY, role=gcmstream.Role.RESPONDER)
+    first = client.initial_data()
+    pending.admit(1, A)
+    server.opener.receive_data(first[:HEADER_FIXED_SIZE])
+    pending.observe(1, server.opener)
+    assert pending.silent == 0 and pending.waiting == 1
+    server.opener.receive_data(first[HEADER_FIXED_SIZE:])
+    pending.observe(1, server.opener)
+    assert pending.verified_count == 1 and pending.waiting == 0
+    client.opener.receive_data(server.data_to_send())
+    server.opener.receive_data(client.data_to_send())
+    pending.observe(1, server.opener)
+    assert len(pending) == 0 and server.handshake_complete()
+    pending.admit(2, A)
+    pending.verified(2)  # would evict 1 if it still counted as verified
+    assert dropped == [] and pending.done(1) is True
+
+
+def test_the_default_budget_leaves_a_quarter_of_the_descriptor_limit() -> None:
+    """Review finding 2: at the usual soft RLIMIT_NOFILE of 1,024 the defaults' full + verified
+    (1,536) would reach EMFILE; fitted, they leave a quarter free and keep their shape."""
+    fitted = fit_to_descriptors(DEFAULT_ADMISSION, 1024)
+    assert 760 <= fitted.full + fitted.verified <= 768
+    assert fitted.start <= fitted.full and fitted.rate == DEFAULT_ADMISSION.rate
+    assert abs(fitted.verified - 2 * fitted.full) <= 1  # the defaults' ratio (rounded down)
+    assert fitted.per_source is not None and 1 <= fitted.per_source < DEFAULT_ADMISSION.per_source  # type: ignore[operator]
+    assert fit_to_descriptors(DEFAULT_ADMISSION, 65536) is DEFAULT_ADMISSION  # it fits already
+    assert fit_to_descriptors(DEFAULT_ADMISSION, None) is DEFAULT_ADMISSION  # unknown (Windows)
+    small = fit_to_descriptors(DEFAULT_ADMISSION, 128)
+    assert min(small.start, small.full, small.verified) >= 1 and small.full + small.verified <= 64
+    assert fit_to_descriptors(DEFAULT_ADMISSION, 100) is DEFAULT_ADMISSION  # too few to share
+
+
 def test_done_says_whether_the_admission_had_evicted_it() -> None:
     pending, dropped = admission(AdmissionPolicy(start=1, full=1, per_source=None))
     pending.admit(1, A)
@@ -200,6 +286,20 @@ def test_a_source_at_its_cap_is_refused_once_start_are_pending() -> None:
         pending.done(connection)  # A back to 1 pending
     assert pending.admit(8, A)
     assert pending.pending_from(A) == 2 and pending.pending_from(B) == 2
+
+
+def test_one_address_alone_holds_start_slots_then_per_source() -> None:
+    """What SECURITY.md states (review 2026-12-04 finding 6): the cap binds once ``start`` are
+    pending, so one address alone holds ``start`` slots; once others fill the rest, a newcomer
+    of a source at ``per_source`` is refused."""
+    policy = AdmissionPolicy(start=8, rate=0, full=32, per_source=2)
+    pending, dropped = admission(policy)
+    for connection in range(100):  # bounded: one address, connections that never finish
+        pending.admit(connection, A)
+    assert pending.pending_from(A) == policy.start and pending.refused == 100 - policy.start
+    assert pending.admit(1000, B) and pending.admit(1001, B)
+    assert not pending.admit(1002, B)  # 10 pending >= start: B is at its cap of 2
+    assert dropped == []
 
 
 def test_an_evicted_or_finished_connection_gives_its_sources_slot_back() -> None:

@@ -3,21 +3,26 @@
 Sans-IO (no awaits, no loop; randomness and the clock are injected), one copy for every server
 path: the asyncio server (``start_server``), the anyio listener (``SecureListener.serve``) and
 ``gcmstream listen``. The adapter tells :class:`Admission` when a connection arrives
-(:meth:`~Admission.admit`), when its header verified (:meth:`~Admission.verified`) and when its
-handshake ended (:meth:`~Admission.done`); the admission drops a connection through the callback
-the adapter gives (abort a transport, cancel a scope).
+(:meth:`~Admission.admit`), what its handshake's bytes gave each time they were read
+(:meth:`~Admission.observe`: part of a header, a verified header, a verified Finished) and when
+its handshake ended (:meth:`~Admission.done`); the admission drops a connection through the
+callback the adapter gives (abort a transport and cancel its task, cancel a scope).
 
 An unauthenticated peer costs a server a socket and a few KiB until its handshake completes or
 times out, and a keyless flood can send as many such peers as the server accepts. The rule,
 :class:`AdmissionPolicy`, keeps a newcomer's chance bounded below whatever the flood does:
 
 - **Two classes.** A connection is *waiting* until the initiator's header verified (it sent
-  nothing, or part of a header), then *verified* until its Finished arrives (one round trip).
-  Each class has its own budget (``full``, ``verified``), and a connection is only ever
-  evicted by one of its own class: one that sent nothing never evicts one whose header
-  verified. A replayed recorded header verifies too (docs/FORMAT.md 5.2: only the Finished
-  proves the key), so the verified class is bounded and evicts its own oldest: a genuine client
-  answers within one round trip, so the oldest verified one is the likeliest replay.
+  nothing, or part of a header), then *verified* until its Finished verifies (one round trip);
+  then it is no longer pending and is never evicted. Each class has its own budget (``full``,
+  ``verified``), and a connection is only ever evicted by one of its own class: one that sent
+  nothing never evicts one whose header verified. The class follows what was read, at once
+  (asyncio's ``buffer_updated``, anyio's receive), not how far the server has got: a header
+  that waits for the CPU to be answered is verified already. Among the waiting, one that has
+  received nothing is evicted before one that has received part of a header. A replayed
+  recorded header verifies too (docs/FORMAT.md 5.2: only the Finished proves the key), so
+  the verified class is bounded and evicts its own oldest: a genuine client answers within
+  one round trip, so the oldest verified one is the likeliest replay.
 - **Random early drop, as OpenSSH's ``MaxStartups start:rate:full``.** With ``start`` or more
   waiting, a newcomer causes a drop with probability ``rate`` percent, rising linearly to 100 %
   at ``full`` (sshd_config(5)). What is dropped differs from OpenSSH on purpose: not the
@@ -29,13 +34,19 @@ times out, and a keyless flood can send as many such peers as the server accepts
   its header, which a genuine client sends with its first packet.
 - **A per-source cap.** Once ``start`` handshakes are pending, a source address (IPv4 address;
   IPv6 /64, the block one host is usually given) with ``per_source`` pending gets no more: its
-  newcomers are refused (closed at once), as OpenSSH's ``PerSourceMaxStartups``. An attacker
-  with one address then holds at most that many slots; below ``start`` nothing is refused, so a
-  burst from one host (a test, a benchmark, a proxy) is served while the server is not under
-  pressure. A client that shares its address with an attacker shares its cap.
+  newcomers are refused (closed at once), as OpenSSH's ``PerSourceMaxStartups``. Below
+  ``start`` nothing is refused, so a burst from one host (a test, a benchmark, a proxy) is
+  served while the server is not under pressure; an attacker alone with one address therefore
+  holds up to ``start`` slots, and ``per_source`` once other sources fill the rest (review
+  2026-12-04 finding 6). A client that shares its address (NAT, the same IPv6 /64) with an
+  attacker shares its cap, and an attacker with many addresses (an IPv6 /48 has 65,536 /64s)
+  is not bounded by it.
 
 Defaults (``AdmissionPolicy()``): ``start=256, rate=30, full=512, verified=1024,
-per_source=64``, each measured with tests/hostile/test_admission_flood.py (1,000 keyless
+per_source=64``, shrunk when a server starts to fit its descriptor limit
+(:func:`fit_to_descriptors`: pending sockets leave a quarter of the soft ``RLIMIT_NOFILE``, at
+least 64, to everything else; at the usual 1,024: ``start=128, full=256, verified=512,
+per_source=32``), each measured with tests/hostile/test_admission_flood.py (1,000 keyless
 connections reconnecting as fast as one attacker process can, silent or replaying a recorded
 header, from one address or from 250; 50 clients, each within 5 s; the figures and the command
 are in SECURITY.md "Denial of service"):
@@ -74,7 +85,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 __all__ = (
     "DEFAULT_ADMISSION",
@@ -82,8 +93,10 @@ __all__ = (
     "REPORT_INTERVAL",
     "Admission",
     "AdmissionPolicy",
+    "HandshakeInput",
     "admission_policy",
     "check_pending_limit",
+    "fit_to_descriptors",
     "source_of",
 )
 
@@ -97,6 +110,20 @@ FAILURE_LINES = 100
 ``REPORT_INTERVAL``; the rest go at debug level, their count in the next warning."""
 
 T = TypeVar("T")
+
+
+class HandshakeInput(Protocol):
+    """What :meth:`Admission.observe` reads of a responder's opener (``gcmstream.Opener``;
+    a protocol here, so that this module imports nothing of gcmstream)."""
+
+    @property
+    def failed(self) -> bool: ...  # the handshake failed: its end follows
+    @property
+    def header(self) -> object | None: ...  # the initiator's header verified
+    @property
+    def record_layer(self) -> object | None: ...  # its Finished verified too
+
+
 _ABSENT = object()
 
 
@@ -162,6 +189,40 @@ class AdmissionPolicy:
 DEFAULT_ADMISSION = AdmissionPolicy()
 """The servers' default policy (module docstring: why these values)."""
 
+DESCRIPTOR_RESERVE = 4
+"""A server's pending handshakes leave 1/DESCRIPTOR_RESERVE of its descriptor limit (at least
+64) to the connections it serves, its listening sockets and the process's own files."""
+
+
+def fit_to_descriptors(policy: AdmissionPolicy, soft_limit: int | None) -> AdmissionPolicy:
+    """``policy`` shrunk so that its pending sockets (``full + verified``) leave a quarter of
+    ``soft_limit`` descriptors (the soft ``RLIMIT_NOFILE``), at least 64, to everything else;
+    ``policy`` as is if it fits, or if ``soft_limit`` is None (unknown) or below 128 (too few
+    to share). ``start``, ``full``, ``verified`` and ``per_source`` are scaled by the same
+    factor (at least 1 each), so the policy keeps its shape. Past the descriptor limit accept()
+    fails with EMFILE for every later client, genuine or not (review 2026-12-04 finding 2: the
+    defaults' 1,536 pending sockets against the usual limit of 1,024); the servers call this
+    on their default policy when they start, and their accept loops survive EMFILE when the
+    served connections take the rest."""
+    if soft_limit is None or soft_limit < 128:
+        return policy
+    budget = soft_limit - max(64, soft_limit // DESCRIPTOR_RESERVE)
+    if policy.full + policy.verified <= budget:
+        return policy
+
+    def scaled(value: int) -> int:
+        return max(1, value * budget // (policy.full + policy.verified))
+
+    per_source = None if policy.per_source is None else scaled(policy.per_source)
+    full = scaled(policy.full)
+    return AdmissionPolicy(
+        start=min(full, scaled(policy.start)),
+        rate=policy.rate,
+        full=full,
+        verified=scaled(policy.verified),
+        per_source=per_source,
+    )
+
 
 def admission_policy(
     admission: AdmissionPolicy | None, max_pending_handshakes: int | None
@@ -200,7 +261,11 @@ class Admission(Generic[T]):
     """The pending handshakes of one server under an :class:`AdmissionPolicy`.
 
     ``drop(connection)`` is called for each connection evicted (the adapter closes it; its
-    handshake then fails, and :meth:`done` says it was evicted). ``random`` returns a float in
+    handshake then fails, and :meth:`done` says it was evicted). An adapter whose reads are
+    callbacks (asyncio) may close it later, at the end of the loop pass, and only if
+    :meth:`evicted` still says so: a connection whose Finished is read in that same pass is
+    kept (:meth:`finished`), never cut after its handshake completed (review 2026-12-04
+    finding 7). ``random`` returns a float in
     [0, 1) and ``clock`` seconds; both are injected so that tests decide them."""
 
     def __init__(
@@ -217,9 +282,15 @@ class Admission(Generic[T]):
         self._drop = drop
         self._random = random
         self._clock = clock
-        # insertion order is age: the oldest first (waiting: since arrival; verified: since then)
-        self._waiting: dict[T, str | None] = {}
+        # insertion order is age: the oldest first. Waiting is two tables: ``_silent`` (nothing
+        # received yet, since arrival) is evicted before ``_partial`` (part of a header, since
+        # its first bytes); verified: since its header verified. ``_finished``: its Finished
+        # verified, never evicted, until ``done``.
+        self._silent: dict[T, str | None] = {}
+        self._partial: dict[T, str | None] = {}
         self._verified: dict[T, str | None] = {}
+        self._finished: set[T] = set()
+        self._evicted: set[T] = set()  # dropped, until ``done`` (or rescued by ``finished``)
         self._per_source: dict[str, int] = {}
         self.refused = 0  # newcomers refused: their source was at its cap
         self.evicted_waiting = 0
@@ -231,12 +302,18 @@ class Admission(Generic[T]):
         self._failures_muted = 0
 
     def __len__(self) -> int:
-        return len(self._waiting) + len(self._verified)
+        """Pending handshakes: waiting or verified (not those whose Finished arrived)."""
+        return len(self._silent) + len(self._partial) + len(self._verified)
 
     @property
     def waiting(self) -> int:
         """Connections whose header has not verified yet."""
-        return len(self._waiting)
+        return len(self._silent) + len(self._partial)
+
+    @property
+    def silent(self) -> int:
+        """Waiting connections that have received nothing yet (the first evicted)."""
+        return len(self._silent)
 
     @property
     def verified_count(self) -> int:
@@ -266,20 +343,70 @@ class Admission(Generic[T]):
             )
             self._report()
             return False
-        chance = policy.drop_probability(len(self._waiting))
+        chance = policy.drop_probability(self.waiting)
         if chance >= 1.0 or (chance > 0.0 and self._random() < chance):
-            self._evict(self._waiting)
+            self._evict(self._silent or self._partial)  # one that sent nothing first
             self.evicted_waiting += 1
             self._report()
-        self._waiting[connection] = source
+        self._silent[connection] = source
         if source is not None:
             self._per_source[source] = self._per_source.get(source, 0) + 1
         return True
 
+    def observe(self, connection: T, opener: HandshakeInput) -> None:
+        """The adapter's one report from the read path: bytes of the connection's handshake
+        arrived, and ``opener`` (the responder's) took them. Called where the bytes are read
+        (asyncio's ``buffer_updated``, anyio's receive), not once the answer is computed: under
+        a flood a verified header can wait a long time for the CPU, and must not count as
+        waiting meanwhile (review 2026-12-04 finding 1). A failed opener changes nothing (its
+        handshake ends, :meth:`done` follows)."""
+        if opener.failed:
+            return
+        if opener.record_layer is not None:  # its Finished verified: never evicted from now on
+            self.finished(connection)
+        elif opener.header is not None:
+            self.verified(connection)
+        else:
+            self.received(connection)
+
+    def received(self, connection: T) -> None:
+        """Part of the connection's header arrived: from now on it is evicted only after every
+        waiting connection that sent nothing. Nothing if it is not silent and pending."""
+        source = self._silent.pop(connection, _ABSENT)
+        if source is not _ABSENT:
+            self._partial[connection] = source  # type: ignore[assignment]  # not _ABSENT here
+
+    def finished(self, connection: T) -> None:
+        """The connection's Finished verified: its handshake completed, the admission never
+        evicts it (review 2026-12-04 finding 7); :meth:`done` still follows."""
+        if connection in self._evicted:  # evicted in this loop pass, not closed yet: kept
+            self._evicted.discard(connection)
+            self._finished.add(connection)
+            return
+        source = self._pop_pending(connection)
+        if source is _ABSENT:
+            return
+        self._release(source)  # type: ignore[arg-type]  # not _ABSENT here
+        self._finished.add(connection)
+
+    def evicted(self, connection: T) -> bool:
+        """True if the admission dropped the connection (and its Finished has not verified
+        since): an adapter that closes evicted connections late closes it now."""
+        return connection in self._evicted
+
+    def _pop_pending(self, connection: T) -> object:  # a source (str or None), or _ABSENT
+        for table in (self._silent, self._partial, self._verified):
+            source = table.pop(connection, _ABSENT)
+            if source is not _ABSENT:
+                return source
+        return _ABSENT
+
     def verified(self, connection: T) -> None:
         """The connection's header verified: from now on only another verified one can evict
-        it (the oldest first, beyond ``policy.verified``). Nothing if it is no longer pending."""
-        source = self._waiting.pop(connection, _ABSENT)
+        it (the oldest first, beyond ``policy.verified``). Nothing if it is no longer waiting."""
+        source = self._silent.pop(connection, _ABSENT)
+        if source is _ABSENT:
+            source = self._partial.pop(connection, _ABSENT)
         if source is _ABSENT:
             return
         if len(self._verified) >= self.policy.verified:
@@ -292,11 +419,15 @@ class Admission(Generic[T]):
         """The connection's handshake ended (completed or failed). True if it was pending;
         False if the admission had evicted it (or never admitted it): the adapter need not log
         its failure, the admission's report counts it."""
-        source = self._waiting.pop(connection, _ABSENT)
+        if connection in self._finished:
+            self._finished.discard(connection)
+            return True
+        if connection in self._evicted:
+            self._evicted.discard(connection)
+            return False
+        source = self._pop_pending(connection)
         if source is _ABSENT:
-            source = self._verified.pop(connection, _ABSENT)
-            if source is _ABSENT:
-                return False
+            return False
         self._release(source)  # type: ignore[arg-type]  # not _ABSENT here
         return True
 
@@ -333,12 +464,13 @@ class Admission(Generic[T]):
         victim = next(iter(table))
         self._release(table.pop(victim))
         logger.debug(
-            "dropped a pending handshake (%d waiting, %d verified)", len(self._waiting), len(self._verified)
+            "dropped a pending handshake (%d waiting, %d verified)", self.waiting, len(self._verified)
         )
+        self._evicted.add(victim)
         self._drop(victim)
 
     def _counts(self) -> tuple[int, int]:
-        return len(self._waiting), len(self._verified)
+        return self.waiting, len(self._verified)
 
     def _report(self) -> None:
         """One warning per REPORT_INTERVAL at most, with what was shed since the last one."""

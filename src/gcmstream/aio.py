@@ -42,6 +42,7 @@ from ._adapter import (
     handshake,
     logger,
     run_handler,
+    server_admission,
 )
 from .admission import Admission, AdmissionPolicy, admission_policy
 from .channel import HandshakeOptions
@@ -572,9 +573,10 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_input = 0.0  # loop.time() of the last bytes received, or of resuming reading
         self._on_connected = on_connected
-        # a server's admission, told as soon as the peer's header verified (here, not a loop
+        # a server's admission, told what arrived as soon as it was read (here, not a loop
         # pass later in the handshake's task: under a flood each pass admits ~100 newcomers)
-        self.on_header_verified: Callable[[], object] | None = None
+        self.on_handshake_input: Callable[[Opener], object] | None = None
+        self.handshake_task: asyncio.Task[None] | None = None  # a server's, cancelled on eviction
         self._scratch: memoryview | None = None
         self._into_scratch = False
         self._loop = loop
@@ -612,9 +614,10 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
                 self.transport.pause_reading()
             return
         opener.buffer_updated(nbytes)
-        if self.on_header_verified is not None and opener.header is not None and not opener.failed:
-            verified, self.on_header_verified = self.on_header_verified, None
-            verified()
+        if self.on_handshake_input is not None:
+            self.on_handshake_input(opener)
+            if opener.phase is not Phase.HEADER:  # its Finished verified, or it failed
+                self.on_handshake_input = None
         if not opener.wants_data and not self._read_paused and self.transport is not None:
             self._read_paused = True
             self.transport.pause_reading()
@@ -857,6 +860,45 @@ async def open_connection(
     return protocol.streams()
 
 
+def _admission(loop: asyncio.AbstractEventLoop, policy: AdmissionPolicy) -> Admission[asyncio.Transport]:
+    """A server's admission (fitted to the descriptor limit if ``policy`` is the default). An
+    evicted transport is aborted at the end of the loop pass, after this pass's reads: one
+    whose Finished is among them is kept (``Admission.finished``)."""
+
+    def abort_if_evicted(transport: asyncio.Transport) -> None:
+        if pending.evicted(transport):
+            transport.abort()
+            task = transport.get_protocol().handshake_task  # type: ignore[attr-defined]
+            if task is not None:
+                task.cancel()  # it computes no answer for a connection it no longer has
+
+    pending: Admission[asyncio.Transport] = Admission(
+        server_admission(policy), lambda transport: loop.call_soon(abort_if_evicted, transport)
+    )
+    return pending
+
+
+async def _admitted_handshake(
+    protocol: _ChannelProtocol, pending: Admission[asyncio.Transport], time_limit: float | None
+) -> bool:
+    """The handshake of a connection ``pending`` holds: True if it completed and was not
+    evicted (an evicted one's transport is aborted: no handler runs on it). A failure is
+    logged (at debug level past the admission's quota), an evicted one not at all (the
+    admission's report counts it)."""
+    transport = protocol.connected_transport()
+    try:
+        await protocol.handshake(time_limit)
+    except Exception as exc:  # the transport is aborted already; cancellations propagate
+        if pending.done(transport):
+            level = logging.WARNING if pending.failure_logged() else logging.DEBUG
+            describe_handshake_failure(exc, transport.get_extra_info("peername"), time_limit, level)
+        return False
+    except BaseException:  # cancelled (an evicted one too)
+        pending.done(transport)
+        raise
+    return pending.done(transport)
+
+
 async def start_server(
     client_connected_cb: ClientConnectedCallback,
     host: str | None = None,
@@ -907,22 +949,13 @@ async def start_server(
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
     options = HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id)
-    pending: Admission[asyncio.Transport] = Admission(
-        admission_policy(admission, max_pending_handshakes), lambda transport: transport.abort()
-    )
+    pending = _admission(loop, admission_policy(admission, max_pending_handshakes))
 
     async def serve_one(protocol: _ChannelProtocol) -> None:
         transport = protocol.connected_transport()
         peer = transport.get_extra_info("peername")
-        try:
-            await protocol.handshake(handshake_timeout)
-        except Exception as exc:  # the transport is aborted already; cancellations propagate
-            if pending.done(transport):  # (an evicted one is counted by the admission's report)
-                level = logging.WARNING if pending.failure_logged() else logging.DEBUG
-                describe_handshake_failure(exc, peer, handshake_timeout, level)
+        if not await _admitted_handshake(protocol, pending, handshake_timeout):
             return
-        finally:
-            pending.done(transport)
         protocol.watch_idle(idle_timeout)
         reader, writer = protocol.streams()
 
@@ -946,8 +979,8 @@ async def start_server(
         if not pending.admit(transport, transport.get_extra_info("peername")):
             transport.abort()  # refused (its source is at its cap): no task, no handshake
             return
-        protocol.on_header_verified = lambda: pending.verified(transport)
-        task = loop.create_task(serve_one(protocol))
+        protocol.on_handshake_input = lambda opener: pending.observe(transport, opener)
+        task = protocol.handshake_task = loop.create_task(serve_one(protocol))
         tasks.add(task)  # keep a reference until done
         task.add_done_callback(tasks.discard)
 

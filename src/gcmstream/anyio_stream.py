@@ -57,6 +57,8 @@ from ._adapter import (
     handshake,
     logger,
     run_handler,
+    serve_retrying,
+    server_admission,
 )
 from .admission import DEFAULT_ADMISSION, Admission, AdmissionPolicy, admission_policy
 from .channel import DEFAULT_HANDSHAKE, HandshakeOptions
@@ -187,7 +189,7 @@ class SecureStream(ByteStream):
         key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
         local_id: str | bytes | None = None,
         peer_id: str | bytes | None = None,
-        on_header_verified: Callable[[], object] | None = None,
+        on_handshake_input: Callable[[Opener], object] | None = None,
     ) -> SecureStream:
         """Run the channel handshake (one round trip, both sides confirmed), sending while
         receiving (so it works over a transport that does not buffer). One side is
@@ -210,8 +212,9 @@ class SecureStream(ByteStream):
         A responder that refuses this side's header hangs up: that (and any connection lost
         during the handshake) raises :class:`AnyioTruncatedStreamError`, the
         ``BrokenResourceError`` that anyio code expects of a broken transport.
-        ``on_header_verified`` is called once, when the peer's header verified (before its
-        Finished): a server's :class:`~gcmstream.admission.Admission` uses it."""
+        ``on_handshake_input`` is called with the channel's opener after each read of the
+        handshake: a server's :class:`~gcmstream.admission.Admission` learns there what the
+        peer sent (``Admission.observe``)."""
         channel = Channel(
             key,
             role=role,
@@ -237,7 +240,7 @@ class SecureStream(ByteStream):
                 stream._receive_more,
                 time_limit=handshake_timeout,
                 abort=abort,
-                on_header_verified=on_header_verified,
+                on_handshake_input=on_handshake_input,
             )
         except TruncatedStreamError as exc:
             raise _anyio_truncation(exc, stream._receive_lost) from (exc.__cause__ or exc)
@@ -533,7 +536,7 @@ class SecureListener(Listener[SecureStream]):
         task_group: TaskGroup | None = None,
     ) -> None:
         # an evicted handshake is cancelled: its transport is closed, nothing logged per connection
-        pending: Admission[_Pending] = Admission(self.admission, _Pending.drop)
+        pending: Admission[_Pending] = Admission(server_admission(self.admission), _Pending.drop)
         self._pending = pending  # its failure log quota, for handle_handshake_error
 
         async def handle(transport: AnyByteStream) -> None:
@@ -562,7 +565,7 @@ class SecureListener(Listener[SecureStream]):
                         key_exchange=self.options.key_exchange,
                         local_id=self.options.local_id,
                         peer_id=self.options.peer_id,
-                        on_header_verified=lambda: pending.verified(entry),
+                        on_handshake_input=lambda opener: pending.observe(entry, opener),
                     )
             except BaseException as exc:
                 if isinstance(exc, Exception) and not isinstance(exc, anyio.get_cancelled_exc_class()):
@@ -581,7 +584,7 @@ class SecureListener(Listener[SecureStream]):
 
             await run_handler(lambda: handler(stream), peer, abort=abort)
 
-        await self.listener.serve(handle, task_group)
+        await serve_retrying(self.listener, handle, task_group)  # survives EMFILE
 
     async def aclose(self) -> None:
         await self.listener.aclose()

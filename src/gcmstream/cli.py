@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from anyio.lowlevel import current_token
     from anyio.streams.memory import MemoryObjectReceiveStream
 
-    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
+    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT, accept_retrying, server_admission
     from ._output import finished, open_output, output_target
     from .admission import DEFAULT_ADMISSION, Admission
     from .anyio_stream import SecureStream, connect_tcp
@@ -160,11 +160,11 @@ def _import_files() -> None:
 
 def _import_network() -> None:
     global from_thread, current_token, DEFAULT_HANDSHAKE_TIMEOUT, SecureStream, connect_tcp
-    global DEFAULT_ADMISSION, Admission
+    global DEFAULT_ADMISSION, Admission, accept_retrying, server_admission
     from anyio import from_thread
     from anyio.lowlevel import current_token
 
-    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
+    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT, accept_retrying, server_admission
     from .admission import DEFAULT_ADMISSION, Admission
     from .anyio_stream import SecureStream, connect_tcp
 
@@ -1462,7 +1462,7 @@ async def _handshake(
     transport: SocketStream,
     args: argparse.Namespace,
     key: KeyRing,
-    on_header_verified: Callable[[], object] | None = None,
+    on_handshake_input: Callable[[Any], object] | None = None,
 ) -> SecureStream:
     return await SecureStream.wrap(  # the shared handshake policy: timeout, close on failure
         transport,
@@ -1475,7 +1475,7 @@ async def _handshake(
         key_exchange=_KEY_EXCHANGES[args.key_exchange],
         local_id=args.local_id,
         peer_id=args.peer_id,
-        on_header_verified=on_header_verified,
+        on_handshake_input=on_handshake_input,
     )
 
 
@@ -1488,13 +1488,17 @@ async def _first_peer(
     winner: list[SecureStream] = []
     # the servers' admission (admission.py, its defaults): an evicted handshake's scope is
     # cancelled, which closes its transport; the admission's report counts it, no line per peer
-    pending: Admission[anyio.CancelScope] = Admission(DEFAULT_ADMISSION, lambda scope: scope.cancel())
+    pending: Admission[anyio.CancelScope] = Admission(
+        server_admission(DEFAULT_ADMISSION), lambda scope: scope.cancel()
+    )
     async with anyio.create_task_group() as tg:
 
         async def handshake(transport: SocketStream, peer: str, scope: anyio.CancelScope) -> None:
             try:
                 with scope:
-                    stream = await _handshake(transport, args, key, lambda: pending.verified(scope))
+                    stream = await _handshake(
+                        transport, args, key, lambda opener: pending.observe(scope, opener)
+                    )
             except Exception as exc:  # logged and survived: the listener keeps serving
                 if pending.done(scope):  # (at debug level past the admission's quota: a flood)
                     log = _log.warning if pending.failure_logged() else _log.debug
@@ -1502,7 +1506,7 @@ async def _first_peer(
                 return
             finally:
                 pending.done(scope)
-            if scope.cancel_called:
+            if scope.cancel_called:  # evicted (never once its Finished arrived: observe)
                 await anyio.aclose_forcefully(transport)
                 return
             if winner:
@@ -1513,7 +1517,7 @@ async def _first_peer(
 
         async def accept(sub: Any) -> None:
             while True:
-                transport = await sub.accept()
+                transport = await accept_retrying(sub)  # survives EMFILE
                 address = transport.extra(anyio.abc.SocketAttribute.remote_address)
                 scope = anyio.CancelScope()
                 if not pending.admit(scope, address):  # its source is at its cap

@@ -1,0 +1,548 @@
+"""Findings of the hostile review of the admission policy (docs/review-2026-12-04-admission.md).
+
+Each test states what issue 24 item 3 (or admission.py's own docstring) promises and fails on
+the branch as reviewed: they are marked ``xfail(strict=True)`` so that the branch stays green
+and a fix shows up as an XPASS (then drop the mark). Real sockets on 127.0.0.1; the floods run
+the attacker and the server in their own processes, as tests/hostile/test_admission_flood.py
+does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import gcmstream
+from gcmstream import AdmissionPolicy, Role
+from gcmstream.admission import DEFAULT_ADMISSION, Admission
+from gcmstream.format import HEADER_FIXED_SIZE
+from gcmstream.keyfile import write_key_file
+
+from ..helpers import KEY
+from .flood import MANY_SOURCES, ROOT, keyless_flood, raise_fd_limit, server_process
+from .test_admission_flood import (
+    LEGIT,
+    SERVED,
+    attacker_counts,
+    free_port,
+    legit_clients,
+    one_listen_peer,
+    recorded_header,
+    report,
+    wait_listening,
+)
+
+HOST = "127.0.0.1"
+
+# The floods that measure the review's figures (10-20 s of two processes' CPU each) run only on
+# request: `GCMSTREAM_REVIEW_FLOODS=1 pytest -s tests/hostile/test_admission_review.py`. What
+# they found is guarded in every run by the deterministic tests here and in
+# tests/test_admission.py (docs/review-2026-12-04-admission.md, "Status after fixes").
+review_flood = pytest.mark.skipif(
+    not os.environ.get("GCMSTREAM_REVIEW_FLOODS"), reason="a review flood: GCMSTREAM_REVIEW_FLOODS=1 runs it"
+)
+
+# -- finding 1: a header that arrived (and verified) is evicted by a connection that sent nothing
+
+
+@pytest.mark.asyncio
+async def test_a_client_whose_first_flight_arrived_is_not_evicted_by_a_silent_newcomer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    victims_with_a_verified_header: list[bool] = []
+
+    class Spy(Admission[Any]):  # records, for each eviction, whether the victim's header verified
+        def __init__(self, policy: AdmissionPolicy, drop: Callable[[Any], object], **kwargs: Any) -> None:
+            def spying(transport: Any) -> object:
+                opener = transport.get_protocol().channel.opener
+                victims_with_a_verified_header.append(opener.header is not None)
+                return drop(transport)
+
+            super().__init__(policy, spying, **kwargs)
+
+    monkeypatch.setattr(gcmstream.aio, "Admission", Spy, raising=False)
+
+    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        writer.close()
+
+    # one slot for a connection that has not verified: the smallest case of the flood's
+    # steady state (tests/hostile/test_admission_flood.py, replaying, asyncio)
+    policy = AdmissionPolicy(start=1, full=1, verified=4, per_source=None)
+    server = await gcmstream.start_server(handler, HOST, 0, key=KEY, admission=policy)
+    port = server.sockets[0].getsockname()[1]
+    genuine = socket.create_connection((HOST, port))
+    silent: socket.socket | None = None
+    try:
+        genuine.settimeout(2.0)
+        await asyncio.sleep(0.05)  # accepted: it is waiting
+        # its whole first flight, then (before the server's loop runs again) a newcomer that
+        # will never send anything
+        genuine.sendall(gcmstream.Channel(KEY, role=Role.INITIATOR).initial_data())
+        silent = socket.create_connection((HOST, port))
+        await asyncio.sleep(0.3)
+        try:
+            answer = genuine.recv(65536)
+        except OSError:
+            answer = b""
+    finally:
+        genuine.close()
+        if silent is not None:
+            silent.close()
+        server.close()
+        await server.wait_closed()
+    assert True not in victims_with_a_verified_header  # 10 of 10 runs: one such victim
+    assert answer, "the server dropped a client whose header it had verified, for a silent one"
+
+
+# -- finding 1 at scale: an attacker that leaves once answered, and comes back -------------------
+
+ANSWERED_ATTACK = r"""
+import contextlib, errno, selectors, signal, socket, sys, time
+from tests.hostile.flood import raise_fd_limit
+port, count, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[4])
+payload, leave, sources = bytes.fromhex(sys.argv[3]), sys.argv[5], sys.argv[6:]
+raise_fd_limit(count + 256)
+selector = selectors.DefaultSelector()
+stats = {"connects": 0, "answered": 0, "dropped": 0}
+connected = set()
+def open_one(slot):
+    sock = socket.socket()
+    sock.setblocking(False)
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_IP, 24, 1)  # IP_BIND_ADDRESS_NO_PORT
+    sock.bind((sources[slot % len(sources)], 0))
+    sock.connect_ex(("127.0.0.1", port))
+    stats["connects"] += 1
+    selector.register(sock, selectors.EVENT_WRITE, slot)
+def reopen(sock, slot):
+    selector.unregister(sock)
+    connected.discard(sock)
+    sock.close()
+    open_one(slot)
+for slot in range(count):
+    open_one(slot)
+stopped = []
+signal.signal(signal.SIGTERM, lambda *args: stopped.append(1))
+print("READY", flush=True)
+deadline = time.monotonic() + seconds
+while time.monotonic() < deadline and not stopped:
+    for key, _ in selector.select(0.05):
+        sock, slot = key.fileobj, key.data
+        if sock not in connected:
+            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                reopen(sock, slot)
+                continue
+            connected.add(sock)
+            with contextlib.suppress(OSError):
+                sock.send(payload)
+            if leave == "at-once":  # a stranger that connects and hangs up, again and again
+                stats["dropped"] += 1
+                reopen(sock, slot)
+                continue
+            selector.modify(sock, selectors.EVENT_READ, slot)
+            continue
+        try:
+            data = sock.recv(65536)
+        except OSError:
+            data = b""
+        stats["answered" if data else "dropped"] += 1
+        reopen(sock, slot)  # answered (the server paid for a responder half) or dropped: again
+print(stats, flush=True)
+"""
+
+
+@contextlib.contextmanager
+def answered_flood(
+    port: int,
+    count: int,
+    sources: Sequence[str],
+    *,
+    payload: bytes | None = None,
+    leave: str = "answered",
+    seconds: float = 60,
+) -> Iterator[Any]:
+    """1 process, ``count`` connections sending ``payload`` (default: a recorded header); each
+    leaves as soon as the server answers or drops it (``leave="answered"``), or right after
+    sending (``"at-once"``), and comes back at once."""
+    payload = recorded_header() if payload is None else payload
+    argv = [str(port), str(count), payload.hex(), str(seconds), leave, *sources]
+    process = subprocess.Popen(
+        [sys.executable, "-c", ANSWERED_ATTACK, *argv], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "READY\n"
+        yield process
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@review_flood
+@pytest.mark.slow  # about 10 s
+@pytest.mark.timeout(120)
+@pytest.mark.xfail(
+    strict=False,  # load-dependent: 40, 48, 42 of 50 after the fixes, 46 on main (status section)
+    reason="review finding 1 (remains in part): 1,000 replaying connections that leave once "
+    "answered kept asyncio's start_server to 0-15 of 50, 40-48 after the fixes (issue 24.3 asks >= 45): "
+    "each replay costs a responder half, which the admission does not bound per source",
+)
+def test_a_replay_flood_that_leaves_once_answered_keeps_at_most_5_of_50_out(tmp_path: Path) -> None:
+    raise_fd_limit(4096)
+    with (
+        server_process("asyncio", tmp_path / "server.log") as port,
+        answered_flood(port, 1000, MANY_SOURCES) as attacker,
+    ):
+        time.sleep(1.0)
+        times = asyncio.run(legit_clients(port, LEGIT))
+        counts = attacker_counts(attacker)
+    served = report("asyncio, replay and leave once answered, 250 sources, 1000 attackers", times, counts, 0)
+    assert served >= SERVED
+
+
+# -- finding 3: a silent flood that hangs up at once ---------------------------------------------
+
+
+@review_flood
+@pytest.mark.slow  # about 10 s each
+@pytest.mark.timeout(120)
+@pytest.mark.xfail(
+    strict=False,  # load-dependent: 50 of 50 at a load average of 3-4, on main's code too
+    reason="review finding 3 (remains, load-dependent): 1,000 keyless connections that connect "
+    "and hang up at once (silent) keep the anyio listener to 0 of 50 on asyncio and trio: each "
+    "costs an accept and a WARNING line, the accept queue holds the legitimate client behind "
+    "thousands of them",
+)
+@pytest.mark.parametrize("backend", ["anyio-asyncio", "anyio-trio"])
+def test_a_connect_and_hang_up_flood_keeps_at_most_5_of_50_out(backend: str, tmp_path: Path) -> None:
+    raise_fd_limit(4096)
+    with (
+        server_process(backend, tmp_path / "server.log") as port,
+        answered_flood(port, 1000, MANY_SOURCES, payload=b"", leave="at-once") as attacker,
+    ):
+        time.sleep(1.0)
+        times = asyncio.run(legit_clients(port, LEGIT))
+        counts = attacker_counts(attacker)
+    served = report(f"{backend}, silent, connect and hang up, 250 sources, 1000 attackers", times, counts, 0)
+    assert served >= SERVED
+
+
+# -- finding 2: the default budget exceeds the usual descriptor limit ----------------------------
+
+SERVE_AT_1024 = (
+    "import resource, sys; from tests.hostile import flood; "
+    "flood.raise_fd_limit = lambda wanted: None; "
+    "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard)); "
+    "flood.serve(sys.argv[1])"
+)
+
+
+@review_flood
+@pytest.mark.slow  # about 10 s each
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param(
+            "asyncio",
+            marks=pytest.mark.xfail(
+                strict=False,  # 38, 41 and 44 of 50 after the fixes (no EMFILE): load-dependent
+                reason="review finding 1 at the fitted budget (256 waiting, 512 verified): 1,200 "
+                "replays held keep the verified class churning faster than asyncio answers",
+            ),
+        ),
+        "anyio-asyncio",
+        "anyio-trio",
+    ],
+)
+def test_a_replay_flood_at_the_usual_descriptor_limit_keeps_the_server_serving(
+    backend: str, tmp_path: Path
+) -> None:
+    raise_fd_limit(4096)
+    log = tmp_path / "server.log"
+    with open(log, "wb") as err:
+        server = subprocess.Popen(
+            [sys.executable, "-c", SERVE_AT_1024, backend],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        with keyless_flood(port, count=1200, payload=recorded_header(), sources=MANY_SOURCES) as attacker:
+            time.sleep(1.0)
+            times = asyncio.run(legit_clients(port, LEGIT))
+            counts = attacker_counts(attacker)
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    served = report(f"{backend} at RLIMIT_NOFILE 1024, replay, 1200 attackers", times, counts, 0)
+    assert "Too many open files" not in log.read_text(errors="replace")
+    assert served >= SERVED
+
+
+@review_flood
+@pytest.mark.slow  # about 10 s
+@pytest.mark.timeout(120)
+def test_listen_at_the_usual_descriptor_limit_survives_a_replay_flood(tmp_path: Path) -> None:
+    raise_fd_limit(4096)
+    keyfile = tmp_path / "key"
+    write_key_file(keyfile, KEY)
+    port = free_port()
+
+    def at_1024() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    with keyless_flood(port, count=1200, payload=recorded_header(), sources=MANY_SOURCES):
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gcmstream", "listen", f"{HOST}:{port}", "-k", str(keyfile)],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preexec_fn=at_1024,  # (a fork-safe setrlimit: no thread runs in this test)
+        )
+        try:
+            wait_listening(process)
+            time.sleep(1.0)  # the flood reaches the listener
+            took = asyncio.run(one_listen_peer(port))
+            out, err = process.communicate(timeout=10)
+        finally:
+            process.kill()
+            process.wait()
+    assert b"Too many open files" not in err, err[-500:]
+    assert took is not None and out == b"ping" and process.returncode == 0
+
+
+# The same finding, cheap and deterministic (the regression guards that run in `make test`): a
+# descriptor limit so low that 150 silent connections exhaust it, then they leave and a genuine
+# client must be served. Before the fix the anyio listener's serve() ended at the first EMFILE
+# (trio: BrokenResourceError from it; asyncio: the OSError) and `listen` exited 6.
+
+LOW_LIMIT_LISTENER = r"""
+import logging, resource, sys
+import anyio
+from anyio.abc import SocketAttribute
+import gcmstream
+from gcmstream import AdmissionPolicy
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+async def echo(stream):
+    async with stream:
+        await stream.send(await stream.receive())
+
+async def main():
+    # a policy larger than the limit, given explicitly: kept (with a warning), so EMFILE comes
+    big = AdmissionPolicy(start=500, full=500, verified=500, per_source=None)
+    listener = await gcmstream.create_tcp_listener(
+        key=bytes(range(16)), local_host="127.0.0.1", admission=big
+    )
+    print(listener.extra(SocketAttribute.local_port), flush=True)
+    await listener.serve(echo)
+
+anyio.run(main, backend=sys.argv[1])
+"""
+
+
+def _silent_crowd(port: int, count: int) -> list[socket.socket]:
+    crowd = []
+    for _ in range(count):  # bounded
+        sock = socket.socket()
+        sock.settimeout(2.0)
+        sock.connect((HOST, port))
+        crowd.append(sock)
+    return crowd
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_anyio_listener_serves_again_after_running_out_of_descriptors(backend: str) -> None:
+    server = subprocess.Popen(
+        [sys.executable, "-c", LOW_LIMIT_LISTENER, backend],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        crowd = _silent_crowd(port, 150)  # more than the 64 descriptors the server may open
+        time.sleep(0.5)  # it accepts until EMFILE
+        for sock in crowd:
+            sock.close()
+        took = asyncio.run(asyncio.wait_for(_echo_once(port), 10))
+        assert server.poll() is None, "the listener ended"
+    finally:
+        server.kill()
+        _, err = server.communicate(timeout=10)
+    assert b"accept() failed" in err, err[-1000:]  # it did run out, and said so once
+    assert err.count(b"accept() failed") == 1
+    assert took is not None
+
+
+async def _echo_once(port: int) -> float | None:
+    start = time.monotonic()
+    stream = await gcmstream.anyio_stream.connect_tcp("127.0.0.1", port, key=KEY)
+    async with stream:
+        await stream.send(b"ping")
+        if await stream.receive() != b"ping":
+            return None
+    return time.monotonic() - start
+
+
+@pytest.mark.timeout(60)
+def test_listen_takes_its_peer_after_running_out_of_descriptors(tmp_path: Path) -> None:
+    keyfile = tmp_path / "key"
+    write_key_file(keyfile, KEY)
+    port = free_port()
+
+    def at_48() -> None:  # below 128 the policy is not fitted: 150 silent peers exhaust it
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (48, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "listen", f"{HOST}:{port}", "-k", str(keyfile)],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=at_48,  # (a fork-safe setrlimit: no thread runs in this test)
+    )
+    try:
+        wait_listening(process)
+        crowd = _silent_crowd(port, 150)
+        time.sleep(0.5)
+        for sock in crowd:
+            sock.close()
+        took = asyncio.run(one_listen_peer(port))
+        out, err = process.communicate(timeout=10)
+    finally:
+        process.kill()
+        process.wait()
+    assert b"accept() failed" in err, err[-1000:]
+    assert took is not None and out == b"ping" and process.returncode == 0, err[-1000:]
+
+
+# -- finding 4: one warning per keyless connection ----------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.xfail(
+    strict=True,
+    reason="review finding 4: every keyless connection that hangs up (or times out) logs its "
+    "own WARNING; 4,449 lines in 8 s measured under a connect-and-close flood",
+)
+async def test_a_keyless_connect_and_close_flood_is_not_logged_line_by_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        writer.close()
+
+    server = await gcmstream.start_server(handler, HOST, 0, key=KEY)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with caplog.at_level(logging.WARNING, logger="gcmstream"):
+            for _ in range(100):  # bounded: 100 strangers that connect and hang up
+                with socket.create_connection((HOST, port)):
+                    pass
+            await asyncio.sleep(0.5)
+    finally:
+        server.close()
+        await server.wait_closed()
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    # admission.py's own bar for a flood: counts at most every REPORT_INTERVAL, not a line each
+    assert len(warnings) <= 10, f"{len(warnings)} warnings for 100 keyless connections"
+
+
+# -- finding 6: one address holds `start` slots, not `per_source` -------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review finding 6: the cap applies only once start (128) are pending, so one "
+    "address holds 128 pending handshakes, 4x the per_source (32) the docstring promises",
+)
+def test_an_attacker_with_one_address_holds_at_most_per_source_slots() -> None:
+    dropped: list[int] = []
+    pending: Admission[int] = Admission(DEFAULT_ADMISSION, dropped.append, random=lambda: 0.999)
+    attacker = ("198.51.100.7", 40000)
+    for connection in range(1000):  # bounded: the issue's 1,000 connections, none ever finishing
+        pending.admit(connection, attacker)
+    assert DEFAULT_ADMISSION.per_source is not None
+    # admission.py: "An attacker with one address then holds at most that many slots"
+    assert pending.pending_from(attacker) <= DEFAULT_ADMISSION.per_source
+
+
+# -- finding 7: a handshake that completed is aborted, and its handler runs on the dead transport
+
+
+def _answer(sock: socket.socket, channel: gcmstream.Channel) -> bytes:
+    """Read the responder's answer into ``channel`` (an initiator) until it has its Finished to
+    send (blocking, bounded by the socket's timeout)."""
+    sock.settimeout(2.0)
+    for _ in range(100):  # bounded: the answer is a few KiB
+        data = sock.recv(65536)
+        if not data:
+            raise EOFError("the server hung up before answering")
+        channel.opener.receive_data(data)
+        if finished := channel.data_to_send():
+            return finished
+    raise AssertionError("no Finished to send after 100 reads")
+
+
+@pytest.mark.asyncio
+async def test_a_completed_handshake_is_never_aborted_by_the_admission() -> None:
+    transports_closing_at_the_handler: list[bool] = []
+
+    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        transports_closing_at_the_handler.append(writer.transport.is_closing())
+        writer.close()
+
+    # one verified slot: the smallest case of a replay flood that keeps `verified` full
+    policy = AdmissionPolicy(start=4, full=4, verified=1, per_source=None)
+    server = await gcmstream.start_server(handler, HOST, 0, key=KEY, admission=policy)
+    port = server.sockets[0].getsockname()[1]
+    genuine = socket.create_connection((HOST, port))
+    replayer = socket.create_connection((HOST, port))
+    try:
+        await asyncio.sleep(0.05)
+        client = gcmstream.Channel(KEY, role=Role.INITIATOR)
+        genuine.sendall(client.initial_data())
+        finished = await asyncio.get_running_loop().run_in_executor(None, _answer, genuine, client)
+        replay = gcmstream.Channel(KEY, role=Role.INITIATOR).initial_data()
+        replayer.sendall(replay[:HEADER_FIXED_SIZE])
+        await asyncio.sleep(0.1)
+        # the replay's header completes in the same loop pass as the genuine client's Finished
+        replayer.sendall(replay[HEADER_FIXED_SIZE:])
+        genuine.sendall(finished)
+        await asyncio.sleep(0.3)
+    finally:
+        genuine.close()
+        replayer.close()
+        server.close()
+        await server.wait_closed()
+    # 10 of 10 runs: [True] (with verified=4, no eviction: [False] 10 of 10)
+    assert transports_closing_at_the_handler == [False]
