@@ -3,7 +3,7 @@
 One attacker process (tests/hostile/flood.py) holds 1,000 TCP connections to a server on
 127.0.0.1 and reconnects each as soon as the server drops it, silent or replaying a recorded
 initiator header, from one address or from 250; meanwhile 50 legitimate clients (this process)
-connect, one every 0.1 s, and each must complete its handshake and an echo within 5 s: at least
+connect, one every 0.05 s, and each must complete its handshake and an echo within 5 s: at least
 45 of 50 on asyncio, uvloop, the anyio listener on asyncio and trio, and ``gcmstream listen``.
 The server runs with every default (gcmstream.admission.DEFAULT_ADMISSION) in its own process.
 Run ``pytest -s`` to see each run's figures (served, slowest, what the attacker did).
@@ -35,6 +35,10 @@ from .flood import BACKENDS, MANY_SOURCES, ONE_SOURCE, ROOT, keyless_flood, rais
 
 LEGIT = 50
 WITHIN = 5.0  # seconds each legitimate client has for its handshake and echo
+# one legitimate client every SPACING s: 50 arrive over 2.5 s of steady flood. Every 0.1 s
+# served as many and cost more: the attacker runs at full speed throughout (make test's five
+# cells, /usr/bin/time pytest -k keyless_flood_keeps: 30.9 s of CPU at 0.1 s, 20.2 s at 0.05 s)
+SPACING = 0.05
 SERVED = 45  # of LEGIT, at least
 SOURCES = {"one-address": ONE_SOURCE, "250-addresses": MANY_SOURCES}
 
@@ -75,7 +79,7 @@ async def one_client(port: int, delay: float) -> float | None:
 
 
 async def legit_clients(port: int, count: int) -> list[float | None]:
-    return await asyncio.gather(*(one_client(port, 0.1 * n) for n in range(count)))
+    return await asyncio.gather(*(one_client(port, SPACING * n) for n in range(count)))
 
 
 def attacker_counts(process: subprocess.Popen[str]) -> dict[str, int]:
@@ -98,7 +102,7 @@ def flood_run(
     backend: str, attack: str, sources: Sequence[str], attackers: int, legit: int, log: Path
 ) -> None:
     """``attackers`` connections sending ``first_flight(attack)`` from ``sources``, ``legit``
-    clients, one every 0.1 s; at least 90 % of them must be served within WITHIN."""
+    clients, one every SPACING s; at least 90 % of them must be served within WITHIN."""
     raise_fd_limit(4096)
     payload = first_flight(attack)
     started = time.monotonic()  # (before the server: its warnings count from its start)
@@ -121,11 +125,10 @@ def flood_run(
     assert warnings <= intervals * (FAILURE_LINES + 3), log.read_text()[-2000:]
 
 
-# The whole matrix (4 servers x 3 attacks x 2 source sets: 24 runs, about 4 min and a core and
-# a half each) runs with GCMSTREAM_FLOOD_MATRIX=full, the command of SECURITY.md's table; make
-# test runs a sample that attacks every server path and uses every attack and source set once
-# or more, the cases that failed before the admission first (drop-oldest: asyncio replay 2/50,
-# trio replay 12/50, asyncio other key 34/50).
+# The whole matrix (4 servers x 3 attacks x 2 source sets: 24 runs, about 4 min, most of two
+# cores) runs with GCMSTREAM_FLOOD_MATRIX=full, the command of SECURITY.md's table; make test
+# runs a sample that attacks each server path once and uses every attack and source set, with
+# the cases that failed before the admission (drop-oldest: asyncio replay 2/50, trio replay 12/50).
 FLOOD_MATRIX = [
     (backend, attack, sources)
     for backend in BACKENDS
@@ -134,9 +137,8 @@ FLOOD_MATRIX = [
 ]
 FLOOD_SAMPLE = [
     ("asyncio", "replay", "250-addresses"),
-    ("asyncio", "other-key", "one-address"),
     ("uvloop", "silent", "250-addresses"),
-    ("anyio-asyncio", "other-key", "250-addresses"),
+    ("anyio-asyncio", "other-key", "one-address"),
     ("anyio-trio", "replay", "one-address"),
 ]
 FULL_MATRIX = os.environ.get("GCMSTREAM_FLOOD_MATRIX") == "full"
@@ -166,7 +168,9 @@ def test_a_small_replay_flood_keeps_clients_in(tmp_path: Path) -> None:
 
 # -- gcmstream listen: one peer per run, so one run per legitimate client ----------------------
 
-LISTEN_RUNS = 10
+# listen processes in turn under one flood, each with one peer; make test runs 6 (at least 5 must
+# get through), the whole table 10 (at least 9): each run is a process start under the flood
+LISTEN_RUNS, LISTEN_SERVED = (10, 9) if FULL_MATRIX else (6, 5)
 
 
 def free_port() -> int:
@@ -237,7 +241,8 @@ async def one_listen_peer(port: int) -> float | None:
 @pytest.mark.parametrize("attack", ["silent", "replay"] if FULL_MATRIX else ["replay"])
 def test_listen_under_a_keyless_flood_still_takes_its_peer(attack: str, tmp_path: Path) -> None:
     """LISTEN_RUNS listen processes in turn on one port, the flood running throughout (from
-    250 addresses); each run's one peer must get through within WITHIN: at least 9 of 10."""
+    250 addresses); each run's one peer must get through within WITHIN: at least
+    LISTEN_SERVED of them."""
     raise_fd_limit(4096)
     keyfile = tmp_path / "key"
     write_key_file(keyfile, KEY)
@@ -257,4 +262,4 @@ def test_listen_under_a_keyless_flood_still_takes_its_peer(attack: str, tmp_path
         f"per-peer warnings {warnings}",
     )
     assert counts["established"] >= 1000 * LISTEN_RUNS  # every run was flooded
-    assert sum(results) >= LISTEN_RUNS * SERVED // LEGIT
+    assert sum(results) >= LISTEN_SERVED
