@@ -18,6 +18,7 @@ from gcmstream.cli import (
     EXIT_RECORD_LIMIT,
     EXIT_TAMPERED,
     EXIT_TRUNCATED,
+    EXIT_UNSUPPORTED,
     EXIT_USAGE,
     EXIT_WRONG_KEY,
 )
@@ -259,6 +260,26 @@ def test_a_closed_stdout_is_an_io_error_that_says_so(
     line = shlex.join([sys.executable, "-m", "gcmstream", *argv])
     done = subprocess.run(["sh", "-c", f"{line} >&-"], capture_output=True, timeout=TIMEOUT, check=False)
     assert (done.returncode, done.stderr.decode()) == (EXIT_IO, f"gcmstream {command[0]}: stdout is closed\n")
+
+
+def test_a_closed_stderr_never_sends_a_diagnostic_into_stdout(
+    tmp_path: Path, sealed: tuple[Path, Path, bytes]
+) -> None:
+    """``2>&-`` in a shell: Python makes sys.stderr None, and print(file=None) writes to stdout.
+    A failed decrypt wrote "gcmstream decrypt: internal error: AttributeError ..." into its
+    output (the progress check asked None for isatty); identity's recipient line went there too.
+    Now the diagnostics go nowhere, the output holds only output, and the status still tells."""
+    keyfile, enc, plain = sealed
+    (tmp_path / "plain").write_bytes(b"not a gcmstream file")
+
+    def closed_stderr(*argv: str | Path) -> tuple[int, bytes]:
+        line = shlex.join([sys.executable, "-m", "gcmstream", *map(str, argv)])
+        done = subprocess.run(["sh", "-c", f"{line} 2>&-"], capture_output=True, timeout=TIMEOUT, check=False)
+        return done.returncode, done.stdout
+
+    assert closed_stderr("decrypt", "-k", keyfile, tmp_path / "plain") == (EXIT_UNSUPPORTED, b"")
+    assert closed_stderr("decrypt", "-k", keyfile, enc) == (0, plain)
+    assert closed_stderr("identity", "-o", tmp_path / "me.identity") == (0, b"")
 
 
 def test_an_offset_past_the_end_writes_nothing_and_succeeds(

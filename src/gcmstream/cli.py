@@ -1741,6 +1741,9 @@ _LOCAL_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    if sys.stderr is None:  # closed by the shell (2>&-): print(file=None) would write to stdout
+        # diagnostics go nowhere, never into the output; the exit status still tells
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
     args = _parse_args(_build_parser(), sys.argv[1:] if argv is None else argv)
     if isinstance(args, int):
         return args
