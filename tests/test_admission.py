@@ -452,12 +452,12 @@ async def test_the_anyio_listener_takes_either_spelling_and_checks_it() -> None:
         )
     listener = await create_tcp_listener(key=KEY, local_host="127.0.0.1", max_pending_handshakes=4)
     try:
-        assert listener.admission == AdmissionPolicy.from_max_pending_handshakes(4)
+        assert listener.config.admission == AdmissionPolicy.from_max_pending_handshakes(4)
         assert isinstance(listener, SecureListener)
     finally:
         await listener.aclose()
     listener = await create_tcp_listener(key=KEY, local_host="127.0.0.1")
     try:
-        assert listener.admission is DEFAULT_ADMISSION
+        assert listener.config.admission is DEFAULT_ADMISSION
     finally:
         await listener.aclose()

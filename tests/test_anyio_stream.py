@@ -229,7 +229,7 @@ async def test_listener_hook_sees_failed_handshakes_and_the_peer_is_logged(
     caplog.set_level("WARNING", logger="gcmstream")
     with anyio.fail_after(10):
         inner = await anyio.create_tcp_listener(local_host="127.0.0.1")
-        listener = Listener(inner, KEY)
+        listener = Listener(inner, key=KEY)
         port = listener.extra(SocketAttribute.local_port)
         async with anyio.create_task_group() as tg:
             tg.start_soon(listener.serve, lambda stream: None)
@@ -311,7 +311,7 @@ async def test_a_listener_built_without_options_requires_the_post_quantum_share(
             await stream.send_eof()
 
     with anyio.fail_after(10):
-        listener = Listener(await anyio.create_tcp_listener(local_host="127.0.0.1"), KEY)
+        listener = Listener(await anyio.create_tcp_listener(local_host="127.0.0.1"), key=KEY)
         port = listener.extra(SocketAttribute.local_port)
         async with anyio.create_task_group() as tg:
             tg.start_soon(listener.serve, handler)

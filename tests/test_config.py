@@ -16,6 +16,7 @@ from gcmstream.config import (
     DEFAULT_HANDSHAKE_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECORD_TIMEOUT,
+    UNSET,
     Configuration,
     check_timeout,
 )
@@ -23,6 +24,23 @@ from gcmstream.format import HARD_MAX_RECORD_SIZE, MAX_CONTEXT_SIZE, key_id
 from gcmstream.testing import run_handshake
 
 from .helpers import KEY
+
+# Every entry point that takes options: each takes config= or the option keywords.
+ENTRY_POINTS: dict[str, Any] = {
+    "open_connection": gcmstream.open_connection,
+    "open_unix_connection": gcmstream.open_unix_connection,
+    "start_server": gcmstream.start_server,
+    "start_unix_server": gcmstream.start_unix_server,
+    "wrap_streams": gcmstream.wrap_streams,
+    "encrypting_writer": gcmstream.encrypting_writer,
+    "decrypting_reader": gcmstream.decrypting_reader,
+    "SecureStream.wrap": gcmstream.SecureStream.wrap,
+    "connect_tcp": gcmstream.connect_tcp,
+    "connect_unix": gcmstream.connect_unix,
+    "create_tcp_listener": gcmstream.create_tcp_listener,
+    "create_unix_listener": gcmstream.create_unix_listener,
+    "SecureListener": gcmstream.SecureListener,
+}
 
 # Every value a caller can get wrong, with the parameter its error must name.
 BAD_VALUES: list[tuple[str, object, type[Exception]]] = [
@@ -66,9 +84,10 @@ def test_a_bad_value_raises_when_the_configuration_is_made(
         assert name in str(raised.value) or name.replace("_", " ") in str(raised.value), raised.value
 
 
-def test_the_defaults_are_the_entry_points_defaults() -> None:
-    """One default per option: a Configuration's defaults are those of every entry point that
-    takes the same keyword (the keyword form builds a Configuration with them)."""
+def test_the_defaults_live_in_the_configuration() -> None:
+    """One default per option, Configuration's (its timeouts' defaults beside their rule):
+    every entry point's option keyword defaults to UNSET, which takes that default (or
+    config='s value), and Channel's own defaults are the same."""
     own = inspect.signature(Configuration).parameters
     assert own["handshake_timeout"].default == DEFAULT_HANDSHAKE_TIMEOUT == 30.0
     assert own["record_timeout"].default == DEFAULT_RECORD_TIMEOUT == 30.0
@@ -78,19 +97,20 @@ def test_the_defaults_are_the_entry_points_defaults() -> None:
     with pytest.raises(ValueError, match="not both"):
         Configuration(key=KEY, admission=DEFAULT_ADMISSION, max_pending_handshakes=8)
     checked = 0
-    for entry in (
-        gcmstream.open_connection,
-        gcmstream.start_server,
-        gcmstream.wrap_streams,
-        gcmstream.create_tcp_listener,
-        gcmstream.SecureStream.wrap,
-        Channel,
-    ):
-        for name, parameter in inspect.signature(entry).parameters.items():
-            if name in own and name != "key":
-                assert parameter.default == own[name].default, f"{entry.__qualname__}({name}=)"
+    for entry in ENTRY_POINTS.values():
+        parameters = inspect.signature(entry).parameters
+        assert parameters["config"].default is None, entry
+        for name, parameter in parameters.items():
+            if name in own:
+                assert parameter.default is UNSET, f"{entry.__qualname__}({name}=)"
+                assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, f"{entry.__qualname__}({name}=)"
                 checked += 1
-    assert checked >= 40
+    assert checked >= 120
+    for name, parameter in inspect.signature(Channel).parameters.items():
+        if name in own and name != "key":
+            assert parameter.default == own[name].default, f"Channel({name}=)"
+            checked += 1
+    assert checked >= 128
 
 
 def test_values_are_kept_in_their_checked_form() -> None:

@@ -90,6 +90,15 @@ TOP_LEVEL_MODULES: dict[str, set[str]] = {
     },
     "gcmstream.channel": {"DEFAULT_HANDSHAKE", "HandshakeOptions", "check_key_exchange"},  # handshake parts
     "gcmstream.codec": {"Phase"},  # a property's type, read from the Opener
+    "gcmstream.config": {  # the defaults and the parts every entry point calls
+        "DEFAULT_HANDSHAKE_TIMEOUT",
+        "DEFAULT_IDLE_TIMEOUT",
+        "DEFAULT_RECORD_TIMEOUT",
+        "UNSET",
+        "Unset",
+        "check_timeout",
+        "configure",
+    },
     "gcmstream.errors": set(),
     "gcmstream.keyfile": {"KEY_PREFIX", "format_key", "parse_key"},  # the text form, for tools
     "gcmstream.pipeline": {"ByteSink", "ByteSource", "CHUNK_SIZE", "atomic_output"},  # types and parts
@@ -189,8 +198,9 @@ def test_exception_derives_from_root_and_is_documented(exc_type: type[BaseExcept
 
 def test_handshake_timeout_is_one_type_and_one_default_everywhere() -> None:
     """Every public callable that takes ``handshake_timeout`` types it ``float | None`` (None:
-    no limit) with the one default, gcmstream._adapter.DEFAULT_HANDSHAKE_TIMEOUT."""
-    from gcmstream._adapter import DEFAULT_HANDSHAKE_TIMEOUT
+    no limit): Configuration with the one default (gcmstream.config.DEFAULT_HANDSHAKE_TIMEOUT),
+    every entry point as its shorthand, UNSET (that default, or config='s value)."""
+    from gcmstream.config import DEFAULT_HANDSHAKE_TIMEOUT, UNSET
 
     found = []
     for module_name in PUBLIC_MODULES:
@@ -202,15 +212,21 @@ def test_handshake_timeout_is_one_type_and_one_default_everywhere() -> None:
                 if not callable(target) or (isinstance(target, type) and issubclass(target, BaseException)):
                     continue
                 try:
-                    parameter = inspect.signature(target).parameters.get("handshake_timeout")
+                    parameters = inspect.signature(target).parameters
                 except (TypeError, ValueError):
                     continue
-                if parameter is not None:
-                    found.append(f"{module_name}.{name}")
+                parameter = parameters.get("handshake_timeout")
+                if parameter is None:
+                    continue
+                found.append(f"{module_name}.{name}")
+                if "config" in parameters:
+                    assert parameter.annotation == "float | Unset | None", f"{module_name}.{name}"
+                    assert parameter.default is UNSET, f"{module_name}.{name}"
+                else:
                     assert parameter.annotation == "float | None", f"{module_name}.{name}"
                     assert parameter.default == DEFAULT_HANDSHAKE_TIMEOUT, f"{module_name}.{name}"
     assert {"gcmstream.aio.open_connection", "gcmstream.anyio_stream.create_tcp_listener"} <= set(found)
-    assert "gcmstream.anyio_stream.SecureListener" in found
+    assert {"gcmstream.anyio_stream.SecureListener", "gcmstream.config.Configuration"} <= set(found)
 
 
 # Built-in exceptions the source may raise besides the tree (errors.py, "Rules that hold

@@ -5,9 +5,9 @@ in :mod:`gcmstream.errors`; the wire format is docs/FORMAT.md.
 
 This top level holds what an application calls: the core, every error, both adapters' entry
 points (asyncio's ``open_connection``/``start_server`` beside anyio's ``connect_tcp``/
-``create_tcp_listener``), pipelines and key files. Building blocks (``gcmstream.format``,
-``gcmstream.ring``, ``gcmstream.channel``, ...) are reached through their modules
-(tests/test_public_api.py keeps the two lists).
+``create_tcp_listener``, their unix-socket twins, the ``Configuration`` they take), pipelines and
+key files. Building blocks (``gcmstream.format``, ``gcmstream.ring``, ``gcmstream.channel``,
+...) are reached through their modules (tests/test_public_api.py keeps the two lists).
 
 Nothing is imported until it is used (PEP 562): ``import gcmstream`` loads no adapter, no
 cryptography and no event loop library (``gcmstream --version`` starts fast); a name loads
@@ -26,7 +26,9 @@ if TYPE_CHECKING:
         decrypting_reader,
         encrypting_writer,
         open_connection,
+        open_unix_connection,
         start_server,
+        start_unix_server,
         wrap_streams,
     )
     from .anyio_stream import (
@@ -34,10 +36,13 @@ if TYPE_CHECKING:
         SecureListener,
         SecureStream,
         connect_tcp,
+        connect_unix,
         create_tcp_listener,
+        create_unix_listener,
     )
     from .channel import self_connections_allowed
     from .codec import Channel, Opener, Sealer
+    from .config import Configuration
     from .errors import (
         AuthenticationError,
         BufferFullError,
@@ -115,17 +120,22 @@ _HOMES = {
     "decrypting_reader": "aio",
     "encrypting_writer": "aio",
     "open_connection": "aio",
+    "open_unix_connection": "aio",
     "start_server": "aio",
+    "start_unix_server": "aio",
     "wrap_streams": "aio",
     "GcmStreamAttribute": "anyio_stream",
     "SecureListener": "anyio_stream",
     "SecureStream": "anyio_stream",
     "connect_tcp": "anyio_stream",
+    "connect_unix": "anyio_stream",
     "create_tcp_listener": "anyio_stream",
+    "create_unix_listener": "anyio_stream",
     "self_connections_allowed": "channel",
     "Channel": "codec",
     "Opener": "codec",
     "Sealer": "codec",
+    "Configuration": "config",
     "AuthenticationError": "errors",
     "BufferFullError": "errors",
     "ConcurrencyError": "errors",
@@ -219,6 +229,7 @@ __all__ = (
     "BufferFullError",
     "Channel",
     "ConcurrencyError",
+    "Configuration",
     "DecryptedFile",
     "DowngradeError",
     "GcmStreamAttribute",
@@ -265,7 +276,9 @@ __all__ = (
     "UsageError",
     "WorkFactorError",
     "connect_tcp",
+    "connect_unix",
     "create_tcp_listener",
+    "create_unix_listener",
     "decrypt_file",
     "decrypt_file_async",
     "decrypt_iter",
@@ -281,11 +294,13 @@ __all__ = (
     "open_connection",
     "open_file",
     "open_file_async",
+    "open_unix_connection",
     "read_identity_file",
     "read_key_file",
     "read_recipients_file",
     "self_connections_allowed",
     "start_server",
+    "start_unix_server",
     "wrap_streams",
     "write_identity_file",
     "write_key_file",

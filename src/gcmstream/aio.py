@@ -24,14 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 from ._adapter import (
-    DEFAULT_HANDSHAKE_TIMEOUT,
-    DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_RECORD_TIMEOUT,
     PEER_GONE,
     RECEIVE_SIZE,
     Fairness,
@@ -44,21 +42,11 @@ from ._adapter import (
     run_handler,
     server_admission,
 )
-from .admission import Admission, AdmissionPolicy, admission_policy
-from .channel import HandshakeOptions
+from .admission import Admission, AdmissionPolicy
 from .codec import Channel, Opener, Phase, Sealer
+from .config import UNSET, Configuration, Unset, configure
 from .errors import ConcurrencyError, GcmStreamError, StreamClosedError, TruncatedStreamError
-from .format import (
-    DEFAULT_MAX_RECORD_SIZE,
-    DEFAULT_RECORD_SIZE,
-    Buffer,
-    KeyExchange,
-    KeyLimits,
-    Keys,
-    Role,
-    as_key_ring,
-)
-from .ring import DEFAULT_RING_SIZE, ring_capacity
+from .format import Buffer, KeyExchange, KeyLimits, Keys, Role
 
 __all__ = (
     "SecureStreamReader",
@@ -66,7 +54,9 @@ __all__ = (
     "decrypting_reader",
     "encrypting_writer",
     "open_connection",
+    "open_unix_connection",
     "start_server",
+    "start_unix_server",
     "wrap_streams",
 )
 
@@ -564,7 +554,8 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         loop: asyncio.AbstractEventLoop,
         limit: int = _DEFAULT_LIMIT,
         on_connected: Callable[[_ChannelProtocol], None] | None = None,
-        record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
+        *,
+        record_timeout: float | None,
     ) -> None:
         self.channel = channel
         self._record_timeout = record_timeout
@@ -794,69 +785,120 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         return reader, writer
 
 
-def _channel(
-    key: Keys,
-    role: Role,
-    context: Buffer,
-    record_size: int,
-    max_record_size: int,
-    limits: KeyLimits | None,
-    options: HandshakeOptions,
-    ring_size: int,
-) -> Channel:
-    """The Channel both open_connection and start_server (and wrap_streams) build: one place
-    that passes every option on, so a new one cannot be dropped from one of the three."""
-    return Channel(
-        key,
-        role=role,
-        context=context,
-        record_size=record_size,
-        max_record_size=max_record_size,
-        limits=limits,
-        ring_size=ring_size,
-        key_exchange=options.key_exchange,
-        local_id=options.local_id,
-        peer_id=options.peer_id,
-    )
-
-
 async def open_connection(
     host: str | None = None,
     port: int | None = None,
     *,
-    key: Keys,
-    context: Buffer = b"",
-    record_size: int = DEFAULT_RECORD_SIZE,
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
-    limits: KeyLimits | None = None,
-    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
-    record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
-    ring_size: int = DEFAULT_RING_SIZE,
+    config: Configuration | None = None,
+    key: Keys | Unset = UNSET,
+    context: Buffer | Unset = UNSET,
+    record_size: int | Unset = UNSET,
+    max_record_size: int | Unset = UNSET,
+    limits: KeyLimits | Unset | None = UNSET,
+    handshake_timeout: float | Unset | None = UNSET,
+    record_timeout: float | Unset | None = UNSET,
+    ring_size: int | Unset = UNSET,
     limit: int = _DEFAULT_LIMIT,
-    key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
-    local_id: str | bytes | None = None,
-    peer_id: str | bytes | None = None,
+    key_exchange: KeyExchange | Unset = UNSET,
+    local_id: str | bytes | Unset | None = UNSET,
+    peer_id: str | bytes | Unset | None = UNSET,
     **kwargs: Any,
 ) -> tuple[SecureStreamReader, SecureStreamWriter]:
     """Connect like ``asyncio.open_connection`` and run the channel handshake (one round trip).
 
     A server with another key or context hangs up at our header (TruncatedStreamError: the
-    connection ended during the handshake). ``key`` may be a KeyRing (its primary key is used);
-    ``key_exchange``, ``local_id``, ``peer_id``, ``ring_size`` (the receive ring's byte budget,
-    SECURITY.md "Memory per connection") as for :class:`~gcmstream.Channel`. ``kwargs`` go to
-    ``loop.create_connection``.
+    connection ended during the handshake). The options are a :class:`~gcmstream.Configuration`
+    (``config=``) or its keywords (``key=`` and the rest: each not given takes its default);
+    not both. ``key`` may be a KeyRing (its primary key is used); a client uses the channel
+    options, ``handshake_timeout`` and ``record_timeout``. ``limit`` is the reader's line limit,
+    as asyncio's. ``kwargs`` go to ``loop.create_connection`` (``ssl``, ``family``, ``sock``,
+    ...): a misspelt option reaches it and raises TypeError there.
     """
+    config = configure(
+        config,
+        key=key,
+        context=context,
+        record_size=record_size,
+        max_record_size=max_record_size,
+        limits=limits,
+        handshake_timeout=handshake_timeout,
+        record_timeout=record_timeout,
+        ring_size=ring_size,
+        key_exchange=key_exchange,
+        local_id=local_id,
+        peer_id=peer_id,
+    )
+    loop = asyncio.get_running_loop()
+    return await _connect(
+        config,
+        limit,
+        lambda factory: loop.create_connection(
+            factory,
+            host,  # type: ignore[arg-type]  # None is valid with sock=
+            port,  # type: ignore[arg-type]
+            **kwargs,
+        ),
+    )
+
+
+async def open_unix_connection(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    config: Configuration | None = None,
+    key: Keys | Unset = UNSET,
+    context: Buffer | Unset = UNSET,
+    record_size: int | Unset = UNSET,
+    max_record_size: int | Unset = UNSET,
+    limits: KeyLimits | Unset | None = UNSET,
+    handshake_timeout: float | Unset | None = UNSET,
+    record_timeout: float | Unset | None = UNSET,
+    ring_size: int | Unset = UNSET,
+    limit: int = _DEFAULT_LIMIT,
+    key_exchange: KeyExchange | Unset = UNSET,
+    local_id: str | bytes | Unset | None = UNSET,
+    peer_id: str | bytes | Unset | None = UNSET,
+    **kwargs: Any,
+) -> tuple[SecureStreamReader, SecureStreamWriter]:
+    """:func:`open_connection` over a unix socket, as ``asyncio.open_unix_connection``:
+    options as there; ``kwargs`` go to ``loop.create_unix_connection``."""
+    config = configure(
+        config,
+        key=key,
+        context=context,
+        record_size=record_size,
+        max_record_size=max_record_size,
+        limits=limits,
+        handshake_timeout=handshake_timeout,
+        record_timeout=record_timeout,
+        ring_size=ring_size,
+        key_exchange=key_exchange,
+        local_id=local_id,
+        peer_id=peer_id,
+    )
+    loop = asyncio.get_running_loop()
+    where = None if path is None else os.fspath(path)  # (None with sock=)
+    return await _connect(
+        config, limit, lambda factory: loop.create_unix_connection(factory, where, **kwargs)
+    )
+
+
+_Connect = Callable[
+    [Callable[[], "_ChannelProtocol"]], Awaitable[tuple[asyncio.BaseTransport, "_ChannelProtocol"]]
+]
+
+
+async def _connect(
+    config: Configuration, limit: int, create: _Connect
+) -> tuple[SecureStreamReader, SecureStreamWriter]:
+    """The client of open_connection and open_unix_connection: ``create`` opens the transport
+    with a protocol from the factory it is given; the handshake runs on it."""
     _check_limit(limit)
     loop = asyncio.get_running_loop()
-    options = HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id)
-    channel = _channel(key, Role.INITIATOR, context, record_size, max_record_size, limits, options, ring_size)
-    _, protocol = await loop.create_connection(
-        lambda: _ChannelProtocol(channel, loop, limit, record_timeout=record_timeout),
-        host,  # type: ignore[arg-type]  # None is valid with sock=
-        port,  # type: ignore[arg-type]
-        **kwargs,
+    channel = config.channel(Role.INITIATOR)
+    _, protocol = await create(
+        lambda: _ChannelProtocol(channel, loop, limit, record_timeout=config.record_timeout)
     )
-    await protocol.handshake(handshake_timeout)
+    await protocol.handshake(config.handshake_timeout)
     return protocol.streams()
 
 
@@ -904,21 +946,22 @@ async def start_server(
     host: str | None = None,
     port: int | None = None,
     *,
-    key: Keys,
-    context: Buffer = b"",
-    record_size: int = DEFAULT_RECORD_SIZE,
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
-    limits: KeyLimits | None = None,
-    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
-    record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
-    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
-    ring_size: int = DEFAULT_RING_SIZE,
+    config: Configuration | None = None,
+    key: Keys | Unset = UNSET,
+    context: Buffer | Unset = UNSET,
+    record_size: int | Unset = UNSET,
+    max_record_size: int | Unset = UNSET,
+    limits: KeyLimits | Unset | None = UNSET,
+    handshake_timeout: float | Unset | None = UNSET,
+    record_timeout: float | Unset | None = UNSET,
+    idle_timeout: float | Unset | None = UNSET,
+    ring_size: int | Unset = UNSET,
     limit: int = _DEFAULT_LIMIT,
-    key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
-    local_id: str | bytes | None = None,
-    peer_id: str | bytes | None = None,
-    max_pending_handshakes: int | None = None,
-    admission: AdmissionPolicy | None = None,
+    key_exchange: KeyExchange | Unset = UNSET,
+    local_id: str | bytes | Unset | None = UNSET,
+    peer_id: str | bytes | Unset | None = UNSET,
+    max_pending_handshakes: int | Unset | None = UNSET,
+    admission: AdmissionPolicy | Unset | None = UNSET,
     **kwargs: Any,
 ) -> asyncio.Server:
     """Serve like ``asyncio.start_server``: ``client_connected_cb(reader, writer)`` runs for
@@ -942,14 +985,97 @@ async def start_server(
     and the connection is aborted without FINAL, so the client reads a truncation. Unlike
     asyncio's, a handler that returns without closing its writer does not leave the connection
     open: the writer, dropped, warns ResourceWarning and closes it without FINAL
-    (tests/differential/test_aio_conventions.py pins both differences)."""
+    (tests/differential/test_aio_conventions.py pins both differences).
+
+    The options are a :class:`~gcmstream.Configuration` (``config=``) or its keywords, not
+    both; a server uses every one. ``kwargs`` go to ``loop.create_server`` (``backlog``,
+    ``family``, ``ssl``, ``reuse_port``, ...)."""
+    config = configure(
+        config,
+        key=key,
+        context=context,
+        record_size=record_size,
+        max_record_size=max_record_size,
+        limits=limits,
+        handshake_timeout=handshake_timeout,
+        record_timeout=record_timeout,
+        idle_timeout=idle_timeout,
+        ring_size=ring_size,
+        key_exchange=key_exchange,
+        local_id=local_id,
+        peer_id=peer_id,
+        max_pending_handshakes=max_pending_handshakes,
+        admission=admission,
+    )
+    loop = asyncio.get_running_loop()
+    return await _serve(
+        client_connected_cb, config, limit, lambda factory: loop.create_server(factory, host, port, **kwargs)
+    )
+
+
+async def start_unix_server(
+    client_connected_cb: ClientConnectedCallback,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    config: Configuration | None = None,
+    key: Keys | Unset = UNSET,
+    context: Buffer | Unset = UNSET,
+    record_size: int | Unset = UNSET,
+    max_record_size: int | Unset = UNSET,
+    limits: KeyLimits | Unset | None = UNSET,
+    handshake_timeout: float | Unset | None = UNSET,
+    record_timeout: float | Unset | None = UNSET,
+    idle_timeout: float | Unset | None = UNSET,
+    ring_size: int | Unset = UNSET,
+    limit: int = _DEFAULT_LIMIT,
+    key_exchange: KeyExchange | Unset = UNSET,
+    local_id: str | bytes | Unset | None = UNSET,
+    peer_id: str | bytes | Unset | None = UNSET,
+    max_pending_handshakes: int | Unset | None = UNSET,
+    admission: AdmissionPolicy | Unset | None = UNSET,
+    **kwargs: Any,
+) -> asyncio.Server:
+    """:func:`start_server` on a unix socket, as ``asyncio.start_unix_server``: options and
+    handler as there; ``kwargs`` go to ``loop.create_unix_server``. The socket file is
+    asyncio's: it gets the permissions the process's umask leaves (choose who may connect
+    with the directory's permissions, or chmod the path), and a stale socket file at ``path``
+    is replaced."""
+    config = configure(
+        config,
+        key=key,
+        context=context,
+        record_size=record_size,
+        max_record_size=max_record_size,
+        limits=limits,
+        handshake_timeout=handshake_timeout,
+        record_timeout=record_timeout,
+        idle_timeout=idle_timeout,
+        ring_size=ring_size,
+        key_exchange=key_exchange,
+        local_id=local_id,
+        peer_id=peer_id,
+        max_pending_handshakes=max_pending_handshakes,
+        admission=admission,
+    )
+    loop = asyncio.get_running_loop()
+    return await _serve(
+        client_connected_cb, config, limit, lambda factory: loop.create_unix_server(factory, path, **kwargs)
+    )
+
+
+async def _serve(
+    client_connected_cb: ClientConnectedCallback,
+    config: Configuration,
+    limit: int,
+    create: Callable[[Callable[[], _ChannelProtocol]], Awaitable[asyncio.Server]],
+) -> asyncio.Server:
+    """The server of start_server and start_unix_server: ``create`` opens the listening
+    socket with the protocol factory it is given."""
     _check_limit(limit)
-    ring_capacity(max_record_size, ring_size)  # a bad ring_size raises now, not per client
-    keys = as_key_ring(key)  # once, not a ring (and its key IDs) per connection
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
-    options = HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id)
-    pending = _admission(loop, admission_policy(admission, max_pending_handshakes))
+    handshake_timeout, idle_timeout = config.handshake_timeout, config.idle_timeout
+    pending = _admission(loop, config.admission)
 
     async def serve_one(protocol: _ChannelProtocol) -> None:
         transport = protocol.connected_transport()
@@ -985,12 +1111,12 @@ async def start_server(
         task.add_done_callback(tasks.discard)
 
     def factory() -> _ChannelProtocol:
-        channel = _channel(
-            keys, Role.RESPONDER, context, record_size, max_record_size, limits, options, ring_size
+        channel = config.channel(Role.RESPONDER)
+        return _ChannelProtocol(
+            channel, loop, limit, on_connected=start, record_timeout=config.record_timeout
         )
-        return _ChannelProtocol(channel, loop, limit, on_connected=start, record_timeout=record_timeout)
 
-    return await loop.create_server(factory, host, port, **kwargs)
+    return await create(factory)
 
 
 # -- wrapping streams the caller already has --------------------------------------------------
@@ -1019,30 +1145,46 @@ class _StreamReaderSource(_Source):
 def encrypting_writer(
     writer: asyncio.StreamWriter,
     *,
-    key: Keys,
-    context: Buffer = b"",
-    record_size: int = DEFAULT_RECORD_SIZE,
-    limits: KeyLimits | None = None,
+    config: Configuration | None = None,
+    key: Keys | Unset = UNSET,
+    context: Buffer | Unset = UNSET,
+    record_size: int | Unset = UNSET,
+    limits: KeyLimits | Unset | None = UNSET,
 ) -> SecureStreamWriter:
     """One-way: encrypt everything written into ``writer`` (a pipe, a file-like transport).
-    ``write_eof()`` seals the FINAL record (``close()`` does not)."""
-    sealer = Sealer(key, context=context, record_size=record_size, limits=limits)
+    ``write_eof()`` seals the FINAL record (``close()`` does not). Options: a
+    :class:`~gcmstream.Configuration` or its keywords; a writer uses ``key`` (a KeyRing's
+    primary), ``context``, ``record_size`` and ``limits``."""
+    config = configure(config, key=key, context=context, record_size=record_size, limits=limits)
+    sealer = Sealer(config.key, context=config.context, record_size=config.record_size, limits=config.limits)
     return SecureStreamWriter(sealer, writer.transport, writer.drain, closed=writer.wait_closed)
 
 
 def decrypting_reader(
     reader: asyncio.StreamReader,
     *,
-    key: Keys,
-    context: Buffer = b"",
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
-    limits: KeyLimits | None = None,
+    config: Configuration | None = None,
+    key: Keys | Unset = UNSET,
+    context: Buffer | Unset = UNSET,
+    max_record_size: int | Unset = UNSET,
+    limits: KeyLimits | Unset | None = UNSET,
     limit: int = _DEFAULT_LIMIT,
-    ring_size: int = DEFAULT_RING_SIZE,
+    ring_size: int | Unset = UNSET,
 ) -> SecureStreamReader:
     """One-way: decrypt what ``reader`` delivers (written by ``encrypting_writer`` or a Sealer).
-    ``ring_size``: the receive ring's byte budget, as for :class:`~gcmstream.Opener`."""
-    opener = Opener(key, context=context, max_record_size=max_record_size, limits=limits, ring_size=ring_size)
+    Options: a :class:`~gcmstream.Configuration` or its keywords; a reader uses ``key`` (any
+    key of a KeyRing), ``context``, ``max_record_size``, ``limits`` and ``ring_size`` (the
+    receive ring's byte budget, as for :class:`~gcmstream.Opener`)."""
+    config = configure(
+        config, key=key, context=context, max_record_size=max_record_size, limits=limits, ring_size=ring_size
+    )
+    opener = Opener(
+        config.key,
+        context=config.context,
+        max_record_size=config.max_record_size,
+        limits=config.limits,
+        ring_size=config.ring_size,
+    )
     return SecureStreamReader(opener, _StreamReaderSource(opener, reader), limit=limit)
 
 
@@ -1050,26 +1192,41 @@ async def wrap_streams(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     *,
-    key: Keys,
     role: Role,
-    context: Buffer = b"",
-    record_size: int = DEFAULT_RECORD_SIZE,
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
-    limits: KeyLimits | None = None,
-    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
+    config: Configuration | None = None,
+    key: Keys | Unset = UNSET,
+    context: Buffer | Unset = UNSET,
+    record_size: int | Unset = UNSET,
+    max_record_size: int | Unset = UNSET,
+    limits: KeyLimits | Unset | None = UNSET,
+    handshake_timeout: float | Unset | None = UNSET,
     limit: int = _DEFAULT_LIMIT,
-    key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
-    local_id: str | bytes | None = None,
-    peer_id: str | bytes | None = None,
-    ring_size: int = DEFAULT_RING_SIZE,
+    key_exchange: KeyExchange | Unset = UNSET,
+    local_id: str | bytes | Unset | None = UNSET,
+    peer_id: str | bytes | Unset | None = UNSET,
+    ring_size: int | Unset = UNSET,
 ) -> tuple[SecureStreamReader, SecureStreamWriter]:
     """Duplex channel over existing asyncio streams. One side must use Role.INITIATOR and the
     other Role.RESPONDER. Runs the handshake before returning; if it fails (or takes longer
     than ``handshake_timeout`` seconds) the transport is aborted and the error raised.
-    ``ring_size``: the receive ring's byte budget, as for :class:`~gcmstream.Channel`."""
+    Options: a :class:`~gcmstream.Configuration` or its keywords, not both; this uses the
+    channel options and ``handshake_timeout`` (over streams it does not own it keeps no record
+    or idle timer: ``record_timeout`` and ``idle_timeout`` do not apply)."""
+    config = configure(
+        config,
+        key=key,
+        context=context,
+        record_size=record_size,
+        max_record_size=max_record_size,
+        limits=limits,
+        handshake_timeout=handshake_timeout,
+        key_exchange=key_exchange,
+        local_id=local_id,
+        peer_id=peer_id,
+        ring_size=ring_size,
+    )
     _check_limit(limit)
-    options = HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id)
-    channel = _channel(key, role, context, record_size, max_record_size, limits, options, ring_size)
+    channel = config.channel(role)
     source = _StreamReaderSource(channel.opener, reader)
 
     async def send(data: bytes) -> None:
@@ -1079,7 +1236,7 @@ async def wrap_streams(
     async def abort() -> None:
         _abort(writer.transport)
 
-    await handshake(channel, send, source.wait, time_limit=handshake_timeout, abort=abort)
+    await handshake(channel, send, source.wait, time_limit=config.handshake_timeout, abort=abort)
     secure_reader = SecureStreamReader(channel.opener, source, limit=limit)
     secure_writer = SecureStreamWriter(
         channel.sealer, writer.transport, writer.drain, reader=secure_reader, closed=writer.wait_closed

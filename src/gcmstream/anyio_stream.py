@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import operator
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -45,9 +46,6 @@ from anyio.abc import (
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from ._adapter import (
-    DEFAULT_HANDSHAKE_TIMEOUT,
-    DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_RECORD_TIMEOUT,
     PEER_GONE,
     RECEIVE_SIZE,
     blame_connection,
@@ -60,21 +58,11 @@ from ._adapter import (
     serve_retrying,
     server_admission,
 )
-from .admission import DEFAULT_ADMISSION, Admission, AdmissionPolicy, admission_policy
-from .channel import DEFAULT_HANDSHAKE, HandshakeOptions
+from .admission import Admission, AdmissionPolicy
 from .codec import Channel, Opener
+from .config import UNSET, Configuration, Unset, configure
 from .errors import StreamBrokenError, StreamClosedError, TruncatedStreamError
-from .format import (
-    DEFAULT_MAX_RECORD_SIZE,
-    DEFAULT_RECORD_SIZE,
-    Buffer,
-    KeyExchange,
-    KeyLimits,
-    Keys,
-    Role,
-    as_key_ring,
-)
-from .ring import DEFAULT_RING_SIZE, ring_capacity
+from .format import Buffer, KeyExchange, KeyLimits, Keys, Role
 
 __all__ = (
     "AnyioStreamBrokenError",
@@ -84,7 +72,9 @@ __all__ = (
     "SecureListener",
     "SecureStream",
     "connect_tcp",
+    "connect_unix",
     "create_tcp_listener",
+    "create_unix_listener",
 )
 
 
@@ -156,9 +146,9 @@ class SecureStream(ByteStream):
     _send_broken: BaseException | None = field(init=False, default=None, repr=False)
     _receive_lost: BaseException | None = field(init=False, default=None, repr=False)
     _closed: bool = field(init=False, default=False, repr=False)
-    record_timeout: float | None = field(default=DEFAULT_RECORD_TIMEOUT, repr=False)
+    record_timeout: float | None = field(kw_only=True, repr=False)
     _record_since: float | None = field(init=False, default=None, repr=False)
-    idle_timeout: float | None = field(default=DEFAULT_IDLE_TIMEOUT, repr=False)
+    idle_timeout: float | None = field(kw_only=True, repr=False)
 
     # an object stream of bytes (AnyByteStream includes them, as TLSStream.wrap takes them)
     # receives whole items, without a size, and is sent bytes, not a view of ours
@@ -176,19 +166,20 @@ class SecureStream(ByteStream):
         cls,
         transport_stream: AnyByteStream,
         *,
-        key: Keys,
         role: Role,
-        context: Buffer = b"",
-        record_size: int = DEFAULT_RECORD_SIZE,
-        max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
-        limits: KeyLimits | None = None,
-        handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
-        record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
-        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
-        ring_size: int = DEFAULT_RING_SIZE,
-        key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
-        local_id: str | bytes | None = None,
-        peer_id: str | bytes | None = None,
+        config: Configuration | None = None,
+        key: Keys | Unset = UNSET,
+        context: Buffer | Unset = UNSET,
+        record_size: int | Unset = UNSET,
+        max_record_size: int | Unset = UNSET,
+        limits: KeyLimits | Unset | None = UNSET,
+        handshake_timeout: float | Unset | None = UNSET,
+        record_timeout: float | Unset | None = UNSET,
+        idle_timeout: float | Unset | None = UNSET,
+        ring_size: int | Unset = UNSET,
+        key_exchange: KeyExchange | Unset = UNSET,
+        local_id: str | bytes | Unset | None = UNSET,
+        peer_id: str | bytes | Unset | None = UNSET,
         on_handshake_input: Callable[[Opener], object] | None = None,
     ) -> SecureStream:
         """Run the channel handshake (one round trip, both sides confirmed), sending while
@@ -214,21 +205,30 @@ class SecureStream(ByteStream):
         ``BrokenResourceError`` that anyio code expects of a broken transport.
         ``on_handshake_input`` is called with the channel's opener after each read of the
         handshake: a server's :class:`~gcmstream.admission.Admission` learns there what the
-        peer sent (``Admission.observe``)."""
-        channel = Channel(
-            key,
-            role=role,
+        peer sent (``Admission.observe``).
+
+        The options are a :class:`~gcmstream.Configuration` (``config=``) or its keywords
+        (each not given takes its default), not both; a stream uses every option but
+        ``admission`` (a listener's)."""
+        config = configure(
+            config,
+            key=key,
             context=context,
             record_size=record_size,
             max_record_size=max_record_size,
             limits=limits,
-            reuse_output=False,
+            handshake_timeout=handshake_timeout,
+            record_timeout=record_timeout,
+            idle_timeout=idle_timeout,
             ring_size=ring_size,
             key_exchange=key_exchange,
             local_id=local_id,
             peer_id=peer_id,
         )
-        stream = cls(transport_stream, channel, record_timeout=record_timeout, idle_timeout=idle_timeout)
+        channel = config.channel(role, reuse_output=False)
+        stream = cls(
+            transport_stream, channel, record_timeout=config.record_timeout, idle_timeout=config.idle_timeout
+        )
 
         async def abort() -> None:
             await anyio.aclose_forcefully(transport_stream)
@@ -238,7 +238,7 @@ class SecureStream(ByteStream):
                 channel,
                 stream._send_transport,
                 stream._receive_more,
-                time_limit=handshake_timeout,
+                time_limit=config.handshake_timeout,
                 abort=abort,
                 on_handshake_input=on_handshake_input,
             )
@@ -439,36 +439,77 @@ async def connect_tcp(
     remote_host: str,
     remote_port: int,
     *,
-    key: Keys,
-    context: Buffer = b"",
-    record_size: int = DEFAULT_RECORD_SIZE,
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
-    limits: KeyLimits | None = None,
-    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
-    record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
-    ring_size: int = DEFAULT_RING_SIZE,
-    key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
-    local_id: str | bytes | None = None,
-    peer_id: str | bytes | None = None,
+    config: Configuration | None = None,
+    key: Keys | Unset = UNSET,
+    context: Buffer | Unset = UNSET,
+    record_size: int | Unset = UNSET,
+    max_record_size: int | Unset = UNSET,
+    limits: KeyLimits | Unset | None = UNSET,
+    handshake_timeout: float | Unset | None = UNSET,
+    record_timeout: float | Unset | None = UNSET,
+    idle_timeout: float | Unset | None = UNSET,
+    ring_size: int | Unset = UNSET,
+    key_exchange: KeyExchange | Unset = UNSET,
+    local_id: str | bytes | Unset | None = UNSET,
+    peer_id: str | bytes | Unset | None = UNSET,
 ) -> SecureStream:
     """``anyio.connect_tcp`` plus the handshake (as the channel's initiator); the connection
     is closed if the handshake fails. Options as for :meth:`SecureStream.wrap`."""
-    transport = await anyio.connect_tcp(remote_host, remote_port)
-    return await SecureStream.wrap(
-        transport,
+    config = configure(
+        config,
         key=key,
-        role=Role.INITIATOR,
         context=context,
         record_size=record_size,
         max_record_size=max_record_size,
         limits=limits,
         handshake_timeout=handshake_timeout,
         record_timeout=record_timeout,
+        idle_timeout=idle_timeout,
         ring_size=ring_size,
         key_exchange=key_exchange,
         local_id=local_id,
         peer_id=peer_id,
     )
+    transport = await anyio.connect_tcp(remote_host, remote_port)
+    return await SecureStream.wrap(transport, role=Role.INITIATOR, config=config)
+
+
+async def connect_unix(
+    path: str | os.PathLike[str],
+    *,
+    config: Configuration | None = None,
+    key: Keys | Unset = UNSET,
+    context: Buffer | Unset = UNSET,
+    record_size: int | Unset = UNSET,
+    max_record_size: int | Unset = UNSET,
+    limits: KeyLimits | Unset | None = UNSET,
+    handshake_timeout: float | Unset | None = UNSET,
+    record_timeout: float | Unset | None = UNSET,
+    idle_timeout: float | Unset | None = UNSET,
+    ring_size: int | Unset = UNSET,
+    key_exchange: KeyExchange | Unset = UNSET,
+    local_id: str | bytes | Unset | None = UNSET,
+    peer_id: str | bytes | Unset | None = UNSET,
+) -> SecureStream:
+    """``anyio.connect_unix`` plus the handshake, as :func:`connect_tcp`; options as for
+    :meth:`SecureStream.wrap`."""
+    config = configure(
+        config,
+        key=key,
+        context=context,
+        record_size=record_size,
+        max_record_size=max_record_size,
+        limits=limits,
+        handshake_timeout=handshake_timeout,
+        record_timeout=record_timeout,
+        idle_timeout=idle_timeout,
+        ring_size=ring_size,
+        key_exchange=key_exchange,
+        local_id=local_id,
+        peer_id=peer_id,
+    )
+    transport = await anyio.connect_unix(path)
+    return await SecureStream.wrap(transport, role=Role.INITIATOR, config=config)
 
 
 @dataclass(eq=False)
@@ -481,7 +522,7 @@ class _Pending:
         self.scope.cancel()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, init=False)
 class SecureListener(Listener[SecureStream]):
     """Wraps a listener so that ``serve()`` hands out handshaken SecureStreams (as responder).
     Clients that fail the handshake or do not complete it within ``handshake_timeout`` are
@@ -498,28 +539,58 @@ class SecureListener(Listener[SecureStream]):
     TLSListener adds none; one that ran handshakes one at a time would let a client that sends
     nothing hold up every other for ``handshake_timeout``. Nor a ``listeners`` list (a
     MultiListener's): their ``accept()`` would hand out plaintext connections. ``listener``,
-    the wrapped one, is public as TLSListener's."""
+    the wrapped one, is public as TLSListener's.
+
+    The options are one :class:`~gcmstream.Configuration`, ``config``: given as ``config=``,
+    or built from its keywords (each not given takes its default), not both."""
 
     listener: Listener[Any]
-    key: Keys = field(repr=False)
-    context: bytes = field(default=b"", repr=False)
-    record_size: int = DEFAULT_RECORD_SIZE
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE
-    limits: KeyLimits | None = None
-    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT
-    record_timeout: float | None = DEFAULT_RECORD_TIMEOUT
-    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT
-    ring_size: int = DEFAULT_RING_SIZE
-    options: HandshakeOptions = DEFAULT_HANDSHAKE
-    max_pending_handshakes: int | None = None
-    admission: AdmissionPolicy = DEFAULT_ADMISSION
+    config: Configuration
 
-    _peers: dict[int, object] = field(init=False, default_factory=dict, repr=False)
-    _pending: Admission[Any] | None = field(init=False, default=None, repr=False)
+    _peers: dict[int, object] = field(repr=False)
+    _pending: Admission[Any] | None = field(repr=False)
 
-    def __post_init__(self) -> None:
-        given = None if self.admission is DEFAULT_ADMISSION else self.admission
-        self.admission = admission_policy(given, self.max_pending_handshakes)  # checked here
+    def __init__(
+        self,
+        listener: Listener[Any],
+        *,
+        config: Configuration | None = None,
+        key: Keys | Unset = UNSET,
+        context: Buffer | Unset = UNSET,
+        record_size: int | Unset = UNSET,
+        max_record_size: int | Unset = UNSET,
+        limits: KeyLimits | Unset | None = UNSET,
+        handshake_timeout: float | Unset | None = UNSET,
+        record_timeout: float | Unset | None = UNSET,
+        idle_timeout: float | Unset | None = UNSET,
+        ring_size: int | Unset = UNSET,
+        key_exchange: KeyExchange | Unset = UNSET,
+        local_id: str | bytes | Unset | None = UNSET,
+        peer_id: str | bytes | Unset | None = UNSET,
+        max_pending_handshakes: int | Unset | None = UNSET,
+        admission: AdmissionPolicy | Unset | None = UNSET,
+    ) -> None:
+        config = configure(
+            config,
+            key=key,
+            context=context,
+            record_size=record_size,
+            max_record_size=max_record_size,
+            limits=limits,
+            handshake_timeout=handshake_timeout,
+            record_timeout=record_timeout,
+            idle_timeout=idle_timeout,
+            ring_size=ring_size,
+            key_exchange=key_exchange,
+            local_id=local_id,
+            peer_id=peer_id,
+            max_pending_handshakes=max_pending_handshakes,
+            admission=admission,
+        )
+        self.listener = listener
+        self.config = config
+        self._peers = {}
+        self._pending = None
 
     async def handle_handshake_error(self, exc: Exception, stream: AnyByteStream) -> None:
         """Called when a client's handshake failed (``stream`` is its transport, closed
@@ -528,7 +599,7 @@ class SecureListener(Listener[SecureStream]):
         peer = self._peers.get(id(stream), "an unknown peer")
         quiet = self._pending is not None and not self._pending.failure_logged()  # a flood
         level = logging.DEBUG if quiet else logging.WARNING
-        describe_handshake_failure(exc, peer, self.handshake_timeout, level)
+        describe_handshake_failure(exc, peer, self.config.handshake_timeout, level)
 
     async def serve(
         self,
@@ -536,7 +607,7 @@ class SecureListener(Listener[SecureStream]):
         task_group: TaskGroup | None = None,
     ) -> None:
         # an evicted handshake is cancelled: its transport is closed, nothing logged per connection
-        pending: Admission[_Pending] = Admission(server_admission(self.admission), _Pending.drop)
+        pending: Admission[_Pending] = Admission(server_admission(self.config.admission), _Pending.drop)
         self._pending = pending  # its failure log quota, for handle_handshake_error
 
         async def handle(transport: AnyByteStream) -> None:
@@ -552,19 +623,8 @@ class SecureListener(Listener[SecureStream]):
                 with entry.scope:
                     stream = await SecureStream.wrap(
                         transport,
-                        key=self.key,
                         role=Role.RESPONDER,
-                        context=self.context,
-                        record_size=self.record_size,
-                        max_record_size=self.max_record_size,
-                        limits=self.limits,
-                        handshake_timeout=self.handshake_timeout,
-                        record_timeout=self.record_timeout,
-                        idle_timeout=self.idle_timeout,
-                        ring_size=self.ring_size,
-                        key_exchange=self.options.key_exchange,
-                        local_id=self.options.local_id,
-                        peer_id=self.options.peer_id,
+                        config=self.config,
                         on_handshake_input=lambda opener: pending.observe(entry, opener),
                     )
             except BaseException as exc:
@@ -596,34 +656,33 @@ class SecureListener(Listener[SecureStream]):
 
 async def create_tcp_listener(
     *,
-    key: Keys,
     local_host: str | None = None,
     local_port: int = 0,
-    context: Buffer = b"",
-    record_size: int = DEFAULT_RECORD_SIZE,
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
-    limits: KeyLimits | None = None,
-    handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
-    record_timeout: float | None = DEFAULT_RECORD_TIMEOUT,
-    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
-    ring_size: int = DEFAULT_RING_SIZE,
-    key_exchange: KeyExchange = KeyExchange.MLKEM768_X25519,
-    local_id: str | bytes | None = None,
-    peer_id: str | bytes | None = None,
-    max_pending_handshakes: int | None = None,
-    admission: AdmissionPolicy | None = None,
+    config: Configuration | None = None,
+    key: Keys | Unset = UNSET,
+    context: Buffer | Unset = UNSET,
+    record_size: int | Unset = UNSET,
+    max_record_size: int | Unset = UNSET,
+    limits: KeyLimits | Unset | None = UNSET,
+    handshake_timeout: float | Unset | None = UNSET,
+    record_timeout: float | Unset | None = UNSET,
+    idle_timeout: float | Unset | None = UNSET,
+    ring_size: int | Unset = UNSET,
+    key_exchange: KeyExchange | Unset = UNSET,
+    local_id: str | bytes | Unset | None = UNSET,
+    peer_id: str | bytes | Unset | None = UNSET,
+    max_pending_handshakes: int | Unset | None = UNSET,
+    admission: AdmissionPolicy | Unset | None = UNSET,
 ) -> SecureListener:
     """``anyio.create_tcp_listener`` whose ``serve()`` hands out SecureStreams. A client that
     sends nothing for ``idle_timeout`` seconds while its handler waits to receive is dropped
     (None, the default: never); ``admission`` and ``max_pending_handshakes`` as for
-    :class:`SecureListener`; other options as for :meth:`SecureStream.wrap`."""
-    ring_capacity(max_record_size, ring_size)  # a bad ring_size raises now, not per client
-    policy = admission_policy(admission, max_pending_handshakes)  # a bad one raises now
-    listener = await anyio.create_tcp_listener(local_host=local_host, local_port=local_port)
-    return SecureListener(
-        listener=listener,
-        key=as_key_ring(key),  # once, not a ring (and its key IDs) per connection
-        context=bytes(context),
+    :class:`SecureListener`; other options as for :meth:`SecureStream.wrap`: a
+    :class:`~gcmstream.Configuration` (``config=``) or its keywords, not both."""
+    config = configure(
+        config,
+        key=key,
+        context=context,
         record_size=record_size,
         max_record_size=max_record_size,
         limits=limits,
@@ -631,6 +690,57 @@ async def create_tcp_listener(
         record_timeout=record_timeout,
         idle_timeout=idle_timeout,
         ring_size=ring_size,
-        options=HandshakeOptions(key_exchange=key_exchange, local_id=local_id, peer_id=peer_id),
-        admission=policy,
+        key_exchange=key_exchange,
+        local_id=local_id,
+        peer_id=peer_id,
+        max_pending_handshakes=max_pending_handshakes,
+        admission=admission,
     )
+    listener = await anyio.create_tcp_listener(local_host=local_host, local_port=local_port)
+    return SecureListener(listener, config=config)
+
+
+async def create_unix_listener(
+    path: str | os.PathLike[str],
+    *,
+    mode: int | None = None,
+    config: Configuration | None = None,
+    key: Keys | Unset = UNSET,
+    context: Buffer | Unset = UNSET,
+    record_size: int | Unset = UNSET,
+    max_record_size: int | Unset = UNSET,
+    limits: KeyLimits | Unset | None = UNSET,
+    handshake_timeout: float | Unset | None = UNSET,
+    record_timeout: float | Unset | None = UNSET,
+    idle_timeout: float | Unset | None = UNSET,
+    ring_size: int | Unset = UNSET,
+    key_exchange: KeyExchange | Unset = UNSET,
+    local_id: str | bytes | Unset | None = UNSET,
+    peer_id: str | bytes | Unset | None = UNSET,
+    max_pending_handshakes: int | Unset | None = UNSET,
+    admission: AdmissionPolicy | Unset | None = UNSET,
+) -> SecureListener:
+    """``anyio.create_unix_listener`` whose ``serve()`` hands out SecureStreams, as
+    :func:`create_tcp_listener` (options as there). ``mode`` is the socket file's permissions,
+    as anyio's: None (the default) leaves what the process's umask gives, as asyncio's
+    ``start_unix_server`` does; choose who may connect there or with the directory's
+    permissions. As anyio's, a stale socket file at ``path`` is replaced."""
+    config = configure(
+        config,
+        key=key,
+        context=context,
+        record_size=record_size,
+        max_record_size=max_record_size,
+        limits=limits,
+        handshake_timeout=handshake_timeout,
+        record_timeout=record_timeout,
+        idle_timeout=idle_timeout,
+        ring_size=ring_size,
+        key_exchange=key_exchange,
+        local_id=local_id,
+        peer_id=peer_id,
+        max_pending_handshakes=max_pending_handshakes,
+        admission=admission,
+    )
+    listener = await anyio.create_unix_listener(path, mode=mode)
+    return SecureListener(listener, config=config)

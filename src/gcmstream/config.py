@@ -14,6 +14,7 @@ The defaults of the three timeouts live here, beside the rule that checks them: 
 
 from __future__ import annotations
 
+import enum
 import math
 from typing import Any, Final
 
@@ -39,8 +40,11 @@ __all__ = (
     "DEFAULT_HANDSHAKE_TIMEOUT",
     "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_RECORD_TIMEOUT",
+    "UNSET",
     "Configuration",
+    "Unset",
     "check_timeout",
+    "configure",
 )
 
 # Seconds a channel waits for its handshake to complete before giving up on it (every entry
@@ -69,6 +73,41 @@ def check_timeout(value: float | None, name: str) -> float | None:
     if not (value > 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a positive, finite number of seconds or None, got {value!r}")
     return float(value)
+
+
+class Unset(enum.Enum):
+    """The type of :data:`UNSET`, the default of every option keyword of an entry point."""
+
+    UNSET = "UNSET"
+
+    def __repr__(self) -> str:  # as signatures show it: ``record_size=UNSET``
+        return self.value
+
+
+UNSET: Final = Unset.UNSET
+"""An option keyword that was not given: its value is ``config``'s, or else the
+:class:`Configuration` default (so an option given beside ``config=`` can be told apart from
+one left alone, even when it equals the default)."""
+
+
+def configure(config: Configuration | None, /, **options: Any) -> Configuration:
+    """The one place an entry point's option keywords become a :class:`Configuration`; every
+    entry point calls it. ``options`` are the keywords as the caller passed them (:data:`UNSET`
+    where not given). Without ``config`` the given ones build a Configuration (checked there);
+    with it, any given one is a TypeError naming it: ``config`` already holds that option
+    (``config.replace(...)`` changes it), and two values for one option would leave the
+    reader to guess which one wins."""
+    given = {name: value for name, value in options.items() if value is not UNSET}
+    if config is None:
+        if "key" not in given:
+            raise TypeError("missing key= (or config=)")
+        return Configuration(**given)
+    if not isinstance(config, Configuration):
+        raise TypeError(f"config must be a Configuration, got {type(config).__name__}")
+    if given:
+        names = ", ".join(f"{name}=" for name in sorted(given))
+        raise TypeError(f"{names} given beside config=, which holds every option: use config.replace(...)")
+    return config
 
 
 class Configuration:
