@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import fcntl
 import itertools
 import os
@@ -1426,3 +1427,43 @@ def test_completion_shells_are_shtabs() -> None:
     from gcmstream.cli import COMPLETION_SHELLS
 
     assert list(COMPLETION_SHELLS) == list(shtab.SUPPORTED_SHELLS)
+
+
+@pytest.mark.parametrize("command", ["connect", "listen"])
+def test_listen_and_connect_build_one_configuration(
+    command: str, keyfile: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The channel commands turn their options into one typed Configuration (issue 24.1),
+    checked once and handed to the adapter whole; what the command line does not set keeps
+    the library's defaults. Run in process: the adapter's entry is replaced by one that keeps
+    what it was given and stops the command."""
+    import gcmstream.anyio_stream
+    import gcmstream.cli
+
+    seen: list[gcmstream.Configuration] = []
+
+    async def connect_tcp(host: str, port: int, *, config: gcmstream.Configuration) -> None:
+        seen.append(config)
+        raise ConnectionRefusedError(errno.ECONNREFUSED, "refused")
+
+    async def first_peer(listener: object, args: object, config: gcmstream.Configuration) -> None:
+        seen.append(config)
+        raise ConnectionResetError(errno.ECONNRESET, "reset")
+
+    monkeypatch.setattr(gcmstream.anyio_stream, "connect_tcp", connect_tcp)
+    monkeypatch.setattr(gcmstream.cli, "_first_peer", first_peer)
+    address = "127.0.0.1:9" if command == "connect" else "127.0.0.1:0"
+    options = ["--context", "cfg", "--record-size", "1000", "--max-record-size", "70000"]
+    options += ["--local-id", "me", "--peer-id", "you", "--key-exchange", "x25519"]
+    result = run_cli(command, address, "-k", keyfile, *options)
+    assert result.status == EXIT_IO, result.stderr
+    expected = gcmstream.Configuration(
+        key=parse_key(keyfile.read_text()),
+        context=b"cfg",
+        record_size=1000,
+        max_record_size=70000,
+        key_exchange=gcmstream.KeyExchange.X25519,
+        local_id="me",
+        peer_id="you",
+    )
+    assert seen == [expected]

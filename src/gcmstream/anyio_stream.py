@@ -60,7 +60,7 @@ from ._adapter import (
 )
 from .admission import Admission, AdmissionPolicy
 from .codec import Channel, Opener
-from .config import UNSET, Configuration, Unset, configure
+from .config import DEFAULT_IDLE_TIMEOUT, DEFAULT_RECORD_TIMEOUT, UNSET, Configuration, Unset, configure
 from .errors import StreamBrokenError, StreamClosedError, TruncatedStreamError
 from .format import Buffer, KeyExchange, KeyLimits, Keys, Role
 
@@ -146,9 +146,9 @@ class SecureStream(ByteStream):
     _send_broken: BaseException | None = field(init=False, default=None, repr=False)
     _receive_lost: BaseException | None = field(init=False, default=None, repr=False)
     _closed: bool = field(init=False, default=False, repr=False)
-    record_timeout: float | None = field(kw_only=True, repr=False)
+    record_timeout: float | None = field(default=DEFAULT_RECORD_TIMEOUT, repr=False)
     _record_since: float | None = field(init=False, default=None, repr=False)
-    idle_timeout: float | None = field(kw_only=True, repr=False)
+    idle_timeout: float | None = field(default=DEFAULT_IDLE_TIMEOUT, repr=False)
 
     # an object stream of bytes (AnyByteStream includes them, as TLSStream.wrap takes them)
     # receives whole items, without a size, and is sent bytes, not a view of ours

@@ -60,10 +60,11 @@ if TYPE_CHECKING:
     from anyio.lowlevel import current_token
     from anyio.streams.memory import MemoryObjectReceiveStream
 
-    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT, accept_retrying, server_admission
+    from ._adapter import accept_retrying, server_admission
     from ._output import finished, open_output, output_target
-    from .admission import DEFAULT_ADMISSION, Admission
+    from .admission import Admission
     from .anyio_stream import SecureStream, connect_tcp
+    from .config import Configuration
     from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
     from .format import (
         HEADER_FIXED_SIZE,
@@ -71,7 +72,6 @@ if TYPE_CHECKING:
         VERSION,
         FieldType,
         KeyExchange,
-        KeyRing,
         Role,
         generate_key,
         parse_fields,
@@ -108,7 +108,7 @@ def _import_runtime(command: str) -> None:
 
 
 def _import_keys() -> None:
-    global HEADER_FIXED_SIZE, MAX_STANZA_FIELDS_SIZE, VERSION, FieldType, KeyExchange, KeyRing, Role
+    global HEADER_FIXED_SIZE, MAX_STANZA_FIELDS_SIZE, VERSION, FieldType, KeyExchange, Role
     global generate_key, parse_fields, parse_header_start, KeyFileError, format_key, parse_key
     global read_key_file, write_key_file, IDENTITY_PREFIX, MAX_IDENTITIES, MAX_IDENTITY_FILE_SIZE
     global MAX_RECIPIENTS_FILE_SIZE, Identity, Recipient, RecipientKind, check_recipients
@@ -119,7 +119,6 @@ def _import_keys() -> None:
         VERSION,
         FieldType,
         KeyExchange,
-        KeyRing,
         Role,
         generate_key,
         parse_fields,
@@ -159,14 +158,15 @@ def _import_files() -> None:
 
 
 def _import_network() -> None:
-    global from_thread, current_token, DEFAULT_HANDSHAKE_TIMEOUT, SecureStream, connect_tcp
-    global DEFAULT_ADMISSION, Admission, accept_retrying, server_admission
+    global from_thread, current_token, Configuration, SecureStream, connect_tcp
+    global Admission, accept_retrying, server_admission
     from anyio import from_thread
     from anyio.lowlevel import current_token
 
-    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT, accept_retrying, server_admission
-    from .admission import DEFAULT_ADMISSION, Admission
+    from ._adapter import accept_retrying, server_admission
+    from .admission import Admission
     from .anyio_stream import SecureStream, connect_tcp
+    from .config import Configuration
 
 
 if TYPE_CHECKING:
@@ -1458,29 +1458,31 @@ async def _accept_one(listener: anyio.abc.Listener[SocketStream]) -> SocketStrea
     return accepted[0]
 
 
-async def _handshake(
-    transport: SocketStream,
-    args: argparse.Namespace,
-    key: KeyRing,
-    on_handshake_input: Callable[[Any], object] | None = None,
-) -> SecureStream:
-    return await SecureStream.wrap(  # the shared handshake policy: timeout, close on failure
-        transport,
+def _channel_config(args: argparse.Namespace, key: bytes) -> Configuration:
+    """What ``listen`` and ``connect`` were told, as the one Configuration both use (checked
+    here, once); what the command line does not set keeps the library's defaults (the
+    handshake and record timeouts, no idle timeout, the servers' admission policy)."""
+    return Configuration(
         key=key,
-        role=Role.RESPONDER,
         context=args.context,
         record_size=args.record_size,
         max_record_size=args.max_record_size,
-        handshake_timeout=DEFAULT_HANDSHAKE_TIMEOUT,
         key_exchange=_KEY_EXCHANGES[args.key_exchange],
         local_id=args.local_id,
         peer_id=args.peer_id,
-        on_handshake_input=on_handshake_input,
+    )
+
+
+async def _handshake(
+    transport: SocketStream, config: Configuration, on_handshake_input: Callable[[Any], object] | None = None
+) -> SecureStream:
+    return await SecureStream.wrap(  # the shared handshake policy: timeout, close on failure
+        transport, role=Role.RESPONDER, config=config, on_handshake_input=on_handshake_input
     )
 
 
 async def _first_peer(
-    listener: anyio.abc.Listener[SocketStream], args: argparse.Namespace, key: KeyRing
+    listener: anyio.abc.Listener[SocketStream], args: argparse.Namespace, config: Configuration
 ) -> SecureStream:
     """Accept connections until one completes the handshake; every failed one is logged and
     closed, so a stranger (a port scan, a probe, a wrong key) does not end the session.
@@ -1489,7 +1491,7 @@ async def _first_peer(
     # the servers' admission (admission.py, its defaults): an evicted handshake's scope is
     # cancelled, which closes its transport; the admission's report counts it, no line per peer
     pending: Admission[anyio.CancelScope] = Admission(
-        server_admission(DEFAULT_ADMISSION), lambda scope: scope.cancel()
+        server_admission(config.admission), lambda scope: scope.cancel()
     )
     async with anyio.create_task_group() as tg:
 
@@ -1497,7 +1499,7 @@ async def _first_peer(
             try:
                 with scope:
                     stream = await _handshake(
-                        transport, args, key, lambda opener: pending.observe(scope, opener)
+                        transport, config, lambda opener: pending.observe(scope, opener)
                     )
             except Exception as exc:  # logged and survived: the listener keeps serving
                 if pending.done(scope):  # (at debug level past the admission's quota: a flood)
@@ -1540,15 +1542,15 @@ def _peer_failure(exc: BaseException, args: argparse.Namespace) -> str:
 async def _listen_command(args: argparse.Namespace, key: bytes) -> None:
     host, port = args.address
     _stdout_fd()  # where the session writes: a closed one is said before a peer is involved
-    keys = KeyRing([key])  # once, not a ring (and its key ID) per connection
+    config = _channel_config(args, key)  # its key a KeyRing once, not one per connection
     async with await _bind(host, port, args.quiet) as listener:
         if args.once:  # the first connection only, whatever its handshake gives
             transport = await _accept_one(listener)
         else:
-            stream = await _first_peer(listener, args, keys)
+            stream = await _first_peer(listener, args, config)
     if args.once:
         try:
-            stream = await _handshake(transport, args, keys)
+            stream = await _handshake(transport, config)
         except RecordTooLargeError as exc:
             raise _record_limit_error("listen", exc.size, exc.limit, "the peer") from None
     await _session_then_close(stream)
@@ -1568,19 +1570,9 @@ async def _session_then_close(stream: SecureStream) -> None:
 async def _connect_command(args: argparse.Namespace, key: bytes) -> None:
     host, port = args.address
     _stdout_fd()  # where the session writes: a closed one is said before a peer is involved
+    config = _channel_config(args, key)
     try:
-        stream = await connect_tcp(
-            host,
-            port,
-            key=key,
-            context=args.context,
-            record_size=args.record_size,
-            max_record_size=args.max_record_size,
-            handshake_timeout=DEFAULT_HANDSHAKE_TIMEOUT,
-            key_exchange=_KEY_EXCHANGES[args.key_exchange],
-            local_id=args.local_id,
-            peer_id=args.peer_id,
-        )
+        stream = await connect_tcp(host, port, config=config)
     except RecordTooLargeError as exc:
         raise _record_limit_error("connect", exc.size, exc.limit, "the peer") from None
     except TimeoutError:
