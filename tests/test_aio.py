@@ -10,11 +10,13 @@ import logging
 import os
 import random
 import socket
+import stat
 import struct
 import sys
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -872,3 +874,100 @@ async def test_wrap_streams_upgrades_a_connection_that_carried_plaintext() -> No
     assert upgraded[0] == b"UPGRADE\n"
     assert upgraded[1] == MAGIC  # the header was in the reader's buffer before wrap_streams
     assert upgraded[2] == b"secured request"
+
+
+# -- unix sockets and the loop's own keywords (issue 24.1 and 24.6) -------------------------------
+
+
+async def _echo(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+    data = await reader.read()
+    if data == b"fail":
+        raise RuntimeError("a handler that fails")
+    writer.write(data)
+    writer.write_eof()
+    await writer.drain()
+    writer.close()
+
+
+async def _round_trip(path: str, data: bytes) -> bytes:
+    reader, writer = await gcmstream.open_unix_connection(path, key=KEY)
+    try:
+        writer.write(data)
+        writer.write_eof()
+        return await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+
+
+@pytest.mark.asyncio
+async def test_unix_socket_handshake_echo_and_a_failing_handler(tmp_path: Path) -> None:
+    """start_unix_server and open_unix_connection over a real unix socket: the handshake, an
+    echo, and a handler that fails ends its connection only (the client reads a truncation,
+    the loop's exception handler hears of it, the next client is served)."""
+    reports: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: reports.append(context))
+    path = str(tmp_path / "echo.sock")
+    server = await gcmstream.start_unix_server(_echo, path, key=KEY)
+    try:
+        assert server.sockets[0].family == socket.AF_UNIX
+        assert await _round_trip(path, b"hello over a unix socket") == b"hello over a unix socket"
+        with pytest.raises(gcmstream.TruncatedStreamError):
+            await _round_trip(path, b"fail")
+        assert await _round_trip(path, b"still served") == b"still served"
+        assert [type(report["exception"]) for report in reports] == [RuntimeError]
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_a_unix_socket_file_is_asyncios(tmp_path: Path) -> None:
+    """Path permissions are left to the caller, as asyncio.start_unix_server leaves them: the
+    socket file's mode is the one asyncio's own server gets (the umask's), and a stale socket
+    file at the path is replaced, as asyncio replaces it."""
+    stale = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX) as left_behind:
+        left_behind.bind(str(stale))  # a server that died leaves its file
+    plain = await asyncio.start_unix_server(lambda r, w: None, str(tmp_path / "plain.sock"))
+    secure = await gcmstream.start_unix_server(_echo, str(stale), key=KEY)
+    try:
+        modes = [os.stat(tmp_path / name).st_mode for name in ("plain.sock", "stale.sock")]
+        assert stat.S_ISSOCK(modes[1]) and stat.S_IMODE(modes[0]) == stat.S_IMODE(modes[1])
+        assert await _round_trip(str(stale), b"x") == b"x"
+    finally:
+        for server in (plain, secure):
+            server.close()
+            await server.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_loop_keywords_reach_the_loop_and_a_misspelt_option_is_an_error(tmp_path: Path) -> None:
+    """gcmstream's options are named keywords; everything else goes to the loop
+    (create_server's start_serving, create_connection's sock, ...), so a misspelt option is
+    the loop's TypeError, never silently dropped, with config= too."""
+    server = await gcmstream.start_server(_echo, "127.0.0.1", 0, key=KEY, start_serving=False)
+    try:
+        assert not server.is_serving()  # the loop took start_serving=False
+        await server.start_serving()
+        port = server.sockets[0].getsockname()[1]
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setblocking(False)
+        reader, writer = await gcmstream.open_connection(sock=sock, key=KEY)  # the loop took sock=
+        writer.write(b"through sock=")
+        writer.write_eof()
+        assert await asyncio.wait_for(reader.read(), 10) == b"through sock="
+        writer.close()
+        config = gcmstream.Configuration(key=KEY)
+        with pytest.raises(TypeError, match="recrod_size"):
+            await gcmstream.open_connection("127.0.0.1", port, key=KEY, recrod_size=1000)
+        with pytest.raises(TypeError, match="recrod_size"):
+            await gcmstream.open_connection("127.0.0.1", port, config=config, recrod_size=1000)
+        with pytest.raises(TypeError, match="idle_timout"):
+            await gcmstream.start_server(_echo, "127.0.0.1", 0, key=KEY, idle_timout=5)
+        with pytest.raises(TypeError, match="recrod_size"):
+            await gcmstream.open_unix_connection(str(tmp_path / "none"), key=KEY, recrod_size=1000)
+        with pytest.raises(TypeError, match="idle_timout"):
+            await gcmstream.start_unix_server(_echo, str(tmp_path / "s"), config=config, idle_timout=5)
+    finally:
+        server.close()
+        await server.wait_closed()

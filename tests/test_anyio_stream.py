@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
+import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -389,3 +393,61 @@ async def test_leaving_the_block_after_the_peer_left_does_not_raise() -> None:
                 outcomes.clear()
                 client_gone, handler_done = anyio.Event(), anyio.Event()
             tg.cancel_scope.cancel()
+
+
+# -- unix sockets (issue 24.6) -------------------------------------------------------------------
+
+
+async def test_unix_socket_handshake_echo_and_a_failing_handler(tmp_path: Path) -> None:
+    """create_unix_listener and connect_unix over a real unix socket: the handshake, an echo,
+    and a handler that fails ends its connection only (the client reads a truncation, the
+    next client is served), on asyncio and trio."""
+    path = tmp_path / "echo.sock"
+
+    async def echo(stream: SecureStream) -> None:
+        data = await stream.receive()
+        if data == b"fail":
+            raise RuntimeError("a handler that fails")
+        async with stream:
+            await stream.send(data)
+
+    async def round_trip(data: bytes) -> bytes:
+        async with await gcmstream.connect_unix(path, key=KEY) as client:
+            await client.send(data)
+            received = b""
+            with contextlib.suppress(anyio.EndOfStream):
+                while True:
+                    received += await client.receive()
+            return received
+
+    with anyio.fail_after(20):
+        async with (
+            await gcmstream.create_unix_listener(path, key=KEY) as listener,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(listener.serve, echo)
+            assert await round_trip(b"hello over a unix socket") == b"hello over a unix socket"
+            with pytest.raises(gcmstream.TruncatedStreamError):
+                await round_trip(b"fail")
+            assert await round_trip(b"still served") == b"still served"
+            tg.cancel_scope.cancel()
+
+
+async def test_a_unix_listener_leaves_the_path_to_the_caller(tmp_path: Path) -> None:
+    """As asyncio.start_unix_server (tests/test_aio.py::test_a_unix_socket_file_is_asyncios):
+    without ``mode`` the socket file gets what the umask gives, the mode of a plain anyio
+    listener's; ``mode=`` sets it (anyio's); a stale socket file is replaced."""
+    stale = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX) as left_behind:
+        left_behind.bind(str(stale))
+    async with (
+        await anyio.create_unix_listener(tmp_path / "plain.sock"),
+        await gcmstream.create_unix_listener(stale, key=KEY),
+        await gcmstream.create_unix_listener(tmp_path / "private.sock", key=KEY, mode=0o600),
+    ):
+        modes = {
+            name: os.stat(tmp_path / name).st_mode for name in ("plain.sock", "stale.sock", "private.sock")
+        }
+        assert stat.S_ISSOCK(modes["stale.sock"])
+        assert stat.S_IMODE(modes["stale.sock"]) == stat.S_IMODE(modes["plain.sock"])
+        assert stat.S_IMODE(modes["private.sock"]) == 0o600

@@ -3,14 +3,19 @@ a key, and the one place a Channel is built from the options."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import math
+from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from anyio.abc import SocketAttribute
 
 import gcmstream.config
-from gcmstream import Channel, KeyExchange, KeyLimits, KeyRing, Role, generate_key
+from gcmstream import Channel, GcmStreamAttribute, KeyExchange, KeyLimits, KeyRing, Role, generate_key
 from gcmstream.admission import DEFAULT_ADMISSION
 from gcmstream.config import (
     DEFAULT_HANDSHAKE_TIMEOUT,
@@ -19,6 +24,7 @@ from gcmstream.config import (
     UNSET,
     Configuration,
     check_timeout,
+    configure,
 )
 from gcmstream.format import HARD_MAX_RECORD_SIZE, MAX_CONTEXT_SIZE, key_id
 from gcmstream.testing import run_handshake
@@ -194,3 +200,254 @@ def test_channels_from_one_configuration_complete_a_handshake() -> None:
     run_handshake(config.channel(Role.INITIATOR), other)
     with pytest.raises(gcmstream.GcmStreamError):
         other.handshake_complete()
+
+
+# -- every entry point takes config= or its keywords (issue 24.1) ------------------------------
+
+
+def _handler(*streams: object) -> None:
+    pass
+
+
+# what each entry point needs besides its options (never used: the options are refused first)
+_ARGUMENTS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
+    "open_connection": (("127.0.0.1", 9), {}),
+    "open_unix_connection": (("/nonexistent/socket",), {}),
+    "start_server": ((_handler, "127.0.0.1", 0), {}),
+    "start_unix_server": ((_handler, "/nonexistent/socket"), {}),
+    "wrap_streams": ((None, None), {"role": Role.INITIATOR}),
+    "encrypting_writer": ((None,), {}),
+    "decrypting_reader": ((None,), {}),
+    "SecureStream.wrap": ((None,), {"role": Role.INITIATOR}),
+    "connect_tcp": (("127.0.0.1", 9), {}),
+    "connect_unix": (("/nonexistent/socket",), {}),
+    "create_tcp_listener": ((), {}),
+    "create_unix_listener": (("/nonexistent/socket",), {}),
+    "SecureListener": ((None,), {}),
+}
+
+
+def _call(name: str, **options: Any) -> None:
+    """Call entry point ``name`` with ``options``, run to its end if it is a coroutine."""
+    arguments, keywords = _ARGUMENTS[name]
+    result = ENTRY_POINTS[name](*arguments, **keywords, **options)
+    if inspect.iscoroutine(result):
+        asyncio.run(result)
+
+
+def _options_of(name: str) -> list[str]:
+    own = inspect.signature(Configuration).parameters
+    return [option for option in inspect.signature(ENTRY_POINTS[name]).parameters if option in own]
+
+
+_CONFLICTS = [(name, option) for name in ENTRY_POINTS for option in _options_of(name)]
+
+
+@pytest.mark.parametrize(("name", "option"), _CONFLICTS, ids=[f"{n}-{o}" for n, o in _CONFLICTS])
+def test_an_option_beside_config_is_a_type_error_naming_it(name: str, option: str) -> None:
+    """config= holds every option: one given beside it, even at its default value, is refused
+    by name before any I/O (so every keyword an entry point names reaches configure(): one
+    that did not would be silently dropped, and this would not raise)."""
+    default = inspect.signature(Configuration).parameters[option].default
+    value = KEY if default is inspect.Parameter.empty else default
+    with pytest.raises(TypeError, match=rf"\b{option}= given beside config="):
+        _call(name, config=Configuration(key=KEY), **{option: value})
+
+
+@pytest.mark.parametrize("name", list(ENTRY_POINTS))
+def test_an_entry_point_needs_a_key_or_a_configuration(name: str) -> None:
+    with pytest.raises(TypeError, match=r"missing key= \(or config=\)"):
+        _call(name)
+    with pytest.raises(TypeError, match="config must be a Configuration, got dict"):
+        _call(name, config={"key": KEY})
+
+
+def test_configure_is_the_one_place() -> None:
+    config = Configuration(key=KEY)
+    assert configure(config, key=UNSET, record_size=UNSET) is config
+    built = configure(None, key=KEY, record_size=1000, context=UNSET)
+    assert built == Configuration(key=KEY, record_size=1000)
+    with pytest.raises(TypeError, match=r"context=, record_size= given beside config="):
+        configure(config, record_size=1000, context=b"")
+    assert repr(UNSET) == "UNSET"
+
+
+# The options each entry point is given, as keywords or as config=, and its peer's (keywords).
+CHOSEN: dict[str, Any] = {
+    "context": b"cfg",
+    "record_size": 1000,
+    "key_exchange": KeyExchange.X25519,
+    "local_id": "entry",
+    "peer_id": "peer",
+}
+PEER: dict[str, Any] = {
+    "key": KEY,
+    "context": b"cfg",
+    "key_exchange": KeyExchange.X25519,
+    "local_id": "peer",
+    "peer_id": "entry",
+}
+PAYLOAD = bytes(range(256)) * 10  # three records of 1,000 bytes
+
+
+async def _observe(name: str, options: dict[str, Any], where: str) -> tuple[object, ...]:
+    """Run entry point ``name`` with ``options`` against a peer over a real socket (127.0.0.1,
+    or a unix socket at ``where``); what it shows: its record size, the identity it saw, the
+    identity its peer saw, and whether the payload crossed."""
+    entry = ENTRY_POINTS[name]
+    if name in ("open_connection", "open_unix_connection", "start_server", "start_unix_server"):
+        return await _observe_aio(name, entry, options, where)
+    if name in ("wrap_streams", "encrypting_writer", "decrypting_reader"):
+        return await _observe_wrapped(name, entry, options)
+    return await _observe_anyio(name, entry, options, where)
+
+
+def _aio_view(writer: gcmstream.SecureStreamWriter) -> tuple[object, object]:
+    return writer.get_extra_info("gcmstream_record_size"), writer.get_extra_info("gcmstream_peer_id")
+
+
+async def _observe_aio(name: str, entry: Any, options: dict[str, Any], where: str) -> tuple[object, ...]:
+    server_side: asyncio.Future[tuple[object, ...]] = asyncio.get_running_loop().create_future()
+
+    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        data = await reader.read()
+        server_side.set_result((*_aio_view(writer), data))
+        writer.close()
+
+    unix = "unix" in name
+    if name.startswith("start"):
+        server = await (
+            entry(handler, where, **options) if unix else entry(handler, "127.0.0.1", 0, **options)
+        )
+        address = (where,) if unix else ("127.0.0.1", server.sockets[0].getsockname()[1])
+        client: Any = gcmstream.open_unix_connection if unix else gcmstream.open_connection
+        _, writer = await client(*address, **PEER)
+    else:
+        start: Any = gcmstream.start_unix_server if unix else gcmstream.start_server
+        server = await (start(handler, where, **PEER) if unix else start(handler, "127.0.0.1", 0, **PEER))
+        address = (where,) if unix else ("127.0.0.1", server.sockets[0].getsockname()[1])
+        _, writer = await entry(*address, **options)
+    writer.write(PAYLOAD)
+    writer.write_eof()
+    client_view = _aio_view(writer)
+    served = await asyncio.wait_for(server_side, 10)
+    writer.close()
+    server.close()
+    await server.wait_closed()
+    entry_view, peer_view = (
+        (served[:2], client_view) if name.startswith("start") else (client_view, served[:2])
+    )
+    return (*entry_view, peer_view[1], served[2] == PAYLOAD)
+
+
+async def _observe_wrapped(name: str, entry: Any, options: dict[str, Any]) -> tuple[object, ...]:
+    """wrap_streams as the initiator, or the one-way pair, over a plain asyncio connection."""
+    accepted: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = (
+        asyncio.get_running_loop().create_future()
+    )
+    server = await asyncio.start_server(lambda r, w: accepted.set_result((r, w)), "127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+    far_reader, far_writer = await accepted
+    try:
+        if name == "wrap_streams":
+            responder = gcmstream.wrap_streams(far_reader, far_writer, role=Role.RESPONDER, **PEER)
+            initiator = entry(reader, writer, role=Role.INITIATOR, **options)
+            (peer_reader, peer_writer), (_, mine_writer) = await asyncio.gather(responder, initiator)
+            mine_writer.write(PAYLOAD)
+            mine_writer.write_eof()
+            return (*_aio_view(mine_writer), _aio_view(peer_writer)[1], await peer_reader.read() == PAYLOAD)
+        one_way = {"key": KEY, "context": PEER["context"]}
+        if name == "encrypting_writer":
+            sealing = entry(writer, **options)
+            opened = gcmstream.decrypting_reader(far_reader, **one_way)
+        else:
+            sealing = gcmstream.encrypting_writer(writer, **one_way)
+            opened = entry(far_reader, **options)
+        sealing.write(PAYLOAD)
+        sealing.write_eof()
+        return (sealing.get_extra_info("gcmstream_record_size"), await opened.read() == PAYLOAD)
+    finally:
+        writer.close()
+        far_writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+def _anyio_view(stream: gcmstream.SecureStream) -> tuple[object, object]:
+    return stream.extra(GcmStreamAttribute.record_size), stream.extra(GcmStreamAttribute.peer_id)
+
+
+async def _observe_anyio(name: str, entry: Any, options: dict[str, Any], where: str) -> tuple[object, ...]:
+    unix = "unix" in name
+    served: list[tuple[object, ...]] = []
+    done = anyio.Event()
+
+    async def handler(stream: gcmstream.SecureStream) -> None:
+        data = b""
+        with contextlib.suppress(anyio.EndOfStream):
+            while True:
+                data += await stream.receive()
+        served.append((*_anyio_view(stream), data))
+        done.set()
+        await stream.aclose()
+
+    if name in ("create_tcp_listener", "create_unix_listener", "SecureListener"):
+        if name == "SecureListener":
+            listener = entry(await anyio.create_tcp_listener(local_host="127.0.0.1"), **options)
+        else:
+            listener = await (entry(where, **options) if unix else entry(local_host="127.0.0.1", **options))
+    else:
+        if unix:
+            listener = await gcmstream.create_unix_listener(where, **PEER)
+        else:
+            listener = await gcmstream.create_tcp_listener(local_host="127.0.0.1", **PEER)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handler)
+        port: int = 0 if unix else listener.extra(SocketAttribute.local_port)
+        if name == "SecureStream.wrap":
+            transport = await anyio.connect_tcp("127.0.0.1", port)
+            client = await entry(transport, role=Role.INITIATOR, **options)
+        elif name in ("connect_tcp", "connect_unix"):
+            client = await (entry(where, **options) if unix else entry("127.0.0.1", port, **options))
+        elif unix:
+            client = await gcmstream.connect_unix(where, **PEER)
+        else:
+            client = await gcmstream.connect_tcp("127.0.0.1", port, **PEER)
+        await client.send(PAYLOAD)
+        await client.send_eof()
+        with anyio.fail_after(10):
+            await done.wait()
+        client_view = _anyio_view(client)
+        await client.aclose()
+        tg.cancel_scope.cancel()
+    (server_view,) = served
+    serving = name in ("create_tcp_listener", "create_unix_listener", "SecureListener")
+    entry_view, peer_view = (server_view[:2], client_view) if serving else (client_view, server_view[:2])
+    return (*entry_view, peer_view[1], server_view[2] == PAYLOAD)
+
+
+@pytest.mark.parametrize("name", list(ENTRY_POINTS))
+def test_each_entry_point_given_config_behaves_as_given_the_keywords(name: str, tmp_path: Path) -> None:
+    """Over a real connection (127.0.0.1, or a unix socket in a temporary directory), with a
+    peer given the keywords: the same Configuration as config= or as keywords gives the same
+    record size, the same identities on both ends and the payload across (a context or key
+    exchange that did not arrive would fail the handshake; an identity that did not, the
+    peer's peer_id check). A one-way entry point takes only its options as keywords, and the
+    whole Configuration (the options it does not use ignored) as config=."""
+    parameters = inspect.signature(ENTRY_POINTS[name]).parameters
+    keywords = {option: value for option, value in CHOSEN.items() if option in parameters}
+    config = Configuration(key=KEY, **CHOSEN)
+    results = [
+        asyncio.run(_observe(name, options, str(tmp_path / f"{name}.{form}")))
+        for form, options in (("keywords", {"key": KEY, **keywords}), ("config", {"config": config}))
+    ]
+    one_way = name in ("encrypting_writer", "decrypting_reader")
+    assert (
+        results[0]
+        == results[1]
+        == (
+            (1000 if name == "encrypting_writer" else 65536, True)
+            if one_way
+            else (1000, b"peer", b"entry", True)
+        )
+    ), name
