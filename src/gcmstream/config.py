@@ -121,6 +121,27 @@ class Configuration:
     pending handshakes (:class:`~gcmstream.AdmissionPolicy`; ``max_pending_handshakes=N``
     stands for ``AdmissionPolicy.from_max_pending_handshakes(N)``, not both). Identities are
     kept as the bytes a peer sees.
+
+    Every entry point takes one as ``config=``, or its option keywords as a shorthand that
+    builds one (:func:`configure`, the one place; an option given beside ``config=`` is a
+    TypeError naming it). What each uses of it:
+
+    * servers (``start_server``, ``start_unix_server``, ``create_tcp_listener``,
+      ``create_unix_listener``, ``SecureListener``): every option;
+    * anyio clients (``connect_tcp``, ``connect_unix``, ``SecureStream.wrap``): all but
+      ``admission`` (``idle_timeout`` bounds each receive's wait after the handshake);
+    * asyncio clients (``open_connection``, ``open_unix_connection``): all but ``admission``
+      and ``idle_timeout``;
+    * ``wrap_streams``: the channel options and ``handshake_timeout`` (over streams it does
+      not own it keeps no record or idle timer);
+    * ``encrypting_writer``: ``key`` (a KeyRing's primary), ``context``, ``record_size``,
+      ``limits``; ``decrypting_reader``: ``key``, ``context``, ``max_record_size``,
+      ``limits``, ``ring_size``.
+
+    A keyword an entry point does not use is not among its parameters. The file and pipeline
+    functions (``encrypt_file``, ``open_file``, ...) take no Configuration: they are keyed by
+    a key, recipients, identities or a passphrase, and use only ``context`` and the record
+    sizes of all this.
     """
 
     __slots__ = (
