@@ -204,6 +204,7 @@ async def test_a_handshake_timeout_drops_the_ephemeral_secrets(monkeypatch: pyte
     """The adapters end the handshake on a timeout (or a cancellation) too."""
     import asyncio
 
+    import gcmstream.config
     from gcmstream import aio
 
     made: list[Channel] = []
@@ -212,7 +213,7 @@ async def test_a_handshake_timeout_drops_the_ephemeral_secrets(monkeypatch: pyte
         made.append(Channel(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(aio, "Channel", recording)
+    monkeypatch.setattr(gcmstream.config, "Channel", recording)  # where every adapter's is built
     server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)  # accepts, never answers
     port = server.sockets[0].getsockname()[1]
     async with server:
