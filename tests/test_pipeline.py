@@ -9,6 +9,7 @@ import stat
 from collections.abc import AsyncIterator, Iterable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -485,3 +486,144 @@ def test_plain_file_objects_are_refused_with_the_way_out(tmp_path: Path) -> None
                 await pipeline.decrypt_stream(42, wrapped, key=KEY)  # type: ignore[arg-type]
 
     anyio.run(attempts)
+
+
+# -- config= on the file and pipeline functions (issue 24.1) -------------------------------------
+
+SEALING = ("encrypt_iter", "encrypt_stream", "encrypt_file_async", "encrypt_file", "encrypt_path")
+OPENING = (
+    "decrypt_iter",
+    "decrypt_stream",
+    "decrypt_file_async",
+    "decrypt_file",
+    "decrypt_path",
+    "open_file",
+    "open_file_async",
+)
+
+
+def _function(name: str) -> Any:
+    from gcmstream import files
+
+    return getattr(files, name) if name.endswith("_path") else getattr(gcmstream, name)
+
+
+async def _chunks(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+async def _seal(name: str, data: bytes, where: Path, **options: Any) -> bytes:
+    """``data`` sealed by function ``name`` with ``options``; its ciphertext."""
+    function, src, dst = _function(name), where / "plain", where / "sealed"
+    src.write_bytes(data)
+    if name == "encrypt_iter":
+        return b"".join([chunk async for chunk in function(_chunks(data), **options)])
+    if name == "encrypt_stream":
+        async with await anyio.open_file(dst, "wb") as sink:
+            await function(_chunks(data), sink, **options)
+    elif name == "encrypt_file_async":
+        await function(src, dst, **options)
+    else:
+        function(src, dst, **options)
+    return dst.read_bytes()
+
+
+async def _open(name: str, wire: bytes, where: Path, **options: Any) -> object:
+    """``wire`` opened by function ``name`` with ``options``: the plaintext, or the error's type."""
+    function, src, dst = _function(name), where / "wire", where / "opened"
+    src.write_bytes(wire)
+    try:
+        if name == "decrypt_iter":
+            return b"".join([chunk async for chunk in function(_chunks(wire), **options)])
+        if name == "decrypt_stream":
+            async with await anyio.open_file(dst, "wb") as sink:
+                await function(_chunks(wire), sink, **options)
+        elif name == "decrypt_file_async":
+            await function(src, dst, **options)
+        elif name == "open_file":
+            with function(src, **options) as file:
+                return file.read()
+        elif name == "open_file_async":
+            async with await function(src, **options) as file:
+                return await file.read()
+        else:
+            function(src, dst, **options)
+        return dst.read_bytes()
+    except gcmstream.GcmStreamError as exc:
+        return type(exc)
+
+
+# a configuration shared with sockets: the channel's options and timeouts do not apply to files
+FILE_CONFIG = gcmstream.Configuration(
+    key=KEY,
+    context=b"files",
+    record_size=1000,
+    max_record_size=1000,
+    key_exchange=gcmstream.KeyExchange.X25519,
+    local_id="a host",
+    idle_timeout=5,
+)
+
+
+@pytest.mark.parametrize("name", SEALING)
+def test_a_sealing_function_given_config_seals_as_given_the_keywords(name: str, tmp_path: Path) -> None:
+    """config= seals with its key, context and record size, as those keywords do."""
+    data = os.urandom(2500)
+
+    async def both() -> list[bytes]:
+        keywords = {"key": KEY, "context": b"files", "record_size": 1000}
+        return [
+            await _seal(name, data, tmp_path, **options) for options in (keywords, {"config": FILE_CONFIG})
+        ]
+
+    for wire in asyncio.run(both()):
+        assert read_all(gcmstream.Opener(KEY, context=b"files"), wire) == data
+        with pytest.raises(gcmstream.RecordTooLargeError):  # its records are 1,000 bytes
+            read_all(gcmstream.Opener(KEY, context=b"files", max_record_size=999), wire)
+        with pytest.raises(gcmstream.KeyCommitmentError):  # (another context: refused)
+            read_all(gcmstream.Opener(KEY, context=b"other"), wire)
+
+
+@pytest.mark.parametrize("name", OPENING)
+def test_an_opening_function_given_config_opens_as_given_the_keywords(name: str, tmp_path: Path) -> None:
+    """config= opens with its key (any of a KeyRing's), context and max_record_size, as those
+    keywords do: a stream of 1,000-byte records opens, one of 2,000-byte records is refused."""
+    data = os.urandom(2500)
+    small, large = (seal(data, context=b"files", record_size=size) for size in (1000, 2000))
+    config = FILE_CONFIG.replace(key=gcmstream.KeyRing([gcmstream.generate_key(), KEY]))
+
+    async def both() -> list[list[object]]:
+        keywords = {"key": KEY, "context": b"files", "max_record_size": 1000}
+        return [
+            [await _open(name, wire, tmp_path, **options) for wire in (small, large)]
+            for options in (keywords, {"config": config})
+        ]
+
+    assert asyncio.run(both()) == [[data, gcmstream.RecordTooLargeError]] * 2
+
+
+_FILE_CONFLICTS: list[tuple[str, str, object]] = [
+    (name, option, value)
+    for name in SEALING + OPENING
+    for option, value in (
+        ("key", KEY),
+        ("passphrase", "words"),
+        ("context", b""),
+        ("record_size" if name in SEALING else "max_record_size", 65536),
+        ("recipients" if name in SEALING else "identities", []),
+    )
+]
+
+
+@pytest.mark.parametrize(("name", "option", "value"), _FILE_CONFLICTS)
+def test_a_file_option_beside_config_is_a_type_error_naming_it(
+    name: str, option: str, value: object, tmp_path: Path
+) -> None:
+    """As every entry point: config= holds the key and the sizes, so any of them (or another
+    way to key it) given beside it is refused by name, even at its default value, before any
+    file is written."""
+    work = _seal if name in SEALING else _open
+    with pytest.raises(TypeError, match=rf"\b{option}= given beside config="):
+        asyncio.run(work(name, b"", tmp_path, config=FILE_CONFIG, **{option: value}))
+    for output in (tmp_path / "sealed", tmp_path / "opened"):  # (a stream's sink is opened by the test)
+        assert not output.exists() or not output.stat().st_size

@@ -101,7 +101,13 @@ TOP_LEVEL_MODULES: dict[str, set[str]] = {
     },
     "gcmstream.errors": set(),
     "gcmstream.keyfile": {"KEY_PREFIX", "format_key", "parse_key"},  # the text form, for tools
-    "gcmstream.pipeline": {"ByteSink", "ByteSource", "CHUNK_SIZE", "atomic_output"},  # types and parts
+    "gcmstream.pipeline": {
+        "ByteSink",
+        "ByteSource",
+        "CHUNK_SIZE",
+        "atomic_output",
+        "file_keywords",
+    },  # types and parts
     "gcmstream.recipients": {  # limits and the parts Sealer and Opener build on
         "DEFAULT_WORK_FACTOR",
         "FILE_KEY_SIZE",

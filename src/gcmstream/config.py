@@ -138,10 +138,16 @@ class Configuration:
       ``limits``; ``decrypting_reader``: ``key``, ``context``, ``max_record_size``,
       ``limits``, ``ring_size``.
 
-    A keyword an entry point does not use is not among its parameters. The file and pipeline
-    functions (``encrypt_file``, ``open_file``, ...) take no Configuration: they are keyed by
-    a key, recipients, identities or a passphrase, and use only ``context`` and the record
-    sizes of all this.
+    * the file and pipeline functions (``encrypt_iter``, ``encrypt_stream``,
+      ``encrypt_file``, ``encrypt_file_async``, their ``decrypt_`` twins, ``open_file``,
+      ``open_file_async``, ``gcmstream.files.encrypt_path``/``decrypt_path``): ``key``,
+      ``context``, and ``record_size`` to encrypt (``limits`` too in ``encrypt_path``) or
+      ``max_record_size`` to decrypt; not ``ring_size`` (the file engine sizes its own ring).
+      Their keywords default to None, not :data:`UNSET` (no timeout among them: None is no
+      value they take), and ``recipients=``, ``identities=`` or ``passphrase=`` beside
+      ``config=`` is refused too (``gcmstream.pipeline.file_keywords``).
+
+    A keyword an entry point does not use is not among its parameters.
     """
 
     __slots__ = (

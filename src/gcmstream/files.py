@@ -46,7 +46,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TypeAlias, TypeVar
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 import anyio
 from anyio import to_thread
@@ -62,10 +62,13 @@ from .format import (
     Keys,
 )
 from .opener import Opener, Phase
-from .pipeline import CHUNK_SIZE
+from .pipeline import CHUNK_SIZE, file_keywords
 from .recipients import DEFAULT_WORK_FACTOR, Identity, Recipient
 from .records import records_per_generation
 from .sealer import Sealer
+
+if TYPE_CHECKING:
+    from .config import Configuration
 
 __all__ = (
     "STOP_WAIT",
@@ -377,25 +380,28 @@ def encrypt_path(
     src: StrPath,
     dst: StrPath,
     *,
+    config: Configuration | None = None,
     key: Keys | None = None,
     recipients: Iterable[Recipient] | None = None,
     passphrase: str | bytes | None = None,
-    context: Buffer = b"",
-    record_size: int = DEFAULT_RECORD_SIZE,
+    context: Buffer | None = None,
+    record_size: int | None = None,
     limits: KeyLimits | None = None,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
 ) -> None:
-    """Encrypt the file ``src`` into ``dst`` atomically, in this thread."""
-    sealer = new_sealer(
-        key,
+    """Encrypt the file ``src`` into ``dst`` atomically, in this thread. Keyed, or given
+    ``config=``, as ``gcmstream.pipeline``'s functions (``limits`` too)."""
+    options = file_keywords(
+        config,
+        key=key,
         recipients=recipients,
         passphrase=passphrase,
         context=context,
         record_size=record_size,
         limits=limits,
-        fixed_layout=True,
     )
+    sealer = new_sealer(**options, fixed_layout=True)
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
         with atomic_fd(dst, stop=stop) as out:
@@ -408,19 +414,27 @@ def decrypt_path(
     src: StrPath,
     dst: StrPath,
     *,
+    config: Configuration | None = None,
     key: Keys | None = None,
     identities: Iterable[Identity] | None = None,
     passphrase: str | bytes | None = None,
-    context: Buffer = b"",
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+    context: Buffer | None = None,
+    max_record_size: int | None = None,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
 ) -> None:
     """Decrypt the file ``src`` into ``dst`` atomically, in this thread: ``dst`` appears only
-    once the FINAL record authenticated and nothing followed it."""
-    opener = new_opener(
-        key, identities=identities, passphrase=passphrase, context=context, max_record_size=max_record_size
+    once the FINAL record authenticated and nothing followed it. Keyed, or given ``config=``,
+    as ``gcmstream.pipeline``'s functions."""
+    options = file_keywords(
+        config,
+        key=key,
+        identities=identities,
+        passphrase=passphrase,
+        context=context,
+        max_record_size=max_record_size,
     )
+    opener = new_opener(**options)
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
         with atomic_fd(dst, stop=stop) as out:

@@ -16,7 +16,12 @@ Three layers, one loop each way:
 
 Every function is keyed like ``Sealer``/``Opener``: ``key=``, or ``recipients=`` or
 ``passphrase=`` to encrypt and ``identities=`` or ``passphrase=`` to decrypt
-(``gcmstream.recipients``).
+(``gcmstream.recipients``); or ``config=``, a :class:`~gcmstream.Configuration` shared with
+sockets, of which a file function uses what it has keywords for: the key (a KeyRing's primary
+key seals, any of its keys opens), ``context``, ``record_size`` to encrypt,
+``max_record_size`` to decrypt (and ``limits`` in ``gcmstream.files.encrypt_path``), never
+the channel's options, timeouts or ``ring_size`` (the file engine sizes its own ring). An
+option given beside ``config=`` is a TypeError naming it (:func:`file_keywords`).
 
 Guarantees:
 
@@ -45,17 +50,20 @@ import os
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from anyio import AsyncFile, EndOfStream, to_thread
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from ._output import finished, open_output
 from .errors import TrailingDataError, TruncatedStreamError, UnsupportedEndpointError
-from .format import DEFAULT_MAX_RECORD_SIZE, DEFAULT_RECORD_SIZE, Buffer, Keys, byte_view
+from .format import Buffer, Keys, byte_view
 from .opener import Opener
 from .recipients import Identity, Recipient
 from .sealer import Sealer
+
+if TYPE_CHECKING:
+    from .config import Configuration
 
 __all__ = (
     "CHUNK_SIZE",
@@ -70,6 +78,7 @@ __all__ = (
     "encrypt_file_async",
     "encrypt_iter",
     "encrypt_stream",
+    "file_keywords",
 )
 
 # Bytes asked of a source per read, and gathered before a write to a file. At 1 MiB a GiB costs
@@ -78,6 +87,27 @@ CHUNK_SIZE = 1024 * 1024
 
 ByteSource: TypeAlias = ByteReceiveStream | asyncio.StreamReader | AsyncFile[bytes] | AsyncIterable[Buffer]
 ByteSink: TypeAlias = ByteSendStream | asyncio.StreamWriter | AsyncFile[bytes]
+
+_KEYING = ("recipients", "identities", "passphrase")  # what a Configuration never holds
+
+
+def file_keywords(config: Configuration | None, /, **options: Any) -> dict[str, Any]:
+    """The one place a file or pipeline function's options become its Sealer's or Opener's
+    keywords. ``options`` are the function's keying and size keywords as the caller passed
+    them (None where not given: None is no value any of them takes). Without ``config``, those
+    given (the Sealer or Opener checks them and applies its defaults); with it, the
+    configuration's values of the same options, and any given beside it is a TypeError
+    naming it (``gcmstream.config.configure``'s rule). The configuration module is imported
+    only then: a file command starts without the channel's."""
+    given = {name: value for name, value in options.items() if value is not None}
+    if config is None:
+        return given
+    from .config import configure
+
+    configure(config, **given)  # raises, naming what was given beside config=
+    return {name: getattr(config, name) for name in options if name not in _KEYING}
+
+
 StrPath: TypeAlias = str | os.PathLike[str]
 Progress: TypeAlias = Callable[[int], object]
 
@@ -292,17 +322,25 @@ async def _decrypt(read: _Reader, write: _Writer, opener: Opener, *, eager: bool
 async def encrypt_iter(
     chunks: AsyncIterable[Buffer],
     *,
+    config: Configuration | None = None,
     key: Keys | None = None,
     recipients: Iterable[Recipient] | None = None,
     passphrase: str | bytes | None = None,
-    context: Buffer = b"",
-    record_size: int = DEFAULT_RECORD_SIZE,
+    context: Buffer | None = None,
+    record_size: int | None = None,
 ) -> AsyncIterator[bytes]:
     """Encrypt an async iterable of plaintext chunks into the chunks of one gcmstream stream
     (header, records, FINAL). A partial record waits for more input; the last one goes out
     with FINAL when ``chunks`` ends."""
     sealer = Sealer(
-        key, recipients=recipients, passphrase=passphrase, context=context, record_size=record_size
+        **file_keywords(
+            config,
+            key=key,
+            recipients=recipients,
+            passphrase=passphrase,
+            context=context,
+            record_size=record_size,
+        )
     )
     read = _reader(chunks, CHUNK_SIZE, None)
     async for out in _sealed(read, sealer):
@@ -312,17 +350,25 @@ async def encrypt_iter(
 async def decrypt_iter(
     chunks: AsyncIterable[Buffer],
     *,
+    config: Configuration | None = None,
     key: Keys | None = None,
     identities: Iterable[Identity] | None = None,
     passphrase: str | bytes | None = None,
-    context: Buffer = b"",
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+    context: Buffer | None = None,
+    max_record_size: int | None = None,
 ) -> AsyncIterator[bytes]:
     """Decrypt the chunks of one gcmstream stream, yielding each record's plaintext once it
     authenticated. Raises a ``ProtocolError`` (after yielding every good record before it)
     if the stream is tampered, truncated, for another key or context, or followed by data."""
     opener = Opener(
-        key, identities=identities, passphrase=passphrase, context=context, max_record_size=max_record_size
+        **file_keywords(
+            config,
+            key=key,
+            identities=identities,
+            passphrase=passphrase,
+            context=context,
+            max_record_size=max_record_size,
+        )
     )
     read = _reader(chunks, CHUNK_SIZE, None)
     async for view in _opened(read, opener):
@@ -334,17 +380,25 @@ async def encrypt_stream(
     source: ByteSource,
     sink: ByteSink,
     *,
+    config: Configuration | None = None,
     key: Keys | None = None,
     recipients: Iterable[Recipient] | None = None,
     passphrase: str | bytes | None = None,
-    context: Buffer = b"",
-    record_size: int = DEFAULT_RECORD_SIZE,
+    context: Buffer | None = None,
+    record_size: int | None = None,
     progress: Progress | None = None,
 ) -> None:
     """Encrypt everything ``source`` delivers until its end into ``sink`` as one stream.
     Neither is closed. ``progress`` is called with the size of each chunk read."""
     sealer = Sealer(
-        key, recipients=recipients, passphrase=passphrase, context=context, record_size=record_size
+        **file_keywords(
+            config,
+            key=key,
+            recipients=recipients,
+            passphrase=passphrase,
+            context=context,
+            record_size=record_size,
+        )
     )
     await _encrypt(_reader(source, CHUNK_SIZE, progress), _writer(sink), sealer)
 
@@ -353,18 +407,26 @@ async def decrypt_stream(
     source: ByteSource,
     sink: ByteSink,
     *,
+    config: Configuration | None = None,
     key: Keys | None = None,
     identities: Iterable[Identity] | None = None,
     passphrase: str | bytes | None = None,
-    context: Buffer = b"",
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+    context: Buffer | None = None,
+    max_record_size: int | None = None,
     progress: Progress | None = None,
 ) -> None:
     """Decrypt the one stream ``source`` delivers into ``sink``, releasing only authenticated
     plaintext; on failure what authenticated before it is written, then the error is raised.
     Neither end is closed. ``progress`` is called with the size of each chunk read."""
     opener = Opener(
-        key, identities=identities, passphrase=passphrase, context=context, max_record_size=max_record_size
+        **file_keywords(
+            config,
+            key=key,
+            identities=identities,
+            passphrase=passphrase,
+            context=context,
+            max_record_size=max_record_size,
+        )
     )
     await _decrypt(_reader(source, CHUNK_SIZE, progress), _writer(sink), opener, eager=True)
 
@@ -386,11 +448,12 @@ async def encrypt_file_async(
     src: StrPath,
     dst: StrPath,
     *,
+    config: Configuration | None = None,
     key: Keys | None = None,
     recipients: Iterable[Recipient] | None = None,
     passphrase: str | bytes | None = None,
-    context: Buffer = b"",
-    record_size: int = DEFAULT_RECORD_SIZE,
+    context: Buffer | None = None,
+    record_size: int | None = None,
     progress: Progress | None = None,
 ) -> None:
     """Encrypt the file ``src`` into ``dst`` (atomically: see the module docs), with the file
@@ -404,6 +467,7 @@ async def encrypt_file_async(
             encrypt_path,
             src,
             dst,
+            config=config,
             key=key,
             recipients=recipients,
             passphrase=passphrase,
@@ -418,11 +482,12 @@ async def decrypt_file_async(
     src: StrPath,
     dst: StrPath,
     *,
+    config: Configuration | None = None,
     key: Keys | None = None,
     identities: Iterable[Identity] | None = None,
     passphrase: str | bytes | None = None,
-    context: Buffer = b"",
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+    context: Buffer | None = None,
+    max_record_size: int | None = None,
     progress: Progress | None = None,
 ) -> None:
     """Decrypt the file ``src`` into ``dst``; ``dst`` appears only once the FINAL record
@@ -435,6 +500,7 @@ async def decrypt_file_async(
             decrypt_path,
             src,
             dst,
+            config=config,
             key=key,
             identities=identities,
             passphrase=passphrase,
@@ -449,11 +515,12 @@ def encrypt_file(
     src: StrPath,
     dst: StrPath,
     *,
+    config: Configuration | None = None,
     key: Keys | None = None,
     recipients: Iterable[Recipient] | None = None,
     passphrase: str | bytes | None = None,
-    context: Buffer = b"",
-    record_size: int = DEFAULT_RECORD_SIZE,
+    context: Buffer | None = None,
+    record_size: int | None = None,
     progress: Progress | None = None,
 ) -> None:
     """Synchronous ``encrypt_file_async`` for scripts: the file engine in the calling thread
@@ -463,6 +530,7 @@ def encrypt_file(
     encrypt_path(
         src,
         dst,
+        config=config,
         key=key,
         recipients=recipients,
         passphrase=passphrase,
@@ -476,11 +544,12 @@ def decrypt_file(
     src: StrPath,
     dst: StrPath,
     *,
+    config: Configuration | None = None,
     key: Keys | None = None,
     identities: Iterable[Identity] | None = None,
     passphrase: str | bytes | None = None,
-    context: Buffer = b"",
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+    context: Buffer | None = None,
+    max_record_size: int | None = None,
     progress: Progress | None = None,
 ) -> None:
     """Synchronous ``decrypt_file_async`` for scripts: the file engine in the calling thread."""
@@ -489,6 +558,7 @@ def decrypt_file(
     decrypt_path(
         src,
         dst,
+        config=config,
         key=key,
         identities=identities,
         passphrase=passphrase,

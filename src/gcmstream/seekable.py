@@ -65,7 +65,6 @@ from .errors import (
 )
 from .files import layout_generation_size, new_opener
 from .format import (
-    DEFAULT_MAX_RECORD_SIZE,
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
     HEADER_FIXED_SIZE,
@@ -79,11 +78,13 @@ from .format import (
     StreamHeader,
     byte_view,
 )
+from .pipeline import file_keywords
 from .recipients import Identity
 from .records import KeyChain, RecordLayer
 from .ring import check_record_length
 
 if TYPE_CHECKING:
+    from .config import Configuration
     from .opener import Opener
 
 __all__ = ("DecryptedFile", "open_file", "open_file_async")
@@ -471,11 +472,12 @@ def _open_regular(path: StrPath) -> int:
 def open_file(
     path: StrPath,
     *,
+    config: Configuration | None = None,
     key: Keys | None = None,
     identities: Iterable[Identity] | None = None,
     passphrase: str | bytes | None = None,
-    context: Buffer = b"",
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+    context: Buffer | None = None,
+    max_record_size: int | None = None,
 ) -> DecryptedFile:
     """Open the encrypted file ``path`` for random-access reading of its plaintext, keyed by
     ``key``, ``identities`` or ``passphrase`` as an Opener is.
@@ -490,10 +492,17 @@ def open_file(
     and the file stays usable for the rest. A path that is not a regular file raises
     UnsupportedEndpointError without waiting (a FIFO is not opened for reading). Bytes
     appended after open are not seen. Close it (or use it as a context manager) to release
-    the descriptor."""
-    opener = new_opener(
-        key, identities=identities, passphrase=passphrase, context=context, max_record_size=max_record_size
+    the descriptor. Keyed, or given ``config=``, as ``gcmstream.pipeline``'s functions
+    (its key, ``context`` and ``max_record_size``)."""
+    options = file_keywords(
+        config,
+        key=key,
+        identities=identities,
+        passphrase=passphrase,
+        context=context,
+        max_record_size=max_record_size,
     )
+    opener = new_opener(**options)
     fd = _open_regular(path)
     try:
         file_size = os.fstat(fd).st_size
@@ -528,11 +537,12 @@ def open_file(
 async def open_file_async(
     path: StrPath,
     *,
+    config: Configuration | None = None,
     key: Keys | None = None,
     identities: Iterable[Identity] | None = None,
     passphrase: str | bytes | None = None,
-    context: Buffer = b"",
-    max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+    context: Buffer | None = None,
+    max_record_size: int | None = None,
 ) -> AsyncFile[bytes]:
     """``open_file`` for anyio (asyncio or trio): opening and every ``read``, ``readinto``,
     ``seek`` and ``tell`` run in a worker thread (``anyio.wrap_file``); ``async with`` and
@@ -540,6 +550,7 @@ async def open_file_async(
     file = await to_thread.run_sync(
         lambda: open_file(
             path,
+            config=config,
             key=key,
             identities=identities,
             passphrase=passphrase,
