@@ -451,3 +451,21 @@ def test_each_entry_point_given_config_behaves_as_given_the_keywords(name: str, 
             else (1000, b"peer", b"entry", True)
         )
     ), name
+
+
+@pytest.mark.parametrize("name", list(ENTRY_POINTS))
+def test_an_entry_point_checks_its_options_once_before_any_io(name: str) -> None:
+    """Each keyword is checked by Configuration, the one copy of each rule (the timeouts'
+    rule too), before a socket is opened: a bad value is a ValueError naming it, not a
+    connection attempt (these entry points' addresses would refuse it) or a check per client."""
+    option, bad = next(
+        (option, bad)
+        for option, bad in (
+            ("handshake_timeout", -1.0),
+            ("context", bytes(MAX_CONTEXT_SIZE + 1)),
+            ("record_size", 0),
+        )
+        if option in _options_of(name)
+    )
+    with pytest.raises(ValueError, match=option):
+        _call(name, key=KEY, **{option: bad})
