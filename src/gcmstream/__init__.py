@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from .channel import self_connections_allowed
     from .codec import Channel, Opener, Sealer
     from .errors import (
+        ArmoredInputError,
+        ArmorError,
         AuthenticationError,
         BufferFullError,
         ConcurrencyError,
@@ -126,6 +128,8 @@ _HOMES = {
     "Channel": "codec",
     "Opener": "codec",
     "Sealer": "codec",
+    "ArmorError": "errors",
+    "ArmoredInputError": "errors",
     "AuthenticationError": "errors",
     "BufferFullError": "errors",
     "ConcurrencyError": "errors",
@@ -215,6 +219,8 @@ __all__ = (
     "DEFAULT_RECORD_SIZE",
     "HARD_MAX_RECORD_SIZE",
     "AdmissionPolicy",
+    "ArmorError",
+    "ArmoredInputError",
     "AuthenticationError",
     "BufferFullError",
     "Channel",

@@ -52,6 +52,7 @@ import anyio
 from anyio import to_thread
 
 from ._output import open_output
+from .armor import ArmorEncoder, dearmoring_reader
 from .errors import StreamBrokenError, TrailingDataError, TruncatedStreamError
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
@@ -187,7 +188,10 @@ def layout_generation_size(value: bytes) -> int | None:
 # -- the loops ------------------------------------------------------------------------------
 
 
-def _write_all(fd: int, view: memoryview) -> None:
+def _write_all(fd: int | _ArmoredOutput, view: memoryview) -> None:
+    if not isinstance(fd, int):
+        fd.write(view)
+        return
     while view:
         view = view[os.write(fd, view) :]
 
@@ -233,16 +237,35 @@ def encrypt_fd(
     *,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
+    armor: bool = False,
 ) -> None:
     """Encrypt everything ``src`` delivers until its end into ``dst`` (header, records,
-    FINAL). Neither descriptor is closed. After a failure (a write error, a stop) the Sealer
-    is broken: every later call with it raises StreamBrokenError."""
+    FINAL). Neither descriptor is closed. ``armor``: write the armored text form
+    (gcmstream.armor) rather than the binary file. After a failure (a write error, a stop)
+    the Sealer is broken: every later call with it raises StreamBrokenError."""
     with _fatal(sealer):
-        _encrypt_fd(src, dst, sealer, progress, stop)
+        _encrypt_fd(src, _ArmoredOutput(dst) if armor else dst, sealer, progress, stop)
+
+
+class _ArmoredOutput:
+    """An output descriptor's stand-in that writes armored text (``_write_all`` calls it)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.encoder = fd, ArmorEncoder()
+
+    def write(self, view: memoryview) -> None:
+        _write_all(self.fd, memoryview(self.encoder.encode(view)))
+
+    def close(self) -> None:
+        _write_all(self.fd, memoryview(self.encoder.finish()))
 
 
 def _encrypt_fd(
-    src: int, dst: int, sealer: Sealer, progress: Progress | None, stop: threading.Event | None
+    src: int,
+    dst: int | _ArmoredOutput,
+    sealer: Sealer,
+    progress: Progress | None,
+    stop: threading.Event | None,
 ) -> None:
     readinto = _reader(src, stop)
     buf = bytearray(CHUNK_SIZE)
@@ -264,6 +287,8 @@ def _encrypt_fd(
                     _write_all(dst, out)
         _check(stop)
         _write_all(dst, sealer.close())
+        if isinstance(dst, _ArmoredOutput):
+            dst.close()
     finally:
         view.release()
 
@@ -277,7 +302,9 @@ def decrypt_fd(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
 ) -> None:
-    """Decrypt the one stream ``src`` delivers into ``dst``. ``eager``: write what
+    """Decrypt the one stream ``src`` delivers into ``dst``, binary or armored (gcmstream.armor:
+    told by its first bytes; text that breaks armor's rules raises ArmorError, FINAL's
+    plaintext held back until the end line and what follows it passed). ``eager``: write what
     authenticated before every read (pipes, stdout) rather than 1 MiB at a time.
     On failure, the records that authenticated before it are written, then it is raised, and
     the Opener is broken: every later call with it raises StreamBrokenError."""
@@ -293,7 +320,7 @@ def _decrypt_fd(
     progress: Progress | None,
     stop: threading.Event | None,
 ) -> None:
-    readinto = _reader(src, stop)
+    readinto = dearmoring_reader(_reader(src, stop))
     out: bytearray | None = None
     view = memoryview(b"")
     used = room = 0

@@ -26,6 +26,7 @@ from ._numbers import DEFAULT_RECORD_SIZE as DEFAULT_RECORD_SIZE
 from ._numbers import HARD_MAX_RECORD_SIZE as HARD_MAX_RECORD_SIZE
 from ._numbers import MAX_CONTEXT_SIZE as MAX_CONTEXT_SIZE
 from .errors import (
+    ArmoredInputError,
     KeyCommitmentError,
     MalformedHeaderError,
     ProtocolError,
@@ -534,6 +535,14 @@ def check_header_start(start: Buffer) -> None:
     start = bytes(start[: len(MAGIC) + 1])
     magic = start[: len(MAGIC)]
     if magic != MAGIC[: len(magic)]:
+        if start.startswith(b"-----"):  # armor.BEGIN_LINE's start: every PEM's, never binary
+            armored = ArmoredInputError(
+                "the input is armored text ('-----BEGIN ...', gcmstream encrypt -a): this reader "
+                "takes the binary form (random access needs a binary file to seek in); "
+                "'gcmstream decrypt' and gcmstream.armor.dearmor read armor"
+            )
+            armored.rule = "H1"
+            raise armored
         raise header_fault(
             "H1",
             # The input's own bytes are not shown: they may be plaintext or a key given here
