@@ -7,7 +7,7 @@ The armored form is the strict PEM of RFC 7468 (section 3, figure 3) around the 
     ...                               64 characters a line, the last line 4 to 64
     -----END GCMSTREAM ENCRYPTED FILE-----
 
-Rules a reader holds the text to (docs/FORMAT.md 10, "Armor"); any other text raises
+Rules a reader holds the text to (docs/FORMAT.md 12, "Armor"); any other text raises
 ArmorError, and nothing decoded from a line is returned before that line passed them:
 
 * the text starts with the begin line itself (no whitespace before it); every line ends with
