@@ -14,8 +14,6 @@ cryptography and no event loop library (``gcmstream --version`` starts fast); a 
 its module when it is first used.
 """
 
-import importlib
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     __version__: str  # read from the installed metadata on first use (__getattr__)
@@ -203,7 +201,9 @@ def __getattr__(name: str) -> object:
         except PackageNotFoundError:  # imported from a source tree that was never installed
             value = "0+unknown"
     elif name in _HOMES:
-        value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+        from importlib import import_module  # here: a top-level import would be a public name
+
+        value = getattr(import_module(f".{_HOMES[name]}", __name__), name)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value  # found once: later uses are plain attribute reads
