@@ -4,6 +4,7 @@ in process (``run_cli``), and one real shell pipeline (issue 25)."""
 from __future__ import annotations
 
 import os
+import pty
 import random
 import subprocess
 import sys
@@ -133,3 +134,17 @@ def test_encrypt_armor_pipes_into_decrypt_in_a_real_shell(tmp_path: Path, key: P
     )
     assert result.returncode == 0 and result.stderr == b"", result.stderr
     assert (tmp_path / "out").read_bytes() == plain
+
+
+def test_armored_output_may_go_to_a_terminal(key: Path) -> None:
+    """Text, as age -a writes to a terminal; the binary form stays refused there."""
+    controller, terminal = pty.openpty()
+    try:
+        shown = run_cli("encrypt", "-a", "-k", key, "-o", os.ttyname(terminal), input=b"secret")
+        assert shown.status == EXIT_OK, shown.stderr
+        assert os.read(controller, 4096).startswith(BEGIN_LINE)
+        refused = run_cli("encrypt", "-k", key, "-o", os.ttyname(terminal), input=b"secret")
+        assert refused.status == EXIT_USAGE and "terminal" in refused.stderr
+    finally:
+        os.close(controller)
+        os.close(terminal)
