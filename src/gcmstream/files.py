@@ -89,8 +89,10 @@ Progress: TypeAlias = Callable[[int], object]
 _T = TypeVar("_T")
 
 _LAYOUT = struct.Struct(">I")
-# The ring of a decrypting engine: one read fills up to this much (plus one record).
-_RING_BYTES = CHUNK_SIZE
+# The ring of a decrypting engine (one read fills up to this much, plus one record) and its
+# output buffer (this much, or two records). Half of CHUNK_SIZE: peak RSS decrypting 1 GiB
+# 37.7 MiB instead of 38.7 at the same CPU, median of 5 (benchmarks/README.md, "Memory").
+_RING_BYTES = CHUNK_SIZE // 2
 # Seconds a cancelled async call waits for its worker to see the stop request. Reads see it
 # within a poll (_POLL_MS); only a write blocked on a stalled reader (a full pipe) or a
 # FIFO's open waiting for a writer can hold the worker this long, and is then given up.
@@ -331,7 +333,7 @@ def _decrypt_fd(
             if out is None and opener.header_verified() and opener.header is not None:
                 # room for a whole record after any write: FINAL always lands here whole
                 record_size = opener.header.record_size
-                out = bytearray(max(CHUNK_SIZE, 2 * record_size))
+                out = bytearray(max(_RING_BYTES, 2 * record_size))
                 view = memoryview(out)
                 room = len(out) - record_size
             if out is not None:
