@@ -431,7 +431,7 @@ _EXAMPLES = {
     "encrypt": """\
   tar c docs | gcmstream encrypt -k backup.key --context "backup v1" > docs.tar.gcms
   gcmstream encrypt -R team.recipients -r gcmstream-recipient-v1:x25519:... -o a.pdf.gcms a.pdf
-  gcmstream encrypt --passphrase -o notes.txt.gcms notes.txt""",
+  gcmstream encrypt -a --passphrase -o notes.txt.asc notes.txt     # -a: text, for mail""",
     "decrypt": """\
   gcmstream decrypt -k backup.key --context "backup v1" docs.tar.gcms | tar x
   gcmstream decrypt -k backup.key big.iso.gcms --offset 2G --length 4K | xxd
@@ -523,9 +523,9 @@ def _build_parser() -> argparse.ArgumentParser:
             help="text bound to the stream (a purpose, a file name); the other side needs the same TEXT",
         )
 
-    def passphrase_options(sub: argparse.ArgumentParser, twice: str) -> None:
+    def passphrase_options(sub: argparse.ArgumentParser, twice: str, empty: str = "") -> None:
         sub.add_argument(
-            "--passphrase", action="store_true", help=f"ask for a passphrase {twice}on the terminal"
+            "--passphrase", action="store_true", help=f"ask for a passphrase {twice}on the terminal{empty}"
         )
         sub.add_argument(
             "--passphrase-file",
@@ -593,7 +593,7 @@ def _build_parser() -> argparse.ArgumentParser:
         default=[],
         help="encrypt to the recipients of the identities in FILE (repeatable), as age -e -i does",
     )
-    passphrase_options(encrypt, "twice (empty: a generated one, printed on stderr) ")
+    passphrase_options(encrypt, "twice ", "; left empty: a strong one is generated, shown once on stderr")
     encrypt.add_argument(
         "--work-factor",
         metavar="LOG2N",
