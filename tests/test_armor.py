@@ -57,6 +57,19 @@ def test_round_trip_matches_the_reference_at_every_boundary(size: int) -> None:
         assert decoder.done
 
 
+@pytest.mark.parametrize("lines", [1023, 1024, 1025, 2048, 2049])
+def test_the_encoders_batches_of_lines_match_the_reference(lines: int) -> None:
+    """The encoder cuts lines a thousand and twenty-four at a time: around those batches."""
+    for size in (48 * lines - 1, 48 * lines, 48 * lines + 1):
+        data = random.Random(size).randbytes(size)
+        assert armor(data) == reference(data)
+        for step in (47, 4096, 65536):
+            encoder = ArmorEncoder()
+            text = b"".join(encoder.encode(part) for part in chunked(data, step)) + encoder.finish()
+            assert text == reference(data)
+        assert dearmor(reference(data)) == data
+
+
 def test_every_line_but_the_last_has_64_columns() -> None:
     lines = armor(os.urandom(48 * 5 + 7)).split(b"\n")
     assert lines[0] == BEGIN_LINE and lines[-2] == END_LINE and lines[-1] == b""
