@@ -21,7 +21,14 @@ from gcmstream.armor import (
     dearmoring_reader,
     is_armored,
 )
-from gcmstream.errors import ArmoredInputError, ArmorError, ProtocolError, StreamClosedError
+from gcmstream.errors import (
+    ArmoredInputError,
+    ArmorError,
+    ProtocolError,
+    StreamClosedError,
+    TruncatedArmorError,
+    TruncatedStreamError,
+)
 from gcmstream.files import new_opener
 
 from .helpers import KEY
@@ -78,6 +85,8 @@ def test_every_line_but_the_last_has_64_columns() -> None:
 
 def test_whitespace_after_the_end_line_is_allowed_up_to_its_bound() -> None:
     text = armor(b"data")
+    assert dearmor(text[:-1]) == b"data"  # pasted without its last newline
+    assert dearmor(armor(b"")[:-1]) == b""
     assert dearmor(text + b" \t\r\n" * (MAX_TRAILING_WHITESPACE // 4)) == b"data"
     with pytest.raises(ArmorError, match="whitespace"):
         dearmor(text + b"\n" * (MAX_TRAILING_WHITESPACE + 1))
@@ -107,7 +116,6 @@ def malformations() -> dict[str, bytes]:
         "missing end line": b"\n".join(lines[:5]) + b"\n",
         "missing end line, no final LF": b"\n".join(lines[:5]),
         "end line cut": good[:-5],
-        "end line without its LF": good[:-1],
         "other end label": good.replace(END_LINE, END_LINE.replace(b"END", b"STOP")),
         "trailing garbage": good + b"x",
         "trailing garbage after whitespace": good + b"\n\nx",
@@ -117,6 +125,15 @@ def malformations() -> dict[str, bytes]:
         "empty": b"",
         "begin line only": BEGIN_LINE + b"\n",
     }
+
+
+CUT = {
+    "missing end line",
+    "missing end line, no final LF",
+    "end line cut",
+    "empty",
+    "begin line only",
+}
 
 
 @pytest.mark.parametrize("name", sorted(malformations()))
@@ -129,6 +146,9 @@ def test_every_malformation_is_refused_in_every_chunking(name: str) -> None:
                 decoder.feed(part)
             decoder.finish()
         assert isinstance(raised.value, ProtocolError) and isinstance(raised.value, ValueError)
+        cut = name in CUT  # ended before the end line: also a TruncatedStreamError
+        assert isinstance(raised.value, TruncatedArmorError) == cut, raised.value
+        assert isinstance(raised.value, TruncatedStreamError) == cut
         with pytest.raises(ArmorError):  # failed for good
             decoder.feed(b"")
         with pytest.raises(ArmorError):

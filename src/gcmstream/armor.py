@@ -15,7 +15,8 @@ ArmorError, and nothing decoded from a line is returned before that line passed 
 * every base64 line but the last has exactly 64 characters; the last has 4 to 64, a multiple
   of 4; ``=`` padding appears only at the end of the last line; the base64 is canonical (the
   unused bits of the last group are zero), so one file has one armored form;
-* the end line follows the last base64 line; after it only spaces, tabs, CR and LF, at most
+* the end line follows the last base64 line (its own line ending may be missing at the very
+  end of the text); after it only spaces, tabs, CR and LF, at most
   ``MAX_TRAILING_WHITESPACE`` bytes of them; nothing else.
 
 Sans-IO like the codec: ``ArmorEncoder.encode``/``finish`` return text for the bytes given,
@@ -31,7 +32,7 @@ import binascii
 import struct
 from collections.abc import Callable
 
-from .errors import ArmorError, StreamClosedError
+from .errors import ArmorError, StreamClosedError, TruncatedArmorError
 
 __all__ = (
     "BEGIN_LINE",
@@ -165,12 +166,15 @@ class ArmorDecoder:
             raise
 
     def finish(self) -> None:
-        """The text ended: refused unless the end line was read (and only whitespace after)."""
+        """The text ended: refused unless the end line was read (and only whitespace after).
+        The end line may lack its line ending, as text pasted without a last newline does."""
         self._raise_if_failed()
+        if self._state in (_BODY, _END) and self._pending.rstrip(b"\r") == END_LINE:
+            self._state, self._pending = _TRAILER, b""
         if self._state != _TRAILER:
             what = "the begin line" if self._state == _BEGIN else "the end line"
             self._state = _FAILED
-            self._error = self._fault(f"armored text ends before {what} ({self._line} lines read)")
+            self._error = self._fault(f"armored text ends before {what} ({self._line} lines read)", cut=True)
             raise self._error
 
     def _raise_if_failed(self) -> None:
@@ -280,8 +284,8 @@ class ArmorDecoder:
         if self._trailing > MAX_TRAILING_WHITESPACE:
             raise self._fault(f"more than {MAX_TRAILING_WHITESPACE} bytes of whitespace follow the end line")
 
-    def _fault(self, message: str, line: int | None = None) -> ArmorError:
-        error = ArmorError(message)
+    def _fault(self, message: str, line: int | None = None, *, cut: bool = False) -> ArmorError:
+        error = TruncatedArmorError(message) if cut else ArmorError(message)
         error.line = self._line if line is None else line
         return error
 

@@ -42,6 +42,7 @@ from .errors import (
     SelfConnectionError,
     StanzaError,
     StreamBrokenError,
+    TruncatedArmorError,
     TruncatedStreamError,
     UnknownKeyError,
     UnsupportedFormatError,
@@ -1378,6 +1379,8 @@ def _header_verdict(exc: BaseException, command: str, where: str, seeks: str = "
         return _Fail(code, f"{where} has a corrupt stream header: {fault}")
     if where == "the input":  # stdin: no file to name, the error's own words
         return None
+    if isinstance(fault, TruncatedArmorError):
+        return _Fail(code, f"truncated input: {where} ends before its armor's end line: it was cut short")
     if isinstance(fault, TruncatedStreamError):  # the Opener's words speak of a sender too
         return _Fail(code, f"truncated input: {where} ends before its FINAL record: the file was cut short")
     return _Fail(code, f"{where}: {_classify(fault)[1]}")  # wrong key or context, tampered
@@ -1744,6 +1747,7 @@ _FAILURES: tuple[tuple[_Kind, int, Callable[[BaseException], str]], ...] = (
     (NoIdentityMatchedError, EXIT_WRONG_KEY, str),
     # damage (H3..H7, H13, S1..): magic and version right; before their parent class
     ((MalformedHeaderError, StanzaError), EXIT_TAMPERED, lambda e: f"corrupt stream header: {e}"),
+    (TruncatedArmorError, EXIT_TRUNCATED, lambda e: f"truncated input: {e}"),
     (ArmorError, EXIT_TAMPERED, lambda e: f"corrupt armor: {e}"),
     (UnsupportedFormatError, EXIT_UNSUPPORTED, lambda e: f"unsupported input: {e}"),
     # H8: the header's record size over --max-record-size; a record's length field (R1) is damage

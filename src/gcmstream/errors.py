@@ -44,9 +44,11 @@
     │   │                                during the handshake, e.g. a server that refused it
     │   ├── TrailingDataError            bytes after the FINAL record (``record_number``: FINAL's)
     │   └── ArmorError                   (also ValueError) armored text breaks a rule of
-    │                                    gcmstream.armor: a line over 64 columns or short before
-    │                                    the last, non-canonical base64, padding before the end,
-    │                                    no end line, data after it (``line``: where)
+    │       │                            gcmstream.armor: a line over 64 columns or short before
+    │       │                            the last, non-canonical base64, padding before the end,
+    │       │                            data after the end line (``line``: where)
+    │       └── TruncatedArmorError      (also TruncatedStreamError) the text ended before its
+    │                                    end line: cut short
     ├── UsageError                       the caller broke a rule; nothing was changed and the
     │   │                                object is still usable
     │   ├── StreamClosedError            (also RuntimeError) writing after FINAL was sealed, or
@@ -140,6 +142,7 @@ __all__ = (
     "StreamBrokenError",
     "StreamClosedError",
     "TrailingDataError",
+    "TruncatedArmorError",
     "TruncatedStreamError",
     "UnknownFieldError",
     "UnknownKeyError",
@@ -277,11 +280,16 @@ class TrailingDataError(ProtocolError):
 class ArmorError(ProtocolError, ValueError):
     """Armored text (gcmstream.armor) breaks a rule of its strict form: a base64 line over 64
     characters or short before the last, non-canonical base64 or padding before the end, a
-    line ending unlike the begin line's, no begin or end line, or anything but a little
-    whitespace after the end line. ``line`` is the line (from 1) where it was found, 0 if
-    none was complete. Nothing decoded from that line is returned."""
+    line ending unlike the begin line's, no begin line, or anything but a little whitespace
+    after the end line. ``line`` is the line (from 1) where it was found, 0 if none was
+    complete. Nothing decoded from that line is returned."""
 
     line: int = 0
+
+
+class TruncatedArmorError(ArmorError, TruncatedStreamError):
+    """Armored text ended before its end line: cut short, as a binary stream that ends before
+    FINAL (and caught as either)."""
 
 
 class UsageError(GcmStreamError):
