@@ -307,7 +307,7 @@ def decrypt_fd(
     """Decrypt the one stream ``src`` delivers into ``dst``, binary or armored (gcmstream.armor:
     told by its first bytes; text that breaks armor's rules raises ArmorError, FINAL's
     plaintext held back until the end line and what follows it passed). ``eager``: write what
-    authenticated before every read (pipes, stdout) rather than 1 MiB at a time.
+    authenticated before every read (pipes, stdout) rather than a full buffer (512 KiB) at a time.
     On failure, the records that authenticated before it are written, then it is raised, and
     the Opener is broken: every later call with it raises StreamBrokenError."""
     with _fatal(opener):
