@@ -159,6 +159,27 @@ def test_passphrase_is_asked_twice_on_the_terminal(tmp_path: Path) -> None:
     assert code == EXIT_USAGE and b"differ" in err
 
 
+def test_an_empty_passphrase_at_the_terminal_generates_one_shown_once(tmp_path: Path) -> None:
+    """As age: encrypting, an empty answer makes a random passphrase (120 bits: 24 characters
+    of a 32-letter alphabet, from secrets), printed once on stderr and asked for nowhere else;
+    it opens the file. Decrypting, an empty answer stays refused."""
+    code, sealed, err = on_terminal(["encrypt", "--passphrase", *FAST], b"\n", PLAIN)
+    assert code == EXIT_OK, err
+    lines = err.decode().splitlines()
+    assert len(lines) == 1 and "generated passphrase (120 bits" in lines[0], err
+    generated = lines[0].rsplit(": ", 1)[1]
+    groups = generated.split("-")
+    assert [len(group) for group in groups] == [4] * 6
+    assert set("".join(groups)) <= set("abcdefghijkmnpqrstuvwxyz23456789")
+    secret = private_file(tmp_path / "pass", generated.encode() + b"\n")
+    opened = run_cli("decrypt", "--passphrase-file", secret, input=sealed)
+    assert opened.status == EXIT_OK and opened.stdout == PLAIN
+    code, again, err = on_terminal(["encrypt", "--passphrase", *FAST], b"\n", PLAIN)
+    assert code == EXIT_OK and err.decode().rsplit(": ", 1)[1].strip() != generated  # a new one each time
+    code, out, err = on_terminal(["decrypt", "--passphrase"], b"\n", sealed)
+    assert code == EXIT_USAGE and out == b"" and b"empty passphrase" in err
+
+
 def test_passphrase_without_a_terminal_is_refused(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "gcmstream", "encrypt", "--passphrase"],

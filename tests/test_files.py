@@ -388,9 +388,12 @@ async def test_cancellation_while_a_fifo_is_idle_stops_at_once(tmp_path: Path, w
     assert listing(tmp_path) == ["fifo"]
 
 
-# FINAL straddling the end of the engine's 1 MiB output buffer (review of issue 13, C1): the
-# Opener authenticates FINAL with only its start delivered; the rest must still be written.
+# FINAL straddling the end of the engine's output buffer (review of issue 13, C1), 512 KiB
+# (half of CHUNK_SIZE) since issue 25, 1 MiB before: the Opener authenticates FINAL with only
+# its start delivered; the rest must still be written.
 STRADDLING = [
+    (100, pipeline.CHUNK_SIZE // 2 + 5),
+    (1000, pipeline.CHUNK_SIZE // 2 + 5),
     (100, pipeline.CHUNK_SIZE + 5),
     (1000, pipeline.CHUNK_SIZE + 5),
     (1000, 2 * pipeline.CHUNK_SIZE + 500),

@@ -14,8 +14,6 @@ cryptography and no event loop library (``gcmstream --version`` starts fast); a 
 its module when it is first used.
 """
 
-import importlib
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing at run time
 if TYPE_CHECKING:
     __version__: str  # read from the installed metadata on first use (__getattr__)
@@ -44,6 +42,8 @@ if TYPE_CHECKING:
     from .codec import Channel, Opener, Sealer
     from .config import Configuration
     from .errors import (
+        ArmoredInputError,
+        ArmorError,
         AuthenticationError,
         BufferFullError,
         ConcurrencyError,
@@ -68,6 +68,7 @@ if TYPE_CHECKING:
         StreamBrokenError,
         StreamClosedError,
         TrailingDataError,
+        TruncatedArmorError,
         TruncatedStreamError,
         UnknownFieldError,
         UnknownKeyError,
@@ -136,6 +137,8 @@ _HOMES = {
     "Opener": "codec",
     "Sealer": "codec",
     "Configuration": "config",
+    "ArmorError": "errors",
+    "ArmoredInputError": "errors",
     "AuthenticationError": "errors",
     "BufferFullError": "errors",
     "ConcurrencyError": "errors",
@@ -160,6 +163,7 @@ _HOMES = {
     "StreamBrokenError": "errors",
     "StreamClosedError": "errors",
     "TrailingDataError": "errors",
+    "TruncatedArmorError": "errors",
     "TruncatedStreamError": "errors",
     "UnknownFieldError": "errors",
     "UnknownKeyError": "errors",
@@ -209,7 +213,9 @@ def __getattr__(name: str) -> object:
         except PackageNotFoundError:  # imported from a source tree that was never installed
             value = "0+unknown"
     elif name in _HOMES:
-        value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+        from importlib import import_module  # here: a top-level import would be a public name
+
+        value = getattr(import_module(f".{_HOMES[name]}", __name__), name)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value  # found once: later uses are plain attribute reads
@@ -225,6 +231,8 @@ __all__ = (
     "DEFAULT_RECORD_SIZE",
     "HARD_MAX_RECORD_SIZE",
     "AdmissionPolicy",
+    "ArmorError",
+    "ArmoredInputError",
     "AuthenticationError",
     "BufferFullError",
     "Channel",
@@ -267,6 +275,7 @@ __all__ = (
     "StreamClosedError",
     "Suite",
     "TrailingDataError",
+    "TruncatedArmorError",
     "TruncatedStreamError",
     "UnknownFieldError",
     "UnknownKeyError",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 from contextlib import suppress
 
 __all__ = ("create_exclusive", "discard_at", "fsync_directory", "replace_at", "temporary_in")
@@ -40,7 +39,7 @@ def temporary_in(directory: int, mode: int, *, suffix: str = "") -> tuple[int, s
     """(descriptor, name) of a new temporary file in ``directory``. Its name is short and
     random, not derived from the destination's: it fits wherever the destination's name does."""
     for _ in range(_TEMPORARY_ATTEMPTS):
-        temp = f".gcmstream-{secrets.token_hex(8)}{suffix}"
+        temp = f".gcmstream-{os.urandom(8).hex()}{suffix}"  # (secrets would load _hashlib)
         try:
             return create_exclusive(directory, temp, mode), temp
         except FileExistsError:

@@ -30,6 +30,8 @@ from ._numbers import (
     RECIPIENT_PREFIX,
 )
 from .errors import (
+    ArmoredInputError,
+    ArmorError,
     KeyCommitmentError,
     MalformedHeaderError,
     NoIdentityMatchedError,
@@ -40,6 +42,7 @@ from .errors import (
     SelfConnectionError,
     StanzaError,
     StreamBrokenError,
+    TruncatedArmorError,
     TruncatedStreamError,
     UnknownKeyError,
     UnsupportedFormatError,
@@ -64,6 +67,7 @@ if TYPE_CHECKING:
     from ._output import finished, open_output, output_target
     from .admission import Admission
     from .anyio_stream import SecureStream, connect_tcp
+    from .armor import BEGIN_LINE, ArmorDecoder, is_armored
     from .config import Configuration
     from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
     from .format import (
@@ -113,6 +117,8 @@ def _import_keys() -> None:
     global read_key_file, write_key_file, IDENTITY_PREFIX, MAX_IDENTITIES, MAX_IDENTITY_FILE_SIZE
     global MAX_RECIPIENTS_FILE_SIZE, Identity, Recipient, RecipientKind, check_recipients
     global check_work_factor, parse_identities, parse_recipients_file, write_identity_file
+    global BEGIN_LINE, ArmorDecoder, is_armored
+    from .armor import BEGIN_LINE, ArmorDecoder, is_armored
     from .format import (
         HEADER_FIXED_SIZE,
         MAX_STANZA_FIELDS_SIZE,
@@ -426,7 +432,7 @@ _EXAMPLES = {
     "encrypt": """\
   tar c docs | gcmstream encrypt -k backup.key --context "backup v1" > docs.tar.gcms
   gcmstream encrypt -R team.recipients -r gcmstream-recipient-v1:x25519:... -o a.pdf.gcms a.pdf
-  gcmstream encrypt --passphrase -o notes.txt.gcms notes.txt""",
+  gcmstream encrypt -a --passphrase -o notes.txt.asc notes.txt     # -a: text, for mail""",
     "decrypt": """\
   gcmstream decrypt -k backup.key --context "backup v1" docs.tar.gcms | tar x
   gcmstream decrypt -k backup.key big.iso.gcms --offset 2G --length 4K | xxd
@@ -518,9 +524,9 @@ def _build_parser() -> argparse.ArgumentParser:
             help="text bound to the stream (a purpose, a file name); the other side needs the same TEXT",
         )
 
-    def passphrase_options(sub: argparse.ArgumentParser, twice: str) -> None:
+    def passphrase_options(sub: argparse.ArgumentParser, twice: str, empty: str = "") -> None:
         sub.add_argument(
-            "--passphrase", action="store_true", help=f"ask for a passphrase {twice}on the terminal"
+            "--passphrase", action="store_true", help=f"ask for a passphrase {twice}on the terminal{empty}"
         )
         sub.add_argument(
             "--passphrase-file",
@@ -560,8 +566,8 @@ def _build_parser() -> argparse.ArgumentParser:
     encrypt = command(
         "encrypt",
         "encrypt a file or stdin",
-        "Encrypt INPUT (default stdin) into OUT (default stdout; refused if stdout is a terminal). "
-        "Output to a file is written to a temporary file and renamed when complete.",
+        "Encrypt INPUT (default stdin) into OUT (default stdout; refused if stdout is a terminal, "
+        "unless armored). Output to a file is written to a temporary file and renamed when complete.",
     )
     key_options(encrypt)
     encrypt.add_argument(
@@ -588,7 +594,7 @@ def _build_parser() -> argparse.ArgumentParser:
         default=[],
         help="encrypt to the recipients of the identities in FILE (repeatable), as age -e -i does",
     )
-    passphrase_options(encrypt, "twice ")
+    passphrase_options(encrypt, "twice ", "; left empty: a strong one is generated, shown once on stderr")
     encrypt.add_argument(
         "--work-factor",
         metavar="LOG2N",
@@ -598,6 +604,13 @@ def _build_parser() -> argparse.ArgumentParser:
         f"(default {DEFAULT_WORK_FACTOR}: about 1 s, 256 MiB)",
     )
     io_options(encrypt, "plaintext")
+    encrypt.add_argument(
+        "-a",
+        "--armor",
+        action="store_true",
+        help="write the text form (PEM-like lines of base64, as age -a): 'decrypt' reads it as it "
+        "is; 'info' and --offset need the binary form",
+    )
     encrypt.add_argument(
         "--record-size",
         metavar="N",
@@ -876,16 +889,50 @@ def _read_passphrase(args: argparse.Namespace, *, encrypting: bool) -> str:
             return line.decode("utf-8")
         except UnicodeError:
             raise _Usage(f"passphrase file {path}: its first line is not UTF-8 text") from None
+    return _ask_passphrase(encrypting=encrypting)
+
+
+def _ask_passphrase(*, encrypting: bool) -> str:
+    """The passphrase typed on the terminal (twice to encrypt; left empty to encrypt: a
+    generated one)."""
     if not _has_terminal():  # getpass falls back to stdin without one: stdin may be the data
         raise _Usage("no terminal to ask for a passphrase: use --passphrase-file FILE")
     try:
-        passphrase = getpass.getpass("passphrase: ")
+        passphrase = getpass.getpass("passphrase (empty: generate one): " if encrypting else "passphrase: ")
+        if not passphrase and encrypting:
+            return _generated_passphrase()
         if not passphrase:
             raise _Usage("empty passphrase")
         if encrypting and getpass.getpass("passphrase again: ") != passphrase:
             raise _Usage("the two passphrases differ")
     except UnicodeError:
         raise _Usage("the passphrase typed is not text in the terminal's encoding (UTF-8?)") from None
+    return passphrase
+
+
+# A generated passphrase: 24 characters drawn by `secrets` from 32 that cannot be misread (no
+# 0/o, 1/l), 5 bits each: 120 bits, in groups of four for reading aloud or typing.
+_PASSPHRASE_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"  # noqa: S105 - an alphabet, no secret
+_PASSPHRASE_GROUPS, _PASSPHRASE_GROUP = 6, 4
+_PASSPHRASE_BITS = _PASSPHRASE_GROUPS * _PASSPHRASE_GROUP * 5  # log2(32) bits a character
+
+
+def _generated_passphrase() -> str:
+    """A new random passphrase, printed once on stderr, as age does (the terminal's prompt
+    was left empty); it is never written anywhere else."""
+    import secrets
+
+    groups = (
+        "".join(secrets.choice(_PASSPHRASE_ALPHABET) for _ in range(_PASSPHRASE_GROUP))
+        for _ in range(_PASSPHRASE_GROUPS)
+    )
+    passphrase = "-".join(groups)
+    print(
+        f"gcmstream encrypt: using the generated passphrase ({_PASSPHRASE_BITS} bits; it is shown only "
+        f"this once): {passphrase}",
+        file=sys.stderr,
+        flush=True,
+    )
     return passphrase
 
 
@@ -985,9 +1032,9 @@ def _sealed_with(path: str) -> int | None:
     try:
         if _regular_size(fd) is None:
             return None
-        at = os.lseek(fd, 0, os.SEEK_CUR)
-        start = parse_header_start(os.pread(fd, HEADER_FIXED_SIZE, at), MAX_STANZA_FIELDS_SIZE)
-        fields = parse_fields(os.pread(fd, start.fields_length, at + HEADER_FIXED_SIZE))
+        head = _binary_start(fd, HEADER_FIXED_SIZE)
+        start = parse_header_start(head, MAX_STANZA_FIELDS_SIZE)
+        fields = parse_fields(_binary_start(fd, HEADER_FIXED_SIZE + start.fields_length)[HEADER_FIXED_SIZE:])
     except (OSError, ProtocolError):
         return None
     finally:
@@ -995,6 +1042,18 @@ def _sealed_with(path: str) -> int | None:
             os.close(fd)
     kinds = {kind for kind, _ in fields} & {FieldType.RECIPIENT_STANZAS, FieldType.PASSPHRASE_STANZA}
     return kinds.pop() if kinds else 0
+
+
+def _binary_start(fd: int, size: int) -> bytes:
+    """The first ``size`` bytes of the binary file in the regular file ``fd`` (from its
+    position), decoded if it holds the armored form; not consumed."""
+    at = os.lseek(fd, 0, os.SEEK_CUR)
+    text = os.pread(fd, len(BEGIN_LINE), at)
+    if not is_armored(text):
+        return os.pread(fd, size, at)
+    # base64 lines of 48 bytes each, 66 characters at most with CRLF, after the begin line
+    text = os.pread(fd, len(BEGIN_LINE) + 2 + (size // 48 + 1) * 66, at)
+    return ArmorDecoder().feed(text)[:size]
 
 
 # -- files, stdin, stdout ---------------------------------------------------------------------
@@ -1222,8 +1281,9 @@ async def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
     async with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
-            async with _open_output(args.output, args.mode, no_terminal=True) as out:
-                await _run_engine(partial(encrypt_fd, source, out, sealer, progress=progress.callback), out)
+            async with _open_output(args.output, args.mode, no_terminal=not args.armor) as out:
+                work = partial(encrypt_fd, source, out, sealer, progress=progress.callback, armor=args.armor)
+                await _run_engine(work, out)
         except BaseException:
             progress.close()
             raise
@@ -1292,10 +1352,11 @@ def _copy_range(
             remaining -= got
 
 
-def _header_verdict(exc: BaseException, command: str, where: str) -> _Fail | None:
+def _header_verdict(exc: BaseException, command: str, where: str, seeks: str = "") -> _Fail | None:
     """The message of a fault of the input for ``decrypt``, ``decrypt --offset`` and ``info``
     alike, naming the file; None for any other failure (and for a fault of stdin past its
-    header). The exit status is the one the class has in ``_FAILURES``."""
+    header). The exit status is the one the class has in ``_FAILURES``. ``seeks``: what needs
+    the binary file (info, --offset), said of armored input."""
     fault = _leaf(exc)
     if not isinstance(fault, ProtocolError):
         return None
@@ -1306,12 +1367,20 @@ def _header_verdict(exc: BaseException, command: str, where: str) -> _Fail | Non
             f"wrong key: {where} names (by its key ID) a key that was not given; a file sealed "
             "to recipients or with a passphrase is read with --identity or --passphrase[-file]",
         )
+    if isinstance(fault, ArmoredInputError) and seeks:  # info, --offset: binary files only
+        return _Fail(
+            code,
+            f"{where} is armored text ('encrypt -a'): {seeks} the binary file to seek in; "
+            "'gcmstream decrypt' reads armor whole",
+        )
     if isinstance(fault, RecordTooLargeError) and fault.rule == "H8":
         return _Fail(code, _record_limit_error(command, fault.size, fault.limit, where).message)
     if isinstance(fault, (MalformedHeaderError, StanzaError)):
         return _Fail(code, f"{where} has a corrupt stream header: {fault}")
     if where == "the input":  # stdin: no file to name, the error's own words
         return None
+    if isinstance(fault, TruncatedArmorError):
+        return _Fail(code, f"truncated input: {where} ends before its armor's end line: it was cut short")
     if isinstance(fault, TruncatedStreamError):  # the Opener's words speak of a sender too
         return _Fail(code, f"truncated input: {where} ends before its FINAL record: the file was cut short")
     return _Fail(code, f"{where}: {_classify(fault)[1]}")  # wrong key or context, tampered
@@ -1324,7 +1393,7 @@ async def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> No
             await _run_engine(partial(_copy_range, path, out, args, keying), out)
     except BaseException as exc:
         where = "the input" if args.input == "-" else args.input
-        verdict = _header_verdict(exc, "decrypt", where)
+        verdict = _header_verdict(exc, "decrypt", where, seeks="--offset and --length need")
         if verdict is None:
             raise
         raise verdict from None
@@ -1356,7 +1425,7 @@ async def _info_command(args: argparse.Namespace, keying: Keying) -> None:
     try:
         text = await to_thread.run_sync(_describe, args.file, args, keying)
     except BaseException as exc:
-        verdict = _header_verdict(exc, "info", args.file)
+        verdict = _header_verdict(exc, "info", args.file, seeks="info needs")
         if verdict is None:
             raise
         raise verdict from None
@@ -1670,6 +1739,8 @@ _FAILURES: tuple[tuple[_Kind, int, Callable[[BaseException], str]], ...] = (
     (NoIdentityMatchedError, EXIT_WRONG_KEY, str),
     # damage (H3..H7, H13, S1..): magic and version right; before their parent class
     ((MalformedHeaderError, StanzaError), EXIT_TAMPERED, lambda e: f"corrupt stream header: {e}"),
+    (TruncatedArmorError, EXIT_TRUNCATED, lambda e: f"truncated input: {e}"),
+    (ArmorError, EXIT_TAMPERED, lambda e: f"corrupt armor: {e}"),
     (UnsupportedFormatError, EXIT_UNSUPPORTED, lambda e: f"unsupported input: {e}"),
     # H8: the header's record size over --max-record-size; a record's length field (R1) is damage
     (_Broke(RecordTooLargeError, "H8"), EXIT_RECORD_LIMIT, lambda e: f"record size over the limit: {e}"),

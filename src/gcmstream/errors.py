@@ -8,6 +8,8 @@
     │   │                                version, suite, role or record size this version refuses
     │   │   ├── MalformedHeaderError     magic and version right, the rest damaged (H3..H7, H13)
     │   │   ├── UnknownFieldError        a critical header field this version does not know
+    │   │   ├── ArmoredInputError        armored text ('encrypt -a') given to a reader of the
+    │   │   │                            binary form only: random access, a channel, an Opener
     │   │   └── StanzaError              recipient or passphrase stanzas break a rule: over the
     │   │       │                        count limit, malformed, or a passphrase stanza beside
     │   │       │                        another stanza (gcmstream.recipients)
@@ -40,7 +42,13 @@
     │   │   └── AnyioTruncatedStreamError  (in gcmstream.anyio_stream; also anyio's
     │   │                                BrokenResourceError): also a connection that ended
     │   │                                during the handshake, e.g. a server that refused it
-    │   └── TrailingDataError            bytes after the FINAL record (``record_number``: FINAL's)
+    │   ├── TrailingDataError            bytes after the FINAL record (``record_number``: FINAL's)
+    │   └── ArmorError                   (also ValueError) armored text breaks a rule of
+    │       │                            gcmstream.armor: a line over 64 columns or short before
+    │       │                            the last, non-canonical base64, padding before the end,
+    │       │                            data after the end line (``line``: where)
+    │       └── TruncatedArmorError      (also TruncatedStreamError) the text ended before its
+    │                                    end line: cut short
     ├── UsageError                       the caller broke a rule; nothing was changed and the
     │   │                                object is still usable
     │   ├── StreamClosedError            (also RuntimeError) writing after FINAL was sealed, or
@@ -108,6 +116,8 @@ Rules that hold everywhere:
 from __future__ import annotations
 
 __all__ = (
+    "ArmorError",
+    "ArmoredInputError",
     "AuthenticationError",
     "BufferFullError",
     "ConcurrencyError",
@@ -132,6 +142,7 @@ __all__ = (
     "StreamBrokenError",
     "StreamClosedError",
     "TrailingDataError",
+    "TruncatedArmorError",
     "TruncatedStreamError",
     "UnknownFieldError",
     "UnknownKeyError",
@@ -157,6 +168,13 @@ class ProtocolError(GcmStreamError):
 
 class UnsupportedFormatError(ProtocolError, ValueError):
     """The stream header is not one this version reads (magic, version, suite, role, size)."""
+
+
+class ArmoredInputError(UnsupportedFormatError):
+    """The input starts as armored text does (``-----``, gcmstream.armor) where only the binary
+    form is read: an Opener, ``open_file`` (random access needs the binary file to seek in),
+    a channel. ``gcmstream.armor.dearmor`` (or the file engine, which reads both) decodes it.
+    Check H1, as any other wrong magic."""
 
 
 class MalformedHeaderError(UnsupportedFormatError):
@@ -257,6 +275,21 @@ class TrailingDataError(ProtocolError):
     ) -> None:
         super().__init__(message)
         self.record_number = record_number
+
+
+class ArmorError(ProtocolError, ValueError):
+    """Armored text (gcmstream.armor) breaks a rule of its strict form: a base64 line over 64
+    characters or short before the last, non-canonical base64 or padding before the end, a
+    line ending unlike the begin line's, no begin line, or anything but a little whitespace
+    after the end line. ``line`` is the line (from 1) where it was found, 0 if none was
+    complete. Nothing decoded from that line is returned."""
+
+    line: int = 0
+
+
+class TruncatedArmorError(ArmorError, TruncatedStreamError):
+    """Armored text ended before its end line: cut short, as a binary stream that ends before
+    FINAL (and caught as either)."""
 
 
 class UsageError(GcmStreamError):

@@ -8,13 +8,12 @@ AEAD key and nonce base of one direction under one key generation (the sequence 
 from __future__ import annotations
 
 import enum
-import hashlib
-import hmac
 import os
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from cryptography.exceptions import InvalidKey
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
@@ -26,6 +25,7 @@ from ._numbers import DEFAULT_RECORD_SIZE as DEFAULT_RECORD_SIZE
 from ._numbers import HARD_MAX_RECORD_SIZE as HARD_MAX_RECORD_SIZE
 from ._numbers import MAX_CONTEXT_SIZE as MAX_CONTEXT_SIZE
 from .errors import (
+    ArmoredInputError,
     KeyCommitmentError,
     MalformedHeaderError,
     ProtocolError,
@@ -89,6 +89,7 @@ __all__ = (
     "parse_header",
     "parse_header_start",
     "record_size_fault",
+    "sha256",
     "verify_commitment",
     "verify_header",
 )
@@ -488,14 +489,26 @@ def encode_fields(fields: Iterable[tuple[int, bytes]], max_size: int = MAX_FIELD
     return bytes(out)
 
 
+def sha256(data: Buffer) -> bytes:
+    """SHA-256 of ``data`` by cryptography, as every other primitive here: hashlib would load
+    Python's own OpenSSL (``_hashlib``, 3.7 MiB of RSS) beside cryptography's."""
+    digest = hashes.Hash(hashes.SHA256())
+    digest.update(bytes(data))
+    return digest.finalize()
+
+
 def _header_keys(key: Buffer, body: Buffer, salt: bytes, context: bytes) -> tuple[bytes, bytes]:
-    """(commitment, stream secret) of a header whose bytes before the commitment are ``body``.
-    HKDF's info holds hashes, so it stays short (84 bytes) whatever the fields and context."""
-    info = _LABEL_HEADER + hashlib.sha256(body).digest() + hashlib.sha256(context).digest()
-    okm = HKDF(algorithm=hashes.SHA256(), length=COMMITMENT_SIZE + 32, salt=salt, info=info).derive(
-        bytes(key)
-    )
+    """(commitment, stream secret) of a header whose bytes before the commitment are ``body``."""
+    okm = _header_kdf(body, salt, context, COMMITMENT_SIZE + 32).derive(bytes(key))
     return okm[:COMMITMENT_SIZE], okm[COMMITMENT_SIZE:]
+
+
+def _header_kdf(body: Buffer, salt: bytes, context: bytes, length: int) -> HKDF:
+    """The HKDF of a header's commitment and stream secret: its first ``length`` bytes (the
+    commitment is the first 32 whatever the length). HKDF's info holds hashes, so it stays
+    short (84 bytes) whatever the fields and context."""
+    info = _LABEL_HEADER + sha256(body) + sha256(context)
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=salt, info=info)
 
 
 def make_header(
@@ -534,6 +547,14 @@ def check_header_start(start: Buffer) -> None:
     start = bytes(start[: len(MAGIC) + 1])
     magic = start[: len(MAGIC)]
     if magic != MAGIC[: len(magic)]:
+        if start.startswith(b"-----"):  # armor.BEGIN_LINE's start: every PEM's, never binary
+            armored = ArmoredInputError(
+                "the input is armored text ('-----BEGIN ...', gcmstream encrypt -a): this reader "
+                "takes the binary form (random access needs a binary file to seek in); "
+                "'gcmstream decrypt' and gcmstream.armor.dearmor read armor"
+            )
+            armored.rule = "H1"
+            raise armored
         raise header_fault(
             "H1",
             # The input's own bytes are not shown: they may be plaintext or a key given here
@@ -652,14 +673,16 @@ def verify_commitment(key: Buffer, raw: bytes, context: Buffer) -> bytes:
     stream secret. The suite and key ID were checked already (``find_key``)."""
     body = raw[: len(raw) - COMMITMENT_SIZE]
     salt = raw[SALT_SLICE]
-    commitment, secret = _header_keys(key, body, salt, check_context(context))
-    if not hmac.compare_digest(commitment, raw[len(body) :]):
+    context = check_context(context)
+    try:  # compared in cryptography's Rust: hmac.compare_digest would load _hashlib (3.7 MiB)
+        _header_kdf(body, salt, context, COMMITMENT_SIZE).verify(bytes(key), raw[len(body) :])
+    except InvalidKey:
         raise header_fault(
             "H12",
             "stream header does not match this key and context "
             "(wrong key, wrong context, or an altered header)",
-        )
-    return secret
+        ) from None
+    return _header_keys(key, body, salt, context)[1]
 
 
 def verify_header(key: Buffer, header: StreamHeader, context: Buffer) -> bytes:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
-import hashlib
 import os
 import struct
 from collections.abc import Callable, Iterable, Sequence
@@ -34,7 +33,7 @@ from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 from . import _numbers
 from ._output import write_secret_file
 from .errors import NoIdentityMatchedError, RecipientError, StanzaError, WorkFactorError
-from .format import MAX_STANZA_FIELDS_SIZE, TAG_SIZE, FieldType, Suite
+from .format import MAX_STANZA_FIELDS_SIZE, TAG_SIZE, FieldType, Suite, sha256
 
 __all__ = (
     "DEFAULT_WORK_FACTOR",
@@ -137,7 +136,7 @@ _TEXT_KIND = {text: kind for kind, text in _KIND_TEXT.items()}
 
 
 def _checksum(prefix: str, kind: RecipientKind, payload: bytes) -> bytes:
-    return hashlib.sha256(f"{prefix}:{kind.text}:".encode("ascii") + payload).digest()[:CHECKSUM_SIZE]
+    return sha256(f"{prefix}:{kind.text}:".encode("ascii") + payload)[:CHECKSUM_SIZE]
 
 
 def _encode(prefix: str, kind: RecipientKind, payload: bytes) -> str:
@@ -208,7 +207,7 @@ class Recipient:
     @property
     def tag(self) -> bytes:
         """What an opt-in tagged stanza carries to say it is for this recipient (8 bytes)."""
-        digest = hashlib.sha256(_LABEL_TAG + bytes([self.kind]) + self.public_bytes).digest()
+        digest = sha256(_LABEL_TAG + bytes([self.kind]) + self.public_bytes)
         return digest[:TAG_FIELD_SIZE]
 
     def wrap(self, file_key: bytes) -> bytes:

@@ -1,0 +1,232 @@
+"""gcmstream.armor: the text form, against Python's own base64 and RFC 7468's strict grammar,
+at sizes around every line boundary, in every chunking; every malformation refused."""
+
+from __future__ import annotations
+
+import base64
+import os
+import random
+
+import pytest
+
+from gcmstream.armor import (
+    BEGIN_LINE,
+    END_LINE,
+    LINE_LENGTH,
+    MAX_TRAILING_WHITESPACE,
+    ArmorDecoder,
+    ArmorEncoder,
+    armor,
+    dearmor,
+    dearmoring_reader,
+    is_armored,
+)
+from gcmstream.errors import (
+    ArmoredInputError,
+    ArmorError,
+    ProtocolError,
+    StreamClosedError,
+    TruncatedArmorError,
+    TruncatedStreamError,
+)
+from gcmstream.files import new_opener
+
+from .helpers import KEY
+
+# Around every boundary: a line holds 48 bytes (64 characters), padding by len % 3.
+SIZES = sorted({0, 1, 2, 3, 4, 5, *(48 * n + d for n in (1, 2, 3, 21, 22) for d in (-2, -1, 0, 1, 2))})
+
+
+def reference(data: bytes, eol: bytes = b"\n") -> bytes:
+    """RFC 7468's strict form built independently: Python's base64, cut at 64 columns."""
+    text = base64.b64encode(data)
+    lines = [BEGIN_LINE, *(text[at : at + LINE_LENGTH] for at in range(0, len(text), LINE_LENGTH)), END_LINE]
+    return eol.join(lines) + eol
+
+
+def chunked(data: bytes, step: int) -> list[bytes]:
+    return [data[at : at + step] for at in range(0, len(data), step)] or [b""]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_round_trip_matches_the_reference_at_every_boundary(size: int) -> None:
+    data = random.Random(size).randbytes(size)
+    text = armor(data)
+    assert text == reference(data)
+    assert dearmor(text) == data
+    assert dearmor(reference(data, b"\r\n")) == data  # CRLF on every line is read too
+    for step in (1, 3, 47, 48, 49, 64, 65, 66, 1000):
+        encoder = ArmorEncoder()
+        assert b"".join(encoder.encode(part) for part in chunked(data, step)) + encoder.finish() == text
+        decoder = ArmorDecoder()
+        assert b"".join(decoder.feed(part) for part in chunked(text, step)) == data
+        decoder.finish()
+        assert decoder.done
+
+
+@pytest.mark.parametrize("lines", [1023, 1024, 1025, 2048, 2049])
+def test_the_encoders_batches_of_lines_match_the_reference(lines: int) -> None:
+    """The encoder cuts lines a thousand and twenty-four at a time: around those batches."""
+    for size in (48 * lines - 1, 48 * lines, 48 * lines + 1):
+        data = random.Random(size).randbytes(size)
+        assert armor(data) == reference(data)
+        for step in (47, 4096, 65536):
+            encoder = ArmorEncoder()
+            text = b"".join(encoder.encode(part) for part in chunked(data, step)) + encoder.finish()
+            assert text == reference(data)
+        assert dearmor(reference(data)) == data
+
+
+def test_every_line_but_the_last_has_64_columns() -> None:
+    lines = armor(os.urandom(48 * 5 + 7)).split(b"\n")
+    assert lines[0] == BEGIN_LINE and lines[-2] == END_LINE and lines[-1] == b""
+    assert [len(line) for line in lines[1:-2]] == [64] * 5 + [12]
+
+
+def test_whitespace_after_the_end_line_is_allowed_up_to_its_bound() -> None:
+    text = armor(b"data")
+    assert dearmor(text[:-1]) == b"data"  # pasted without its last newline
+    assert dearmor(armor(b"")[:-1]) == b""
+    assert dearmor(text + b" \t\r\n" * (MAX_TRAILING_WHITESPACE // 4)) == b"data"
+    with pytest.raises(ArmorError, match="whitespace"):
+        dearmor(text + b"\n" * (MAX_TRAILING_WHITESPACE + 1))
+
+
+def malformations() -> dict[str, bytes]:
+    data = random.Random(7).randbytes(48 * 3 + 1)  # three full lines and a padded one
+    good = armor(data)
+    lines = good.split(b"\n")
+    return {
+        "leading space": b" " + good,
+        "leading newline": b"\n" + good,
+        "other label": good.replace(b"GCMSTREAM ENCRYPTED FILE", b"AGE ENCRYPTED FILE"),
+        "space after the begin line": good.replace(BEGIN_LINE, BEGIN_LINE + b" ", 1),
+        "line of 65": b"\n".join([*lines[:1], lines[1] + lines[2][:1], lines[2][1:], *lines[3:]]),
+        "line of 63 before the last": b"\n".join([*lines[:1], lines[1][:-4], *lines[2:]]),
+        "very long line": b"\n".join([lines[0], lines[1] * 3, *lines[4:]]),
+        "empty line": b"\n".join([*lines[:2], b"", *lines[2:]]),
+        "last line not a multiple of 4": good.replace(lines[4], lines[4][:-1]),
+        "non-canonical padding bits": good.replace(lines[4], lines[4][:1] + b"B" + lines[4][2:]),
+        "padding in a full line": good.replace(lines[2], lines[2][:-2] + b"=="),
+        "three padding characters": good.replace(lines[4], lines[4][:1] + b"==="),
+        "data after padding": good.replace(lines[4], lines[4][:2] + b"=A"),
+        "not base64 (URL alphabet)": good.replace(lines[1], lines[1][:10] + b"-" + lines[1][11:]),
+        "not base64 (space)": good.replace(lines[1], lines[1][:10] + b" " + lines[1][11:]),
+        "a line after the last": b"\n".join([*lines[:5], lines[1], *lines[5:]]),
+        "missing end line": b"\n".join(lines[:5]) + b"\n",
+        "missing end line, no final LF": b"\n".join(lines[:5]),
+        "end line cut": good[:-5],
+        "other end label": good.replace(END_LINE, END_LINE.replace(b"END", b"STOP")),
+        "trailing garbage": good + b"x",
+        "trailing garbage after whitespace": good + b"\n\nx",
+        "a second armored file": good + good,
+        "mixed line endings": good.replace(b"\n", b"\r\n", 2),
+        "CR alone": good.replace(lines[1] + b"\n", lines[1] + b"\r", 1),
+        "empty": b"",
+        "begin line only": BEGIN_LINE + b"\n",
+    }
+
+
+CUT = {
+    "missing end line",
+    "missing end line, no final LF",
+    "end line cut",
+    "empty",
+    "begin line only",
+}
+
+
+@pytest.mark.parametrize("name", sorted(malformations()))
+def test_every_malformation_is_refused_in_every_chunking(name: str) -> None:
+    text = malformations()[name]
+    for step in (1, 5, 64, 65, 66, 4096):
+        decoder = ArmorDecoder()
+        with pytest.raises(ArmorError) as raised:
+            for part in chunked(text, step):
+                decoder.feed(part)
+            decoder.finish()
+        assert isinstance(raised.value, ProtocolError) and isinstance(raised.value, ValueError)
+        cut = name in CUT  # ended before the end line: also a TruncatedStreamError
+        assert isinstance(raised.value, TruncatedArmorError) == cut, raised.value
+        assert isinstance(raised.value, TruncatedStreamError) == cut
+        with pytest.raises(ArmorError):  # failed for good
+            decoder.feed(b"")
+        with pytest.raises(ArmorError):
+            decoder.finish()
+
+
+def test_no_bytes_of_a_bad_line_are_returned() -> None:
+    """Each feed returns only lines that passed: the bytes returned before the error are a
+    prefix of the file, and the faulty line's are not among them."""
+    data = random.Random(3).randbytes(48 * 4 + 2)
+    lines = armor(data).split(b"\n")
+    bad = b"\n".join([*lines[:3], lines[3][:-1] + b"!", *lines[3:]])
+    decoder = ArmorDecoder()
+    returned = bytearray()
+    with pytest.raises(ArmorError) as raised:
+        for byte in range(len(bad)):
+            returned += decoder.feed(bad[byte : byte + 1])
+    assert bytes(returned) == data[: 48 * 2] and raised.value.line == 4
+
+
+def test_lengths_are_bounded_before_buffering() -> None:
+    """A line that never ends is refused after one line's worth, not kept growing."""
+    decoder = ArmorDecoder()
+    decoder.feed(BEGIN_LINE + b"\n")
+    with pytest.raises(ArmorError, match="longer than 64"):
+        for _ in range(100):
+            decoder.feed(b"A" * 16)
+    assert is_armored(armor(b"")) and not is_armored(b"GCMS\x02") and not is_armored(BEGIN_LINE[:10])
+
+
+class Source:
+    """A readinto over ``data`` that hands out at most ``most`` bytes a call."""
+
+    def __init__(self, data: bytes, most: int) -> None:
+        self.data, self.most = data, most
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:
+        count = min(len(buffer), self.most, len(self.data))
+        buffer[:count] = self.data[:count]
+        self.data = self.data[count:]
+        return count
+
+
+def read_through(data: bytes, most: int, size: int = 1000) -> bytes:
+    readinto = dearmoring_reader(Source(data, most).readinto)
+    out, buffer = bytearray(), bytearray(size)
+    for _ in range(len(data) + 10):
+        got = readinto(memoryview(buffer))
+        if not got:
+            return bytes(out)
+        out += buffer[:got]
+    raise AssertionError("the reader never reached the end")
+
+
+@pytest.mark.parametrize("most", [1, 7, 40, 4096])
+def test_the_reader_tells_the_form_and_reads_either(most: int) -> None:
+    data = b"GCMS" + os.urandom(5000)
+    assert read_through(data, most) == data  # binary passes untouched
+    assert read_through(armor(data), most) == data
+    assert read_through(b"-----BEGIN", most) == b"-----BEGIN"  # not the begin line: binary
+    with pytest.raises(ArmorError):
+        read_through(armor(data) + b"x", most)
+    with pytest.raises(ArmorError):
+        read_through(armor(data)[:-20], most)
+
+
+def test_a_binary_reader_names_armored_input() -> None:
+    opener = new_opener(KEY)
+    opener.receive_data(armor(b"GCMS\x02" + bytes(100)))
+    with pytest.raises(ArmoredInputError, match="armored text") as raised:
+        opener.read(10)
+    assert raised.value.rule == "H1"
+
+
+def test_an_encoder_is_done_after_finish() -> None:
+    encoder = ArmorEncoder()
+    assert encoder.finish() == BEGIN_LINE + b"\n" + END_LINE + b"\n"
+    with pytest.raises(StreamClosedError):
+        encoder.encode(b"more")
+    with pytest.raises(StreamClosedError):
+        encoder.finish()
