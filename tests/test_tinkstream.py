@@ -532,3 +532,25 @@ def test_the_tink_vector_generator_check_passes() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_the_segment_index_never_wraps() -> None:
+    """2^32 segments at most (the nonce's 4-byte index): sealing past it is refused with nothing
+    sealed, and a reader never opens a segment past it."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from gcmstream import LimitReachedError, MalformedRecordError
+    from gcmstream.records import TinkSegments
+
+    segments = TinkSegments(AESGCM(bytes(16)), bytes(7))
+    with pytest.raises(LimitReachedError):
+        segments.seal(1 << 32, True, b"", memoryview(bytearray(16)))
+    with pytest.raises(MalformedRecordError):
+        segments.open(1 << 32, True, memoryview(bytes(16)), memoryview(bytearray(0)))
+    sealer = TinkSealer(TinkStreamingKey(bytes(16), ciphertext_segment_size=64), b"")
+    sealer._index = (1 << 32) - 2  # as if 2^32 - 2 segments had been sealed
+    first = bytes(sealer.seal(b"x" * 48))  # the header; one segment held back
+    with pytest.raises(LimitReachedError):
+        sealer.seal(b"y" * 96)  # would seal 2^32 - 2 and 2^32 - 1 and leave no index for the last
+    assert sealer.segments_sealed == (1 << 32) - 2 and len(first) == 24
+    assert len(sealer.close()) == 48 + 16  # the held segment, as the last, at index 2^32 - 2

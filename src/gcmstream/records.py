@@ -463,13 +463,14 @@ class TinkSegments:
         return "<TinkSegments>"
 
     def _nonce_for(self, index: int, last: bool) -> bytearray:
-        if not 0 <= index < self.MAX_SEGMENTS:
-            raise LimitReachedError(f"segment {index}: a Tink stream holds at most 2^32 segments")
-        _pack_segment(self._nonce, 7, index, 1 if last else 0)
+        _pack_segment(self._nonce, 7, index, 1 if last else 0)  # 0 <= index < 2^32: checked by the caller
         return self._nonce
 
     def seal(self, index: int, last: bool, plaintext: Buffer, out: memoryview) -> None:
-        """Seal segment ``index`` into ``out`` (``len(plaintext) + 16`` bytes)."""
+        """Seal segment ``index`` into ``out`` (``len(plaintext) + 16`` bytes); LimitReachedError
+        (nothing sealed) past the 2^32nd segment."""
+        if not 0 <= index < self.MAX_SEGMENTS:
+            raise LimitReachedError(f"segment {index}: a Tink stream holds at most 2^32 segments")
         self._aead.encrypt_into(self._nonce_for(index, last), plaintext, None, out)
 
     def seal_run(self, first: int, plaintext: memoryview, size: int, out: memoryview) -> int:
@@ -492,7 +493,12 @@ class TinkSegments:
 
     def open(self, index: int, last: bool, ciphertext: memoryview, out: memoryview) -> None:
         """Open segment ``index`` into ``out`` (``len(ciphertext) - 16`` bytes); cryptography's
-        InvalidTag if it does not authenticate as that segment (``out`` is then wiped)."""
+        InvalidTag if it does not authenticate as that segment (``out`` is then wiped);
+        MalformedRecordError past the 2^32nd segment, which no writer makes."""
+        if not 0 <= index < self.MAX_SEGMENTS:
+            raise MalformedRecordError(
+                f"segment {index}: a Tink stream holds at most 2^32 segments", record_number=index
+            )
         try:
             self._aead.decrypt_into(self._nonce_for(index, last), ciphertext, None, out)
         except InvalidTag:

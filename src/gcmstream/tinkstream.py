@@ -38,6 +38,7 @@ from .errors import (
     AuthenticationError,
     GcmStreamError,
     KeyFileError,
+    LimitReachedError,
     MalformedHeaderError,
     ProtocolError,
     StreamBrokenError,
@@ -369,12 +370,18 @@ class TinkSealer:
 
     def seal(self, data: Buffer) -> memoryview:
         """Seal ``data``: returns the header (first call) and every segment now known not to
-        be the last."""
+        be the last. LimitReachedError, with nothing sealed, if the stream would pass 2^32
+        segments (the nonce's index field)."""
         if self._closed:
             raise StreamClosedError("seal() after close(): the Tink stream is ended")
         view = byte_view(data)
+        sealable = self._sealable(self._held_len + len(view))
+        if self._index + sealable + 1 > TinkSegments.MAX_SEGMENTS:  # and one left for the last
+            raise LimitReachedError(
+                "a Tink stream holds at most 2^32 segments: nothing of this call was sealed; close() it"
+            )
         header = self._header or b""
-        out = self._output(len(header) + self._sealable(self._held_len + len(view)) * self._wire)
+        out = self._output(len(header) + sealable * self._wire)
         out[: len(header)] = header
         self._header = None
         written = len(header)
