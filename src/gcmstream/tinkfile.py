@@ -46,6 +46,7 @@ class _Layout:
             self.last_wire = file_size - (self.count - 1) * wire
         self.first_plain = wire - header - TAG_SIZE
         self.plain = wire - TAG_SIZE
+        self.length = self.plain_start(self.count - 1) + self.last_wire - TAG_SIZE
 
     def offset(self, index: int) -> int:
         return self.header if index == 0 else index * self.wire
@@ -62,10 +63,6 @@ class _Layout:
         return (
             0 if pos < self.first_plain else min(self.count - 1, 1 + (pos - self.first_plain) // self.plain)
         )
-
-    @property
-    def length(self) -> int:
-        return self.plain_start(self.count - 1) + self.last_wire - TAG_SIZE
 
 
 class TinkDecryptedFile(io.RawIOBase):
@@ -166,24 +163,40 @@ class TinkDecryptedFile(io.RawIOBase):
     def _readinto(self, buffer: Buffer) -> int:
         self._check_open()
         out = byte_view(buffer, writable=True)
+        wanted = len(out)
         written = 0
         layout = self._layout
-        while written < len(out) and self._pos < layout.length:
-            index = layout.find(self._pos)
-            skip = self._pos - layout.plain_start(index)
-            size = layout.wire_size(index) - TAG_SIZE
-            if skip == 0 and size <= len(out) - written and index != self._cached:
-                self._open(index, out[written : written + size])  # a whole segment: in place
-                count = size
-            else:
-                if index != self._cached:
-                    self._cached = -1
-                    self._open(index, memoryview(self._plain)[:size])
-                    self._cached = index
-                count = min(size - skip, len(out) - written)
-                out[written : written + count] = memoryview(self._plain)[skip : skip + count]
-            written += count
-            self._pos += count
+        length, first_plain, plain, last_index = (
+            layout.length,
+            layout.first_plain,
+            layout.plain,
+            layout.count - 1,
+        )
+        pos = self._pos
+        try:
+            while written < wanted and pos < length:
+                # the segment holding ``pos`` and where it starts (_Layout.find and plain_start, inlined)
+                if pos < first_plain:
+                    index, start = 0, 0
+                else:
+                    index = min(last_index, 1 + (pos - first_plain) // plain)
+                    start = first_plain + (index - 1) * plain
+                skip = pos - start
+                size = layout.wire_size(index) - TAG_SIZE
+                if skip == 0 and size <= wanted - written and index != self._cached:
+                    self._open(index, out[written : written + size])  # a whole segment: in place
+                    count = size
+                else:
+                    if index != self._cached:
+                        self._cached = -1
+                        self._open(index, memoryview(self._plain)[:size])
+                        self._cached = index
+                    count = min(size - skip, wanted - written)
+                    out[written : written + count] = memoryview(self._plain)[skip : skip + count]
+                written += count
+                pos += count
+        finally:
+            self._pos = pos
         return written
 
     def _open(self, index: int, out: memoryview) -> None:
