@@ -1,6 +1,7 @@
 """Run gcmstream's benchmarks: ``python benchmarks/run.py [PART ...] [--quick]``.
 
-Parts: seed, allocs, codec, sockets, echo, conns, handshake, flood, guard, files, recipients (default: all, in
+Parts: seed, allocs, codec, sockets, echo, conns, handshake, flood, guard, files, recipients, tink
+(default: all, in
 that order). Each writes benchmarks/results/<part>.json (``--quick``: <part>.quick.json, tiny
 sizes, seconds; set GCMSTREAM_BENCH_RESULTS to write elsewhere). ``python benchmarks/render.py`` turns the
 results into benchmarks/README.md's tables and chart.
@@ -30,6 +31,7 @@ PARTS = {
     "guard": "bench_guard",
     "files": "bench_files",
     "recipients": "bench_recipients",
+    "tink": "bench_tink",
 }
 
 

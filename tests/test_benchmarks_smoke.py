@@ -31,6 +31,7 @@ PARTS = [
     pytest.param("guard", marks=pytest.mark.slow),
     pytest.param("files", marks=pytest.mark.slow),
     "recipients",
+    "tink",
 ]
 COMMON_KEYS = {"part", "quick", "date", "machine", "params", "rows", "targets"}
 

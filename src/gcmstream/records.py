@@ -22,7 +22,10 @@ Each path exists once:
 
 from __future__ import annotations
 
+import struct
+
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .errors import (
     AuthenticationError,
@@ -43,7 +46,7 @@ from .format import (
     TrafficKeys,
 )
 
-__all__ = ("KeyChain", "RecordLayer", "records_per_generation")
+__all__ = ("KeyChain", "RecordLayer", "TinkSegments", "records_per_generation")
 
 _unpack_record_header = RECORD_HEADER.unpack_from
 _pack_record_header = RECORD_HEADER.pack
@@ -429,3 +432,117 @@ class KeyChain:
         except InvalidTag:
             out[:] = bytes(len(out))
             raise AuthenticationError(number) from None
+
+
+# -- Tink's segments ------------------------------------------------------------------------
+
+
+class TinkSegments:
+    """The segment keys and nonces of one Tink AES-GCM-HKDF stream (``gcmstream.tinkstream``;
+    docs/TINK.md): the only code that seals or opens a Tink segment.
+
+    The nonce of segment ``index`` is ``nonce_prefix || index (4 bytes, big-endian) || last``
+    (one byte, 1 for the stream's last segment), patched into one buffer, never stored per
+    segment; segments carry no associated data (Tink's associated data went into the key).
+    Whether a segment is the last is decided by the caller from the stream's end, and is
+    authenticated by the nonce: a segment opened with the wrong ``last`` fails its tag.
+    """
+
+    __slots__ = ("_aead", "_nonce")
+
+    # 2^32 segments: the index field of the nonce is four bytes
+    MAX_SEGMENTS = 1 << 32
+
+    def __init__(self, aead: AESGCM, nonce_prefix: bytes) -> None:
+        if len(nonce_prefix) != 7:
+            raise ValueError("a Tink nonce prefix is 7 bytes")
+        self._aead = aead
+        self._nonce = bytearray(nonce_prefix + bytes(5))
+
+    def __repr__(self) -> str:  # never show key material or nonces
+        return "<TinkSegments>"
+
+    def _nonce_for(self, index: int, last: bool) -> bytearray:
+        _pack_segment(self._nonce, 7, index, 1 if last else 0)  # 0 <= index < 2^32: checked by the caller
+        return self._nonce
+
+    def seal(self, index: int, last: bool, plaintext: Buffer, out: memoryview) -> None:
+        """Seal segment ``index`` into ``out`` (``len(plaintext) + 16`` bytes); LimitReachedError
+        (nothing sealed) past the 2^32nd segment."""
+        if not 0 <= index < self.MAX_SEGMENTS:
+            raise LimitReachedError(f"segment {index}: a Tink stream holds at most 2^32 segments")
+        self._aead.encrypt_into(self._nonce_for(index, last), plaintext, None, out)
+
+    def seal_run(self, first: int, plaintext: memoryview, size: int, out: memoryview) -> int:
+        """Seal ``plaintext`` as consecutive non-last segments of ``size`` bytes from index
+        ``first`` (its length a multiple of ``size``) into ``out``; returns the bytes written.
+        The hot loop of a sealer fed more than a segment at a time."""
+        count = len(plaintext) // size
+        if first + count > self.MAX_SEGMENTS:
+            raise LimitReachedError(f"segment {first + count - 1}: a Tink stream holds at most 2^32 segments")
+        encrypt_into = self._aead.encrypt_into
+        nonce = self._nonce
+        nonce[11] = 0
+        wire = size + TAG_SIZE
+        for step in range(count):
+            _pack_index(nonce, 7, first + step)
+            encrypt_into(
+                nonce, plaintext[step * size : (step + 1) * size], None, out[step * wire : (step + 1) * wire]
+            )
+        return count * wire
+
+    def open(self, index: int, last: bool, ciphertext: memoryview, out: memoryview) -> None:
+        """Open segment ``index`` into ``out`` (``len(ciphertext) - 16`` bytes); cryptography's
+        InvalidTag if it does not authenticate as that segment (``out`` is then wiped);
+        MalformedRecordError past the 2^32nd segment, which no writer makes."""
+        if not 0 <= index < self.MAX_SEGMENTS:
+            raise MalformedRecordError(
+                f"segment {index}: a Tink stream holds at most 2^32 segments", record_number=index
+            )
+        try:
+            self._aead.decrypt_into(self._nonce_for(index, last), ciphertext, None, out)
+        except InvalidTag:
+            out[:] = bytes(len(out))
+            raise
+
+    def authenticates(self, index: int, last: bool, ciphertext: memoryview) -> bool:
+        """Whether ``ciphertext`` authenticates as segment ``index`` (nothing is released:
+        the plaintext goes to a scratch buffer that is wiped). Used to tell a stream cut at a
+        segment boundary (its last segment opens as a middle one) from a tampered one."""
+        scratch = bytearray(len(ciphertext) - TAG_SIZE)
+        try:
+            self.open(index, last, ciphertext, memoryview(scratch))
+        except InvalidTag:
+            return False
+        scratch[:] = bytes(len(scratch))
+        return True
+
+    def open_run(self, first: int, ciphertext: memoryview, wire: int, out: memoryview) -> int:
+        """Open ``ciphertext`` as consecutive non-last segments of ``wire`` bytes from index
+        ``first`` into ``out``; returns how many opened before the first that failed (the
+        caller raises for that one; its plaintext is wiped). The hot loop of an opener."""
+        count = len(ciphertext) // wire
+        if first + count > self.MAX_SEGMENTS:
+            count = max(0, self.MAX_SEGMENTS - first)
+        decrypt_into = self._aead.decrypt_into
+        nonce = self._nonce
+        nonce[11] = 0
+        size = wire - TAG_SIZE
+        step = 0
+        try:
+            for step in range(count):
+                _pack_index(nonce, 7, first + step)
+                decrypt_into(
+                    nonce,
+                    ciphertext[step * wire : (step + 1) * wire],
+                    None,
+                    out[step * size : (step + 1) * size],
+                )
+        except InvalidTag:
+            out[step * size : (step + 1) * size] = bytes(size)
+            return step
+        return count
+
+
+_pack_segment = struct.Struct(">IB").pack_into
+_pack_index = struct.Struct(">I").pack_into

@@ -87,7 +87,7 @@ if TYPE_CHECKING:
     from .config import Configuration
     from .opener import Opener
 
-__all__ = ("DecryptedFile", "open_file", "open_file_async")
+__all__ = ("DecryptedFile", "open_file", "open_file_async", "open_regular")
 
 StrPath: TypeAlias = str | os.PathLike[str]
 _OVERHEAD = RECORD_HEADER_SIZE + TAG_SIZE
@@ -451,15 +451,16 @@ def _final_in_place(fd: int, fixed: _Fixed, keys: KeyChain, wire: bytearray, pla
     return True
 
 
-def _open_regular(path: StrPath) -> int:
-    """A descriptor of ``path`` if it is a regular file. Opened without blocking (a FIFO with
+def open_regular(path: StrPath) -> int:
+    """A descriptor of ``path`` if it is a regular file (every random-access reader: this
+    module's and ``tinkfile``'s). Opened without blocking (a FIFO with
     no writer would block ``open``), then checked: anything else raises
     UnsupportedEndpointError."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnsupportedEndpointError(
-                "open_file needs a regular file (not a FIFO, socket or device): "
+                "random access needs a regular file (not a FIFO, socket or device): "
                 "it reads records by their place"
             )
         os.set_blocking(fd, True)
@@ -503,7 +504,7 @@ def open_file(
         max_record_size=max_record_size,
     )
     opener = new_opener(**options)
-    fd = _open_regular(path)
+    fd = open_regular(path)
     try:
         file_size = os.fstat(fd).st_size
         header, records = _read_header(fd, opener)

@@ -1,0 +1,253 @@
+"""Random access to a Tink AES-GCM-HKDF streaming ciphertext in a file, as Tink's seekable
+decrypting channel (Java, C++) offers and Tink's Python package does not: ``open_tink_file``
+returns a read-only, seekable binary file of the plaintext that opens only the segments a read
+touches.
+
+Every place is arithmetic: segment 0 lies after the header and is shorter by it, segment ``i``
+starts at ``i * ciphertext_segment_size``, and the file's size gives the last segment. At open
+the header is read, segment 0 is opened (each key of the keyset tried, as the sequential
+reader does) and the last segment is authenticated as the last, so the plaintext length is
+known and a cut or extended file fails at open, not at its end. A segment opened at index
+``i`` with the nonce flag its place gives authenticates only as the writer's segment ``i``
+of a stream that ends where the file ends: a segment moved, dropped or altered fails as
+AuthenticationError naming its index, for the reads that touch it; the file stays usable for
+the rest. Memory: two segment buffers, whatever the file size.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from typing import TypeAlias
+
+from cryptography.exceptions import InvalidTag
+
+from .errors import AuthenticationError, MalformedHeaderError, StreamClosedError, TruncatedStreamError
+from .format import TAG_SIZE, Buffer, byte_view
+from .seekable import open_regular
+from .tinkstream import NONCE_PREFIX_SIZE, TinkKeyset, TinkStreamingKey, as_tink_keyset
+
+__all__ = ("TinkDecryptedFile", "open_tink_file")
+
+StrPath: TypeAlias = str | os.PathLike[str]
+
+
+class _Layout:
+    """Where the segments of a ``file_size``-byte ciphertext lie, for one key's sizes."""
+
+    def __init__(self, header: int, wire: int, file_size: int) -> None:
+        self.header, self.wire = header, wire
+        body = file_size - header
+        if body <= wire - header:
+            self.count, self.last_wire = 1, body
+        else:
+            self.count = 1 + -(-(file_size - wire) // wire)
+            self.last_wire = file_size - (self.count - 1) * wire
+        self.first_plain = wire - header - TAG_SIZE
+        self.plain = wire - TAG_SIZE
+        self.length = self.plain_start(self.count - 1) + self.last_wire - TAG_SIZE
+
+    def offset(self, index: int) -> int:
+        return self.header if index == 0 else index * self.wire
+
+    def wire_size(self, index: int) -> int:
+        if index == self.count - 1:
+            return self.last_wire
+        return self.wire - self.header if index == 0 else self.wire
+
+    def plain_start(self, index: int) -> int:
+        return 0 if index == 0 else self.first_plain + (index - 1) * self.plain
+
+    def find(self, pos: int) -> int:
+        return (
+            0 if pos < self.first_plain else min(self.count - 1, 1 + (pos - self.first_plain) // self.plain)
+        )
+
+
+class TinkDecryptedFile(io.RawIOBase):
+    """The plaintext of a Tink ciphertext file, read by place (``open_tink_file``). ``key`` is
+    the keyset's key it opened under; ``length`` the plaintext bytes, authenticated at open."""
+
+    def __init__(self, fd: int, name: str, keys: TinkKeyset, associated_data: bytes) -> None:
+        super().__init__()
+        self._fd, self.name = fd, name
+        self._pos = 0
+        self._cached = -1  # the index of the segment held decrypted in _plain
+        # threads sharing the file take turns: the position, the cache and the scratch
+        # buffers are one reader's
+        self._lock = threading.Lock()
+        self._find_key(keys, associated_data, os.fstat(fd).st_size)
+
+    def _find_key(self, keys: TinkKeyset, associated_data: bytes, file_size: int) -> None:
+        """Read the header; open segment 0 under each key that makes such a header until one
+        authenticates it, then authenticate the last segment as the last."""
+        first = os.pread(self._fd, 1, 0)
+        if not first:
+            raise TruncatedStreamError("the Tink file is empty: no header")
+        candidates = [key for key in keys.keys if key.header_size == first[0]]
+        if not candidates:
+            raise MalformedHeaderError(
+                f"the Tink header's length byte is {first[0]}, and no key of this keyset makes such a header"
+            )
+        header = os.pread(self._fd, first[0], 0)
+        if file_size < len(header) + TAG_SIZE:
+            raise TruncatedStreamError(
+                f"the Tink file ends after {file_size} bytes, inside its header or first segment"
+            )
+        salt, prefix = header[1:-NONCE_PREFIX_SIZE], header[-NONCE_PREFIX_SIZE:]
+        for key in candidates:
+            self._layout = layout = _Layout(len(header), key.ciphertext_segment_size, file_size)
+            if layout.last_wire < TAG_SIZE:
+                raise TruncatedStreamError(
+                    f"the Tink file ends {layout.last_wire} bytes into segment {layout.count - 1}, "
+                    f"before its tag"
+                )
+            self._segments = key.segments(salt, prefix, associated_data)
+            self._plain = bytearray(layout.plain)
+            self._wire = bytearray(layout.wire)
+            try:
+                self._open(0, memoryview(self._plain)[: layout.wire_size(0) - TAG_SIZE])
+            except (AuthenticationError, TruncatedStreamError):
+                continue
+            self.key = key
+            self._cached = 0
+            if layout.count > 1:
+                self._open(layout.count - 1, memoryview(self._plain)[: layout.last_wire - TAG_SIZE])
+                self._cached = layout.count - 1
+            return
+        raise AuthenticationError(0)
+
+    def __repr__(self) -> str:
+        return f"<TinkDecryptedFile name={self.name!r} length={self.length} segments={self.segments}>"
+
+    @property
+    def length(self) -> int:
+        """Plaintext bytes, authenticated at open."""
+        return self._layout.length
+
+    @property
+    def segments(self) -> int:
+        return self._layout.count
+
+    def readable(self) -> bool:
+        self._check_open()
+        return True
+
+    def seekable(self) -> bool:
+        self._check_open()
+        return True
+
+    def tell(self) -> int:
+        self._check_open()
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        with self._lock:
+            return self._seek(offset, whence)
+
+    def _seek(self, offset: int, whence: int) -> int:
+        self._check_open()
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.length}.get(whence)
+        if base is None:
+            raise ValueError(f"invalid whence ({whence!r}, should be 0, 1 or 2)")
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer: Buffer) -> int:  # type: ignore[override]
+        with self._lock:
+            return self._readinto(buffer)
+
+    def _readinto(self, buffer: Buffer) -> int:
+        self._check_open()
+        out = byte_view(buffer, writable=True)
+        wanted = len(out)
+        written = 0
+        layout = self._layout
+        length, first_plain, plain, last_index = (
+            layout.length,
+            layout.first_plain,
+            layout.plain,
+            layout.count - 1,
+        )
+        pos = self._pos
+        try:
+            while written < wanted and pos < length:
+                # the segment holding ``pos`` and where it starts (_Layout.find and plain_start, inlined)
+                if pos < first_plain:
+                    index, start = 0, 0
+                else:
+                    index = min(last_index, 1 + (pos - first_plain) // plain)
+                    start = first_plain + (index - 1) * plain
+                skip = pos - start
+                size = layout.wire_size(index) - TAG_SIZE
+                if skip == 0 and size <= wanted - written and index != self._cached:
+                    self._open(index, out[written : written + size])  # a whole segment: in place
+                    count = size
+                else:
+                    if index != self._cached:
+                        self._cached = -1
+                        self._open(index, memoryview(self._plain)[:size])
+                        self._cached = index
+                    count = min(size - skip, wanted - written)
+                    out[written : written + count] = memoryview(self._plain)[skip : skip + count]
+                written += count
+                pos += count
+        finally:
+            self._pos = pos
+        return written
+
+    def _open(self, index: int, out: memoryview) -> None:
+        """Open segment ``index`` (the last flag its place gives) into ``out``. A last segment
+        that opens as a middle one means the file was cut at a segment boundary."""
+        layout = self._layout
+        wire = memoryview(self._wire)[: layout.wire_size(index)]
+        if os.preadv(self._fd, [wire], layout.offset(index)) != len(wire):
+            raise TruncatedStreamError(f"segment {index}: the file is shorter than at open")
+        last = index == layout.count - 1
+        try:
+            self._segments.open(index, last, wire, out)
+        except InvalidTag:
+            full = layout.wire - layout.header if index == 0 else layout.wire
+            if last and len(wire) == full and self._segments.authenticates(index, False, wire):
+                raise TruncatedStreamError(
+                    f"the Tink file ends after segment {index}, which is not its last segment"
+                ) from None
+            raise AuthenticationError(index) from None
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise StreamClosedError("I/O operation on a closed TinkDecryptedFile")
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if not self.closed:
+            os.close(self._fd)
+            plain = getattr(self, "_plain", None)
+            if plain is not None:
+                plain[:] = bytes(len(plain))
+        super().close()
+
+
+def open_tink_file(
+    path: StrPath, keys: TinkKeyset | TinkStreamingKey, associated_data: Buffer = b""
+) -> TinkDecryptedFile:
+    """Open the Tink ciphertext file ``path`` for random-access reading of its plaintext.
+
+    Segment 0 and the last segment are authenticated before this returns (the key found, the
+    length known: a cut or extended file raises here, as the sequential reader would at its
+    end); reads open only the segments they touch, and a segment that fails raises
+    AuthenticationError for the reads that touch it. A path that is not a regular file raises
+    UnsupportedEndpointError without waiting. Close it (or use ``with``)."""
+    keyset = as_tink_keyset(keys)
+    fd = open_regular(path)
+    try:
+        return TinkDecryptedFile(fd, os.fspath(path), keyset, bytes(associated_data))
+    except BaseException:
+        os.close(fd)
+        raise

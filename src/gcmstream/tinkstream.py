@@ -1,0 +1,815 @@
+"""Tink's AES-GCM-HKDF streaming AEAD, read and written by gcmstream (docs/TINK.md).
+
+A Tink ciphertext is ``header || segment_0 || ... || segment_{n-1}``: the header is one length
+byte, a random salt (the derived key's size) and a random 7-byte nonce prefix; every segment is
+``ciphertext_segment_size`` bytes but the first (shorter by the header) and the last (1 to
+``ciphertext_segment_size`` bytes, at least the 16-byte tag). Each segment is AES-GCM under the
+key ``HKDF(hash, ikm=key_value, salt=salt, info=associated_data)``, with the nonce
+``prefix || index || last`` (``records.TinkSegments``, the only code that seals or opens one)
+and no associated data of its own.
+
+:class:`TinkSealer` and :class:`TinkOpener` are sans-IO, as gcmstream's Sealer and Opener:
+``seal``/``close`` return the bytes to write; ``receive_data``/``receive_eof`` take the bytes
+read, and ``readinto``/``read``/``read_view`` return only plaintext of segments that have
+authenticated. :func:`read_tink_keyset` reads Tink's JSON cleartext keyset (what ``tinkey``
+and ``cleartext_keyset_handle`` write).
+
+What Tink's format does not give, and gcmstream's does (SECURITY.md): no key commitment (a
+ciphertext can be made to open under two keys), no key ID (a reader tries each key of its
+keyset on the first segment), and no end marker beyond the last segment's nonce flag.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import json
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from .errors import (
+    AuthenticationError,
+    GcmStreamError,
+    KeyFileError,
+    LimitReachedError,
+    MalformedHeaderError,
+    ProtocolError,
+    StreamBrokenError,
+    StreamClosedError,
+    TruncatedStreamError,
+)
+from .format import TAG_SIZE, Buffer, byte_view
+from .records import TinkSegments
+
+__all__ = (
+    "TINK_KEY_TYPE_URL",
+    "TinkHash",
+    "TinkKeyset",
+    "TinkOpener",
+    "TinkPhase",
+    "TinkSealer",
+    "TinkStreamingKey",
+    "as_tink_keyset",
+    "read_tink_keyset",
+    "tink_decrypt",
+    "tink_encrypt",
+)
+
+TINK_KEY_TYPE_URL: Final = "type.googleapis.com/google.crypto.tink.AesGcmHkdfStreamingKey"
+NONCE_PREFIX_SIZE: Final = 7
+# a keyset file larger than this is not a keyset: refused before it is parsed
+MAX_KEYSET_SIZE: Final = 1 << 20
+
+
+class TinkHash(enum.IntEnum):
+    """The HKDF hashes Tink offers for this key type, by their value in Tink's ``HashType``."""
+
+    SHA1 = 1
+    SHA256 = 3
+    SHA512 = 4
+
+    def algorithm(self) -> hashes.HashAlgorithm:
+        if self is TinkHash.SHA1:
+            return hashes.SHA1()  # noqa: S303 (Tink offers HKDF-SHA1; HKDF needs no collision resistance)
+        return hashes.SHA256() if self is TinkHash.SHA256 else hashes.SHA512()
+
+
+class TinkStreamingKey:
+    """One ``AesGcmHkdfStreamingKey``: the key value and its three parameters, checked as Tink
+    checks them (``derived_key_size`` 16 or 32, ``key_value`` at least that long and at least
+    16 bytes, ``ciphertext_segment_size`` above the header plus the tag and below 2^31).
+    ``key_id`` is the keyset's ID for it (None for raw parameters). The repr never shows the
+    key value."""
+
+    __slots__ = ("ciphertext_segment_size", "derived_key_size", "hkdf_hash", "key_id", "key_value")
+
+    def __init__(
+        self,
+        key_value: bytes,
+        *,
+        derived_key_size: int = 16,
+        hkdf_hash: TinkHash = TinkHash.SHA256,
+        ciphertext_segment_size: int = 4096,
+        key_id: int | None = None,
+    ) -> None:
+        if not isinstance(key_value, bytes):
+            raise TypeError(f"key_value must be bytes, got {type(key_value).__name__}")
+        if derived_key_size not in (16, 32):
+            raise ValueError(f"derived_key_size must be 16 or 32, got {derived_key_size!r}")
+        if len(key_value) < max(16, derived_key_size):
+            raise ValueError(
+                f"key_value must be at least {max(16, derived_key_size)} bytes for derived_key_size "
+                f"{derived_key_size}, got {len(key_value)}"
+            )
+        hkdf_hash = TinkHash(hkdf_hash)
+        header = _header_size_for(derived_key_size)
+        if isinstance(ciphertext_segment_size, bool) or not isinstance(ciphertext_segment_size, int):
+            raise TypeError("ciphertext_segment_size must be an int")
+        if not header + TAG_SIZE < ciphertext_segment_size < 1 << 31:
+            raise ValueError(
+                f"ciphertext_segment_size must be above {header + TAG_SIZE} (header and tag) and "
+                f"below 2^31, got {ciphertext_segment_size}"
+            )
+        self.key_value = key_value
+        self.derived_key_size = derived_key_size
+        self.hkdf_hash = hkdf_hash
+        self.ciphertext_segment_size = ciphertext_segment_size
+        self.key_id = key_id
+
+    def __repr__(self) -> str:
+        return (
+            f"TinkStreamingKey(key_id={self.key_id!r}, derived_key_size={self.derived_key_size}, "
+            f"hkdf_hash={self.hkdf_hash.name}, ciphertext_segment_size={self.ciphertext_segment_size})"
+        )
+
+    @property
+    def header_size(self) -> int:
+        return _header_size_for(self.derived_key_size)
+
+    def segments(self, salt: bytes, nonce_prefix: bytes, associated_data: bytes) -> TinkSegments:
+        """The segment cipher of one stream: HKDF of the key value with the stream's salt and
+        the associated data as info, Tink's derivation."""
+        derived = HKDF(
+            algorithm=self.hkdf_hash.algorithm(),
+            length=self.derived_key_size,
+            salt=salt,
+            info=associated_data,
+        ).derive(self.key_value)
+        return TinkSegments(AESGCM(derived), nonce_prefix)
+
+
+def _header_size_for(derived_key_size: int) -> int:
+    """1 length byte, the salt, the nonce prefix: 24 or 40 bytes."""
+    return 1 + derived_key_size + NONCE_PREFIX_SIZE
+
+
+class TinkKeyset:
+    """The AES-GCM-HKDF streaming keys of a Tink keyset: ``primary`` seals, and a reader tries
+    every key (the primary first) on the first segment, as Tink does."""
+
+    __slots__ = ("keys", "primary")
+
+    def __init__(self, keys: Sequence[TinkStreamingKey], primary: TinkStreamingKey | None = None) -> None:
+        if not keys:
+            raise ValueError("a keyset needs at least one key")
+        self.primary = keys[0] if primary is None else primary
+        self.keys = (self.primary, *(key for key in keys if key is not self.primary))
+
+    def __repr__(self) -> str:
+        return f"TinkKeyset(primary={self.primary.key_id!r}, keys={[key.key_id for key in self.keys]!r})"
+
+
+def as_tink_keyset(keys: TinkKeyset | TinkStreamingKey) -> TinkKeyset:
+    if isinstance(keys, TinkKeyset):
+        return keys
+    if isinstance(keys, TinkStreamingKey):
+        return TinkKeyset([keys])
+    raise TypeError(f"expected a TinkKeyset or TinkStreamingKey, got {type(keys).__name__}")
+
+
+# -- the keyset file ------------------------------------------------------------------------
+
+
+def read_tink_keyset(text: str | bytes) -> TinkKeyset:
+    """Parse Tink's JSON cleartext keyset. Its enabled ``AesGcmHkdfStreamingKey`` entries
+    become the keyset, the primary first; KeyFileError (naming the reason, never a key) for
+    anything else: malformed JSON or protobuf, an encrypted keyset (it needs a KMS), a key of
+    another type, no enabled primary."""
+    if len(text) > MAX_KEYSET_SIZE:
+        raise KeyFileError(f"a Tink keyset is at most {MAX_KEYSET_SIZE} bytes, this is {len(text)}")
+    try:
+        document = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise KeyFileError(f"not a Tink JSON keyset: {type(exc).__name__} at the JSON level") from None
+    if not isinstance(document, dict):
+        raise KeyFileError("not a Tink JSON keyset: the top level is not an object")
+    if "encryptedKeyset" in document:
+        raise KeyFileError(
+            "an encrypted Tink keyset: it is sealed by a KMS key, which gcmstream cannot reach; "
+            "export it as a cleartext keyset (tinkey convert-keyset --out-format json)"
+        )
+    entries = document.get("key")
+    primary_id = document.get("primaryKeyId")
+    if not isinstance(entries, list) or not entries:
+        raise KeyFileError("not a Tink JSON keyset: no 'key' list")
+    keys: list[TinkStreamingKey] = []
+    primary: TinkStreamingKey | None = None
+    for entry in entries:
+        key = _keyset_entry(entry)
+        if key is None:
+            continue
+        keys.append(key)
+        if key.key_id == primary_id:
+            primary = key
+    if primary is None:
+        raise KeyFileError(f"the keyset's primary key {primary_id!r} is not an enabled key of the keyset")
+    return TinkKeyset(keys, primary)
+
+
+def _keyset_entry(entry: Any) -> TinkStreamingKey | None:
+    """One entry of the keyset's 'key' list: its key, or None when it is not enabled."""
+    if not isinstance(entry, dict):
+        raise KeyFileError("a keyset entry is not an object")
+    key_id, status, data = entry.get("keyId"), entry.get("status"), entry.get("keyData")
+    if isinstance(key_id, bool) or not isinstance(key_id, int) or not isinstance(data, dict):
+        raise KeyFileError("a keyset entry lacks its keyId or keyData")
+    type_url = data.get("typeUrl")
+    if type_url != TINK_KEY_TYPE_URL:
+        raise KeyFileError(
+            f"key {key_id} is a {type_url!r}: gcmstream reads only AesGcmHkdfStreamingKey keysets"
+        )
+    if status != "ENABLED":
+        if status in ("DISABLED", "DESTROYED"):
+            return None
+        raise KeyFileError(f"key {key_id} has the unknown status {status!r}")
+    if data.get("keyMaterialType") != "SYMMETRIC" or entry.get("outputPrefixType") != "RAW":
+        raise KeyFileError(f"key {key_id}: a streaming key is SYMMETRIC with output prefix RAW")
+    value = data.get("value")
+    if not isinstance(value, str):
+        raise KeyFileError(f"key {key_id} has no value")
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise KeyFileError(f"key {key_id}: its value is not base64") from None
+    try:
+        return _streaming_key(raw, key_id)
+    except (ValueError, TypeError) as exc:
+        raise KeyFileError(f"key {key_id}: {exc}") from None
+
+
+def _streaming_key(serialized: bytes, key_id: int) -> TinkStreamingKey:
+    """An ``AesGcmHkdfStreamingKey`` protobuf: version (1), params (2: ciphertext segment size
+    1, derived key size 2, HKDF hash 3), key value (3). Fields it does not know are skipped, as
+    protobuf parsers do."""
+    fields = dict(_protobuf_fields(serialized))
+    version = fields.get(1, 0)
+    if version != 0:
+        raise ValueError(f"key version {version!r} is not 0")
+    params = fields.get(2, b"")
+    key_value = fields.get(3, b"")
+    if not isinstance(params, bytes) or not isinstance(key_value, bytes):
+        raise ValueError("malformed key protobuf")
+    parameters = dict(_protobuf_fields(params))
+    segment, derived, hash_type = parameters.get(1, 0), parameters.get(2, 0), parameters.get(3, 0)
+    if not (isinstance(segment, int) and isinstance(derived, int) and isinstance(hash_type, int)):
+        raise ValueError("malformed key parameters")
+    if hash_type not in set(TinkHash):
+        raise ValueError(f"HKDF hash type {hash_type} is not one Tink offers here (SHA1, SHA256, SHA512)")
+    return TinkStreamingKey(
+        key_value,
+        derived_key_size=derived,
+        hkdf_hash=TinkHash(hash_type),
+        ciphertext_segment_size=segment,
+        key_id=key_id,
+    )
+
+
+def _protobuf_fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """(field number, value) of a protobuf message: varints as int, length-delimited as bytes;
+    fixed-size fields skipped; every length checked against what is left."""
+    pos, end = 0, len(data)
+    while pos < end:
+        tag, pos = _varint(data, pos)
+        number, wire_type = tag >> 3, tag & 7
+        if number == 0:
+            raise ValueError("malformed protobuf: field number 0")
+        if wire_type == 0:
+            value, pos = _varint(data, pos)
+            yield number, value
+        elif wire_type == 2:
+            length, pos = _varint(data, pos)
+            if length > end - pos:
+                raise ValueError("malformed protobuf: a length past the end")
+            yield number, data[pos : pos + length]
+            pos += length
+        elif wire_type in (1, 5):
+            pos += 8 if wire_type == 1 else 4
+            if pos > end:
+                raise ValueError("malformed protobuf: a fixed field past the end")
+        else:
+            raise ValueError(f"malformed protobuf: wire type {wire_type}")
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = 0
+    for shift in range(0, 70, 7):
+        if pos >= len(data):
+            raise ValueError("malformed protobuf: a varint past the end")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+    raise ValueError("malformed protobuf: a varint over 10 bytes")
+
+
+# -- sealing --------------------------------------------------------------------------------
+
+
+class TinkSealer:
+    """Seals one Tink stream under ``key`` (a keyset's primary) with ``associated_data``.
+
+    ``seal(data)`` returns the ciphertext ready so far (the header first); the last segment is
+    held back until ``close()``, because Tink marks the last segment in its nonce and a full
+    segment may turn out to be the last. A returned view stays valid until the next call.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_first",
+        "_header",
+        "_held",
+        "_held_len",
+        "_index",
+        "_out",
+        "_segments",
+        "_size",
+        "_wire",
+    )
+
+    def __init__(self, key: TinkKeyset | TinkStreamingKey, associated_data: Buffer = b"") -> None:
+        key = as_tink_keyset(key).primary
+        salt = os.urandom(key.derived_key_size)
+        prefix = os.urandom(NONCE_PREFIX_SIZE)
+        self._segments = key.segments(salt, prefix, bytes(associated_data))
+        self._header: bytes | None = bytes([key.header_size]) + salt + prefix
+        self._wire = key.ciphertext_segment_size
+        self._size = key.ciphertext_segment_size - TAG_SIZE  # a middle segment's plaintext
+        self._first = self._size - key.header_size  # the first is shorter by the header
+        self._held = bytearray(self._size)
+        self._held_len = 0
+        self._index = 0
+        self._out = bytearray()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<TinkSealer segments={self._index} closed={self._closed}>"
+
+    @property
+    def segments_sealed(self) -> int:
+        return self._index
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _sealable(self, total: int) -> int:
+        """Segments that ``total`` plaintext bytes (held and new) complete, keeping at least
+        one byte back for the last segment."""
+        capacity = self._first if self._index == 0 else self._size
+        if total <= capacity:
+            return 0
+        return 1 + (total - capacity - 1) // self._size
+
+    def seal(self, data: Buffer) -> memoryview:
+        """Seal ``data``: returns the header (first call) and every segment now known not to
+        be the last. LimitReachedError, with nothing sealed, if the stream would pass 2^32
+        segments (the nonce's index field)."""
+        if self._closed:
+            raise StreamClosedError("seal() after close(): the Tink stream is ended")
+        view = byte_view(data)
+        sealable = self._sealable(self._held_len + len(view))
+        if self._index + sealable + 1 > TinkSegments.MAX_SEGMENTS:  # and one left for the last
+            raise LimitReachedError(
+                "a Tink stream holds at most 2^32 segments: nothing of this call was sealed; close() it"
+            )
+        header = self._header or b""
+        out = self._output(len(header) + sealable * self._wire)
+        out[: len(header)] = header
+        self._header = None
+        written = len(header)
+        capacity = self._first if self._index == 0 else self._size
+        if self._held_len:
+            take = min(capacity - self._held_len, len(view))
+            self._held[self._held_len : self._held_len + take] = view[:take]
+            self._held_len += take
+            view = view[take:]
+            if not view:  # the held segment may still be the last
+                return out[:written]
+            self._segments.seal(
+                self._index,
+                False,
+                memoryview(self._held)[:capacity],
+                out[written : written + capacity + TAG_SIZE],
+            )
+            written += capacity + TAG_SIZE
+            self._index += 1
+            self._held_len = 0
+            capacity = self._size
+        if self._index == 0 and len(view) > capacity:  # the short first segment
+            self._segments.seal(0, False, view[:capacity], out[written : written + capacity + TAG_SIZE])
+            written += capacity + TAG_SIZE
+            self._index = 1
+            view = view[capacity:]
+            capacity = self._size
+        if len(view) > capacity:  # middle segments straight from ``data``, one kept back
+            run = (len(view) - 1) // capacity * capacity
+            written += self._segments.seal_run(self._index, view[:run], capacity, out[written:])
+            self._index += run // capacity
+            view = view[run:]
+        self._held[: len(view)] = view
+        self._held_len = len(view)
+        return out[:written]
+
+    def close(self) -> memoryview:
+        """Seal what is held as the last segment (an empty stream is the header and one empty
+        last segment) and end the stream; a later ``seal``/``close`` raises
+        StreamClosedError."""
+        if self._closed:
+            raise StreamClosedError("close() twice: the Tink stream is ended")
+        header = self._header or b""
+        size = len(header) + self._held_len + TAG_SIZE
+        out = self._output(size)
+        out[: len(header)] = header
+        self._segments.seal(
+            self._index, True, memoryview(self._held)[: self._held_len], out[len(header) : size]
+        )
+        self._index += 1
+        self._held[:] = bytes(len(self._held))
+        self._held_len = 0
+        self._header = None
+        self._closed = True
+        return out
+
+    def _output(self, size: int) -> memoryview:
+        # a fresh buffer when it must grow: a view returned earlier may still be held
+        if len(self._out) < size:
+            self._out = bytearray(size)
+        return memoryview(self._out)[:size]
+
+
+# -- opening --------------------------------------------------------------------------------
+
+
+class TinkPhase(enum.Enum):
+    """Where a TinkOpener is: reading the header, opening segments, at the authenticated
+    end, or failed for good."""
+
+    HEADER = "header"
+    SEGMENTS = "segments"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class TinkOpener:
+    """Opens one Tink stream with ``keys`` (a keyset: each key is tried on the first segment,
+    the primary first, as Tink does) and ``associated_data``.
+
+    Feed it with ``receive_data`` and ``receive_eof``; take plaintext with ``readinto``,
+    ``read`` or ``read_view``, which return None while more input is needed and an empty
+    result at the end. Only plaintext of segments that authenticated is returned. A stream
+    that fails raises AuthenticationError (a segment did not authenticate: tampered, reordered,
+    a wrong key or associated data; ``record_number`` is the segment's index),
+    TruncatedStreamError (input ended before the last segment) or MalformedHeaderError, and
+    every later read raises StreamBrokenError. Tink's format marks the end only in the last
+    segment's nonce, so the last full segment waits until more input or the end arrives.
+
+    ``bytes`` given to ``receive_data`` are kept by reference and opened in place (no copy);
+    other buffers are copied, as the caller may reuse them.
+    """
+
+    __slots__ = (
+        "_associated_data",
+        "_available",
+        "_chosen",
+        "_deferred",
+        "_eof",
+        "_error",
+        "_index",
+        "_keys",
+        "_phase",
+        "_pieces",
+        "_plain",
+        "_plain_end",
+        "_plain_start",
+        "_segments",
+        "_wire",
+    )
+
+    def __init__(self, keys: TinkKeyset | TinkStreamingKey, associated_data: Buffer = b"") -> None:
+        self._keys = as_tink_keyset(keys)
+        self._associated_data = bytes(associated_data)
+        self._phase = TinkPhase.HEADER
+        self._pieces: list[memoryview] = []
+        self._available = 0
+        self._eof = False
+        self._error: GcmStreamError | None = None
+        # a segment's error found after earlier segments of the same call opened: raised by
+        # the next read, once their plaintext has been returned (one slot)
+        self._deferred: ProtocolError | None = None
+        self._index = 0
+        self._segments: TinkSegments | None = None
+        self._chosen: TinkStreamingKey | None = None
+        self._wire = 0  # the chosen key's ciphertext segment size
+        self._plain = bytearray()
+        self._plain_start = self._plain_end = 0
+
+    def __repr__(self) -> str:
+        return f"<TinkOpener phase={self._phase.value} segments={self._index}>"
+
+    @property
+    def phase(self) -> TinkPhase:
+        return self._phase
+
+    @property
+    def segments_opened(self) -> int:
+        return self._index
+
+    @property
+    def key(self) -> TinkStreamingKey | None:
+        """The keyset's key the stream opened under, once its first segment authenticated."""
+        return self._chosen
+
+    def at_eof(self) -> bool:
+        """The last segment authenticated and every plaintext byte has been read."""
+        return self._phase is TinkPhase.DONE and self._plain_start == self._plain_end
+
+    # -- input ------------------------------------------------------------------------------
+
+    def receive_data(self, data: Buffer) -> None:
+        """Take ciphertext; never raises a ProtocolError (it waits for the next read)."""
+        if self._eof:
+            raise StreamClosedError("receive_data() after receive_eof()")
+        if self._phase is TinkPhase.FAILED or not len(data):
+            return
+        view = memoryview(data if isinstance(data, bytes) else bytes(data))
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        self._pieces.append(view)
+        self._available += len(view)
+
+    def receive_eof(self) -> None:
+        self._eof = True
+
+    def _peek(self, size: int) -> memoryview:
+        """The next ``size`` input bytes in one view: a slice of a piece when they lie in one
+        (no copy), else joined (a segment split between two reads)."""
+        first = self._pieces[0]
+        if len(first) >= size:
+            return first[:size]
+        joined = bytearray(size)
+        filled = 0
+        for piece in self._pieces:
+            count = min(size - filled, len(piece))
+            joined[filled : filled + count] = piece[:count]
+            filled += count
+            if filled == size:
+                break
+        return memoryview(joined)
+
+    def _consume(self, size: int) -> None:
+        self._available -= size
+        while size:
+            piece = self._pieces[0]
+            if len(piece) > size:
+                self._pieces[0] = piece[size:]
+                return
+            size -= len(piece)
+            del self._pieces[0]
+
+    # -- output -----------------------------------------------------------------------------
+
+    def readinto(self, buffer: Buffer) -> int | None:
+        """Plaintext into ``buffer``: the count, 0 at the end (or for an empty buffer), None
+        while more input is needed."""
+        self._check()
+        out = byte_view(buffer, writable=True)
+        if not len(out):
+            return 0
+        if self._plain_start < self._plain_end:
+            return self._copy_out(out)
+        try:
+            self._raise_deferred()
+            count = self._open(out)
+            if count == 0 and self._phase is not TinkPhase.DONE:  # the next segment is larger
+                if not self._open_buffered():
+                    return None
+                return self._copy_out(out)
+        except ProtocolError as exc:
+            raise self._fail(exc) from exc
+        return count if count or self._phase is TinkPhase.DONE else None
+
+    def read(self, max_bytes: int = -1) -> bytes | None:
+        """Up to ``max_bytes`` plaintext bytes (-1: what is ready), ``b""`` at the end, None
+        while more input is needed."""
+        view = self.read_view(max_bytes)
+        return None if view is None else bytes(view)
+
+    def read_view(self, max_bytes: int = -1) -> memoryview | None:
+        """As :meth:`read`, a view into the opener's buffer, valid until the next call."""
+        self._check()
+        if max_bytes == 0:
+            return memoryview(b"")
+        if self._plain_start == self._plain_end:
+            try:
+                self._raise_deferred()
+                if not self._open_buffered():
+                    return memoryview(b"") if self._phase is TinkPhase.DONE else None
+            except ProtocolError as exc:
+                raise self._fail(exc) from exc
+        end = self._plain_end if max_bytes < 0 else min(self._plain_end, self._plain_start + max_bytes)
+        view = memoryview(self._plain)[self._plain_start : end]
+        self._plain_start = end
+        return view
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise StreamBrokenError(self._error) from self._error
+
+    def _raise_deferred(self) -> None:
+        if self._deferred is not None:
+            error, self._deferred = self._deferred, None
+            raise error
+
+    def _fail(self, error: ProtocolError) -> ProtocolError:
+        self._phase = TinkPhase.FAILED
+        self._error = error
+        self._pieces.clear()
+        self._available = 0
+        self._plain[:] = bytes(len(self._plain))
+        self._plain_start = self._plain_end = 0
+        return error
+
+    def _copy_out(self, out: memoryview) -> int:
+        count = min(len(out), self._plain_end - self._plain_start)
+        out[:count] = memoryview(self._plain)[self._plain_start : self._plain_start + count]
+        self._plain_start += count
+        return count
+
+    def _open_buffered(self) -> bool:
+        """Open ready segments into the opener's own buffer (at least one segment's room);
+        False when none is ready."""
+        room = max(self._wire or max(key.ciphertext_segment_size for key in self._keys.keys), 65536)
+        if len(self._plain) < room:
+            self._plain = bytearray(room)
+        count = self._open(memoryview(self._plain))
+        self._plain_start, self._plain_end = 0, count
+        return count > 0 or self._phase is TinkPhase.DONE
+
+    def _open(self, out: memoryview) -> int:
+        """Open every ready segment whose plaintext fits in ``out``; the plaintext count."""
+        written = 0
+        if self._phase is TinkPhase.HEADER:
+            first = self._open_first(out)
+            if first is None:
+                return 0
+            written = first
+        return self._open_segments(out, written)
+
+    def _open_segments(self, out: memoryview, written: int) -> int:
+        """Open the ready segments after segment 0 into ``out`` from ``written`` on. A failing
+        segment raises at once if nothing opened before it in this call, else its error is
+        deferred to the next read, after the plaintext that did authenticate is returned."""
+        segments = self._segments
+        wire, size = self._wire, self._wire - TAG_SIZE
+        while self._phase is TinkPhase.SEGMENTS:
+            try:
+                # a run of middle segments inside the first piece, with input after the run
+                run = min(
+                    len(self._pieces[0]) // wire if self._pieces else 0,
+                    (self._available - 1) // wire,
+                    (len(out) - written) // size,
+                )
+                if run > 1 and segments is not None:
+                    opened = segments.open_run(
+                        self._index, self._pieces[0][: run * wire], wire, out[written:]
+                    )
+                    self._consume(opened * wire)
+                    self._index += opened
+                    written += opened * size
+                    if opened < run:
+                        raise AuthenticationError(self._index)
+                    continue
+                step = self._next_segment()
+                if step is None:
+                    break
+                seg_wire, last = step
+                if seg_wire - TAG_SIZE > len(out) - written:
+                    break
+                self._open_one(seg_wire, last, out[written : written + seg_wire - TAG_SIZE])
+                written += seg_wire - TAG_SIZE
+            except ProtocolError as exc:
+                if not written:
+                    raise
+                self._deferred = exc
+                break
+        return written
+
+    def _next_segment(self) -> tuple[int, bool] | None:
+        """(ciphertext size, is last) of the next segment if it can be opened now."""
+        wire = self._wire
+        if self._available > wire:
+            return wire, False
+        if not self._eof:
+            return None
+        if self._available < TAG_SIZE:
+            raise TruncatedStreamError(
+                f"the Tink stream ends {self._available} bytes into segment {self._index}, before its tag"
+            )
+        return self._available, True
+
+    def _open_one(self, wire: int, last: bool, out: memoryview) -> None:
+        segments = self._segments
+        if segments is None:  # pragma: no cover - _open_first sets it
+            raise RuntimeError("gcmstream bug: a Tink segment before its key")
+        ciphertext = self._peek(wire)
+        try:
+            segments.open(self._index, last, ciphertext, out)
+        except InvalidTag:
+            raise self._segment_error(segments, self._index, last, ciphertext) from None
+        self._consume(wire)
+        self._index += 1
+        if last:
+            self._phase = TinkPhase.DONE
+
+    def _segment_error(
+        self, segments: TinkSegments, index: int, last: bool, ciphertext: memoryview
+    ) -> ProtocolError:
+        """Why segment ``index`` failed: a stream cut right after a middle segment (its last
+        segment opens as a middle one: truncated), else tampered or the wrong key."""
+        if last and segments.authenticates(index, False, ciphertext):
+            return TruncatedStreamError(
+                f"the Tink stream ends after segment {index}, which is not its last segment"
+            )
+        return AuthenticationError(index)
+
+    def _open_first(self, out: memoryview) -> int | None:
+        """Read the header and open segment 0 under the first key that authenticates it: its
+        plaintext size, or None while more input is needed (or ``out`` has no room for it)."""
+        if not self._available:
+            if self._eof:
+                raise TruncatedStreamError("the Tink stream is empty: no header")
+            return None
+        length = self._pieces[0][0]
+        candidates = [key for key in self._keys.keys if key.header_size == length]
+        if not candidates:
+            sizes = sorted({key.header_size for key in self._keys.keys})
+            raise MalformedHeaderError(
+                f"the Tink header's length byte is {length}, and no key of this keyset makes such a "
+                f"header (theirs are {sizes} bytes): sealed with another key, or damaged"
+            )
+        longest = max(key.ciphertext_segment_size for key in candidates) - length
+        if self._available <= length + longest and not self._eof:
+            return None
+        if self._available < length + TAG_SIZE:
+            raise TruncatedStreamError(
+                f"the Tink stream ends after {self._available} bytes, inside its header or first segment"
+            )
+        header = bytes(self._peek(length))
+        salt, prefix = header[1:-NONCE_PREFIX_SIZE], header[-NONCE_PREFIX_SIZE:]
+        body = self._available - length
+        truncated = False
+        for key in candidates:
+            wire = key.ciphertext_segment_size - length
+            last = body <= wire
+            seg_wire = body if last else wire
+            if seg_wire - TAG_SIZE > len(out):
+                return None
+            segments = key.segments(salt, prefix, self._associated_data)
+            ciphertext = self._peek(length + seg_wire)[length:]
+            try:
+                segments.open(0, last, ciphertext, out[: seg_wire - TAG_SIZE])
+            except InvalidTag:
+                truncated = truncated or (last and segments.authenticates(0, False, ciphertext))
+                continue
+            self._consume(length + seg_wire)
+            self._segments, self._chosen = segments, key
+            self._wire, self._index = key.ciphertext_segment_size, 1
+            self._phase = TinkPhase.DONE if last else TinkPhase.SEGMENTS
+            return seg_wire - TAG_SIZE
+        if truncated:
+            raise TruncatedStreamError("the Tink stream ends after segment 0, which is not its last segment")
+        raise AuthenticationError(0)
+
+
+# -- whole messages -------------------------------------------------------------------------
+
+
+def tink_encrypt(
+    key: TinkKeyset | TinkStreamingKey, plaintext: Buffer, associated_data: Buffer = b""
+) -> bytes:
+    """One Tink ciphertext of ``plaintext`` (the keyset's primary key)."""
+    sealer = TinkSealer(key, associated_data)
+    return bytes(sealer.seal(plaintext)) + bytes(sealer.close())
+
+
+def tink_decrypt(
+    keys: TinkKeyset | TinkStreamingKey, ciphertext: Buffer, associated_data: Buffer = b""
+) -> bytes:
+    """The plaintext of one whole Tink ciphertext, or the error of the first bad segment."""
+    opener = TinkOpener(keys, associated_data)
+    opener.receive_data(ciphertext)
+    opener.receive_eof()
+    parts = []
+    while (view := opener.read_view()) is not None and len(view):
+        parts.append(bytes(view))
+    if not opener.at_eof():
+        raise TruncatedStreamError("gcmstream bug: a whole Tink ciphertext left unread")
+    return b"".join(parts)

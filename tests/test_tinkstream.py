@@ -1,0 +1,556 @@
+"""Tink's AES-GCM-HKDF streaming format against the real ``tink`` package (issue 26): Tink
+writes and gcmstream reads, gcmstream writes and Tink reads, across key sizes, HKDF hashes,
+segment sizes, plaintext lengths around every boundary and associated data up to 64 KiB; every
+tampering is refused by both, and gcmstream releases no byte of a segment that did not
+authenticate."""
+
+from __future__ import annotations
+
+import base64
+import io
+import itertools
+import json
+import random
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gcmstream import (
+    AuthenticationError,
+    KeyFileError,
+    MalformedHeaderError,
+    ProtocolError,
+    StreamBrokenError,
+    StreamClosedError,
+    TruncatedStreamError,
+)
+from gcmstream.tinkstream import (
+    TinkHash,
+    TinkKeyset,
+    TinkOpener,
+    TinkPhase,
+    TinkSealer,
+    TinkStreamingKey,
+    read_tink_keyset,
+    tink_decrypt,
+    tink_encrypt,
+)
+
+tink = pytest.importorskip("tink", reason="the tink package is in the test extra")
+from tink import aead, secret_key_access, streaming_aead  # noqa: E402
+from tink.proto import aes_gcm_hkdf_streaming_pb2, common_pb2, tink_pb2  # noqa: E402
+
+streaming_aead.register()
+aead.register()
+TEMPLATES = streaming_aead.streaming_aead_key_templates
+HASHES = {
+    TinkHash.SHA1: common_pb2.SHA1,
+    TinkHash.SHA256: common_pb2.SHA256,
+    TinkHash.SHA512: common_pb2.SHA512,
+}
+
+
+class _Kept(io.BytesIO):
+    """A BytesIO that Tink's encrypting stream may close without losing what it wrote."""
+
+    def close(self) -> None:
+        pass
+
+
+def tink_handle(key_size: int, hkdf_hash: TinkHash, segment_size: int) -> Any:
+    """A keyset handle made by Tink itself for these parameters (the key template built as the
+    deprecated ``create_aes_gcm_hkdf_streaming_key_template`` builds it)."""
+    key_format = aes_gcm_hkdf_streaming_pb2.AesGcmHkdfStreamingKeyFormat(key_size=key_size)
+    key_format.params.derived_key_size = key_size
+    key_format.params.hkdf_hash_type = HASHES[hkdf_hash]
+    key_format.params.ciphertext_segment_size = segment_size
+    template = tink_pb2.KeyTemplate(
+        type_url="type.googleapis.com/google.crypto.tink.AesGcmHkdfStreamingKey",
+        value=key_format.SerializeToString(),
+        output_prefix_type=tink_pb2.RAW,
+    )
+    return tink.new_keyset_handle(template)
+
+
+def keyset_json(handle: Any) -> str:
+    return str(tink.json_proto_keyset_format.serialize(handle, secret_key_access.TOKEN))
+
+
+def tink_seal(handle: Any, plaintext: bytes, associated_data: bytes) -> bytes:
+    out = _Kept()
+    with handle.primitive(streaming_aead.StreamingAead).new_encrypting_stream(out, associated_data) as stream:
+        stream.write(plaintext)
+    return out.getvalue()
+
+
+def tink_open(handle: Any, ciphertext: bytes, associated_data: bytes) -> bytes:
+    primitive = handle.primitive(streaming_aead.StreamingAead)
+    with primitive.new_decrypting_stream(io.BytesIO(ciphertext), associated_data) as stream:
+        return bytes(stream.read())
+
+
+def feed(opener: TinkOpener, ciphertext: bytes, piece: int, read_size: int = 1000) -> bytes:
+    """Feed ``ciphertext`` in pieces of ``piece`` bytes, reading between pieces with
+    ``readinto`` of ``read_size`` bytes; returns all plaintext."""
+    got = bytearray()
+    buffer = bytearray(read_size)
+
+    def drain() -> None:
+        while count := opener.readinto(buffer):
+            got.extend(buffer[:count])
+
+    for start in range(0, len(ciphertext), piece):
+        opener.receive_data(ciphertext[start : start + piece])
+        drain()
+    opener.receive_eof()
+    drain()
+    return bytes(got)
+
+
+def lengths(key: TinkStreamingKey) -> list[int]:
+    first = key.ciphertext_segment_size - key.header_size - 16
+    middle = key.ciphertext_segment_size - 16
+    return sorted(
+        {
+            0,
+            1,
+            first - 1,
+            first,
+            first + 1,
+            first + middle - 1,
+            first + middle,
+            first + middle + 1,
+            first + 3 * middle + 7,
+        }
+    )
+
+
+# -- interoperation --------------------------------------------------------------------------
+
+# every key size and HKDF hash; segment sizes from the smallest Tink accepts to 1 MiB
+PARAMETERS = [
+    (key_size, hkdf_hash, segment)
+    for key_size, hkdf_hash in itertools.product((16, 32), TinkHash)
+    for segment in (key_size + 25, 4096)
+] + [(16, TinkHash.SHA256, 1 << 20), (32, TinkHash.SHA512, 1 << 20)]
+
+
+@pytest.mark.parametrize(("key_size", "hkdf_hash", "segment"), PARAMETERS)
+def test_tink_writes_and_gcmstream_reads_and_back(key_size: int, hkdf_hash: TinkHash, segment: int) -> None:
+    handle = tink_handle(key_size, hkdf_hash, segment)
+    keyset = read_tink_keyset(keyset_json(handle))
+    key = keyset.primary
+    assert (key.derived_key_size, key.hkdf_hash, key.ciphertext_segment_size) == (
+        key_size,
+        hkdf_hash,
+        segment,
+    )
+    rng = random.Random(segment * key_size + hkdf_hash)
+    for length in lengths(key):
+        plaintext = rng.randbytes(length)
+        associated_data = rng.randbytes(rng.choice((0, 1, 100)))
+        theirs = tink_seal(handle, plaintext, associated_data)
+        assert tink_decrypt(keyset, theirs, associated_data) == plaintext, length
+        ours = tink_encrypt(keyset, plaintext, associated_data)
+        assert len(ours) == len(theirs)  # the same segmentation, byte for byte in length
+        assert tink_open(handle, ours, associated_data) == plaintext, length
+
+
+@pytest.mark.parametrize("ad_size", [0, 1, 255, 4096, 65536])
+def test_associated_data_up_to_64_kib_is_the_hkdf_info_on_both_sides(ad_size: int) -> None:
+    handle = tink_handle(32, TinkHash.SHA256, 4096)
+    keyset = read_tink_keyset(keyset_json(handle))
+    associated_data = random.Random(ad_size).randbytes(ad_size)
+    plaintext = b"associated " * 900
+    assert tink_decrypt(keyset, tink_seal(handle, plaintext, associated_data), associated_data) == plaintext
+    assert tink_open(handle, tink_encrypt(keyset, plaintext, associated_data), associated_data) == plaintext
+    with pytest.raises(AuthenticationError):
+        tink_decrypt(keyset, tink_seal(handle, plaintext, associated_data), associated_data + b"x")
+
+
+@pytest.mark.parametrize("piece", [1, 7, 24, 25, 4071, 4096, 4097, 65536])
+def test_every_feeding_style_reads_the_same_plaintext(piece: int) -> None:
+    handle = tink_handle(16, TinkHash.SHA256, 4096)
+    keyset = read_tink_keyset(keyset_json(handle))
+    plaintext = random.Random(piece).randbytes(3 * 4080 + 99 if piece > 1 else 5000)
+    ciphertext = tink_seal(handle, plaintext, b"ad")
+    for read_size in (1, 100, 4080, 1 << 20):
+        if piece == 1 and read_size == 1:
+            continue  # 5,000 calls each way is enough; the sizes above cover the rest
+        assert feed(TinkOpener(keyset, b"ad"), ciphertext, piece, read_size) == plaintext
+    # bytearray pieces are copied: changing them after receive_data changes nothing
+    opener = TinkOpener(keyset, b"ad")
+    scratch = bytearray(ciphertext)
+    opener.receive_data(scratch)
+    scratch[:] = bytes(len(scratch))
+    opener.receive_eof()
+    assert opener.read() == plaintext
+
+
+def test_sealing_in_every_call_size_is_what_tink_reads() -> None:
+    handle = tink_handle(16, TinkHash.SHA256, 4096)
+    keyset = read_tink_keyset(keyset_json(handle))
+    plaintext = random.Random(5).randbytes(5 * 4080 + 3)
+    for call in (1, 23, 4056, 4057, 4080, 4081, 9000, len(plaintext)):
+        sealer = TinkSealer(keyset, b"ad")
+        parts = [
+            bytes(sealer.seal(plaintext[start : start + call])) for start in range(0, len(plaintext), call)
+        ]
+        parts.append(bytes(sealer.close()))
+        assert tink_open(handle, b"".join(parts), b"ad") == plaintext, call
+        with pytest.raises(StreamClosedError):
+            sealer.seal(b"x")
+        with pytest.raises(StreamClosedError):
+            sealer.close()
+
+
+def test_a_keyset_with_rotated_keys_reads_the_old_ciphertexts_and_seals_with_the_primary() -> None:
+    manager = tink.new_keyset_handle(TEMPLATES.AES128_GCM_HKDF_4KB)
+    old_json = keyset_json(manager)
+    old = read_tink_keyset(old_json)
+    old_ciphertext = tink_encrypt(old, b"old data" * 1000, b"")
+    # a second key, made primary by editing the JSON as tinkey's promote does
+    second = json.loads(keyset_json(tink.new_keyset_handle(TEMPLATES.AES256_GCM_HKDF_1MB)))
+    document = json.loads(old_json)
+    document["key"].append(second["key"][0])
+    document["primaryKeyId"] = second["primaryKeyId"]
+    rotated_json = json.dumps(document)
+    rotated = read_tink_keyset(rotated_json)
+    assert rotated.primary.key_id == second["primaryKeyId"]
+    assert tink_decrypt(rotated, old_ciphertext, b"") == b"old data" * 1000
+    opener = TinkOpener(rotated, b"")
+    opener.receive_data(old_ciphertext)
+    opener.receive_eof()
+    assert opener.read() == b"old data" * 1000
+    assert opener.key is not None and opener.key.key_id == old.primary.key_id
+    rotated_handle = tink.json_proto_keyset_format.parse(rotated_json, secret_key_access.TOKEN)
+    assert tink_open(rotated_handle, tink_encrypt(rotated, b"new", b""), b"") == b"new"
+    with pytest.raises(MalformedHeaderError, match="no key of this keyset"):  # 32-byte key: 40-byte header
+        tink_decrypt(old, tink_encrypt(rotated, b"new", b""), b"")
+
+
+# -- the keyset file ---------------------------------------------------------------------------
+
+
+def test_the_key_protobuf_reader_agrees_with_protobuf_itself() -> None:
+    rng = random.Random(26)
+    for _ in range(200):
+        proto = aes_gcm_hkdf_streaming_pb2.AesGcmHkdfStreamingKey()
+        proto.params.derived_key_size = rng.choice((16, 32))
+        proto.params.hkdf_hash_type = HASHES[rng.choice(list(TinkHash))]
+        proto.params.ciphertext_segment_size = rng.randrange(proto.params.derived_key_size + 25, 1 << 31)
+        proto.key_value = rng.randbytes(rng.randrange(proto.params.derived_key_size, 80))
+        entry = {
+            "keyData": {
+                "typeUrl": "type.googleapis.com/google.crypto.tink.AesGcmHkdfStreamingKey",
+                "value": base64.b64encode(proto.SerializeToString()).decode(),
+                "keyMaterialType": "SYMMETRIC",
+            },
+            "status": "ENABLED",
+            "keyId": 7,
+            "outputPrefixType": "RAW",
+        }
+        key = read_tink_keyset(json.dumps({"primaryKeyId": 7, "key": [entry]})).primary
+        assert key.key_value == proto.key_value
+        assert key.derived_key_size == proto.params.derived_key_size
+        assert key.ciphertext_segment_size == proto.params.ciphertext_segment_size
+        assert HASHES[key.hkdf_hash] == proto.params.hkdf_hash_type
+
+
+def _edited(change: Callable[[dict[str, Any]], None]) -> str:
+    document = json.loads(keyset_json(tink.new_keyset_handle(TEMPLATES.AES128_GCM_HKDF_4KB)))
+    change(document)
+    return json.dumps(document)
+
+
+def _set_value(document: dict[str, Any], raw: bytes) -> None:
+    document["key"][0]["keyData"]["value"] = base64.b64encode(raw).decode()
+
+
+KEYSET_FAULTS: dict[str, tuple[Callable[[], str | bytes], str]] = {
+    "not JSON": (lambda: "{not json", "not a Tink JSON keyset"),
+    "a list": (lambda: "[]", "top level"),
+    "an encrypted keyset": (lambda: json.dumps({"encryptedKeyset": "AAAA", "keysetInfo": {}}), "KMS"),
+    "an AEAD keyset": (
+        lambda: keyset_json(tink.new_keyset_handle(aead.aead_key_templates.AES128_GCM)),
+        "AesGcmKey",
+    ),
+    "a CTR-HMAC streaming keyset": (
+        lambda: keyset_json(tink.new_keyset_handle(TEMPLATES.AES128_CTR_HMAC_SHA256_4KB)),
+        "AesCtrHmacStreamingKey",
+    ),
+    "no keys": (lambda: json.dumps({"primaryKeyId": 1, "key": []}), "no 'key' list"),
+    "the primary disabled": (lambda: _edited(lambda d: d["key"][0].update(status="DISABLED")), "primary key"),
+    "an unknown status": (lambda: _edited(lambda d: d["key"][0].update(status="MAYBE")), "unknown status"),
+    "a TINK output prefix": (lambda: _edited(lambda d: d["key"][0].update(outputPrefixType="TINK")), "RAW"),
+    "a value not base64": (lambda: _edited(lambda d: d["key"][0]["keyData"].update(value="!!")), "base64"),
+    "a truncated protobuf": (
+        lambda: _edited(lambda d: _set_value(d, b"\x12\x07\x08\x80\x20")),
+        "past the end",
+    ),
+    "a varint over 10 bytes": (lambda: _edited(lambda d: _set_value(d, b"\x08" + b"\xff" * 11)), "varint"),
+    "version 1": (lambda: _edited(lambda d: _set_value(d, b"\x08\x01")), "version"),
+    "a key too short": (
+        lambda: _edited(lambda d: _set_value(d, b"\x12\x07\x08\x80\x20\x10\x10\x18\x03\x1a\x08" + bytes(8))),
+        "at least 16 bytes",
+    ),
+    "a segment too small": (
+        lambda: _edited(lambda d: _set_value(d, b"\x12\x06\x08\x28\x10\x10\x18\x03\x1a\x10" + bytes(16))),
+        "ciphertext_segment_size",
+    ),
+    "an MD5 hash type": (
+        lambda: _edited(lambda d: _set_value(d, b"\x12\x07\x08\x80\x20\x10\x10\x18\x02\x1a\x10" + bytes(16))),
+        "HKDF hash type 2",
+    ),
+    "over 1 MiB": (lambda: " " * ((1 << 20) + 1), "at most"),
+}
+
+
+@pytest.mark.parametrize("fault", KEYSET_FAULTS)
+def test_a_keyset_gcmstream_cannot_use_is_refused_with_its_reason(fault: str) -> None:
+    make, reason = KEYSET_FAULTS[fault]
+    text = make()
+    with pytest.raises(KeyFileError, match=reason) as caught:
+        read_tink_keyset(text)
+    if fault not in (
+        "a key too short",
+        "a segment too small",
+        "an MD5 hash type",
+        "version 1",
+        "a truncated protobuf",
+    ):
+        return
+    # the message never shows the key value
+    assert base64.b64encode(bytes(16)).decode() not in str(caught.value)
+
+
+def test_a_disabled_key_beside_an_enabled_primary_is_left_out() -> None:
+    def add_disabled(document: dict[str, Any]) -> None:
+        extra = dict(document["key"][0], keyId=99, status="DISABLED")
+        document["key"].append(extra)
+
+    keyset = read_tink_keyset(_edited(add_disabled))
+    assert [key.key_id for key in keyset.keys] == [keyset.primary.key_id]
+
+
+def test_no_repr_shows_key_material() -> None:
+    key = TinkStreamingKey(bytes(range(32)), derived_key_size=32, key_id=5)
+    for text in (repr(key), repr(TinkKeyset([key])), repr(TinkSealer(key)), repr(TinkOpener(key))):
+        assert bytes(range(32)).hex() not in text and "\\x00\\x01" not in text
+
+
+# -- refusals ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tampering() -> tuple[Any, TinkKeyset, bytes, bytes]:
+    """A small-segment Tink ciphertext (64-byte segments, five of them) to tamper with."""
+    handle = tink_handle(16, TinkHash.SHA256, 64)
+    keyset = read_tink_keyset(keyset_json(handle))
+    plaintext = random.Random(64).randbytes(24 + 48 * 3 + 10)
+    return handle, keyset, plaintext, tink_seal(handle, plaintext, b"ad")
+
+
+def tink_refuses(handle: Any, ciphertext: bytes) -> bool:
+    try:
+        tink_open(handle, ciphertext, b"ad")
+    except tink.TinkError:
+        return True
+    return False
+
+
+def released(keyset: TinkKeyset, ciphertext: bytes, piece: int) -> tuple[bytes, BaseException | None]:
+    """The plaintext gcmstream releases before it raises, and what it raised."""
+    opener = TinkOpener(keyset, b"ad")
+    got = bytearray()
+    try:
+        for start in range(0, len(ciphertext), piece):
+            opener.receive_data(ciphertext[start : start + piece])
+            while chunk := opener.read(17):
+                got += chunk
+        opener.receive_eof()
+        while chunk := opener.read(17):
+            got += chunk
+    except ProtocolError as exc:
+        with pytest.raises(StreamBrokenError):  # every later read raises again
+            opener.read()
+        return bytes(got), exc
+    return bytes(got), None
+
+
+def segment_starts(ciphertext: bytes) -> list[int]:
+    """Where each segment of the 64-byte-segment ciphertext starts: after the 24-byte header,
+    the first (40 bytes: with the header it fills one segment size), then every 64 bytes."""
+    return [24, *range(64, len(ciphertext), 64)]
+
+
+def tamperings(ciphertext: bytes) -> Iterator[tuple[str, bytes]]:
+    for position in range(len(ciphertext)):
+        flipped = bytearray(ciphertext)
+        flipped[position] ^= 0x01
+        yield f"flip {position}", bytes(flipped)
+    for cut in range(len(ciphertext)):
+        yield f"cut {cut}", ciphertext[:cut]
+    starts = segment_starts(ciphertext)
+    segments = [
+        ciphertext[start:end] for start, end in zip(starts, [*starts[1:], len(ciphertext)], strict=True)
+    ]
+    header = ciphertext[:24]
+    for index in range(len(segments) - 1):
+        swapped = list(segments)
+        swapped[index], swapped[index + 1] = swapped[index + 1], swapped[index]
+        yield f"swap {index}", header + b"".join(swapped)
+        yield f"drop {index}", header + b"".join(segments[:index] + segments[index + 1 :])
+        yield f"repeat {index}", header + b"".join(segments[: index + 1] + segments[index:])
+    for extra in (b"\x00", bytes(16), bytes(64), ciphertext[64:128]):
+        yield f"extend {len(extra)}", ciphertext + extra
+    yield "header length 40", b"\x28" + ciphertext[1:]
+    yield "header length 0", b"\x00" + ciphertext[1:]
+
+
+def test_every_tampering_is_refused_by_both_and_nothing_unauthenticated_is_released(
+    tampering: tuple[Any, TinkKeyset, bytes, bytes],
+) -> None:
+    handle, keyset, plaintext, ciphertext = tampering
+    checked = 0
+    for name, bad in tamperings(ciphertext):
+        assert tink_refuses(handle, bad), name
+        for piece in (len(bad) or 1, 13):
+            got, error = released(keyset, bad, piece)
+            assert error is not None, name
+            assert isinstance(error, AuthenticationError | TruncatedStreamError | MalformedHeaderError), name
+            # only whole segments that authenticated, in order: a prefix of the plaintext on
+            # a segment boundary (the first segment holds 24 bytes, the others 48)
+            assert plaintext.startswith(got), name
+            assert len(got) == 0 or (len(got) - 24) % 48 == 0, (name, len(got))
+            checked += 1
+    assert checked > 2 * 400
+
+
+def test_a_cut_on_a_segment_boundary_is_a_truncation(tampering: tuple[Any, TinkKeyset, bytes, bytes]) -> None:
+    _, keyset, plaintext, ciphertext = tampering
+    for end in segment_starts(ciphertext)[1:]:
+        with pytest.raises(TruncatedStreamError, match="not its last segment"):
+            tink_decrypt(keyset, ciphertext[:end], b"ad")
+    with pytest.raises(TruncatedStreamError, match="empty"):
+        tink_decrypt(keyset, b"", b"ad")
+    with pytest.raises(TruncatedStreamError):
+        tink_decrypt(keyset, ciphertext[:30], b"ad")
+
+
+def test_a_wrong_key_or_associated_data_fails_on_segment_0(
+    tampering: tuple[Any, TinkKeyset, bytes, bytes],
+) -> None:
+    _, keyset, _, ciphertext = tampering
+    other = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    for keys, associated_data in ((other, b"ad"), (keyset, b"other")):
+        with pytest.raises(AuthenticationError) as caught:
+            tink_decrypt(keys, ciphertext, associated_data)
+        assert caught.value.record_number == 0
+
+
+def test_plaintext_of_good_segments_is_returned_before_the_error_of_a_later_one(
+    tampering: tuple[Any, TinkKeyset, bytes, bytes],
+) -> None:
+    _, keyset, plaintext, ciphertext = tampering
+    bad = bytearray(ciphertext)
+    bad[64 * 2 + 5] ^= 0x80  # segment 2
+    opener = TinkOpener(keyset, b"ad")
+    opener.receive_data(bytes(bad))
+    opener.receive_eof()
+    buffer = bytearray(1000)
+    count = opener.readinto(buffer)  # segments 0 and 1 opened in one call
+    assert count == 24 + 48 and buffer[:count] == plaintext[:count]
+    with pytest.raises(AuthenticationError) as caught:
+        opener.readinto(buffer)
+    assert caught.value.record_number == 2
+    with pytest.raises(StreamBrokenError):
+        opener.readinto(buffer)
+    assert opener.phase is TinkPhase.FAILED
+
+
+def test_receive_data_after_eof_is_a_usage_error() -> None:
+    opener = TinkOpener(TinkStreamingKey(bytes(16)))
+    opener.receive_eof()
+    with pytest.raises(StreamClosedError):
+        opener.receive_data(b"x")
+
+
+# -- the stored cases (tests/vectors/tink.json) ------------------------------------------------
+
+VECTORS = Path(__file__).resolve().parent / "vectors" / "tink.json"
+
+
+def stored_cases() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    document = json.loads(VECTORS.read_text())
+    return [(group, test) for group in document["testGroups"] for test in group["tests"]]
+
+
+@pytest.mark.parametrize(
+    ("group", "case"), stored_cases(), ids=lambda value: str(value.get("tcId", "")) if "tcId" in value else ""
+)
+def test_the_stored_tink_cases_in_every_feeding_style(group: dict[str, Any], case: dict[str, Any]) -> None:
+    """Each case as Tink wrote or a test altered it: Tink's verdict, then gcmstream's in pieces
+    of 1, 7 and 64 bytes and whole: the same plaintext or the same error, releasing only whole
+    segments that authenticated (a prefix no longer than the case allows)."""
+    keyset_json_text = json.dumps(group["keyset"])
+    keyset = read_tink_keyset(keyset_json_text)
+    handle = tink.json_proto_keyset_format.parse(keyset_json_text, secret_key_access.TOKEN)
+    ciphertext, associated_data = bytes.fromhex(case["ct"]), bytes.fromhex(case["aad"])
+    plaintext = bytes.fromhex(case.get("msg", group["invalidMsg"]))
+    if case["result"] == "valid":
+        assert tink_open(handle, ciphertext, associated_data) == plaintext
+    else:
+        with pytest.raises(tink.TinkError):
+            tink_open(handle, ciphertext, associated_data)
+    for piece in (1, 7, 64, len(ciphertext) or 1):
+        opener = TinkOpener(keyset, associated_data)
+        got = bytearray()
+        error: ProtocolError | None = None
+        try:
+            got += feed(opener, ciphertext, piece, read_size=50)
+        except ProtocolError as exc:
+            error = exc
+        if case["result"] == "valid":
+            assert error is None and bytes(got) == plaintext
+            continue
+        assert type(error).__name__ == case["expect"], (piece, error)
+        assert len(got) <= case["released"] and plaintext.startswith(bytes(got))
+
+
+def test_the_tink_vector_generator_check_passes() -> None:
+    """``generate_tink.py --check`` replays the stored file through Tink and gcmstream."""
+    result = subprocess.run(
+        [sys.executable, str(VECTORS.parent / "generate_tink.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_segment_index_never_wraps() -> None:
+    """2^32 segments at most (the nonce's 4-byte index): sealing past it is refused with nothing
+    sealed, and a reader never opens a segment past it."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from gcmstream import LimitReachedError, MalformedRecordError
+    from gcmstream.records import TinkSegments
+
+    segments = TinkSegments(AESGCM(bytes(16)), bytes(7))
+    with pytest.raises(LimitReachedError):
+        segments.seal(1 << 32, True, b"", memoryview(bytearray(16)))
+    with pytest.raises(MalformedRecordError):
+        segments.open(1 << 32, True, memoryview(bytes(16)), memoryview(bytearray(0)))
+    sealer = TinkSealer(TinkStreamingKey(bytes(16), ciphertext_segment_size=64), b"")
+    sealer._index = (1 << 32) - 2  # as if 2^32 - 2 segments had been sealed
+    first = bytes(sealer.seal(b"x" * 48))  # the header; one segment held back
+    with pytest.raises(LimitReachedError):
+        sealer.seal(b"y" * 96)  # would seal 2^32 - 2 and 2^32 - 1 and leave no index for the last
+    assert sealer.segments_sealed == (1 << 32) - 2 and len(first) == 24
+    assert len(sealer.close()) == 48 + 16  # the held segment, as the last, at index 2^32 - 2
