@@ -79,7 +79,7 @@ from anyio.abc import ByteStream, SocketAttribute, SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream, BufferedByteStream
 from anyio.streams.tls import TLSListener
 
-from gcmstream.anyio_stream import SecureListener
+from gcmstream.anyio_stream import SecureListener, connect_tcp, create_tcp_listener
 
 from ..helpers import KEY
 from .test_anyio_stream import Wrap, connected, gcm, outcome, receive_exactly, tls
@@ -235,23 +235,32 @@ async def echo_reversed(stream: ByteStream) -> None:
 
 
 async def test_send_receive(tls_contexts: Contexts) -> None:
-    """T1 and T10: a client over connect_tcp, a listener that answers; the listener's extra()
-    is the wrapped listener's."""
+    """T1 through the entry points: anyio's connect_tcp(tls=True) to a TLSListener over
+    anyio's create_tcp_listener, and gcmstream's connect_tcp to its create_tcp_listener."""
     seen = {}
     for kind in ("tls", "gcmstream"):
-        tcp = await anyio.create_tcp_listener(local_host="127.0.0.1")
-        listener: Any = TLSListener(tcp, tls_contexts[0]) if kind == "tls" else SecureListener(tcp, key=KEY)
-        port = tcp.extra(SocketAttribute.local_port)
+        listener: Any
+        if kind == "tls":
+            listener = TLSListener(await anyio.create_tcp_listener(local_host="127.0.0.1"), tls_contexts[0])
+            port = listener.listener.extra(SocketAttribute.local_port)
+        else:
+            listener = await create_tcp_listener(key=KEY, local_host="127.0.0.1")
+            port = listener.extra(SocketAttribute.local_port)
         async with listener, anyio.create_task_group() as tg:
             tg.start_soon(listener.serve, echo_reversed)
             with anyio.fail_after(10):
-                raw = await anyio.connect_tcp("127.0.0.1", port)
-                client = await wraps(tls_contexts)[kind](raw, False)
+                client: ByteStream
+                if kind == "tls":
+                    client = await anyio.connect_tcp(
+                        "127.0.0.1", port, tls=True, ssl_context=tls_contexts[1], tls_hostname="localhost"
+                    )
+                else:
+                    client = await connect_tcp("127.0.0.1", port, key=KEY)
                 await client.send(b"hello")
-                seen[kind] = [await outcome(client.receive())]
+                seen[kind] = [await outcome(client.receive()), await outcome(client.receive())]
                 await anyio.aclose_forcefully(client)
             tg.cancel_scope.cancel()
-    assert seen["tls"] == [("value", b"olleh")]
+    assert seen["tls"] == [("value", b"olleh"), ("raised", "EndOfStream")]
     assert seen["gcmstream"] == seen["tls"]
 
 
