@@ -63,9 +63,10 @@ and ``_transport`` in repr, start_tls and the ssl variants of open_connection (T
 gcmstream is the encryption; its ``ssl=`` keyword goes to the loop unchanged).
 
 Counts (``nice -n 10 .venv/bin/python -m pytest -q -p no:cacheprovider
-tests/differential/test_cpython_streams.py``, 43 tests, 8.9 s): of the 41 behaviours, 33 pass
-on both (38 in test_aio_conventions.py), 8 are deliberate differences pinned here (3, 9 and 21
-are one rule: a lost connection is a truncation; 10b, 26, 36, 37, 40), 0 were bugs.
+tests/differential/test_cpython_streams.py``, 68 tests, 12.9 s): of the 41 behaviours, 33
+pass on both (38 in test_aio_conventions.py; the reader's 25 scenarios on uvloop too), 8 are
+deliberate differences pinned here (3, 9 and 21 are one rule: a lost connection is a
+truncation; 10b, 26, 36, 37, 40), 0 were bugs.
 """
 
 from __future__ import annotations
@@ -490,6 +491,26 @@ async def test_reader_over_a_connection_as_asyncio_s(name: str) -> None:
         async with connected(kind, limit=limit) as ends:
             seen[kind] = await scenario(ends)
     assert seen["asyncio"] == expected  # the control reproduces CPython's own assertion
+    assert seen["gcmstream"] == seen["asyncio"]
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("name", list(CASES))
+def test_reader_over_a_connection_as_asyncio_s_on_uvloop(name: str) -> None:
+    """The same on uvloop, whose transports are not asyncio's (its streams are asyncio's)."""
+    uvloop = pytest.importorskip("uvloop")
+    scenario, limit, expected = CASES[name]
+
+    async def both() -> dict[str, list[Any]]:
+        seen = {}
+        for kind in KINDS:
+            async with connected(kind, limit=limit) as ends:
+                seen[kind] = await scenario(ends)
+        return seen
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        seen = runner.run(both())
+    assert seen["asyncio"] == expected
     assert seen["gcmstream"] == seen["asyncio"]
 
 
