@@ -103,7 +103,13 @@ class SecureStreamReader:
     ``read(n)``, ``readuntil``'s limit and ``at_eof()`` see the same data asyncio's would if it
     were fed each record's plaintext as it arrived (tests/differential/test_aio.py compares
     them). Deliberate differences: an error in a record raises (after the authenticated bytes
-    before it were returned), and ``at_eof()`` is True only at an authenticated end.
+    before it were returned), and ``at_eof()`` is True only at an authenticated end. A lost
+    connection (a reset) is likewise TruncatedStreamError, caused by the transport's error,
+    after the plaintext of the records that authenticated before it (asyncio's reader raises
+    the transport's error at once); closing our own writer is no end of what the peer sent
+    (asyncio's reader is then at EOF). Flow control is the ring (``ring_size``), not asyncio's
+    pause at twice the limit, so records that arrived past twice the limit count as buffered,
+    as bytes fed to a StreamReader do (tests/differential/test_cpython_streams.py pins each).
     """
 
     def __init__(self, opener: Opener, source: _Source, *, limit: int = _DEFAULT_LIMIT) -> None:

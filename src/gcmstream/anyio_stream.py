@@ -137,7 +137,13 @@ class GcmStreamAttribute(anyio.TypedAttributeSet):
 
 @dataclass(eq=False)
 class SecureStream(ByteStream):
-    """An encrypted, authenticated duplex byte stream. Build it with :meth:`wrap`."""
+    """An encrypted, authenticated duplex byte stream. Build it with :meth:`wrap`.
+
+    Its end is explicit: ``send_eof()`` (or leaving ``async with`` without an exception) seals
+    FINAL; a transport that closes without it raises AnyioTruncatedStreamError (a
+    BrokenResourceError), as a standard-compatible TLSStream does at a close without
+    close_notify. Deliberately there is no ``standard_compatible=False``: a cut stream never
+    reads as ended (tests/differential/test_anyio_suites.py pins it)."""
 
     transport_stream: AnyByteStream
     channel: Channel
@@ -310,7 +316,8 @@ class SecureStream(ByteStream):
     async def receive(self, max_bytes: int = 65536) -> bytes:
         max_bytes = operator.index(max_bytes)  # TypeError for 1.5, as a socket's
         if max_bytes < 1:  # b"" means the authenticated end here: never return it for this
-            raise ValueError(f"max_bytes must be at least 1, got {max_bytes}")
+            # anyio's own message (its streams' tests match it), with the value
+            raise ValueError(f"max_bytes must be a positive integer, got {max_bytes}")
         with self._receive_guard:
             await checkpoint_if_cancelled()
             self._check_open()
@@ -594,7 +601,9 @@ class SecureListener(Listener[SecureStream]):
 
     async def handle_handshake_error(self, exc: Exception, stream: AnyByteStream) -> None:
         """Called when a client's handshake failed (``stream`` is its transport, closed
-        already). Logs one line naming the peer (never a key). Override it to do more;
+        already). Logs one line naming the peer (never a key) and the error's message, not the
+        error itself (TLSListener's record keeps it as exc_info, and with it the connection).
+        Override it to do more;
         cancellations are not passed here, they propagate."""
         peer = self._peers.get(id(stream), "an unknown peer")
         quiet = self._pending is not None and not self._pending.failure_logged()  # a flood

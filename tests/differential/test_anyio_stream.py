@@ -15,11 +15,9 @@ exception, or ``send_eof()``, is).
 
 from __future__ import annotations
 
-import datetime
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -27,10 +25,6 @@ import pytest
 from anyio.abc import ByteStream, SocketAttribute
 from anyio.streams.stapled import StapledObjectStream
 from anyio.streams.tls import TLSStream
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 import gcmstream
 from gcmstream.anyio_stream import AnyioTruncatedStreamError, SecureStream, connect_tcp, create_tcp_listener
@@ -50,37 +44,6 @@ CATEGORIES: list[type[BaseException]] = [
     anyio.EndOfStream,
     anyio.TypedAttributeLookupError,
 ]
-
-
-@pytest.fixture(scope="module")
-def tls_contexts(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """A self-signed certificate for localhost: server and client contexts."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    directory: Path = tmp_path_factory.mktemp("tls")
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server.load_cert_chain(cert_path, key_path)
-    client = ssl.create_default_context(cafile=str(cert_path))
-    return server, client
 
 
 Wrap = Callable[[anyio.abc.SocketStream, bool], Awaitable[ByteStream]]

@@ -11,7 +11,14 @@ receiver gets data then b''" (and the same rule at the end of check_two_way_stre
 gcmstream's explicit-end rule ``aclose()`` is not an end: the peer raises
 AnyioTruncatedStreamError, a BrokenResourceError. The plain view fails exactly there; the view
 that says the end explicitly before closing (``send_eof()`` then ``aclose()``, what an
-application does) passes the whole suite.
+application does) passes the whole suite, with its clogged stream maker too (a lockstep
+transport; the view's ``wait_send_all_might_not_block`` then waits on that transport under
+SecureStream's send guard, since anyio has no such call: with the empty send instead, the
+clogged check of that call fails at its first record, as it must).
+
+Result (``nice -n 10 .venv/bin/python -m pytest -q -p no:cacheprovider
+tests/differential/test_trio_suite.py``, 8 tests, 6.0 s): check_half_closeable_stream passes
+with and without the clogged maker; the one difference is GRACEFUL_CLOSE_CHECK, deliberate.
 """
 
 from __future__ import annotations
@@ -107,6 +114,22 @@ class TrioViewEndingOnClose(TrioView):
             await super().aclose()
 
 
+class TrioViewWaitingOnTheTransport(TrioViewEndingOnClose):
+    """For the clogged checks, which need a ``wait_send_all_might_not_block`` that blocks:
+    anyio has none, so this one waits on the trio transport underneath (an AnyioTransport),
+    holding SecureStream's own send guard as a send would (so the checks of simultaneous
+    calls test SecureStream's guard, not the view's), after an empty send raised what a
+    send would (closed, broken)."""
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.send_all(b"")
+        transport = self.stream.transport_stream
+        if not isinstance(transport, AnyioTransport):
+            raise TypeError("the clogged view needs a trio transport underneath")
+        with trio_exceptions(), self.stream._send_guard:
+            await transport.stream.wait_send_all_might_not_block()
+
+
 class AnyioTransport(anyio.abc.ByteStream):
     """A trio stream (here: an unbuffered lockstep pair) as an anyio byte stream."""
 
@@ -187,6 +210,33 @@ def leaves(exc: BaseException) -> list[BaseException]:
 async def test_trio_suite_passes_when_the_application_ends_the_stream() -> None:
     with anyio.fail_after(60):
         await trio.testing.check_half_closeable_stream(viewed(tcp_pair, TrioViewEndingOnClose), None)
+
+
+async def test_trio_suite_with_a_clogged_stream_passes_when_the_application_ends_the_stream() -> None:
+    """check_half_closeable_stream with its clogged stream maker too (every send waits for the
+    peer's receive: a lockstep transport), whose checks cover simultaneous sends, send_eof
+    and waits (BusyResourceError), and a close that wakes a blocked send (ClosedResourceError)."""
+    with anyio.fail_after(60):
+        await trio.testing.check_half_closeable_stream(
+            viewed(tcp_pair, TrioViewEndingOnClose), viewed(lockstep_pair, TrioViewWaitingOnTheTransport)
+        )
+
+
+async def test_a_send_over_the_clogged_transport_waits_for_the_peer() -> None:
+    """What makes the clogged checks mean something: SecureStream's send over a lockstep pair
+    blocks until the peer receives, and then completes."""
+    with anyio.fail_after(10):
+        client, server = await lockstep_pair()
+        with anyio.move_on_after(0.2) as scope:
+            await client.send(b"blocked")
+        assert scope.cancelled_caught
+        client, server = await lockstep_pair()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.send, b"delivered")
+            await anyio.sleep(0.1)
+            assert await server.receive() == b"delivered"
+        for stream in (client, server):
+            await anyio.aclose_forcefully(stream)
 
 
 @pytest.mark.parametrize("make", [tcp_pair, lockstep_pair], ids=["tcp", "lockstep"])
