@@ -123,7 +123,7 @@ def test_with_the_ephemeral_keys_the_recording_opens() -> None:
 
 def ephemeral_dropped(channel: Channel) -> bool:
     """No ephemeral private key (initiator) nor derived handshake secret left in ``channel``."""
-    return channel._shares is None and channel._derived is None
+    return channel._handshake._shares is None and channel._handshake._derived is None
 
 
 def test_ephemeral_private_keys_are_dropped_when_the_handshake_ends() -> None:
@@ -175,8 +175,8 @@ def _fails_by_eof(role: Role) -> Channel:
 def test_ephemeral_secrets_are_dropped_when_the_handshake_fails_before_finished(role: Role) -> None:
     """Review LOW-4: EOF (or any error) before Finished drops them too, not only Finished."""
     channel = _fails_by_eof(role)
-    assert ephemeral_dropped(channel) and channel._hello == b""
-    assert channel._hello_salt not in _OWN_HELLOS
+    assert ephemeral_dropped(channel) and channel._handshake._hello == b""
+    assert channel._handshake._hello_salt not in _OWN_HELLOS
     with pytest.raises(StreamBrokenError) as again:  # still failed for good, with the same error
         channel.handshake_complete()
     assert isinstance(again.value.original, TruncatedStreamError)
@@ -218,8 +218,8 @@ async def test_a_handshake_timeout_drops_the_ephemeral_secrets(monkeypatch: pyte
     async with server:
         with pytest.raises(TimeoutError):
             await aio.open_connection("127.0.0.1", port, key=KEY, handshake_timeout=0.3)
-    assert len(made) == 1 and ephemeral_dropped(made[0]) and made[0]._hello == b""
-    assert made[0]._hello_salt not in _OWN_HELLOS
+    assert len(made) == 1 and ephemeral_dropped(made[0]) and made[0]._handshake._hello == b""
+    assert made[0]._handshake._hello_salt not in _OWN_HELLOS
 
 
 # -- key confirmation before anything costs --------------------------------------------------------
@@ -242,7 +242,7 @@ def test_nothing_is_allocated_or_sealed_before_the_initiator_confirms() -> None:
     hello_size = handshake_sizes(KeyExchange.MLKEM768_X25519)[0] - FINISHED_SIZE
     header = responder.opener.header
     assert header is not None and len(header.raw) == hello_size <= MAX_HEADER_SIZE
-    assert len(responder.opener._header_buf) == FINISHED_SIZE
+    assert len(responder._handshake._buf) == FINISHED_SIZE
     assert header.field_spans and all(type(v) is bytes for _, v in header.fields)  # sliced on demand
     initiator.opener.receive_data(answer)
     assert initiator.handshake_complete()  # the initiator may send after one round trip
@@ -394,7 +394,7 @@ def test_a_server_with_a_key_ring_serves_clients_with_different_keys() -> None:
     retired = Channel(generate_key(), role=Role.INITIATOR)
     server = Channel(server_keys, role=Role.RESPONDER)
     server.opener.receive_data(retired.initial_data())
-    with pytest.raises(UnknownKeyError, match=key_id(retired._keys.primary).hex()):
+    with pytest.raises(UnknownKeyError, match=key_id(retired._handshake._key_ring.primary).hex()):
         server.handshake_complete()
 
 
@@ -543,7 +543,9 @@ def test_end_handshake_before_completion_leaves_the_channel_failed() -> None:
 
 def _own_header_refused() -> bool:
     responder = Channel(KEY, role=Role.RESPONDER)
-    responder.opener.receive_data(Channel(KEY, role=Role.INITIATOR).initial_data())
+    # kept alive: an initiator dropped at once is forgotten (nothing waits for its answer)
+    initiator = Channel(KEY, role=Role.INITIATOR)
+    responder.opener.receive_data(initiator.initial_data())
     try:
         responder.handshake_complete()
     except SelfConnectionError:

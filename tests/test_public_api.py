@@ -88,8 +88,9 @@ TOP_LEVEL_MODULES: dict[str, set[str]] = {
         "AnyioStreamClosedError",
         "AnyioTruncatedStreamError",
     },
-    "gcmstream.channel": {"DEFAULT_HANDSHAKE", "HandshakeOptions", "check_key_exchange"},  # handshake parts
-    "gcmstream.codec": {"Phase"},  # a property's type, read from the Opener
+    # handshake parts, and a property's type, read from the Channel
+    "gcmstream.channel": {"ChannelPhase", "DEFAULT_HANDSHAKE", "HandshakeOptions", "check_key_exchange"},
+    "gcmstream.codec": {"ChannelPhase", "Phase"},  # properties' types, read from the Opener and Channel
     "gcmstream.errors": set(),
     "gcmstream.keyfile": {"KEY_PREFIX", "format_key", "parse_key"},  # the text form, for tools
     "gcmstream.pipeline": {"ByteSink", "ByteSource", "CHUNK_SIZE", "atomic_output"},  # types and parts

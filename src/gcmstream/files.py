@@ -61,6 +61,7 @@ from .format import (
     KeyLimits,
     Keys,
 )
+from .header import HeaderSpec
 from .opener import Opener, Phase
 from .pipeline import CHUNK_SIZE
 from .recipients import DEFAULT_WORK_FACTOR, Identity, Recipient
@@ -147,7 +148,7 @@ def new_sealer(
         context=context,
         record_size=record_size,
         limits=limits,
-        _fields=fields,
+        header_spec=HeaderSpec(fields=fields),
     )
 
 
