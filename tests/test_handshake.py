@@ -20,6 +20,7 @@ from gcmstream import (
     KeyRing,
     NotReadyError,
     PeerIdentityError,
+    ProtocolError,
     Role,
     SelfConnectionError,
     StreamBrokenError,
@@ -29,7 +30,7 @@ from gcmstream import (
     key_id,
 )
 from gcmstream._fixed import fixed_channel as fixed_randomness_channel
-from gcmstream.channel import _OWN_HELLOS, self_connections_allowed
+from gcmstream.channel import _OWN_HELLOS, ChannelPhase, self_connections_allowed
 from gcmstream.format import (
     DEFAULT_RECORD_SIZE,
     FINISHED_SIZE,
@@ -796,3 +797,32 @@ def test_any_holder_of_a_shared_key_can_play_either_end_under_any_name() -> None
     for sender, receiver in ((impostor_as_server, client), (impostor_as_client, server)):
         receiver.opener.receive_data(sender.sealer.seal(b"forged", final=True))
         assert receiver.opener.read() == b"forged"
+
+
+def test_a_channel_reports_its_phase() -> None:
+    """Channel.phase, an enum like the Opener's: HEADER, FINISHED once the peer's header
+    verified, OPEN once confirmed; FAILED as soon as an error is found or the handshake was
+    ended before it completed, and never after OPEN."""
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    assert initiator.phase is responder.phase is ChannelPhase.HEADER
+    responder.opener.receive_data(initiator.initial_data())
+    assert responder.phase is ChannelPhase.FINISHED and initiator.phase is ChannelPhase.HEADER
+    initiator.opener.receive_data(responder.data_to_send())
+    assert initiator.phase is ChannelPhase.OPEN and initiator.handshake_complete()
+    responder.opener.receive_data(initiator.data_to_send())
+    assert responder.phase is ChannelPhase.OPEN and responder.handshake_complete()
+    initiator.end_handshake()
+    assert initiator.phase is ChannelPhase.OPEN
+    refused = Channel(KEY, role=Role.RESPONDER)
+    refused.opener.receive_data(b"GET / HTTP/1.1\r\n")
+    assert refused.phase is ChannelPhase.FAILED  # found, not yet raised
+    with pytest.raises(ProtocolError):
+        refused.handshake_complete()
+    assert refused.phase is ChannelPhase.FAILED
+    forged = Channel(KEY, role=Role.RESPONDER)
+    forged.opener.receive_data(Channel(KEY, role=Role.INITIATOR).initial_data())
+    forged.opener.receive_data(bytes(FINISHED_SIZE))
+    assert forged.phase is ChannelPhase.FAILED
+    ended = Channel(KEY, role=Role.INITIATOR)
+    ended.end_handshake()
+    assert ended.phase is ChannelPhase.FAILED
