@@ -19,7 +19,8 @@ record completed before it has been read; an error found while opening (authenti
 format rule, truncation) is raised at once, or, if the same call already gathered plaintext,
 by the next call. Raising it is what enters FAILED. Feeding never raises a ProtocolError.
 
-Where input lives. Input comes in two ways, and the reader sees one stream:
+Where input lives (``_Input``, the class the Opener's input side is written in; ``Opener``
+itself is the reading side). Input comes in two ways, and the reader sees one stream:
 
 * copied into the ring (``get_buffer``/``buffer_updated``, or ``receive_data`` of a mutable
   buffer): records are opened in place there (``ring.py`` has the ring's invariant);
@@ -63,6 +64,7 @@ from .format import (
     KeyLimits,
     Keys,
     StreamHeader,
+    Suite,
     TrafficKeys,
     byte_view,
     check_record_size,
@@ -101,6 +103,34 @@ _NO_PLAINTEXT = memoryview(bytearray())  # writable and empty: an empty record's
 _unpack_record_header = RECORD_HEADER.unpack_from
 
 
+def _plaintext_target(buffer: Buffer) -> memoryview:
+    """``buffer`` as a writable byte view (UnsupportedBufferError before anything is opened)."""
+    if (
+        type(buffer) is memoryview
+        and buffer.format == "B"
+        and buffer.c_contiguous
+        and not buffer.readonly
+        and buffer.ndim == 1
+    ):
+        return buffer  # (no new view: this runs once per record for record-sized reads)
+    return byte_view(buffer, writable=True)
+
+
+def _record_views(
+    ring: RecordRing, pos: int, length: int
+) -> tuple[int, int, memoryview, memoryview, memoryview]:
+    """(position, length, AAD, ciphertext, plaintext) views of the record at ``pos`` in the
+    ring, from the ring's view cache, or sliced and kept there for the next record there."""
+    views = ring.views[pos % VIEW_SLOTS]
+    if views is None or views[0] != pos or views[1] != length:
+        view = ring.view
+        body = pos + RECORD_HEADER_SIZE
+        end = body + length
+        views = (pos, length, view[pos:body], view[body:end], view[body : end - TAG_SIZE])
+        ring.views[pos % VIEW_SLOTS] = views
+    return views
+
+
 class Phase(enum.Enum):
     """Where an Opener is in its stream (see the module docstring)."""
 
@@ -114,33 +144,10 @@ class Phase(enum.Enum):
 _HEADER, _RECORDS, _FINAL, _FAILED = Phase.HEADER, Phase.RECORDS, Phase.FINAL, Phase.FAILED
 
 
-class Opener:
-    """Opens records into plaintext. One direction, one stream.
-
-    Feed it with ``receive_data(data)`` or ``receive_some(data)`` (``bytes`` are held by
-    reference and opened in place, mutable buffers are copied), or ``get_buffer()`` +
-    ``buffer_updated(n)`` (zero-copy into the ring, the BufferedProtocol shape), and
-    ``receive_eof()`` at the end of input. Read with ``read``/``readinto``/``read_view`` or
-    ``peek`` + ``consume``: each returns None when more input is needed and empty at the
-    authenticated end of the stream.
-
-    Keyed by exactly one of: ``key`` (a pre-shared key or KeyRing), ``identities`` (at most 10,
-    for a one-way stream sealed to recipients) or ``passphrase`` (docs/FORMAT.md 4.4); with the
-    last two, the header's stanzas give the file key, or NoIdentityMatchedError.
-
-    Errors found while feeding are raised by the next read-side call, after every
-    authenticated byte before them has been read. Feeding never raises a ProtocolError.
-    Input held by reference must not change until the opener has read past it.
-
-    Memory: the receive ring holds at most ``max(ring_size, record_size + 26)`` bytes (the
-    announced record size, at most ``max_record_size``: one largest record and the next header
-    at least), allocated when the first record byte arrives, 4 KiB at first, grown with the
-    records that arrive, released once a message is read and shrunk after a small burst
-    (``ring.py``, "Memory that follows use"); plus the header buffer (the 62-byte
-    fixed part, then the announced header and a channel's Finished, released once records
-    start) and at most one input held by reference (the caller's own object, not a copy, unless the
-    caller passed a mutable buffer whose rest did not fit).
-    """
+class _Input:
+    """The input side of the Opener (the class below is its reading side): what is fed, where
+    it is kept until read (the header's reader, the ring, input held by reference), and the
+    errors found while feeding, which wait in ``_error`` for the reader (module docstring)."""
 
     # Slots, not a dict: each unconfirmed connection holds an Opener (docs/FORMAT.md 5.2's bound).
     __slots__ = (
@@ -169,79 +176,32 @@ class Opener:
         "suite",
     )
 
-    def __init__(
-        self,
-        key: Keys | None = None,
-        *,
-        identities: Iterable[Identity] | None = None,
-        passphrase: str | bytes | None = None,
-        context: Buffer = b"",
-        max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
-        limits: KeyLimits | None = None,
-        ring_size: int = DEFAULT_RING_SIZE,
-        header_reader: HeaderReader | None = None,
-    ) -> None:
-        if header_reader is None:
-            if (key is not None) + (identities is not None) + (passphrase is not None) != 1:
-                raise TypeError("an Opener takes exactly one of key, identities or passphrase")
-            header_reader = HeaderReader(key, identities=identities, passphrase=passphrase, context=context)
-        elif key is not None or identities is not None or passphrase is not None or context:
-            raise TypeError("a header_reader holds the keys and the context: pass them to it")
-        self._reader: HeaderReader | None = header_reader  # until the header verified
-        self.suite = header_reader.suite
-        self.max_record_size = check_record_size(max_record_size, "max_record_size")
-        ring_capacity(self.max_record_size, ring_size)  # refuse a bad size now, not at the header
-        self.ring_size = ring_size
-        self._limits = limits or KeyLimits()
-        self._turn = Turn("this Opener")  # one thread at a time (_turn.py)
-        self._phase = _HEADER
-        self._error: ProtocolError | None = None  # the one slot: waiting (or, once FAILED, raised)
-        self._eof = False
-        self._untaken = False  # receive_some left bytes outside that follow what it took
-        self._run_capped = False  # the last run loop stopped at _CALL_RECORDS
-        self.header: StreamHeader | None = None
-        self._records: RecordLayer | None = None  # made once the header verified
-        self._max_ciphertext = 0
-        self._ring: RecordRing | None = None
-        self._held: memoryview | None = None  # input held by reference, from _held_pos on
-        self._held_pos = 0
-        self._lent: memoryview | None = None
-        # the record being read lies in the ring (its wire size; 0: none), its unread plaintext
-        # at [_pt_pos, _pt_end)
-        self._record_wire = 0
-        self._pt_pos = self._pt_end = 0
-        self._final_length = -1  # plaintext bytes of the FINAL record, once it authenticated
-
-    @property
-    def phase(self) -> Phase:
-        """Where the opener is in its stream (read-only; see the module docstring)."""
-        return self._phase
-
-    @property
-    def final_length(self) -> int:
-        """Plaintext bytes of the FINAL record once it authenticated (-1 before): the last
-        ones released, which a caller that finds bytes after it withholds (FORMAT.md 8.2)."""
-        return self._final_length
+    _eof: bool
+    _error: ProtocolError | None  # the one slot: waiting (or, once FAILED, raised)
+    _final_length: int
+    _held: memoryview | None  # input held by reference, from _held_pos on
+    _held_pos: int
+    _lent: memoryview | None
+    _limits: KeyLimits
+    _max_ciphertext: int
+    _phase: Phase
+    _pt_end: int
+    _pt_pos: int
+    _reader: HeaderReader | None  # until the header verified
+    _record_wire: int
+    _records: RecordLayer | None
+    _ring: RecordRing | None
+    _run_capped: bool
+    _turn: Turn
+    _untaken: bool
+    header: StreamHeader | None
+    max_record_size: int
+    ring_size: int
+    suite: Suite
 
     @property
     def records_opened(self) -> int:
         return self._records.records if self._records is not None else 0
-
-    @property
-    def bytes_opened(self) -> int:
-        return self._records.total_bytes if self._records is not None else 0
-
-    @property
-    def record_layer(self) -> RecordLayer | None:
-        """This stream's record layer (``gcmstream.records``: its keys, position and limits)
-        once the header verified, else None. For gcmstream's random access (``open_file``),
-        which opens records by their place with the keys the header gave; reading records
-        through it directly would move them out of this Opener's sight."""
-        return self._records
-
-    def __repr__(self) -> str:
-        state = "failed" if self.failed else "eof" if self.at_eof else "open"
-        return f"<Opener {self.suite.name} records={self.records_opened} {state}>"
 
     # -- feeding -------------------------------------------------------------------------
 
@@ -498,6 +458,109 @@ class Opener:
         reader = self._reader
         return reader.missing if reader is not None and self._phase is _HEADER else 0
 
+
+class Opener(_Input):
+    """Opens records into plaintext. One direction, one stream.
+
+    Feed it with ``receive_data(data)`` or ``receive_some(data)`` (``bytes`` are held by
+    reference and opened in place, mutable buffers are copied), or ``get_buffer()`` +
+    ``buffer_updated(n)`` (zero-copy into the ring, the BufferedProtocol shape), and
+    ``receive_eof()`` at the end of input. Read with ``read``/``readinto``/``read_view`` or
+    ``peek`` + ``consume``: each returns None when more input is needed and empty at the
+    authenticated end of the stream.
+
+    Keyed by exactly one of: ``key`` (a pre-shared key or KeyRing), ``identities`` (at most 10,
+    for a one-way stream sealed to recipients) or ``passphrase`` (docs/FORMAT.md 4.4); with the
+    last two, the header's stanzas give the file key, or NoIdentityMatchedError. Or, instead of
+    those and ``context``, by ``header_reader``: a ``gcmstream.header.HeaderReader`` that holds
+    them and reads the peer's header (a Channel passes its handshake's).
+
+    Errors found while feeding are raised by the next read-side call, after every
+    authenticated byte before them has been read. Feeding never raises a ProtocolError.
+    Input held by reference must not change until the opener has read past it.
+
+    Memory: the receive ring holds at most ``max(ring_size, record_size + 26)`` bytes (the
+    announced record size, at most ``max_record_size``: one largest record and the next header
+    at least), allocated when the first record byte arrives, 4 KiB at first, grown with the
+    records that arrive, released once a message is read and shrunk after a small burst
+    (``ring.py``, "Memory that follows use"); plus the header buffer (the 62-byte
+    fixed part, then the announced header and a channel's Finished, released once records
+    start) and at most one input held by reference (the caller's own object, not a copy, unless the
+    caller passed a mutable buffer whose rest did not fit).
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        key: Keys | None = None,
+        *,
+        identities: Iterable[Identity] | None = None,
+        passphrase: str | bytes | None = None,
+        context: Buffer = b"",
+        max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+        limits: KeyLimits | None = None,
+        ring_size: int = DEFAULT_RING_SIZE,
+        header_reader: HeaderReader | None = None,
+    ) -> None:
+        if header_reader is None:
+            if (key is not None) + (identities is not None) + (passphrase is not None) != 1:
+                raise TypeError("an Opener takes exactly one of key, identities or passphrase")
+            header_reader = HeaderReader(key, identities=identities, passphrase=passphrase, context=context)
+        elif key is not None or identities is not None or passphrase is not None or context:
+            raise TypeError("a header_reader holds the keys and the context: pass them to it")
+        self._reader = header_reader  # until the header verified
+        self.suite = header_reader.suite
+        self.max_record_size = check_record_size(max_record_size, "max_record_size")
+        ring_capacity(self.max_record_size, ring_size)  # refuse a bad size now, not at the header
+        self.ring_size = ring_size
+        self._limits = limits or KeyLimits()
+        self._turn = Turn("this Opener")  # one thread at a time (_turn.py)
+        self._phase = _HEADER
+        self._error = None  # the one slot: waiting (or, once FAILED, raised)
+        self._eof = False
+        self._untaken = False  # receive_some left bytes outside that follow what it took
+        self._run_capped = False  # the last run loop stopped at _CALL_RECORDS
+        self.header = None
+        self._records = None  # made once the header verified
+        self._max_ciphertext = 0
+        self._ring = None
+        self._held = None  # input held by reference, from _held_pos on
+        self._held_pos = 0
+        self._lent = None
+        # the record being read lies in the ring (its wire size; 0: none), its unread plaintext
+        # at [_pt_pos, _pt_end)
+        self._record_wire = 0
+        self._pt_pos = self._pt_end = 0
+        self._final_length = -1  # plaintext bytes of the FINAL record, once it authenticated
+
+    @property
+    def phase(self) -> Phase:
+        """Where the opener is in its stream (read-only; see the module docstring)."""
+        return self._phase
+
+    @property
+    def final_length(self) -> int:
+        """Plaintext bytes of the FINAL record once it authenticated (-1 before): the last
+        ones released, which a caller that finds bytes after it withholds (FORMAT.md 8.2)."""
+        return self._final_length
+
+    @property
+    def bytes_opened(self) -> int:
+        return self._records.total_bytes if self._records is not None else 0
+
+    @property
+    def record_layer(self) -> RecordLayer | None:
+        """This stream's record layer (``gcmstream.records``: its keys, position and limits)
+        once the header verified, else None. For gcmstream's random access (``open_file``),
+        which opens records by their place with the keys the header gave; reading records
+        through it directly would move them out of this Opener's sight."""
+        return self._records
+
+    def __repr__(self) -> str:
+        state = "failed" if self.failed else "eof" if self.at_eof else "open"
+        return f"<Opener {self.suite.name} records={self.records_opened} {state}>"
+
     # -- reading ---------------------------------------------------------------------------
 
     @property
@@ -662,52 +725,55 @@ class Opener:
         finally:
             token.append(None)
 
-    def _readinto(self, buffer: Buffer) -> int | None:  # noqa: C901 (the Opener restructure splits it)
+    def _readinto(self, buffer: Buffer) -> int | None:
         if self._lent is not None:
             self._revoke()
         if self._phase is _FAILED:
             self._check_broken()
-        if (
-            type(buffer) is memoryview
-            and buffer.format == "B"
-            and buffer.c_contiguous
-            and not buffer.readonly
-            and buffer.ndim == 1
-        ):
-            target = buffer  # (no new view: this runs once per record for record-sized reads)
-        else:
-            target = byte_view(buffer, writable=True)  # refused before anything is opened
+        target = _plaintext_target(buffer)
         size = len(target)
         got = steps = 0
         while got < size:
-            if self._pt_pos == self._pt_end:  # the current record is read: on to the next
-                if self._record_wire:
-                    self._close_record()
-                if self._phase is _RECORDS:  # runs of plain whole records, the hot paths
-                    self._run_capped = False
-                    ring = self._ring
-                    if ring is not None and ring.complete:
-                        got = self._open_ring_run(ring, target, got)
-                    if self._held is not None and (ring is None or not ring.stored) and not self._run_capped:
-                        got = self._open_run(target, got)  # (held input starts a record)
-                    if got == size or self._run_capped:
-                        break  # (a run that opened _CALL_RECORDS records ends the call)
-                steps += 1
-                if got and steps > _CALL_RECORDS:
-                    break  # enough for one call, one record at a time
-                opened = self._step(target[got:], got)
-                if opened is None:
-                    return got or None
-                got += opened
-                if self._at_end():
-                    break
+            if self._pt_pos != self._pt_end:  # the current record's plaintext, in the ring
+                got = self._copy_current(target, got)
                 continue
-            count = min(self._pt_end - self._pt_pos, size - got)
-            ring = self._ring
-            if ring is not None:
-                target[got : got + count] = ring.view[self._pt_pos : self._pt_pos + count]
-            self._pt_pos += count
-            got += count
+            # the current record is read: on to the next (``_open_runs`` or ``_step`` closes it)
+            if self._phase is _RECORDS:  # runs of plain whole records, the hot paths
+                got = self._open_runs(target, got)
+                if got == size or self._run_capped:
+                    break  # (a run that opened _CALL_RECORDS records ends the call)
+            steps += 1
+            if got and steps > _CALL_RECORDS:
+                break  # enough for one call, one record at a time
+            opened = self._step(target[got:], got)
+            if opened is None:
+                return got or None
+            got += opened
+            if self._at_end():
+                break
+        return got
+
+    def _copy_current(self, target: memoryview, got: int) -> int:
+        """Copy what fits of the current record's plaintext from the ring into ``target``."""
+        count = min(self._pt_end - self._pt_pos, len(target) - got)
+        ring = self._ring
+        if ring is not None:
+            target[got : got + count] = ring.view[self._pt_pos : self._pt_pos + count]
+        self._pt_pos += count
+        return got + count
+
+    def _open_runs(self, target: memoryview, got: int) -> int:
+        """The runs of whole plain records ``readinto`` opens straight into ``target``: those at
+        the ring's head, then those of the held input (which starts a record once the ring
+        holds none); ``_run_capped`` once ``_CALL_RECORDS`` were opened."""
+        if self._record_wire:
+            self._close_record()
+        self._run_capped = False
+        ring = self._ring
+        if ring is not None and ring.complete:
+            got = self._open_ring_run(ring, target, got)
+        if self._held is not None and (ring is None or not ring.stored) and not self._run_capped:
+            got = self._open_run(target, got)
         return got
 
     # -- the steps of reading ----------------------------------------------------------------
@@ -816,10 +882,7 @@ class Opener:
         if ring is not None and ring.complete:  # in the ring, opened in place
             pos = ring.head
             flags, length = _unpack_record_header(ring.buf, pos)
-            views = ring.views[pos % VIEW_SLOTS]
-            if views is None or views[0] != pos or views[1] != length:
-                views = self._slice_views(ring, pos, length)
-            aad, ciphertext, plaintext = views[2], views[3], views[4]
+            _, _, aad, ciphertext, plaintext = _record_views(ring, pos, length)
         else:  # whole in the held input: read in place, plaintext into a reserved ring slot
             flags, length, aad, ciphertext = self._take_held_record()
             ring = None
@@ -832,7 +895,7 @@ class Opener:
             plaintext = _NO_PLAINTEXT  # an empty held record needs no memory (no ring for it)
         elif ring is None:
             ring = self._get_ring()
-            plaintext = self._reserve_plaintext(ring, length)
+            plaintext = _record_views(ring, ring.reserve(RECORD_HEADER_SIZE + length), length)[4]
         followed = flags != 0 and self._followed(ring, RECORD_HEADER_SIZE + length)
         if records.open_record(flags, size, aad, ciphertext, plaintext, followed):
             self._final_length = size
@@ -858,14 +921,6 @@ class Opener:
         if self._held_pos == len(held):
             self._held = None
         return flags, length, held[start:body], held[body : body + length]
-
-    def _reserve_plaintext(self, ring: RecordRing, length: int) -> memoryview:
-        """Room for a held record's plaintext: the body of a slot the ring reserves for it."""
-        pos = ring.reserve(RECORD_HEADER_SIZE + length)
-        views = ring.views[pos % VIEW_SLOTS]
-        if views is None or views[0] != pos or views[1] != length:
-            views = self._slice_views(ring, pos, length)
-        return views[4]
 
     def _followed(self, ring: RecordRing | None, wire_length: int) -> bool:
         """Whether bytes are known to follow the record being opened (a FINAL record must be
@@ -906,18 +961,6 @@ class Opener:
             budget -= opened
         self._run_capped = not budget
         return got
-
-    def _slice_views(
-        self, ring: RecordRing, pos: int, length: int
-    ) -> tuple[int, int, memoryview, memoryview, memoryview]:
-        """(position, length, AAD, ciphertext, plaintext) views of the record at ``pos``,
-        kept in the view cache for the next record there."""
-        view = ring.view
-        body = pos + RECORD_HEADER_SIZE
-        end = body + length
-        views = (pos, length, view[pos:body], view[body:end], view[body : end - TAG_SIZE])
-        ring.views[pos % VIEW_SLOTS] = views
-        return views
 
     def _close_record(self) -> None:
         if self._ring is not None:
