@@ -8,6 +8,7 @@ import copy
 import gc
 import pickle
 import weakref
+from collections.abc import Callable
 
 import pytest
 
@@ -104,7 +105,7 @@ def test_an_unkeyed_sealer_waits_for_its_secret() -> None:
     with pytest.raises(NotReadyError):
         sealer.seal(b"early")
     sealer.install_secret(bytes(32))
-    assert sealer.ready and bytes(sealer.seal(b"now", flush=True))[:1] == b"\x00"  # a record, no header
+    assert bytes(sealer.seal(b"now", flush=True))[:1] == b"\x00"  # a record, no header first
 
 
 def test_abandon_header_fails_an_opener_still_reading_its_header() -> None:
@@ -142,7 +143,7 @@ def _failing_handshake(how: str) -> Channel:
 
 
 HOW = ["eof", "commitment", "finished", "ended"]
-EXPECTED = {
+EXPECTED: dict[str, type[ProtocolError]] = {
     "eof": TruncatedStreamError,
     "commitment": KeyCommitmentError,
     "finished": HandshakeError,
@@ -175,7 +176,11 @@ def test_a_failed_channel_is_in_no_reference_cycle(how: str) -> None:
         channel = _failing_handshake(how)
         with pytest.raises(EXPECTED[how]):  # (no ExceptionInfo kept: it goes with the block)
             channel.handshake_complete()
-        refs = [weakref.ref(channel), weakref.ref(channel.opener), weakref.ref(channel._handshake)]
+        refs: list[Callable[[], object]] = [
+            weakref.ref(channel),
+            weakref.ref(channel.opener),
+            weakref.ref(channel._handshake),
+        ]
         del channel
         assert [ref() for ref in refs] == [None, None, None]
     finally:
