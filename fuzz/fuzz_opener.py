@@ -125,6 +125,7 @@ def test_one_input(data: bytes) -> None:
 def make_corpus() -> int:
     """fuzz/corpus: every vector's input, plus valid streams written with the same key."""
     from gcmstream import Sealer
+    from gcmstream.header import HeaderSpec
 
     out = Path(__file__).resolve().parent / "corpus"
     out.mkdir(exist_ok=True)
@@ -142,7 +143,9 @@ def make_corpus() -> int:
                     break
     for size, count in ((32, 1), (32, 5), (1000, 3), (64 * 1024, 2)):
         for key in (KEY, KEY_256):
-            sealer = Sealer(key, context=CONTEXT, record_size=size, _salt=bytes([size % 251]) * 32)
+            sealer = Sealer(
+                key, context=CONTEXT, record_size=size, header_spec=HeaderSpec(salt=bytes([size % 251]) * 32)
+            )
             wire = bytes(sealer.seal(bytes(range(256)) * (size * count // 256 + 1)))
             sealer.update_key()
             wire += bytes(sealer.flush()) + bytes(sealer.close())

@@ -64,6 +64,7 @@ from gcmstream.format import (
     make_header,
 )
 from gcmstream.handshake import FixedEphemeral
+from gcmstream.header import HeaderSpec
 from gcmstream.testing import run_handshake
 
 KEY = bytes(range(16))
@@ -358,7 +359,7 @@ def sealed_streams(draw: st.DrawFn) -> tuple[bytes, bytes, int]:
         st.lists(st.tuples(st.binary(max_size=200), st.sampled_from(["", "flush", "update"])), max_size=8)
     )
     limits = draw(st.sampled_from([None, KeyLimits(update_after_records=3, hard_records=4)]))
-    sealer = Sealer(KEY, record_size=record_size, _salt=SALT, limits=limits)
+    sealer = Sealer(KEY, record_size=record_size, header_spec=HeaderSpec(salt=SALT), limits=limits)
     wire = bytearray()
     for data, then in writes:
         wire += sealer.seal(data)

@@ -13,6 +13,7 @@ import tracemalloc
 import pytest
 
 from gcmstream import Opener, Sealer
+from gcmstream.header import HeaderSpec
 from gcmstream.ring import ring_capacity
 
 from .helpers import KEY, SALT
@@ -28,7 +29,7 @@ def warm_up(record_size: int) -> int:
 
 
 def presealed(record_size: int, count: int) -> bytes:
-    sealer = Sealer(KEY, record_size=record_size, _salt=SALT)
+    sealer = Sealer(KEY, record_size=record_size, header_spec=HeaderSpec(salt=SALT))
     payload = bytes(range(256)) * (record_size // 256) + bytes(record_size % 256)
     wire = bytearray()
     for _ in range(count):

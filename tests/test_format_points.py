@@ -42,6 +42,7 @@ from gcmstream.format import (
     parse_header,
 )
 from gcmstream.handshake import CHANNEL_FIELDS, channel_keys, respond
+from gcmstream.header import HeaderSpec
 
 from .helpers import KEY
 
@@ -57,7 +58,9 @@ def stanza_stream(bodies: list[tuple[RecipientKind, bytes]]) -> bytes:
     value = struct.pack(">H", len(bodies)) + b"".join(
         struct.pack(">BBH", kind, 0, len(body)) + body for kind, body in bodies
     )
-    sealer = Sealer(FILE_KEY, record_size=64, _fields=((FieldType.RECIPIENT_STANZAS, value),))
+    sealer = Sealer(
+        FILE_KEY, record_size=64, header_spec=HeaderSpec(fields=((FieldType.RECIPIENT_STANZAS, value),))
+    )
     return bytes(sealer.seal(b"the plaintext", final=True))
 
 
@@ -97,7 +100,9 @@ def test_a_stanza_that_fails_inside_hpke_is_a_non_match(kind: RecipientKind) -> 
 
 def raw_stanza_stream(value: bytes) -> bytes:
     """A stream keyed by FILE_KEY whose 0x0010 field is ``value``, with a valid commitment."""
-    sealer = Sealer(FILE_KEY, record_size=64, _fields=((FieldType.RECIPIENT_STANZAS, value),))
+    sealer = Sealer(
+        FILE_KEY, record_size=64, header_spec=HeaderSpec(fields=((FieldType.RECIPIENT_STANZAS, value),))
+    )
     return bytes(sealer.seal(b"the plaintext", final=True))
 
 
@@ -350,7 +355,7 @@ def test_key_names_and_own_identity_as_k5_and_k6_compare_them() -> None:
 
 def sealed_file(directory: Path, name: str, record_size: int, layout: int | None, data: bytes) -> Path:
     fields = ((FieldType.FIXED_LAYOUT, struct.pack(">I", layout)),) if layout is not None else ()
-    sealer = Sealer(KEY, record_size=record_size, _fields=fields)
+    sealer = Sealer(KEY, record_size=record_size, header_spec=HeaderSpec(fields=fields))
     path = directory / name
     path.write_bytes(bytes(sealer.seal(data, final=True)))
     return path
@@ -501,7 +506,7 @@ def test_the_fields_bound_depends_on_how_the_reader_is_keyed() -> None:
     key (UnsupportedFormatError), and passes H7 for a reader given identities or a passphrase,
     which then finds no stanza (S3: NoIdentityMatchedError). 65,535 is the field's maximum."""
     fields = ((0x8005, bytes(4097 - 4)),)  # one optional field: 4,097 bytes of fields
-    wire = bytes(Sealer(KEY, record_size=64, _fields=fields).seal(b"", final=True))
+    wire = bytes(Sealer(KEY, record_size=64, header_spec=HeaderSpec(fields=fields)).seal(b"", final=True))
     assert struct.unpack_from(">H", wire, HEADER_FIXED_SIZE - 2) == (4097,)
     keyed = Opener(KEY)
     with pytest.raises(gcmstream.UnsupportedFormatError):

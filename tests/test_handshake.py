@@ -20,6 +20,7 @@ from gcmstream import (
     KeyRing,
     NotReadyError,
     PeerIdentityError,
+    ProtocolError,
     Role,
     SelfConnectionError,
     StreamBrokenError,
@@ -29,7 +30,7 @@ from gcmstream import (
     key_id,
 )
 from gcmstream._fixed import fixed_channel as fixed_randomness_channel
-from gcmstream.channel import _OWN_HELLOS, self_connections_allowed
+from gcmstream.channel import _OWN_HELLOS, ChannelPhase, self_connections_allowed
 from gcmstream.format import (
     DEFAULT_RECORD_SIZE,
     FINISHED_SIZE,
@@ -123,7 +124,7 @@ def test_with_the_ephemeral_keys_the_recording_opens() -> None:
 
 def ephemeral_dropped(channel: Channel) -> bool:
     """No ephemeral private key (initiator) nor derived handshake secret left in ``channel``."""
-    return channel._shares is None and channel._derived is None
+    return channel._handshake._shares is None and channel._handshake._derived is None
 
 
 def test_ephemeral_private_keys_are_dropped_when_the_handshake_ends() -> None:
@@ -175,8 +176,8 @@ def _fails_by_eof(role: Role) -> Channel:
 def test_ephemeral_secrets_are_dropped_when_the_handshake_fails_before_finished(role: Role) -> None:
     """Review LOW-4: EOF (or any error) before Finished drops them too, not only Finished."""
     channel = _fails_by_eof(role)
-    assert ephemeral_dropped(channel) and channel._hello == b""
-    assert channel._hello_salt not in _OWN_HELLOS
+    assert ephemeral_dropped(channel) and channel._handshake._hello == b""
+    assert channel._handshake._hello_salt not in _OWN_HELLOS
     with pytest.raises(StreamBrokenError) as again:  # still failed for good, with the same error
         channel.handshake_complete()
     assert isinstance(again.value.original, TruncatedStreamError)
@@ -219,8 +220,8 @@ async def test_a_handshake_timeout_drops_the_ephemeral_secrets(monkeypatch: pyte
     async with server:
         with pytest.raises(TimeoutError):
             await aio.open_connection("127.0.0.1", port, key=KEY, handshake_timeout=0.3)
-    assert len(made) == 1 and ephemeral_dropped(made[0]) and made[0]._hello == b""
-    assert made[0]._hello_salt not in _OWN_HELLOS
+    assert len(made) == 1 and ephemeral_dropped(made[0]) and made[0]._handshake._hello == b""
+    assert made[0]._handshake._hello_salt not in _OWN_HELLOS
 
 
 # -- key confirmation before anything costs --------------------------------------------------------
@@ -243,7 +244,7 @@ def test_nothing_is_allocated_or_sealed_before_the_initiator_confirms() -> None:
     hello_size = handshake_sizes(KeyExchange.MLKEM768_X25519)[0] - FINISHED_SIZE
     header = responder.opener.header
     assert header is not None and len(header.raw) == hello_size <= MAX_HEADER_SIZE
-    assert len(responder.opener._header_buf) == FINISHED_SIZE
+    assert len(responder._handshake._buf) == FINISHED_SIZE
     assert header.field_spans and all(type(v) is bytes for _, v in header.fields)  # sliced on demand
     initiator.opener.receive_data(answer)
     assert initiator.handshake_complete()  # the initiator may send after one round trip
@@ -395,7 +396,7 @@ def test_a_server_with_a_key_ring_serves_clients_with_different_keys() -> None:
     retired = Channel(generate_key(), role=Role.INITIATOR)
     server = Channel(server_keys, role=Role.RESPONDER)
     server.opener.receive_data(retired.initial_data())
-    with pytest.raises(UnknownKeyError, match=key_id(retired._keys.primary).hex()):
+    with pytest.raises(UnknownKeyError, match=key_id(retired._handshake._key_ring.primary).hex()):
         server.handshake_complete()
 
 
@@ -544,7 +545,9 @@ def test_end_handshake_before_completion_leaves_the_channel_failed() -> None:
 
 def _own_header_refused() -> bool:
     responder = Channel(KEY, role=Role.RESPONDER)
-    responder.opener.receive_data(Channel(KEY, role=Role.INITIATOR).initial_data())
+    # kept alive: an initiator dropped at once is forgotten (nothing waits for its answer)
+    initiator = Channel(KEY, role=Role.INITIATOR)
+    responder.opener.receive_data(initiator.initial_data())
     try:
         responder.handshake_complete()
     except SelfConnectionError:
@@ -795,3 +798,37 @@ def test_any_holder_of_a_shared_key_can_play_either_end_under_any_name() -> None
     for sender, receiver in ((impostor_as_server, client), (impostor_as_client, server)):
         receiver.opener.receive_data(sender.sealer.seal(b"forged", final=True))
         assert receiver.opener.read() == b"forged"
+
+
+def phase(channel: Channel) -> ChannelPhase:
+    """``channel.phase`` read afresh (a call: mypy does not narrow a property across calls)."""
+    return channel.phase
+
+
+def test_a_channel_reports_its_phase() -> None:
+    """Channel.phase, an enum like the Opener's: HEADER, FINISHED once the peer's header
+    verified, OPEN once confirmed; FAILED as soon as an error is found or the handshake was
+    ended before it completed, and never after OPEN."""
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    assert phase(initiator) is phase(responder) is ChannelPhase.HEADER
+    responder.opener.receive_data(initiator.initial_data())
+    assert phase(responder) is ChannelPhase.FINISHED and phase(initiator) is ChannelPhase.HEADER
+    initiator.opener.receive_data(responder.data_to_send())
+    assert phase(initiator) is ChannelPhase.OPEN and initiator.handshake_complete()
+    responder.opener.receive_data(initiator.data_to_send())
+    assert phase(responder) is ChannelPhase.OPEN and responder.handshake_complete()
+    initiator.end_handshake()
+    assert phase(initiator) is ChannelPhase.OPEN
+    refused = Channel(KEY, role=Role.RESPONDER)
+    refused.opener.receive_data(b"GET / HTTP/1.1\r\n")
+    assert phase(refused) is ChannelPhase.FAILED  # found, not yet raised
+    with pytest.raises(ProtocolError):
+        refused.handshake_complete()
+    assert phase(refused) is ChannelPhase.FAILED
+    forged = Channel(KEY, role=Role.RESPONDER)
+    forged.opener.receive_data(Channel(KEY, role=Role.INITIATOR).initial_data())
+    forged.opener.receive_data(bytes(FINISHED_SIZE))
+    assert phase(forged) is ChannelPhase.FAILED
+    ended = Channel(KEY, role=Role.INITIATOR)
+    ended.end_handshake()
+    assert phase(ended) is ChannelPhase.FAILED

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import importlib
 import inspect
 import pkgutil
@@ -88,8 +89,9 @@ TOP_LEVEL_MODULES: dict[str, set[str]] = {
         "AnyioStreamClosedError",
         "AnyioTruncatedStreamError",
     },
-    "gcmstream.channel": {"DEFAULT_HANDSHAKE", "HandshakeOptions", "check_key_exchange"},  # handshake parts
-    "gcmstream.codec": {"Phase"},  # a property's type, read from the Opener
+    # handshake parts, and a property's type, read from the Channel
+    "gcmstream.channel": {"ChannelPhase", "DEFAULT_HANDSHAKE", "HandshakeOptions", "check_key_exchange"},
+    "gcmstream.codec": {"ChannelPhase", "Phase"},  # properties' types, read from the Opener and Channel
     "gcmstream.config": {  # the defaults and the parts every entry point calls
         "DEFAULT_HANDSHAKE_TIMEOUT",
         "DEFAULT_IDLE_TIMEOUT",
@@ -320,3 +322,43 @@ def test_the_namespace_holds_only_the_api_and_submodules() -> None:
     }
     assert stray == set(), stray  # (``importlib``, which __init__ used, was one)
     assert "annotations" not in dir(gcmstream) and "PackageNotFoundError" not in dir(gcmstream)
+
+
+def _public_signatures() -> dict[str, inspect.Signature]:
+    """Every signature an application sees: each name of ``gcmstream.__all__`` and of the public
+    submodules' ``__all__``, and for a class its constructor and each public method (own or
+    inherited; classmethods and staticmethods too). Builtins without a signature are left out."""
+    found: dict[str, inspect.Signature] = {}
+
+    def add(name: str, obj: object) -> None:
+        if isinstance(obj, staticmethod | classmethod):
+            obj = obj.__func__
+        if not callable(obj):
+            return
+        with contextlib.suppress(TypeError, ValueError):  # a builtin that declares none
+            found[name] = inspect.signature(obj)
+
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        for name in getattr(module, "__all__", ()):
+            obj = getattr(module, name)
+            add(f"{module_name}.{name}", obj)
+            if inspect.isclass(obj):
+                for member in dir(obj):
+                    if not member.startswith("_"):
+                        add(f"{module_name}.{name}.{member}", inspect.getattr_static(obj, member))
+    return found
+
+
+def test_no_public_signature_has_a_private_parameter() -> None:
+    """Issue 23: test-vector and channel seams are public, documented parameters (the Opener's
+    ``header_reader``, the Sealer's ``header_spec``, ``Sealer.unkeyed``), never an ``_x=``
+    keyword that a caller could pass by accident (SECURITY.md, "What the caller must do")."""
+    signatures = _public_signatures()
+    assert len(signatures) > 400, len(signatures)  # the walk still finds the API (481 now)
+    assert "gcmstream.Sealer.install_secret" in signatures and "gcmstream.opener.Opener.read" in signatures
+    private = {
+        name: [parameter for parameter in signature.parameters if parameter.startswith("_")]
+        for name, signature in signatures.items()
+    }
+    assert {name: found for name, found in private.items() if found} == {}

@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
 import gcmstream.errors
 from gcmstream import Identity, Opener, Recipient, RecipientKind, Sealer, StreamBrokenError
+from gcmstream.header import HeaderSpec
 
 from .test_vectors import _header, _key_id, reference_records
 
@@ -125,8 +126,9 @@ def test_valid_recipient_vector(vector: dict[str, Any]) -> None:
             work_factor=vector["work_factor"],
             context=context,
             record_size=vector["record_size"],
-            _salt=bytes.fromhex(vector["salt"]),
-            _random=lambda size: pieces.pop(0),
+            header_spec=HeaderSpec(
+                salt=bytes.fromhex(vector["salt"]), random_bytes=lambda size: pieces.pop(0)
+            ),
         )
         assert bytes(sealer.seal(plaintext, final=True)) == wire
         return

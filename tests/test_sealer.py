@@ -29,6 +29,7 @@ from gcmstream.format import (
     RECORD_HEADER_SIZE,
     TAG_SIZE,
 )
+from gcmstream.header import HeaderSpec
 
 from .helpers import (
     FEEDS,
@@ -44,14 +45,14 @@ from .helpers import (
 
 
 def test_sealer_output_view_dies_at_the_next_call() -> None:
-    sealer = Sealer(KEY, record_size=4, _salt=bytes(32))
+    sealer = Sealer(KEY, record_size=4, header_spec=HeaderSpec(salt=bytes(32)))
     first = sealer.seal(b"abcd")
     kept = bytes(first)
     sealer.seal(b"efgh")
     with pytest.raises(ValueError, match="released"):
         bytes(first)
     # A detached output stays valid and is never written again.
-    sealer = Sealer(KEY, record_size=4, _salt=bytes(32))
+    sealer = Sealer(KEY, record_size=4, header_spec=HeaderSpec(salt=bytes(32)))
     out = sealer.seal(b"abcd")
     sealer.detach_output()
     assert len(sealer.seal(b"")) == 0  # nothing to seal: an empty view, also right after a detach
@@ -145,7 +146,7 @@ def test_seal_accepts_any_bytes_like() -> None:
 
     data = array.array("I", [1, 2, 3])
     for source in (bytes(data), bytearray(data), memoryview(data), memoryview(bytes(data))):
-        sealer = Sealer(KEY, record_size=5, _salt=bytes(32))
+        sealer = Sealer(KEY, record_size=5, header_spec=HeaderSpec(salt=bytes(32)))
         wire = bytes(sealer.seal(source)) + bytes(sealer.close())
         check_valid(wire, data.tobytes(), "all", "copy")
 

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 import gcmstream
 from gcmstream import KeyLimits, Sealer, files, seekable
 from gcmstream.format import FLAG_FINAL, FLAG_KEY_UPDATE, RECORD_HEADER, FieldType, Suite, TrafficKeys
+from gcmstream.header import HeaderSpec
 
 KEY = bytes(range(16))
 VECTORS = sorted((Path(__file__).parent / "vectors" / "invalid").glob("*.json"))
@@ -593,7 +594,7 @@ def test_a_fifo_or_directory_is_refused_without_waiting(tmp_path: Path) -> None:
 def test_a_layout_field_to_ignore_is_ignored(tmp_path: Path, value: bytes) -> None:
     """FORMAT.md 4.3: N of 0, not 4 bytes, or past the hard limits: the file is walked (and
     authenticated record by record), not refused."""
-    sealer = Sealer(KEY, record_size=10, _fields=((FieldType.FIXED_LAYOUT, value),))
+    sealer = Sealer(KEY, record_size=10, header_spec=HeaderSpec(fields=((FieldType.FIXED_LAYOUT, value),)))
     stream = bytes(sealer.seal(b"a" * 15, flush=True)) + bytes(sealer.seal(b"b" * 20, final=True))
     path = tmp_path / "ignored"
     path.write_bytes(stream)

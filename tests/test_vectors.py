@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 from gcmstream import Channel, GcmStreamError, KeyExchange, KeyLimits, Opener, Role, Sealer
 from gcmstream._fixed import fixed_channel as fixed_randomness_channel
 from gcmstream.handshake import FixedEphemeral
+from gcmstream.header import HeaderSpec
 
 from .helpers import handshake_bytes
 
@@ -49,8 +50,10 @@ def seal(vector: dict[str, Any]) -> bytes:
         context=bytes.fromhex(vector["context"]),
         record_size=vector["record_size"],
         limits=limits,
-        _salt=bytes.fromhex(vector["salt"]),
-        _fields=((0x8004, struct.pack(">I", layout)),) if layout is not None else (),
+        header_spec=HeaderSpec(
+            salt=bytes.fromhex(vector["salt"]),
+            fields=((0x8004, struct.pack(">I", layout)),) if layout is not None else (),
+        ),
     )
     out = bytearray()
     last = len(vector["writes"]) - 1

@@ -15,6 +15,7 @@ Finished_I verified: until then a connection holds its header buffer and nothing
 from __future__ import annotations
 
 import contextlib
+import enum
 import hmac
 import weakref
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from .errors import (
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
+    FINISHED_SIZE,
     SALT_SLICE,
     Buffer,
     FieldType,
@@ -41,6 +43,7 @@ from .format import (
     Keys,
     Role,
     StreamHeader,
+    Suite,
     as_key_ring,
     check_context,
     check_identity,
@@ -56,6 +59,7 @@ from .handshake import (
     channel_keys,
     respond,
 )
+from .header import HeaderReader
 from .opener import Opener
 from .ring import DEFAULT_RING_SIZE
 from .sealer import Sealer
@@ -63,6 +67,7 @@ from .sealer import Sealer
 __all__ = (
     "DEFAULT_HANDSHAKE",
     "Channel",
+    "ChannelPhase",
     "HandshakeOptions",
     "check_key_exchange",
     "self_connections_allowed",
@@ -70,7 +75,7 @@ __all__ = (
 
 # Salts of the initiator headers this process made whose handshake has not ended: a responder
 # that receives one is talking to itself (the Selfie attack). Weak, so abandoned channels leave.
-_OWN_HELLOS: weakref.WeakValueDictionary[bytes, Channel] = weakref.WeakValueDictionary()
+_OWN_HELLOS: weakref.WeakValueDictionary[bytes, _Handshake] = weakref.WeakValueDictionary()
 
 
 # One token per open block (review 10b LOW-5): sets cannot go negative or be corrupted by blocks
@@ -136,6 +141,212 @@ def _identity(value: str | bytes | None, name: str) -> bytes | None:
     return None if value is None else check_identity(value, name)
 
 
+class ChannelPhase(enum.Enum):
+    """Where a Channel's handshake is (``Channel.phase``), each entered once, in order, or
+    FAILED from any before OPEN. After OPEN, the records' state is the opener's ``phase``."""
+
+    HEADER = "header"  # the peer's header is awaited (an initiator's own is queued first)
+    FINISHED = "finished"  # the peer's header verified, the keys derived; its Finished awaited
+    OPEN = "open"  # confirmed: our sealer is keyed, records flow both ways
+    FAILED = "failed"  # an error was found, or the handshake was ended before it completed
+
+
+_HEADER, _FINISHED, _OPEN, _FAILED = ChannelPhase
+
+
+class _Handshake(HeaderReader):
+    """A channel's header reader (``gcmstream.header``): it reads the peer's header and Finished
+    for the channel's opener, runs this end's half of the key exchange when the header
+    verified (``on_header``), confirms the Finished and keys the sealer (``on_finished``). It
+    holds no reference to its Channel nor to the Opener: no cycle to break when it ends."""
+
+    finished_size = FINISHED_SIZE
+
+    __slots__ = (
+        "__weakref__",
+        "_derived",
+        "_ephemeral",
+        "_exchange",
+        "_hello",
+        "_hello_salt",
+        "_key_ring",
+        "_local_id",
+        "_outbox",
+        "_peer_expected",
+        "_record_size",
+        "_salt",
+        "_sealer",
+        "_shares",
+        "_side",
+        "_suite",
+        "peer_id",
+        "phase",
+    )
+
+    def __init__(
+        self,
+        keys: KeyRing,
+        side: Role,
+        *,
+        context: Buffer,
+        record_size: int,
+        key_exchange: KeyExchange,
+        identities: tuple[bytes | None, bytes | None],
+        sealer: Sealer,
+        outbox: bytearray,
+        salt: bytes | None,
+        ephemeral: FixedEphemeral | None,
+    ) -> None:
+        super().__init__(
+            # An initiator offered one key (its header names the primary): the responder must
+            # answer under that key, never under another key of the ring (review finding: any
+            # ring member could otherwise impersonate the server). A responder takes the ring.
+            KeyRing([keys.primary]) if side is Role.INITIATOR else keys,
+            context=context,
+            role=side.peer,
+            known_fields=CHANNEL_FIELDS,
+        )
+        self._key_ring = keys
+        self._side = side
+        self._record_size = record_size
+        self._exchange = key_exchange
+        self._local_id, self._peer_expected = identities
+        self._sealer = sealer
+        self._outbox = outbox
+        self._salt = salt
+        self._ephemeral = ephemeral
+        self._suite = sealer.suite
+        self._shares: InitiatorShares | None = None
+        self._derived: ChannelKeys | None = None
+        self._hello = b""  # an initiator's header, until the transcript no longer needs it
+        self._hello_salt = b""
+        # the peer's identity once its header verified: the name of the key it proved (a
+        # responder's named KeyRing), else what it sent (a claim)
+        self.peer_id: bytes | None = None
+        self.phase = _HEADER
+        if side is Role.INITIATOR:
+            self._shares = InitiatorShares(key_exchange, ephemeral)
+            self._hello, _ = make_header(
+                keys.primary,
+                Role.INITIATOR,
+                record_size,
+                self._context,
+                salt,
+                key_exchange=key_exchange,
+                fields=self._shares.fields() + self._identity_field(),
+            )
+            self._hello_salt = self._hello[SALT_SLICE]
+            _OWN_HELLOS[self._hello_salt] = self
+            outbox += self._hello
+
+    def _identity_field(self) -> list[tuple[int, bytes]]:
+        return [(FieldType.IDENTITY, self._local_id)] if self._local_id is not None else []
+
+    def end(self) -> None:
+        """Drop the ephemeral private keys, derived secrets and own header, and forget this end
+        as a pending initiator; FAILED unless it completed."""
+        self._shares = None
+        self._derived = None
+        self._ephemeral = None
+        self._hello = b""
+        if self._hello_salt:
+            _OWN_HELLOS.pop(self._hello_salt, None)
+        if self.phase is not _OPEN:
+            self.phase = _FAILED
+
+    def _check_identity(self, header: StreamHeader) -> None:
+        sent = header.field(FieldType.IDENTITY)
+        if sent is not None and not 1 <= len(sent) <= MAX_IDENTITY_SIZE:
+            raise HandshakeError(f"the peer's identity must be 1 to {MAX_IDENTITY_SIZE} bytes")
+        if (
+            self._side is Role.RESPONDER
+            and header.salt in _OWN_HELLOS
+            and not _self_connections_are_allowed()
+        ):
+            raise SelfConnectionError(
+                "this initiator header was made by this process: a connection to itself"
+            )
+        # K5: a named key is a name its holder must claim, on either side. Taking the name for
+        # a missing claim (as before review 10b) let a host's own connection, reflected into its
+        # listener, pass as the peer the shared key is named after (the pairwise Selfie).
+        proved = self._key_ring.identity(header.key_id)
+        if proved is not None and sent != proved:
+            claim = "no identity" if sent is None else f"identity {sent!r}"
+            raise PeerIdentityError(
+                f"the peer proved the key named {proved!r} but sent {claim}: "
+                "the holder of a named key must send that name as its local_id"
+            )
+        # K6, on the identity K5 established: never our own (a connection to itself)
+        if sent is not None and sent == self._local_id:
+            raise SelfConnectionError("the peer claims this end's own identity: a connection to itself?")
+        if self._peer_expected is not None and sent != self._peer_expected:
+            found = "no identity" if sent is None else f"identity {sent!r}"
+            raise PeerIdentityError(f"the peer sent {found}, expected {self._peer_expected!r}")
+        self.peer_id = sent
+
+    def on_header(self, key: bytes, header: StreamHeader, secret: bytes) -> None:
+        """The peer's header verified: run our half of the exchange (a responder answers with
+        its header and Finished); the peer's Finished comes next."""
+        initiator = self._side is Role.INITIATOR
+        if initiator and header.key_id != key_id(self._key_ring.primary):
+            raise HandshakeError("the responder answered under another key than the one offered")
+        if header.key_exchange < self._exchange:
+            raise DowngradeError(
+                f"the peer used key exchange {header.key_exchange.name}, "
+                f"this end requires {self._exchange.name}"
+            )
+        if initiator and header.key_exchange != self._exchange:
+            offered = self._exchange.name
+            raise HandshakeError(
+                f"the responder answered {header.key_exchange.name} to an offer of {offered}"
+            )
+        self._check_identity(header)
+        self._suite = header.suite
+        if not initiator:
+            fields, shared = respond(header, self._ephemeral)
+            answer, _ = make_header(  # not kept: once queued, the outbox holds it until sent
+                key,
+                Role.RESPONDER,
+                self._record_size,
+                self._context,
+                self._salt,
+                key_exchange=header.key_exchange,
+                fields=fields + self._identity_field(),
+            )
+            self._derived = channel_keys(key, shared, header.raw, answer, self._context)
+            self._outbox += answer
+            self._outbox += self._derived.responder_finished
+        else:
+            if self._shares is None:  # unreachable: an initiator's shares live until Finished
+                raise HandshakeError("the handshake already ended")
+            shared = self._shares.shared_secret(header)
+            self._derived = channel_keys(key, shared, self._hello, header.raw, self._context)
+            self._hello = b""
+        self.phase = _FINISHED
+
+    def on_finished(self, finished: bytes) -> bytes:
+        """The peer's Finished arrived: confirm it, key our sealer, return the receive secret.
+        The ephemeral keys are dropped here, whatever the outcome."""
+        derived = self._derived
+        try:
+            if derived is None:  # unreachable: on_header ran first
+                raise HandshakeError("Finished before the handshake header")
+            initiator = self._side is Role.INITIATOR
+            expected = derived.responder_finished if initiator else derived.initiator_finished
+            if not hmac.compare_digest(finished, expected):
+                raise HandshakeError("key confirmation failed: the peer did not derive the same keys")
+            if initiator:
+                self._outbox += derived.initiator_finished
+                send, receive = derived.initiator_to_responder, derived.responder_to_initiator
+            else:
+                send, receive = derived.responder_to_initiator, derived.initiator_to_responder
+            self._sealer.install_secret(send, self._suite)
+            self.phase = _OPEN
+            return receive
+        finally:  # (an error raised here reaches the opener, which keeps it)
+            self.end()
+
+
 class Channel:
     """Both directions of one connection: a Sealer for what we send, an Opener for what we
     receive, keyed by an ephemeral key exchange (hybrid ML-KEM-768 + X25519 by default) mixed
@@ -184,64 +395,51 @@ class Channel:
             raise ValueError("a channel role is Role.INITIATOR or Role.RESPONDER")
         self.role = role
         self.key_exchange = check_key_exchange(key_exchange)
-        self._keys = as_key_ring(key)
-        self._context = check_context(context)
-        self._record_size = record_size
-        self._local_id = _identity(local_id, "local_id")
-        self._peer_id = _identity(peer_id, "peer_id")
-        self.sealer = Sealer(
-            self._keys.primary,
-            context=context,
+        keys = as_key_ring(key)
+        check_context(context)
+        identities = (_identity(local_id, "local_id"), _identity(peer_id, "peer_id"))
+        self.sealer = Sealer.unkeyed(
+            Suite.for_key(keys.primary),
             record_size=record_size,
             limits=limits,
             auto_key_update=auto_key_update,
             reuse_output=reuse_output,
-            _role=role,
-        )
-        self.opener = Opener(
-            # An initiator offered one key (its header names the primary): the responder must
-            # answer under that key, never under another key of the ring (review finding: any
-            # ring member could otherwise impersonate the server). A responder takes the ring.
-            KeyRing([self._keys.primary]) if role is Role.INITIATOR else self._keys,
-            context=context,
-            max_record_size=max_record_size,
-            limits=limits,
-            ring_size=ring_size,
-            _peer_role=role.peer,
-            _on_peer_header=self._on_peer_header,
-            _on_peer_finished=self._on_peer_finished,
-            _known_fields=CHANNEL_FIELDS,
         )
         self._outbox = bytearray()
         self._initial_taken = False
-        self._shares: InitiatorShares | None = None
-        self._hello = b""  # an initiator's header, until the transcript no longer needs it
-        self._hello_salt = b""
-        self._derived: ChannelKeys | None = None
-        self._suite = self.sealer.suite
-        # the peer's identity once its header verified: the name of the key it proved (a
-        # responder's named KeyRing), else what it sent (a claim)
-        self.peer_id: bytes | None = None
-        if role is Role.INITIATOR:
-            self._shares = InitiatorShares(self.key_exchange, self._ephemeral)
-            self._hello, _ = make_header(
-                self._keys.primary,
-                Role.INITIATOR,
-                record_size,
-                self._context,
-                self._salt,
-                key_exchange=self.key_exchange,
-                fields=self._shares.fields() + self._identity_field(),
-            )
-            self._hello_salt = self._hello[SALT_SLICE]
-            _OWN_HELLOS[self._hello_salt] = self
-            self._outbox += self._hello
+        self._handshake = _Handshake(
+            keys,
+            role,
+            context=context,
+            record_size=record_size,
+            key_exchange=self.key_exchange,
+            identities=identities,
+            sealer=self.sealer,
+            outbox=self._outbox,
+            salt=self._salt,
+            ephemeral=self._ephemeral,
+        )
+        self.opener = Opener(
+            max_record_size=max_record_size, limits=limits, ring_size=ring_size, header_reader=self._handshake
+        )
 
     def __repr__(self) -> str:
         return f"<Channel {self.role.name} {self.key_exchange.name} ready={self.sealer.ready}>"
 
-    def _identity_field(self) -> list[tuple[int, bytes]]:
-        return [(FieldType.IDENTITY, self._local_id)] if self._local_id is not None else []
+    @property
+    def phase(self) -> ChannelPhase:
+        """Where the handshake is (read-only): FAILED as soon as an error was found, even one
+        the next call will raise. Once OPEN, the records' state is ``opener.phase``."""
+        phase = self._handshake.phase
+        if phase is not _OPEN and self.opener.failed:
+            return _FAILED
+        return phase
+
+    @property
+    def peer_id(self) -> bytes | None:
+        """The peer's identity once its header verified: the name of the key it proved (a
+        responder's named KeyRing), else what it sent (a claim); None before, or if none."""
+        return self._handshake.peer_id
 
     def initial_data(self) -> bytes:
         """What to send as soon as the connection exists: the initiator's header; nothing for a
@@ -265,115 +463,25 @@ class Channel:
         handshake's error if it failed, and TruncatedStreamError if the input ended before
         (the handshake then ends: ``end_handshake``)."""
         try:
-            return self.opener.header_verified() and self.sealer.ready
+            verified = self.opener.header_verified()
         except (ProtocolError, StreamBrokenError):  # not a ConcurrencyError: another call is running
             self.end_handshake()
             raise
+        return verified and self._handshake.phase is _OPEN
 
     def end_handshake(self) -> None:
         """Drop the handshake's ephemeral private keys, derived secrets and own header, and
         forget this end as a pending initiator: done when the handshake ends, whatever its
         outcome (confirmed, refused, EOF; the adapters call it on a timeout or a cancellation
-        too). The opener lets go of this channel's hooks, and a failed opener keeps its error
-        without traceback (an equal copy): the error raised to the caller, whose traceback
-        holds these frames, and this channel do not keep each other alive, so a failed
-        connection is freed when its last reference goes, without the cyclic GC. Called before
-        the handshake completed, it fails the channel: HandshakeError ("ended before it
-        completed") from then on, whatever the peer sends."""
-        # ended from outside before it completed (a timeout, a cancellation, the caller): the
-        # opener fails with that, not with what the peer's next bytes would look like as records
-        self._end_handshake(HandshakeError("the handshake was ended before it completed"))
-
-    def _end_handshake(self, unfinished: HandshakeError | None) -> None:
-        self._shares = None
-        self._derived = None
-        self._ephemeral = None
-        self._hello = b""
-        if self._hello_salt:
-            _OWN_HELLOS.pop(self._hello_salt, None)
-        ready = self.sealer.ready
-        self.opener._end_handshake(failed=not ready, error=None if ready else unfinished)
-
-    def _check_identity(self, header: StreamHeader) -> None:
-        sent = header.field(FieldType.IDENTITY)
-        if sent is not None and not 1 <= len(sent) <= MAX_IDENTITY_SIZE:
-            raise HandshakeError(f"the peer's identity must be 1 to {MAX_IDENTITY_SIZE} bytes")
-        if self.role is Role.RESPONDER and header.salt in _OWN_HELLOS and not _self_connections_are_allowed():
-            raise SelfConnectionError(
-                "this initiator header was made by this process: a connection to itself"
-            )
-        # K5: a named key is a name its holder must claim, on either side. Taking the name for
-        # a missing claim (as before review 10b) let a host's own connection, reflected into its
-        # listener, pass as the peer the shared key is named after (the pairwise Selfie).
-        proved = self._keys.identity(header.key_id)
-        if proved is not None and sent != proved:
-            claim = "no identity" if sent is None else f"identity {sent!r}"
-            raise PeerIdentityError(
-                f"the peer proved the key named {proved!r} but sent {claim}: "
-                "the holder of a named key must send that name as its local_id"
-            )
-        # K6, on the identity K5 established: never our own (a connection to itself)
-        if sent is not None and sent == self._local_id:
-            raise SelfConnectionError("the peer claims this end's own identity: a connection to itself?")
-        if self._peer_id is not None and sent != self._peer_id:
-            found = "no identity" if sent is None else f"identity {sent!r}"
-            raise PeerIdentityError(f"the peer sent {found}, expected {self._peer_id!r}")
-        self.peer_id = sent
-
-    def _on_peer_header(self, key: bytes, header: StreamHeader) -> None:
-        """The opener's hook once the peer's header verified: run our half of the exchange."""
-        if self.role is Role.INITIATOR and header.key_id != key_id(self._keys.primary):
-            raise HandshakeError("the responder answered under another key than the one offered")
-        if header.key_exchange < self.key_exchange:
-            raise DowngradeError(
-                f"the peer used key exchange {header.key_exchange.name}, "
-                f"this end requires {self.key_exchange.name}"
-            )
-        if self.role is Role.INITIATOR and header.key_exchange != self.key_exchange:
-            offered = self.key_exchange.name
-            raise HandshakeError(
-                f"the responder answered {header.key_exchange.name} to an offer of {offered}"
-            )
-        self._check_identity(header)
-        self._suite = header.suite
-        if self.role is Role.RESPONDER:
-            fields, shared = respond(header, self._ephemeral)
-            answer, _ = make_header(  # not kept: once queued, the outbox holds it until sent
-                key,
-                Role.RESPONDER,
-                self._record_size,
-                self._context,
-                self._salt,
-                key_exchange=header.key_exchange,
-                fields=fields + self._identity_field(),
-            )
-            self._derived = channel_keys(key, shared, header.raw, answer, self._context)
-            self._outbox += answer
-            self._outbox += self._derived.responder_finished
-        else:
-            if self._shares is None:  # unreachable: an initiator's shares live until Finished
-                raise HandshakeError("the handshake already ended")
-            shared = self._shares.shared_secret(header)
-            self._derived = channel_keys(key, shared, self._hello, header.raw, self._context)
-            self._hello = b""
-
-    def _on_peer_finished(self, finished: bytes) -> bytes:
-        """The opener's hook once the peer's Finished arrived: confirm, key our sealer, return
-        the receive secret. The ephemeral keys are dropped here, whatever the outcome."""
-        derived = self._derived
-        try:
-            if derived is None:  # unreachable: the header hook ran first
-                raise HandshakeError("Finished before the handshake header")
-            initiator = self.role is Role.INITIATOR
-            expected = derived.responder_finished if initiator else derived.initiator_finished
-            if not hmac.compare_digest(finished, expected):
-                raise HandshakeError("key confirmation failed: the peer did not derive the same keys")
-            if initiator:
-                self._outbox += derived.initiator_finished
-                send, receive = derived.initiator_to_responder, derived.responder_to_initiator
-            else:
-                send, receive = derived.responder_to_initiator, derived.initiator_to_responder
-            self.sealer.install_secret(send, self._suite)
-            return receive
-        finally:  # (an error raised here reaches the opener, which keeps it)
-            self._end_handshake(None)
+        too). Called before the handshake completed, it fails the channel: HandshakeError
+        ("ended before it completed") from then on, whatever the peer sends; and the failed
+        opener keeps its error without traceback (``Opener.abandon_header``): the error raised
+        to the caller, whose traceback holds these frames, and this channel do not keep each
+        other alive, so a failed connection is freed when its last reference goes, without
+        the cyclic GC."""
+        handshake = self._handshake
+        handshake.end()
+        if handshake.phase is not _OPEN:
+            # ended from outside before it completed (a timeout, a cancellation, the caller):
+            # the opener fails with that, not with what the peer's next bytes would look like
+            self.opener.abandon_header(HandshakeError("the handshake was ended before it completed"))

@@ -1,6 +1,7 @@
 """The sans-IO record codec: Sealer (plaintext in, records out), Opener (records in, plaintext
 out) and Channel (a Sealer and an Opener keyed for the two directions of one connection).
-Each lives in its own module (``sealer``, ``opener``, ``channel``); this one gathers them.
+Each lives in its own module (``sealer``, ``opener``, ``channel``; the header's parts in
+``header``); this one gathers them.
 
 No awaits, no event loop, no sockets: adapters move bytes, this package decides what they mean.
 
@@ -18,8 +19,8 @@ tracked: copy what you keep).
 
 from __future__ import annotations
 
-from .channel import Channel
+from .channel import Channel, ChannelPhase
 from .opener import Opener, Phase
 from .sealer import Sealer
 
-__all__ = ("Channel", "Opener", "Phase", "Sealer")
+__all__ = ("Channel", "ChannelPhase", "Opener", "Phase", "Sealer")

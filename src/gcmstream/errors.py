@@ -115,6 +115,8 @@ Rules that hold everywhere:
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = (
     "ArmorError",
     "ArmoredInputError",
@@ -242,14 +244,22 @@ class AuthenticationError(ProtocolError):
         )
         self.record_number = record_number
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # copy.copy and pickle rebuild it from its constructor's argument, not its message
+        return type(self), (self.record_number,), self.__dict__
+
 
 class RecordTooLargeError(ProtocolError):
     """A length field exceeds the limit; rejected before the record is buffered."""
 
     def __init__(self, what: str, size: int, limit: int) -> None:
         super().__init__(f"{what} of {size} bytes exceeds the limit of {limit} bytes")
+        self.what = what
         self.size = size
         self.limit = limit
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.what, self.size, self.limit), self.__dict__
 
 
 class MalformedRecordError(ProtocolError):
@@ -351,3 +361,6 @@ class StreamBrokenError(GcmStreamError):
     def __init__(self, original: BaseException) -> None:
         super().__init__(f"stream is broken by an earlier error: {original}")
         self.original = original
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.original,), self.__dict__

@@ -62,6 +62,7 @@ from .format import (
     KeyLimits,
     Keys,
 )
+from .header import HeaderSpec
 from .opener import Opener, Phase
 from .pipeline import CHUNK_SIZE, file_keywords
 from .recipients import DEFAULT_WORK_FACTOR, Identity, Recipient
@@ -153,7 +154,7 @@ def new_sealer(
         context=context,
         record_size=record_size,
         limits=limits,
-        _fields=fields,
+        header_spec=HeaderSpec(fields=fields),
     )
 
 

@@ -4,12 +4,9 @@ Theory of operation
 -------------------
 Phases (``Opener.phase``), in order, each entered once:
 
-* ``HEADER``: the stream header is arriving (its 62-byte fixed part, then a buffer of exactly
-  the announced size, at most ``MAX_HEADER_SIZE``, or 62 + 65,535 + 32 bytes for a reader of
-  recipient stanzas). The fixed part is checked as soon as it is
-  whole (format, size, role, key ID), then the commitment and the fields; on a channel the
-  first hook runs the key exchange, then the peer's 32-byte Finished is read into the same
-  buffer and the second hook confirms it and keys both directions. No ring exists before.
+* ``HEADER``: the stream header is arriving, into the buffer of its ``HeaderReader``
+  (``header.py``), which checks and verifies it (on a channel, with the peer's Finished) and
+  gives the record secret. No ring exists before; the reader is dropped after.
 * ``RECORDS``: records are opened one at a time, in stream order.
 * ``FINAL``: the FINAL record authenticated; its plaintext may still be unread. The end of the
   stream is reported once it is read (``read`` returns b"", ``at_eof`` is True).
@@ -22,7 +19,8 @@ record completed before it has been read; an error found while opening (authenti
 format rule, truncation) is raised at once, or, if the same call already gathered plaintext,
 by the next call. Raising it is what enters FAILED. Feeding never raises a ProtocolError.
 
-Where input lives. Input comes in two ways, and the reader sees one stream:
+Where input lives (``_Input``, the class the Opener's input side is written in; ``Opener``
+itself is the reading side). Input comes in two ways, and the reader sees one stream:
 
 * copied into the ring (``get_buffer``/``buffer_updated``, or ``receive_data`` of a mutable
   buffer): records are opened in place there (``ring.py`` has the ring's invariant);
@@ -43,14 +41,13 @@ plaintext is withheld (wiped) when bytes already follow it. Views handed out (``
 
 from __future__ import annotations
 
+import copy
 import enum
-from collections.abc import Callable, Iterable
-from typing import NoReturn
+from collections.abc import Iterable
 
 from ._turn import Turn
 from .errors import (
     BufferFullError,
-    KeyCommitmentError,
     OutOfRangeError,
     ProtocolError,
     StreamBrokenError,
@@ -60,39 +57,20 @@ from .errors import (
 )
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
-    FINISHED_SIZE,
-    HEADER_FIXED_SIZE,
-    MAGIC,
-    MAX_FIELDS_SIZE,
-    MAX_STANZA_FIELDS_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
     Buffer,
-    HeaderStart,
     KeyLimits,
-    KeyRing,
     Keys,
-    Role,
     StreamHeader,
     Suite,
     TrafficKeys,
-    as_key_ring,
     byte_view,
-    check_context,
-    check_fields_length,
-    check_header_start,
     check_record_size,
-    find_key,
-    header_fault,
-    key_id,
-    parse_fields,
-    parse_header,
-    parse_header_start,
-    record_size_fault,
-    verify_commitment,
 )
-from .recipients import STANZA_FIELD_TYPES, Identity, Unlocker
+from .header import HeaderReader
+from .recipients import Identity
 from .records import RecordLayer
 from .ring import (
     DEFAULT_RING_SIZE,
@@ -124,16 +102,33 @@ _ABSORB_BYTES = 4 * 1024
 _NO_PLAINTEXT = memoryview(bytearray())  # writable and empty: an empty record's output
 _unpack_record_header = RECORD_HEADER.unpack_from
 
-# A channel's hooks: once the peer's header verified, (key, header) runs our half of the key
-# exchange; once the peer's Finished arrived, (finished) confirms it and returns this
-# direction's secret (keying the channel's sealer as a side effect).
-PeerHeaderHook = Callable[[bytes, StreamHeader], None]
-PeerFinishedHook = Callable[[bytes], bytes]
+
+def _plaintext_target(buffer: Buffer) -> memoryview:
+    """``buffer`` as a writable byte view (UnsupportedBufferError before anything is opened)."""
+    if (
+        type(buffer) is memoryview
+        and buffer.format == "B"
+        and buffer.c_contiguous
+        and not buffer.readonly
+        and buffer.ndim == 1
+    ):
+        return buffer  # (no new view: this runs once per record for record-sized reads)
+    return byte_view(buffer, writable=True)
 
 
-def _handshake_ended(*_: object) -> NoReturn:
-    """A channel opener's hooks once its handshake ended (unreachable: no header comes again)."""
-    raise ProtocolError("the handshake already ended")
+def _record_views(
+    ring: RecordRing, pos: int, length: int
+) -> tuple[int, int, memoryview, memoryview, memoryview]:
+    """(position, length, AAD, ciphertext, plaintext) views of the record at ``pos`` in the
+    ring, from the ring's view cache, or sliced and kept there for the next record there."""
+    views = ring.views[pos % VIEW_SLOTS]
+    if views is None or views[0] != pos or views[1] != length:
+        view = ring.view
+        body = pos + RECORD_HEADER_SIZE
+        end = body + length
+        views = (pos, length, view[pos:body], view[body:end], view[body : end - TAG_SIZE])
+        ring.views[pos % VIEW_SLOTS] = views
+    return views
 
 
 class Phase(enum.Enum):
@@ -149,68 +144,31 @@ class Phase(enum.Enum):
 _HEADER, _RECORDS, _FINAL, _FAILED = Phase.HEADER, Phase.RECORDS, Phase.FINAL, Phase.FAILED
 
 
-class Opener:
-    """Opens records into plaintext. One direction, one stream.
-
-    Feed it with ``receive_data(data)`` or ``receive_some(data)`` (``bytes`` are held by
-    reference and opened in place, mutable buffers are copied), or ``get_buffer()`` +
-    ``buffer_updated(n)`` (zero-copy into the ring, the BufferedProtocol shape), and
-    ``receive_eof()`` at the end of input. Read with ``read``/``readinto``/``read_view`` or
-    ``peek`` + ``consume``: each returns None when more input is needed and empty at the
-    authenticated end of the stream.
-
-    Keyed by exactly one of: ``key`` (a pre-shared key or KeyRing), ``identities`` (at most 10,
-    for a one-way stream sealed to recipients) or ``passphrase`` (docs/FORMAT.md 4.4); with the
-    last two, the header's stanzas give the file key, or NoIdentityMatchedError.
-
-    Errors found while feeding are raised by the next read-side call, after every
-    authenticated byte before them has been read. Feeding never raises a ProtocolError.
-    Input held by reference must not change until the opener has read past it.
-
-    Memory: the receive ring holds at most ``max(ring_size, record_size + 26)`` bytes (the
-    announced record size, at most ``max_record_size``: one largest record and the next header
-    at least), allocated when the first record byte arrives, 4 KiB at first, grown with the
-    records that arrive, released once a message is read and shrunk after a small burst
-    (``ring.py``, "Memory that follows use"); plus the header buffer (the 62-byte
-    fixed part, then the announced header and a channel's Finished, released once records
-    start) and at most one input held by reference (the caller's own object, not a copy, unless the
-    caller passed a mutable buffer whose rest did not fit).
-    """
+class _Input:
+    """The input side of the Opener (the class below is its reading side): what is fed, where
+    it is kept until read (the header's reader, the ring, input held by reference), and the
+    errors found while feeding, which wait in ``_error`` for the reader (module docstring)."""
 
     # Slots, not a dict: each unconfirmed connection holds an Opener (docs/FORMAT.md 5.2's bound).
     __slots__ = (
         "__weakref__",
-        "_context",
         "_eof",
         "_error",
         "_final_length",
-        "_header_base",
-        "_header_buf",
-        "_header_got",
-        "_header_key",
-        "_header_need",
-        "_header_start",
         "_held",
         "_held_pos",
-        "_key_refusal",
-        "_keys",
-        "_known_fields",
         "_lent",
         "_limits",
         "_max_ciphertext",
-        "_max_fields_size",
-        "_on_peer_finished",
-        "_on_peer_header",
-        "_peer_role",
         "_phase",
         "_pt_end",
         "_pt_pos",
+        "_reader",
         "_record_wire",
         "_records",
         "_ring",
         "_run_capped",
         "_turn",
-        "_unlocker",
         "_untaken",
         "header",
         "max_record_size",
@@ -218,103 +176,32 @@ class Opener:
         "suite",
     )
 
-    def __init__(
-        self,
-        key: Keys | None = None,
-        *,
-        identities: Iterable[Identity] | None = None,
-        passphrase: str | bytes | None = None,
-        context: Buffer = b"",
-        max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
-        limits: KeyLimits | None = None,
-        ring_size: int = DEFAULT_RING_SIZE,
-        _peer_role: Role = Role.ONE_WAY,
-        _on_peer_header: PeerHeaderHook | None = None,
-        _on_peer_finished: PeerFinishedHook | None = None,
-        _known_fields: frozenset[int] = frozenset(),
-    ) -> None:
-        if (key is not None) + (identities is not None) + (passphrase is not None) != 1:
-            raise TypeError("an Opener takes exactly one of key, identities or passphrase")
-        # A reader of recipient stanzas holds an Unlocker instead of keys: it finds the file key
-        # in the header (docs/FORMAT.md 4.4), whose suite is known only then.
-        self._unlocker = Unlocker(identities, passphrase) if key is None else None
-        if self._unlocker is not None and (_peer_role is not Role.ONE_WAY or _on_peer_header is not None):
-            raise ValueError("identities and passphrases are for one-way streams")
-        keys = as_key_ring(key) if key is not None else None
-        self.suite = Suite.for_key(keys.primary) if keys is not None else Suite.AES_256_GCM
-        self.max_record_size = check_record_size(max_record_size, "max_record_size")
-        ring_capacity(self.max_record_size, ring_size)  # refuse a bad size now, not at the header
-        self.ring_size = ring_size
-        self._keys: KeyRing | None = keys  # kept only until the header is verified
-        stanza_types = STANZA_FIELD_TYPES if self._unlocker is not None else frozenset()
-        # shared, not a copy per opener, when there are no stanzas: one less set per connection
-        self._known_fields = _known_fields | stanza_types if stanza_types else _known_fields
-        # stanzas need more room than a key's header (docs/FORMAT.md 4.4)
-        self._max_fields_size = MAX_STANZA_FIELDS_SIZE if self._unlocker is not None else MAX_FIELDS_SIZE
-        self._context = check_context(context)
-        self._limits = limits or KeyLimits()
-        self._peer_role = _peer_role
-        self._on_peer_header = _on_peer_header
-        self._on_peer_finished = _on_peer_finished
-        self._turn = Turn("this Opener")  # one thread at a time (_turn.py)
-        self._phase = _HEADER
-        self._error: ProtocolError | None = None  # the one slot: waiting (or, once FAILED, raised)
-        self._eof = False
-        self._untaken = False  # receive_some left bytes outside that follow what it took
-        self._run_capped = False  # the last run loop stopped at _CALL_RECORDS
-        # the peer's header (its fixed part first, then exactly its size), and on a channel its
-        # Finished: all an unconfirmed peer makes us hold
-        self._header_buf = bytearray(HEADER_FIXED_SIZE)
-        self._header_got = 0
-        self._header_need = HEADER_FIXED_SIZE  # the whole header's size once its fixed part is read
-        self._header_base = 0  # bytes received before the buffer (the header, while reading Finished)
-        self._header_start: HeaderStart | None = None
-        self._header_key = b""
-        # a channel's refusal of the key ID, kept (never raised: no traceback) to the whole header
-        self._key_refusal: KeyCommitmentError | None = None
-        self.header: StreamHeader | None = None
-        self._records: RecordLayer | None = None  # made once the header verified
-        self._max_ciphertext = 0
-        self._ring: RecordRing | None = None
-        self._held: memoryview | None = None  # input held by reference, from _held_pos on
-        self._held_pos = 0
-        self._lent: memoryview | None = None
-        # the record being read lies in the ring (its wire size; 0: none), its unread plaintext
-        # at [_pt_pos, _pt_end)
-        self._record_wire = 0
-        self._pt_pos = self._pt_end = 0
-        self._final_length = -1  # plaintext bytes of the FINAL record, once it authenticated
-
-    @property
-    def phase(self) -> Phase:
-        """Where the opener is in its stream (read-only; see the module docstring)."""
-        return self._phase
-
-    @property
-    def final_length(self) -> int:
-        """Plaintext bytes of the FINAL record once it authenticated (-1 before): the last
-        ones released, which a caller that finds bytes after it withholds (FORMAT.md 8.2)."""
-        return self._final_length
+    _eof: bool
+    _error: ProtocolError | None  # the one slot: waiting (or, once FAILED, raised)
+    _final_length: int
+    _held: memoryview | None  # input held by reference, from _held_pos on
+    _held_pos: int
+    _lent: memoryview | None
+    _limits: KeyLimits
+    _max_ciphertext: int
+    _phase: Phase
+    _pt_end: int
+    _pt_pos: int
+    _reader: HeaderReader | None  # until the header verified
+    _record_wire: int
+    _records: RecordLayer | None
+    _ring: RecordRing | None
+    _run_capped: bool
+    _turn: Turn
+    _untaken: bool
+    header: StreamHeader | None
+    max_record_size: int
+    ring_size: int
+    suite: Suite
 
     @property
     def records_opened(self) -> int:
         return self._records.records if self._records is not None else 0
-
-    @property
-    def bytes_opened(self) -> int:
-        return self._records.total_bytes if self._records is not None else 0
-
-    @property
-    def record_layer(self) -> RecordLayer | None:
-        """This stream's record layer (``gcmstream.records``: its keys, position and limits)
-        once the header verified, else None. For gcmstream's random access (``open_file``),
-        which opens records by their place with the keys the header gave; reading records
-        through it directly would move them out of this Opener's sight."""
-        return self._records
-
-    def __repr__(self) -> str:
-        state = "failed" if self.failed else "eof" if self.at_eof else "open"
-        return f"<Opener {self.suite.name} records={self.records_opened} {state}>"
 
     # -- feeding -------------------------------------------------------------------------
 
@@ -491,32 +378,28 @@ class Opener:
             self._error = exc.with_traceback(None)
         self._held = None
 
-    def _end_handshake(self, *, failed: bool, error: ProtocolError | None = None) -> None:
-        """The channel's handshake ended: drop its hooks (bound to the channel, which holds
-        this opener: a cycle). If it ``failed``, drop the header state too and keep an equal
-        copy of the error without traceback, cause or context instead of the error itself:
-        that one was raised, and its traceback's frames hold this opener. With no error found
-        yet, ``error`` (why it ended) becomes the opener's: it never waits for input again."""
-        self._on_peer_header = _handshake_ended
-        self._on_peer_finished = _handshake_ended
-        self._key_refusal = None
-        if not failed:
+    def abandon_header(self, error: ProtocolError) -> None:
+        """The header's source gave up on it before it verified (a channel whose handshake
+        ended before it completed: a timeout, a cancellation, or its own failure). The opener
+        is failed from then on: with ``error`` unless an error was found first (raised by the
+        next read, then StreamBrokenError). The error it keeps is a copy without traceback:
+        the one raised went through the caller's frames (a Channel's, which holds this
+        opener), so that a failed connection is freed without the cyclic GC. Does nothing once
+        the header verified."""
+        reader = self._reader
+        if reader is None:
             return
-        if error is not None and self._phase is _HEADER:
+        reader.close()
+        if self._phase is _HEADER:
             self._defer(error)
-        error = self._error
-        if error is not None:
-            copy = type(error).__new__(type(error), *error.args)
-            copy.__dict__.update(error.__dict__)
-            self._error = copy
-        self._header_buf = bytearray()
-        self._header_key = b""
+        if self._error is not None:
+            self._error = copy.copy(self._error)
 
     def _writable(self) -> memoryview:
         if self._error is not None:
             return memoryview(b"")
-        if self._phase is _HEADER:
-            return memoryview(self._header_buf)[self._header_got : self._header_need]
+        if self._reader is not None:  # (the header phase)
+            return self._reader.writable()
         ring = self._ring or self._get_ring()
         head = ring.head
         view = ring.writable()
@@ -525,32 +408,28 @@ class Opener:
             self._pt_end += ring.head - head
         return view
 
-    def _commit(self, nbytes: int) -> None:  # noqa: C901 (the Opener restructure splits it)
+    def _commit(self, nbytes: int) -> None:
         if self._phase is _FINAL:
             self._defer(TrailingDataError(record_number=self.records_opened - 1))
-        elif self._phase is _HEADER:
-            if nbytes < 0 or self._header_got + nbytes > self._header_need:
-                raise OutOfRangeError(f"buffer_updated({nbytes}) exceeds the view that was offered")
-            before = self._header_got
-            self._header_got += nbytes
-            try:
-                if self._header_start is None:
-                    if self._header_got == HEADER_FIXED_SIZE:
-                        self._on_header_start()
-                    elif before <= len(MAGIC):
-                        check_header_start(memoryview(self._header_buf)[: self._header_got])
-                if self._header_start is not None and self._header_got == self._header_need:
-                    if self.header is None:
-                        self._on_header()
-                    else:
-                        self._on_finished()
-            except ProtocolError as exc:
-                self._defer(exc)
+        elif self._reader is not None:  # (the header phase)
+            self._commit_header(self._reader, nbytes)
         else:
             try:
                 (self._ring or self._get_ring()).commit(nbytes)
             except ProtocolError as exc:
                 self._defer(exc)
+
+    def _commit_header(self, reader: HeaderReader, nbytes: int) -> None:
+        try:
+            secret = reader.commit(nbytes, self.max_record_size)
+        except ProtocolError as exc:
+            reader.close()  # nothing more is read into it
+            self._defer(exc)
+            return
+        finally:
+            self.header, self.suite = reader.header, reader.suite
+        if secret is not None:
+            self._enter_records(secret)
 
     def _get_ring(self) -> RecordRing:
         """The ring, allocated when the first record's bytes arrive, not at the header: a
@@ -563,100 +442,6 @@ class Opener:
             self._ring = RecordRing(record_size, capacity, START_CAPACITY)
         return self._ring
 
-    def _on_header_start(self) -> None:
-        """The fixed part arrived: refuse what can be refused before reading more (checks
-        H1..H11: format, sizes, role, key ID, suite), then wait for the rest of the header.
-        H7 (the fields' bound) comes last: a key given for a file sealed to recipients is the
-        wrong key (H10), not a header too long for a key's reader, however many its stanzas."""
-        unlocker = self._unlocker
-        start = parse_header_start(self._header_buf, MAX_STANZA_FIELDS_SIZE)  # H7 below
-        if start.record_size > self.max_record_size:
-            raise record_size_fault(start.record_size, self.max_record_size)
-        expected = self._peer_role
-        if start.role != expected:
-            reason = " (a stream reflected back to its sender?)" if start.role == expected.peer else ""
-            raise header_fault(
-                "H9", f"peer header has role {start.role.name}, expected {expected.name}{reason}"
-            )
-        keys, self._keys = self._keys, None
-        if unlocker is None:
-            if keys is None:  # unreachable: the fixed part is read once
-                raise ProtocolError("header already read")
-            self._header_key = self._find_key(keys, start)
-        check_fields_length(start, self._max_fields_size)
-        self._header_start = start
-        self._header_need = start.size
-        whole = bytearray(start.size + (FINISHED_SIZE if self._on_peer_finished is not None else 0))
-        whole[:HEADER_FIXED_SIZE] = self._header_buf  # (a view of the old buffer may still exist)
-        self._header_buf = whole
-
-    def _find_key(self, keys: KeyRing, start: HeaderStart) -> bytes:
-        """The key the header names. A channel's peer that names no key held here (or names one
-        with another suite) is refused only once its whole header arrived, after the same
-        commitment check against a stand-in key: refused at the fixed part, the hang-up's time
-        and the unread rest (a reset) would tell a keyless prober which key IDs a server holds
-        (SECURITY.md, "Post-quantum authentication"; tests/hostile/test_probe.py)."""
-        try:
-            return find_key(keys, start)
-        except KeyCommitmentError as exc:
-            if self._on_peer_header is None:  # a one-way stream: no prober to hide from
-                raise
-            # kept without its traceback, whose frames hold this opener and its header buffer:
-            # a cycle that made an unknown key ID's pending connection cost more (SECURITY.md)
-            self._key_refusal = exc.with_traceback(None)
-            return bytes(start.suite.key_size)  # never verifies: the refusal is raised anyway
-
-    def _on_header(self) -> None:
-        key, self._header_key = self._header_key, b""
-        raw = bytes(memoryview(self._header_buf)[: self._header_need])
-        # from here the header is held once, as ``raw`` (``header.raw``, its fields sliced from
-        # it when asked for): the receive buffer goes, or shrinks to the Finished still to come
-        self._header_buf = bytearray(FINISHED_SIZE if self._on_peer_header is not None else 0)
-        self._header_base, self._header_got = self._header_got, 0
-        self._header_need = len(self._header_buf)
-        unlocker, self._unlocker = self._unlocker, None
-        if unlocker is not None:
-            key = self._unlock(unlocker, raw)
-        refusal, self._key_refusal = self._key_refusal, None
-        try:
-            secret = verify_commitment(key, raw, self._context)
-        except KeyCommitmentError:
-            if refusal is None:
-                raise
-        if refusal is not None:  # raised here, outside the handler: no context to hold frames
-            raise refusal
-        header = parse_header(raw, self._known_fields, self._max_fields_size)
-        self.header = header
-        if self._on_peer_header is not None:  # a channel: its Finished comes next
-            self._on_peer_header(key, header)
-            return
-        self._enter_records(secret)
-
-    def _unlock(self, unlocker: Unlocker, raw: bytes) -> bytes:
-        """The file key of a header sealed to recipients or a passphrase; the commitment,
-        checked next, then covers every stanza. The fields' structure only (H13) is checked
-        here: an unknown critical type (H14) is judged after the commitment, as with a key, so
-        that one added by someone without the file key is tampering, not "unsupported"."""
-        start = self._header_start
-        if start is None:  # unreachable: the fixed part came first
-            raise ProtocolError("no stream header")
-        fields = parse_fields(raw[HEADER_FIXED_SIZE : HEADER_FIXED_SIZE + start.fields_length])
-        self.suite = start.suite
-        file_key = unlocker.unlock(start.suite, fields)
-        if key_id(file_key) != start.key_id:  # the identity fits: the header was altered
-            refusal = KeyCommitmentError(
-                "the file key a stanza holds is not the one the header names (altered header)"
-            )
-            refusal.rule = "S8"  # damage, not a wrong key (cli.EXIT_CODES)
-            raise refusal
-        return file_key
-
-    def _on_finished(self) -> None:
-        if self._on_peer_finished is None:  # unreachable: only channels wait for Finished
-            raise ProtocolError("no Finished expected")
-        finished = bytes(self._header_buf)
-        self._enter_records(self._on_peer_finished(finished))
-
     def _enter_records(self, secret: bytes) -> None:
         header = self.header
         if header is None:  # unreachable: called once the header verified
@@ -664,13 +449,117 @@ class Opener:
         self._max_ciphertext = header.record_size + TAG_SIZE
         self._records = RecordLayer(TrafficKeys(secret, header.suite), self._limits, header.record_size)
         self._phase = _RECORDS
-        self._header_buf = bytearray()  # read and verified: ``header`` keeps what is needed
+        self._reader = None  # read and verified: ``header`` keeps what is needed
 
     @property
     def header_missing(self) -> int:
         """Bytes still needed to finish the header (and a channel's Finished) as far as known
         now; 0 once records are read. Adapters read no more than this before confirmation."""
-        return self._header_need - self._header_got if self._phase is _HEADER else 0
+        reader = self._reader
+        return reader.missing if reader is not None and self._phase is _HEADER else 0
+
+
+class Opener(_Input):
+    """Opens records into plaintext. One direction, one stream.
+
+    Feed it with ``receive_data(data)`` or ``receive_some(data)`` (``bytes`` are held by
+    reference and opened in place, mutable buffers are copied), or ``get_buffer()`` +
+    ``buffer_updated(n)`` (zero-copy into the ring, the BufferedProtocol shape), and
+    ``receive_eof()`` at the end of input. Read with ``read``/``readinto``/``read_view`` or
+    ``peek`` + ``consume``: each returns None when more input is needed and empty at the
+    authenticated end of the stream.
+
+    Keyed by exactly one of: ``key`` (a pre-shared key or KeyRing), ``identities`` (at most 10,
+    for a one-way stream sealed to recipients) or ``passphrase`` (docs/FORMAT.md 4.4); with the
+    last two, the header's stanzas give the file key, or NoIdentityMatchedError. Or, instead of
+    those and ``context``, by ``header_reader``: a ``gcmstream.header.HeaderReader`` that holds
+    them and reads the peer's header (a Channel passes its handshake's).
+
+    Errors found while feeding are raised by the next read-side call, after every
+    authenticated byte before them has been read. Feeding never raises a ProtocolError.
+    Input held by reference must not change until the opener has read past it.
+
+    Memory: the receive ring holds at most ``max(ring_size, record_size + 26)`` bytes (the
+    announced record size, at most ``max_record_size``: one largest record and the next header
+    at least), allocated when the first record byte arrives, 4 KiB at first, grown with the
+    records that arrive, released once a message is read and shrunk after a small burst
+    (``ring.py``, "Memory that follows use"); plus the header buffer (the 62-byte
+    fixed part, then the announced header and a channel's Finished, released once records
+    start) and at most one input held by reference (the caller's own object, not a copy, unless the
+    caller passed a mutable buffer whose rest did not fit).
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        key: Keys | None = None,
+        *,
+        identities: Iterable[Identity] | None = None,
+        passphrase: str | bytes | None = None,
+        context: Buffer = b"",
+        max_record_size: int = DEFAULT_MAX_RECORD_SIZE,
+        limits: KeyLimits | None = None,
+        ring_size: int = DEFAULT_RING_SIZE,
+        header_reader: HeaderReader | None = None,
+    ) -> None:
+        if header_reader is None:
+            if (key is not None) + (identities is not None) + (passphrase is not None) != 1:
+                raise TypeError("an Opener takes exactly one of key, identities or passphrase")
+            header_reader = HeaderReader(key, identities=identities, passphrase=passphrase, context=context)
+        elif key is not None or identities is not None or passphrase is not None or context:
+            raise TypeError("a header_reader holds the keys and the context: pass them to it")
+        self._reader = header_reader  # until the header verified
+        self.suite = header_reader.suite
+        self.max_record_size = check_record_size(max_record_size, "max_record_size")
+        ring_capacity(self.max_record_size, ring_size)  # refuse a bad size now, not at the header
+        self.ring_size = ring_size
+        self._limits = limits or KeyLimits()
+        self._turn = Turn("this Opener")  # one thread at a time (_turn.py)
+        self._phase = _HEADER
+        self._error = None  # the one slot: waiting (or, once FAILED, raised)
+        self._eof = False
+        self._untaken = False  # receive_some left bytes outside that follow what it took
+        self._run_capped = False  # the last run loop stopped at _CALL_RECORDS
+        self.header = None
+        self._records = None  # made once the header verified
+        self._max_ciphertext = 0
+        self._ring = None
+        self._held = None  # input held by reference, from _held_pos on
+        self._held_pos = 0
+        self._lent = None
+        # the record being read lies in the ring (its wire size; 0: none), its unread plaintext
+        # at [_pt_pos, _pt_end)
+        self._record_wire = 0
+        self._pt_pos = self._pt_end = 0
+        self._final_length = -1  # plaintext bytes of the FINAL record, once it authenticated
+
+    @property
+    def phase(self) -> Phase:
+        """Where the opener is in its stream (read-only; see the module docstring)."""
+        return self._phase
+
+    @property
+    def final_length(self) -> int:
+        """Plaintext bytes of the FINAL record once it authenticated (-1 before): the last
+        ones released, which a caller that finds bytes after it withholds (FORMAT.md 8.2)."""
+        return self._final_length
+
+    @property
+    def bytes_opened(self) -> int:
+        return self._records.total_bytes if self._records is not None else 0
+
+    @property
+    def record_layer(self) -> RecordLayer | None:
+        """This stream's record layer (``gcmstream.records``: its keys, position and limits)
+        once the header verified, else None. For gcmstream's random access (``open_file``),
+        which opens records by their place with the keys the header gave; reading records
+        through it directly would move them out of this Opener's sight."""
+        return self._records
+
+    def __repr__(self) -> str:
+        state = "failed" if self.failed else "eof" if self.at_eof else "open"
+        return f"<Opener {self.suite.name} records={self.records_opened} {state}>"
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -836,52 +725,55 @@ class Opener:
         finally:
             token.append(None)
 
-    def _readinto(self, buffer: Buffer) -> int | None:  # noqa: C901 (the Opener restructure splits it)
+    def _readinto(self, buffer: Buffer) -> int | None:
         if self._lent is not None:
             self._revoke()
         if self._phase is _FAILED:
             self._check_broken()
-        if (
-            type(buffer) is memoryview
-            and buffer.format == "B"
-            and buffer.c_contiguous
-            and not buffer.readonly
-            and buffer.ndim == 1
-        ):
-            target = buffer  # (no new view: this runs once per record for record-sized reads)
-        else:
-            target = byte_view(buffer, writable=True)  # refused before anything is opened
+        target = _plaintext_target(buffer)
         size = len(target)
         got = steps = 0
         while got < size:
-            if self._pt_pos == self._pt_end:  # the current record is read: on to the next
-                if self._record_wire:
-                    self._close_record()
-                if self._phase is _RECORDS:  # runs of plain whole records, the hot paths
-                    self._run_capped = False
-                    ring = self._ring
-                    if ring is not None and ring.complete:
-                        got = self._open_ring_run(ring, target, got)
-                    if self._held is not None and (ring is None or not ring.stored) and not self._run_capped:
-                        got = self._open_run(target, got)  # (held input starts a record)
-                    if got == size or self._run_capped:
-                        break  # (a run that opened _CALL_RECORDS records ends the call)
-                steps += 1
-                if got and steps > _CALL_RECORDS:
-                    break  # enough for one call, one record at a time
-                opened = self._step(target[got:], got)
-                if opened is None:
-                    return got or None
-                got += opened
-                if self._at_end():
-                    break
+            if self._pt_pos != self._pt_end:  # the current record's plaintext, in the ring
+                got = self._copy_current(target, got)
                 continue
-            count = min(self._pt_end - self._pt_pos, size - got)
-            ring = self._ring
-            if ring is not None:
-                target[got : got + count] = ring.view[self._pt_pos : self._pt_pos + count]
-            self._pt_pos += count
-            got += count
+            # the current record is read: on to the next (``_open_runs`` or ``_step`` closes it)
+            if self._phase is _RECORDS:  # runs of plain whole records, the hot paths
+                got = self._open_runs(target, got)
+                if got == size or self._run_capped:
+                    break  # (a run that opened _CALL_RECORDS records ends the call)
+            steps += 1
+            if got and steps > _CALL_RECORDS:
+                break  # enough for one call, one record at a time
+            opened = self._step(target[got:], got)
+            if opened is None:
+                return got or None
+            got += opened
+            if self._at_end():
+                break
+        return got
+
+    def _copy_current(self, target: memoryview, got: int) -> int:
+        """Copy what fits of the current record's plaintext from the ring into ``target``."""
+        count = min(self._pt_end - self._pt_pos, len(target) - got)
+        ring = self._ring
+        if ring is not None:
+            target[got : got + count] = ring.view[self._pt_pos : self._pt_pos + count]
+        self._pt_pos += count
+        return got + count
+
+    def _open_runs(self, target: memoryview, got: int) -> int:
+        """The runs of whole plain records ``readinto`` opens straight into ``target``: those at
+        the ring's head, then those of the held input (which starts a record once the ring
+        holds none); ``_run_capped`` once ``_CALL_RECORDS`` were opened."""
+        if self._record_wire:
+            self._close_record()
+        self._run_capped = False
+        ring = self._ring
+        if ring is not None and ring.complete:
+            got = self._open_ring_run(ring, target, got)
+        if self._held is not None and (ring is None or not ring.stored) and not self._run_capped:
+            got = self._open_run(target, got)
         return got
 
     # -- the steps of reading ----------------------------------------------------------------
@@ -970,18 +862,8 @@ class Opener:
         return False
 
     def _truncation(self) -> str:
-        if self._phase is _HEADER and self._on_peer_finished is not None:
-            received = self._header_base + self._header_got
-            return (
-                f"the connection ended during the handshake ({received} bytes received; "
-                "a peer with another key or context hangs up here)"
-            )
-        if self._phase is _HEADER:
-            if self._header_got:
-                return (
-                    f"input ended inside the stream header ({self._header_got} of {self._header_need} bytes)"
-                )
-            return "input ended before the stream header"
+        if self._reader is not None:  # (the header phase)
+            return self._reader.truncation()
         where = "inside a record" if self._ring is not None and self._ring.stored else "at a record boundary"
         records = f"{self.records_opened} record{'' if self.records_opened == 1 else 's'}"
         return (
@@ -1000,10 +882,7 @@ class Opener:
         if ring is not None and ring.complete:  # in the ring, opened in place
             pos = ring.head
             flags, length = _unpack_record_header(ring.buf, pos)
-            views = ring.views[pos % VIEW_SLOTS]
-            if views is None or views[0] != pos or views[1] != length:
-                views = self._slice_views(ring, pos, length)
-            aad, ciphertext, plaintext = views[2], views[3], views[4]
+            _, _, aad, ciphertext, plaintext = _record_views(ring, pos, length)
         else:  # whole in the held input: read in place, plaintext into a reserved ring slot
             flags, length, aad, ciphertext = self._take_held_record()
             ring = None
@@ -1016,7 +895,7 @@ class Opener:
             plaintext = _NO_PLAINTEXT  # an empty held record needs no memory (no ring for it)
         elif ring is None:
             ring = self._get_ring()
-            plaintext = self._reserve_plaintext(ring, length)
+            plaintext = _record_views(ring, ring.reserve(RECORD_HEADER_SIZE + length), length)[4]
         followed = flags != 0 and self._followed(ring, RECORD_HEADER_SIZE + length)
         if records.open_record(flags, size, aad, ciphertext, plaintext, followed):
             self._final_length = size
@@ -1042,14 +921,6 @@ class Opener:
         if self._held_pos == len(held):
             self._held = None
         return flags, length, held[start:body], held[body : body + length]
-
-    def _reserve_plaintext(self, ring: RecordRing, length: int) -> memoryview:
-        """Room for a held record's plaintext: the body of a slot the ring reserves for it."""
-        pos = ring.reserve(RECORD_HEADER_SIZE + length)
-        views = ring.views[pos % VIEW_SLOTS]
-        if views is None or views[0] != pos or views[1] != length:
-            views = self._slice_views(ring, pos, length)
-        return views[4]
 
     def _followed(self, ring: RecordRing | None, wire_length: int) -> bool:
         """Whether bytes are known to follow the record being opened (a FINAL record must be
@@ -1090,18 +961,6 @@ class Opener:
             budget -= opened
         self._run_capped = not budget
         return got
-
-    def _slice_views(
-        self, ring: RecordRing, pos: int, length: int
-    ) -> tuple[int, int, memoryview, memoryview, memoryview]:
-        """(position, length, AAD, ciphertext, plaintext) views of the record at ``pos``,
-        kept in the view cache for the next record there."""
-        view = ring.view
-        body = pos + RECORD_HEADER_SIZE
-        end = body + length
-        views = (pos, length, view[pos:body], view[body:end], view[body : end - TAG_SIZE])
-        ring.views[pos % VIEW_SLOTS] = views
-        return views
 
     def _close_record(self) -> None:
         if self._ring is not None:

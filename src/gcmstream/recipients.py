@@ -410,14 +410,16 @@ def seal_stanzas(
     passphrase: str | bytes | None = None,
     tag_recipients: bool = False,
     work_factor: int = DEFAULT_WORK_FACTOR,
-    _random: Callable[[int], bytes] = os.urandom,
+    random_bytes: Callable[[int], bytes] = os.urandom,
 ) -> list[tuple[int, bytes]]:
-    """The header fields that carry ``file_key`` to ``recipients`` or to a ``passphrase``."""
+    """The header fields that carry ``file_key`` to ``recipients`` or to a ``passphrase``.
+    ``random_bytes`` replaces ``os.urandom`` for the passphrase stanza's scrypt salt, for
+    known-answer test vectors only."""
     if (recipients is None) == (passphrase is None):
         raise ValueError("give recipients or a passphrase, not both")
     if passphrase is not None:
         check_work_factor(work_factor)
-        salt = _random(SCRYPT_SALT_SIZE)
+        salt = random_bytes(SCRYPT_SALT_SIZE)
         params = _SCRYPT_PARAMS.pack(work_factor, SCRYPT_R, SCRYPT_P)
         wrap = _wrapping_key(_passphrase_bytes(passphrase), salt, work_factor, SCRYPT_R, SCRYPT_P)
         wrapped = wrap.encrypt(_ZERO_NONCE, file_key, _LABEL_PASSPHRASE + params)

@@ -8,8 +8,7 @@ would pass a limit; then it seals with exactly those flags. Output lands in a re
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from ._turn import Turn
 from .errors import NotReadyError, StreamClosedError, UsageError
@@ -30,6 +29,7 @@ from .format import (
     check_record_size,
     make_header,
 )
+from .header import HeaderSpec
 from .recipients import DEFAULT_WORK_FACTOR, FILE_KEY_SIZE, Recipient, seal_stanzas
 from .records import RecordLayer
 
@@ -55,8 +55,12 @@ class Sealer:
     Keyed by exactly one of: ``key`` (a pre-shared key or KeyRing), ``recipients`` (public
     keys: a random file key is wrapped for each; ``tag_recipients=True`` lets each stanza say
     whom it is for) or ``passphrase`` (scrypt at ``work_factor``, log2 of N). The last two
-    are for one-way streams (docs/FORMAT.md 4.4).
+    are for one-way streams (docs/FORMAT.md 4.4). ``header_spec`` (``gcmstream.header.HeaderSpec``)
+    adds typed header fields and, for known-answer test vectors only, fixes the salt and the
+    randomness. A channel's sealer is made by ``Sealer.unkeyed`` and keyed by its handshake.
     """
+
+    _records: RecordLayer | None  # None until keyed (a channel's, by install_secret)
 
     def __init__(
         self,
@@ -71,51 +75,71 @@ class Sealer:
         limits: KeyLimits | None = None,
         auto_key_update: bool = True,
         reuse_output: bool = True,
-        _salt: bytes | None = None,
-        _role: Role = Role.ONE_WAY,
-        _fields: tuple[tuple[int, bytes], ...] = (),
-        _random: Callable[[int], bytes] = os.urandom,
+        header_spec: HeaderSpec | None = None,
     ) -> None:
+        spec = header_spec or HeaderSpec()
         fields: list[tuple[int, bytes]] = []
         if (key is not None) + (recipients is not None) + (passphrase is not None) != 1:
             raise TypeError("a Sealer takes exactly one of key, recipients or passphrase")
         if key is None:
-            if _role is not Role.ONE_WAY:
-                raise ValueError("recipients and passphrases are for one-way streams")
-            # _random is for known-answer tests only, as _salt is
-            key = _random(FILE_KEY_SIZE)
+            key = spec.random_bytes(FILE_KEY_SIZE)
             fields = seal_stanzas(
                 key,
                 recipients=recipients,
                 passphrase=passphrase,
                 tag_recipients=tag_recipients,
                 work_factor=work_factor,
-                _random=_random,
+                random_bytes=spec.random_bytes,
             )
         if isinstance(key, KeyRing):
             key = key.primary  # a ring seals under its primary key; readers find it by its ID
-        self.suite = Suite.for_key(key)
+        self._setup(Suite.for_key(key), record_size, limits, auto_key_update, reuse_output)
+        self.header, secret = make_header(
+            key,
+            Role.ONE_WAY,
+            record_size,
+            context,
+            spec.salt,  # None but for known-answer vectors: a fresh random salt
+            fields=[*fields, *spec.fields],
+            max_fields_size=MAX_STANZA_FIELDS_SIZE,
+        )
+        self._header_sent = False
+        self._records = self._new_layer(secret)
+
+    @classmethod
+    def unkeyed(
+        cls,
+        suite: Suite,
+        *,
+        record_size: int = DEFAULT_RECORD_SIZE,
+        limits: KeyLimits | None = None,
+        auto_key_update: bool = True,
+        reuse_output: bool = True,
+    ) -> Sealer:
+        """A sealer with no key and no header yet: a channel's, which sends the handshake's
+        headers itself and keys this sealer by ``install_secret`` once the handshake is
+        confirmed (``ready`` is False and sealing raises NotReadyError until then)."""
+        sealer = cls.__new__(cls)
+        sealer._setup(suite, record_size, limits, auto_key_update, reuse_output)
+        sealer.header = b""
+        sealer._header_sent = True
+        return sealer
+
+    def _setup(
+        self,
+        suite: Suite,
+        record_size: int,
+        limits: KeyLimits | None,
+        auto_key_update: bool,
+        reuse_output: bool,
+    ) -> None:
+        """What every sealer starts with, keyed or not."""
+        self.suite = suite
         self._reuse_output = reuse_output
         self.record_size = check_record_size(record_size)
         self._limits = limits or KeyLimits()
-        self._records: RecordLayer | None = None
-        if _role is Role.ONE_WAY:
-            # _salt is for known-answer tests only: a repeated salt repeats every key and nonce
-            # _fields: a one-way header's typed fields (the file engine's layout field)
-            self.header, secret = make_header(
-                key,
-                _role,
-                record_size,
-                context,
-                _salt,
-                fields=[*fields, *_fields],
-                max_fields_size=MAX_STANZA_FIELDS_SIZE,
-            )
-            self._records = self._new_layer(secret)
-        else:  # a channel's: the Channel sends the headers, and keys it by install_secret()
-            self.header = b""
+        self._records = None
         self._auto = auto_key_update
-        self._header_sent = not self.header
         self._pending: bytearray | None = None
         self._pending_len = 0
         self._out: bytearray | None = None

@@ -54,6 +54,7 @@ from gcmstream.format import (
     RECORD_HEADER_SIZE,
     TAG_SIZE,
 )
+from gcmstream.header import HeaderSpec
 
 from ..helpers import CONTEXT, KEY, fixed_channel, forge, handshake_bytes, vector_channel
 
@@ -123,7 +124,7 @@ def write_records(sealer: Sealer) -> tuple[bytes, list[bytes]]:
 
 
 def one_way_stream() -> Stream:
-    sealer = Sealer(KEY, context=CONTEXT, record_size=RECORD_SIZE, _salt=SALT)
+    sealer = Sealer(KEY, context=CONTEXT, record_size=RECORD_SIZE, header_spec=HeaderSpec(salt=SALT))
     sealer.take_header()
     body, plaintexts = write_records(sealer)
     records = split_records(body)
@@ -429,7 +430,7 @@ def test_every_reordering(stream: Stream) -> None:
 def test_spliced_from_another_stream(stream: Stream) -> None:
     """Records of another stream under the same key and context (another salt)."""
     if stream.role is Role.ONE_WAY:
-        other = Sealer(KEY, context=CONTEXT, record_size=RECORD_SIZE, _salt=OTHER_SALT)
+        other = Sealer(KEY, context=CONTEXT, record_size=RECORD_SIZE, header_spec=HeaderSpec(salt=OTHER_SALT))
         other_header = other.take_header()
         other_records = split_records(write_records(other)[0])
     else:
@@ -468,7 +469,7 @@ def test_trailing_bytes(stream: Stream, trailer: bytes) -> None:
 def test_trailing_valid_records_longer_than_the_ring() -> None:
     """After FINAL, 200 KiB of correctly framed records from another stream."""
     stream = STREAMS[0]
-    other = Sealer(KEY, context=CONTEXT, record_size=RECORD_SIZE, _salt=OTHER_SALT)
+    other = Sealer(KEY, context=CONTEXT, record_size=RECORD_SIZE, header_spec=HeaderSpec(salt=OTHER_SALT))
     other.take_header()
     trailer = bytes(other.seal(bytes(200 * 1024)))
     check(stream, stream.wire + trailer, TrailingDataError, 4, may_release_final=True)

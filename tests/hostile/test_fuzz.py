@@ -30,6 +30,7 @@ from gcmstream import (
     StreamBrokenError,
 )
 from gcmstream.format import HARD_MAX_RECORD_SIZE, HEADER_SIZE, RECORD_HEADER, RECORD_HEADER_SIZE
+from gcmstream.header import HeaderSpec
 from gcmstream.ring import DEFAULT_RING_SIZE
 
 from ..helpers import KEY, fixed_channel, handshake_bytes
@@ -81,7 +82,12 @@ def _valid_streams() -> list[Valid]:
         (KEY_256, 1000, [2500, 10]),
         (KEY, 16, [16, 16, 5]),
     ):
-        sealer = Sealer(key, context=CONTEXT, record_size=record_size, _salt=bytes([record_size % 256]) * 32)
+        sealer = Sealer(
+            key,
+            context=CONTEXT,
+            record_size=record_size,
+            header_spec=HeaderSpec(salt=bytes([record_size % 256]) * 32),
+        )
         wire = bytearray(sealer.take_header())
         plain = bytearray()
         for i, n in enumerate(sizes):

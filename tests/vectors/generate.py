@@ -5,8 +5,9 @@ Run from the repository root::
     .venv/bin/python tests/vectors/generate.py           # (re)write the files
     .venv/bin/python tests/vectors/generate.py --check   # exit 1 if a file would change
 
-Everything is deterministic: fixed keys, and salts injected through the test-only ``_salt=`` parameter of
-Sealer, so the same gcmstream always writes the same bytes. A valid vector says how to seal
+Everything is deterministic: fixed keys, and salts injected through the test-vector seam of
+Sealer (``header_spec=HeaderSpec(salt=...)``), so the same gcmstream always writes the same
+bytes. A valid vector says how to seal
 (key, salt, context, record size, optional key limits, the plaintext writes and after which of
 them to call ``flush()`` or ``update_key()`` + ``flush()``) and the exact ciphertext that must
 come out; a channel vector (``"mode": "channel"``) gives both salts, each side's writes (sealed
@@ -42,6 +43,7 @@ from gcmstream.format import (  # noqa: E402
     Role,
 )
 from gcmstream.handshake import FixedEphemeral  # noqa: E402
+from gcmstream.header import HeaderSpec  # noqa: E402
 
 KEY128 = bytes(range(16))
 KEY256 = bytes(range(0x20, 0x40))
@@ -84,8 +86,7 @@ class Valid:
             context=self.context,
             record_size=self.record_size,
             limits=limits,
-            _salt=self.salt,
-            _fields=fields,
+            header_spec=HeaderSpec(salt=self.salt, fields=fields),
         )
         out = bytearray()
         last = len(self.writes) - 1

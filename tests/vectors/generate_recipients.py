@@ -21,6 +21,7 @@ from typing import Any
 
 from gcmstream import Identity, Opener, RecipientKind, Role, Sealer
 from gcmstream.format import MAX_STANZA_FIELDS_SIZE, FieldType, make_header
+from gcmstream.header import HeaderSpec
 from gcmstream.recipients import MAX_STANZAS
 
 _B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
@@ -64,8 +65,7 @@ def seal(context: bytes = b"", **keying: Any) -> bytes:
     sealer = Sealer(
         context=context,
         record_size=RECORD_SIZE,
-        _salt=SALT,
-        _random=injected(FILE_KEY, SCRYPT_SALT),
+        header_spec=HeaderSpec(salt=SALT, random_bytes=injected(FILE_KEY, SCRYPT_SALT)),
         **keying,
     )
     return bytes(sealer.seal(PLAINTEXT, final=True))
@@ -129,7 +129,9 @@ def mixed_kinds(*identities: Identity, tagged: bool = False, context: bytes = b"
         body = (item.recipient.tag if tagged else b"") + item.recipient.wrap(FILE_KEY)
         value += struct.pack(">BBH", item.kind, int(tagged), len(body)) + body
     field = ((FieldType.RECIPIENT_STANZAS, value),)
-    sealer = Sealer(FILE_KEY, context=context, record_size=RECORD_SIZE, _salt=SALT, _fields=field)
+    sealer = Sealer(
+        FILE_KEY, context=context, record_size=RECORD_SIZE, header_spec=HeaderSpec(salt=SALT, fields=field)
+    )
     return bytes(sealer.seal(PLAINTEXT, final=True))
 
 

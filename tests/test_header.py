@@ -1,0 +1,208 @@
+"""The header's parts (gcmstream.header): HeaderSpec, what a Sealer's header carries, and
+HeaderReader, what an Opener reads a peer's header with; and the seams built on them (the
+Opener's ``header_reader``, ``Sealer.unkeyed``, ``Opener.abandon_header``)."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import pickle
+import weakref
+from collections.abc import Callable
+
+import pytest
+
+from gcmstream import (
+    Channel,
+    HandshakeError,
+    KeyCommitmentError,
+    NotReadyError,
+    Opener,
+    ProtocolError,
+    Role,
+    Sealer,
+    StreamBrokenError,
+    Suite,
+    TruncatedStreamError,
+)
+from gcmstream.format import HEADER_FIXED_SIZE, SALT_SLICE, FieldType, parse_header
+from gcmstream.header import HeaderReader, HeaderSpec
+from gcmstream.opener import Phase
+
+from .helpers import KEY, SALT
+
+
+def sealed(spec: HeaderSpec | None = None, plaintext: bytes = b"the plaintext") -> bytes:
+    sealer = Sealer(KEY, context=b"ctx", record_size=64, header_spec=spec)
+    return bytes(sealer.seal(plaintext, final=True))
+
+
+def test_a_header_spec_salt_repeats_the_stream_and_the_default_never_does() -> None:
+    """The known-answer seam: a fixed salt gives the same bytes every time (what the vectors
+    need); without it each header draws a fresh salt."""
+    assert sealed(HeaderSpec(salt=SALT)) == sealed(HeaderSpec(salt=SALT))
+    assert sealed(HeaderSpec(salt=SALT))[SALT_SLICE] == SALT
+    assert sealed()[SALT_SLICE] != sealed()[SALT_SLICE]
+
+
+def test_a_header_spec_adds_its_fields_and_the_opener_reads_past_them() -> None:
+    value = b"\x00\x00\x00\x07"
+    wire = sealed(HeaderSpec(fields=((FieldType.FIXED_LAYOUT, value),)))
+    size = HEADER_FIXED_SIZE + int.from_bytes(wire[HEADER_FIXED_SIZE - 2 : HEADER_FIXED_SIZE], "big") + 32
+    header = parse_header(wire[:size], known_fields=(FieldType.FIXED_LAYOUT,))
+    assert header.field(FieldType.FIXED_LAYOUT) == value
+    opener = Opener(KEY, context=b"ctx")
+    opener.receive_data(wire)
+    assert opener.read() == b"the plaintext"
+
+
+def test_a_header_spec_random_bytes_makes_the_file_key_of_a_passphrase_stream() -> None:
+    drawn: list[int] = []
+
+    def fixed(size: int) -> bytes:
+        drawn.append(size)
+        return bytes(size)
+
+    def seal() -> bytes:
+        spec = HeaderSpec(salt=SALT, random_bytes=fixed)
+        sealer = Sealer(passphrase="pass", work_factor=10, record_size=64, header_spec=spec)
+        return bytes(sealer.seal(b"x", final=True))
+
+    assert seal() == seal()
+    assert drawn == [32, 16] * 2  # the file key, then the scrypt salt, per stream
+    opener = Opener(passphrase="pass")
+    opener.receive_data(seal())
+    assert opener.read() == b"x"
+
+
+def test_an_opener_reads_through_the_header_reader_it_is_given() -> None:
+    reader = HeaderReader(KEY, context=b"ctx")
+    opener = Opener(header_reader=reader)
+    opener.receive_data(sealed())
+    assert opener.read() == b"the plaintext" and opener.header is reader.header is not None
+    # the reader carries the keys and the context: the Opener refuses them beside it
+    with pytest.raises(TypeError, match="header_reader"):
+        Opener(KEY, header_reader=HeaderReader(KEY))
+    with pytest.raises(TypeError, match="header_reader"):
+        Opener(context=b"ctx", header_reader=HeaderReader(KEY))
+    with pytest.raises(TypeError, match="exactly one"):
+        HeaderReader()
+    with pytest.raises(ValueError, match="one-way"):
+        HeaderReader(passphrase="pass", role=Role.RESPONDER)
+
+
+def test_a_header_reader_checks_the_role_it_was_given() -> None:
+    opener = Opener(header_reader=HeaderReader(KEY, context=b"ctx", role=Role.INITIATOR))
+    opener.receive_data(sealed())
+    with pytest.raises(ProtocolError, match="role ONE_WAY, expected INITIATOR") as refused:
+        opener.read()
+    assert refused.value.rule == "H9"
+
+
+def test_an_unkeyed_sealer_waits_for_its_secret() -> None:
+    sealer = Sealer.unkeyed(Suite.AES_128_GCM, record_size=64)
+    assert not sealer.ready and sealer.header == b"" and sealer.suite is Suite.AES_128_GCM
+    with pytest.raises(NotReadyError):
+        sealer.seal(b"early")
+    sealer.install_secret(bytes(32))
+    assert bytes(sealer.seal(b"now", flush=True))[:1] == b"\x00"  # a record, no header first
+
+
+def test_abandon_header_fails_an_opener_still_reading_its_header() -> None:
+    opener = Opener(KEY, context=b"ctx")
+    opener.receive_data(sealed()[:10])
+    opener.abandon_header(HandshakeError("given up"))
+    assert opener.failed and not opener.wants_data
+    with pytest.raises(HandshakeError, match="given up"):
+        opener.read()
+    assert opener.phase is Phase.FAILED
+    # once the header verified, it changes nothing
+    done = Opener(KEY, context=b"ctx")
+    done.receive_data(sealed())
+    assert done.read(4) == b"the "
+    done.abandon_header(HandshakeError("too late"))
+    assert not done.failed and done.read() == b"plaintext"
+
+
+def _failing_handshake(how: str) -> Channel:
+    """A responder whose handshake fails at its next ``handshake_complete()``."""
+    channel = Channel(KEY, role=Role.RESPONDER)
+    initiator = Channel(KEY, role=Role.INITIATOR)
+    hello = bytearray(initiator.initial_data())
+    if how == "commitment":
+        hello[-1] ^= 1
+    channel.opener.receive_data(bytes(hello[:-5] if how == "eof" else hello))
+    if how == "eof":
+        channel.opener.receive_eof()
+    elif how == "finished":
+        initiator.opener.receive_data(channel.data_to_send())
+        channel.opener.receive_data(bytes(32))  # a forged Finished
+    elif how == "ended":
+        channel.end_handshake()  # from outside: a timeout, a cancellation
+    return channel
+
+
+HOW = ["eof", "commitment", "finished", "ended"]
+EXPECTED: dict[str, type[ProtocolError]] = {
+    "eof": TruncatedStreamError,
+    "commitment": KeyCommitmentError,
+    "finished": HandshakeError,
+    "ended": HandshakeError,
+}
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_failed_handshake_keeps_a_copy_of_its_error_without_frames(how: str) -> None:
+    """The caller's error keeps its traceback; the opener keeps an equal error without one."""
+    channel = _failing_handshake(how)
+    with pytest.raises(EXPECTED[how]) as caught:
+        channel.handshake_complete()
+    assert caught.value.__traceback__ is not None
+    with pytest.raises(StreamBrokenError) as again:
+        channel.opener.read()
+    kept = again.value.original
+    assert kept is not caught.value and type(kept) is type(caught.value) and str(kept) == str(caught.value)
+    assert kept.__traceback__ is None and kept.__dict__ == caught.value.__dict__
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_failed_channel_is_in_no_reference_cycle(how: str) -> None:
+    """With the cyclic GC off, the failed channel, its opener and its header reader go when
+    the last reference goes: the error raised to the caller went through handshake_complete's
+    frame, which holds the channel, so the opener must not keep that error."""
+    gc.collect()
+    gc.disable()
+    try:
+        channel = _failing_handshake(how)
+        with pytest.raises(EXPECTED[how]):  # (no ExceptionInfo kept: it goes with the block)
+            channel.handshake_complete()
+        refs: list[Callable[[], object]] = [
+            weakref.ref(channel),
+            weakref.ref(channel.opener),
+            weakref.ref(channel._handshake),
+        ]
+        del channel
+        assert [ref() for ref in refs] == [None, None, None]
+    finally:
+        gc.enable()
+
+
+def test_errors_copy_and_pickle_as_equal_errors() -> None:
+    """What abandon_header keeps is copy.copy of the error: the classes whose constructor
+    takes other arguments than their message rebuild from those."""
+    from gcmstream.errors import AuthenticationError, MalformedRecordError, RecordTooLargeError
+
+    errors: list[BaseException] = [
+        AuthenticationError(3),
+        RecordTooLargeError("announced record size", 70_000, 65_536),
+        MalformedRecordError("bad flags", record_number=5),
+        StreamBrokenError(TruncatedStreamError("cut")),
+        KeyCommitmentError("wrong key"),
+    ]
+    errors[-1].rule = "S8"  # type: ignore[attr-defined]
+    for error in errors:
+        for rebuilt in (copy.copy(error), pickle.loads(pickle.dumps(error))):
+            assert type(rebuilt) is type(error) and str(rebuilt) == str(error)
+            assert rebuilt.args == error.args
+            shown = {name: str(value) for name, value in vars(error).items()}
+            assert {name: str(value) for name, value in vars(rebuilt).items()} == shown
