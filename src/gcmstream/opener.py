@@ -305,6 +305,12 @@ class Opener:
         return self._records.total_bytes if self._records is not None else 0
 
     @property
+    def untouched(self) -> bool:
+        """True until it is given any input (or its end): a file's parallel decryption reads
+        the header into it itself, by place."""
+        return self._phase is _HEADER and not self._header_got and not self._header_base and not self._eof
+
+    @property
     def record_layer(self) -> RecordLayer | None:
         """This stream's record layer (``gcmstream.records``: its keys, position and limits)
         once the header verified, else None. For gcmstream's random access (``open_file``),
