@@ -547,10 +547,13 @@ def _placeable(src: int, dst: int) -> bool:
     return dst_stat.st_size <= os.lseek(dst, 0, os.SEEK_CUR)
 
 
+# Plaintext a worker takes at a time (one read and one write): a stop or another worker's failure
+# is seen within one such block. (Tests lower it to spread a few records over many blocks.)
+_BLOCK_BYTES = CHUNK_SIZE
+
+
 def _block_records(record_size: int) -> int:
-    """Records a worker takes at a time: about ``CHUNK_SIZE`` (one read, one write each), so a
-    stop or another worker's failure is seen within one such block."""
-    return max(1, CHUNK_SIZE // record_size)
+    return max(1, _BLOCK_BYTES // record_size)
 
 
 def _pread_into(fd: int, view: memoryview, offset: int) -> int:
