@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -266,30 +267,40 @@ def test_a_damaged_file_gets_what_one_worker_writes_and_raises(
     assert outcomes[0][1] is getattr(gcmstream, str(case["expect"]))
 
 
-def damaged(limits: KeyLimits, data: bytes) -> Iterator[tuple[str, bytes, type[Exception]]]:
+def damaged(limits: KeyLimits, data: bytes) -> Iterator[tuple[str, bytes, type[Exception], int]]:
+    """(name, stream, error, the record edited or -1) of streams damaged in several ways."""
     wire = sequential(data, limits)
     header = len(new_sealer(limits).header)
     size = RECORD + 21
-    for index in (0, 17, 39):  # a record in the middle of a block, FINAL
+    for index in (0, 17, 39):  # a record at the start, in the middle of a block, FINAL
         at = header + index * size + 9
-        yield (
-            f"record {index} edited",
-            wire[:at] + bytes([wire[at] ^ 1]) + wire[at + 1 :],
-            AuthenticationError,
-        )
-    yield "cut at a record boundary", wire[: header + 20 * size], TruncatedStreamError
-    yield "a byte appended", wire + b"\0", TrailingDataError
+        edited = wire[:at] + bytes([wire[at] ^ 1]) + wire[at + 1 :]
+        yield f"record {index} edited", edited, AuthenticationError, index
+    yield "cut at a record boundary", wire[: header + 20 * size], TruncatedStreamError, -1
+    yield "a byte appended", wire + b"\0", TrailingDataError, -1
 
 
 def test_a_damaged_file_from_a_worker_gets_what_one_worker_writes(
-    tmp_path: Path, blocks: Callable[[int], None]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blocks: Callable[[int], None]
 ) -> None:
-    """A record edited anywhere (found by whichever worker), a cut, an appended byte: the
-    same bytes written and the same error, record number included, as one worker."""
+    """A record edited anywhere (found by whichever worker, after the others wrote the blocks
+    after it: its block is slowed down), a cut, an appended byte: the same bytes written and
+    the same error, record number included, as one worker."""
     limits = LIMITS["records"]
     data = os.urandom(39 * RECORD + 5)
     blocks(2)
-    for name, wire, error in damaged(limits, data):
+    open_run_at = KeyChain.open_run_at
+    edited = [-1]
+
+    def slow_on_the_edited_record(self: KeyChain, *args: Any) -> None:
+        count, number = args[2], args[-1]
+        if number <= edited[0] < number + count:
+            time.sleep(0.2)  # the other workers go on with the blocks after this one
+        open_run_at(self, *args)
+
+    monkeypatch.setattr(KeyChain, "open_run_at", slow_on_the_edited_record)
+    for name, wire, error, index in damaged(limits, data):
+        edited[0] = index
         one, first, _ = decrypt_with(tmp_path, wire, 1)
         four, second, _ = decrypt_with(tmp_path, wire, 4)
         assert isinstance(first, error) and isinstance(second, error), name
@@ -301,7 +312,7 @@ def test_decrypt_path_with_a_damaged_record_leaves_no_output(
 ) -> None:
     limits = LIMITS["records"]
     blocks(2)
-    for name, wire, error in damaged(limits, os.urandom(39 * RECORD + 5)):
+    for name, wire, error, _ in damaged(limits, os.urandom(39 * RECORD + 5)):
         (tmp_path / "wire").write_bytes(wire)
         with pytest.raises(error):
             files.decrypt_path(tmp_path / "wire", tmp_path / "out", key=KEY, jobs=3)
