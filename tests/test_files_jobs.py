@@ -515,3 +515,32 @@ def test_ctrl_c_during_a_run_of_workers_leaves_no_output(tmp_path: Path, command
     assert os.listdir(out) == []
     print(f"{command}: exit {elapsed:.3f} s after SIGINT")
     assert elapsed < EXIT_BOUND  # the workers stopped within a block, not at the end
+
+
+@pytest.mark.anyio
+async def test_the_public_file_functions_take_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``encrypt_file``/``decrypt_file`` and their async forms pass ``jobs`` to the engine,
+    which then seals and opens by place."""
+    calls: list[str] = []
+
+    def counting(name: str) -> Callable[..., Any]:
+        method = getattr(KeyChain, name)
+
+        def counted(*args: Any) -> Any:
+            calls.append(name)
+            return method(*args)
+
+        return counted
+
+    for name in ("seal_run_at", "open_run_at"):
+        monkeypatch.setattr(KeyChain, name, counting(name))
+    data = os.urandom(3 * 1024 * 1024 + 1)
+    plain = tmp_path / "plain"
+    plain.write_bytes(data)
+    gcmstream.encrypt_file(plain, tmp_path / "a", key=KEY, jobs=2)
+    await gcmstream.encrypt_file_async(plain, tmp_path / "b", key=KEY, jobs=2)
+    assert calls.count("seal_run_at") >= 2 * 4 and "open_run_at" not in calls
+    gcmstream.decrypt_file(tmp_path / "a", tmp_path / "a.out", key=KEY, jobs=2)
+    await gcmstream.decrypt_file_async(tmp_path / "b", tmp_path / "b.out", key=KEY, jobs=2)
+    assert calls.count("open_run_at") >= 2 * 3
+    assert (tmp_path / "a.out").read_bytes() == (tmp_path / "b.out").read_bytes() == data
