@@ -544,3 +544,36 @@ async def test_the_public_file_functions_take_jobs(tmp_path: Path, monkeypatch: 
     await gcmstream.decrypt_file_async(tmp_path / "b", tmp_path / "b.out", key=KEY, jobs=2)
     assert calls.count("open_run_at") >= 2 * 3
     assert (tmp_path / "a.out").read_bytes() == (tmp_path / "b.out").read_bytes() == data
+
+
+def test_streams_at_an_offset_and_to_recipients(tmp_path: Path, blocks: Callable[[int], None]) -> None:
+    """The workers read and write from the descriptors' positions, not from 0: input after 4
+    bytes of something else, output after 6 bytes already there; a header with recipient
+    stanzas (a longer header) is read by place too."""
+    limits = LIMITS["records"]
+    data = os.urandom(50 * RECORD + 9)
+    expected = sequential(data, limits)
+    blocks(2)
+    src, dst = tmp_path / "plain", tmp_path / "sealed"
+    src.write_bytes(b"junk" + data)
+    dst.write_bytes(b"before")
+    with open(src, "rb") as source, open(dst, "r+b") as out:
+        source.seek(4)
+        out.seek(6)
+        files.encrypt_fd(source.fileno(), out.fileno(), new_sealer(limits), jobs=3)
+        assert (source.tell(), out.tell()) == (4 + len(data), 6 + len(expected))
+    assert dst.read_bytes() == b"before" + expected
+    back = tmp_path / "back"
+    back.write_bytes(b"xy")
+    opener = files.new_opener(KEY)
+    with open(dst, "rb") as source, open(back, "r+b") as out:
+        source.seek(6)
+        out.seek(2)
+        files.decrypt_fd(source.fileno(), out.fileno(), opener, jobs=3)
+        assert (source.tell(), out.tell()) == (6 + len(expected), 2 + len(data))
+    assert back.read_bytes() == b"xy" + data
+    assert opener.records_opened == 0  # (by place)
+    identity = gcmstream.Identity.generate()
+    files.encrypt_path(src, dst, recipients=[identity.recipient], record_size=RECORD, jobs=3)
+    files.decrypt_path(dst, back, identities=[identity], jobs=3)
+    assert back.read_bytes() == b"junk" + data
