@@ -9,6 +9,16 @@ file (``run_in_worker``), so a GiB costs two system calls per MiB and no thread 
 Every Sealer and Opener the engine, ``open_file`` and the CLI's file commands use is made by
 ``new_sealer``/``new_opener``: the one place that takes key material.
 
+Several workers (``jobs`` > 1, a regular file to a regular file): the records of the fixed layout
+(``FixedLayout``) are sealed or opened in blocks of about ``CHUNK_SIZE`` by that many threads,
+each block by one thread at its place (``preadv`` of the input, ``os.pwrite`` of the output),
+each thread with its own ``KeyChain``. A record's place fixes its key generation and nonce, so
+no two threads can use one (key, nonce) (FORMAT.md 4.3.1), and the bytes are those one worker
+writes. On any failure the output is cut back to where it started; a record that fails to
+authenticate makes the engine read the stream again with one worker, so that it writes and
+raises exactly what one worker does. AES-GCM releases the GIL, so threads are enough (no
+process has to be handed key material).
+
 Guarantees, beside the pipeline's (atomic output, fsync, mode 0600, links and FIFOs: see
 ``gcmstream.pipeline``):
 

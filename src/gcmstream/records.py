@@ -390,7 +390,9 @@ class KeyChain:
     """The keys of any key generation of one direction, derived forward (FORMAT.md 5.4) from
     the nearest one kept: the last one used and one every ``CHECKPOINT`` generations, so a file
     with many key updates costs a few TrafficKeys, and a read far from the last one at most
-    ``CHECKPOINT`` derivations. Random access opens records with it (``open_at``)."""
+    ``CHECKPOINT`` derivations. Random access opens records with it (``open_at``), a file's
+    workers seal and open runs at their places (``seal_run_at``, ``open_run_at``). Not shared
+    between threads (it caches keys as it goes): one per thread."""
 
     __slots__ = ("_checkpoints", "_last")
 
