@@ -13,10 +13,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from anyio import to_thread
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -577,3 +580,29 @@ def test_streams_at_an_offset_and_to_recipients(tmp_path: Path, blocks: Callable
     files.encrypt_path(src, dst, recipients=[identity.recipient], record_size=RECORD, jobs=3)
     files.decrypt_path(dst, back, identities=[identity], jobs=3)
     assert back.read_bytes() == b"junk" + data
+
+
+@pytest.mark.anyio
+async def test_a_cancellation_before_the_work_started_returns_at_once() -> None:
+    """anyio never runs a thread call cancelled before a thread took it, so waiting for the
+    work to leave waited ``STOP_WAIT`` (5 s) for nothing: a SIGINT right as the CLI created its
+    output took 5 s to exit. Here the only thread token is held, the call is cancelled while
+    it waits for it, and it returns at once without running."""
+    limiter = to_thread.current_default_thread_limiter()
+    saved = limiter.total_tokens
+    limiter.total_tokens = 1
+    release = threading.Event()
+    ran: list[bool] = []
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(partial(to_thread.run_sync, release.wait, 20))  # takes the token
+            await anyio.sleep(0.05)
+            started = time.monotonic()
+            with anyio.move_on_after(0.1):
+                await files.run_in_worker(lambda stop: ran.append(True))
+            elapsed = time.monotonic() - started
+            release.set()
+    finally:
+        limiter.total_tokens = saved
+    assert elapsed < 1.0
+    assert not ran

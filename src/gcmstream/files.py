@@ -868,11 +868,21 @@ async def run_in_worker(
     temporary output) is done when the cancellation arrives (an output committed before the
     stop request was seen stays: the cancellation came after the work was done). A worker
     blocked where it cannot see ``stop`` (a write to a pipe nobody reads) is given up after
-    ``stop_wait`` seconds: ``on_abandon``."""
+    ``stop_wait`` seconds: ``on_abandon``. A cancellation before the worker thread started
+    ``work`` returns at once, and ``work`` never runs."""
     stop = threading.Event()
     left = threading.Event()
+    # Whether ``work`` started, decided once under the lock: a cancellation that comes before
+    # the worker thread took the call (anyio then never runs it) has nothing to wait for, and
+    # the call, if the thread takes it after all, does not start.
+    turn = threading.Lock()
+    started: list[bool] = []
 
     def target() -> _T:
+        with turn:
+            if stop.is_set():
+                raise _Stopped("stopped before it started")
+            started.append(True)
         try:
             return work(stop=stop)
         finally:
@@ -881,8 +891,11 @@ async def run_in_worker(
     try:
         return await to_thread.run_sync(target, abandon_on_cancel=True)
     except BaseException:
-        stop.set()
-        with anyio.CancelScope(shield=True):
-            if not await to_thread.run_sync(left.wait, stop_wait) and on_abandon is not None:
-                on_abandon()
+        with turn:
+            stop.set()
+            running = bool(started)
+        if running:
+            with anyio.CancelScope(shield=True):
+                if not await to_thread.run_sync(left.wait, stop_wait) and on_abandon is not None:
+                    on_abandon()
         raise
