@@ -176,6 +176,7 @@ def test_each_record_is_sealed_at_one_place_by_one_worker(
     def spy(self: KeyChain, generation: int, seq: int, count: int, *args: Any) -> int:
         with lock:
             sealed.extend((generation, seq + k, threading.current_thread().name) for k in range(count))
+        time.sleep(0.001)  # (a block of real size takes this long: the other threads get a turn)
         return seal_run_at(self, generation, seq, count, *args)
 
     monkeypatch.setattr(KeyChain, "seal_run_at", spy)
