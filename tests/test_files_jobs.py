@@ -339,6 +339,7 @@ class Interrupt:
 
     def wrap(self, method: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any) -> Any:
+            time.sleep(0.001)  # (as a block of real size: every thread gets blocks)
             if threading.current_thread() is not self.main:
                 with self.lock:
                     self.calls += 1
