@@ -641,3 +641,31 @@ def test_an_input_that_changes_size_while_workers_seal_it_leaves_no_output(
     with pytest.raises(OSError, match="input file"):
         files.encrypt_path(plain, tmp_path / "out", key=KEY, record_size=RECORD, jobs=2, progress=progress)
     assert sorted(os.listdir(tmp_path)) == ["plain"]
+
+
+def test_cli_without_jobs_asks_the_default_for_the_input_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No --jobs: the engine gets ``files.default_jobs`` of the input's size (None for a pipe)."""
+    asked: list[int | None] = []
+
+    def default_jobs(size: int | None) -> int:
+        asked.append(size)
+        return 2
+
+    monkeypatch.setattr(files, "default_jobs", default_jobs)
+    sealed: list[int] = []
+    seal_run_at = KeyChain.seal_run_at
+
+    def spy(self: KeyChain, *args: Any) -> int:
+        sealed.append(args[2])
+        return seal_run_at(self, *args)
+
+    monkeypatch.setattr(KeyChain, "seal_run_at", spy)
+    keyfile, plain = tmp_path / "key", tmp_path / "plain"
+    assert run_cli("keygen", "-o", keyfile).status == 0
+    plain.write_bytes(os.urandom(100_000))
+    assert run_cli("encrypt", "-q", "-k", keyfile, plain, "-o", tmp_path / "sealed").status == 0
+    assert asked == [100_000] and sum(sealed) == 2  # one full record and FINAL, by place
+    assert run_cli("encrypt", "-q", "-k", keyfile, "-o", tmp_path / "piped", input=b"x").status == 0
+    assert asked == [100_000, None]
