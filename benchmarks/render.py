@@ -412,7 +412,9 @@ def files_section(d: dict[str, Any]) -> str:
         "the floor (a Python process reading the file with readinto, raw AESGCM encrypt_into or "
         "decrypt_into per 64 KiB record into a reused buffer, os.write to /dev/null), and age. "
         "Random reads: 4 KiB at random offsets through `open_file`, against os.pread of the "
-        "records each read touches plus raw decrypt_into.\n\n"
+        "records each read touches plus raw decrypt_into. Both cores (issue 25): the CLI with "
+        "`--jobs 1` and `--jobs 2`, the floor and rage (pyrage, if importable: bench-only), each "
+        "from a tmpfs file to a tmpfs file.\n\n"
         + table(["command", "wall ms", "CPU ms", "peak RSS MiB"], rows)
         + "\n"
     )

@@ -379,6 +379,19 @@ def _mode(text: str) -> int:
     return mode
 
 
+MAX_JOBS = 64  # workers --jobs may ask for: each holds two blocks of 1 MiB and a thread
+
+
+def _jobs(text: str) -> int:
+    try:
+        jobs = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of workers: {text!r}") from None
+    if not 1 <= jobs <= MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_JOBS}, got {jobs}")
+    return jobs
+
+
 def _context(text: str) -> bytes:
     data = text.encode("utf-8", "surrogateescape")
     if len(data) > MAX_CONTEXT_SIZE:
@@ -563,6 +576,15 @@ def _build_parser() -> argparse.ArgumentParser:
             help=f"largest record to accept, up to 16M (default {limit}); memory grows with it",
         )
 
+    def jobs_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--jobs",
+            metavar="N",
+            type=_jobs,
+            help="workers (threads) for a regular INPUT to a file OUT (default: the usable cores "
+            "from 64M of INPUT up, else 1; stdin, stdout, pipes: 1); the output is the same",
+        )
+
     encrypt = command(
         "encrypt",
         "encrypt a file or stdin",
@@ -619,6 +641,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help=f"plaintext bytes per record, e.g. 16K (default {DEFAULT_RECORD_SIZE // 1024}K); "
         "over 1M, decrypting needs --max-record-size",
     )
+    jobs_option(encrypt)
 
     decrypt = command(
         "decrypt",
@@ -643,6 +666,7 @@ def _build_parser() -> argparse.ArgumentParser:
     reader_keying_options(decrypt)
     io_options(decrypt, "ciphertext")
     max_record_size_option(decrypt)
+    jobs_option(decrypt)
     decrypt.add_argument(
         "--offset",
         metavar="N",
@@ -1273,6 +1297,14 @@ def _record_limit_error(command: str, size: int, limit: int, where: str) -> _Fai
     )
 
 
+def _jobs_for(args: argparse.Namespace, size: int | None) -> int:
+    """--jobs, or the default for an input of ``size`` bytes (None: not a regular file). The
+    engine itself keeps to one worker where records cannot go to their places (pipes)."""
+    from .files import default_jobs
+
+    return args.jobs if args.jobs is not None else default_jobs(size)
+
+
 async def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
     _refuse_same_file(args)
     if "passphrase" in keying:
@@ -1282,7 +1314,10 @@ async def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
             async with _open_output(args.output, args.mode, no_terminal=not args.armor) as out:
-                work = partial(encrypt_fd, source, out, sealer, progress=progress.callback, armor=args.armor)
+                jobs = _jobs_for(args, size)
+                work = partial(
+                    encrypt_fd, source, out, sealer, progress=progress.callback, armor=args.armor, jobs=jobs
+                )
                 await _run_engine(work, out)
         except BaseException:
             progress.close()
@@ -1309,6 +1344,7 @@ async def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                     opener,
                     eager=args.output == "-",
                     progress=progress.callback,
+                    jobs=_jobs_for(args, size),
                 )
                 await _run_engine(work, out)
         except BaseException as exc:

@@ -9,6 +9,16 @@ file (``run_in_worker``), so a GiB costs two system calls per MiB and no thread 
 Every Sealer and Opener the engine, ``open_file`` and the CLI's file commands use is made by
 ``new_sealer``/``new_opener``: the one place that takes key material.
 
+Several workers (``jobs`` > 1, a regular file to a regular file): the records of the fixed layout
+(``FixedLayout``) are sealed or opened in blocks of about ``CHUNK_SIZE`` by that many threads,
+each block by one thread at its place (``preadv`` of the input, ``os.pwrite`` of the output),
+each thread with its own ``KeyChain``. A record's place fixes its key generation and nonce, so
+no two threads can use one (key, nonce) (FORMAT.md 4.3.1), and the bytes are those one worker
+writes. On any failure the output is cut back to where it started; a record that fails to
+authenticate makes the engine read the stream again with one worker, so that it writes and
+raises exactly what one worker does. AES-GCM releases the GIL, so threads are enough (no
+process has to be handed key material).
+
 Guarantees, beside the pipeline's (atomic output, fsync, mode 0600, links and FIFOs: see
 ``gcmstream.pipeline``):
 
@@ -36,6 +46,8 @@ Guarantees, beside the pipeline's (atomic output, fsync, mode 0600, links and FI
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import io
 import os
 import select
@@ -52,40 +64,60 @@ import anyio
 from anyio import to_thread
 
 from ._output import open_output
-from .armor import ArmorEncoder, dearmoring_reader
-from .errors import StreamBrokenError, TrailingDataError, TruncatedStreamError
+from .armor import BEGIN_LINE, ArmorEncoder, dearmoring_reader, is_armored
+from .errors import (
+    AuthenticationError,
+    ProtocolError,
+    StreamBrokenError,
+    TrailingDataError,
+    TruncatedStreamError,
+)
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
     DEFAULT_RECORD_SIZE,
+    FLAG_FINAL,
+    FLAG_KEY_UPDATE,
+    HEADER_FIXED_SIZE,
+    RECORD_HEADER_SIZE,
+    TAG_SIZE,
     Buffer,
     FieldType,
     KeyLimits,
     Keys,
+    StreamHeader,
+    TrafficKeys,
 )
 from .header import HeaderSpec
 from .opener import Opener, Phase
 from .pipeline import CHUNK_SIZE, file_keywords
 from .recipients import DEFAULT_WORK_FACTOR, Identity, Recipient
-from .records import records_per_generation
+from .records import KeyChain, RecordLayer, records_per_generation
 from .sealer import Sealer
 
 if TYPE_CHECKING:
     from .config import Configuration
 
 __all__ = (
+    "PARALLEL_MIN_SIZE",
     "STOP_WAIT",
+    "FixedLayout",
     "Progress",
     "atomic_fd",
     "decrypt_fd",
     "decrypt_path",
+    "default_jobs",
     "encrypt_fd",
     "encrypt_path",
     "fixed_layout_field",
     "layout_generation_size",
+    "layout_of_size",
     "new_opener",
     "new_sealer",
+    "promised_layout",
+    "read_header",
     "records_per_generation",
     "run_in_worker",
+    "usable_cores",
 )
 
 StrPath: TypeAlias = str | os.PathLike[str]
@@ -93,6 +125,7 @@ Progress: TypeAlias = Callable[[int], object]
 _T = TypeVar("_T")
 
 _LAYOUT = struct.Struct(">I")
+_OVERHEAD = RECORD_HEADER_SIZE + TAG_SIZE
 # The ring of a decrypting engine (one read fills up to this much, plus one record) and its
 # output buffer (this much, or two records). Half of CHUNK_SIZE: peak RSS decrypting 1 GiB
 # 37.7 MiB instead of 38.7 at the same CPU, median of 5 (benchmarks/README.md, "Memory").
@@ -191,6 +224,106 @@ def layout_generation_size(value: bytes) -> int | None:
     return count or None
 
 
+# -- the fixed layout (FORMAT.md 4.3): record places by arithmetic ----------------------------
+
+
+class FixedLayout:
+    """Record places of a FIXED_LAYOUT stream: arithmetic (``open_file``'s reads and the
+    parallel engine below both use it)."""
+
+    def __init__(self, header_size: int, record_size: int, per_generation: int, count: int, last: int):
+        self.header_size, self.record_size, self.per_generation = header_size, record_size, per_generation
+        self.count, self.last = count, last  # records, FINAL's plaintext bytes
+        self.length = (count - 1) * record_size + last
+
+    @classmethod
+    def for_plaintext(cls, header_size: int, record_size: int, per_generation: int, size: int) -> FixedLayout:
+        """The layout a writer of full records gives ``size`` plaintext bytes: every full record
+        sealed as it fills, then FINAL with the rest (empty when ``size`` is a multiple)."""
+        full, last = divmod(size, record_size)
+        return cls(header_size, record_size, per_generation, full + 1, last)
+
+    @property
+    def wire_size(self) -> int:
+        """Bytes of the whole stream, header included."""
+        return self.wire_offset(self.count - 1) + _OVERHEAD + self.last
+
+    def find(self, pos: int) -> int:
+        return min(pos // self.record_size, self.count - 1)
+
+    def record(self, index: int) -> tuple[int, int, int, int, int]:
+        """(plaintext start, plaintext size, generation, seq, flags) of record ``index``."""
+        final = index == self.count - 1
+        generation, seq = divmod(index, self.per_generation)
+        flags = FLAG_FINAL if final else FLAG_KEY_UPDATE if seq == self.per_generation - 1 else 0
+        return index * self.record_size, self.last if final else self.record_size, generation, seq, flags
+
+    def runs(self, start: int, stop: int) -> Iterator[tuple[int, int, int, int, int]]:
+        """Records ``start`` up to ``stop`` as runs that one key generation seals alike:
+        (generation, seq of the first, records, plaintext size each, flags of the last).
+        A run ends at a key update (its last record carries KEY_UPDATE) and FINAL is a run
+        of its own, so each run's flags are ``record``'s."""
+        final, per_generation = self.count - 1, self.per_generation
+        index = start
+        while index < stop:
+            generation, seq = divmod(index, per_generation)
+            if index == final:
+                yield generation, seq, 1, self.last, FLAG_FINAL
+                index += 1
+                continue
+            boundary = (generation + 1) * per_generation
+            end = min(stop, boundary, final)
+            yield generation, seq, end - index, self.record_size, FLAG_KEY_UPDATE if end == boundary else 0
+            index = end
+
+    def wire_offset(self, index: int) -> int:
+        return self.header_size + index * (self.record_size + _OVERHEAD)
+
+
+def read_header(fd: int, opener: Opener, base: int = 0) -> tuple[StreamHeader, RecordLayer]:
+    """Feed the header at ``base`` in ``fd`` to ``opener`` (all of its checks; ``pread``, the
+    file position untouched) and return it with its record layer (generation 0, no record
+    opened)."""
+    offset = base
+    need = HEADER_FIXED_SIZE
+    while not opener.header_verified():
+        chunk = os.pread(fd, need, offset) if need else b""
+        if not chunk:
+            opener.receive_eof()
+            continue
+        opener.receive_data(chunk)
+        offset += len(chunk)
+        need = opener.header_missing
+    header = opener.header
+    records = opener.record_layer
+    if header is None or records is None:  # unreachable once header_verified() is True
+        raise TruncatedStreamError("input ended before the stream header")
+    return header, records
+
+
+def promised_layout(header: StreamHeader, limits: KeyLimits) -> int | None:
+    """N of the header's FIXED_LAYOUT field, or None when there is none or FORMAT.md 4.3 says
+    to ignore it (N is 0, not 4 bytes, or past the hard ``limits``): then the file is walked."""
+    value = header.field(FieldType.FIXED_LAYOUT)
+    per_generation = layout_generation_size(value) if value is not None else None
+    if per_generation is None or per_generation > limits.hard_records:
+        return None
+    if per_generation * header.record_size > limits.hard_bytes:
+        return None
+    return per_generation
+
+
+def layout_of_size(header: StreamHeader, per_generation: int, file_size: int) -> FixedLayout | None:
+    """The arithmetic layout of a stream of ``file_size`` bytes; None when no such stream exists."""
+    body = file_size - len(header.raw)
+    if body < _OVERHEAD:
+        return None
+    full, last = divmod(body - _OVERHEAD, header.record_size + _OVERHEAD)
+    if last > header.record_size:
+        return None
+    return FixedLayout(len(header.raw), header.record_size, per_generation, full + 1, last)
+
+
 # -- the loops ------------------------------------------------------------------------------
 
 
@@ -244,13 +377,26 @@ def encrypt_fd(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
     armor: bool = False,
+    jobs: int = 1,
 ) -> None:
     """Encrypt everything ``src`` delivers until its end into ``dst`` (header, records,
     FINAL). Neither descriptor is closed. ``armor``: write the armored text form
     (gcmstream.armor) rather than the binary file. After a failure (a write error, a stop)
-    the Sealer is broken: every later call with it raises StreamBrokenError."""
+    the Sealer is broken: every later call with it raises StreamBrokenError.
+
+    ``jobs`` > 1 with two regular files (``dst`` without ``O_APPEND``, nothing after its
+    position), a fresh Sealer (``Sealer.hand_off_places``) and binary output (armored text
+    has no places): that many threads seal disjoint blocks of records at their places and
+    write them there (``os.pwrite``), the same bytes as one worker (FORMAT.md 4.3.1); ``src``
+    is read as large as it is when this starts (a size change meanwhile is an OSError), and on
+    any failure ``dst`` is cut back to where it was. Otherwise one worker, as ``jobs=1``."""
+    _check_jobs(jobs)
     with _fatal(sealer):
-        _encrypt_fd(src, _ArmoredOutput(dst) if armor else dst, sealer, progress, stop)
+        placed = sealer.hand_off_places() if jobs > 1 and not armor and _placeable(src, dst) else None
+        if placed is None:
+            _encrypt_fd(src, _ArmoredOutput(dst) if armor else dst, sealer, progress, stop)
+        else:
+            _encrypt_placed(src, dst, placed, sealer.record_size, jobs, progress, stop)
 
 
 class _ArmoredOutput:
@@ -307,15 +453,41 @@ def decrypt_fd(
     eager: bool = False,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
+    jobs: int = 1,
 ) -> None:
     """Decrypt the one stream ``src`` delivers into ``dst``, binary or armored (gcmstream.armor:
     told by its first bytes; text that breaks armor's rules raises ArmorError, FINAL's
     plaintext held back until the end line and what follows it passed). ``eager``: write what
     authenticated before every read (pipes, stdout) rather than a full buffer (512 KiB) at a time.
     On failure, the records that authenticated before it are written, then it is raised, and
-    the Opener is broken: every later call with it raises StreamBrokenError."""
+    the Opener is broken: every later call with it raises StreamBrokenError.
+
+    ``jobs`` > 1 with two regular files (``dst`` without ``O_APPEND``, nothing after its
+    position), a fresh Opener and not ``eager``: once the FINAL record authenticated at the
+    place the header's fixed layout and the file size give it, that many threads open disjoint
+    blocks of records at their places and write their plaintext there (``os.pwrite``). A
+    record that fails cuts ``dst`` back and the stream is read again by one worker, which
+    writes and raises exactly what ``jobs=1`` does; a stop, Ctrl-C or I/O error cuts ``dst``
+    back to where it was and is raised. A stream without the fixed layout is read by one
+    worker."""
+    _check_jobs(jobs)
     with _fatal(opener):
+        if (
+            jobs > 1
+            and not eager
+            and opener.untouched
+            and _placeable(src, dst)
+            and not _armored_at(src)
+            and _decrypt_placed(src, dst, opener, jobs, progress, stop)
+        ):
+            return
         _decrypt_fd(src, dst, opener, eager, progress, stop)
+
+
+def _armored_at(fd: int) -> bool:
+    """Whether the regular file ``fd`` holds armored text from its position (its begin line):
+    armored text has no places, so it is read by one worker."""
+    return is_armored(os.pread(fd, len(BEGIN_LINE), os.lseek(fd, 0, os.SEEK_CUR)))
 
 
 def _decrypt_fd(
@@ -387,6 +559,268 @@ def _decrypt_fd(
         view.release()
 
 
+# -- several workers: records by their places (FORMAT.md 4.3.1) ------------------------------
+
+# The CLI's default: every usable core for a regular input from this size up, else one worker
+# (below it the threads' start and the header's derivations weigh more than they save).
+PARALLEL_MIN_SIZE = 64 * 1024 * 1024
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity mask), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # (no affinity on this platform)
+        return os.cpu_count() or 1
+
+
+def default_jobs(size: int | None) -> int:
+    """Workers for an input of ``size`` bytes (None: a pipe, FIFO or terminal): the usable
+    cores from ``PARALLEL_MIN_SIZE`` up, else 1."""
+    return usable_cores() if size is not None and size >= PARALLEL_MIN_SIZE else 1
+
+
+def _check_jobs(jobs: int) -> None:
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a whole number of workers, at least 1 (got {jobs!r})")
+
+
+def _placeable(src: int, dst: int) -> bool:
+    """True when records can be read and written by their places: both are regular files,
+    ``dst`` has no ``O_APPEND`` (Linux's pwrite then ignores the offset) and nothing after
+    its position (so that a failure can cut it back to where it was)."""
+    src_stat, dst_stat = os.fstat(src), os.fstat(dst)
+    if not (stat.S_ISREG(src_stat.st_mode) and stat.S_ISREG(dst_stat.st_mode)):
+        return False
+    if fcntl.fcntl(dst, fcntl.F_GETFL) & os.O_APPEND:
+        return False
+    return dst_stat.st_size <= os.lseek(dst, 0, os.SEEK_CUR)
+
+
+# Plaintext a worker takes at a time (one read and one write): a stop or another worker's failure
+# is seen within one such block. (Tests lower it to spread a few records over many blocks.)
+_BLOCK_BYTES = CHUNK_SIZE
+
+
+def _block_records(record_size: int) -> int:
+    return max(1, _BLOCK_BYTES // record_size)
+
+
+def _pread_into(fd: int, view: memoryview, offset: int) -> int:
+    """Fill ``view`` from ``offset``; fewer bytes only at the file's end."""
+    got = 0
+    while got < len(view):
+        count = os.preadv(fd, [view[got:]], offset + got)
+        if not count:
+            break
+        got += count
+    return got
+
+
+def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+    while view:
+        count = os.pwrite(fd, view, offset)
+        view, offset = view[count:], offset + count
+
+
+def _worker_keys(first: TrafficKeys) -> KeyChain:
+    """A worker's own KeyChain (its own AES contexts and key cache) from the first generation."""
+    return KeyChain(TrafficKeys(first.secret, first.suite, first.generation))
+
+
+def _in_parallel(
+    jobs: int, blocks: int, worker: Callable[[], Callable[[int], None]], stop: threading.Event | None
+) -> None:
+    """Run every block ``0 .. blocks - 1`` once, in ``jobs`` threads (this one and ``jobs - 1``
+    more), each taking the next block when done with one; ``worker()`` makes one thread's
+    block function (its buffers, its keys). The first failure anywhere (an error, a stop
+    request, KeyboardInterrupt) halts every thread after its current block, and all have left
+    when this returns or raises, so nothing writes into the output after it: a Ctrl-C while
+    waiting for them is kept, not raised, until they left. The failure raised is the first one
+    that is not a ProtocolError (Ctrl-C, a stop, an I/O error: what the caller must hear),
+    else the first."""
+    taken = iter(range(blocks))
+    take = threading.Lock()
+    halt = threading.Event()
+    failures: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            run = worker()
+            while not halt.is_set():
+                _check(stop)
+                with take:
+                    block = next(taken, None)
+                if block is None:
+                    return
+                run(block)
+        except BaseException as exc:
+            failures.append(exc)
+            halt.set()
+
+    threads = [threading.Thread(target=loop, name=f"gcmstream-job-{n}", daemon=True) for n in range(1, jobs)]
+    try:
+        for thread in threads:
+            thread.start()
+        loop()
+    finally:
+        for thread in threads:
+            while thread.is_alive():
+                try:
+                    thread.join()
+                except BaseException as exc:  # Ctrl-C while waiting: they leave within a block
+                    failures.append(exc)
+                    halt.set()
+    if failures:
+        raise next((exc for exc in failures if not isinstance(exc, ProtocolError)), failures[0])
+
+
+def _encrypt_placed(
+    src: int,
+    dst: int,
+    placed: tuple[bytes, TrafficKeys, int],
+    record_size: int,
+    jobs: int,
+    progress: Progress | None,
+    stop: threading.Event | None,
+) -> None:
+    """Seal the regular file ``src`` from its position to its end into ``dst`` at its position,
+    in ``jobs`` workers, each sealing whole blocks of records at their places (``FixedLayout``,
+    ``KeyChain.seal_run_at``). On any failure ``dst`` is cut back to where it started."""
+    header, first, per_generation = placed
+    in_base, out_base = os.lseek(src, 0, os.SEEK_CUR), os.lseek(dst, 0, os.SEEK_CUR)
+    size = max(0, os.fstat(src).st_size - in_base)
+    layout = FixedLayout.for_plaintext(len(header), record_size, per_generation, size)
+    per_block = _block_records(record_size)
+    blocks = -(-layout.count // per_block)
+    report = threading.Lock()
+
+    def worker() -> Callable[[int], None]:
+        chain = _worker_keys(first)
+        plain = memoryview(bytearray(per_block * record_size))
+        wire = memoryview(bytearray(per_block * (record_size + _OVERHEAD)))
+
+        def run(block: int) -> None:
+            start = block * per_block
+            end = min(layout.count, start + per_block)
+            offset = start * record_size
+            length = min(size, end * record_size) - offset
+            if _pread_into(src, plain[:length], in_base + offset) != length:
+                raise OSError(errno.EIO, "the input file shrank while it was encrypted")
+            pos = taken = 0
+            for generation, seq, count, each, flags in layout.runs(start, end):
+                pos += chain.seal_run_at(generation, seq, count, each, flags, plain[taken:], wire[pos:])
+                taken += count * each
+            _pwrite_all(dst, wire[:pos], out_base + layout.wire_offset(start))
+            if progress is not None:
+                with report:
+                    progress(length)
+
+        return run
+
+    try:
+        _pwrite_all(dst, memoryview(header), out_base)
+        _in_parallel(min(jobs, blocks), blocks, worker, stop)
+        if os.fstat(src).st_size != in_base + size:  # what was sealed is not the whole input
+            raise OSError(errno.EIO, "the input file changed size while it was encrypted")
+    except BaseException:
+        os.ftruncate(dst, out_base)  # no output: some records may be missing (holes of zeros)
+        raise
+    os.lseek(src, in_base + size, os.SEEK_SET)
+    os.lseek(dst, out_base + layout.wire_size, os.SEEK_SET)
+
+
+def _final_at_place(src: int, in_base: int, layout: FixedLayout, first: TrafficKeys) -> bytearray | None:
+    """The FINAL record's plaintext, if it authenticates exactly where the layout puts it."""
+    _, size, generation, seq, flags = layout.record(layout.count - 1)
+    wire = memoryview(bytearray(size + _OVERHEAD))
+    plain = bytearray(size)
+    if _pread_into(src, wire, in_base + layout.wire_offset(layout.count - 1)) != len(wire):
+        return None
+    try:
+        _worker_keys(first).open_at(generation, seq, flags, wire, memoryview(plain), layout.count - 1)
+    except AuthenticationError:
+        return None
+    return plain
+
+
+def _decrypt_placed(
+    src: int,
+    dst: int,
+    opener: Opener,
+    jobs: int,
+    progress: Progress | None,
+    stop: threading.Event | None,
+) -> bool:
+    """Open the stream in the regular file ``src`` (from its position) into ``dst`` (at its
+    position) in ``jobs`` workers, each opening whole blocks of records at their places, after
+    the FINAL record authenticated at its place; True when done. False, with nothing written
+    and ``src`` just after the header (read into ``opener``), when the stream does not keep
+    the fixed layout, or when a record fails (``dst`` cut back to where it started): then the
+    caller reads it sequentially, which writes what a sequential reader writes and raises its
+    error. A stop, Ctrl-C or I/O error cuts ``dst`` back and is raised."""
+    in_base, out_base = os.lseek(src, 0, os.SEEK_CUR), os.lseek(dst, 0, os.SEEK_CUR)
+    header, records = read_header(src, opener, in_base)
+    os.lseek(src, in_base + len(header.raw), os.SEEK_SET)  # where a sequential reader goes on
+    per_generation = promised_layout(header, records.limits)
+    if per_generation is None:
+        return False
+    layout = layout_of_size(header, per_generation, os.fstat(src).st_size - in_base)
+    first = records.keys
+    final = _final_at_place(src, in_base, layout, first) if layout is not None else None
+    if layout is None or final is None:
+        return False
+    record_size = layout.record_size
+    per_block = _block_records(record_size)
+    full = layout.count - 1  # the records before FINAL: all full
+    blocks = -(-full // per_block)
+    report = threading.Lock()
+
+    def worker() -> Callable[[int], None]:
+        chain = _worker_keys(first)
+        wire = memoryview(bytearray(per_block * (record_size + _OVERHEAD)))
+        plain = memoryview(bytearray(per_block * record_size))
+
+        def run(block: int) -> None:
+            start = block * per_block
+            end = min(full, start + per_block)
+            length = (end - start) * (record_size + _OVERHEAD)
+            if _pread_into(src, wire[:length], in_base + layout.wire_offset(start)) != length:
+                raise TruncatedStreamError("the file shrank while it was decrypted")
+            pos = got = 0
+            index = start
+            for generation, seq, count, each, flags in layout.runs(start, end):
+                chain.open_run_at(generation, seq, count, each, flags, wire[pos:], plain[got:], index)
+                pos += count * (each + _OVERHEAD)
+                got += count * each
+                index += count
+            _pwrite_all(dst, plain[:got], out_base + start * record_size)
+            if progress is not None:
+                with report:
+                    progress(length)
+
+        return run
+
+    try:
+        _in_parallel(max(1, min(jobs, blocks)), blocks, worker, stop)
+        if _pread_into(src, memoryview(bytearray(1)), in_base + layout.wire_size):
+            raise TrailingDataError("data follows the FINAL record")  # (it grew since)
+        _pwrite_all(dst, memoryview(final), out_base + full * record_size)
+    except ProtocolError:
+        os.ftruncate(dst, out_base)
+        return False
+    except BaseException:
+        os.ftruncate(dst, out_base)
+        raise
+    finally:
+        final[:] = bytes(len(final))
+    if progress is not None:
+        progress(len(header.raw) + layout.wire_size - layout.wire_offset(full))
+    os.lseek(src, in_base + layout.wire_size, os.SEEK_SET)
+    os.lseek(dst, out_base + layout.length, os.SEEK_SET)
+    return True
+
+
 # -- paths ----------------------------------------------------------------------------------
 
 
@@ -419,9 +853,11 @@ def encrypt_path(
     limits: KeyLimits | None = None,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
+    jobs: int = 1,
 ) -> None:
-    """Encrypt the file ``src`` into ``dst`` atomically, in this thread. Keyed, or given
-    ``config=``, as ``gcmstream.pipeline``'s functions (``limits`` too)."""
+    """Encrypt the file ``src`` into ``dst`` atomically, in this thread and ``jobs - 1`` more
+    (``encrypt_fd``). Keyed, or given ``config=``, as ``gcmstream.pipeline``'s functions
+    (``limits`` too)."""
     options = file_keywords(
         config,
         key=key,
@@ -435,7 +871,7 @@ def encrypt_path(
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
         with atomic_fd(dst, stop=stop) as out:
-            encrypt_fd(fd, out, sealer, progress=progress, stop=stop)
+            encrypt_fd(fd, out, sealer, progress=progress, stop=stop, jobs=jobs)
     finally:
         os.close(fd)
 
@@ -452,10 +888,12 @@ def decrypt_path(
     max_record_size: int | None = None,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
+    jobs: int = 1,
 ) -> None:
-    """Decrypt the file ``src`` into ``dst`` atomically, in this thread: ``dst`` appears only
-    once the FINAL record authenticated and nothing followed it. Keyed, or given ``config=``,
-    as ``gcmstream.pipeline``'s functions."""
+    """Decrypt the file ``src`` into ``dst`` atomically, in this thread and ``jobs - 1`` more
+    (``decrypt_fd``): ``dst`` appears only once every record, FINAL included, authenticated
+    and nothing followed it. Keyed, or given ``config=``, as ``gcmstream.pipeline``'s
+    functions."""
     options = file_keywords(
         config,
         key=key,
@@ -468,7 +906,7 @@ def decrypt_path(
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
         with atomic_fd(dst, stop=stop) as out:
-            decrypt_fd(fd, out, opener, progress=progress, stop=stop)
+            decrypt_fd(fd, out, opener, progress=progress, stop=stop, jobs=jobs)
     finally:
         os.close(fd)
 
@@ -481,11 +919,21 @@ async def run_in_worker(
     temporary output) is done when the cancellation arrives (an output committed before the
     stop request was seen stays: the cancellation came after the work was done). A worker
     blocked where it cannot see ``stop`` (a write to a pipe nobody reads) is given up after
-    ``stop_wait`` seconds: ``on_abandon``."""
+    ``stop_wait`` seconds: ``on_abandon``. A cancellation before the worker thread started
+    ``work`` returns at once, and ``work`` never runs."""
     stop = threading.Event()
     left = threading.Event()
+    # Whether ``work`` started, decided once under the lock: a cancellation that comes before
+    # the worker thread took the call (anyio then never runs it) has nothing to wait for, and
+    # the call, if the thread takes it after all, does not start.
+    turn = threading.Lock()
+    started: list[bool] = []
 
     def target() -> _T:
+        with turn:
+            if stop.is_set():
+                raise _Stopped("stopped before it started")
+            started.append(True)
         try:
             return work(stop=stop)
         finally:
@@ -494,8 +942,11 @@ async def run_in_worker(
     try:
         return await to_thread.run_sync(target, abandon_on_cancel=True)
     except BaseException:
-        stop.set()
-        with anyio.CancelScope(shield=True):
-            if not await to_thread.run_sync(left.wait, stop_wait) and on_abandon is not None:
-                on_abandon()
+        with turn:
+            stop.set()
+            running = bool(started)
+        if running:
+            with anyio.CancelScope(shield=True):
+                if not await to_thread.run_sync(left.wait, stop_wait) and on_abandon is not None:
+                    on_abandon()
         raise

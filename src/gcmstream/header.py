@@ -161,6 +161,11 @@ class HeaderReader:
         """Bytes still needed to finish the header (and a Finished) as far as known now."""
         return self._need - self._got
 
+    @property
+    def received(self) -> int:
+        """Header (and Finished) bytes received so far."""
+        return self._base + self._got
+
     def writable(self) -> memoryview:
         """Where the next header bytes go: exactly what is missing, nothing of a record."""
         return memoryview(self._buf)[self._got : self._need]

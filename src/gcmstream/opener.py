@@ -550,6 +550,13 @@ class Opener(_Input):
         return self._records.total_bytes if self._records is not None else 0
 
     @property
+    def untouched(self) -> bool:
+        """True until it is given any input (or its end): a file's parallel decryption reads
+        the header into it itself, by place."""
+        reader = self._reader
+        return self._phase is _HEADER and reader is not None and reader.received == 0 and not self._eof
+
+    @property
     def record_layer(self) -> RecordLayer | None:
         """This stream's record layer (``gcmstream.records``: its keys, position and limits)
         once the header verified, else None. For gcmstream's random access (``open_file``),

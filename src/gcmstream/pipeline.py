@@ -455,11 +455,14 @@ async def encrypt_file_async(
     context: Buffer | None = None,
     record_size: int | None = None,
     progress: Progress | None = None,
+    jobs: int = 1,
 ) -> None:
     """Encrypt the file ``src`` into ``dst`` (atomically: see the module docs), with the file
     engine (``gcmstream.files``) in one worker thread; ``progress`` is called there. When the
     task is cancelled the engine stops within one 1 MiB read, or within one short poll while a
-    pipe or FIFO given as ``src`` is idle, and ``dst`` is left as it was."""
+    pipe or FIFO given as ``src`` is idle, and ``dst`` is left as it was. ``jobs``: threads
+    that seal records at their places when ``src`` is a regular file (docs/FORMAT.md 4.3.1:
+    the bytes one thread writes; default 1)."""
     from .files import encrypt_path, run_in_worker  # (files.py builds on this module)
 
     await run_in_worker(
@@ -474,6 +477,7 @@ async def encrypt_file_async(
             context=context,
             record_size=record_size,
             progress=progress,
+            jobs=jobs,
         )
     )
 
@@ -489,10 +493,13 @@ async def decrypt_file_async(
     context: Buffer | None = None,
     max_record_size: int | None = None,
     progress: Progress | None = None,
+    jobs: int = 1,
 ) -> None:
-    """Decrypt the file ``src`` into ``dst``; ``dst`` appears only once the FINAL record
-    authenticated, and is left untouched on any error. The file engine runs in one worker
-    thread (``progress`` is called there), as for ``encrypt_file_async``."""
+    """Decrypt the file ``src`` into ``dst``; ``dst`` appears only once every record, FINAL
+    included, authenticated, and is left untouched on any error. The file engine runs in one
+    worker thread (``progress`` is called there), as for ``encrypt_file_async``. ``jobs``:
+    threads that open records at their places when ``src`` is a regular file with the fixed
+    layout (docs/FORMAT.md 4.3.1: the same output and errors as one thread; default 1)."""
     from .files import decrypt_path, run_in_worker
 
     await run_in_worker(
@@ -507,6 +514,7 @@ async def decrypt_file_async(
             context=context,
             max_record_size=max_record_size,
             progress=progress,
+            jobs=jobs,
         )
     )
 
@@ -522,9 +530,10 @@ def encrypt_file(
     context: Buffer | None = None,
     record_size: int | None = None,
     progress: Progress | None = None,
+    jobs: int = 1,
 ) -> None:
     """Synchronous ``encrypt_file_async`` for scripts: the file engine in the calling thread
-    (Ctrl-C stops it and leaves ``dst`` as it was)."""
+    and ``jobs - 1`` more (Ctrl-C stops them and leaves ``dst`` as it was)."""
     from .files import encrypt_path
 
     encrypt_path(
@@ -537,6 +546,7 @@ def encrypt_file(
         context=context,
         record_size=record_size,
         progress=progress,
+        jobs=jobs,
     )
 
 
@@ -551,8 +561,10 @@ def decrypt_file(
     context: Buffer | None = None,
     max_record_size: int | None = None,
     progress: Progress | None = None,
+    jobs: int = 1,
 ) -> None:
-    """Synchronous ``decrypt_file_async`` for scripts: the file engine in the calling thread."""
+    """Synchronous ``decrypt_file_async`` for scripts: the file engine in the calling thread
+    and ``jobs - 1`` more."""
     from .files import decrypt_path
 
     decrypt_path(
@@ -565,4 +577,5 @@ def decrypt_file(
         context=context,
         max_record_size=max_record_size,
         progress=progress,
+        jobs=jobs,
     )

@@ -15,9 +15,11 @@ Each path exists once:
   plaintext wiped on any failure); ``open_plain_bytes`` is its ``bytes``-returning form for a
   lone plain record, and refuses (None) anything it would not open the same way;
 * open a run of whole plain records: ``RecordLayer.open_run``, the hot loop, called once per run;
-* open a record at a known place (random access): ``KeyChain.open_at``;
+* open a record, or a run of them, at a known place (random access, a file's parallel
+  decryption): ``KeyChain.open_at``, ``KeyChain.open_run_at``;
 * seal: ``RecordLayer.seal_one`` (one plain record) and ``RecordLayer.seal_run`` (records with
-  the flags ``plan_flags`` gave).
+  the flags ``plan_flags`` gave); a run at a known place (a file's parallel encryption, whose
+  places come from the fixed layout): ``KeyChain.seal_run_at``.
 """
 
 from __future__ import annotations
@@ -391,7 +393,9 @@ class KeyChain:
     """The keys of any key generation of one direction, derived forward (FORMAT.md 5.4) from
     the nearest one kept: the last one used and one every ``CHECKPOINT`` generations, so a file
     with many key updates costs a few TrafficKeys, and a read far from the last one at most
-    ``CHECKPOINT`` derivations. Random access opens records with it (``open_at``)."""
+    ``CHECKPOINT`` derivations. Random access opens records with it (``open_at``), a file's
+    workers seal and open runs at their places (``seal_run_at``, ``open_run_at``). Not shared
+    between threads (it caches keys as it goes): one per thread."""
 
     __slots__ = ("_checkpoints", "_last")
 
@@ -422,16 +426,89 @@ class KeyChain:
         ``flags``, from ``wire`` (its header and ciphertext) into ``out`` (its plaintext size):
         the associated data is what its place requires, so a record moved, cut, altered or
         relabelled fails as AuthenticationError, with ``out`` wiped."""
-        aad = _pack_record_header(flags, len(out) + TAG_SIZE)
-        if wire[:RECORD_HEADER_SIZE] != aad:  # moved, cut or relabelled: it cannot authenticate
-            out[:] = bytes(len(out))
-            raise AuthenticationError(number)
+        self.open_run_at(generation, seq, 1, len(out), flags, wire, out, number)
+
+    def open_run_at(
+        self,
+        generation: int,
+        seq: int,
+        count: int,
+        size: int,
+        last_flags: int,
+        wire: memoryview,
+        out: memoryview,
+        number: int,
+    ) -> None:
+        """Open ``count`` consecutive records of ``size`` plaintext bytes each, records
+        ``number``.. under key ``generation`` from ``seq`` (plain but the last, which carries
+        ``last_flags``), from ``wire`` (their headers and ciphertexts, back to back) into
+        ``out`` (their plaintexts, back to back). Each stored header must equal the one its
+        place requires and is the associated data, so a record moved, cut, altered or
+        relabelled fails as AuthenticationError with its number, and all of ``out`` wiped.
+
+        Thread-safe for distinct KeyChains (a file's parallel decryption): the nonce buffer
+        is this call's own, never the TrafficKeys' shared one."""
         keys = self(generation)
-        try:
-            keys.decrypt_into(keys.nonce(seq), wire[RECORD_HEADER_SIZE:], aad, out)
-        except InvalidTag:
-            out[:] = bytes(len(out))
-            raise AuthenticationError(number) from None
+        decrypt_into = keys.decrypt_into
+        _, pack_low, iv_low = keys.nonce_parts
+        nonce = bytearray(keys.nonce(seq))  # this call's own buffer (threads never share one)
+        wire_size = size + RECORD_HEADER_SIZE + TAG_SIZE
+        aad = _pack_record_header(0, size + TAG_SIZE)
+        pos = got = 0
+        last = count - 1
+        for index in range(count):
+            if index == last and last_flags:
+                aad = _pack_record_header(last_flags, size + TAG_SIZE)
+            body = pos + RECORD_HEADER_SIZE
+            if wire[pos:body] != aad:  # moved, cut or relabelled: it cannot authenticate
+                out[: count * size] = bytes(count * size)
+                raise AuthenticationError(number + index)
+            pack_low(nonce, 4, iv_low ^ (seq + index))
+            try:
+                decrypt_into(nonce, wire[body : pos + wire_size], aad, out[got : got + size])
+            except InvalidTag:
+                out[: count * size] = bytes(count * size)
+                raise AuthenticationError(number + index) from None
+            pos += wire_size
+            got += size
+
+    def seal_run_at(
+        self,
+        generation: int,
+        seq: int,
+        count: int,
+        size: int,
+        last_flags: int,
+        src: memoryview,
+        out: memoryview,
+    ) -> int:
+        """Seal ``count`` consecutive records of ``size`` plaintext bytes each from ``src``
+        into ``out`` (header and ciphertext, back to back) under key ``generation`` from
+        ``seq``, plain but the last, which carries ``last_flags``; return the bytes written.
+
+        The place of a record (its generation and seq) is its nonce, so records sealed at
+        distinct places never share a (key, nonce) pair whoever seals them: a file's parallel
+        encryption gives each worker a disjoint range of places (docs/FORMAT.md 4.3.1). The
+        caller keeps ``seq + count`` within the generation's records (the layout's N). Thread-
+        safe for distinct KeyChains: the nonce buffer is this call's own."""
+        keys = self(generation)
+        encrypt_into = keys.aead.encrypt_into
+        _, pack_low, iv_low = keys.nonce_parts
+        nonce = bytearray(keys.nonce(seq))  # this call's own buffer (threads never share one)
+        wire_size = size + RECORD_HEADER_SIZE + TAG_SIZE
+        aad = _pack_record_header(0, size + TAG_SIZE)
+        pos = taken = 0
+        last = count - 1
+        for index in range(count):
+            if index == last and last_flags:
+                aad = _pack_record_header(last_flags, size + TAG_SIZE)
+            body = pos + RECORD_HEADER_SIZE
+            out[pos:body] = aad
+            pack_low(nonce, 4, iv_low ^ (seq + index))
+            encrypt_into(nonce, src[taken : taken + size], aad, out[body : pos + wire_size])
+            pos += wire_size
+            taken += size
+        return pos
 
 
 # -- Tink's segments ------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from .format import (
 )
 from .header import HeaderSpec
 from .recipients import DEFAULT_WORK_FACTOR, FILE_KEY_SIZE, Recipient, seal_stanzas
-from .records import RecordLayer
+from .records import RecordLayer, records_per_generation
 
 __all__ = ("Sealer",)
 
@@ -321,6 +321,30 @@ class Sealer:
                 raise StreamClosedError("the stream header was already taken")
             self._header_sent = True
             return self.header
+
+    def hand_off_places(self) -> tuple[bytes, TrafficKeys, int] | None:
+        """For sealing a whole stream's records by their places elsewhere (``gcmstream.files``'
+        parallel encryption): the header, the first key generation's keys and N, the records
+        per key generation that full records give (``records_per_generation``, FORMAT.md 4.3).
+        This Sealer is then closed (later seals raise StreamClosedError), so it can never
+        seal a record at a place another sealer used. None, with nothing changed, when the
+        places would not be those this Sealer gives: its header was taken or something sealed,
+        pending or requested, automatic key update off, or a full record past ``hard_bytes``."""
+        with self._turn:
+            records = self._records
+            if (
+                records is None
+                or self._closed
+                or self._header_sent
+                or records.records
+                or self._pending_len
+                or self._update_requested
+                or not self._auto
+                or self.record_size > self._limits.hard_bytes
+            ):
+                return None
+            self._closed = self._header_sent = True
+            return self.header, records.keys, records_per_generation(self.record_size, self._limits)
 
     # -- internals ---------------------------------------------------------------------------
 

@@ -63,17 +63,14 @@ from .errors import (
     TruncatedStreamError,
     UnsupportedEndpointError,
 )
-from .files import layout_generation_size, new_opener
+from .files import FixedLayout, layout_of_size, new_opener, promised_layout, read_header
 from .format import (
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
-    HEADER_FIXED_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
     Buffer,
-    FieldType,
-    KeyLimits,
     Keys,
     StreamHeader,
     byte_view,
@@ -85,7 +82,6 @@ from .ring import check_record_length
 
 if TYPE_CHECKING:
     from .config import Configuration
-    from .opener import Opener
 
 __all__ = ("DecryptedFile", "open_file", "open_file_async", "open_regular")
 
@@ -93,28 +89,6 @@ StrPath: TypeAlias = str | os.PathLike[str]
 _OVERHEAD = RECORD_HEADER_SIZE + TAG_SIZE
 # The walk's read size: a few hundred KiB per system call rather than one call per record.
 _WALK_BLOCK = 256 * 1024
-
-
-class _Fixed:
-    """Record places of a FIXED_LAYOUT file: arithmetic."""
-
-    def __init__(self, header_size: int, record_size: int, per_generation: int, count: int, last: int):
-        self.header_size, self.record_size, self.per_generation = header_size, record_size, per_generation
-        self.count, self.last = count, last  # records, FINAL's plaintext bytes
-        self.length = (count - 1) * record_size + last
-
-    def find(self, pos: int) -> int:
-        return min(pos // self.record_size, self.count - 1)
-
-    def record(self, index: int) -> tuple[int, int, int, int, int]:
-        """(plaintext start, plaintext size, generation, seq, flags) of record ``index``."""
-        final = index == self.count - 1
-        generation, seq = divmod(index, self.per_generation)
-        flags = FLAG_FINAL if final else FLAG_KEY_UPDATE if seq == self.per_generation - 1 else 0
-        return index * self.record_size, self.last if final else self.record_size, generation, seq, flags
-
-    def wire_offset(self, index: int) -> int:
-        return self.header_size + index * (self.record_size + _OVERHEAD)
 
 
 class _Walked:
@@ -147,7 +121,7 @@ class _Walked:
         return self.header_size + self.starts[index] + index * _OVERHEAD
 
 
-_Layout: TypeAlias = _Fixed | _Walked
+_Layout: TypeAlias = FixedLayout | _Walked
 _KeyChain = KeyChain  # its name here before the record layer took it (tests/test_seekable.py)
 
 
@@ -198,7 +172,7 @@ class DecryptedFile(io.RawIOBase):
     @property
     def fixed_layout(self) -> bool:
         """True when record places come from the header's FIXED_LAYOUT field (no walk)."""
-        return isinstance(self._layout, _Fixed)
+        return isinstance(self._layout, FixedLayout)
 
     def readable(self) -> bool:
         self._checkClosed()
@@ -325,49 +299,6 @@ def _open_record(
 # -- opening ----------------------------------------------------------------------------------
 
 
-def _read_header(fd: int, opener: Opener) -> tuple[StreamHeader, RecordLayer]:
-    """Feed the header to ``opener`` (all of its checks) and return it with its record layer
-    (generation 0, no record opened)."""
-    offset = 0
-    need = HEADER_FIXED_SIZE
-    while not opener.header_verified():
-        chunk = os.pread(fd, need, offset) if need else b""
-        if not chunk:
-            opener.receive_eof()
-            continue
-        opener.receive_data(chunk)
-        offset += len(chunk)
-        need = opener.header_missing
-    header = opener.header
-    records = opener.record_layer
-    if header is None or records is None:  # unreachable once header_verified() is True
-        raise TruncatedStreamError("input ended before the stream header")
-    return header, records
-
-
-def _promised_layout(header: StreamHeader, limits: KeyLimits) -> int | None:
-    """N of the header's FIXED_LAYOUT field, or None when there is none or FORMAT.md 4.3 says
-    to ignore it (N is 0, not 4 bytes, or past the hard ``limits``): then the file is walked."""
-    value = header.field(FieldType.FIXED_LAYOUT)
-    per_generation = layout_generation_size(value) if value is not None else None
-    if per_generation is None or per_generation > limits.hard_records:
-        return None
-    if per_generation * header.record_size > limits.hard_bytes:
-        return None
-    return per_generation
-
-
-def _fixed_layout(header: StreamHeader, per_generation: int, file_size: int) -> _Fixed | None:
-    """The arithmetic layout of a file of ``file_size`` bytes; None when no such file exists."""
-    body = file_size - len(header.raw)
-    if body < _OVERHEAD:
-        return None
-    full, last = divmod(body - _OVERHEAD, header.record_size + _OVERHEAD)
-    if last > header.record_size:
-        return None
-    return _Fixed(len(header.raw), header.record_size, per_generation, full + 1, last)
-
-
 class _Blocks:
     """Sequential reads of the file in blocks of a few hundred KiB (one ``preadv`` per block,
     not one per record), each record as a view into the block."""
@@ -442,7 +373,7 @@ def _walk(fd: int, header: StreamHeader, file_size: int, records: RecordLayer, *
         scratch[:] = bytes(len(scratch))
 
 
-def _final_in_place(fd: int, fixed: _Fixed, keys: KeyChain, wire: bytearray, plain: bytearray) -> bool:
+def _final_in_place(fd: int, fixed: FixedLayout, keys: KeyChain, wire: bytearray, plain: bytearray) -> bool:
     """True when the FINAL record authenticates where the layout puts it (left in ``plain``)."""
     try:
         _open_record(fd, fixed, fixed.count - 1, keys, wire, memoryview(plain)[: fixed.last])
@@ -507,14 +438,14 @@ def open_file(
     fd = open_regular(path)
     try:
         file_size = os.fstat(fd).st_size
-        header, records = _read_header(fd, opener)
+        header, records = read_header(fd, opener)
         keys = KeyChain(records.keys)
         plain = bytearray(header.record_size)
         wire = bytearray(header.record_size + _OVERHEAD)
         layout: _Layout
-        per_generation = _promised_layout(header, records.limits)
+        per_generation = promised_layout(header, records.limits)
         if per_generation is not None:
-            fixed = _fixed_layout(header, per_generation, file_size)
+            fixed = layout_of_size(header, per_generation, file_size)
             if fixed is None or not _final_in_place(fd, fixed, keys, wire, plain):
                 # Cut, extended, edited or not as announced: refused, never walked for places.
                 # The walk (the sequential reader's checks, no index) names the fault; a
