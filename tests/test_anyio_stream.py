@@ -405,7 +405,7 @@ def _count_receives(stream: SecureStream) -> list[int]:
     transport_receive: Any = stream.transport_stream.receive
 
     async def counted(max_bytes: int = 65536) -> bytes:
-        data = await transport_receive(max_bytes)
+        data: bytes = await transport_receive(max_bytes)
         sizes.append(len(data))
         return data
 
