@@ -479,6 +479,21 @@ def run(quick: bool) -> dict[str, Any]:
             "met": bool(anyio_gcm and anyio_plain and anyio_gcm / anyio_plain >= 0.60),
         },
     }
+    for backend in ("asyncio", "trio"):
+        gcm_row = by_row[f"gcmstream anyio ({backend} backend)"]
+        plain_row = by_row[f"anyio plain TCP ({backend} backend)"]
+        if gcm_row["MB_s"] and plain_row["MB_s"]:
+            ratio = gcm_row["MB_s"] / plain_row["MB_s"]
+            floor = plain_row["receiver_cpu_ms_per_mib"] + raw["decrypt_into_cpu_s_per_mib"] * 1e3
+            cpu_ratio = gcm_row["receiver_cpu_ms_per_mib"] / floor
+            targets[f"issue23_anyio_{backend}"] = {
+                "target": f">= 0.70 x anyio plain TCP MB/s ({backend}), receiver CPU/MiB <= 1.3 x "
+                "(anyio plain receiver + raw decrypt_into)",
+                "value": ratio,
+                "receiver_cpu_ratio": cpu_ratio,
+                "receiver_floor_ms_per_mib": floor,
+                "met": ratio >= 0.70 and cpu_ratio <= 1.3,
+            }
     return {
         "params": {"bytes": nbytes, "reps": reps, "chunk": CHUNK, "pinned": _can_pin()},
         "rows": rows,
