@@ -33,7 +33,6 @@ from ._adapter import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECORD_TIMEOUT,
     PEER_GONE,
-    RECEIVE_SIZE,
     Fairness,
     blame_connection,
     check_can_take_input,
@@ -41,6 +40,7 @@ from ._adapter import (
     describe_handshake_failure,
     handshake,
     logger,
+    receive_size,
     run_handler,
     server_admission,
 )
@@ -1006,7 +1006,7 @@ class _StreamReaderSource(_Source):
     async def wait(self) -> None:
         check_can_take_input(self._opener)
         try:
-            data = await self._inner.read(RECEIVE_SIZE)
+            data = await self._inner.read(receive_size(self._opener))
         except OSError as exc:
             self.connection_error = exc
             data = b""

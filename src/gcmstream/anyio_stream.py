@@ -54,13 +54,13 @@ from ._adapter import (
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_RECORD_TIMEOUT,
     PEER_GONE,
-    RECEIVE_SIZE,
     blame_connection,
     check_can_take_input,
     connection_statistics,
     describe_handshake_failure,
     handshake,
     logger,
+    receive_size,
     run_handler,
     serve_retrying,
     server_admission,
@@ -274,9 +274,7 @@ class SecureStream(ByteStream):
         opener = self.channel.opener
         check_can_take_input(opener)
         deadline, idle = self._deadline(opener)
-        # before confirmation, read no more than the handshake needs: an unconfirmed peer makes
-        # us hold its header and Finished, nothing else
-        size = opener.header_missing or RECEIVE_SIZE
+        size = receive_size(opener)  # the handshake's bytes, then on record boundaries
         direct = self._direct(opener)
         waited = False
         try:

@@ -326,6 +326,17 @@ class Opener:
         return self._held is not None or (ring is not None and ring.tail != ring.frontier)
 
     @property
+    def record_missing(self) -> int:
+        """Bytes still to arrive of the record being received: 0 at a record boundary (or while
+        input is held that the reader has not reached), the rest of its 5-byte header while
+        that is incomplete. An adapter that chooses its read size asks for these first, so
+        that its reads end on record boundaries (``receive_size`` in gcmstream's adapters)."""
+        ring = self._ring
+        if self._held is not None or self._phase is not _RECORDS or ring is None or ring.tail == ring.frontier:
+            return 0
+        return (ring.frontier_len or RECORD_HEADER_SIZE) - (ring.tail - ring.frontier)
+
+    @property
     def wants_data(self) -> bool:
         """True when input can be accepted now (reading frees space when it is False)."""
         if self._held is not None or self._eof or self._error is not None or self._phase is _FAILED:
