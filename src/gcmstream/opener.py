@@ -332,7 +332,9 @@ class Opener:
         that is incomplete. An adapter that chooses its read size asks for these first, so
         that its reads end on record boundaries (``receive_size`` in gcmstream's adapters)."""
         ring = self._ring
-        if self._held is not None or self._phase is not _RECORDS or ring is None or ring.tail == ring.frontier:
+        if self._held is not None or self._phase is not _RECORDS or ring is None:
+            return 0
+        if ring.tail == ring.frontier:  # at a record boundary
             return 0
         return (ring.frontier_len or RECORD_HEADER_SIZE) - (ring.tail - ring.frontier)
 
@@ -1097,7 +1099,7 @@ class Opener:
             pos, got, opened = records.open_run(ring.view, head, stop, target, got, budget)
             if not opened:
                 break
-            ring.release(pos - head, opened)
+            ring.release(pos - head, opened, more_held=self._held is not None)
             budget -= opened
         self._run_capped = not budget
         return got
@@ -1116,7 +1118,7 @@ class Opener:
 
     def _close_record(self) -> None:
         if self._ring is not None:
-            self._ring.release(self._record_wire, 1)
+            self._ring.release(self._record_wire, 1, more_held=self._held is not None)
         self._record_wire = 0
 
     def _drop_input(self) -> None:
