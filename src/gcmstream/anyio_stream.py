@@ -274,14 +274,16 @@ class SecureStream(ByteStream):
         opener = self.channel.opener
         check_can_take_input(opener)
         deadline, idle = self._deadline(opener)
-        size = receive_size(opener)  # the handshake's bytes, then on record boundaries
         direct = self._direct(opener)
         waited = False
         try:
             if direct is not None and direct.read_now(opener):
                 return False  # bytes were waiting in the socket: no wait, the caller checkpoints
             waited = True
-            wait = direct.wait(opener) if direct is not None else self._receive_transport(size)
+            if direct is not None:
+                wait = direct.wait(opener)
+            else:  # the handshake's bytes, then on record boundaries
+                wait = self._receive_transport(receive_size(opener))
             if deadline is None:  # no scope then: a cancel scope costs ~2 KB on trio while it waits
                 data = await wait
             else:
