@@ -535,15 +535,15 @@ async def test_other_byte_streams_keep_receive() -> None:
     with anyio.fail_after(10):
         async with secure_pair() as (client, _):
             tcp = client.transport_stream
-            assert anyio_stream.direct_feed(tcp) is not None
+            assert anyio_stream._direct_feed(tcp) is not None
             # a TLS stream over it (not handshaken: its class is what counts)
             tls_object = ssl.create_default_context().wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO())
             tls = TLSStream(tcp, True, tls_object, ssl.MemoryBIO(), ssl.MemoryBIO())
             assert tls.extra(SocketAttribute.raw_socket).fileno() >= 0  # the socket beneath
-            assert anyio_stream.direct_feed(tls) is None
+            assert anyio_stream._direct_feed(tls) is None
     send, receive = anyio.create_memory_object_stream[bytes](1)
     with send, receive:
-        assert anyio_stream.direct_feed(StapledObjectStream(send, receive)) is None
+        assert anyio_stream._direct_feed(StapledObjectStream(send, receive)) is None
 
 
 class _HeldSends(anyio.abc.ByteStream):

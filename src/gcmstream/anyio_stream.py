@@ -177,7 +177,7 @@ class SecureStream(ByteStream):
         self._send_guard = anyio.ResourceGuard("writing to")
         self._sized_receive = isinstance(self.transport_stream, ByteReceiveStream)
         self._sends_views = isinstance(self.transport_stream, ByteSendStream)
-        self._feed = direct_feed(self.transport_stream)
+        self._feed = _direct_feed(self.transport_stream)
 
     @classmethod
     async def wrap(
@@ -843,7 +843,7 @@ class _TransportFeed(_DirectFeed, asyncio.BufferedProtocol):
         self._inner.resume_writing()
 
 
-def direct_feed(transport: AnyByteStream) -> _DirectFeed | None:
+def _direct_feed(transport: AnyByteStream) -> _DirectFeed | None:
     """The feed that receives ``transport``'s bytes into the ring: for anyio's own TCP and UNIX
     socket streams (recognised by their exact class, so that a wrapper, TLS above all, whose
     raw socket carries other bytes than it returns, keeps ``receive()``); None for the rest."""
