@@ -785,10 +785,12 @@ class Opener:
             return data
         parts = [bytes(first)]
         got = len(first)
-        budget = self.records_opened + _CALL_RECORDS
-        while (max_bytes < 0 or got < max_bytes) and self.records_opened < budget:
-            if self._pt_pos == self._pt_end and (self._step(None, got) is None or self._at_end()):
-                break
+        opened = 0  # records opened by this call (counted here: the property costs two calls)
+        while (max_bytes < 0 or got < max_bytes) and opened < _CALL_RECORDS:
+            if self._pt_pos == self._pt_end:
+                if self._step(None, got) is None or self._at_end():
+                    break
+                opened += 1  # (a step that does not end the stream opened one record)
             end = self._pt_end if max_bytes < 0 else min(self._pt_end, self._pt_pos + max_bytes - got)
             if end > self._pt_pos and self._ring is not None:
                 parts.append(bytes(self._ring.view[self._pt_pos : end]))
