@@ -17,7 +17,7 @@ The stream ends cleanly only when the application says so: ``send_eof()``, or le
 lost connection never seal FINAL, so a failed transfer reads as a truncation at the peer. (A
 deliberate difference from TLSStream, whose ``aclose()`` is a clean end.)
 
-Over anyio's own TCP (and UNIX) socket streams the records are received straight into the
+Over anyio's own TCP socket streams the records are received straight into the
 opener's ring once the handshake is over (trio: ``recv_into`` on the socket beneath; asyncio: a
 protocol of ours in place of anyio's, see ``_TransportFeed``); any other byte stream goes through
 its ``receive()``, whose new ``bytes`` are held by reference, records split between them copied
@@ -844,9 +844,10 @@ class _TransportFeed(_DirectFeed, asyncio.BufferedProtocol):
 
 
 def _direct_feed(transport: AnyByteStream) -> _DirectFeed | None:
-    """The feed that receives ``transport``'s bytes into the ring: for anyio's own TCP and UNIX
-    socket streams (recognised by their exact class, so that a wrapper, TLS above all, whose
-    raw socket carries other bytes than it returns, keeps ``receive()``); None for the rest."""
+    """The feed that receives ``transport``'s bytes into the ring: for anyio's own TCP socket
+    streams (and trio's UNIX ones, the same class), recognised by their exact class, so that a
+    wrapper (TLS above all), whose raw socket carries other bytes than it returns, keeps
+    ``receive()``; None for the rest (uvloop's transports too: not ``asyncio.Transport``)."""
     kind = type(transport)
     if kind.__module__ == "anyio._backends._trio" and kind.__name__ in ("SocketStream", "UNIXSocketStream"):
         sock = transport.extra(SocketAttribute.raw_socket, None)
