@@ -45,13 +45,13 @@ def load(src: str, name: str) -> ModuleType:
     return module
 
 
-def cases(gs: Any, record_size: int) -> dict[str, Callable[[], None]]:
+def cases(gs: Any, record_size: int, piece: int = PIECE) -> dict[str, Callable[[], None]]:
     data = os.urandom(VOLUME)
     sealer = gs.Sealer(KEY, record_size=record_size)
     wire = bytes(sealer.seal(data)) + bytes(sealer.close())
-    pieces = [wire[i : i + PIECE] for i in range(0, len(wire), PIECE)]
+    pieces = [wire[i : i + piece] for i in range(0, len(wire), piece)]
     # pieces of whole records, about as large: only the header's piece splits a record
-    aligned_size = max(1, round(PIECE / (record_size + 21))) * (record_size + 21)
+    aligned_size = max(1, round(piece / (record_size + 21))) * (record_size + 21)
     aligned = [wire[i : i + aligned_size] for i in range(0, len(wire), aligned_size)]
     out = memoryview(bytearray(PIECE))
 
@@ -160,6 +160,9 @@ def main() -> int:
     parser.add_argument("new")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--sizes", default="1024,4096,65536,1048576")
+    parser.add_argument(
+        "--piece", type=int, default=PIECE, help="bytes per input piece (small: more records split)"
+    )
     args = parser.parse_args()
     trees = {"A": load(args.old, "gcmstream_a"), "B": load(args.new, "gcmstream_b")}
     print(
@@ -168,7 +171,7 @@ def main() -> int:
     )
     for record_size in (int(s) for s in args.sizes.split(",")):
         raw = raw_decrypt(record_size)
-        ops = {label: cases(gs, record_size) for label, gs in trees.items()}
+        ops = {label: cases(gs, record_size, args.piece) for label, gs in trees.items()}
         inner = {name: calls_for(op) for name, op in ops["A"].items()}
         raw_inner = calls_for(raw)
         times: dict[tuple[str, str], list[float]] = {}
@@ -193,7 +196,7 @@ def main() -> int:
                 f"  B/A best {min(b) / min(a):.3f}, median of rounds {paired[len(paired) // 2]:.3f}"
                 f" [{paired[0]:.2f}..{paired[-1]:.2f}]"
             )
-        splits = VOLUME // PIECE  # the boundaries between pieces: each one splits a record
+        splits = VOLUME // args.piece  # the boundaries between pieces: each one splits a record
         for against in ("whole", "aligned"):
             extra = {}
             for label in ("A", "B"):

@@ -151,6 +151,52 @@ def attribute(driver: OpenDriver, calls: int) -> list[dict[str, Any]]:
     ]
 
 
+def tracemalloc_transient(record_size: int, records: int, *, pieces: bool) -> float:
+    """The most Python heap (tracemalloc's peak above the bytes traced before) that opening one
+    record took, over ``records`` records of a long stream after a warm-up, read one record per
+    ``readinto``: fed as 256 KiB ``bytes`` pieces (``receive_data``) or through the ring
+    (``get_buffer``/``buffer_updated``). tracemalloc counts Python's allocator only."""
+    import tracemalloc
+
+    warm = 2 * (4 * 65536) // record_size + 4
+    sealer = gcmstream.Sealer(KEY, context=CONTEXT, record_size=record_size)
+    wire = memoryview(bytes(sealer.seal(bytes(record_size) * (records + warm + 2), final=True)))
+    opener = gcmstream.Opener(KEY, context=CONTEXT, max_record_size=max(record_size, 1 << 20))
+    out = memoryview(bytearray(record_size))
+    pos = 0
+
+    def one() -> int:
+        nonlocal pos
+        while True:
+            got = opener.readinto(out)
+            if got is not None:
+                return got
+            if pieces:
+                count = min(APP_BUFFER, len(wire) - pos)
+                opener.receive_data(wire[pos : pos + count])
+            else:
+                room = opener.get_buffer()
+                count = min(len(room), len(wire) - pos)
+                room[:count] = wire[pos : pos + count]
+                opener.buffer_updated(count)
+            pos += count
+
+    for _ in range(warm):
+        one()
+    worst = 0
+    tracemalloc.start()
+    try:
+        for _ in range(records):
+            tracemalloc.reset_peak()
+            before, _ = tracemalloc.get_traced_memory()
+            one()
+            _, peak = tracemalloc.get_traced_memory()
+            worst = max(worst, peak - before)
+    finally:
+        tracemalloc.stop()
+    return float(worst)
+
+
 def run(quick: bool) -> dict[str, Any]:
     sizes = QUICK_SIZES if quick else SIZES
     rows = []
@@ -194,6 +240,18 @@ def run(quick: bool) -> dict[str, Any]:
             "value": max(retained),
             "met": max(retained) < 64,
         },
+    }
+    count = 16 if quick else 200
+    transient = {
+        "pieces": tracemalloc_transient(65536, count, pieces=True),
+        "ring": tracemalloc_transient(65536, count, pieces=False),
+    }
+    targets["issue23_transient_per_64k_record"] = {
+        "target": "<= 2,048 B transient Python allocation per opened 64 KiB record (tracemalloc peak, "
+        "worst of 200 records, 256 KiB pieces and ring feeding)",
+        "value": max(transient.values()),
+        "each": transient,
+        "met": max(transient.values()) <= 2048,
     }
     calibration = memray_call_cost() if memray_ok else None
     if memray_ok:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import sys
 import threading
@@ -65,6 +66,19 @@ VARIANTS: dict[str, tuple[str, str, str]] = {
     "uvloop TLS 1.3": ("tls_streams", "tls", "uvloop"),
 }
 TLS_KINDS = {"tls_streams", "anyio_tls"}
+# GCMSTREAM_BENCH_BASE_SRC=<an older tree's src>: the gcmstream anyio rows again on that tree, in
+# the same run (an A/B of the adapter against the commit before)
+BASE = " [base tree]"
+if os.environ.get("GCMSTREAM_BENCH_BASE_SRC"):
+    for _name in ("gcmstream anyio (asyncio backend)", "gcmstream anyio (trio backend)"):
+        VARIANTS[_name + BASE] = VARIANTS[_name]
+
+
+def _selected(variant: str) -> bool:
+    """GCMSTREAM_BENCH_ONLY=a,b: only the rows whose name contains one of these (a part of the
+    table, e.g. ``anyio``); the others are reported as not run."""
+    only = os.environ.get("GCMSTREAM_BENCH_ONLY")
+    return not only or any(part.strip() in variant for part in only.split(","))
 
 
 class _Meter:
@@ -327,6 +341,8 @@ def worker(argv: list[str]) -> None:
 
 def one_run(work: Workdir, variant: str, nbytes: int, timeout: float) -> dict[str, Any]:
     env = work.env()
+    if variant.endswith(BASE):
+        env["PYTHONPATH"] = os.environ["GCMSTREAM_BENCH_BASE_SRC"]
     recv = spawn("bench_sockets.py", ["worker", "recv", variant, str(nbytes), "0"], env)
     send = None
     watchdog = threading.Timer(timeout, recv.kill)  # a stuck receiver must not stall the run
@@ -354,6 +370,8 @@ def one_run(work: Workdir, variant: str, nbytes: int, timeout: float) -> dict[st
 
 def _available(variant: str, work: Workdir) -> str | None:
     recv_kind, _, loop = VARIANTS[variant]
+    if not _selected(variant):
+        return "not selected (GCMSTREAM_BENCH_ONLY)"
     if recv_kind in TLS_KINDS and not work.tls:
         return "trustme not installed"
     if loop == "uvloop":
@@ -461,6 +479,21 @@ def run(quick: bool) -> dict[str, Any]:
             "met": bool(anyio_gcm and anyio_plain and anyio_gcm / anyio_plain >= 0.60),
         },
     }
+    for backend in ("asyncio", "trio"):
+        gcm_row = by_row[f"gcmstream anyio ({backend} backend)"]
+        plain_row = by_row[f"anyio plain TCP ({backend} backend)"]
+        if gcm_row["MB_s"] and plain_row["MB_s"]:
+            ratio = gcm_row["MB_s"] / plain_row["MB_s"]
+            floor = plain_row["receiver_cpu_ms_per_mib"] + raw["decrypt_into_cpu_s_per_mib"] * 1e3
+            cpu_ratio = gcm_row["receiver_cpu_ms_per_mib"] / floor
+            targets[f"issue23_anyio_{backend}"] = {
+                "target": f">= 0.70 x anyio plain TCP MB/s ({backend}), receiver CPU/MiB <= 1.3 x "
+                "(anyio plain receiver + raw decrypt_into)",
+                "value": ratio,
+                "receiver_cpu_ratio": cpu_ratio,
+                "receiver_floor_ms_per_mib": floor,
+                "met": ratio >= 0.70 and cpu_ratio <= 1.3,
+            }
     return {
         "params": {"bytes": nbytes, "reps": reps, "chunk": CHUNK, "pinned": _can_pin()},
         "rows": rows,

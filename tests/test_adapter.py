@@ -22,7 +22,7 @@ import anyio
 import pytest
 
 import gcmstream
-from gcmstream._adapter import accept_retrying
+from gcmstream._adapter import accept_retrying, receive_size
 from gcmstream.anyio_stream import SecureStream, connect_tcp, create_tcp_listener
 
 KEY = os.urandom(16)  # random: any trace of it in a log is a leak, not a coincidence
@@ -266,3 +266,80 @@ async def test_an_accept_loop_still_ends_on_other_errors() -> None:
         await accept_retrying(FlakyListener(OSError(errno.ECONNREFUSED, "refused")))
     with pytest.raises(anyio.BrokenResourceError):
         await accept_retrying(FlakyListener(broken_by(OSError(errno.EBADF, "closed"))))
+
+
+# -- read sizes on record boundaries (issue 23 item 5) --------------------------------------
+
+
+def _read_in_receive_sizes(opener: gcmstream.Opener, wire: bytes) -> tuple[bytes, list[int], list[int]]:
+    """Feed ``wire`` in pieces of ``receive_size(opener)`` (as a stream holding plenty would
+    return them): the plaintext, the sizes asked for, and ``record_missing`` after each piece."""
+    pos, out, sizes, missing = 0, bytearray(), [], []
+    for _ in range(len(wire)):  # bounded: every piece takes at least one byte
+        if pos == len(wire):
+            break
+        in_header = bool(opener.header_missing)
+        size = receive_size(opener)
+        if not in_header:
+            sizes.append(size)
+        opener.receive_data(wire[pos : pos + size])
+        pos += min(size, len(wire) - pos)
+        while chunk := opener.read():
+            out += chunk
+        missing.append(opener.record_missing)
+    opener.receive_eof()
+    return bytes(out), sizes, missing
+
+
+def test_receive_size_keeps_reads_on_record_boundaries() -> None:
+    """After the header, each read asks for whole records of the peer's record size (64 KiB
+    records, 65,557 bytes on the wire: three in a 256 KiB read), so no record is split between
+    two reads and copied into the ring; the old fixed 256 KiB split every fourth record."""
+    data = os.urandom(10 * 65536 + 1000)
+    sealer = gcmstream.Sealer(KEY, record_size=65536)
+    wire = bytes(sealer.seal(data)) + bytes(sealer.close())
+    opened, sizes, missing = _read_in_receive_sizes(gcmstream.Opener(KEY), wire)
+    assert opened == data
+    wire_length = 5 + 65536 + 16
+    assert sizes and all(size == 3 * wire_length for size in sizes), sizes
+    assert all(count == 0 for count in missing), missing  # every piece ended on a boundary
+
+
+def _feed_header(opener: gcmstream.Opener, wire: bytes) -> int:
+    """Feed the header in the sizes ``receive_size`` asks for; its length."""
+    pos = 0
+    for _ in range(4):  # bounded: the fixed part, then the rest
+        if opener.header is not None and not opener.header_missing:
+            return pos
+        size = receive_size(opener)
+        opener.receive_data(wire[pos : pos + size])
+        pos += size
+    raise AssertionError("the header did not verify")
+
+
+def test_receive_size_finishes_a_record_part_way_in_first() -> None:
+    """A short record (a flush) shifts where records fall: the next read asks for the rest of
+    the record part-way in, then whole records again; a record larger than a read goes in reads
+    of the usual 256 KiB."""
+    sealer = gcmstream.Sealer(KEY, record_size=4096)
+    wire = (
+        bytes(sealer.seal(b"x" * 100, flush=True)) + bytes(sealer.seal(b"y" * 50_000)) + bytes(sealer.close())
+    )
+    opener = gcmstream.Opener(KEY)
+    header_size = _feed_header(opener, wire)
+    assert opener.record_missing == 0
+    opener.receive_data(wire[header_size : header_size + 7])  # 7 bytes of the 121-byte record
+    assert opener.read() is None  # (an adapter asks after a read that needed more)
+    assert opener.record_missing == 5 + 100 + 16 - 7
+    wire_length = 5 + 4096 + 16
+    size = receive_size(opener)
+    assert (size - opener.record_missing) % wire_length == 0 and size <= 256 * 1024
+
+    big = gcmstream.Sealer(KEY, record_size=1 << 20)
+    big_wire = bytes(big.seal(b"z" * (1 << 20)))
+    big_opener = gcmstream.Opener(KEY, max_record_size=1 << 20)
+    header_size = _feed_header(big_opener, big_wire)
+    big_opener.receive_data(big_wire[header_size : header_size + 1000])
+    assert big_opener.read() is None
+    assert big_opener.record_missing == 5 + (1 << 20) + 16 - 1000
+    assert receive_size(big_opener) == 256 * 1024

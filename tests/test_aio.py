@@ -971,3 +971,51 @@ async def test_loop_keywords_reach_the_loop_and_a_misspelt_option_is_an_error(tm
     finally:
         server.close()
         await server.wait_closed()
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_wrap_streams_reads_whole_records() -> None:
+    """Issue 23 item 5: wrap_streams asks its StreamReader for the rest of a record part-way in
+    plus whole records of the peer's record size (three 64 KiB records, 196,671 bytes, in a
+    256 KiB read), so a reader that holds plenty hands over pieces that split no record (the
+    old fixed 256 KiB split every fourth). Every read after the handshake is of that form."""
+    wire_length = 5 + 65536 + 16
+    # (size asked, what the record part-way in still lacked then: the records after the
+    # handshake are 64 KiB each, so that is where the bytes read so far leave off)
+    asked: list[tuple[int, int]] = []
+    data = os.urandom(20 * 65536)
+    received: list[bytes] = []
+
+    async def serve(raw_reader: asyncio.StreamReader, raw_writer: asyncio.StreamWriter) -> None:
+        role = gcmstream.Role.RESPONDER
+        reader, writer = await aio.wrap_streams(raw_reader, raw_writer, key=KEY, role=role)
+        real_read = raw_reader.read
+        offset = 0  # record bytes read so far: the handshake read no more than its own
+
+        async def spied(n: int = -1) -> bytes:
+            nonlocal offset
+            asked.append((n, -offset % wire_length))
+            chunk = await real_read(n)
+            offset += len(chunk)
+            return chunk
+
+        raw_reader.read = spied  # type: ignore[method-assign]
+        received.append(await reader.read())
+        async with writer:
+            writer.write_eof()
+
+    async with await asyncio.start_server(serve, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        raw_reader, raw_writer = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = await aio.wrap_streams(
+            raw_reader, raw_writer, key=KEY, role=gcmstream.Role.INITIATOR
+        )
+        async with writer:
+            writer.write(data)
+            writer.write_eof()
+            assert await reader.read() == b""
+    assert received == [data]
+    assert asked, "no read after the handshake"
+    for size, missing in asked:
+        assert size <= 256 * 1024 and (size - missing) % wire_length == 0, asked

@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import ssl
 import stat
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,6 +16,8 @@ from typing import Any
 import anyio
 import pytest
 from anyio.abc import SocketAttribute, SocketStream
+from anyio.streams.stapled import StapledObjectStream
+from anyio.streams.tls import TLSStream
 
 import gcmstream
 import gcmstream.errors
@@ -451,3 +455,220 @@ async def test_a_unix_listener_leaves_the_path_to_the_caller(tmp_path: Path) -> 
         assert stat.S_ISSOCK(modes["stale.sock"])
         assert stat.S_IMODE(modes["stale.sock"]) == stat.S_IMODE(modes["plain.sock"])
         assert stat.S_IMODE(modes["private.sock"]) == 0o600
+
+
+# -- records received straight into the ring (issue 23 item 6) ------------------------------
+
+
+def _count_receives(stream: SecureStream) -> list[int]:
+    """Spy on the transport's receive(): the sizes of what it returned, from now on."""
+    sizes: list[int] = []
+    transport_receive: Any = stream.transport_stream.receive
+
+    async def counted(max_bytes: int = 65536) -> bytes:
+        data: bytes = await transport_receive(max_bytes)
+        sizes.append(len(data))
+        return data
+
+    stream.transport_stream.receive = counted  # type: ignore[method-assign]
+    return sizes
+
+
+async def _send_all(stream: SecureStream, data: bytes, piece: int) -> None:
+    for start in range(0, len(data), piece):
+        await stream.send(data[start : start + piece])
+    await stream.send_eof()
+
+
+async def _receive_all(stream: SecureStream, max_bytes: int = 65536) -> bytes:
+    received = bytearray()
+    with contextlib.suppress(anyio.EndOfStream):
+        while True:
+            received += await stream.receive(max_bytes)
+    return bytes(received)
+
+
+async def test_tcp_records_arrive_without_the_transports_receive() -> None:
+    """Over anyio's own TCP stream the records go from the socket into the ring (recv_into on
+    trio, a protocol that reads into the ring on asyncio): the transport's receive(), which
+    returns new bytes to be copied again, carries at most what anyio had read before the
+    switch. Fails on the adapter that received every byte through receive()."""
+    data = bytes(range(256)) * (4 * 4096 + 7)  # 4 MiB and 1,792 B, in 64 KiB records
+    with anyio.fail_after(20):
+        async with secure_pair() as (client, server):
+            through_receive = _count_receives(server)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_send_all, client, data, 100_000)
+                received = await _receive_all(server)
+    assert received == data
+    assert sum(through_receive) < len(data) // 8, sum(through_receive)
+
+
+async def test_tcp_records_in_order_when_data_follows_the_handshake_at_once() -> None:
+    """The client sends its records right after its Finished: on asyncio anyio may already
+    hold some in its own queue when the records begin; those come first, in order, then the
+    socket's (and on trio the socket is all there is)."""
+    data = bytes(range(251)) * 9001
+    for _ in range(5):
+        with anyio.fail_after(20):
+            async with secure_pair() as (client, server), anyio.create_task_group() as tg:
+                tg.start_soon(_send_all, client, data, 3001)
+                await anyio.sleep(0.02)  # let what was sent land wherever it lands
+                received = await _receive_all(server, 4099)
+        assert received == data
+
+
+async def test_tcp_receive_cancelled_again_and_again_loses_nothing() -> None:
+    """Cancellation while waiting for the socket takes no byte: receives cut off by short
+    timeouts, over and over while the data flows, still read every byte in order."""
+    data = bytes(range(256)) * 8192  # 2 MiB
+    cancelled = 0
+    with anyio.fail_after(30):
+        async with secure_pair() as (client, server):
+
+            async def paced_send() -> None:
+                for start in range(0, len(data), 65536):
+                    await client.send(data[start : start + 65536])
+                    await anyio.sleep(0.002)
+                await client.send_eof()
+
+            received = bytearray()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(paced_send)
+                while True:
+                    with anyio.move_on_after(0.0005) as scope:
+                        try:
+                            received += await server.receive()
+                        except anyio.EndOfStream:
+                            break
+                    cancelled += scope.cancelled_caught
+    assert bytes(received) == data
+    assert cancelled > 0  # the test cancelled receives that were waiting
+
+
+async def test_aclose_ends_a_receive_waiting_on_the_socket() -> None:
+    """aclose() from another task while a receive waits for the socket (after the records
+    began): the receive ends with ClosedResourceError, as anyio's own receive() does."""
+    with anyio.fail_after(10):
+        async with secure_pair() as (client, server):
+            await client.send(b"first")
+            assert await server.receive() == b"first"  # records began: the direct path
+            outcome: list[BaseException] = []
+
+            async def waiting_receive() -> None:
+                try:
+                    await server.receive()
+                except BaseException as exc:
+                    outcome.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiting_receive)
+                await anyio.sleep(0.05)
+                await server.aclose()
+            assert len(outcome) == 1
+            assert isinstance(outcome[0], anyio.ClosedResourceError), outcome
+
+
+async def test_a_connection_reset_while_waiting_is_a_truncation() -> None:
+    """The peer's socket is reset while the direct path waits: AnyioTruncatedStreamError (a
+    BrokenResourceError), caused by the connection's error, never a clean end."""
+    with anyio.fail_after(10):
+        async with secure_pair() as (client, server):
+            await client.send(b"x" * 100_000)
+            assert len(await _receive_some(server, 100_000)) == 100_000
+            sock = client.transport_stream.extra(SocketAttribute.raw_socket)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await client.transport_stream.aclose()  # an RST
+            with pytest.raises(anyio_stream.AnyioTruncatedStreamError):
+                await server.receive()
+
+
+async def _receive_some(stream: SecureStream, count: int) -> bytes:
+    got = bytearray()
+    while len(got) < count:
+        got += await stream.receive()
+    return bytes(got)
+
+
+async def test_other_byte_streams_keep_receive() -> None:
+    """Only anyio's own socket streams are read beneath: a memory stream, or any wrapper (a
+    TLS stream's raw socket carries other bytes than it returns), goes through receive()."""
+    with anyio.fail_after(10):
+        async with secure_pair() as (client, _):
+            tcp = client.transport_stream
+            assert anyio_stream._direct_feed(tcp) is not None
+            # a TLS stream over it (not handshaken: its class is what counts)
+            tls_object = ssl.create_default_context().wrap_bio(ssl.MemoryBIO(), ssl.MemoryBIO())
+            tls = TLSStream(tcp, True, tls_object, ssl.MemoryBIO(), ssl.MemoryBIO())
+            assert tls.extra(SocketAttribute.raw_socket).fileno() >= 0  # the socket beneath
+            assert anyio_stream._direct_feed(tls) is None
+    send, receive = anyio.create_memory_object_stream[bytes](1)
+    with send, receive:
+        assert anyio_stream._direct_feed(StapledObjectStream(send, receive)) is None
+
+
+class _HeldSends(anyio.abc.ByteStream):
+    """A client's transport that sends its first write (the handshake's header) and holds the
+    rest until ``release()``, then writes them at once: the Finished and the first records
+    reach the server in one segment, so anyio's asyncio stream reads records into its own
+    queue while the handshake takes only the Finished."""
+
+    def __init__(self, inner: anyio.abc.ByteStream) -> None:
+        self.inner = inner
+        self.sent = 0
+        self.held: bytearray | None = bytearray()
+
+    async def send(self, item: bytes) -> None:
+        self.sent += 1
+        if self.sent == 1 or self.held is None:
+            await self.inner.send(item)
+        else:
+            self.held += item
+
+    async def release(self) -> None:
+        held, self.held = bytes(self.held or b""), None
+        await self.inner.send(held)
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        return await self.inner.receive(max_bytes)
+
+    async def send_eof(self) -> None:
+        await self.inner.send_eof()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_records_anyio_read_before_the_switch_come_first() -> None:
+    """Records that anyio's stream already holds in its own queue when the records begin are
+    delivered first, then what the socket brings, in order (reading the socket at once
+    would put later bytes before them). Fails if the switch ignores anyio's queue."""
+    first = bytes(range(256)) * 40  # in the same segment as the client's Finished
+    rest = bytes(range(255, -1, -1)) * 4000
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(SocketAttribute.local_port)
+    send_accepted, receive_accepted = anyio.create_memory_object_stream[SocketStream](1)
+    with anyio.fail_after(10):
+        async with listener, anyio.create_task_group() as serving:
+            serving.start_soon(listener.serve, send_accepted.send)
+            held = _HeldSends(await anyio.connect_tcp("127.0.0.1", port))
+            async with anyio.create_task_group() as tg:
+                servers: list[SecureStream] = []
+
+                async def wrap_server() -> None:
+                    raw = await receive_accepted.receive()
+                    servers.append(await SecureStream.wrap(raw, role=gcmstream.Role.RESPONDER, key=KEY))
+
+                tg.start_soon(wrap_server)
+                client = await SecureStream.wrap(held, role=gcmstream.Role.INITIATOR, key=KEY)
+                await client.send(first)
+                await held.release()  # the Finished and the first records, in one write
+            server = servers[0]
+            await anyio.sleep(0.05)  # the segment is in
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_send_all, client, rest, 50_000)
+                received = await _receive_all(server, 3000)
+            serving.cancel_scope.cancel()
+            await anyio.aclose_forcefully(client)
+            await anyio.aclose_forcefully(server)
+    assert received == first + rest

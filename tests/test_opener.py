@@ -1472,3 +1472,19 @@ def test_ring_growth_moves_the_record_being_read() -> None:
     feed_zero_copy(opener, wire[first:])  # fills the ring: it grows, the second record moves
     opener.receive_eof()
     assert got + read_all_into(opener, len(plaintext) - len(got)) == plaintext
+
+
+@pytest.mark.parametrize("given", [bytes, bytearray], ids=["held", "ring"])
+def test_one_read_call_of_bytes_is_bounded_too(given: Callable[[bytes], bytes]) -> None:
+    """``read()`` keeps the same bound as ``readinto``: the record its first view came from and
+    at most _CALL_RECORDS more (its loop counts the records it opens itself)."""
+    sealer = Sealer(KEY, record_size=1)
+    wire = bytes(sealer.take_header()) + b"".join(bytes(sealer.seal(b"x", flush=True)) for _ in range(600))
+    wire += bytes(sealer.close())
+    opener = Opener(KEY)
+    opener.receive_data(given(wire))
+    first = opener.read(4096)
+    second = opener.read(4096)
+    assert first is not None and second is not None
+    assert len(first) == len(second) == _CALL_RECORDS + 1
+    assert opener.read(4096) == b"x" * (600 - 2 * (_CALL_RECORDS + 1))

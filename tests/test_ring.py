@@ -534,3 +534,22 @@ def test_growth_moves_stored_records_in_order() -> None:
     assert ring.head == 0 or ring.capacity == 64
     assert bytes(ring.view[ring.head : ring.head + ring.stored]) == stream[len(records[0]) :]
     assert ring.complete == 4
+
+
+def test_an_emptied_ring_keeps_its_memory_while_more_input_is_held() -> None:
+    """A stream of small records given in pieces: each piece's last record is split, copied
+    into the ring, opened and released while the next piece is held. The ring kept releasing
+    its 4 KiB and taking them again once per piece (1 KiB records in 8 KiB pieces: the split
+    path 12 % slower, benchmarks/README.md issue 23); with ``more_held`` it keeps them, and
+    without (a message, then silence) it still releases them (issue 24's idle memory)."""
+    ring = RecordRing(1024, start=4096)
+    assert ring.start < ring.limit
+    record = RECORD_HEADER.pack(0, 1024 + TAG_SIZE) + bytes(1024 + TAG_SIZE)
+    for more_held, capacity_after in ((True, 4096), (True, 4096), (False, 0)):
+        view = ring.writable()
+        view[: len(record)] = record
+        ring.commit(len(record))
+        memory = ring.buf
+        ring.release(len(record), 1, more_held=more_held)
+        assert ring.capacity == capacity_after
+        assert (ring.buf is memory) == more_held

@@ -27,7 +27,7 @@ from .config import DEFAULT_HANDSHAKE_TIMEOUT as DEFAULT_HANDSHAKE_TIMEOUT  # th
 from .config import DEFAULT_IDLE_TIMEOUT as DEFAULT_IDLE_TIMEOUT
 from .config import DEFAULT_RECORD_TIMEOUT as DEFAULT_RECORD_TIMEOUT
 from .errors import TruncatedStreamError
-from .format import FieldType
+from .format import RECORD_HEADER_SIZE, TAG_SIZE, FieldType
 
 logger = logging.getLogger("gcmstream")
 
@@ -189,6 +189,24 @@ async def run_handler(
         if report is not None:
             report(exc)
         await abort()
+
+
+def receive_size(opener: Opener) -> int:
+    """How many bytes to ask a byte stream for, so that reads end on record boundaries: before
+    confirmation what the handshake needs (an unconfirmed peer makes us hold nothing more);
+    then the rest of a record part-way in, and as many whole records of the peer's record
+    size as fit in ``RECEIVE_SIZE``. A record split between two reads is copied into the ring;
+    one that arrives whole in a read is opened where it lies (benchmarks/README.md, issue 23)."""
+    if opener.header_missing:
+        return opener.header_missing
+    header = opener.header
+    if header is None:
+        return RECEIVE_SIZE
+    wire = RECORD_HEADER_SIZE + header.record_size + TAG_SIZE
+    missing = opener.record_missing
+    if missing >= RECEIVE_SIZE:  # a large record: its rest in reads of the usual size
+        return RECEIVE_SIZE
+    return missing + (RECEIVE_SIZE - missing) // wire * wire or RECEIVE_SIZE
 
 
 def check_can_take_input(opener: Opener) -> None:

@@ -31,7 +31,6 @@ from typing import Any
 
 from ._adapter import (
     PEER_GONE,
-    RECEIVE_SIZE,
     Fairness,
     blame_connection,
     check_can_take_input,
@@ -39,6 +38,7 @@ from ._adapter import (
     describe_handshake_failure,
     handshake,
     logger,
+    receive_size,
     run_handler,
     server_admission,
 )
@@ -1138,7 +1138,7 @@ class _StreamReaderSource(_Source):
     async def wait(self) -> None:
         check_can_take_input(self._opener)
         try:
-            data = await self._inner.read(RECEIVE_SIZE)
+            data = await self._inner.read(receive_size(self._opener))
         except OSError as exc:
             self.connection_error = exc
             data = b""

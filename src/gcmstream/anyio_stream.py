@@ -17,17 +17,22 @@ The stream ends cleanly only when the application says so: ``send_eof()``, or le
 lost connection never seal FINAL, so a failed transfer reads as a truncation at the peer. (A
 deliberate difference from TLSStream, whose ``aclose()`` is a clean end.)
 
-Bytes are copied once from the transport into the opener's ring (anyio streams return new
-``bytes``). Every send gets fresh sealed memory (``Sealer(reuse_output=False)``) because a
+Over anyio's own TCP socket streams the records are received straight into the
+opener's ring once the handshake is over (trio: ``recv_into`` on the socket beneath; asyncio: a
+protocol of ours in place of anyio's, see ``_TransportFeed``); any other byte stream goes through
+its ``receive()``, whose new ``bytes`` are held by reference, records split between them copied
+into the ring. Every send gets fresh sealed memory (``Sealer(reuse_output=False)``) because a
 transport may keep what it was given after ``send()`` returns (anyio's asyncio sockets do).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import operator
 import os
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -43,23 +48,23 @@ from anyio.abc import (
     SocketAttribute,
     TaskGroup,
 )
-from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
+from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_cancelled
 
 from ._adapter import (
     PEER_GONE,
-    RECEIVE_SIZE,
     blame_connection,
     check_can_take_input,
     connection_statistics,
     describe_handshake_failure,
     handshake,
     logger,
+    receive_size,
     run_handler,
     serve_retrying,
     server_admission,
 )
 from .admission import Admission, AdmissionPolicy
-from .codec import Channel, Opener
+from .codec import Channel, Opener, Phase
 from .config import DEFAULT_IDLE_TIMEOUT, DEFAULT_RECORD_TIMEOUT, UNSET, Configuration, Unset, configure
 from .errors import StreamBrokenError, StreamClosedError, TruncatedStreamError
 from .format import Buffer, KeyExchange, KeyLimits, Keys, Role
@@ -160,12 +165,15 @@ class SecureStream(ByteStream):
     # receives whole items, without a size, and is sent bytes, not a view of ours
     _sized_receive: bool = field(init=False, default=True, repr=False)
     _sends_views: bool = field(init=False, default=True, repr=False)
+    # a TCP socket of anyio's: records are received straight into the ring (None: receive())
+    _feed: _DirectFeed | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._receive_guard = anyio.ResourceGuard("reading from")
         self._send_guard = anyio.ResourceGuard("writing to")
         self._sized_receive = isinstance(self.transport_stream, ByteReceiveStream)
         self._sends_views = isinstance(self.transport_stream, ByteSendStream)
+        self._feed = _direct_feed(self.transport_stream)
 
     @classmethod
     async def wrap(
@@ -264,23 +272,29 @@ class SecureStream(ByteStream):
         return await self.transport_stream.receive()
 
     async def _receive_more(self) -> None:
+        await self._fill()
+
+    async def _fill(self) -> bool:
+        """Wait for more input (or its end) and give it to the opener. True when it waited (a
+        checkpoint); False when a socket read found bytes at once (the caller checkpoints)."""
         opener = self.channel.opener
         check_can_take_input(opener)
-        deadline = self._record_deadline(opener)
-        # before confirmation, read no more than the handshake needs: an unconfirmed peer makes
-        # us hold its header and Finished, nothing else
-        size = opener.header_missing or RECEIVE_SIZE
-        idle = False  # which deadline is the nearer one
-        if self.idle_timeout is not None and self.channel.handshake_complete():
-            idle_deadline = anyio.current_time() + self.idle_timeout  # silence from now on
-            if deadline is None or idle_deadline < deadline:
-                deadline, idle = idle_deadline, True
+        deadline, idle = self._deadline(opener)
+        direct = self._direct(opener)
+        waited = False
         try:
+            if direct is not None and direct.read_now(opener):
+                return False  # bytes were waiting in the socket: no wait, the caller checkpoints
+            waited = True
+            if direct is not None:
+                wait = direct.wait(opener)
+            else:  # the handshake's bytes, then on record boundaries
+                wait = self._receive_transport(receive_size(opener))
             if deadline is None:  # no scope then: a cancel scope costs ~2 KB on trio while it waits
-                data = await self._receive_transport(size)
+                data = await wait
             else:
                 with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
-                    data = await self._receive_transport(size)
+                    data = await wait
         except TimeoutError:
             peer = self.transport_stream.extra(SocketAttribute.remote_address, "the peer")
             if idle:
@@ -298,7 +312,25 @@ class SecureStream(ByteStream):
             opener.receive_eof()
             self._receive_lost = exc
         else:
-            opener.receive_data(data)
+            if data:
+                opener.receive_data(data)
+        return waited
+
+    def _direct(self, opener: Opener) -> _DirectFeed | None:
+        """The feed that reads the socket into the ring, once the records begin (the handshake
+        reads through ``receive()``, which its size limit and admission counts are built on)."""
+        if self._feed is None or opener.phase is not Phase.RECORDS:
+            return None
+        return self._feed if self._feed.ready() else None
+
+    def _deadline(self, opener: Opener) -> tuple[float | None, bool]:
+        """When the wait for input ends (None: never), and whether that is the idle timeout."""
+        deadline = self._record_deadline(opener)
+        if self.idle_timeout is not None and self.channel.handshake_complete():
+            idle_deadline = anyio.current_time() + self.idle_timeout  # silence from now on
+            if deadline is None or idle_deadline < deadline:
+                return idle_deadline, True
+        return deadline, False
 
     def _record_deadline(self, opener: Opener) -> float | None:
         """When the record that has begun to arrive must be whole (None: none has begun)."""
@@ -336,8 +368,7 @@ class SecureStream(ByteStream):
                     if not data:
                         raise anyio.EndOfStream
                     return data
-                await self._receive_more()
-                waited = True
+                waited = await self._fill() or waited
 
     def _check_can_send(self) -> None:
         self._check_open()
@@ -385,6 +416,8 @@ class SecureStream(ByteStream):
         ``async with stream:`` without an exception) ends the stream cleanly; a transfer that
         failed must look cut short (TruncatedStreamError) to the peer, never complete."""
         self._closed = True
+        if self._feed is not None:
+            self._feed.closing()
         await self.transport_stream.aclose()
 
     async def __aexit__(
@@ -753,3 +786,200 @@ async def create_unix_listener(
     )
     listener = await anyio.create_unix_listener(path, mode=mode)
     return SecureListener(listener, config=config)
+
+
+# -- receiving straight into the ring ---------------------------------------------------------
+#
+# anyio's receive() returns new bytes for every read, which the opener then holds or copies:
+# two allocations and a copy per read that the asyncio protocol path does not pay. For anyio's
+# own TCP streams the records are received into the opener's ring instead; any other byte
+# stream (TLS, memory, a wrapper of the application's) goes through receive(). The handshake
+# always goes through receive(), whose size limit and admission counts it is built on.
+
+
+class _DirectFeed:
+    """Receives a transport's bytes into the opener's ring, for one SecureStream."""
+
+    def ready(self) -> bool:
+        """True when the next input may come from here (nothing is held before it)."""
+        return True
+
+    def read_now(self, opener: Opener) -> bool:
+        """Take bytes that are waiting without waiting; True if it took some (or the end)."""
+        return False
+
+    async def wait(self, opener: Opener) -> bytes:
+        """Wait for input and put it into the ring (returns ``b""``); the end raises anyio's
+        ``EndOfStream``, a lost connection ``BrokenResourceError``, a closed one
+        ``ClosedResourceError``, as ``receive()`` does."""
+        raise NotImplementedError
+
+    def closing(self) -> None:
+        """The stream is being closed by its owner: a wait in progress ends now."""
+
+
+def _writable(opener: Opener) -> memoryview:
+    view = opener.get_buffer()
+    if not view:  # an empty view read by recv_into would look like the end of the stream
+        opener.buffer_updated(0)
+        raise RuntimeError("gcmstream bug: the opener needs input but offers no space")
+    return view
+
+
+class _SocketFeed(_DirectFeed):
+    """trio: anyio's SocketStream reads its trio socket and keeps nothing of its own, so reading
+    the socket beneath it (``SocketAttribute.raw_socket``, non-blocking) with ``recv_into``
+    loses and reorders nothing. A wait is ``wait_readable``, before any byte is taken: a
+    cancellation there loses nothing; anyio's ``aclose`` (trio's ``notify_closing``) ends it
+    with ``ClosedResourceError``."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def read_now(self, opener: Opener) -> bool:
+        view = _writable(opener)
+        try:
+            count = self._sock.recv_into(view)
+        except BlockingIOError:
+            opener.buffer_updated(0)
+            return False
+        except OSError as exc:
+            opener.buffer_updated(0)
+            if self._sock.fileno() < 0:  # closed (EBADF): what anyio's receive() raises then
+                raise anyio.ClosedResourceError from None
+            raise anyio.BrokenResourceError from exc
+        opener.buffer_updated(count)
+        if not count:
+            raise anyio.EndOfStream
+        return True
+
+    async def wait(self, opener: Opener) -> bytes:
+        while True:  # readable without bytes: a spurious wake-up; each pass waits again
+            await anyio.wait_readable(self._sock)
+            if self.read_now(opener):
+                return b""
+
+
+class _TransportFeed(_DirectFeed, asyncio.BufferedProtocol):
+    """asyncio: anyio's SocketStream is an asyncio transport whose protocol copies each read into
+    a queue of ``bytes``; the loop also refuses a reader of ours on the transport's socket
+    (``add_reader``: "File descriptor is used by transport"). So this protocol takes the
+    transport's place (``set_protocol``, the public way to switch protocols) once anyio's queue
+    is empty: the loop then receives into the ring (``get_buffer``/``buffer_updated``, as the
+    asyncio protocol path does), in order, with nothing left behind in anyio's queue. Reading
+    pauses when the ring is full. anyio's protocol keeps the writing side: flow control and the
+    connection's loss are passed on to it, so ``send()`` works as before."""
+
+    def __init__(self, transport: asyncio.Transport, inner: asyncio.Protocol) -> None:
+        self._transport = transport
+        self._inner = inner  # anyio's StreamProtocol
+        self._opener: Opener | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._scratch: memoryview | None = None
+        self._into_scratch = False
+        self._eof = False
+        self._lost = False
+        self._lost_error: BaseException | None = None
+        self._closing = False
+
+    def ready(self) -> bool:
+        if self._opener is not None:
+            return True
+        inner: Any = self._inner
+        # what anyio already read (or its end) comes first, through its receive()
+        return not (
+            inner.read_queue or inner.is_at_eof or inner.exception is not None or self._transport.is_closing()
+        )
+
+    async def wait(self, opener: Opener) -> bytes:
+        transport = self._transport
+        if self._opener is None:
+            self._opener = opener
+            transport.set_protocol(self)
+        if not self._lost and not self._eof:
+            if not transport.is_reading() and not transport.is_closing():
+                transport.resume_reading()
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        else:
+            await checkpoint()  # every receive() is a checkpoint, the last one too
+        if self._closing:
+            raise anyio.ClosedResourceError
+        if self._lost and self._lost_error is not None:
+            raise anyio.BrokenResourceError from self._lost_error
+        if self._eof or self._lost:
+            raise anyio.EndOfStream
+        return b""
+
+    def closing(self) -> None:
+        self._closing = True
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # asyncio.BufferedProtocol
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        opener = self._opener
+        view = opener.get_buffer() if opener is not None else memoryview(b"")
+        self._into_scratch = not view
+        if view:
+            return view
+        # only a failed opener refuses input while reading is on: what it is sent now is worthless
+        self._scratch = self._scratch or memoryview(bytearray(4096))
+        return self._scratch
+
+    def buffer_updated(self, nbytes: int) -> None:
+        opener = self._opener
+        if opener is None or self._into_scratch:
+            self._transport.pause_reading()
+            return
+        opener.buffer_updated(nbytes)
+        if not opener.wants_data:
+            self._transport.pause_reading()  # the ring is full: the reader frees space
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return True  # keep our sending side open, as anyio's protocol does
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._lost_error = exc
+        self._inner.connection_lost(exc)  # anyio's send() learns it there
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+
+def _direct_feed(transport: AnyByteStream) -> _DirectFeed | None:
+    """The feed that receives ``transport``'s bytes into the ring: for anyio's own TCP socket
+    streams (and trio's UNIX ones, the same class), recognised by their exact class, so that a
+    wrapper (TLS above all), whose raw socket carries other bytes than it returns, keeps
+    ``receive()``; None for the rest (uvloop's transports too: not ``asyncio.Transport``)."""
+    kind = type(transport)
+    if kind.__module__ == "anyio._backends._trio" and kind.__name__ in ("SocketStream", "UNIXSocketStream"):
+        sock = transport.extra(SocketAttribute.raw_socket, None)
+        if isinstance(sock, socket.socket):
+            return _SocketFeed(sock)
+    if kind.__module__ == "anyio._backends._asyncio" and kind.__name__ == "SocketStream":
+        # anyio's private fields: if a later anyio changes them, receive() is used instead
+        inner = getattr(transport, "_protocol", None)
+        asyncio_transport = getattr(transport, "_transport", None)
+        if (
+            isinstance(asyncio_transport, asyncio.Transport)
+            and isinstance(inner, asyncio.Protocol)
+            and all(hasattr(inner, name) for name in ("read_queue", "is_at_eof", "exception"))
+        ):
+            return _TransportFeed(asyncio_transport, inner)
+    return None

@@ -213,6 +213,19 @@ class _Input:
         return self._held is not None or (ring is not None and ring.tail != ring.frontier)
 
     @property
+    def record_missing(self) -> int:
+        """Bytes still to arrive of the record being received: 0 at a record boundary (or while
+        input is held that the reader has not reached), the rest of its 5-byte header while
+        that is incomplete. An adapter that chooses its read size asks for these first, so
+        that its reads end on record boundaries (``receive_size`` in gcmstream's adapters)."""
+        ring = self._ring
+        if self._held is not None or self._phase is not _RECORDS or ring is None:
+            return 0
+        if ring.tail == ring.frontier:  # at a record boundary
+            return 0
+        return (ring.frontier_len or RECORD_HEADER_SIZE) - (ring.tail - ring.frontier)
+
+    @property
     def wants_data(self) -> bool:
         """True when input can be accepted now (reading frees space when it is False)."""
         if self._held is not None or self._eof or self._error is not None or self._phase is _FAILED:
@@ -668,10 +681,12 @@ class Opener(_Input):
             return data
         parts = [bytes(first)]
         got = len(first)
-        budget = self.records_opened + _CALL_RECORDS
-        while (max_bytes < 0 or got < max_bytes) and self.records_opened < budget:
-            if self._pt_pos == self._pt_end and (self._step(None, got) is None or self._at_end()):
-                break
+        opened = 0  # records opened by this call (counted here: the property costs two calls)
+        while (max_bytes < 0 or got < max_bytes) and opened < _CALL_RECORDS:
+            if self._pt_pos == self._pt_end:
+                if self._step(None, got) is None or self._at_end():
+                    break
+                opened += 1  # (a step that does not end the stream opened one record)
             end = self._pt_end if max_bytes < 0 else min(self._pt_end, self._pt_pos + max_bytes - got)
             if end > self._pt_pos and self._ring is not None:
                 parts.append(bytes(self._ring.view[self._pt_pos : end]))
@@ -964,14 +979,14 @@ class Opener(_Input):
             pos, got, opened = records.open_run(ring.view, head, stop, target, got, budget)
             if not opened:
                 break
-            ring.release(pos - head, opened)
+            ring.release(pos - head, opened, more_held=self._held is not None)
             budget -= opened
         self._run_capped = not budget
         return got
 
     def _close_record(self) -> None:
         if self._ring is not None:
-            self._ring.release(self._record_wire, 1)
+            self._ring.release(self._record_wire, 1, more_held=self._held is not None)
         self._record_wire = 0
 
     def _drop_input(self) -> None:

@@ -331,9 +331,12 @@ class RecordRing:
         """Release the complete record at ``head``; its memory may be overwritten from now on."""
         self.release(wire_length, 1)
 
-    def release(self, nbytes: int, records: int) -> None:
+    def release(self, nbytes: int, records: int, *, more_held: bool = False) -> None:
         """Release ``records`` complete records, ``nbytes`` in all, from ``head`` (they lie in
-        one piece: not past the wrap); their memory may be overwritten from now on."""
+        one piece: not past the wrap); their memory may be overwritten from now on.
+        ``more_held``: the caller holds more of the stream already (input given by reference),
+        so an emptied ring keeps its memory for the next record split between inputs rather than
+        releasing it and allocating it again (once per input piece: benchmarks/README.md)."""
         self.complete -= records
         self.head += nbytes
         if self.wrap >= 0 and self.head == self.wrap:
@@ -341,7 +344,7 @@ class RecordRing:
         if self.wrap < 0 and self.head == self.tail:  # empty: restart at 0 for the longest view
             self.head = self.tail = self.frontier = 0
             self._offered = 0  # a view offered before this is stale: committing it must fail
-            if self.start < self.limit:  # fit the memory to the bursts that just ended
+            if self.start < self.limit and not more_held:  # fit the memory to the bursts that ended
                 recent = self.recent >> 1
                 if self.peak > recent:
                     recent = self.peak
