@@ -157,6 +157,71 @@ def test_two_threads_sealing_on_one_tink_sealer_never_reuse_a_nonce(monkeypatch:
     assert reused == 0, f"{reused} segments sealed under a nonce already used (of {len(aead.nonces)})"
 
 
+class _HoldingAead:
+    """An AESGCM stand-in whose first ``decrypt_into`` (in the thread that made it) waits,
+    after opening, until ``release`` is set (bounded)."""
+
+    def __init__(self, real: Any, release: threading.Event, inside: threading.Event) -> None:
+        self.real, self.release, self.inside = real, release, inside
+        self.thread = threading.get_ident()
+
+    def decrypt_into(self, nonce: bytes, data: Any, associated: Any, out: Any) -> Any:
+        result = self.real.decrypt_into(nonce, data, associated, out)
+        if threading.get_ident() == self.thread and not self.inside.is_set():
+            self.inside.set()
+            self.release.wait(5)
+        return result
+
+
+def _drain(opener: TinkOpener, results: dict[str, bytes | BaseException], name: str) -> None:
+    got = b""
+    try:
+        for _ in range(1000):
+            chunk = opener.read()
+            if not chunk:
+                break
+            got += chunk
+        results[name] = got
+    except BaseException as exc:
+        results[name] = exc
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review finding 1: TinkOpener has no one-thread guard: a second reader corrupts its state",
+)
+def test_two_threads_reading_one_tink_opener_release_no_byte_twice_and_raise_only_from_the_tree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key = TinkStreamingKey(os.urandom(16), ciphertext_segment_size=64)
+    plaintext = os.urandom(500)
+    ciphertext = tink_encrypt(key, plaintext)
+    release, inside = threading.Event(), threading.Event()
+    opener = TinkOpener(key)
+    opener.receive_data(ciphertext)
+    opener.receive_eof()
+    results: dict[str, bytes | BaseException] = {}
+    # the first reader's segment-0 key is made in its thread: that one holds after opening
+    monkeypatch.setattr("gcmstream.tinkstream.AESGCM", lambda key: _HoldingAead(AESGCM(key), release, inside))
+    first = threading.Thread(target=_drain, args=(opener, results, "first"))
+    first.start()
+    assert inside.wait(5)
+    monkeypatch.setattr("gcmstream.tinkstream.AESGCM", AESGCM)
+    second = threading.Thread(target=_drain, args=(opener, results, "second"))
+    second.start()
+    second.join(10)
+    release.set()
+    first.join(10)
+    assert not first.is_alive() and not second.is_alive()
+    released = 0
+    for outcome in results.values():
+        if isinstance(outcome, BaseException):
+            assert isinstance(outcome, GcmStreamError), repr(outcome)  # ConcurrencyError
+        else:
+            released += len(outcome)
+    assert released <= len(plaintext), "plaintext released twice"
+
+
 # -- finding 2: open_tink_file refuses a file Tink and TinkOpener read -----------------------
 
 
