@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from gcmstream import GcmStreamError, KeyFileError
+from gcmstream import GcmStreamError, KeyFileError, TruncatedArmorError
+from gcmstream.armor import BEGIN_LINE, dearmoring_reader
+from gcmstream.cli import EXIT_OK, EXIT_TRUNCATED
 from gcmstream.tinkfile import open_tink_file
 from gcmstream.tinkstream import (
     TINK_KEY_TYPE_URL,
@@ -34,6 +36,8 @@ from gcmstream.tinkstream import (
     tink_decrypt,
     tink_encrypt,
 )
+
+from ..helpers import run_cli
 
 tink = pytest.importorskip("tink", reason="the tink package is in the test extra")
 from tink import secret_key_access, streaming_aead  # noqa: E402
@@ -417,3 +421,24 @@ def test_sealing_the_sealers_previous_output_seals_those_bytes() -> None:
     second = bytes(sealer.seal(first[:1000]))  # the view, as returned (valid until this call)
     ciphertext = kept + second + bytes(sealer.close())
     assert tink_decrypt(key, ciphertext)[3000:] == kept[:1000]
+
+
+# -- finding 8: armor cut inside its begin line is named as unsupported input -----------------
+
+
+@pytest.mark.xfail(
+    strict=True, reason="review finding 8: armor cut inside its begin line is 'unsupported input' (exit 7)"
+)
+@pytest.mark.parametrize("cut", [1, 5, 20, len(BEGIN_LINE) - 1])
+def test_armor_cut_inside_its_begin_line_is_a_truncation(tmp_path: Path, cut: int) -> None:
+    """decrypt says "unsupported input: ... this reader takes the binary form" (exit 7) for
+    armored text cut inside its begin line, where a cut binary file and armor cut after its
+    begin line are "truncated input" (exit 5)."""
+    key = tmp_path / "k.key"
+    assert run_cli("keygen", "-o", key).status == EXIT_OK
+    text = run_cli("encrypt", "-a", "-k", key, input=b"hello").stdout
+    result = run_cli("decrypt", "-k", key, input=text[:cut])
+    assert result.status == EXIT_TRUNCATED and "truncated input" in result.stderr, result.stderr
+    assert result.stdout == b""
+    with pytest.raises(TruncatedArmorError):
+        dearmoring_reader(io.BytesIO(text[:cut]).readinto)(bytearray(10))
