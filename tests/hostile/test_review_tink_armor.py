@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gcmstream import GcmStreamError, KeyFileError, TruncatedArmorError
 from gcmstream.armor import BEGIN_LINE, dearmoring_reader
@@ -469,3 +471,99 @@ def test_armor_cut_inside_its_begin_line_is_a_truncation(tmp_path: Path, cut: in
     assert result.stdout == b""
     with pytest.raises(TruncatedArmorError):
         dearmoring_reader(io.BytesIO(text[:cut]).readinto)(bytearray(10))
+
+
+# -- what held: the sequential reader against Tink, on edited ciphertexts of a mixed keyset ---
+
+EXAMPLES = min(int(os.environ.get("HOSTILE_FUZZ_EXAMPLES", "200")), 300)
+
+
+@pytest.fixture(scope="module")
+def mixed_keyset() -> tuple[list[Any], Any, TinkKeyset]:
+    """Four Tink keys of both key sizes and four segment sizes (41 is the smallest Tink allows
+    for AES-128), merged into one keyset: Tink's handle and gcmstream's reading of its JSON."""
+    handles = [tink_handle(16, 64), tink_handle(32, 100), tink_handle(16, 200), tink_handle(16, 41)]
+    document = keyset_document(handles[0])
+    for handle in handles[1:]:
+        document["key"] += keyset_document(handle)["key"]
+    text = json.dumps(document)
+    return handles, tink.json_proto_keyset_format.parse(text, secret_key_access.TOKEN), read_tink_keyset(text)
+
+
+def _edit(ciphertext: bytes, data: st.DataObject) -> bytes:
+    edited = bytearray(ciphertext)
+    for _ in range(data.draw(st.integers(0, 2))):
+        op = data.draw(st.sampled_from(["flip", "cut", "insert", "delete", "repeat"]))
+        at = data.draw(st.integers(0, len(edited)))
+        if op == "flip" and at < len(edited):
+            edited[at] ^= 1 << data.draw(st.integers(0, 7))
+        elif op == "cut":
+            del edited[at:]
+        elif op == "insert":
+            edited[at:at] = data.draw(st.binary(min_size=1, max_size=64))
+        elif op == "delete":
+            del edited[at : at + data.draw(st.sampled_from([1, 16, 64]))]
+        elif op == "repeat":
+            end = data.draw(st.integers(at, len(edited)))
+            edited[end:end] = edited[at:end]
+    return bytes(edited)
+
+
+def _released(
+    keyset: TinkKeyset, ciphertext: bytes, data: st.DataObject
+) -> tuple[bytes, BaseException | None]:
+    """Feed in drawn piece sizes and buffer types (a bytearray zeroed once given), reading
+    between pieces in a drawn style; what was released, and the error."""
+    opener = TinkOpener(keyset)
+    piece = data.draw(st.sampled_from([1, 7, 16, 64, 100, 1 << 20]))
+    kind = data.draw(st.sampled_from(["bytes", "bytearray", "memoryview"]))
+    size = data.draw(st.sampled_from([0, 1, 9, 48, 300]))
+    got = bytearray()
+
+    def drain() -> None:
+        for _ in range(10_000):
+            if size == 0:
+                chunk = opener.read()
+            else:
+                buffer = bytearray(size)
+                count = opener.readinto(buffer)
+                chunk = None if count is None else bytes(buffer[:count])
+            if not chunk:
+                return
+            got.extend(chunk)
+
+    try:
+        for start in range(0, len(ciphertext), piece):
+            part = bytearray(ciphertext[start : start + piece])
+            opener.receive_data(
+                bytes(part) if kind == "bytes" else part if kind == "bytearray" else memoryview(part)
+            )
+            part[:] = bytes(len(part))
+            drain()
+        opener.receive_eof()
+        drain()
+    except GcmStreamError as exc:
+        return bytes(got), exc
+    return bytes(got), None
+
+
+@settings(
+    max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(data=st.data())
+def test_tink_and_the_sequential_reader_agree_on_edited_ciphertexts_of_a_mixed_keyset(
+    mixed_keyset: tuple[list[Any], Any, TinkKeyset], data: st.DataObject
+) -> None:
+    handles, handle, keyset = mixed_keyset
+    plaintext = (bytes(range(256)) * 4)[: data.draw(st.sampled_from([0, 1, 5, 30, 60, 100, 300, 1000]))]
+    ciphertext = _edit(tink_seal(data.draw(st.sampled_from(handles)), plaintext), data)
+    try:
+        tinks: bytes | None = tink_open(handle, ciphertext)
+    except tink.TinkError:
+        tinks = None
+    got, error = _released(keyset, ciphertext, data)
+    if tinks is not None:
+        assert error is None and got == tinks
+    else:
+        assert error is not None, "a stream Tink refuses was read to its end"
+        assert plaintext.startswith(got)  # only authenticated segments, in order
