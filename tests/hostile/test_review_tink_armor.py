@@ -435,6 +435,29 @@ def test_a_live_stream_under_the_primary_is_read_as_it_comes_beside_a_large_old_
     assert got, "nothing released from 24 complete segments of the primary's stream"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="review finding 9: each piece given to TinkOpener costs a memoryview: 1-byte pieces hold 320x",
+)
+def test_input_in_one_byte_pieces_is_held_at_about_its_size() -> None:
+    """A peer without the key sends a header and then one segment of 64 KiB a byte at a time
+    (one byte a TCP segment, which a reader's recv returns as it comes): the opener must hold
+    it all before it can try segment 0, and should hold it as bytes, not as 65,536 objects."""
+    key = TinkStreamingKey(os.urandom(16), ciphertext_segment_size=64 << 10)
+    # the header and segment 0 fill one segment size: all held until one more byte comes
+    sent = bytes([key.header_size]) + os.urandom(key.ciphertext_segment_size - 1)
+    opener = TinkOpener(key)
+    tracemalloc.start()
+    try:
+        for at in range(len(sent)):
+            opener.receive_data(sent[at : at + 1])
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert opener.read() is None
+    assert held < 4 * len(sent), f"{held} bytes held for {len(sent)} bytes of input"
+
+
 # -- finding 7: sealing a view of the sealer's own output seals other bytes --------------------
 
 
