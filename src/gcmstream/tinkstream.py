@@ -186,7 +186,7 @@ def read_tink_keyset(text: str | bytes) -> TinkKeyset:
         raise KeyFileError(f"a Tink keyset is at most {MAX_KEYSET_SIZE} bytes, this is {len(text)}")
     try:
         document = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nesting
         raise KeyFileError(f"not a Tink JSON keyset: {type(exc).__name__} at the JSON level") from None
     if not isinstance(document, dict):
         raise KeyFileError("not a Tink JSON keyset: the top level is not an object")
