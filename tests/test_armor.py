@@ -208,7 +208,9 @@ def test_the_reader_tells_the_form_and_reads_either(most: int) -> None:
     data = b"GCMS" + os.urandom(5000)
     assert read_through(data, most) == data  # binary passes untouched
     assert read_through(armor(data), most) == data
-    assert read_through(b"-----BEGIN", most) == b"-----BEGIN"  # not the begin line: binary
+    assert read_through(b"-----BEGIN-", most) == b"-----BEGIN-"  # not the begin line: binary
+    with pytest.raises(TruncatedArmorError):  # armor cut inside its begin line
+        read_through(b"-----BEGIN", most)
     with pytest.raises(ArmorError):
         read_through(armor(data) + b"x", most)
     with pytest.raises(ArmorError):

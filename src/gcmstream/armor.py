@@ -308,7 +308,8 @@ def dearmoring_reader(readinto: _ReadInto) -> _ReadInto:
         if not got:
             break
         start += chunk[:got]
-    if is_armored(start):
+    # the whole begin line, or input that ended inside it (armor cut short: a truncation)
+    if start and BEGIN_LINE.startswith(start[: len(BEGIN_LINE)]):
         return _ArmoredReader(readinto, bytes(start)).readinto
     return _PrefixedReader(readinto, bytes(start)).readinto
 

@@ -25,6 +25,7 @@ from cryptography.exceptions import InvalidTag
 
 from .errors import AuthenticationError, MalformedHeaderError, StreamClosedError, TruncatedStreamError
 from .format import TAG_SIZE, Buffer, byte_view
+from .records import TinkSegments
 from .seekable import open_regular
 from .tinkstream import NONCE_PREFIX_SIZE, TinkKeyset, TinkStreamingKey, as_tink_keyset
 
@@ -69,54 +70,16 @@ class TinkDecryptedFile(io.RawIOBase):
     """The plaintext of a Tink ciphertext file, read by place (``open_tink_file``). ``key`` is
     the keyset's key it opened under; ``length`` the plaintext bytes, authenticated at open."""
 
-    def __init__(self, fd: int, name: str, keys: TinkKeyset, associated_data: bytes) -> None:
+    def __init__(self, fd: int, name: str, opened: _Opened) -> None:
         super().__init__()
         self._fd, self.name = fd, name
+        self._layout, self._segments, self.key = opened.layout, opened.segments, opened.key
+        self._plain, self._wire = opened.plain, opened.wire
+        self._cached = opened.cached  # the index of the segment held decrypted in _plain
         self._pos = 0
-        self._cached = -1  # the index of the segment held decrypted in _plain
         # threads sharing the file take turns: the position, the cache and the scratch
         # buffers are one reader's
         self._lock = threading.Lock()
-        self._find_key(keys, associated_data, os.fstat(fd).st_size)
-
-    def _find_key(self, keys: TinkKeyset, associated_data: bytes, file_size: int) -> None:
-        """Read the header; open segment 0 under each key that makes such a header until one
-        authenticates it, then authenticate the last segment as the last."""
-        first = os.pread(self._fd, 1, 0)
-        if not first:
-            raise TruncatedStreamError("the Tink file is empty: no header")
-        candidates = [key for key in keys.keys if key.header_size == first[0]]
-        if not candidates:
-            raise MalformedHeaderError(
-                f"the Tink header's length byte is {first[0]}, and no key of this keyset makes such a header"
-            )
-        header = os.pread(self._fd, first[0], 0)
-        if file_size < len(header) + TAG_SIZE:
-            raise TruncatedStreamError(
-                f"the Tink file ends after {file_size} bytes, inside its header or first segment"
-            )
-        salt, prefix = header[1:-NONCE_PREFIX_SIZE], header[-NONCE_PREFIX_SIZE:]
-        for key in candidates:
-            self._layout = layout = _Layout(len(header), key.ciphertext_segment_size, file_size)
-            if layout.last_wire < TAG_SIZE:
-                raise TruncatedStreamError(
-                    f"the Tink file ends {layout.last_wire} bytes into segment {layout.count - 1}, "
-                    f"before its tag"
-                )
-            self._segments = key.segments(salt, prefix, associated_data)
-            self._plain = bytearray(layout.plain)
-            self._wire = bytearray(layout.wire)
-            try:
-                self._open(0, memoryview(self._plain)[: layout.wire_size(0) - TAG_SIZE])
-            except (AuthenticationError, TruncatedStreamError):
-                continue
-            self.key = key
-            self._cached = 0
-            if layout.count > 1:
-                self._open(layout.count - 1, memoryview(self._plain)[: layout.last_wire - TAG_SIZE])
-                self._cached = layout.count - 1
-            return
-        raise AuthenticationError(0)
 
     def __repr__(self) -> str:
         return f"<TinkDecryptedFile name={self.name!r} length={self.length} segments={self.segments}>"
@@ -200,22 +163,7 @@ class TinkDecryptedFile(io.RawIOBase):
         return written
 
     def _open(self, index: int, out: memoryview) -> None:
-        """Open segment ``index`` (the last flag its place gives) into ``out``. A last segment
-        that opens as a middle one means the file was cut at a segment boundary."""
-        layout = self._layout
-        wire = memoryview(self._wire)[: layout.wire_size(index)]
-        if os.preadv(self._fd, [wire], layout.offset(index)) != len(wire):
-            raise TruncatedStreamError(f"segment {index}: the file is shorter than at open")
-        last = index == layout.count - 1
-        try:
-            self._segments.open(index, last, wire, out)
-        except InvalidTag:
-            full = layout.wire - layout.header if index == 0 else layout.wire
-            if last and len(wire) == full and self._segments.authenticates(index, False, wire):
-                raise TruncatedStreamError(
-                    f"the Tink file ends after segment {index}, which is not its last segment"
-                ) from None
-            raise AuthenticationError(index) from None
+        _open_segment(self._fd, self._layout, self._segments, self._wire, index, out)
 
     def _check_open(self) -> None:
         if self.closed:
@@ -247,7 +195,92 @@ def open_tink_file(
     keyset = as_tink_keyset(keys)
     fd = open_regular(path)
     try:
-        return TinkDecryptedFile(fd, os.fspath(path), keyset, bytes(associated_data))
+        opened = _find_key(fd, keyset, bytes(associated_data), os.fstat(fd).st_size)
     except BaseException:
-        os.close(fd)
+        os.close(fd)  # no file object owns it yet: closed once, here
         raise
+    return TinkDecryptedFile(fd, os.fspath(path), opened)
+
+
+class _Opened:
+    """What opening found: the stream's key, its layout and segment cipher, and the scratch
+    buffers with the segment left decrypted in ``plain``."""
+
+    def __init__(
+        self,
+        key: TinkStreamingKey,
+        layout: _Layout,
+        segments: TinkSegments,
+        plain: bytearray,
+        wire: bytearray,
+        cached: int,
+    ) -> None:
+        self.key, self.layout, self.segments = key, layout, segments
+        self.plain, self.wire, self.cached = plain, wire, cached
+
+
+def _find_key(fd: int, keys: TinkKeyset, associated_data: bytes, file_size: int) -> _Opened:
+    """Read the header; try each key that makes such a header: its layout of this file size,
+    segment 0 and the last segment (as the last) must authenticate. The first key for which
+    they do is the stream's; a key whose layout or segments fail is passed over, as Tink's
+    reader passes over keys, and the verdict when none fits names a truncation if one of them
+    saw one."""
+    first = os.pread(fd, 1, 0)
+    if not first:
+        raise TruncatedStreamError("the Tink file is empty: no header")
+    candidates = [key for key in keys.keys if key.header_size == first[0]]
+    if not candidates:
+        raise MalformedHeaderError(
+            f"the Tink header's length byte is {first[0]}, and no key of this keyset makes such a header"
+        )
+    header = os.pread(fd, first[0], 0)
+    if file_size < len(header) + TAG_SIZE:
+        raise TruncatedStreamError(
+            f"the Tink file ends after {file_size} bytes, inside its header or first segment"
+        )
+    salt, prefix = header[1:-NONCE_PREFIX_SIZE], header[-NONCE_PREFIX_SIZE:]
+    truncation: TruncatedStreamError | None = None
+    for key in candidates:
+        layout = _Layout(len(header), key.ciphertext_segment_size, file_size)
+        if layout.last_wire < TAG_SIZE:
+            truncation = truncation or TruncatedStreamError(
+                f"the Tink file ends {layout.last_wire} bytes into segment {layout.count - 1}, before its tag"
+            )
+            continue
+        segments = key.segments(salt, prefix, associated_data)
+        plain, wire = bytearray(layout.plain), bytearray(layout.wire)
+        try:
+            _open_segment(fd, layout, segments, wire, 0, memoryview(plain)[: layout.wire_size(0) - TAG_SIZE])
+            last = layout.count - 1
+            if last:
+                _open_segment(
+                    fd, layout, segments, wire, last, memoryview(plain)[: layout.last_wire - TAG_SIZE]
+                )
+        except TruncatedStreamError as exc:
+            truncation = truncation or exc
+            continue
+        except AuthenticationError:
+            continue
+        return _Opened(key, layout, segments, plain, wire, last)
+    raise truncation or AuthenticationError(0)
+
+
+def _open_segment(
+    fd: int, layout: _Layout, segments: TinkSegments, scratch: bytearray, index: int, out: memoryview
+) -> None:
+    """Open segment ``index`` of the file (read into ``scratch``; the last flag its place
+    gives) into ``out``: AuthenticationError with its index if it does not authenticate there;
+    a last segment that opens as a middle one means the file was cut at a segment boundary."""
+    wire = memoryview(scratch)[: layout.wire_size(index)]
+    if os.preadv(fd, [wire], layout.offset(index)) != len(wire):
+        raise TruncatedStreamError(f"segment {index}: the file is shorter than at open")
+    last = index == layout.count - 1
+    try:
+        segments.open(index, last, wire, out)
+    except InvalidTag:
+        full = layout.wire - layout.header if index == 0 else layout.wire
+        if last and len(wire) == full and segments.authenticates(index, False, wire):
+            raise TruncatedStreamError(
+                f"the Tink file ends after segment {index}, which is not its last segment"
+            ) from None
+        raise AuthenticationError(index) from None

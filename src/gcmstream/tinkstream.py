@@ -26,16 +26,19 @@ import binascii
 import enum
 import json
 import os
+from collections import deque
 from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from typing import Any, Final, NoReturn, SupportsIndex, TypeGuard
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from ._turn import Turn
 from .errors import (
     AuthenticationError,
+    BufferFullError,
     GcmStreamError,
     KeyFileError,
     LimitReachedError,
@@ -182,6 +185,33 @@ def read_tink_keyset(text: str | bytes) -> TinkKeyset:
     become the keyset, the primary first; KeyFileError (naming the reason, never a key) for
     anything else: malformed JSON or protobuf, an encrypted keyset (it needs a KMS), a key of
     another type, no enabled primary."""
+    document = _keyset_document(text)
+    entries = document.get("key")
+    primary_id = document.get("primaryKeyId")
+    if not isinstance(entries, list) or not entries:
+        raise KeyFileError("not a Tink JSON keyset: no 'key' list")
+    keys: list[TinkStreamingKey] = []
+    primary: TinkStreamingKey | None = None
+    if not _is_key_id(primary_id):
+        raise KeyFileError(
+            f"the keyset's primaryKeyId {primary_id!r} is not a key ID (an integer below 2^32)"
+        )
+    for entry in entries:
+        key = _keyset_entry(entry)
+        if key is None:
+            continue
+        keys.append(key)
+        if key.key_id == primary_id:
+            if primary is not None:
+                raise KeyFileError(f"the keyset has two enabled keys with the primary's ID {primary_id}")
+            primary = key
+    if primary is None:
+        raise KeyFileError(f"the keyset's primary key {primary_id!r} is not an enabled key of the keyset")
+    return TinkKeyset(keys, primary)
+
+
+def _keyset_document(text: str | bytes) -> dict[str, Any]:
+    """The keyset file's JSON object, bounded and checked before it is read as a keyset."""
     if len(text) > MAX_KEYSET_SIZE:
         raise KeyFileError(f"a Tink keyset is at most {MAX_KEYSET_SIZE} bytes, this is {len(text)}")
     try:
@@ -195,22 +225,12 @@ def read_tink_keyset(text: str | bytes) -> TinkKeyset:
             "an encrypted Tink keyset: it is sealed by a KMS key, which gcmstream cannot reach; "
             "export it as a cleartext keyset (tinkey convert-keyset --out-format json)"
         )
-    entries = document.get("key")
-    primary_id = document.get("primaryKeyId")
-    if not isinstance(entries, list) or not entries:
-        raise KeyFileError("not a Tink JSON keyset: no 'key' list")
-    keys: list[TinkStreamingKey] = []
-    primary: TinkStreamingKey | None = None
-    for entry in entries:
-        key = _keyset_entry(entry)
-        if key is None:
-            continue
-        keys.append(key)
-        if key.key_id == primary_id:
-            primary = key
-    if primary is None:
-        raise KeyFileError(f"the keyset's primary key {primary_id!r} is not an enabled key of the keyset")
-    return TinkKeyset(keys, primary)
+    return document
+
+
+def _is_key_id(value: object) -> TypeGuard[int]:
+    """Tink's key IDs are uint32."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 32
 
 
 def _keyset_entry(entry: Any) -> TinkStreamingKey | None:
@@ -218,8 +238,8 @@ def _keyset_entry(entry: Any) -> TinkStreamingKey | None:
     if not isinstance(entry, dict):
         raise KeyFileError("a keyset entry is not an object")
     key_id, status, data = entry.get("keyId"), entry.get("status"), entry.get("keyData")
-    if isinstance(key_id, bool) or not isinstance(key_id, int) or not isinstance(data, dict):
-        raise KeyFileError("a keyset entry lacks its keyId or keyData")
+    if not _is_key_id(key_id) or not isinstance(data, dict):
+        raise KeyFileError("a keyset entry lacks its keyId (an integer below 2^32) or keyData")
     type_url = data.get("typeUrl")
     if type_url != TINK_KEY_TYPE_URL:
         raise KeyFileError(
@@ -319,6 +339,8 @@ class TinkSealer:
     ``seal(data)`` returns the ciphertext ready so far (the header first); the last segment is
     held back until ``close()``, because Tink marks the last segment in its nonce and a full
     segment may turn out to be the last. A returned view stays valid until the next call.
+    One thread at a time (ConcurrencyError, as the Sealer), and it cannot be copied or pickled:
+    a copy would seal from the same segment index under the same key and nonce prefix.
     """
 
     __slots__ = (
@@ -331,6 +353,7 @@ class TinkSealer:
         "_out",
         "_segments",
         "_size",
+        "_turn",
         "_wire",
     )
 
@@ -348,9 +371,19 @@ class TinkSealer:
         self._index = 0
         self._out = bytearray()
         self._closed = False
+        self._turn = Turn("this TinkSealer")
 
     def __repr__(self) -> str:
         return f"<TinkSealer segments={self._index} closed={self._closed}>"
+
+    def __copy__(self) -> TinkSealer:
+        raise TypeError("a TinkSealer cannot be copied: the copy would reuse its segment nonces")
+
+    def __deepcopy__(self, memo: object) -> TinkSealer:
+        raise TypeError("a TinkSealer cannot be copied: the copy would reuse its segment nonces")
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        raise TypeError("a TinkSealer cannot be pickled: the copy would reuse its segment nonces")
 
     @property
     def segments_sealed(self) -> int:
@@ -372,9 +405,15 @@ class TinkSealer:
         """Seal ``data``: returns the header (first call) and every segment now known not to
         be the last. LimitReachedError, with nothing sealed, if the stream would pass 2^32
         segments (the nonce's index field)."""
+        with self._turn:
+            return self._seal(data)
+
+    def _seal(self, data: Buffer) -> memoryview:
         if self._closed:
             raise StreamClosedError("seal() after close(): the Tink stream is ended")
         view = byte_view(data)
+        if view.obj is self._out:  # this sealer's own earlier output: sealing overwrites it
+            view = memoryview(bytes(view))
         sealable = self._sealable(self._held_len + len(view))
         if self._index + sealable + 1 > TinkSegments.MAX_SEGMENTS:  # and one left for the last
             raise LimitReachedError(
@@ -422,6 +461,10 @@ class TinkSealer:
         """Seal what is held as the last segment (an empty stream is the header and one empty
         last segment) and end the stream; a later ``seal``/``close`` raises
         StreamClosedError."""
+        with self._turn:
+            return self._close()
+
+    def _close(self) -> memoryview:
         if self._closed:
             raise StreamClosedError("close() twice: the Tink stream is ended")
         header = self._header or b""
@@ -459,8 +502,8 @@ class TinkPhase(enum.Enum):
 
 
 class TinkOpener:
-    """Opens one Tink stream with ``keys`` (a keyset: each key is tried on the first segment,
-    the primary first, as Tink does) and ``associated_data``.
+    """Opens one Tink stream with ``keys`` (a keyset: the keys whose header length the stream's
+    header byte names are tried on segment 0, as Tink does) and ``associated_data``.
 
     Feed it with ``receive_data`` and ``receive_eof``; take plaintext with ``readinto``,
     ``read`` or ``read_view``, which return None while more input is needed and an empty
@@ -471,8 +514,12 @@ class TinkOpener:
     every later read raises StreamBrokenError. Tink's format marks the end only in the last
     segment's nonce, so the last full segment waits until more input or the end arrives.
 
-    ``bytes`` given to ``receive_data`` are kept by reference and opened in place (no copy);
-    other buffers are copied, as the caller may reuse them.
+    Input: ``bytes`` pieces of 64 KiB or more are kept by reference and opened in place (no
+    copy); smaller pieces and other buffers are copied into one buffer, so input costs about
+    its size however it is cut. Unread input is bounded: ``receive_data`` raises
+    BufferFullError while twice the largest segment the stream may use (at least 1 MiB) is
+    already held; read, then feed again. One thread at a time (ConcurrencyError, as the
+    Opener).
     """
 
     __slots__ = (
@@ -482,14 +529,18 @@ class TinkOpener:
         "_deferred",
         "_eof",
         "_error",
+        "_failed_keys",
         "_index",
         "_keys",
+        "_offset",
         "_phase",
         "_pieces",
         "_plain",
         "_plain_end",
         "_plain_start",
         "_segments",
+        "_truncated",
+        "_turn",
         "_wire",
     )
 
@@ -497,7 +548,10 @@ class TinkOpener:
         self._keys = as_tink_keyset(keys)
         self._associated_data = bytes(associated_data)
         self._phase = TinkPhase.HEADER
-        self._pieces: list[memoryview] = []
+        # unread input: whole pieces, the first read from ``_offset`` on; a small piece is
+        # appended to the last one when that is a bytearray of ours
+        self._pieces: deque[bytes | bytearray] = deque()
+        self._offset = 0
         self._available = 0
         self._eof = False
         self._error: GcmStreamError | None = None
@@ -507,12 +561,24 @@ class TinkOpener:
         self._index = 0
         self._segments: TinkSegments | None = None
         self._chosen: TinkStreamingKey | None = None
+        self._failed_keys: list[TinkStreamingKey] = []  # segment 0 did not open under them
+        self._truncated = False  # one of them opened segment 0 as a middle one at the end
         self._wire = 0  # the chosen key's ciphertext segment size
         self._plain = bytearray()
         self._plain_start = self._plain_end = 0
+        self._turn = Turn("this TinkOpener")
 
     def __repr__(self) -> str:
         return f"<TinkOpener phase={self._phase.value} segments={self._index}>"
+
+    def __copy__(self) -> TinkOpener:
+        raise TypeError("a TinkOpener cannot be copied: two copies would release one stream twice")
+
+    def __deepcopy__(self, memo: object) -> TinkOpener:
+        raise TypeError("a TinkOpener cannot be copied: two copies would release one stream twice")
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        raise TypeError("a TinkOpener cannot be pickled")
 
     @property
     def phase(self) -> TinkPhase:
@@ -533,32 +599,55 @@ class TinkOpener:
 
     # -- input ------------------------------------------------------------------------------
 
+    def _input_bound(self) -> int:
+        """Unread input that may be held: twice the largest segment the stream may use."""
+        if self._chosen is not None:
+            wire = self._wire
+        else:
+            wire = max(key.ciphertext_segment_size for key in self._keys.keys)
+        return max(2 * wire, _MIN_INPUT_BOUND)
+
     def receive_data(self, data: Buffer) -> None:
-        """Take ciphertext; never raises a ProtocolError (it waits for the next read)."""
-        if self._eof:
-            raise StreamClosedError("receive_data() after receive_eof()")
-        if self._phase is TinkPhase.FAILED or not len(data):
-            return
-        view = memoryview(data if isinstance(data, bytes) else bytes(data))
-        if view.format != "B" or view.ndim != 1:
-            view = view.cast("B")
-        self._pieces.append(view)
-        self._available += len(view)
+        """Take ciphertext; never raises a ProtocolError (it waits for the next read).
+        BufferFullError, taking nothing, while the unread input already held reaches the
+        bound (see the class docstring)."""
+        with self._turn:
+            if self._eof:
+                raise StreamClosedError("receive_data() after receive_eof()")
+            size = len(data)
+            if self._phase is TinkPhase.FAILED or not size:
+                return
+            if self._available >= self._input_bound():
+                raise BufferFullError(
+                    f"{self._available} bytes of unread input are held: read before feeding more"
+                )
+            pieces = self._pieces
+            if isinstance(data, bytes) and size >= _BY_REFERENCE:
+                pieces.append(data)  # immutable: opened in place
+            elif pieces and isinstance(pieces[-1], bytearray) and len(pieces[-1]) < _BY_REFERENCE:
+                pieces[-1] += data  # no view of it is held between calls
+            else:
+                pieces.append(bytearray(data))
+            self._available += size
 
     def receive_eof(self) -> None:
-        self._eof = True
+        with self._turn:
+            self._eof = True
 
     def _peek(self, size: int) -> memoryview:
         """The next ``size`` input bytes in one view: a slice of a piece when they lie in one
-        (no copy), else joined (a segment split between two reads)."""
+        (no copy), else joined (a segment split between pieces). Valid until input changes."""
         first = self._pieces[0]
-        if len(first) >= size:
-            return first[:size]
+        offset = self._offset
+        if len(first) - offset >= size:
+            return memoryview(first)[offset : offset + size]
         joined = bytearray(size)
         filled = 0
         for piece in self._pieces:
-            count = min(size - filled, len(piece))
-            joined[filled : filled + count] = piece[:count]
+            view = memoryview(piece)[offset:]
+            offset = 0
+            count = min(size - filled, len(view))
+            joined[filled : filled + count] = view[:count]
             filled += count
             if filled == size:
                 break
@@ -566,35 +655,41 @@ class TinkOpener:
 
     def _consume(self, size: int) -> None:
         self._available -= size
-        while size:
-            piece = self._pieces[0]
-            if len(piece) > size:
-                self._pieces[0] = piece[size:]
-                return
-            size -= len(piece)
-            del self._pieces[0]
+        pieces = self._pieces
+        offset = self._offset + size
+        while pieces and offset >= len(pieces[0]):
+            offset -= len(pieces.popleft())
+        self._offset = offset
 
     # -- output -----------------------------------------------------------------------------
 
     def readinto(self, buffer: Buffer) -> int | None:
         """Plaintext into ``buffer``: the count, 0 at the end (or for an empty buffer), None
         while more input is needed."""
-        self._check()
-        out = byte_view(buffer, writable=True)
-        if not len(out):
-            return 0
-        if self._plain_start < self._plain_end:
-            return self._copy_out(out)
-        try:
-            self._raise_deferred()
-            count = self._open(out)
-            if count == 0 and self._phase is not TinkPhase.DONE:  # the next segment is larger
-                if not self._open_buffered():
-                    return None
+        with self._turn:
+            self._check()
+            out = byte_view(buffer, writable=True)
+            if not len(out):
+                return 0
+            if self._plain_start < self._plain_end:
                 return self._copy_out(out)
-        except ProtocolError as exc:
-            raise self._fail(exc) from exc
-        return count if count or self._phase is TinkPhase.DONE else None
+            try:
+                self._raise_deferred()
+                written = 0
+                if self._phase is TinkPhase.HEADER:
+                    if not self._open_first():
+                        return None
+                    written = self._copy_out(out)
+                    if self._plain_start < self._plain_end:  # ``out`` is full
+                        return written
+                written += self._open(out[written:], already=written)
+                if written == 0 and not self._done():  # the next segment is larger than ``out``
+                    if not self._open_buffered():
+                        return None
+                    return self._copy_out(out)
+            except ProtocolError as exc:
+                raise self._fail(exc) from exc
+            return written if written or self._done() else None
 
     def read(self, max_bytes: int = -1) -> bytes | None:
         """Up to ``max_bytes`` plaintext bytes (-1: what is ready), ``b""`` at the end, None
@@ -604,20 +699,24 @@ class TinkOpener:
 
     def read_view(self, max_bytes: int = -1) -> memoryview | None:
         """As :meth:`read`, a view into the opener's buffer, valid until the next call."""
-        self._check()
-        if max_bytes == 0:
-            return memoryview(b"")
-        if self._plain_start == self._plain_end:
-            try:
-                self._raise_deferred()
-                if not self._open_buffered():
-                    return memoryview(b"") if self._phase is TinkPhase.DONE else None
-            except ProtocolError as exc:
-                raise self._fail(exc) from exc
-        end = self._plain_end if max_bytes < 0 else min(self._plain_end, self._plain_start + max_bytes)
-        view = memoryview(self._plain)[self._plain_start : end]
-        self._plain_start = end
-        return view
+        with self._turn:
+            self._check()
+            if max_bytes == 0:
+                return memoryview(b"")
+            if self._plain_start == self._plain_end:
+                try:
+                    self._raise_deferred()
+                    ready = self._open_buffered()
+                except ProtocolError as exc:
+                    raise self._fail(exc) from exc
+                if not ready:
+                    return None
+                if self._plain_start == self._plain_end:
+                    return memoryview(b"")  # the end (an empty last segment)
+            end = self._plain_end if max_bytes < 0 else min(self._plain_end, self._plain_start + max_bytes)
+            view = memoryview(self._plain)[self._plain_start : end]
+            self._plain_start = end
+            return view
 
     def _check(self) -> None:
         if self._error is not None:
@@ -632,7 +731,7 @@ class TinkOpener:
         self._phase = TinkPhase.FAILED
         self._error = error
         self._pieces.clear()
-        self._available = 0
+        self._available = self._offset = 0
         self._plain[:] = bytes(len(self._plain))
         self._plain_start = self._plain_end = 0
         return error
@@ -643,43 +742,49 @@ class TinkOpener:
         self._plain_start += count
         return count
 
+    def _done(self) -> bool:
+        return self._phase is TinkPhase.DONE
+
     def _open_buffered(self) -> bool:
-        """Open ready segments into the opener's own buffer (at least one segment's room);
-        False when none is ready."""
-        room = max(self._wire or max(key.ciphertext_segment_size for key in self._keys.keys), 65536)
-        if len(self._plain) < room:
-            self._plain = bytearray(room)
-        count = self._open(memoryview(self._plain))
-        self._plain_start, self._plain_end = 0, count
-        return count > 0 or self._phase is TinkPhase.DONE
-
-    def _open(self, out: memoryview) -> int:
-        """Open every ready segment whose plaintext fits in ``out``; the plaintext count."""
-        written = 0
+        """Open ready segments (segment 0 first, with the header) into the opener's own buffer,
+        which has room for at least one segment; False when none is ready and the stream has
+        not ended."""
+        start = 0
         if self._phase is TinkPhase.HEADER:
-            first = self._open_first(out)
-            if first is None:
-                return 0
-            written = first
-        return self._open_segments(out, written)
+            if not self._open_first():
+                return False
+            start = self._plain_end  # segment 0's plaintext, then what else is ready
+        if self._phase is TinkPhase.SEGMENTS:
+            room = max(self._wire, 65536)
+            if len(self._plain) < start + room:  # a new buffer: a view returned earlier may be held
+                grown = bytearray(start + room)
+                grown[:start] = self._plain[:start]
+                self._plain = grown
+            count = self._open(memoryview(self._plain)[start : start + room], already=start)
+            self._plain_start, self._plain_end = 0, start + count
+        return self._plain_end > 0 or self._done()
 
-    def _open_segments(self, out: memoryview, written: int) -> int:
-        """Open the ready segments after segment 0 into ``out`` from ``written`` on. A failing
-        segment raises at once if nothing opened before it in this call, else its error is
-        deferred to the next read, after the plaintext that did authenticate is returned."""
+    def _open(self, out: memoryview, *, already: int = 0) -> int:
+        """Open the ready segments after segment 0 into ``out``. A failing segment raises at
+        once if no plaintext was opened before it in this call (``already``: bytes the caller
+        has opened in it), else its error is deferred to the next read, after the plaintext
+        that did authenticate is returned."""
         segments = self._segments
         wire, size = self._wire, self._wire - TAG_SIZE
-        while self._phase is TinkPhase.SEGMENTS:
+        written = 0
+        while self._phase is TinkPhase.SEGMENTS and segments is not None:
             try:
                 # a run of middle segments inside the first piece, with input after the run
+                first = self._pieces[0] if self._pieces else b""
                 run = min(
-                    len(self._pieces[0]) // wire if self._pieces else 0,
+                    (len(first) - self._offset) // wire,
                     (self._available - 1) // wire,
                     (len(out) - written) // size,
                 )
-                if run > 1 and segments is not None:
+                if run > 1:
+                    start = self._offset
                     opened = segments.open_run(
-                        self._index, self._pieces[0][: run * wire], wire, out[written:]
+                        self._index, memoryview(first)[start : start + run * wire], wire, out[written:]
                     )
                     self._consume(opened * wire)
                     self._index += opened
@@ -693,10 +798,10 @@ class TinkOpener:
                 seg_wire, last = step
                 if seg_wire - TAG_SIZE > len(out) - written:
                     break
-                self._open_one(seg_wire, last, out[written : written + seg_wire - TAG_SIZE])
+                self._open_one(segments, seg_wire, last, out[written : written + seg_wire - TAG_SIZE])
                 written += seg_wire - TAG_SIZE
             except ProtocolError as exc:
-                if not written:
+                if not written + already:
                     raise
                 self._deferred = exc
                 break
@@ -715,10 +820,7 @@ class TinkOpener:
             )
         return self._available, True
 
-    def _open_one(self, wire: int, last: bool, out: memoryview) -> None:
-        segments = self._segments
-        if segments is None:  # pragma: no cover - _open_first sets it
-            raise RuntimeError("gcmstream bug: a Tink segment before its key")
+    def _open_one(self, segments: TinkSegments, wire: int, last: bool, out: memoryview) -> None:
         ciphertext = self._peek(wire)
         try:
             segments.open(self._index, last, ciphertext, out)
@@ -729,8 +831,9 @@ class TinkOpener:
         if last:
             self._phase = TinkPhase.DONE
 
+    @staticmethod
     def _segment_error(
-        self, segments: TinkSegments, index: int, last: bool, ciphertext: memoryview
+        segments: TinkSegments, index: int, last: bool, ciphertext: memoryview
     ) -> ProtocolError:
         """Why segment ``index`` failed: a stream cut right after a middle segment (its last
         segment opens as a middle one: truncated), else tampered or the wrong key."""
@@ -740,14 +843,40 @@ class TinkOpener:
             )
         return AuthenticationError(index)
 
-    def _open_first(self, out: memoryview) -> int | None:
-        """Read the header and open segment 0 under the first key that authenticates it: its
-        plaintext size, or None while more input is needed (or ``out`` has no room for it)."""
+    def _open_first(self) -> bool:
+        """Read the header and open segment 0 into the opener's buffer under a key that
+        authenticates it; False while more input is needed. The candidate keys (those whose
+        header length the header's first byte names) are tried from the smallest segment size
+        up, each as soon as its own segment 0 is complete, so a stream under a small-segment
+        key is read as it comes beside a key of large segments, and nothing is allocated for a
+        key the stream has not reached."""
+        found = self._header_candidates()
+        if found is None:
+            return False
+        length, candidates = found
+        header = bytes(self._peek(length))
+        salt, prefix = header[1:-NONCE_PREFIX_SIZE], header[-NONCE_PREFIX_SIZE:]
+        body = self._available - length
+        for key in sorted(candidates, key=lambda key: key.ciphertext_segment_size):
+            if any(key is failed for failed in self._failed_keys):
+                continue
+            wire = key.ciphertext_segment_size - length
+            if body <= wire and not self._eof:
+                return False  # its segment 0 is not complete yet, nor any larger key's
+            if self._try_first(key, length, salt, prefix, min(body, wire), last=body <= wire):
+                return True
+        if self._truncated:
+            raise TruncatedStreamError("the Tink stream ends after segment 0, which is not its last segment")
+        raise AuthenticationError(0)
+
+    def _header_candidates(self) -> tuple[int, list[TinkStreamingKey]] | None:
+        """The header's length and the keys that make such a header, once the header and a
+        tag's worth of segment 0 are in; None while more input is needed."""
         if not self._available:
             if self._eof:
                 raise TruncatedStreamError("the Tink stream is empty: no header")
             return None
-        length = self._pieces[0][0]
+        length = self._peek(1)[0]
         candidates = [key for key in self._keys.keys if key.header_size == length]
         if not candidates:
             sizes = sorted({key.header_size for key in self._keys.keys})
@@ -755,38 +884,42 @@ class TinkOpener:
                 f"the Tink header's length byte is {length}, and no key of this keyset makes such a "
                 f"header (theirs are {sizes} bytes): sealed with another key, or damaged"
             )
-        longest = max(key.ciphertext_segment_size for key in candidates) - length
-        if self._available <= length + longest and not self._eof:
-            return None
         if self._available < length + TAG_SIZE:
-            raise TruncatedStreamError(
-                f"the Tink stream ends after {self._available} bytes, inside its header or first segment"
-            )
-        header = bytes(self._peek(length))
-        salt, prefix = header[1:-NONCE_PREFIX_SIZE], header[-NONCE_PREFIX_SIZE:]
-        body = self._available - length
-        truncated = False
-        for key in candidates:
-            wire = key.ciphertext_segment_size - length
-            last = body <= wire
-            seg_wire = body if last else wire
-            if seg_wire - TAG_SIZE > len(out):
-                return None
-            segments = key.segments(salt, prefix, self._associated_data)
-            ciphertext = self._peek(length + seg_wire)[length:]
-            try:
-                segments.open(0, last, ciphertext, out[: seg_wire - TAG_SIZE])
-            except InvalidTag:
-                truncated = truncated or (last and segments.authenticates(0, False, ciphertext))
-                continue
-            self._consume(length + seg_wire)
-            self._segments, self._chosen = segments, key
-            self._wire, self._index = key.ciphertext_segment_size, 1
-            self._phase = TinkPhase.DONE if last else TinkPhase.SEGMENTS
-            return seg_wire - TAG_SIZE
-        if truncated:
-            raise TruncatedStreamError("the Tink stream ends after segment 0, which is not its last segment")
-        raise AuthenticationError(0)
+            if self._eof:
+                raise TruncatedStreamError(
+                    f"the Tink stream ends after {self._available} bytes, inside its header or first segment"
+                )
+            return None
+        return length, candidates
+
+    def _try_first(
+        self, key: TinkStreamingKey, length: int, salt: bytes, prefix: bytes, wire: int, *, last: bool
+    ) -> bool:
+        """Open segment 0 (``wire`` bytes after the header) under ``key`` into the opener's
+        buffer; on success the stream's key is chosen."""
+        size = wire - TAG_SIZE
+        if len(self._plain) < size:
+            self._plain = bytearray(size)
+        segments = key.segments(salt, prefix, self._associated_data)
+        ciphertext = self._peek(length + wire)[length:]
+        try:
+            segments.open(0, last, ciphertext, memoryview(self._plain)[:size])
+        except InvalidTag:
+            self._failed_keys.append(key)
+            self._truncated = self._truncated or (last and segments.authenticates(0, False, ciphertext))
+            return False
+        self._consume(length + wire)
+        self._segments, self._chosen, self._failed_keys = segments, key, []
+        self._wire, self._index = key.ciphertext_segment_size, 1
+        self._phase = TinkPhase.DONE if last else TinkPhase.SEGMENTS
+        self._plain_start, self._plain_end = 0, size
+        return True
+
+
+# Pieces of input at least this large, when ``bytes``, are kept by reference; smaller ones are
+# copied together. And the least unread input an opener accepts before BufferFullError.
+_BY_REFERENCE = 64 * 1024
+_MIN_INPUT_BOUND = 1 << 20
 
 
 # -- whole messages -------------------------------------------------------------------------
