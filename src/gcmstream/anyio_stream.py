@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -52,17 +52,21 @@ from ._adapter import (
     RECEIVE_SIZE,
     blame_connection,
     check_can_take_input,
-    connection_statistics,
-    describe_handshake_failure,
     handshake,
-    logger,
     run_handler,
     serve_retrying,
-    server_admission,
 )
-from .admission import DEFAULT_ADMISSION, Admission, AdmissionPolicy, admission_policy
+from ._server import (
+    ConnectionDeadlines,
+    Deadline,
+    ServerCore,
+    connection_statistics,
+    describe_handshake_failure,
+)
+from .admission import DEFAULT_ADMISSION, AdmissionPolicy, admission_policy
 from .channel import DEFAULT_HANDSHAKE, HandshakeOptions
 from .codec import Channel, Opener
+from .config import Configuration
 from .errors import StreamBrokenError, StreamClosedError, TruncatedStreamError
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
@@ -157,8 +161,10 @@ class SecureStream(ByteStream):
     _receive_lost: BaseException | None = field(init=False, default=None, repr=False)
     _closed: bool = field(init=False, default=False, repr=False)
     record_timeout: float | None = field(default=DEFAULT_RECORD_TIMEOUT, repr=False)
-    _record_since: float | None = field(init=False, default=None, repr=False)
     idle_timeout: float | None = field(default=DEFAULT_IDLE_TIMEOUT, repr=False)
+    # the server core's deadlines (record, idle; the handshake's while wrap runs it): it
+    # computes them, _receive_more arms the earliest around each read
+    _deadlines: ConnectionDeadlines = field(init=False, repr=False)
 
     # an object stream of bytes (AnyByteStream includes them, as TLSStream.wrap takes them)
     # receives whole items, without a size, and is sent bytes, not a view of ours
@@ -168,6 +174,9 @@ class SecureStream(ByteStream):
     def __post_init__(self) -> None:
         self._receive_guard = anyio.ResourceGuard("reading from")
         self._send_guard = anyio.ResourceGuard("writing to")
+        self._deadlines = ConnectionDeadlines(
+            record_timeout=self.record_timeout, idle_timeout=self.idle_timeout
+        )
         self._sized_receive = isinstance(self.transport_stream, ByteReceiveStream)
         self._sends_views = isinstance(self.transport_stream, ByteSendStream)
 
@@ -228,7 +237,27 @@ class SecureStream(ByteStream):
             local_id=local_id,
             peer_id=peer_id,
         )
-        stream = cls(transport_stream, channel, record_timeout=record_timeout, idle_timeout=idle_timeout)
+        deadlines = ConnectionDeadlines(
+            handshake_timeout=handshake_timeout, record_timeout=record_timeout, idle_timeout=idle_timeout
+        )
+        return await cls._handshaken(transport_stream, channel, deadlines, on_handshake_input)
+
+    @classmethod
+    async def _handshaken(
+        cls,
+        transport_stream: AnyByteStream,
+        channel: Channel,
+        deadlines: ConnectionDeadlines,
+        on_handshake_input: Callable[[Opener], object] | None,
+    ) -> SecureStream:
+        """``channel``'s handshake over ``transport_stream`` under ``deadlines``: the stream."""
+        stream = cls(
+            transport_stream,
+            channel,
+            record_timeout=deadlines.record_timeout,
+            idle_timeout=deadlines.idle_timeout,
+        )
+        stream._deadlines = deadlines
 
         async def abort() -> None:
             await anyio.aclose_forcefully(transport_stream)
@@ -238,9 +267,9 @@ class SecureStream(ByteStream):
                 channel,
                 stream._send_transport,
                 stream._receive_more,
-                time_limit=handshake_timeout,
                 abort=abort,
                 on_handshake_input=on_handshake_input,
+                deadlines=deadlines,
             )
         except TruncatedStreamError as exc:
             raise _anyio_truncation(exc, stream._receive_lost) from (exc.__cause__ or exc)
@@ -257,51 +286,45 @@ class SecureStream(ByteStream):
             return await self.transport_stream.receive(size)  # type: ignore[call-arg]
         return await self.transport_stream.receive()
 
-    async def _receive_more(self) -> None:
+    async def _receive_more(self, resumed: bool = False) -> None:
+        """Read once from the transport into the opener, before the core's next deadline.
+        ``resumed``: the first read of a ``receive()`` call, after the application had data to
+        read meanwhile: the peer's silence and a record part-way in count from now (as
+        asyncio's resume_reading)."""
         opener = self.channel.opener
         check_can_take_input(opener)
-        deadline = self._record_deadline(opener)
+        deadlines = self._deadlines
+        if resumed:
+            deadlines.resumed(anyio.current_time(), opener.receiving_record)
         # before confirmation, read no more than the handshake needs: an unconfirmed peer makes
         # us hold its header and Finished, nothing else
         size = opener.header_missing or RECEIVE_SIZE
-        idle = False  # which deadline is the nearer one
-        if self.idle_timeout is not None and self.channel.handshake_complete():
-            idle_deadline = anyio.current_time() + self.idle_timeout  # silence from now on
-            if deadline is None or idle_deadline < deadline:
-                deadline, idle = idle_deadline, True
+        at = deadlines.read_timer()
         try:
-            if deadline is None:  # no scope then: a cancel scope costs ~2 KB on trio while it waits
+            if at is None:  # no scope then: a cancel scope costs ~2 KB on trio while it waits
                 data = await self._receive_transport(size)
             else:
-                with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
+                with anyio.fail_after(max(0.0, at - anyio.current_time())):
                     data = await self._receive_transport(size)
         except TimeoutError:
+            expired = deadlines.handle_timer(max(anyio.current_time(), at or 0.0))
+            if expired is None or expired is Deadline.HANDSHAKE:
+                raise  # the handshake driver's (it closes the transport, says why)
             peer = self.transport_stream.extra(SocketAttribute.remote_address, "the peer")
-            if idle:
-                why, reason = "idle_timeout", f"nothing received for {self.idle_timeout:g} s"
-            else:
-                why = "record_timeout"
-                reason = f"a record started more than {self.record_timeout:g} s ago has not finished arriving"
-            logger.warning("dropping %s: %s (%s)", peer, reason, why)
             opener.receive_eof()
-            self._receive_lost = TimeoutError(reason)
+            deadlines.ended()
+            self._receive_lost = deadlines.drop(expired, peer)
             await anyio.aclose_forcefully(self.transport_stream)
         except (anyio.EndOfStream, anyio.IncompleteRead):
             opener.receive_eof()
+            deadlines.ended()
         except anyio.BrokenResourceError as exc:
             opener.receive_eof()
+            deadlines.ended()
             self._receive_lost = exc
         else:
             opener.receive_data(data)
-
-    def _record_deadline(self, opener: Opener) -> float | None:
-        """When the record that has begun to arrive must be whole (None: none has begun)."""
-        if self.record_timeout is None or not opener.receiving_record:
-            self._record_since = None
-            return None
-        if self._record_since is None:
-            self._record_since = anyio.current_time()
-        return self._record_since + self.record_timeout
+            deadlines.received(anyio.current_time(), opener.receiving_record)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -329,7 +352,7 @@ class SecureStream(ByteStream):
                     if not data:
                         raise anyio.EndOfStream
                     return data
-                await self._receive_more()
+                await self._receive_more(resumed=not waited)
                 waited = True
 
     def _check_can_send(self) -> None:
@@ -481,6 +504,66 @@ class _Pending:
         self.scope.cancel()
 
 
+HandshakeFailed = Callable[[Exception, AnyByteStream, object, int], Awaitable[None]]
+"""``(error, transport, peer, log level)``: a server's word on a client whose handshake failed."""
+
+
+async def serve_listener(
+    listener: Listener[Any],
+    config: Configuration,
+    handler: Callable[[SecureStream], Any],
+    handshake_failed: HandshakeFailed,
+    task_group: TaskGroup | None = None,
+) -> None:
+    """The anyio server loop, for :meth:`SecureListener.serve` and ``gcmstream listen``: every
+    connection ``listener`` accepts goes through one :class:`~gcmstream._server.ServerCore`
+    (admission, deadlines, handler isolation), and ``handler`` runs with each SecureStream whose
+    handshake completed. A failed handshake is passed to ``handshake_failed`` with the level
+    the core chose (none for one the admission evicted or refused: its report counts those).
+    Survives EMFILE (``serve_retrying``)."""
+    # an evicted handshake is cancelled: its transport is closed, nothing logged per connection
+    core: ServerCore[_Pending] = ServerCore(config, _Pending.drop)
+
+    async def handle(transport: AnyByteStream) -> None:
+        # the address, while it can still be asked: a closed socket no longer knows it
+        address = transport.extra(SocketAttribute.remote_address, None)
+        peer = "an unknown peer" if address is None else address
+        entry = _Pending(anyio.CancelScope())
+        if not core.admit(entry, address):
+            await anyio.aclose_forcefully(transport)  # refused: its source is at its cap
+            return
+        try:
+            with entry.scope:
+                stream = await SecureStream._handshaken(
+                    transport,
+                    config.channel(Role.RESPONDER, reuse_output=False),
+                    core.deadlines(),
+                    lambda opener: core.observe(entry, opener),
+                )
+        except Exception as exc:
+            if isinstance(exc, anyio.get_cancelled_exc_class()):  # (asyncio's is no Exception)
+                core.handshake_cancelled(entry)
+                raise
+            level = core.handshake_failed(entry)
+            if level is not None:
+                await handshake_failed(exc, transport, peer, level)
+            return
+        except BaseException:
+            core.handshake_cancelled(entry)
+            raise
+        if entry.scope.cancel_called or not core.handshake_completed(entry):
+            core.handshake_cancelled(entry)  # evicted (counted by the admission's report)
+            await anyio.aclose_forcefully(transport)
+            return
+
+        async def abort() -> None:
+            await anyio.aclose_forcefully(stream)  # aclose never seals FINAL
+
+        await run_handler(lambda: handler(stream), peer, abort=abort, failed=core.handler_failed)
+
+    await serve_retrying(listener, handle, task_group)  # survives EMFILE
+
+
 @dataclass(eq=False)
 class SecureListener(Listener[SecureStream]):
     """Wraps a listener so that ``serve()`` hands out handshaken SecureStreams (as responder).
@@ -514,20 +597,37 @@ class SecureListener(Listener[SecureStream]):
     max_pending_handshakes: int | None = None
     admission: AdmissionPolicy = DEFAULT_ADMISSION
 
-    _peers: dict[int, object] = field(init=False, default_factory=dict, repr=False)
-    _pending: Admission[Any] | None = field(init=False, default=None, repr=False)
+    # while handle_handshake_error runs: the peer and the log level the core chose, by transport
+    _failures: dict[int, tuple[object, int]] = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         given = None if self.admission is DEFAULT_ADMISSION else self.admission
         self.admission = admission_policy(given, self.max_pending_handshakes)  # checked here
 
+    def _configuration(self) -> Configuration:
+        """This listener's options as one Configuration (what the server core runs on)."""
+        return Configuration(
+            key=self.key,
+            context=self.context,
+            key_exchange=self.options.key_exchange,
+            local_id=self.options.local_id,
+            peer_id=self.options.peer_id,
+            record_size=self.record_size,
+            max_record_size=self.max_record_size,
+            ring_size=self.ring_size,
+            limits=self.limits,
+            handshake_timeout=self.handshake_timeout,
+            record_timeout=self.record_timeout,
+            idle_timeout=self.idle_timeout,
+            admission=self.admission,
+        )
+
     async def handle_handshake_error(self, exc: Exception, stream: AnyByteStream) -> None:
         """Called when a client's handshake failed (``stream`` is its transport, closed
-        already). Logs one line naming the peer (never a key). Override it to do more;
-        cancellations are not passed here, they propagate."""
-        peer = self._peers.get(id(stream), "an unknown peer")
-        quiet = self._pending is not None and not self._pending.failure_logged()  # a flood
-        level = logging.DEBUG if quiet else logging.WARNING
+        already). Logs one line naming the peer (never a key), at debug level past the
+        admission's quota under a flood. Override it to do more; cancellations are not passed
+        here, they propagate, and neither are connections the admission evicted."""
+        peer, level = self._failures.get(id(stream), ("an unknown peer", logging.WARNING))
         describe_handshake_failure(exc, peer, self.handshake_timeout, level)
 
     async def serve(
@@ -535,56 +635,14 @@ class SecureListener(Listener[SecureStream]):
         handler: Callable[[SecureStream], Any],
         task_group: TaskGroup | None = None,
     ) -> None:
-        # an evicted handshake is cancelled: its transport is closed, nothing logged per connection
-        pending: Admission[_Pending] = Admission(server_admission(self.admission), _Pending.drop)
-        self._pending = pending  # its failure log quota, for handle_handshake_error
-
-        async def handle(transport: AnyByteStream) -> None:
-            # the address, while it can still be asked: a closed socket no longer knows it
-            address = transport.extra(SocketAttribute.remote_address, None)
-            peer = "an unknown peer" if address is None else address
-            entry = _Pending(anyio.CancelScope())
-            if not pending.admit(entry, address):
-                await anyio.aclose_forcefully(transport)  # refused: its source is at its cap
-                return
-            self._peers[id(transport)] = peer
+        async def failed(exc: Exception, transport: AnyByteStream, peer: object, level: int) -> None:
+            self._failures[id(transport)] = (peer, level)
             try:
-                with entry.scope:
-                    stream = await SecureStream.wrap(
-                        transport,
-                        key=self.key,
-                        role=Role.RESPONDER,
-                        context=self.context,
-                        record_size=self.record_size,
-                        max_record_size=self.max_record_size,
-                        limits=self.limits,
-                        handshake_timeout=self.handshake_timeout,
-                        record_timeout=self.record_timeout,
-                        idle_timeout=self.idle_timeout,
-                        ring_size=self.ring_size,
-                        key_exchange=self.options.key_exchange,
-                        local_id=self.options.local_id,
-                        peer_id=self.options.peer_id,
-                        on_handshake_input=lambda opener: pending.observe(entry, opener),
-                    )
-            except BaseException as exc:
-                if isinstance(exc, Exception) and not isinstance(exc, anyio.get_cancelled_exc_class()):
-                    await self.handle_handshake_error(exc, transport)
-                    return
-                raise
+                await self.handle_handshake_error(exc, transport)
             finally:
-                self._peers.pop(id(transport), None)
-                pending.done(entry)
-            if entry.scope.cancel_called:  # evicted (counted by the admission's report)
-                await anyio.aclose_forcefully(transport)
-                return
+                del self._failures[id(transport)]
 
-            async def abort() -> None:
-                await anyio.aclose_forcefully(stream)  # aclose never seals FINAL
-
-            await run_handler(lambda: handler(stream), peer, abort=abort)
-
-        await serve_retrying(self.listener, handle, task_group)  # survives EMFILE
+        await serve_listener(self.listener, self._configuration(), handler, failed, task_group)
 
     async def aclose(self) -> None:
         await self.listener.aclose()
