@@ -15,17 +15,19 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
+from anyio.abc import AsyncResource, SocketAttribute
 
-from ._server import ConnectionDeadlines, Deadline, log_handler_failure
+from ._server import ConnectionDeadlines, Deadline, ServerCore, log_handler_failure
 from .admission import REPORT_INTERVAL
 from .codec import Channel, Opener
 from .config import DEFAULT_HANDSHAKE_TIMEOUT as DEFAULT_HANDSHAKE_TIMEOUT  # the adapters' defaults
 from .config import DEFAULT_IDLE_TIMEOUT as DEFAULT_IDLE_TIMEOUT
 from .config import DEFAULT_RECORD_TIMEOUT as DEFAULT_RECORD_TIMEOUT
+from .config import Configuration
 from .errors import TruncatedStreamError
 
 logger = logging.getLogger("gcmstream")
@@ -266,3 +268,78 @@ async def serve_retrying(
                     raise
                 _say_exhausted(exc)
             await anyio.sleep(ACCEPT_RETRY_DELAY)
+
+
+class _Pending:
+    """One handshake in progress on an anyio server: cancelling its scope drops it."""
+
+    __slots__ = ("scope",)
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope()
+
+    def drop(self) -> None:
+        self.scope.cancel()
+
+
+S = TypeVar("S", bound=AsyncResource)
+
+Responder = Callable[[Any, ConnectionDeadlines, Callable[[Opener], object]], Awaitable[S]]
+"""``(transport, deadlines, observe)``: run the responder's handshake over an accepted transport
+under the core's deadlines, calling ``observe`` with the opener after each read; the stream."""
+
+HandshakeFailed = Callable[[Exception, Any, object, int], Awaitable[None]]
+"""``(error, transport, peer, log level)``: a server's word on a client whose handshake failed."""
+
+
+async def serve_listener(
+    listener: Any,
+    config: Configuration,
+    responder: Responder[S],
+    handler: Callable[[S], Any],
+    handshake_failed: HandshakeFailed,
+    task_group: Any | None = None,
+) -> None:
+    """The anyio server loop, for ``SecureListener.serve`` and ``gcmstream listen``: every
+    connection ``listener`` accepts goes through one :class:`~gcmstream._server.ServerCore`
+    (admission, deadlines, handler isolation); ``handler`` runs with each stream whose handshake
+    completed (``run_handler``: its failure ends that connection only). A failed handshake is
+    passed to ``handshake_failed`` with the level the core chose; none for one the admission
+    refused or evicted (its report counts those). Survives EMFILE (``serve_retrying``)."""
+    # an evicted handshake is cancelled: its transport is closed, nothing logged per connection
+    core: ServerCore[_Pending] = ServerCore(config, _Pending.drop)
+
+    async def handle(transport: Any) -> None:
+        # the address, while it can still be asked: a closed socket no longer knows it
+        address = transport.extra(SocketAttribute.remote_address, None)
+        peer = "an unknown peer" if address is None else address
+        entry = _Pending()
+        if not core.admit(entry, address):
+            await anyio.aclose_forcefully(transport)  # refused: its source is at its cap
+            return
+        stream: S | None = None
+        try:
+            with entry.scope:
+                stream = await responder(
+                    transport, core.deadlines(), lambda opener: core.observe(entry, opener)
+                )
+        except Exception as exc:  # (a cancellation is a BaseException on every backend)
+            level = core.handshake_failed(entry)
+            if level is not None:
+                await handshake_failed(exc, transport, peer, level)
+            return
+        except BaseException:
+            core.handshake_cancelled(entry)
+            raise
+        if stream is None or entry.scope.cancel_called or not core.handshake_completed(entry):
+            core.handshake_cancelled(entry)  # evicted (counted by the admission's report)
+            await anyio.aclose_forcefully(transport)
+            return
+        served = stream
+
+        async def abort() -> None:
+            await anyio.aclose_forcefully(served)  # aclose never seals FINAL
+
+        await run_handler(lambda: handler(served), peer, abort=abort, failed=core.handler_failed)
+
+    await serve_retrying(listener, handle, task_group)  # survives EMFILE

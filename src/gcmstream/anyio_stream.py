@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import operator
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -53,13 +53,11 @@ from ._adapter import (
     blame_connection,
     check_can_take_input,
     handshake,
-    run_handler,
-    serve_retrying,
+    serve_listener,
 )
 from ._server import (
     ConnectionDeadlines,
     Deadline,
-    ServerCore,
     connection_statistics,
     describe_handshake_failure,
 )
@@ -495,76 +493,6 @@ async def connect_tcp(
 
 
 @dataclass(eq=False)
-class _Pending:
-    """One handshake in progress on a listener: cancelling its scope drops it."""
-
-    scope: anyio.CancelScope
-
-    def drop(self) -> None:
-        self.scope.cancel()
-
-
-HandshakeFailed = Callable[[Exception, AnyByteStream, object, int], Awaitable[None]]
-"""``(error, transport, peer, log level)``: a server's word on a client whose handshake failed."""
-
-
-async def serve_listener(
-    listener: Listener[Any],
-    config: Configuration,
-    handler: Callable[[SecureStream], Any],
-    handshake_failed: HandshakeFailed,
-    task_group: TaskGroup | None = None,
-) -> None:
-    """The anyio server loop, for :meth:`SecureListener.serve` and ``gcmstream listen``: every
-    connection ``listener`` accepts goes through one :class:`~gcmstream._server.ServerCore`
-    (admission, deadlines, handler isolation), and ``handler`` runs with each SecureStream whose
-    handshake completed. A failed handshake is passed to ``handshake_failed`` with the level
-    the core chose (none for one the admission evicted or refused: its report counts those).
-    Survives EMFILE (``serve_retrying``)."""
-    # an evicted handshake is cancelled: its transport is closed, nothing logged per connection
-    core: ServerCore[_Pending] = ServerCore(config, _Pending.drop)
-
-    async def handle(transport: AnyByteStream) -> None:
-        # the address, while it can still be asked: a closed socket no longer knows it
-        address = transport.extra(SocketAttribute.remote_address, None)
-        peer = "an unknown peer" if address is None else address
-        entry = _Pending(anyio.CancelScope())
-        if not core.admit(entry, address):
-            await anyio.aclose_forcefully(transport)  # refused: its source is at its cap
-            return
-        try:
-            with entry.scope:
-                stream = await SecureStream._handshaken(
-                    transport,
-                    config.channel(Role.RESPONDER, reuse_output=False),
-                    core.deadlines(),
-                    lambda opener: core.observe(entry, opener),
-                )
-        except Exception as exc:
-            if isinstance(exc, anyio.get_cancelled_exc_class()):  # (asyncio's is no Exception)
-                core.handshake_cancelled(entry)
-                raise
-            level = core.handshake_failed(entry)
-            if level is not None:
-                await handshake_failed(exc, transport, peer, level)
-            return
-        except BaseException:
-            core.handshake_cancelled(entry)
-            raise
-        if entry.scope.cancel_called or not core.handshake_completed(entry):
-            core.handshake_cancelled(entry)  # evicted (counted by the admission's report)
-            await anyio.aclose_forcefully(transport)
-            return
-
-        async def abort() -> None:
-            await anyio.aclose_forcefully(stream)  # aclose never seals FINAL
-
-        await run_handler(lambda: handler(stream), peer, abort=abort, failed=core.handler_failed)
-
-    await serve_retrying(listener, handle, task_group)  # survives EMFILE
-
-
-@dataclass(eq=False)
 class SecureListener(Listener[SecureStream]):
     """Wraps a listener so that ``serve()`` hands out handshaken SecureStreams (as responder).
     Clients that fail the handshake or do not complete it within ``handshake_timeout`` are
@@ -642,7 +570,15 @@ class SecureListener(Listener[SecureStream]):
             finally:
                 del self._failures[id(transport)]
 
-        await serve_listener(self.listener, self._configuration(), handler, failed, task_group)
+        config = self._configuration()
+
+        async def responder(
+            transport: AnyByteStream, deadlines: ConnectionDeadlines, observe: Callable[[Opener], object]
+        ) -> SecureStream:
+            channel = config.channel(Role.RESPONDER, reuse_output=False)
+            return await SecureStream._handshaken(transport, channel, deadlines, observe)
+
+        await serve_listener(self.listener, config, responder, handler, failed, task_group)
 
     async def aclose(self) -> None:
         await self.listener.aclose()

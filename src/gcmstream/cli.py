@@ -60,9 +60,9 @@ if TYPE_CHECKING:
     from anyio.lowlevel import current_token
     from anyio.streams.memory import MemoryObjectReceiveStream
 
-    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
+    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT, serve_listener
     from ._output import finished, open_output, output_target
-    from .anyio_stream import SecureStream, connect_tcp, serve_listener
+    from .anyio_stream import SecureStream, connect_tcp
     from .config import Configuration
     from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
     from .format import (
@@ -164,8 +164,8 @@ def _import_network() -> None:
     from anyio import from_thread
     from anyio.lowlevel import current_token
 
-    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT
-    from .anyio_stream import SecureStream, connect_tcp, serve_listener
+    from ._adapter import DEFAULT_HANDSHAKE_TIMEOUT, serve_listener
+    from .anyio_stream import SecureStream, connect_tcp
     from .config import Configuration
 
 
@@ -1512,7 +1512,10 @@ async def _first_peer(
             shown = _shown(peer) if isinstance(peer, tuple) else str(peer)
             _log.log(level, "%s: %s; still listening", shown, _peer_failure(exc, args))
 
-        tg.start_soon(serve_listener, listener, config, take, failed)
+        async def responder(transport: Any, deadlines: Any, observe: Callable[[Any], object]) -> SecureStream:
+            return await _handshake(transport, args, key, observe)  # config's options, as wrap's
+
+        tg.start_soon(serve_listener, listener, config, responder, take, failed)
     return winner[0]
 
 
