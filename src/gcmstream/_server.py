@@ -327,11 +327,21 @@ class ServerCore(Generic[T]):
     """The sans-IO core of one server: its configuration, its admission, its statistics, and
     the decisions each connection's life needs. ``T`` is whatever the adapter drops a pending
     connection by (an asyncio transport, a cancel scope); ``drop(connection)`` is called for
-    each connection the admission evicts (see :class:`~gcmstream.admission.Admission`)."""
+    each connection the admission evicts (see :class:`~gcmstream.admission.Admission`, which
+    ``random`` and ``clock`` are passed to; tests decide them)."""
 
-    def __init__(self, config: Configuration, drop: Callable[[T], object]) -> None:
+    def __init__(
+        self,
+        config: Configuration,
+        drop: Callable[[T], object],
+        *,
+        random: Callable[[], float] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.config = config
-        self.admission: Admission[T] = Admission(server_admission(config.admission), drop)
+        chance = {} if random is None else {"random": random}  # (tests decide them)
+        now = {} if clock is None else {"clock": clock}
+        self.admission: Admission[T] = Admission(server_admission(config.admission), drop, **chance, **now)
         self.statistics = ServerStatistics()
 
     def admit(self, connection: T, address: object) -> bool:
