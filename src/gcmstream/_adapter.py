@@ -1,12 +1,14 @@
 """Glue the asyncio adapter, the anyio adapter and the CLI share (private).
 
-One copy of each piece, so the adapters cannot drift apart: the handshake and its
-timeout-and-close policy, the handshake-failure log line, a failing handler's fate (it ends its
-connection, never the server: ``run_handler``), what the end made by leaving ``async with``
-ignores (``PEER_GONE``), the guard against an opener that needs input but cannot take any,
-cause chaining onto a truncation, the connection statistics behind ``get_extra_info`` and the
-typed attributes, one receive size and one logger.
-"""
+The decisions are the server core's (``_server.py``: admission, deadlines, the handler's and
+the handshake's log lines, statistics); what is here needs a loop or an await. One copy of
+each piece, so the adapters cannot drift apart: the handshake driver (it arms the core's
+handshake deadline around the whole exchange and closes on failure), a failing handler's fate
+(it ends its connection, never the server: ``run_handler``), the anyio server loop that the
+anyio listener and ``gcmstream listen`` share (``serve_listener``), accept loops that survive
+EMFILE, what the end made by leaving ``async with`` ignores (``PEER_GONE``), the guard against
+an opener that needs input but cannot take any, cause chaining onto a truncation, fairness,
+one receive size and one logger."""
 
 from __future__ import annotations
 
