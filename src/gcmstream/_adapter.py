@@ -272,6 +272,20 @@ async def serve_retrying(
             await anyio.sleep(ACCEPT_RETRY_DELAY)
 
 
+UNKNOWN_PEER = "an unknown peer"
+"""How a log line names a peer whose address could not be asked (it was gone already)."""
+
+
+def remote_address(transport: Any) -> Any:
+    """An anyio stream's peer address, or None where there is none to ask: on uvloop a
+    connection reset before its handler ran has no socket left, and asking raised
+    AttributeError out of the handler, which ended ``serve()`` for every client."""
+    try:
+        return transport.extra(SocketAttribute.remote_address, None)
+    except (AttributeError, OSError):
+        return None
+
+
 class _Pending:
     """One handshake in progress on an anyio server: cancelling its scope drops it."""
 
@@ -313,8 +327,8 @@ async def serve_listener(
 
     async def handle(transport: Any) -> None:
         # the address, while it can still be asked: a closed socket no longer knows it
-        address = transport.extra(SocketAttribute.remote_address, None)
-        peer = "an unknown peer" if address is None else address
+        address = remote_address(transport)
+        peer = UNKNOWN_PEER if address is None else address
         entry = _Pending()
         if not core.admit(entry, address):
             await anyio.aclose_forcefully(transport)  # refused: its source is at its cap

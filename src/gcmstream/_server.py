@@ -78,9 +78,11 @@ class ConnectionDeadlines:
 
     The adapter reports :meth:`handshake_started`, :meth:`received` (after the opener took the
     bytes), :meth:`paused`/:meth:`resumed` (reading stopped for backpressure, and started
-    again), :meth:`ended` (the input ended) and :meth:`handshake_complete`; it arms
-    :meth:`get_timer` and calls :meth:`handle_timer` when that fires. A deadline fires once:
-    after :meth:`handle_timer` named one, ``get_timer()`` is None and every later call None."""
+    again), :meth:`ended` (the input ended) and :meth:`handshake_complete`; its reads arm
+    :meth:`read_timer`, its handshake driver :attr:`handshake_deadline` (:meth:`get_timer` is
+    the earlier of the two), and either calls :meth:`handle_timer` when it fires. A deadline
+    fires once: after :meth:`handle_timer` named one, every timer is None and every later call
+    None."""
 
     __slots__ = (
         "_expired",

@@ -33,6 +33,7 @@ from ._adapter import (
     DEFAULT_RECORD_TIMEOUT,
     PEER_GONE,
     RECEIVE_SIZE,
+    UNKNOWN_PEER,
     Fairness,
     blame_connection,
     check_can_take_input,
@@ -852,17 +853,19 @@ def _server_core(loop: asyncio.AbstractEventLoop, config: Configuration) -> Serv
     return core
 
 
-async def _admitted_handshake(protocol: _ChannelProtocol, core: ServerCore[asyncio.Transport]) -> bool:
+async def _admitted_handshake(
+    protocol: _ChannelProtocol, core: ServerCore[asyncio.Transport], peer: object
+) -> bool:
     """The handshake of a connection the core admitted: True if it completed and was not
     evicted (an evicted one's transport is aborted: no handler runs on it). A failure is
-    logged at the level the core says, an evicted one not at all."""
+    logged with ``peer`` (asked before: uvloop's closed transport raises ValueError for its
+    peer name) at the level the core says, an evicted one not at all."""
     transport = protocol.connected_transport()
     try:
         await protocol.handshake()
     except Exception as exc:  # the transport is aborted already; cancellations propagate
         level = core.handshake_failed(transport)
         if level is not None:
-            peer = transport.get_extra_info("peername")
             describe_handshake_failure(exc, peer, core.config.handshake_timeout, level)
         return False
     except BaseException:  # cancelled (an evicted one too)
@@ -937,10 +940,9 @@ async def start_server(
     tasks: set[asyncio.Task[None]] = set()
     core = _server_core(loop, config)
 
-    async def serve_one(protocol: _ChannelProtocol) -> None:
+    async def serve_one(protocol: _ChannelProtocol, peer: object) -> None:
         transport = protocol.connected_transport()
-        peer = transport.get_extra_info("peername")
-        if not await _admitted_handshake(protocol, core):
+        if not await _admitted_handshake(protocol, core, peer):
             return
         reader, writer = protocol.streams()
 
@@ -962,11 +964,15 @@ async def start_server(
 
     def start(protocol: _ChannelProtocol) -> None:
         transport = protocol.connected_transport()
-        if not core.admit(transport, transport.get_extra_info("peername")):
+        # the peer's address now, while it is connected: later a reset one has none (None, or
+        # ValueError on uvloop's closed transport); uvloop may have none even now
+        address = transport.get_extra_info("peername")
+        peer = UNKNOWN_PEER if address is None else address
+        if not core.admit(transport, address):
             transport.abort()  # refused (its source is at its cap): no task, no handshake
             return
         protocol.on_handshake_input = lambda opener: core.observe(transport, opener)
-        task = protocol.handshake_task = loop.create_task(serve_one(protocol))
+        task = protocol.handshake_task = loop.create_task(serve_one(protocol, peer))
         tasks.add(task)  # keep a reference until done
         task.add_done_callback(tasks.discard)
 

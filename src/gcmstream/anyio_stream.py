@@ -39,7 +39,6 @@ from anyio.abc import (
     ByteSendStream,
     ByteStream,
     Listener,
-    SocketAttribute,
     TaskGroup,
 )
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
@@ -50,9 +49,11 @@ from ._adapter import (
     DEFAULT_RECORD_TIMEOUT,
     PEER_GONE,
     RECEIVE_SIZE,
+    UNKNOWN_PEER,
     blame_connection,
     check_can_take_input,
     handshake,
+    remote_address,
     serve_listener,
 )
 from ._server import (
@@ -308,7 +309,7 @@ class SecureStream(ByteStream):
             expired = deadlines.handle_timer(max(anyio.current_time(), at or 0.0))
             if expired is None or expired is Deadline.HANDSHAKE:
                 raise  # the handshake driver's (it closes the transport, says why)
-            peer = self.transport_stream.extra(SocketAttribute.remote_address, "the peer")
+            peer = remote_address(self.transport_stream) or UNKNOWN_PEER
             opener.receive_eof()
             deadlines.ended()
             self._receive_lost = deadlines.drop(expired, peer)
@@ -555,7 +556,7 @@ class SecureListener(Listener[SecureStream]):
         already). Logs one line naming the peer (never a key), at debug level past the
         admission's quota under a flood. Override it to do more; cancellations are not passed
         here, they propagate, and neither are connections the admission evicted."""
-        peer, level = self._failures.get(id(stream), ("an unknown peer", logging.WARNING))
+        peer, level = self._failures.get(id(stream), (UNKNOWN_PEER, logging.WARNING))
         describe_handshake_failure(exc, peer, self.handshake_timeout, level)
 
     async def serve(
