@@ -28,7 +28,8 @@ from gcmstream.anyio_stream import AnyioTruncatedStreamError, SecureStream, conn
 from ..helpers import KEY
 
 HOST = "127.0.0.1"
-TIMEOUTS = {"handshake_timeout": 0.5, "record_timeout": 0.5, "idle_timeout": 1.0}
+HANDSHAKE_TIMEOUT = RECORD_TIMEOUT = 0.5
+IDLE_TIMEOUT = 1.0
 
 PATHS = [
     pytest.param("start_server", "asyncio", {}, id="start_server-asyncio"),
@@ -42,7 +43,7 @@ Server = Callable[[], AbstractAsyncContextManager[int]]
 
 
 def server_for(path: str, endings: list[BaseException]) -> Server:
-    """A server with TIMEOUTS whose handler reads until its read raises, and keeps the error."""
+    """A server with the three timeouts whose handler reads until its read raises, and keeps the error."""
 
     async def anyio_reads(stream: SecureStream) -> None:
         try:
@@ -66,7 +67,13 @@ def server_for(path: str, endings: list[BaseException]) -> Server:
 
     @asynccontextmanager
     async def listener() -> AsyncIterator[int]:
-        secure = await create_tcp_listener(key=KEY, local_host=HOST, **TIMEOUTS)
+        secure = await create_tcp_listener(
+            key=KEY,
+            local_host=HOST,
+            handshake_timeout=HANDSHAKE_TIMEOUT,
+            record_timeout=RECORD_TIMEOUT,
+            idle_timeout=IDLE_TIMEOUT,
+        )
         async with secure, anyio.create_task_group() as tg:
             tg.start_soon(secure.serve, anyio_reads)
             yield secure.extra(anyio.abc.SocketAttribute.local_port)
@@ -74,7 +81,15 @@ def server_for(path: str, endings: list[BaseException]) -> Server:
 
     @asynccontextmanager
     async def start_server() -> AsyncIterator[int]:
-        server = await gcmstream.start_server(asyncio_reads, HOST, 0, key=KEY, **TIMEOUTS)
+        server = await gcmstream.start_server(
+            asyncio_reads,
+            HOST,
+            0,
+            key=KEY,
+            handshake_timeout=HANDSHAKE_TIMEOUT,
+            record_timeout=RECORD_TIMEOUT,
+            idle_timeout=IDLE_TIMEOUT,
+        )
         async with server:
             yield server.sockets[0].getsockname()[1]
 
