@@ -56,6 +56,7 @@ __all__ = (
     "connection_statistics",
     "describe_handshake_failure",
     "descriptor_soft_limit",
+    "log_handler_failure",
     "server_admission",
 )
 
