@@ -153,9 +153,17 @@ class ConnectionDeadlines:
     def received(self, now: float, receiving_record: bool) -> None:
         """Bytes arrived and the opener took them; ``receiving_record``: part of a record is in
         and the rest is not (``Opener.receiving_record``). A record's deadline is set when it
-        begins and kept until it is whole, however the bytes trickle."""
-        self._idle_from(now)
-        self._time_record(now, receiving_record)
+        begins and kept until it is whole, however the bytes trickle. (Once per read on every
+        connection: the two rules are written out here, not called.)"""
+        if self.eof or not self.reading:
+            return
+        if self.idle_timeout is not None and not self.handshaking:
+            self._idle_at = now + self.idle_timeout
+        if self.record_timeout is not None:
+            if not receiving_record:
+                self._record_at = math.inf
+            elif self._record_at == math.inf:  # begun now: kept until the record is whole
+                self._record_at = now + self.record_timeout
 
     def paused(self) -> None:
         """Reading stopped (the local reader is slow): neither the record's nor the silence's
