@@ -1,12 +1,14 @@
 """Glue the asyncio adapter, the anyio adapter and the CLI share (private).
 
-One copy of each piece, so the adapters cannot drift apart: the handshake and its
-timeout-and-close policy, the handshake-failure log line, a failing handler's fate (it ends its
-connection, never the server: ``run_handler``), what the end made by leaving ``async with``
-ignores (``PEER_GONE``), the guard against an opener that needs input but cannot take any,
-cause chaining onto a truncation, the connection statistics behind ``get_extra_info`` and the
-typed attributes, one receive size and one logger.
-"""
+The decisions are the server core's (``_server.py``: admission, deadlines, the handler's and
+the handshake's log lines, statistics); what is here needs a loop or an await. One copy of
+each piece, so the adapters cannot drift apart: the handshake driver (it arms the core's
+handshake deadline around the whole exchange and closes on failure), a failing handler's fate
+(it ends its connection, never the server: ``run_handler``), the anyio server loop that the
+anyio listener and ``gcmstream listen`` share (``serve_listener``), accept loops that survive
+EMFILE, what the end made by leaving ``async with`` ignores (``PEER_GONE``), the guard against
+an opener that needs input but cannot take any, cause chaining onto a truncation, fairness,
+one receive size and one logger."""
 
 from __future__ import annotations
 
@@ -14,20 +16,22 @@ import errno
 import logging
 import math
 import time
-import traceback
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
+from anyio.abc import AsyncResource, SocketAttribute
 
-from .admission import DEFAULT_ADMISSION, REPORT_INTERVAL, AdmissionPolicy, fit_to_descriptors
-from .codec import Channel, Opener, Sealer
+from ._server import ConnectionDeadlines, Deadline, ServerCore, log_handler_failure
+from .admission import REPORT_INTERVAL
+from .codec import Channel, Opener
 from .config import DEFAULT_HANDSHAKE_TIMEOUT as DEFAULT_HANDSHAKE_TIMEOUT  # the adapters' defaults
 from .config import DEFAULT_IDLE_TIMEOUT as DEFAULT_IDLE_TIMEOUT
 from .config import DEFAULT_RECORD_TIMEOUT as DEFAULT_RECORD_TIMEOUT
+from .config import Configuration
 from .errors import TruncatedStreamError
-from .format import RECORD_HEADER_SIZE, TAG_SIZE, FieldType
+from .format import RECORD_HEADER_SIZE, TAG_SIZE
 
 logger = logging.getLogger("gcmstream")
 
@@ -83,34 +87,49 @@ async def handshake(
     send: Send,
     receive_more: ReceiveMore,
     *,
-    time_limit: float | None,
+    time_limit: float | None = None,
     abort: Abort,
     on_handshake_input: Callable[[Opener], object] | None = None,
+    deadlines: ConnectionDeadlines | None = None,
 ) -> None:
-    """Run the channel handshake within ``time_limit`` seconds (None: no limit). On any failure
-    (the peer's header, a timeout, a lost connection, a cancellation) the connection is closed
-    at once with ``abort`` and the error re-raised: a half-made connection is never handed on.
-    ``on_handshake_input`` is called with the channel's opener after each read (the end of
-    the input included: the handshake then ends at once), before any answer is computed: a
-    server's admission learns there what the peer sent (``Admission.observe``).
+    """Run the channel handshake before its deadline: ``deadlines``' (the server core's rule,
+    ``ConnectionDeadlines.handshake_started``), or ``time_limit`` seconds from now (None: no
+    limit) when none is given. On any failure (the peer's header, a timeout, a lost
+    connection, a cancellation) the connection is closed at once with ``abort`` and the error
+    re-raised, a TimeoutError if the handshake's deadline expired (here, or in the adapter's
+    timer, which then cut the transport): a half-made connection is never handed on. On
+    success ``deadlines`` learns it (the idle deadline starts). ``on_handshake_input`` is called
+    with the channel's opener after each read (the end of the input included: the handshake
+    then ends at once), before any answer is computed: a server's admission learns there what
+    the peer sent (``Admission.observe``).
 
     What the channel has to send (``data_to_send()``) is sent before the next read: the
     handshake's messages alternate, so this completes over a transport without buffering
     (``trio.testing.lockstep_stream_pair``) too. A handshake whose two sides could both send
     at once would need a sender task beside the reads (as issue 11 had)."""
-    # anyio.fail_after, without its generator-based context manager: that costs ~0.7 KB more
-    # for as long as an unauthenticated peer keeps its handshake pending (issue 21)
-    deadline = math.inf if time_limit is None else anyio.current_time() + time_limit
+    if deadlines is None:
+        deadlines = ConnectionDeadlines(handshake_timeout=time_limit)
+    deadlines.handshake_started(anyio.current_time())
+    # The handshake's deadline is armed here, once, as a scope around the whole exchange (the
+    # sends too: a peer that does not read); the adapter's read timer arms the record's
+    # (ConnectionDeadlines.read_timer), and the one expiry is whichever handle_timer named.
+    # anyio.fail_after is avoided: its generator-based context manager costs ~0.7 KB more for
+    # as long as an unauthenticated peer keeps its handshake pending (issue 21)
+    deadline = deadlines.handshake_deadline
     try:
-        with anyio.CancelScope(deadline=deadline) as scope:
+        with anyio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
             await _exchange(channel, send, receive_more, on_handshake_input)
         if scope.cancelled_caught:  # only its deadline cancels this scope
+            deadlines.handle_timer(max(anyio.current_time(), scope.deadline))
             raise TimeoutError
-    except BaseException:
+    except BaseException as exc:
         channel.end_handshake()  # a timeout or a cancellation ends it too: drop its secrets
         with anyio.CancelScope(shield=True):
             await abort()
+        if deadlines.expired is Deadline.HANDSHAKE and not isinstance(exc, TimeoutError):
+            raise TimeoutError from exc  # the adapter's timer cut the transport: a timeout
         raise
+    deadlines.handshake_complete(anyio.current_time())
 
 
 async def _exchange(
@@ -149,21 +168,6 @@ async def _exchange(
         await anyio.lowlevel.checkpoint_if_cancelled()
 
 
-def describe_handshake_failure(
-    exc: BaseException, peer: object, time_limit: float | None = None, level: int = logging.WARNING
-) -> None:
-    """The one log line for a client that failed the handshake (never a key: errors hold none).
-    A timeout says which limit ran out: the handshake did not complete in ``time_limit``. The
-    record gets the message, not the error: a handler that keeps records (pytest's, a memory
-    handler) would otherwise keep the failed connection alive through the error's traceback.
-    ``level``: a server under a flood logs most failures at debug level
-    (``Admission.failure_logged``)."""
-    reason = str(exc)
-    if isinstance(exc, TimeoutError) and time_limit is not None:
-        reason = f"not complete within {time_limit} s"
-    logger.log(level, "handshake with %s failed: %s: %s", peer, type(exc).__name__, reason)
-
-
 async def run_handler(
     call: Callable[[], Awaitable[object] | None],
     peer: object,
@@ -171,21 +175,20 @@ async def run_handler(
     abort: Abort,
     what: str = "handler",
     report: Callable[[Exception], None] | None = None,
+    failed: Callable[[Exception, object, str], None] = log_handler_failure,
 ) -> None:
     """Run one connection's handler so that its failure ends that connection only, never the
-    server (both adapters' servers call this, the rule is here once). An Exception is logged
-    once with the peer, passed to ``report`` (asyncio: the loop's exception handler), and the
-    connection is closed at once with ``abort``, without FINAL, so the client cannot take what
-    it got for a complete stream. Cancellations (BaseException) propagate. The log record holds
-    the formatted traceback, not the error: a handler that keeps records would otherwise keep
-    the connection alive through the traceback's frames (as describe_handshake_failure)."""
+    server (every server path calls this, the rule is here once). An Exception is passed to
+    ``failed`` (the server core's ``ServerCore.handler_failed``: one log line with the peer),
+    then to ``report`` (asyncio: the loop's exception handler), and the connection is closed at
+    once with ``abort``, without FINAL, so the client cannot take what it got for a complete
+    stream. Cancellations (BaseException) propagate."""
     try:
         result = call()
         if result is not None:
             await result
     except Exception as exc:
-        details = "".join(traceback.format_exception(exc)).rstrip()
-        logger.error("%s failed for %s; the server goes on: %s", what, peer, details)
+        failed(exc, peer, what)
         if report is not None:
             report(exc)
         await abort()
@@ -220,56 +223,6 @@ def blame_connection(exc: TruncatedStreamError, connection_error: BaseException 
     """A truncation caused by a lost connection says so: the transport's error is its cause."""
     if exc.__cause__ is None and connection_error is not None:
         exc.__cause__ = connection_error
-
-
-def connection_statistics(sealer: Sealer, opener: Opener | None) -> dict[str, object]:
-    """gcmstream's per-connection figures, by name; ``get_extra_info`` (prefixed with
-    ``gcmstream_``) and ``GcmStreamAttribute`` both read these."""
-    figures: dict[str, object] = {
-        "suite": sealer.suite.name,
-        "record_size": sealer.record_size,
-        "records_sealed": sealer.records_sealed,
-        "bytes_sealed": sealer.bytes_sealed,
-    }
-    if opener is not None:
-        figures["records_opened"] = opener.records_opened
-        figures["bytes_opened"] = opener.bytes_opened
-        # the key the peer proved (its public key ID): what tells key-ring clients apart, where
-        # an identity field is only a claim (SECURITY.md, "Identities")
-        header = opener.header
-        figures["peer_key_id"] = header.key_id if header is not None else None
-        # the identity the peer sent (its local_id): proved when the key it proved is named
-        # in a KeyRing (the channel checked that name, K5), else only a claim
-        figures["peer_id"] = header.field(FieldType.IDENTITY) if header is not None else None
-    return figures
-
-
-def descriptor_soft_limit() -> int | None:
-    """The process's soft ``RLIMIT_NOFILE`` now (None where unknown: no ``resource`` module,
-    or no limit)."""
-    try:
-        import resource
-    except ImportError:  # Windows
-        return None
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return None if soft == resource.RLIM_INFINITY else soft
-
-
-def server_admission(policy: AdmissionPolicy) -> AdmissionPolicy:
-    """The policy a server starts with: the default one fitted to the descriptor limit
-    (``fit_to_descriptors``), a policy the application chose as is (a warning if it does not
-    fit: beyond the limit, accept() fails for everyone)."""
-    soft = descriptor_soft_limit()
-    if policy is DEFAULT_ADMISSION:
-        return fit_to_descriptors(policy, soft)
-    if fit_to_descriptors(policy, soft) is not policy:
-        logger.warning(
-            "the admission policy keeps up to %d pending handshakes, more than half of the "
-            "descriptor limit (%s): a flood can make accept() fail with EMFILE",
-            policy.full + policy.verified,
-            soft,
-        )
-    return policy
 
 
 ACCEPT_RETRY_DELAY = 0.1
@@ -336,3 +289,98 @@ async def serve_retrying(
                     raise
                 _say_exhausted(exc)
             await anyio.sleep(ACCEPT_RETRY_DELAY)
+
+
+UNKNOWN_PEER = "an unknown peer"
+"""How a log line names a peer whose address could not be asked (it was gone already)."""
+
+
+def remote_address(transport: Any) -> Any:
+    """An anyio stream's peer address, or None where there is none to ask: on uvloop a
+    connection reset before its handler ran has no socket left, and asking raised
+    AttributeError out of the handler, which ended ``serve()`` for every client."""
+    try:
+        return transport.extra(SocketAttribute.remote_address, None)
+    except (AttributeError, OSError):
+        return None
+
+
+class _Pending:
+    """One handshake in progress on an anyio server: cancelling its scope drops it."""
+
+    __slots__ = ("scope",)
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope()
+
+    def drop(self) -> None:
+        self.scope.cancel()
+
+
+S = TypeVar("S", bound=AsyncResource)
+
+Responder = Callable[[Any, ConnectionDeadlines, Callable[[Opener], object]], Awaitable[S]]
+"""``(transport, deadlines, observe)``: run the responder's handshake over an accepted transport
+under the core's deadlines, calling ``observe`` with the opener after each read; the stream."""
+
+HandshakeFailed = Callable[[Exception, Any, object, int], Awaitable[None]]
+"""``(error, transport, peer, log level)``: a server's word on a client whose handshake failed."""
+
+
+async def serve_listener(
+    listener: Any,
+    config: Configuration,
+    responder: Responder[S],
+    handler: Callable[[S], Any],
+    handshake_failed: HandshakeFailed,
+    task_group: Any | None = None,
+) -> None:
+    """The anyio server loop, for ``SecureListener.serve`` and ``gcmstream listen``: every
+    connection ``listener`` accepts goes through one :class:`~gcmstream._server.ServerCore`
+    (admission, deadlines, handler isolation); ``handler`` runs with each stream whose handshake
+    completed (``run_handler``: its failure ends that connection only). A failed handshake is
+    passed to ``handshake_failed`` with the level the core chose; none for one the admission
+    refused or evicted (its report counts those). Survives EMFILE (``serve_retrying``)."""
+    # an evicted handshake is cancelled: its transport is closed, nothing logged per connection
+    core: ServerCore[_Pending] = ServerCore(config, _Pending.drop)
+
+    async def handle(transport: Any) -> None:
+        # the address, while it can still be asked: a closed socket no longer knows it
+        address = remote_address(transport)
+        peer = UNKNOWN_PEER if address is None else address
+        entry = _Pending()
+        # Let the reads that became ready with this arrival run first: a client whose first
+        # flight is in must be seen as such (Admission.observe) before a newcomer that came
+        # with it is admitted, or a silent newcomer evicts it (review 2026-12-04 finding 1;
+        # on trio, which runs ready tasks in random order, it did in about half the runs).
+        # asyncio's server gets this order from its loop: reads run before connection_made.
+        await anyio.lowlevel.cancel_shielded_checkpoint()
+        if not core.admit(entry, address):
+            await anyio.aclose_forcefully(transport)  # refused: its source is at its cap
+            return
+        stream: S | None = None
+        try:
+            with entry.scope:
+                stream = await responder(
+                    transport, core.deadlines(), lambda opener: core.observe(entry, opener)
+                )
+        except Exception as exc:  # (a cancellation is a BaseException on every backend)
+            level = core.handshake_failed(entry)
+            if level is not None:
+                await handshake_failed(exc, transport, peer, level)
+            return
+        except BaseException:
+            core.handshake_cancelled(entry)
+            raise
+        if stream is None or entry.scope.cancel_called or not core.handshake_completed(entry):
+            core.handshake_cancelled(entry)  # evicted (counted by the admission's report)
+            await anyio.aclose_forcefully(transport)
+            return
+        served = stream
+
+        async def abort() -> None:
+            await anyio.aclose_forcefully(served)  # aclose never seals FINAL
+
+        await run_handler(lambda: handler(served), peer, abort=abort, failed=core.handler_failed)
+
+    await serve_retrying(listener, handle, task_group)  # survives EMFILE

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -31,18 +30,17 @@ from typing import Any
 
 from ._adapter import (
     PEER_GONE,
+    UNKNOWN_PEER,
     Fairness,
     blame_connection,
     check_can_take_input,
-    connection_statistics,
-    describe_handshake_failure,
     handshake,
     logger,
     receive_size,
     run_handler,
-    server_admission,
 )
-from .admission import Admission, AdmissionPolicy
+from ._server import ConnectionDeadlines, ServerCore, connection_statistics, describe_handshake_failure
+from .admission import AdmissionPolicy
 from .codec import Channel, Opener, Phase, Sealer
 from .config import UNSET, Configuration, Unset, configure
 from .errors import ConcurrencyError, GcmStreamError, StreamClosedError, TruncatedStreamError
@@ -560,15 +558,14 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         loop: asyncio.AbstractEventLoop,
         limit: int = _DEFAULT_LIMIT,
         on_connected: Callable[[_ChannelProtocol], None] | None = None,
-        *,
-        record_timeout: float | None,
+        deadlines: ConnectionDeadlines | None = None,
     ) -> None:
         self.channel = channel
-        self._record_timeout = record_timeout
-        self._record_timer: asyncio.TimerHandle | None = None
-        self._idle_timeout: float | None = None  # set once the handshake is over (servers)
-        self._idle_timer: asyncio.TimerHandle | None = None
-        self._last_input = 0.0  # loop.time() of the last bytes received, or of resuming reading
+        # the server core's deadlines (handshake, record, idle): it computes them, this arms
+        # one loop timer at the earliest (_arm) and tells it what happened
+        self.deadlines = deadlines if deadlines is not None else ConnectionDeadlines()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
         self._on_connected = on_connected
         # a server's admission, told what arrived as soon as it was read (here, not a loop
         # pass later in the handshake's task: under a flood each pass admits ~100 newcomers)
@@ -615,84 +612,57 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
             self.on_handshake_input(opener)
             if opener.phase is not Phase.HEADER:  # its Finished verified, or it failed
                 self.on_handshake_input = None
+        deadlines = self.deadlines
         if not opener.wants_data and not self._read_paused and self.transport is not None:
             self._read_paused = True
             self.transport.pause_reading()
-        self._time_record()
-        if self._idle_timer is not None:
-            self._last_input = self._loop.time()  # (one clock read: the timer is not re-armed here)
+            deadlines.paused()  # a record we stopped receiving is our reader's delay
+        else:
+            deadlines.received(self._loop.time(), opener.receiving_record)
+            self._arm()
         self._wake()
 
-    def _time_record(self) -> None:
-        """Run the record timer while a record is part-way in and we are reading (a record we
-        stopped receiving, for backpressure, is our reader's delay, not the peer's)."""
-        timing = self._record_timer is not None
-        should = (
-            self._record_timeout is not None
-            and not self._read_paused
-            and not self._eof
-            and self.channel.opener.receiving_record
-        )
-        if should and not timing and self._record_timeout is not None:
-            self._record_timer = self._loop.call_later(self._record_timeout, self._record_expired)
-        elif timing and not should and self._record_timer is not None:
-            self._record_timer.cancel()
-            self._record_timer = None
+    def _arm(self) -> None:
+        """One loop timer at the core's next deadline (aioquic's rule). A deadline that moved
+        later leaves the armed timer in place: it fires, finds nothing due and arms again, so
+        a busy connection re-arms once per deadline, not once per read."""
+        at = self.deadlines.read_timer()
+        if at is None or (self._timer is not None and self._timer_at <= at):
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self._loop.call_at(at, self._handle_timer)
 
-    def _record_expired(self) -> None:
-        self._record_timer = None
+    def _handle_timer(self) -> None:
+        self._timer = None
+        # (a loop may run a timer up to its clock resolution early: aioquic's max too)
+        expired = self.deadlines.handle_timer(max(self._timer_at, self._loop.time()))
+        if expired is None:
+            self._arm()
+            return
         if self.transport is None or self.transport.is_closing():
             return
-        peer = self.transport.get_extra_info("peername")
-        reason = f"a record started more than {self._record_timeout:g} s ago has not finished arriving"
-        logger.warning("dropping %s: %s (record_timeout)", peer, reason)
-        self.connection_error = TimeoutError(reason)
+        # the reader raises TruncatedStreamError caused by this; a handshake, TimeoutError
+        self.connection_error = self.deadlines.drop(expired, self.transport.get_extra_info("peername"))
         _abort(self.transport)
 
-    def watch_idle(self, idle_timeout: float | None) -> None:
-        """Drop the connection once the peer has sent nothing for ``idle_timeout`` seconds
-        while we were reading (None: never). Time while we paused reading for a slow local
-        reader does not count, and a peer that ended its stream (EOF) is not idle."""
-        self._idle_timeout = idle_timeout
-        if idle_timeout is not None and not self._eof and self.transport is not None:
-            self._last_input = self._loop.time()
-            self._idle_timer = self._loop.call_later(idle_timeout, self._idle_check)
-
-    def _idle_check(self) -> None:
-        self._idle_timer = None
-        timeout = self._idle_timeout
-        if timeout is None or self._eof or self.transport is None or self.transport.is_closing():
-            return
-        now = self._loop.time()
-        if self._read_paused:
-            self._last_input = now  # our reader's delay, not the peer's silence
-        due = self._last_input + timeout
-        if now < due:
-            self._idle_timer = self._loop.call_at(due, self._idle_check)
-            return
-        peer = self.transport.get_extra_info("peername")
-        reason = f"nothing received for {timeout:g} s"
-        logger.warning("dropping %s: %s (idle_timeout)", peer, reason)
-        self.connection_error = TimeoutError(reason)
-        _abort(self.transport)
-
-    def _stop_idle(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def eof_received(self) -> bool:
-        self._stop_idle()
+        self.deadlines.ended()
+        self._stop_timer()
         self._eof = True
         self.channel.opener.receive_eof()
         self._wake()
         return True  # keep our sending half open: half-close
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._record_timer is not None:
-            self._record_timer.cancel()
-            self._record_timer = None
-        self._stop_idle()
+        self.deadlines.ended()
+        self._stop_timer()
         if not isinstance(self.connection_error, TimeoutError):  # (a timer's cause stays)
             self.connection_error = exc
         if not self._eof:
@@ -738,8 +708,9 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         if self._read_paused and self.channel.opener.wants_data and self.transport is not None:
             self._read_paused = False
             self.transport.resume_reading()
-            self._time_record()
-            self._last_input = self._loop.time()  # the peer's silence counts from here
+            # a record part-way in and the peer's silence count from here
+            self.deadlines.resumed(self._loop.time(), self.channel.opener.receiving_record)
+            self._arm()
 
     async def drain(self) -> None:
         if self._closed.done():  # as asyncio's StreamWriter: a lost connection cannot drain
@@ -764,8 +735,9 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
             raise RuntimeError("gcmstream bug: a connection's protocol used before connection_made")
         return self.transport
 
-    async def handshake(self, time_limit: float | None) -> None:
-        """The channel handshake; the transport is aborted if it fails."""
+    async def handshake(self) -> None:
+        """The channel handshake, before the deadlines' handshake deadline; the transport is
+        aborted if it fails. Once it completed, the idle deadline runs (servers)."""
         transport = self.connected_transport()
 
         async def send(data: bytes) -> None:
@@ -774,7 +746,8 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
         async def abort() -> None:
             transport.abort()
 
-        await handshake(self.channel, send, self.wait, time_limit=time_limit, abort=abort)
+        await handshake(self.channel, send, self.wait, abort=abort, deadlines=self.deadlines)
+        self._arm()
 
     def streams(self) -> tuple[SecureStreamReader, SecureStreamWriter]:
         """The streams, made once the handshake completed: the reader and this protocol hold
@@ -901,50 +874,51 @@ async def _connect(
     _check_limit(limit)
     loop = asyncio.get_running_loop()
     channel = config.channel(Role.INITIATOR)
-    _, protocol = await create(
-        lambda: _ChannelProtocol(channel, loop, limit, record_timeout=config.record_timeout)
+    deadlines = ConnectionDeadlines(
+        handshake_timeout=config.handshake_timeout, record_timeout=config.record_timeout
     )
-    await protocol.handshake(config.handshake_timeout)
+    _, protocol = await create(lambda: _ChannelProtocol(channel, loop, limit, deadlines=deadlines))
+    await protocol.handshake()
     return protocol.streams()
 
 
-def _admission(loop: asyncio.AbstractEventLoop, policy: AdmissionPolicy) -> Admission[asyncio.Transport]:
-    """A server's admission (fitted to the descriptor limit if ``policy`` is the default). An
-    evicted transport is aborted at the end of the loop pass, after this pass's reads: one
-    whose Finished is among them is kept (``Admission.finished``)."""
+def _server_core(loop: asyncio.AbstractEventLoop, config: Configuration) -> ServerCore[asyncio.Transport]:
+    """A server's core (its admission fitted to the descriptor limit if the policy is the
+    default). An evicted transport is aborted at the end of the loop pass, after this pass's
+    reads: one whose Finished is among them is kept (``Admission.finished``)."""
 
     def abort_if_evicted(transport: asyncio.Transport) -> None:
-        if pending.evicted(transport):
+        if core.admission.evicted(transport):
             transport.abort()
             task = transport.get_protocol().handshake_task  # type: ignore[attr-defined]
             if task is not None:
                 task.cancel()  # it computes no answer for a connection it no longer has
 
-    pending: Admission[asyncio.Transport] = Admission(
-        server_admission(policy), lambda transport: loop.call_soon(abort_if_evicted, transport)
+    core: ServerCore[asyncio.Transport] = ServerCore(
+        config, lambda transport: loop.call_soon(abort_if_evicted, transport)
     )
-    return pending
+    return core
 
 
 async def _admitted_handshake(
-    protocol: _ChannelProtocol, pending: Admission[asyncio.Transport], time_limit: float | None
+    protocol: _ChannelProtocol, core: ServerCore[asyncio.Transport], peer: object
 ) -> bool:
-    """The handshake of a connection ``pending`` holds: True if it completed and was not
+    """The handshake of a connection the core admitted: True if it completed and was not
     evicted (an evicted one's transport is aborted: no handler runs on it). A failure is
-    logged (at debug level past the admission's quota), an evicted one not at all (the
-    admission's report counts it)."""
+    logged with ``peer`` (asked before: uvloop's closed transport raises ValueError for its
+    peer name) at the level the core says, an evicted one not at all."""
     transport = protocol.connected_transport()
     try:
-        await protocol.handshake(time_limit)
+        await protocol.handshake()
     except Exception as exc:  # the transport is aborted already; cancellations propagate
-        if pending.done(transport):
-            level = logging.WARNING if pending.failure_logged() else logging.DEBUG
-            describe_handshake_failure(exc, transport.get_extra_info("peername"), time_limit, level)
+        level = core.handshake_failed(transport)
+        if level is not None:
+            describe_handshake_failure(exc, peer, core.config.handshake_timeout, level)
         return False
     except BaseException:  # cancelled (an evicted one too)
-        pending.done(transport)
+        core.handshake_cancelled(transport)
         raise
-    return pending.done(transport)
+    return core.handshake_completed(transport)
 
 
 async def start_server(
@@ -1080,15 +1054,12 @@ async def _serve(
     _check_limit(limit)
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
-    handshake_timeout, idle_timeout = config.handshake_timeout, config.idle_timeout
-    pending = _admission(loop, config.admission)
+    core = _server_core(loop, config)
 
-    async def serve_one(protocol: _ChannelProtocol) -> None:
+    async def serve_one(protocol: _ChannelProtocol, peer: object) -> None:
         transport = protocol.connected_transport()
-        peer = transport.get_extra_info("peername")
-        if not await _admitted_handshake(protocol, pending, handshake_timeout):
+        if not await _admitted_handshake(protocol, core, peer):
             return
-        protocol.watch_idle(idle_timeout)
         reader, writer = protocol.streams()
 
         def report(exc: Exception) -> None:  # as asyncio.start_server's own (asyncio/streams.py)
@@ -1104,23 +1075,26 @@ async def _serve(
             abort=abort,
             what="client_connected_cb",
             report=report,
+            failed=core.handler_failed,
         )
 
     def start(protocol: _ChannelProtocol) -> None:
         transport = protocol.connected_transport()
-        if not pending.admit(transport, transport.get_extra_info("peername")):
+        # the peer's address now, while it is connected: later a reset one has none (None, or
+        # ValueError on uvloop's closed transport); uvloop may have none even now
+        address = transport.get_extra_info("peername")
+        peer = UNKNOWN_PEER if address is None else address
+        if not core.admit(transport, address):
             transport.abort()  # refused (its source is at its cap): no task, no handshake
             return
-        protocol.on_handshake_input = lambda opener: pending.observe(transport, opener)
-        task = protocol.handshake_task = loop.create_task(serve_one(protocol))
+        protocol.on_handshake_input = lambda opener: core.observe(transport, opener)
+        task = protocol.handshake_task = loop.create_task(serve_one(protocol, peer))
         tasks.add(task)  # keep a reference until done
         task.add_done_callback(tasks.discard)
 
     def factory() -> _ChannelProtocol:
         channel = config.channel(Role.RESPONDER)
-        return _ChannelProtocol(
-            channel, loop, limit, on_connected=start, record_timeout=config.record_timeout
-        )
+        return _ChannelProtocol(channel, loop, limit, on_connected=start, deadlines=core.deadlines())
 
     return await create(factory)
 

@@ -52,18 +52,16 @@ from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if
 
 from ._adapter import (
     PEER_GONE,
+    UNKNOWN_PEER,
     blame_connection,
     check_can_take_input,
-    connection_statistics,
-    describe_handshake_failure,
     handshake,
-    logger,
     receive_size,
-    run_handler,
-    serve_retrying,
-    server_admission,
+    remote_address,
+    serve_listener,
 )
-from .admission import Admission, AdmissionPolicy
+from ._server import ConnectionDeadlines, Deadline, connection_statistics, describe_handshake_failure
+from .admission import AdmissionPolicy
 from .codec import Channel, Opener, Phase
 from .config import DEFAULT_IDLE_TIMEOUT, DEFAULT_RECORD_TIMEOUT, UNSET, Configuration, Unset, configure
 from .errors import StreamBrokenError, StreamClosedError, TruncatedStreamError
@@ -158,8 +156,10 @@ class SecureStream(ByteStream):
     _receive_lost: BaseException | None = field(init=False, default=None, repr=False)
     _closed: bool = field(init=False, default=False, repr=False)
     record_timeout: float | None = field(default=DEFAULT_RECORD_TIMEOUT, repr=False)
-    _record_since: float | None = field(init=False, default=None, repr=False)
     idle_timeout: float | None = field(default=DEFAULT_IDLE_TIMEOUT, repr=False)
+    # the server core's deadlines (record, idle; the handshake's while wrap runs it): it
+    # computes them, _receive_more arms the earliest around each read
+    _deadlines: ConnectionDeadlines = field(init=False, repr=False)
 
     # an object stream of bytes (AnyByteStream includes them, as TLSStream.wrap takes them)
     # receives whole items, without a size, and is sent bytes, not a view of ours
@@ -171,6 +171,9 @@ class SecureStream(ByteStream):
     def __post_init__(self) -> None:
         self._receive_guard = anyio.ResourceGuard("reading from")
         self._send_guard = anyio.ResourceGuard("writing to")
+        self._deadlines = ConnectionDeadlines(
+            record_timeout=self.record_timeout, idle_timeout=self.idle_timeout
+        )
         self._sized_receive = isinstance(self.transport_stream, ByteReceiveStream)
         self._sends_views = isinstance(self.transport_stream, ByteSendStream)
         self._feed = _direct_feed(self.transport_stream)
@@ -240,9 +243,29 @@ class SecureStream(ByteStream):
             peer_id=peer_id,
         )
         channel = config.channel(role, reuse_output=False)
-        stream = cls(
-            transport_stream, channel, record_timeout=config.record_timeout, idle_timeout=config.idle_timeout
+        deadlines = ConnectionDeadlines(
+            handshake_timeout=config.handshake_timeout,
+            record_timeout=config.record_timeout,
+            idle_timeout=config.idle_timeout,
         )
+        return await cls._handshaken(transport_stream, channel, deadlines, on_handshake_input)
+
+    @classmethod
+    async def _handshaken(
+        cls,
+        transport_stream: AnyByteStream,
+        channel: Channel,
+        deadlines: ConnectionDeadlines,
+        on_handshake_input: Callable[[Opener], object] | None,
+    ) -> SecureStream:
+        """``channel``'s handshake over ``transport_stream`` under ``deadlines``: the stream."""
+        stream = cls(
+            transport_stream,
+            channel,
+            record_timeout=deadlines.record_timeout,
+            idle_timeout=deadlines.idle_timeout,
+        )
+        stream._deadlines = deadlines
 
         async def abort() -> None:
             await anyio.aclose_forcefully(transport_stream)
@@ -252,9 +275,9 @@ class SecureStream(ByteStream):
                 channel,
                 stream._send_transport,
                 stream._receive_more,
-                time_limit=config.handshake_timeout,
                 abort=abort,
                 on_handshake_input=on_handshake_input,
+                deadlines=deadlines,
             )
         except TruncatedStreamError as exc:
             raise _anyio_truncation(exc, stream._receive_lost) from (exc.__cause__ or exc)
@@ -272,49 +295,59 @@ class SecureStream(ByteStream):
         return await self.transport_stream.receive()
 
     async def _receive_more(self) -> None:
+        """The handshake driver's read: one read into the opener."""
         await self._fill()
 
-    async def _fill(self) -> bool:
-        """Wait for more input (or its end) and give it to the opener. True when it waited (a
-        checkpoint); False when a socket read found bytes at once (the caller checkpoints)."""
+    async def _fill(self, resumed: bool = False) -> bool:
+        """Wait for more input (or its end) and give it to the opener, before the core's next
+        deadline. True when it waited (a checkpoint); False when a socket read found bytes at
+        once (the caller checkpoints). ``resumed``: the first read of a ``receive()`` call,
+        after the application had data to read meanwhile: the peer's silence and a record
+        part-way in count from now (as asyncio's resume_reading)."""
         opener = self.channel.opener
         check_can_take_input(opener)
-        deadline, idle = self._deadline(opener)
+        deadlines = self._deadlines
+        if resumed:
+            deadlines.resumed(anyio.current_time(), opener.receiving_record)
         direct = self._direct(opener)
+        at = deadlines.read_timer()
         waited = False
         try:
             if direct is not None and direct.read_now(opener):
+                deadlines.received(anyio.current_time(), opener.receiving_record)
                 return False  # bytes were waiting in the socket: no wait, the caller checkpoints
             waited = True
-            if direct is not None:
-                wait = direct.wait(opener)
-            else:  # the handshake's bytes, then on record boundaries
-                wait = self._receive_transport(receive_size(opener))
-            if deadline is None:  # no scope then: a cancel scope costs ~2 KB on trio while it waits
-                data = await wait
-            else:
-                with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
-                    data = await wait
+            data = await self._wait_for_input(opener, direct, at)
         except TimeoutError:
-            peer = self.transport_stream.extra(SocketAttribute.remote_address, "the peer")
-            if idle:
-                why, reason = "idle_timeout", f"nothing received for {self.idle_timeout:g} s"
-            else:
-                why = "record_timeout"
-                reason = f"a record started more than {self.record_timeout:g} s ago has not finished arriving"
-            logger.warning("dropping %s: %s (%s)", peer, reason, why)
+            expired = deadlines.handle_timer(max(anyio.current_time(), at or 0.0))
+            if expired is None or expired is Deadline.HANDSHAKE:
+                raise  # the handshake driver's (it closes the transport, says why)
+            peer = remote_address(self.transport_stream) or UNKNOWN_PEER
             opener.receive_eof()
-            self._receive_lost = TimeoutError(reason)
+            deadlines.ended()
+            self._receive_lost = deadlines.drop(expired, peer)
             await anyio.aclose_forcefully(self.transport_stream)
         except (anyio.EndOfStream, anyio.IncompleteRead):
             opener.receive_eof()
+            deadlines.ended()
         except anyio.BrokenResourceError as exc:
             opener.receive_eof()
+            deadlines.ended()
             self._receive_lost = exc
         else:
             if data:
                 opener.receive_data(data)
+            deadlines.received(anyio.current_time(), opener.receiving_record)
         return waited
+
+    async def _wait_for_input(self, opener: Opener, direct: _DirectFeed | None, at: float | None) -> bytes:
+        """One wait for input, until ``at`` (None: no limit): from the socket into the ring, or
+        the handshake's bytes (no more than it needs) and then records on their boundaries."""
+        wait = direct.wait(opener) if direct is not None else self._receive_transport(receive_size(opener))
+        if at is None:  # no scope then: a cancel scope costs ~2 KB on trio while it waits
+            return await wait
+        with anyio.fail_after(max(0.0, at - anyio.current_time())):
+            return await wait
 
     def _direct(self, opener: Opener) -> _DirectFeed | None:
         """The feed that reads the socket into the ring, once the records begin (the handshake
@@ -322,24 +355,6 @@ class SecureStream(ByteStream):
         if self._feed is None or opener.phase is not Phase.RECORDS:
             return None
         return self._feed if self._feed.ready() else None
-
-    def _deadline(self, opener: Opener) -> tuple[float | None, bool]:
-        """When the wait for input ends (None: never), and whether that is the idle timeout."""
-        deadline = self._record_deadline(opener)
-        if self.idle_timeout is not None and self.channel.handshake_complete():
-            idle_deadline = anyio.current_time() + self.idle_timeout  # silence from now on
-            if deadline is None or idle_deadline < deadline:
-                return idle_deadline, True
-        return deadline, False
-
-    def _record_deadline(self, opener: Opener) -> float | None:
-        """When the record that has begun to arrive must be whole (None: none has begun)."""
-        if self.record_timeout is None or not opener.receiving_record:
-            self._record_since = None
-            return None
-        if self._record_since is None:
-            self._record_since = anyio.current_time()
-        return self._record_since + self.record_timeout
 
     def _check_open(self) -> None:
         if self._closed:
@@ -368,7 +383,7 @@ class SecureStream(ByteStream):
                     if not data:
                         raise anyio.EndOfStream
                     return data
-                waited = await self._fill() or waited
+                waited = await self._fill(resumed=not waited) or waited
 
     def _check_can_send(self) -> None:
         self._check_open()
@@ -552,16 +567,6 @@ async def connect_unix(
     return await SecureStream.wrap(transport, role=Role.INITIATOR, config=config)
 
 
-@dataclass(eq=False)
-class _Pending:
-    """One handshake in progress on a listener: cancelling its scope drops it."""
-
-    scope: anyio.CancelScope
-
-    def drop(self) -> None:
-        self.scope.cancel()
-
-
 @dataclass(eq=False, init=False)
 class SecureListener(Listener[SecureStream]):
     """Wraps a listener so that ``serve()`` hands out handshaken SecureStreams (as responder).
@@ -587,8 +592,8 @@ class SecureListener(Listener[SecureStream]):
     listener: Listener[Any]
     config: Configuration
 
-    _peers: dict[int, object] = field(repr=False)
-    _pending: Admission[Any] | None = field(repr=False)
+    # while handle_handshake_error runs: the peer and the log level the core chose, by transport
+    _failures: dict[int, tuple[object, int]] = field(repr=False)
 
     def __init__(
         self,
@@ -629,18 +634,16 @@ class SecureListener(Listener[SecureStream]):
         )
         self.listener = listener
         self.config = config
-        self._peers = {}
-        self._pending = None
+        self._failures = {}
 
     async def handle_handshake_error(self, exc: Exception, stream: AnyByteStream) -> None:
         """Called when a client's handshake failed (``stream`` is its transport, closed
         already). Logs one line naming the peer (never a key) and the error's message, not the
-        error itself (TLSListener's record keeps it as exc_info, and with it the connection).
-        Override it to do more;
-        cancellations are not passed here, they propagate."""
-        peer = self._peers.get(id(stream), "an unknown peer")
-        quiet = self._pending is not None and not self._pending.failure_logged()  # a flood
-        level = logging.DEBUG if quiet else logging.WARNING
+        error itself (TLSListener's record keeps it as exc_info, and with it the connection), at
+        debug level past the admission's quota under a flood. Override it to do more;
+        cancellations are not passed here, they propagate, and neither are connections the
+        admission evicted."""
+        peer, level = self._failures.get(id(stream), (UNKNOWN_PEER, logging.WARNING))
         describe_handshake_failure(exc, peer, self.config.handshake_timeout, level)
 
     async def serve(
@@ -648,45 +651,22 @@ class SecureListener(Listener[SecureStream]):
         handler: Callable[[SecureStream], Any],
         task_group: TaskGroup | None = None,
     ) -> None:
-        # an evicted handshake is cancelled: its transport is closed, nothing logged per connection
-        pending: Admission[_Pending] = Admission(server_admission(self.config.admission), _Pending.drop)
-        self._pending = pending  # its failure log quota, for handle_handshake_error
-
-        async def handle(transport: AnyByteStream) -> None:
-            # the address, while it can still be asked: a closed socket no longer knows it
-            address = transport.extra(SocketAttribute.remote_address, None)
-            peer = "an unknown peer" if address is None else address
-            entry = _Pending(anyio.CancelScope())
-            if not pending.admit(entry, address):
-                await anyio.aclose_forcefully(transport)  # refused: its source is at its cap
-                return
-            self._peers[id(transport)] = peer
+        async def failed(exc: Exception, transport: AnyByteStream, peer: object, level: int) -> None:
+            self._failures[id(transport)] = (peer, level)
             try:
-                with entry.scope:
-                    stream = await SecureStream.wrap(
-                        transport,
-                        role=Role.RESPONDER,
-                        config=self.config,
-                        on_handshake_input=lambda opener: pending.observe(entry, opener),
-                    )
-            except BaseException as exc:
-                if isinstance(exc, Exception) and not isinstance(exc, anyio.get_cancelled_exc_class()):
-                    await self.handle_handshake_error(exc, transport)
-                    return
-                raise
+                await self.handle_handshake_error(exc, transport)
             finally:
-                self._peers.pop(id(transport), None)
-                pending.done(entry)
-            if entry.scope.cancel_called:  # evicted (counted by the admission's report)
-                await anyio.aclose_forcefully(transport)
-                return
+                del self._failures[id(transport)]
 
-            async def abort() -> None:
-                await anyio.aclose_forcefully(stream)  # aclose never seals FINAL
+        config = self.config
 
-            await run_handler(lambda: handler(stream), peer, abort=abort)
+        async def responder(
+            transport: AnyByteStream, deadlines: ConnectionDeadlines, observe: Callable[[Opener], object]
+        ) -> SecureStream:
+            channel = config.channel(Role.RESPONDER, reuse_output=False)
+            return await SecureStream._handshaken(transport, channel, deadlines, observe)
 
-        await serve_retrying(self.listener, handle, task_group)  # survives EMFILE
+        await serve_listener(self.listener, config, responder, handler, failed, task_group)
 
     async def aclose(self) -> None:
         await self.listener.aclose()

@@ -63,9 +63,8 @@ if TYPE_CHECKING:
     from anyio.lowlevel import current_token
     from anyio.streams.memory import MemoryObjectReceiveStream
 
-    from ._adapter import accept_retrying, server_admission
+    from ._adapter import serve_listener
     from ._output import finished, open_output, output_target
-    from .admission import Admission
     from .anyio_stream import SecureStream, connect_tcp
     from .armor import BEGIN_LINE, ArmorDecoder, is_armored
     from .config import Configuration
@@ -164,13 +163,11 @@ def _import_files() -> None:
 
 
 def _import_network() -> None:
-    global from_thread, current_token, Configuration, SecureStream, connect_tcp
-    global Admission, accept_retrying, server_admission
+    global from_thread, current_token, Configuration, SecureStream, connect_tcp, serve_listener
     from anyio import from_thread
     from anyio.lowlevel import current_token
 
-    from ._adapter import accept_retrying, server_admission
-    from .admission import Admission
+    from ._adapter import serve_listener
     from .anyio_stream import SecureStream, connect_tcp
     from .config import Configuration
 
@@ -1591,49 +1588,28 @@ async def _first_peer(
 ) -> SecureStream:
     """Accept connections until one completes the handshake; every failed one is logged and
     closed, so a stranger (a port scan, a probe, a wrong key) does not end the session.
-    Handshakes run side by side: one that stalls does not hold up the real peer."""
+    Handshakes run side by side: one that stalls does not hold up the real peer. The servers'
+    one loop (``serve_listener``: the server core's admission, at its defaults, and deadlines)
+    with a handler that takes the first peer and stops it."""
     winner: list[SecureStream] = []
-    # the servers' admission (admission.py, its defaults): an evicted handshake's scope is
-    # cancelled, which closes its transport; the admission's report counts it, no line per peer
-    pending: Admission[anyio.CancelScope] = Admission(
-        server_admission(config.admission), lambda scope: scope.cancel()
-    )
     async with anyio.create_task_group() as tg:
 
-        async def handshake(transport: SocketStream, peer: str, scope: anyio.CancelScope) -> None:
-            try:
-                with scope:
-                    stream = await _handshake(
-                        transport, config, lambda opener: pending.observe(scope, opener)
-                    )
-            except Exception as exc:  # logged and survived: the listener keeps serving
-                if pending.done(scope):  # (at debug level past the admission's quota: a flood)
-                    log = _log.warning if pending.failure_logged() else _log.debug
-                    log("%s: %s; still listening", peer, _peer_failure(exc, args))
-                return
-            finally:
-                pending.done(scope)
-            if scope.cancel_called:  # evicted (never once its Finished arrived: observe)
-                await anyio.aclose_forcefully(transport)
-                return
-            if winner:
+        async def take(stream: SecureStream) -> None:
+            if winner:  # a second one completed in the same pass: not this session's
                 await anyio.aclose_forcefully(stream.transport_stream)
                 return
             winner.append(stream)
             tg.cancel_scope.cancel()
 
-        async def accept(sub: Any) -> None:
-            while True:
-                transport = await accept_retrying(sub)  # survives EMFILE
-                address = transport.extra(anyio.abc.SocketAttribute.remote_address)
-                scope = anyio.CancelScope()
-                if not pending.admit(scope, address):  # its source is at its cap
-                    await anyio.aclose_forcefully(transport)
-                    continue
-                tg.start_soon(handshake, transport, _shown(address), scope)
+        async def failed(exc: Exception, transport: object, peer: object, level: int) -> None:
+            # (at debug level past the admission's quota: a flood)
+            shown = _shown(peer) if isinstance(peer, tuple) else str(peer)
+            _log.log(level, "%s: %s; still listening", shown, _peer_failure(exc, args))
 
-        for sub in getattr(listener, "listeners", [listener]):
-            tg.start_soon(accept, sub)
+        async def responder(transport: Any, deadlines: Any, observe: Callable[[Any], object]) -> SecureStream:
+            return await _handshake(transport, config, observe)  # config's options, as wrap's
+
+        tg.start_soon(serve_listener, listener, config, responder, take, failed)
     return winner[0]
 
 

@@ -21,11 +21,15 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.abc
 import pytest
 
 import gcmstream
+import gcmstream._server
 from gcmstream import AdmissionPolicy, Role
 from gcmstream.admission import DEFAULT_ADMISSION, Admission
+from gcmstream.anyio_stream import SecureStream, create_tcp_listener
 from gcmstream.format import HEADER_FIXED_SIZE
 from gcmstream.keyfile import write_key_file
 
@@ -56,52 +60,85 @@ review_flood = pytest.mark.skipif(
 # -- finding 1: a header that arrived (and verified) is evicted by a connection that sent nothing
 
 
-@pytest.mark.asyncio
-async def test_a_client_whose_first_flight_arrived_is_not_evicted_by_a_silent_newcomer(
-    monkeypatch: pytest.MonkeyPatch,
+SERVER_PATHS = [
+    pytest.param("start_server", "asyncio", {}, id="start_server-asyncio"),
+    pytest.param("start_server", "asyncio", {"use_uvloop": True}, id="start_server-uvloop"),
+    pytest.param("listener", "asyncio", {}, id="listener-asyncio"),
+    pytest.param("listener", "asyncio", {"use_uvloop": True}, id="listener-uvloop"),
+    pytest.param("listener", "trio", {}, id="listener-trio"),
+]
+
+
+@pytest.mark.parametrize(("path", "backend", "options"), SERVER_PATHS)
+def test_a_client_whose_first_flight_arrived_is_not_evicted_by_a_silent_newcomer(
+    path: str, backend: str, options: dict[str, object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """On every server path (the one server core's admission; ``gcmstream listen`` runs the
+    listener's loop with the default policy)."""
+    if options.get("use_uvloop"):
+        pytest.importorskip("uvloop")
     victims_with_a_verified_header: list[bool] = []
+    spies: list[Admission[Any]] = []
 
     class Spy(Admission[Any]):  # records, for each eviction, whether the victim's header verified
         def __init__(self, policy: AdmissionPolicy, drop: Callable[[Any], object], **kwargs: Any) -> None:
-            def spying(transport: Any) -> object:
-                opener = transport.get_protocol().channel.opener
-                victims_with_a_verified_header.append(opener.header is not None)
-                return drop(transport)
+            spies.append(self)
+            openers: dict[Any, Any] = {}  # what each connection's opener has taken, as it was read
+
+            def spying(connection: Any) -> object:
+                opener = openers.get(connection)
+                victims_with_a_verified_header.append(opener is not None and opener.header is not None)
+                return drop(connection)
 
             super().__init__(policy, spying, **kwargs)
+            self.openers = openers
 
-    monkeypatch.setattr(gcmstream.aio, "Admission", Spy, raising=False)
+        def observe(self, connection: Any, opener: Any) -> None:
+            self.openers[connection] = opener
+            super().observe(connection, opener)
 
-    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
-        writer.close()
-
+    monkeypatch.setattr(gcmstream._server, "Admission", Spy)  # the one every server path makes
     # one slot for a connection that has not verified: the smallest case of the flood's
     # steady state (tests/hostile/test_admission_flood.py, replaying, asyncio)
     policy = AdmissionPolicy(start=1, full=1, verified=4, per_source=None)
-    server = await gcmstream.start_server(handler, HOST, 0, key=KEY, admission=policy)
-    port = server.sockets[0].getsockname()[1]
-    genuine = socket.create_connection((HOST, port))
-    silent: socket.socket | None = None
-    try:
-        genuine.settimeout(2.0)
-        await asyncio.sleep(0.05)  # accepted: it is waiting
-        # its whole first flight, then (before the server's loop runs again) a newcomer that
-        # will never send anything
-        genuine.sendall(gcmstream.Channel(KEY, role=Role.INITIATOR).initial_data())
-        silent = socket.create_connection((HOST, port))
-        await asyncio.sleep(0.3)
-        try:
-            answer = genuine.recv(65536)
-        except OSError:
-            answer = b""
-    finally:
-        genuine.close()
-        if silent is not None:
-            silent.close()
-        server.close()
-        await server.wait_closed()
-    assert True not in victims_with_a_verified_header  # 10 of 10 runs: one such victim
+
+    async def asyncio_handler(
+        reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter
+    ) -> None:
+        writer.close()
+
+    async def anyio_handler(stream: SecureStream) -> None:
+        await stream.aclose()
+
+    async def scenario() -> bytes:
+        async with contextlib.AsyncExitStack() as stack:
+            if path == "start_server":
+                server = await gcmstream.start_server(asyncio_handler, HOST, 0, key=KEY, admission=policy)
+                await stack.enter_async_context(server)
+                port = server.sockets[0].getsockname()[1]
+            else:
+                listener = await create_tcp_listener(key=KEY, local_host=HOST, admission=policy)
+                await stack.enter_async_context(listener)
+                tg = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(tg.cancel_scope.cancel)
+                tg.start_soon(listener.serve, anyio_handler)
+                port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            genuine = stack.enter_context(socket.create_connection((HOST, port)))
+            genuine.settimeout(2.0)
+            await anyio.sleep(0.05)  # accepted: it is waiting
+            # its whole first flight, then (before the server's loop runs again) a newcomer
+            # that will never send anything
+            genuine.sendall(gcmstream.Channel(KEY, role=Role.INITIATOR).initial_data())
+            stack.enter_context(socket.create_connection((HOST, port)))
+            await anyio.sleep(0.3)
+            try:
+                return genuine.recv(65536)
+            except OSError:
+                return b""
+
+    answer = anyio.run(scenario, backend=backend, backend_options=options)
+    assert len(spies) == 1  # the server's admission was the spy
+    assert True not in victims_with_a_verified_header  # 10 of 10 runs before: one such victim
     assert answer, "the server dropped a client whose header it had verified, for a silent one"
 
 

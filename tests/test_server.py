@@ -1,0 +1,283 @@
+"""The server core alone (src/gcmstream/_server.py), sans-IO, with a fake clock: deadlines fire
+exactly once, move on progress and stop while reading is paused; admission decisions; handler
+isolation's log line; statistics. Every server path runs on this core: tests/hostile/
+(test_deadlines.py, test_handlers.py, test_admission_flood.py) drive them over real sockets."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+from gcmstream import AdmissionPolicy
+from gcmstream._server import (
+    ConnectionDeadlines,
+    Deadline,
+    ServerCore,
+    connection_statistics,
+    server_admission,
+)
+from gcmstream.admission import DEFAULT_ADMISSION, FAILURE_LINES
+from gcmstream.config import Configuration
+
+from .helpers import KEY
+
+
+def fired(deadlines: ConnectionDeadlines, until: float, step: float = 0.25) -> list[tuple[float, Deadline]]:
+    """Every expiry an adapter would see, polling its timer from 0 to ``until`` (a fake clock:
+    each tick arms get_timer() and calls handle_timer when it is due, as a loop timer would)."""
+    seen = []
+    now = 0.0
+    while now <= until:
+        at = deadlines.get_timer()
+        if at is not None and at <= now:
+            expired = deadlines.handle_timer(now)
+            if expired is not None:
+                seen.append((now, expired))
+        now += step
+    return seen
+
+
+# -- deadlines ---------------------------------------------------------------------------------
+
+
+def test_the_handshake_deadline_fires_once_at_its_time() -> None:
+    deadlines = ConnectionDeadlines(handshake_timeout=5.0, record_timeout=30.0)
+    assert deadlines.get_timer() is None  # not started
+    deadlines.handshake_started(10.0)
+    assert deadlines.get_timer() == deadlines.handshake_deadline == 15.0
+    assert deadlines.read_timer() is None  # the handshake driver arms it, not the read
+    assert deadlines.handle_timer(14.99) is None
+    assert deadlines.handle_timer(15.0) is Deadline.HANDSHAKE
+    assert deadlines.expired is Deadline.HANDSHAKE
+    assert deadlines.handle_timer(16.0) is None  # once
+    assert deadlines.get_timer() is None
+    assert deadlines.read_timer() is None
+
+
+def test_a_completed_handshake_has_no_handshake_deadline() -> None:
+    deadlines = ConnectionDeadlines(handshake_timeout=5.0)
+    deadlines.handshake_started(0.0)
+    deadlines.handshake_started(3.0)  # again: the first start counts
+    assert deadlines.handshake_deadline == 5.0
+    deadlines.handshake_complete(4.0)
+    assert deadlines.get_timer() is None
+    assert deadlines.handle_timer(100.0) is None
+    assert deadlines.expired is None
+
+
+def test_a_record_deadline_starts_with_the_record_and_a_trickle_does_not_move_it() -> None:
+    deadlines = ConnectionDeadlines(record_timeout=2.0)
+    deadlines.handshake_complete(0.0)
+    deadlines.received(1.0, receiving_record=True)  # a record began
+    for now in (1.5, 2.0, 2.5):  # a byte at a time: the same record, the same deadline
+        deadlines.received(now, receiving_record=True)
+        assert deadlines.read_timer() == 3.0
+    assert deadlines.handle_timer(2.99) is None
+    assert deadlines.handle_timer(3.0) is Deadline.RECORD
+    assert deadlines.handle_timer(3.5) is None
+    assert deadlines.reason(Deadline.RECORD) == (
+        "a record started more than 2 s ago has not finished arriving"
+    )
+
+
+def test_a_whole_record_re_arms_the_record_deadline() -> None:
+    deadlines = ConnectionDeadlines(record_timeout=2.0)
+    deadlines.handshake_complete(0.0)
+    deadlines.received(1.0, receiving_record=True)
+    deadlines.received(2.5, receiving_record=False)  # whole: progress
+    assert deadlines.read_timer() is None
+    deadlines.received(2.6, receiving_record=True)  # the next one began
+    assert deadlines.read_timer() == pytest.approx(4.6)
+    assert deadlines.handle_timer(3.0) is None  # the first record's time has passed: not due
+    assert fired(deadlines, 6.0) == [(4.75, Deadline.RECORD)]
+
+
+def test_the_idle_deadline_moves_with_each_read_and_fires_once() -> None:
+    deadlines = ConnectionDeadlines(idle_timeout=1.0)
+    deadlines.handshake_started(0.0)
+    deadlines.received(0.5, receiving_record=False)
+    assert deadlines.read_timer() is None  # no idle deadline during the handshake
+    deadlines.handshake_complete(1.0)
+    assert deadlines.read_timer() == 2.0
+    deadlines.received(1.5, receiving_record=False)  # progress: a timer armed at 2.0 finds nothing
+    assert deadlines.handle_timer(2.0) is None
+    assert deadlines.read_timer() == 2.5  # re-armed there
+    assert deadlines.handle_timer(2.5) is Deadline.IDLE
+    assert deadlines.handle_timer(9.0) is None
+    assert deadlines.reason(Deadline.IDLE) == "nothing received for 1 s"
+
+
+def test_a_paused_reader_stops_both_clocks_and_resuming_starts_them_again() -> None:
+    deadlines = ConnectionDeadlines(record_timeout=2.0, idle_timeout=3.0)
+    deadlines.handshake_complete(0.0)
+    deadlines.received(1.0, receiving_record=True)
+    deadlines.paused()  # the local reader is slow: not the peer's delay
+    assert deadlines.read_timer() is None
+    deadlines.received(5.0, receiving_record=True)  # (bytes already in the kernel's buffer)
+    assert deadlines.read_timer() is None
+    deadlines.resumed(10.0, receiving_record=True)
+    assert deadlines.read_timer() == 12.0  # the record's, from the resume
+    assert fired(deadlines, 20.0) == [(12.0, Deadline.RECORD)]
+
+
+def test_a_peer_that_ended_its_input_is_neither_idle_nor_sending_a_record() -> None:
+    deadlines = ConnectionDeadlines(record_timeout=2.0, idle_timeout=3.0)
+    deadlines.handshake_complete(0.0)
+    deadlines.received(1.0, receiving_record=True)
+    deadlines.ended()
+    assert deadlines.get_timer() is None
+    deadlines.resumed(2.0, receiving_record=True)
+    deadlines.received(2.0, receiving_record=True)
+    assert fired(deadlines, 10.0) == []
+
+
+def test_the_earliest_deadline_wins_and_ties_go_to_the_record() -> None:
+    deadlines = ConnectionDeadlines(record_timeout=2.0, idle_timeout=2.0)
+    deadlines.handshake_complete(0.0)
+    deadlines.received(1.0, receiving_record=True)  # record and silence both due at 3.0
+    assert deadlines.handle_timer(3.0) is Deadline.RECORD
+    assert deadlines.handle_timer(3.0) is None
+
+
+def test_no_timeouts_no_timer() -> None:
+    deadlines = ConnectionDeadlines()
+    deadlines.handshake_started(0.0)
+    deadlines.received(1.0, receiving_record=True)
+    deadlines.handshake_complete(2.0)
+    assert deadlines.get_timer() is None
+    assert fired(deadlines, 100.0, step=10.0) == []
+
+
+def test_deadlines_come_from_the_configuration() -> None:
+    config = Configuration(key=KEY, handshake_timeout=4, record_timeout=5, idle_timeout=6)
+    deadlines = ConnectionDeadlines.from_config(config)
+    assert (deadlines.handshake_timeout, deadlines.record_timeout, deadlines.idle_timeout) == (4, 5, 6)
+
+
+def test_a_dropped_connection_is_logged_once_with_its_peer(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+    deadlines = ConnectionDeadlines(record_timeout=0.5, handshake_timeout=1.0)
+    error = deadlines.drop(Deadline.RECORD, ("127.0.0.1", 9))
+    assert isinstance(error, TimeoutError)
+    assert caplog.messages == [
+        "dropping ('127.0.0.1', 9): a record started more than 0.5 s ago has not finished arriving "
+        "(record_timeout)"
+    ]
+    caplog.clear()
+    assert str(deadlines.drop(Deadline.HANDSHAKE, "peer")) == "not complete within 1.0 s"
+    assert caplog.messages == []  # the handshake's line is describe_handshake_failure's
+
+
+# -- admission, handler isolation, statistics ----------------------------------------------------
+
+
+def core(policy: AdmissionPolicy, dropped: list[str], chance: float = 0.0) -> ServerCore[str]:
+    config = Configuration(key=KEY, admission=policy)
+    return ServerCore(config, dropped.append, random=lambda: chance, clock=lambda: 0.0)
+
+
+def opener(*, header: object = None, finished: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(failed=False, header=header, record_layer=object() if finished else None)
+
+
+def test_the_core_evicts_the_longest_waiting_for_a_newcomer_and_says_nothing_of_it() -> None:
+    dropped: list[str] = []
+    server = core(AdmissionPolicy.from_max_pending_handshakes(2), dropped)
+    assert server.admit("a", ("10.0.0.1", 1))
+    assert server.admit("b", ("10.0.0.2", 1))
+    server.observe("b", opener())  # b sent part of its header: evicted after the silent ones
+    assert server.admit("c", ("10.0.0.3", 1))
+    assert dropped == ["a"]
+    assert server.handshake_failed("a") is None  # evicted: no line of its own
+    server.observe("c", opener(header=object(), finished=True))
+    assert server.handshake_completed("c")  # its Finished verified: served
+    assert server.handshake_failed("b") == logging.WARNING
+    assert server.statistics.as_dict() == {
+        "admitted": 3,
+        "handler_failures": 0,
+        "handshakes_failed": 1,
+        "refused": 0,
+        "served": 1,
+    }
+
+
+def test_an_evicted_handshake_that_completed_anyway_is_not_served() -> None:
+    dropped: list[str] = []
+    server = core(AdmissionPolicy.from_max_pending_handshakes(1), dropped)
+    server.admit("a", ("10.0.0.1", 1))
+    server.admit("b", ("10.0.0.2", 1))
+    assert dropped == ["a"]
+    assert not server.handshake_completed("a")
+    assert server.statistics.served == 0
+
+
+def test_the_core_refuses_a_source_at_its_cap() -> None:
+    dropped: list[str] = []
+    server = core(AdmissionPolicy(start=1, rate=100, full=4, verified=4, per_source=1), dropped)
+    assert server.admit("a", ("10.0.0.1", 1))
+    assert not server.admit("b", ("10.0.0.1", 2))  # the same source, at its cap past start
+    assert server.admit("c", ("10.0.0.2", 1))
+    assert server.statistics.refused == 1
+    assert server.statistics.admitted == 2
+
+
+def test_failures_past_the_quota_are_logged_at_debug_level() -> None:
+    dropped: list[str] = []
+    server = core(AdmissionPolicy(start=100, full=100, verified=100, per_source=None), dropped)
+    levels = []
+    for number in range(FAILURE_LINES + 3):
+        name = f"c{number}"
+        server.admit(name, ("10.0.0.1", number))
+        levels.append(server.handshake_failed(name))
+    assert levels == [logging.WARNING] * FAILURE_LINES + [logging.DEBUG] * 3
+
+
+def test_a_cancelled_handshake_leaves_the_admission() -> None:
+    dropped: list[str] = []
+    server = core(AdmissionPolicy.from_max_pending_handshakes(1), dropped)
+    server.admit("a", ("10.0.0.1", 1))
+    server.handshake_cancelled("a")
+    assert len(server.admission) == 0
+    server.admit("b", ("10.0.0.2", 1))
+    assert dropped == []  # a's slot was free
+
+
+def test_a_handler_failure_is_one_error_line_with_the_peer_and_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.ERROR, logger="gcmstream")
+    server = core(DEFAULT_ADMISSION, [])
+    try:
+        raise ValueError("the handler has a bug")
+    except ValueError as exc:
+        server.handler_failed(exc, ("127.0.0.1", 7), "client_connected_cb")
+    [line] = caplog.messages
+    assert line.startswith("client_connected_cb failed for ('127.0.0.1', 7); the server goes on:")
+    assert "Traceback" in line and "ValueError: the handler has a bug" in line
+    assert caplog.records[0].exc_info is None  # the text, not the error (it would hold frames)
+    assert server.statistics.handler_failures == 1
+
+
+def test_the_default_policy_is_fitted_to_the_descriptor_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gcmstream._server
+
+    monkeypatch.setattr(gcmstream._server, "descriptor_soft_limit", lambda: 1024)
+    fitted = server_admission(DEFAULT_ADMISSION)
+    assert (fitted.start, fitted.full, fitted.verified, fitted.per_source) == (128, 256, 512, 32)
+    assert ServerCore(Configuration(key=KEY), [].append).admission.policy == fitted
+    chosen = AdmissionPolicy.from_max_pending_handshakes(8)
+    assert server_admission(chosen) is chosen
+
+
+def test_connection_statistics_name_what_each_side_did() -> None:
+    from gcmstream import Channel, Role
+
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    figures = connection_statistics(initiator.sealer, None)
+    assert figures["records_sealed"] == 0 and "records_opened" not in figures
+    responder.opener.receive_data(initiator.initial_data())
+    figures = connection_statistics(responder.sealer, responder.opener)
+    assert figures["peer_key_id"] == responder.opener.header.key_id  # type: ignore[union-attr]
+    assert figures["peer_id"] is None
