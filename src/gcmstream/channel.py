@@ -37,14 +37,12 @@ from .format import (
     FieldType,
     KeyExchange,
     KeyLimits,
-    KeyRing,
     Keys,
     Role,
     StreamHeader,
     as_key_ring,
     check_context,
     check_identity,
-    key_id,
     make_header,
 )
 from .handshake import (
@@ -202,7 +200,7 @@ class Channel:
             # An initiator offered one key (its header names the primary): the responder must
             # answer under that key, never under another key of the ring (review finding: any
             # ring member could otherwise impersonate the server). A responder takes the ring.
-            KeyRing([self._keys.primary]) if role is Role.INITIATOR else self._keys,
+            self._keys.primary_only() if role is Role.INITIATOR else self._keys,
             context=context,
             max_record_size=max_record_size,
             limits=limits,
@@ -232,6 +230,7 @@ class Channel:
                 self._salt,
                 key_exchange=self.key_exchange,
                 fields=self._shares.fields() + self._identity_field(),
+                ident=self._keys.primary_id,
             )
             self._hello_salt = self._hello[SALT_SLICE]
             _OWN_HELLOS[self._hello_salt] = self
@@ -322,7 +321,7 @@ class Channel:
 
     def _on_peer_header(self, key: bytes, header: StreamHeader) -> None:
         """The opener's hook once the peer's header verified: run our half of the exchange."""
-        if self.role is Role.INITIATOR and header.key_id != key_id(self._keys.primary):
+        if self.role is Role.INITIATOR and header.key_id != self._keys.primary_id:
             raise HandshakeError("the responder answered under another key than the one offered")
         if header.key_exchange < self.key_exchange:
             raise DowngradeError(
@@ -346,6 +345,7 @@ class Channel:
                 self._salt,
                 key_exchange=header.key_exchange,
                 fields=fields + self._identity_field(),
+                ident=header.key_id,  # the ID that found ``key`` in our ring (its header verified)
             )
             self._derived = channel_keys(key, shared, header.raw, answer, self._context)
             self._outbox += answer

@@ -352,6 +352,21 @@ class KeyRing:
         return self._keys[self._order[0]]
 
     @property
+    def primary_id(self) -> bytes:
+        """The primary key's key ID, derived once with the ring (a channel names it in every
+        header it makes: not an HKDF per connection)."""
+        return self._order[0]
+
+    def primary_only(self) -> KeyRing:
+        """A ring of the primary key alone, unnamed, its key ID taken from this ring, not
+        derived again: what an initiator accepts its responder's answer under."""
+        ring = KeyRing.__new__(KeyRing)
+        ident = self._order[0]
+        ring._keys = {ident: self._keys[ident]}
+        ring._names, ring._given_names, ring._order = {}, {}, [ident]
+        return ring
+
+    @property
     def key_ids(self) -> tuple[bytes, ...]:
         return tuple(self._order)
 
@@ -508,8 +523,11 @@ def make_header(
     key_exchange: KeyExchange = KeyExchange.NONE,
     fields: Iterable[tuple[int, bytes]] = (),
     max_fields_size: int = MAX_FIELDS_SIZE,
+    ident: bytes | None = None,
 ) -> tuple[bytes, bytes]:
-    """A new header for ``key`` and its stream secret: (header bytes, secret)."""
+    """A new header for ``key`` and its stream secret: (header bytes, secret). ``ident``: the
+    key's ID where the caller has it (a KeyRing's, or the verified header that named the key),
+    so that it is not derived again per connection; else ``key_id(key)``."""
     suite = Suite.for_key(key)
     check_record_size(record_size)
     ctx = check_context(context)
@@ -520,7 +538,7 @@ def make_header(
     encoded = encode_fields(fields, max_fields_size)
     body = (
         HEADER_FIXED.pack(
-            MAGIC, VERSION, role, suite, key_exchange, record_size, key_id(key), salt, len(encoded)
+            MAGIC, VERSION, role, suite, key_exchange, record_size, ident or key_id(key), salt, len(encoded)
         )
         + encoded
     )
