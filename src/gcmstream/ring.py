@@ -31,7 +31,7 @@ one that does moves to 0 with the bytes of it received so far (fewer than C), un
 condition. At its limit the zone is the last ``max_wire`` bytes, or the last quarter if that is
 smaller (a limit of under four largest records: one record announced larger than the ring
 budget), so a run of small records still arrives many per transport read, not one header and
-one body per read. Where it would offer nothing (full, or a record larger than it), or once a burst
+one body per read; there a view offers at most 64 KiB past the frontier record. Where it would offer nothing (full, or a record larger than it), or once a burst
 stored more than half of C (a stream, not a message: it would otherwise take a stream of small
 records a few KiB per transport read), it grows instead: 4x (and to 4 records of the frontier
 record's size at least), the whole ``limit`` once that is over ``limit / 8``, moving the stored
@@ -91,6 +91,10 @@ VIEW_SLOTS = 31
 # making it grow and shrink by turns.
 _GROWTH = 4
 _SHRINK_USE = 32
+# What a view offers past the frontier record in a growing ring at a limit of under four
+# largest records (its zone begins at 3/4 of it, far past the frontier): 64 KiB, as many
+# one-byte records as a ring below its limit takes per read (4 KiB..~100 KiB views).
+_RUN_VIEW = 64 * 1024
 
 
 def ring_capacity(record_size: int, ring_size: int = DEFAULT_RING_SIZE) -> int:
@@ -117,6 +121,7 @@ class RecordRing:
 
     __slots__ = (
         "_offered",
+        "_run_view",
         "_zone",
         "buf",
         "capacity",
@@ -165,12 +170,18 @@ class RecordRing:
         # bytes (it copies no more than a header); a growing ring at its limit: the smaller of
         # the two, so that a limit of one largest record still takes runs of small records in
         # one transport read (not two reads per record: benchmarks/README.md, the flood)
+        # most bytes a view offers past the record at the frontier: no bound, but for that last
+        # ring, whose zone begins far from the frontier; there a view of tiny records would
+        # cost the Opener's commit one loop step per record in one call (the flood: ~12,000)
+        self._run_view = capacity
         if capacity < self.limit:
             self._zone = capacity - capacity // 4
         elif self.start == self.limit:
             self._zone = capacity - self.max_wire
         else:
             self._zone = capacity - min(self.max_wire, capacity // 4)
+            if self.max_wire > capacity // 4:
+                self._run_view = _RUN_VIEW
         # A small direct-mapped cache for the Opener: position -> (position, ciphertext length,
         # AAD view, ciphertext view, plaintext view). Records of one size land on the same few
         # positions, so opening reuses views instead of slicing three new ones per record.
@@ -239,6 +250,8 @@ class RecordRing:
         stop = self.frontier + need
         if stop < self._zone:
             stop = self._zone
+            if stop - self.tail > self._run_view:
+                stop = max(self.frontier + need, self.tail + self._run_view)
         limit = self.head if self.wrap >= 0 else self.capacity
         if stop > limit:
             stop = limit
