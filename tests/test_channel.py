@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import gcmstream.channel
 import gcmstream.format
+import gcmstream.opener
 from gcmstream import (
     AuthenticationError,
     Channel,
@@ -441,3 +442,19 @@ def test_a_handshake_under_a_key_ring_derives_no_key_id(
     assert initiator.handshake_complete() and responder.handshake_complete()
     assert not derived
     assert parse_header_start(hello).key_id == parse_header_start(answer).key_id == real(KEY)
+
+
+def test_a_handshake_parses_each_header_start_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each end checks the fixed part of the peer's header once, as it arrives (H1..H11), and
+    the whole header's parse reuses it (it was parsed twice: issue 24's handshake CPU)."""
+    parsed: list[int] = []
+    real = gcmstream.format.parse_header_start
+
+    def counting(raw: bytes, max_fields_size: int = gcmstream.format.MAX_FIELDS_SIZE) -> object:
+        parsed.append(len(raw))
+        return real(raw, max_fields_size)
+
+    monkeypatch.setattr(gcmstream.format, "parse_header_start", counting)
+    monkeypatch.setattr(gcmstream.opener, "parse_header_start", counting)
+    handshake()
+    assert len(parsed) == 2  # one header each way

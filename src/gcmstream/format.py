@@ -8,6 +8,7 @@ AEAD key and nonce base of one direction under one key generation (the sequence 
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import hmac
 import os
@@ -139,6 +140,9 @@ FLAG_FINAL = 0x01
 FLAG_KEY_UPDATE = 0x02
 KNOWN_FLAGS = FLAG_FINAL | FLAG_KEY_UPDATE
 
+
+# The hash every HKDF here uses: one instance (it holds no state), not one per derivation.
+SHA256 = hashes.SHA256()
 
 _LABEL_KEY_ID = b"gcmstream/2 key id"
 _LABEL_HEADER = b"gcmstream/2 header"
@@ -296,9 +300,7 @@ def key_id(key: Buffer) -> bytes:
     key in every header; it reveals nothing about the key (HKDF is a PRF), but it does let an
     observer see that two streams use the same key."""
     Suite.for_key(key)
-    return HKDF(algorithm=hashes.SHA256(), length=KEY_ID_SIZE, salt=None, info=_LABEL_KEY_ID).derive(
-        bytes(key)
-    )
+    return HKDF(algorithm=SHA256, length=KEY_ID_SIZE, salt=None, info=_LABEL_KEY_ID).derive(bytes(key))
 
 
 class KeyRing:
@@ -503,13 +505,18 @@ def encode_fields(fields: Iterable[tuple[int, bytes]], max_size: int = MAX_FIELD
     return bytes(out)
 
 
+@functools.lru_cache(maxsize=64)
+def context_digest(context: bytes) -> bytes:
+    """SHA-256 of a context, which the key schedule hashes into HKDF's info: the contexts of a
+    process are few and public, so each is hashed once, not three times per handshake."""
+    return hashlib.sha256(context).digest()
+
+
 def _header_keys(key: Buffer, body: Buffer, salt: bytes, context: bytes) -> tuple[bytes, bytes]:
     """(commitment, stream secret) of a header whose bytes before the commitment are ``body``.
     HKDF's info holds hashes, so it stays short (84 bytes) whatever the fields and context."""
-    info = _LABEL_HEADER + hashlib.sha256(body).digest() + hashlib.sha256(context).digest()
-    okm = HKDF(algorithm=hashes.SHA256(), length=COMMITMENT_SIZE + 32, salt=salt, info=info).derive(
-        bytes(key)
-    )
+    info = _LABEL_HEADER + hashlib.sha256(body).digest() + context_digest(context)
+    okm = HKDF(algorithm=SHA256, length=COMMITMENT_SIZE + 32, salt=salt, info=info).derive(bytes(key))
     return okm[:COMMITMENT_SIZE], okm[COMMITMENT_SIZE:]
 
 
@@ -625,12 +632,17 @@ def _field_spans(data: bytes, pos: int, stop: int) -> tuple[tuple[int, int, int]
 
 
 def parse_header(
-    raw: Buffer, known_fields: Iterable[int] = (), max_fields_size: int = MAX_FIELDS_SIZE
+    raw: Buffer,
+    known_fields: Iterable[int] = (),
+    max_fields_size: int = MAX_FIELDS_SIZE,
+    start: HeaderStart | None = None,
 ) -> StreamHeader:
     """Parse a whole header without checking its commitment (no key needed). A critical field
-    type outside ``known_fields`` raises UnknownFieldError."""
+    type outside ``known_fields`` raises UnknownFieldError. ``start``: the fixed part of this
+    ``raw`` as ``parse_header_start`` gave it already (with this ``max_fields_size`` checked)."""
     raw = bytes(raw)
-    start = parse_header_start(raw, max_fields_size)
+    if start is None:
+        start = parse_header_start(raw, max_fields_size)
     if len(raw) != start.size:
         raise header_fault("H13", f"stream header must be {start.size} bytes, got {len(raw)}")
     end = HEADER_FIXED_SIZE + start.fields_length
@@ -690,7 +702,7 @@ def verify_header(key: Buffer, header: StreamHeader, context: Buffer) -> bytes:
 
 
 def _expand(secret: bytes, label: bytes, length: int) -> bytes:
-    return HKDFExpand(algorithm=hashes.SHA256(), length=length, info=label).derive(secret)
+    return HKDFExpand(algorithm=SHA256, length=length, info=label).derive(secret)
 
 
 class TrafficKeys:

@@ -625,7 +625,8 @@ class Opener:
                 raise
         if refusal is not None:  # raised here, outside the handler: no context to hold frames
             raise refusal
-        header = parse_header(raw, self._known_fields, self._max_fields_size)
+        # its fixed part was parsed and checked as it arrived (_on_header_start): not again
+        header = parse_header(raw, self._known_fields, self._max_fields_size, self._header_start)
         self.header = header
         if self._on_peer_header is not None:  # a channel: its Finished comes next
             self._on_peer_header(key, header)

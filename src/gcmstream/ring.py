@@ -31,8 +31,9 @@ one that does moves to 0 with the bytes of it received so far (fewer than C), un
 condition. At its limit the zone is the last ``max_wire`` bytes, or the last quarter if that is
 smaller (a limit of under four largest records: one record announced larger than the ring
 budget), so a run of small records still arrives many per transport read, not one header and
-one body per read; there a view offers at most 64 KiB past the frontier record. Where it would offer nothing (full, or a record larger than it), or once a burst
-stored more than half of C (a stream, not a message: it would otherwise take a stream of small
+one body per read; there a view offers at most 64 KiB past the frontier record. Where it
+would offer nothing (full, or a record larger than it), or once a burst stored more than half
+of C (a stream, not a message: it would otherwise take a stream of small
 records a few KiB per transport read), it grows instead: 4x (and to 4 records of the frontier
 record's size at least), the whole ``limit`` once that is over ``limit / 8``, moving the stored
 bytes to 0 in order (``head`` becomes 0: the Opener moves the positions it holds by as much),
