@@ -515,8 +515,9 @@ def test_memory_follows_use() -> None:
 def test_a_limit_of_one_record_takes_runs_of_small_records_per_read() -> None:
     """A growing ring whose limit is one largest record (a peer announced records larger than
     the ring budget) offers the transport many small records at once at its limit, not a header
-    and then a body per read (ring.py: its zone is the last quarter there, views of 64 KiB): the one-byte-record
-    flood cost the asyncio server two ``recv_into`` calls per record (benchmarks/README.md)."""
+    and then a body per read (ring.py: its zone is the last quarter there, views of 16 KiB):
+    the one-byte-record flood cost the asyncio server two ``recv_into`` calls per record
+    (benchmarks/README.md)."""
     record_size = 1 << 20
     ring = CheckedRing(record_size, None, START_CAPACITY)
     big = wire_record(0, record_size + TAG_SIZE)
@@ -534,7 +535,7 @@ def test_a_limit_of_one_record_takes_runs_of_small_records_per_read() -> None:
         while model.pop():
             pass
     stream = sum(len(record) for record in tiny)
-    assert reads <= 2 * stream // (64 * 1024)  # 11 in 64 KiB views (the old zone at the limit: 154)
+    assert reads <= 2 * stream // (16 * 1024)  # in 16 KiB views (the old zone at the limit: 154)
     assert ring.stored == 0
 
 
