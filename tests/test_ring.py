@@ -515,7 +515,7 @@ def test_memory_follows_use() -> None:
 def test_a_limit_of_one_record_takes_runs_of_small_records_per_read() -> None:
     """A growing ring whose limit is one largest record (a peer announced records larger than
     the ring budget) offers the transport many small records at once at its limit, not a header
-    and then a body per read (ring.py: its zone is the last quarter there, views of 16 KiB):
+    and then a body per read (ring.py: its zone is the last quarter there, views of 4 KiB):
     the one-byte-record flood cost the asyncio server two ``recv_into`` calls per record
     (benchmarks/README.md)."""
     record_size = 1 << 20
@@ -527,6 +527,7 @@ def test_a_limit_of_one_record_takes_runs_of_small_records_per_read() -> None:
         model.send(len(big))
         model.pop()
     assert ring.capacity == ring.limit == RECORD_HEADER_SIZE + ring.max_wire
+    assert len(ring.writable()) == 4096  # 4 KiB of records at once (the old zone: a header, 5 B)
     reads = 0
     while model.popped < len(model.records):
         assert reads < 100_000, "no progress"
@@ -535,7 +536,7 @@ def test_a_limit_of_one_record_takes_runs_of_small_records_per_read() -> None:
         while model.pop():
             pass
     stream = sum(len(record) for record in tiny)
-    assert reads <= 2 * stream // (16 * 1024)  # in 16 KiB views (the old zone at the limit: 154)
+    assert reads <= 2 * stream // 4096  # in 4 KiB views
     assert ring.stored == 0
 
 

@@ -31,7 +31,7 @@ one that does moves to 0 with the bytes of it received so far (fewer than C), un
 condition. At its limit the zone is the last ``max_wire`` bytes, or the last quarter if that is
 smaller (a limit of under four largest records: one record announced larger than the ring
 budget), so a run of small records still arrives many per transport read, not one header and
-one body per read; there a view offers at most 16 KiB past the frontier record. Where it
+one body per read; there a view offers at most 4 KiB past the frontier record. Where it
 would offer nothing (full, or a record larger than it), or once a burst stored more than half
 of C (a stream, not a message: it would otherwise take a stream of small
 records a few KiB per transport read), it grows instead: 4x (and to 4 records of the frontier
@@ -93,9 +93,9 @@ VIEW_SLOTS = 31
 _GROWTH = 4
 _SHRINK_USE = 32
 # What a view offers past the frontier record in a growing ring at a limit of under four
-# largest records (its zone begins at 3/4 of it, far past the frontier): 16 KiB, ~750
-# one-byte records for the Opener to commit in one call.
-_RUN_VIEW = 16 * 1024
+# largest records (its zone begins at 3/4 of it, far past the frontier): 4 KiB, ~190
+# one-byte records for the Opener to commit in one call (as _ABSORB_BYTES in opener.py).
+_RUN_VIEW = 4 * 1024
 
 
 def ring_capacity(record_size: int, ring_size: int = DEFAULT_RING_SIZE) -> int:
