@@ -505,10 +505,14 @@ def encode_fields(fields: Iterable[tuple[int, bytes]], max_size: int = MAX_FIELD
     return bytes(out)
 
 
-@functools.lru_cache(maxsize=64)
-def context_digest(context: bytes) -> bytes:
+def context_digest(context: Buffer) -> bytes:
     """SHA-256 of a context, which the key schedule hashes into HKDF's info: the contexts of a
     process are few and public, so each is hashed once, not three times per handshake."""
+    return _context_digest(bytes(context))
+
+
+@functools.lru_cache(maxsize=64)
+def _context_digest(context: bytes) -> bytes:
     return hashlib.sha256(context).digest()
 
 
