@@ -80,6 +80,7 @@ __all__ = (
     "check_header_start",
     "check_identity",
     "check_record_size",
+    "context_digest",
     "encode_fields",
     "find_key",
     "generate_key",
