@@ -14,14 +14,14 @@ at ``head`` (the first may be the record the opener is reading, already decrypte
 then at ``frontier`` the bytes received so far of the next, incomplete record, up to ``tail``.
 ``frontier_len`` is that record's wire length once its 5-byte header has arrived, else 0.
 
-A fixed ring (``start`` = ``limit``, C = ``limit``): a record that starts in the last ``max_wire``
-bytes (the zone ``[C - max_wire, C)``) might not fit before C, so there the ring offers the
-transport only the record's header first, then exactly the rest of the record once it is known
-to fit. A record that does not fit moves to 0; only its header bytes (at most 5) are copied,
-and only when ``[0, len)`` is free. With C >= max_wire + 5 (one largest record and the next record's header)
-this always becomes possible once the reader has consumed the records ahead, so a reader that
-keeps reading never deadlocks and a reader that stops reading stops the transport
-(backpressure: ``writable()`` is empty) instead of growing anything. A larger C lets the
+A fixed ring (``start`` = ``limit``, C = ``limit``): a record that starts in the last
+``max_wire`` bytes (the zone ``[C - max_wire, C)``) might not fit before C, so there the ring
+offers the transport only the record's header first, then exactly the rest of the record once
+it is known to fit. A record that does not fit moves to 0; only its header bytes (at most 5)
+are copied, and only when ``[0, len)`` is free. With C >= max_wire + 5 (one largest record and
+the next record's header) this always becomes possible once the reader has consumed the
+records ahead, so a reader that keeps reading never deadlocks and a reader that stops reading
+stops the transport (backpressure: ``writable()`` is empty) instead of growing anything. A larger C lets the
 transport go on receiving while the reader opens what arrived (measured: benchmarks/README.md).
 
 Memory that follows use: a ring made with ``start`` below its ``limit`` begins with no memory,
@@ -33,8 +33,8 @@ smaller (a limit of under four largest records: one record announced larger than
 budget), so a run of small records still arrives many per transport read, not one header and
 one body per read; there a view offers at most 4 KiB past the frontier record. Where it
 would offer nothing (full, or a record larger than it), or once a burst stored more than half
-of C (a stream, not a message: it would otherwise take a stream of small
-records a few KiB per transport read), it grows instead: 4x (and to 4 records of the frontier
+of C (a stream, not a message: it would otherwise take a stream of small records a few KiB
+per transport read), it grows instead: 4x (and to 4 records of the frontier
 record's size at least), the whole ``limit`` once that is over ``limit / 8``, moving the stored
 bytes to 0 in order (``head`` becomes 0: the Opener moves the positions it holds by as much),
 so backpressure starts where it would with ``limit`` from the start; while it copies, it holds
@@ -166,14 +166,14 @@ class RecordRing:
         self.capacity = capacity
         self.buf = bytearray(capacity)
         self.view = memoryview(self.buf)
-        # below the limit: the last quarter, so records of up to C / 4 never cross C (and no
-        # received part of one is copied to 0); a fixed ring at its limit: the last max_wire
-        # bytes (it copies no more than a header); a growing ring at its limit: the smaller of
-        # the two, so that a limit of one largest record still takes runs of small records in
-        # one transport read (not two reads per record: benchmarks/README.md, the flood)
-        # most bytes a view offers past the record at the frontier: no bound, but for that last
-        # ring, whose zone begins far from the frontier; there a view of tiny records would
-        # cost the Opener's commit one loop step per record in one call (the flood: ~12,000)
+        # The zone: below the limit, the last quarter, so records of up to C / 4 never cross C
+        # (and no received part of one is copied to 0); a fixed ring at its limit, the last
+        # max_wire bytes (it copies no more than a header); a growing ring at its limit, the
+        # smaller of the two, so that a limit of one largest record still takes runs of small
+        # records in one transport read (not two reads per record: benchmarks/README.md, the
+        # flood). What a view offers past the frontier record: no bound, but in that last
+        # ring, whose zone begins far from the frontier, where a view of tiny records would
+        # cost the Opener's commit one loop step per record in one call (~12,000 in the flood).
         self._run_view = capacity
         if capacity < self.limit:
             self._zone = capacity - capacity // 4
