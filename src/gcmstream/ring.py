@@ -21,8 +21,9 @@ it is known to fit. A record that does not fit moves to 0; only its header bytes
 are copied, and only when ``[0, len)`` is free. With C >= max_wire + 5 (one largest record and
 the next record's header) this always becomes possible once the reader has consumed the
 records ahead, so a reader that keeps reading never deadlocks and a reader that stops reading
-stops the transport (backpressure: ``writable()`` is empty) instead of growing anything. A larger C lets the
-transport go on receiving while the reader opens what arrived (measured: benchmarks/README.md).
+stops the transport (backpressure: ``writable()`` is empty) instead of growing anything. A
+larger C lets the transport go on receiving while the reader opens what arrived (measured:
+benchmarks/README.md).
 
 Memory that follows use: a ring made with ``start`` below its ``limit`` begins with no memory,
 takes ``start`` bytes when the first bytes come (the limit at once for a larger reserved
