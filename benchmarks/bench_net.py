@@ -15,6 +15,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,37 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> None:
         proc.kill()
         proc.wait()
         raise
+
+
+class Watchdog:
+    """Kills the workers of a run that takes longer than ``timeout`` seconds, and says so: the
+    run then raises TimeoutError (``check``), not the "worker ended before ..." that the
+    killed worker's closed stdout would otherwise show."""
+
+    def __init__(self, timeout: float, what: str) -> None:
+        self.timeout = timeout
+        self.what = what
+        self.fired = False
+        self._timers: list[threading.Timer] = []
+
+    def watch(self, proc: subprocess.Popen[str]) -> None:
+        timer = threading.Timer(self.timeout, self._fire, (proc,))
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    def _fire(self, proc: subprocess.Popen[str]) -> None:
+        self.fired = True
+        proc.kill()
+
+    def cancel(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+
+    def check(self, exc: BaseException) -> None:
+        """Raise TimeoutError (from ``exc``) if the watchdog killed a worker of this run."""
+        if self.fired:
+            raise TimeoutError(f"{self.what} timed out: not done within {self.timeout:g} s") from exc
 
 
 AsyncMain = Callable[[], Awaitable[None]]

@@ -390,6 +390,13 @@ def flood_section(d: dict[str, Any]) -> str:
             ],
             rows,
         )
+        + (
+            f"\n\nThe codec's own CPU per flood record (the same wire fed to an Opener in the pieces "
+            f"its ring offers and read as the server reads it, no sockets): "
+            f"{_f(d['codec_cpu_us_per_record'], 1)} us.\n"
+            if d.get("codec_cpu_us_per_record") is not None
+            else ""
+        )
         + "\n"
     )
 

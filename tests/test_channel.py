@@ -13,6 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gcmstream.channel
+import gcmstream.format
+import gcmstream.header
+import gcmstream.opener
 from gcmstream import (
     AuthenticationError,
     Channel,
@@ -20,6 +23,7 @@ from gcmstream import (
     KeyCommitmentError,
     KeyExchange,
     KeyLimits,
+    KeyRing,
     MalformedRecordError,
     NotReadyError,
     ProtocolError,
@@ -36,6 +40,7 @@ from gcmstream.format import (
     FLAG_KEY_UPDATE,
     HEADER_SIZE,
     MAGIC,
+    parse_header_start,
 )
 from gcmstream.testing import run_handshake
 
@@ -412,3 +417,45 @@ def test_channel_hands_ring_size_to_its_opener() -> None:
 def test_a_bad_identity_names_its_parameter(name: str) -> None:
     with pytest.raises(ValueError, match=f"^{name} must be 1 to 255 bytes, got 0$"):
         Channel(KEY, role=Role.INITIATOR, **{name: ""})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("exchange", [KeyExchange.X25519, KeyExchange.MLKEM768_X25519])
+def test_a_handshake_under_a_key_ring_derives_no_key_id(
+    exchange: KeyExchange, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key's ID is derived once, with its KeyRing (a server's Configuration holds one): a
+    handshake between two ends given rings derives none (issue 24: four HKDFs a connection,
+    about 40 us each, were a third of an X25519 handshake's CPU), and its headers name the
+    same key IDs as before."""
+    initiator_ring, responder_ring = KeyRing([KEY]), KeyRing([bytes(16), KEY])
+    derived: list[int] = []  # (lengths: a key is never shown, also in a failure)
+    real = gcmstream.format.key_id
+
+    def counting(key: bytes) -> bytes:
+        derived.append(len(key))
+        return real(key)
+
+    monkeypatch.setattr(gcmstream.format, "key_id", counting)
+    monkeypatch.setattr(gcmstream.channel, "key_id", counting, raising=False)
+    initiator = Channel(initiator_ring, role=Role.INITIATOR, key_exchange=exchange)
+    responder = Channel(responder_ring, role=Role.RESPONDER, key_exchange=exchange)
+    hello, answer = handshake_bytes(initiator, responder)
+    assert initiator.handshake_complete() and responder.handshake_complete()
+    assert not derived
+    assert parse_header_start(hello).key_id == parse_header_start(answer).key_id == real(KEY)
+
+
+def test_a_handshake_parses_each_header_start_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each end checks the fixed part of the peer's header once, as it arrives (H1..H11), and
+    the whole header's parse reuses it (it was parsed twice: issue 24's handshake CPU)."""
+    parsed: list[int] = []
+    real = gcmstream.format.parse_header_start
+
+    def counting(raw: bytes, max_fields_size: int = gcmstream.format.MAX_FIELDS_SIZE) -> object:
+        parsed.append(len(raw))
+        return real(raw, max_fields_size)
+
+    monkeypatch.setattr(gcmstream.format, "parse_header_start", counting)
+    monkeypatch.setattr(gcmstream.header, "parse_header_start", counting)
+    handshake()
+    assert len(parsed) == 2  # one header each way

@@ -669,6 +669,33 @@ def test_wants_data_again_once_held_input_is_read() -> None:
     assert opener.read() == b""
 
 
+def test_wants_data_stops_while_many_complete_records_wait() -> None:
+    """A flood of tiny records through the ring stops input once 256 complete records wait
+    (the adapter pauses its transport: uvloop otherwise committed tens of thousands of them in
+    one loop callback, benchmarks/ part 7), though the ring has room; reading some resumes it."""
+    sealer = Sealer(KEY, record_size=1 << 20)
+    wire = bytearray(sealer.take_header())
+    for _ in range(3000):
+        wire += sealer.seal(b"x", flush=True)
+    opener = Opener(KEY, max_record_size=1 << 20)
+    fed = 0
+    while wants_data(opener) and fed < len(wire):
+        view = opener.get_buffer()
+        count = min(len(view), len(wire) - fed)
+        view[:count] = wire[fed : fed + count]
+        opener.buffer_updated(count)
+        fed += count
+    assert fed < len(wire), "input never stopped"
+    assert opener.get_buffer(), "the ring still has room: the stop is the count's"
+    opener.buffer_updated(0)
+    got = b""
+    while not wants_data(opener):
+        more = opener.read(65536)
+        assert more
+        got += more
+    assert 1 <= len(got) < 3000  # some read, not all: the stop was the count's
+
+
 def test_an_empty_record_is_not_the_end_of_the_stream() -> None:
     """A readinto that meets only an empty KEY_UPDATE record must not return 0 (the end): kills
     the end test ``FINAL and no record and nothing unread`` losing its FINAL condition, which

@@ -512,6 +512,34 @@ def test_memory_follows_use() -> None:
         assert ring.buf is grown
 
 
+def test_a_limit_of_one_record_takes_runs_of_small_records_per_read() -> None:
+    """A growing ring whose limit is one largest record (a peer announced records larger than
+    the ring budget) offers the transport many small records at once at its limit, not a header
+    and then a body per read (ring.py: its zone is the last quarter there, views of 4 KiB):
+    the one-byte-record flood cost the asyncio server two ``recv_into`` calls per record
+    (benchmarks/README.md)."""
+    record_size = 1 << 20
+    ring = CheckedRing(record_size, None, START_CAPACITY)
+    big = wire_record(0, record_size + TAG_SIZE)
+    tiny = [wire_record(i, 1 + TAG_SIZE) for i in range(1, 30_001)]
+    model = Model(ring, [big, *tiny])
+    while model.popped == 0:  # the large record takes the ring to its limit
+        model.send(len(big))
+        model.pop()
+    assert ring.capacity == ring.limit == RECORD_HEADER_SIZE + ring.max_wire
+    assert len(ring.writable()) == 4096  # 4 KiB of records at once (the old zone: a header, 5 B)
+    reads = 0
+    while model.popped < len(model.records):
+        assert reads < 100_000, "no progress"
+        for _ in range(3):  # a few reads per reader step, as uvloop's read loop makes
+            reads += model.send(len(model.stream)) > 0
+        while model.pop():
+            pass
+    stream = sum(len(record) for record in tiny)
+    assert reads <= 2 * stream // 4096  # in 4 KiB views
+    assert ring.stored == 0
+
+
 def test_growth_moves_stored_records_in_order() -> None:
     """A small ring full of complete records and a partial one grows instead of refusing input;
     the records keep their order and bytes, and head becomes 0 (what the Opener shifts by)."""

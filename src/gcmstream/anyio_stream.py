@@ -166,7 +166,10 @@ class SecureStream(ByteStream):
     _sized_receive: bool = field(init=False, default=True, repr=False)
     _sends_views: bool = field(init=False, default=True, repr=False)
     # a TCP socket of anyio's: records are received straight into the ring (None: receive())
+    # (looked for when the records begin: a connection still in its handshake holds none, part
+    # of what an unconfirmed peer makes a server hold, tests/test_pending.py)
     _feed: _DirectFeed | None = field(init=False, default=None, repr=False)
+    _feed_sought: bool = field(init=False, default=False, repr=False)
 
     def __post_init__(self) -> None:
         self._receive_guard = anyio.ResourceGuard("reading from")
@@ -176,7 +179,6 @@ class SecureStream(ByteStream):
         )
         self._sized_receive = isinstance(self.transport_stream, ByteReceiveStream)
         self._sends_views = isinstance(self.transport_stream, ByteSendStream)
-        self._feed = _direct_feed(self.transport_stream)
 
     @classmethod
     async def wrap(
@@ -352,7 +354,12 @@ class SecureStream(ByteStream):
     def _direct(self, opener: Opener) -> _DirectFeed | None:
         """The feed that reads the socket into the ring, once the records begin (the handshake
         reads through ``receive()``, which its size limit and admission counts are built on)."""
-        if self._feed is None or opener.phase is not Phase.RECORDS:
+        if opener.phase is not Phase.RECORDS:
+            return None
+        if not self._feed_sought:
+            self._feed_sought = True
+            self._feed = _direct_feed(self.transport_stream)
+        if self._feed is None:
             return None
         return self._feed if self._feed.ready() else None
 

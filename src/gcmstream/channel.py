@@ -47,7 +47,6 @@ from .format import (
     as_key_ring,
     check_context,
     check_identity,
-    key_id,
     make_header,
 )
 from .handshake import (
@@ -201,7 +200,7 @@ class _Handshake(HeaderReader):
             # An initiator offered one key (its header names the primary): the responder must
             # answer under that key, never under another key of the ring (review finding: any
             # ring member could otherwise impersonate the server). A responder takes the ring.
-            KeyRing([keys.primary]) if side is Role.INITIATOR else keys,
+            keys.primary_only() if side is Role.INITIATOR else keys,
             context=context,
             role=side.peer,
             known_fields=CHANNEL_FIELDS,
@@ -234,6 +233,7 @@ class _Handshake(HeaderReader):
                 salt,
                 key_exchange=key_exchange,
                 fields=self._shares.fields() + self._identity_field(),
+                ident=keys.primary_id,
             )
             self._hello_salt = self._hello[SALT_SLICE]
             _OWN_HELLOS[self._hello_salt] = self
@@ -288,7 +288,7 @@ class _Handshake(HeaderReader):
         """The peer's header verified: run our half of the exchange (a responder answers with
         its header and Finished); the peer's Finished comes next."""
         initiator = self._side is Role.INITIATOR
-        if initiator and header.key_id != key_id(self._key_ring.primary):
+        if initiator and header.key_id != self._key_ring.primary_id:
             raise HandshakeError("the responder answered under another key than the one offered")
         if header.key_exchange < self._exchange:
             raise DowngradeError(
@@ -312,6 +312,7 @@ class _Handshake(HeaderReader):
                 self._salt,
                 key_exchange=header.key_exchange,
                 fields=fields + self._identity_field(),
+                ident=header.key_id,  # the ID that found ``key`` in our ring (its header verified)
             )
             self._derived = channel_keys(key, shared, header.raw, answer, self._context)
             self._outbox += answer

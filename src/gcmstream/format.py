@@ -8,6 +8,7 @@ AEAD key and nonce base of one direction under one key generation (the sequence 
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -79,6 +80,7 @@ __all__ = (
     "check_header_start",
     "check_identity",
     "check_record_size",
+    "context_digest",
     "encode_fields",
     "find_key",
     "generate_key",
@@ -140,6 +142,9 @@ FLAG_FINAL = 0x01
 FLAG_KEY_UPDATE = 0x02
 KNOWN_FLAGS = FLAG_FINAL | FLAG_KEY_UPDATE
 
+
+# The hash every HKDF here uses: one instance (it holds no state), not one per derivation.
+SHA256 = hashes.SHA256()
 
 _LABEL_KEY_ID = b"gcmstream/2 key id"
 _LABEL_HEADER = b"gcmstream/2 header"
@@ -297,9 +302,7 @@ def key_id(key: Buffer) -> bytes:
     key in every header; it reveals nothing about the key (HKDF is a PRF), but it does let an
     observer see that two streams use the same key."""
     Suite.for_key(key)
-    return HKDF(algorithm=hashes.SHA256(), length=KEY_ID_SIZE, salt=None, info=_LABEL_KEY_ID).derive(
-        bytes(key)
-    )
+    return HKDF(algorithm=SHA256, length=KEY_ID_SIZE, salt=None, info=_LABEL_KEY_ID).derive(bytes(key))
 
 
 class KeyRing:
@@ -351,6 +354,21 @@ class KeyRing:
     @property
     def primary(self) -> bytes:
         return self._keys[self._order[0]]
+
+    @property
+    def primary_id(self) -> bytes:
+        """The primary key's key ID, derived once with the ring (a channel names it in every
+        header it makes: not an HKDF per connection)."""
+        return self._order[0]
+
+    def primary_only(self) -> KeyRing:
+        """A ring of the primary key alone, unnamed, its key ID taken from this ring, not
+        derived again: what an initiator accepts its responder's answer under."""
+        ring = KeyRing.__new__(KeyRing)
+        ident = self._order[0]
+        ring._keys = {ident: self._keys[ident]}
+        ring._names, ring._given_names, ring._order = {}, {}, [ident]
+        return ring
 
     @property
     def key_ids(self) -> tuple[bytes, ...]:
@@ -492,9 +510,20 @@ def encode_fields(fields: Iterable[tuple[int, bytes]], max_size: int = MAX_FIELD
 def sha256(data: Buffer) -> bytes:
     """SHA-256 of ``data`` by cryptography, as every other primitive here: hashlib would load
     Python's own OpenSSL (``_hashlib``, 3.7 MiB of RSS) beside cryptography's."""
-    digest = hashes.Hash(hashes.SHA256())
+    digest = hashes.Hash(SHA256)
     digest.update(bytes(data))
     return digest.finalize()
+
+
+def context_digest(context: Buffer) -> bytes:
+    """SHA-256 of a context, which the key schedule hashes into HKDF's info: the contexts of a
+    process are few and public, so each is hashed once, not three times per handshake."""
+    return _context_digest(bytes(context))
+
+
+@functools.lru_cache(maxsize=64)
+def _context_digest(context: bytes) -> bytes:
+    return sha256(context)
 
 
 def _header_keys(key: Buffer, body: Buffer, salt: bytes, context: bytes) -> tuple[bytes, bytes]:
@@ -507,8 +536,8 @@ def _header_kdf(body: Buffer, salt: bytes, context: bytes, length: int) -> HKDF:
     """The HKDF of a header's commitment and stream secret: its first ``length`` bytes (the
     commitment is the first 32 whatever the length). HKDF's info holds hashes, so it stays
     short (84 bytes) whatever the fields and context."""
-    info = _LABEL_HEADER + sha256(body) + sha256(context)
-    return HKDF(algorithm=hashes.SHA256(), length=length, salt=salt, info=info)
+    info = _LABEL_HEADER + sha256(body) + context_digest(context)
+    return HKDF(algorithm=SHA256, length=length, salt=salt, info=info)
 
 
 def make_header(
@@ -521,8 +550,11 @@ def make_header(
     key_exchange: KeyExchange = KeyExchange.NONE,
     fields: Iterable[tuple[int, bytes]] = (),
     max_fields_size: int = MAX_FIELDS_SIZE,
+    ident: bytes | None = None,
 ) -> tuple[bytes, bytes]:
-    """A new header for ``key`` and its stream secret: (header bytes, secret)."""
+    """A new header for ``key`` and its stream secret: (header bytes, secret). ``ident``: the
+    key's ID where the caller has it (a KeyRing's, or the verified header that named the key),
+    so that it is not derived again per connection; else ``key_id(key)``."""
     suite = Suite.for_key(key)
     check_record_size(record_size)
     ctx = check_context(context)
@@ -533,7 +565,7 @@ def make_header(
     encoded = encode_fields(fields, max_fields_size)
     body = (
         HEADER_FIXED.pack(
-            MAGIC, VERSION, role, suite, key_exchange, record_size, key_id(key), salt, len(encoded)
+            MAGIC, VERSION, role, suite, key_exchange, record_size, ident or key_id(key), salt, len(encoded)
         )
         + encoded
     )
@@ -628,12 +660,17 @@ def _field_spans(data: bytes, pos: int, stop: int) -> tuple[tuple[int, int, int]
 
 
 def parse_header(
-    raw: Buffer, known_fields: Iterable[int] = (), max_fields_size: int = MAX_FIELDS_SIZE
+    raw: Buffer,
+    known_fields: Iterable[int] = (),
+    max_fields_size: int = MAX_FIELDS_SIZE,
+    start: HeaderStart | None = None,
 ) -> StreamHeader:
     """Parse a whole header without checking its commitment (no key needed). A critical field
-    type outside ``known_fields`` raises UnknownFieldError."""
+    type outside ``known_fields`` raises UnknownFieldError. ``start``: the fixed part of this
+    ``raw`` as ``parse_header_start`` gave it already (with this ``max_fields_size`` checked)."""
     raw = bytes(raw)
-    start = parse_header_start(raw, max_fields_size)
+    if start is None:
+        start = parse_header_start(raw, max_fields_size)
     if len(raw) != start.size:
         raise header_fault("H13", f"stream header must be {start.size} bytes, got {len(raw)}")
     end = HEADER_FIXED_SIZE + start.fields_length
@@ -695,7 +732,7 @@ def verify_header(key: Buffer, header: StreamHeader, context: Buffer) -> bytes:
 
 
 def _expand(secret: bytes, label: bytes, length: int) -> bytes:
-    return HKDFExpand(algorithm=hashes.SHA256(), length=length, info=label).derive(secret)
+    return HKDFExpand(algorithm=SHA256, length=length, info=label).derive(secret)
 
 
 class TrafficKeys:

@@ -11,7 +11,6 @@ import hashlib
 import hmac
 from dataclasses import dataclass, field
 
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import mlkem, x25519
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
@@ -21,9 +20,11 @@ from .format import (
     FINISHED_SIZE,
     HEADER_SIZE,
     MAX_IDENTITY_SIZE,
+    SHA256,
     FieldType,
     KeyExchange,
     StreamHeader,
+    context_digest,
 )
 
 __all__ = (
@@ -181,8 +182,8 @@ def channel_keys(
     the context's digest and the transcript hash (both whole headers), to four 32-byte values.
     The Finished MACs are computed here too: HMAC-SHA256(finished key, transcript hash)."""
     transcript = hashlib.sha256(initiator_header + responder_header).digest()
-    info = _LABEL_CHANNEL + hashlib.sha256(context).digest() + transcript
-    okm = HKDF(algorithm=hashes.SHA256(), length=128, salt=key, info=info).derive(shared_secret)
+    info = _LABEL_CHANNEL + context_digest(context) + transcript
+    okm = HKDF(algorithm=SHA256, length=128, salt=key, info=info).derive(shared_secret)
     return ChannelKeys(
         initiator_to_responder=okm[0:32],
         responder_to_initiator=okm[32:64],

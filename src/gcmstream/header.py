@@ -269,7 +269,8 @@ class HeaderReader:
                 raise
         if refusal is not None:  # raised here, outside the handler: no context to hold frames
             raise refusal
-        header = parse_header(raw, self._known_fields, self._max_fields_size)
+        # its fixed part was parsed and checked as it arrived (_read_start): not again
+        header = parse_header(raw, self._known_fields, self._max_fields_size, self._start)
         self.header = header
         return self.on_header(key, header, secret)
 

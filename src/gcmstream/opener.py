@@ -99,6 +99,14 @@ _CALL_RECORDS = 256
 # 4 KiB is ~190 of them, and still 4 records of 1 KiB per copy. Codec throughput with both
 # limits against 1,024 records and no copy limit, A/B in one process: 0.95-1.05 at 1 and 4 KiB.
 _ABSORB_BYTES = 4 * 1024
+# Complete records waiting in the ring past which ``wants_data`` says stop (the transport
+# pauses until the reader has read some): uvloop reads a socket up to 32 times per loop
+# callback, and each read of tiny records is committed record by record, so a flood of
+# one-byte records held the loop for tens of ms per callback (benchmarks/ part 7). 256, one
+# read call's worth (_CALL_RECORDS): with 1,024 the echo beside a flood on uvloop waited a
+# median 24-28 ms against 4-6 on main; with 256, 8-30 against 5-28 (same runs, load 12).
+# Streams of 1 KiB records or larger never reach it in the default ring (256 KiB).
+_WAITING_RECORDS = 256
 _NO_PLAINTEXT = memoryview(bytearray())  # writable and empty: an empty record's output
 _unpack_record_header = RECORD_HEADER.unpack_from
 
@@ -227,12 +235,15 @@ class _Input:
 
     @property
     def wants_data(self) -> bool:
-        """True when input can be accepted now (reading frees space when it is False)."""
+        """True when input can be accepted now (reading frees space when it is False); False
+        too while 256 complete records wait to be read (a flood of tiny records: reading
+        them makes it True again, as reading frees space)."""
         if self._held is not None or self._eof or self._error is not None or self._phase is _FAILED:
             return False
-        if self._phase is _HEADER or self._ring is None:
+        ring = self._ring
+        if self._phase is _HEADER or ring is None:
             return True  # the ring is made when record bytes arrive
-        return self._ring.can_take()
+        return ring.complete < _WAITING_RECORDS and ring.can_take()
 
     @property
     def failed(self) -> bool:

@@ -14,23 +14,28 @@ at ``head`` (the first may be the record the opener is reading, already decrypte
 then at ``frontier`` the bytes received so far of the next, incomplete record, up to ``tail``.
 ``frontier_len`` is that record's wire length once its 5-byte header has arrived, else 0.
 
-At its limit (C = ``limit``): a record that starts in the last ``max_wire`` bytes (the zone
-``[C - max_wire, C)``) might not fit before C, so there the ring offers the transport only the
-record's header first, then exactly the rest of the record once it is known to fit. A record
-that does not fit moves to 0; only its header bytes (at most 5) are copied, and only when
-``[0, len)`` is free. With C >= max_wire + 5 (one largest record and the next record's header)
-this always becomes possible once the reader has consumed the records ahead, so a reader that
-keeps reading never deadlocks and a reader that stops reading stops the transport
-(backpressure: ``writable()`` is empty) instead of growing anything. A larger C lets the
-transport go on receiving while the reader opens what arrived (measured: benchmarks/README.md).
+A fixed ring (``start`` = ``limit``, C = ``limit``): a record that starts in the last
+``max_wire`` bytes (the zone ``[C - max_wire, C)``) might not fit before C, so there the ring
+offers the transport only the record's header first, then exactly the rest of the record once
+it is known to fit. A record that does not fit moves to 0; only its header bytes (at most 5)
+are copied, and only when ``[0, len)`` is free. With C >= max_wire + 5 (one largest record and
+the next record's header) this always becomes possible once the reader has consumed the
+records ahead, so a reader that keeps reading never deadlocks and a reader that stops reading
+stops the transport (backpressure: ``writable()`` is empty) instead of growing anything. A
+larger C lets the transport go on receiving while the reader opens what arrived (measured:
+benchmarks/README.md).
 
 Memory that follows use: a ring made with ``start`` below its ``limit`` begins with no memory,
 takes ``start`` bytes when the first bytes come (the limit at once for a larger reserved
 record), and its zone is its last quarter: a record of up to C / 4 never crosses C; a larger
 one that does moves to 0 with the bytes of it received so far (fewer than C), under the same
-condition. Where it would offer nothing (full, or a record larger than it), or once a burst
-stored more than half of C (a stream, not a message: it would otherwise take a stream of small
-records a few KiB per transport read), it grows instead: 4x (and to 4 records of the frontier
+condition. At its limit the zone is the last ``max_wire`` bytes, or the last quarter if that is
+smaller (a limit of under four largest records: one record announced larger than the ring
+budget), so a run of small records still arrives many per transport read, not one header and
+one body per read; there a view offers at most 4 KiB past the frontier record. Where it
+would offer nothing (full, or a record larger than it), or once a burst stored more than half
+of C (a stream, not a message: it would otherwise take a stream of small records a few KiB
+per transport read), it grows instead: 4x (and to 4 records of the frontier
 record's size at least), the whole ``limit`` once that is over ``limit / 8``, moving the stored
 bytes to 0 in order (``head`` becomes 0: the Opener moves the positions it holds by as much),
 so backpressure starts where it would with ``limit`` from the start; while it copies, it holds
@@ -88,6 +93,10 @@ VIEW_SLOTS = 31
 # making it grow and shrink by turns.
 _GROWTH = 4
 _SHRINK_USE = 32
+# What a view offers past the frontier record in a growing ring at a limit of under four
+# largest records (its zone begins at 3/4 of it, far past the frontier): 4 KiB, ~190
+# one-byte records for the Opener to commit in one call (as _ABSORB_BYTES in opener.py).
+_RUN_VIEW = 4 * 1024
 
 
 def ring_capacity(record_size: int, ring_size: int = DEFAULT_RING_SIZE) -> int:
@@ -114,6 +123,7 @@ class RecordRing:
 
     __slots__ = (
         "_offered",
+        "_run_view",
         "_zone",
         "buf",
         "capacity",
@@ -157,9 +167,23 @@ class RecordRing:
         self.capacity = capacity
         self.buf = bytearray(capacity)
         self.view = memoryview(self.buf)
-        # below the limit: the last quarter, so records of up to C / 4 never cross C (and no
-        # received part of one is copied to 0)
-        self._zone = capacity - self.max_wire if capacity == self.limit else capacity - capacity // 4
+        # The zone: below the limit, the last quarter, so records of up to C / 4 never cross C
+        # (and no received part of one is copied to 0); a fixed ring at its limit, the last
+        # max_wire bytes (it copies no more than a header); a growing ring at its limit, the
+        # smaller of the two, so that a limit of one largest record still takes runs of small
+        # records in one transport read (not two reads per record: benchmarks/README.md, the
+        # flood). What a view offers past the frontier record: no bound, but in that last
+        # ring, whose zone begins far from the frontier, where a view of tiny records would
+        # cost the Opener's commit one loop step per record in one call (~12,000 in the flood).
+        self._run_view = capacity
+        if capacity < self.limit:
+            self._zone = capacity - capacity // 4
+        elif self.start == self.limit:
+            self._zone = capacity - self.max_wire
+        else:
+            self._zone = capacity - min(self.max_wire, capacity // 4)
+            if self.max_wire > capacity // 4:
+                self._run_view = _RUN_VIEW
         # A small direct-mapped cache for the Opener: position -> (position, ciphertext length,
         # AAD view, ciphertext view, plaintext view). Records of one size land on the same few
         # positions, so opening reuses views instead of slicing three new ones per record.
@@ -228,6 +252,8 @@ class RecordRing:
         stop = self.frontier + need
         if stop < self._zone:
             stop = self._zone
+            if stop - self.tail > self._run_view:
+                stop = max(self.frontier + need, self.tail + self._run_view)
         limit = self.head if self.wrap >= 0 else self.capacity
         if stop > limit:
             stop = limit
