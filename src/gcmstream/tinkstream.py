@@ -40,17 +40,19 @@ from .errors import (
     KeyFileError,
     LimitReachedError,
     MalformedHeaderError,
+    OutOfRangeError,
     ProtocolError,
     StreamBrokenError,
     StreamClosedError,
     TruncatedStreamError,
 )
-from .format import TAG_SIZE, Buffer, byte_view
+from .format import TAG_SIZE, Buffer, Suite, byte_view
 from .records import TinkSegments
 
 __all__ = (
     "TINK_KEY_TYPE_URL",
     "TinkHash",
+    "TinkHeader",
     "TinkKeyset",
     "TinkOpener",
     "TinkPhase",
@@ -322,6 +324,7 @@ class TinkSealer:
     """
 
     __slots__ = (
+        "__weakref__",  # the file engine remembers a failed sealer (files._fatal)
         "_closed",
         "_first",
         "_header",
@@ -329,9 +332,11 @@ class TinkSealer:
         "_held_len",
         "_index",
         "_out",
+        "_sealed_bytes",
         "_segments",
         "_size",
         "_wire",
+        "suite",
     )
 
     def __init__(self, key: TinkKeyset | TinkStreamingKey, associated_data: Buffer = b"") -> None:
@@ -348,6 +353,9 @@ class TinkSealer:
         self._index = 0
         self._out = bytearray()
         self._closed = False
+        self._sealed_bytes = 0
+        # the segments' AEAD, named as gcmstream's suites (connection statistics)
+        self.suite = Suite.AES_128_GCM if key.derived_key_size == 16 else Suite.AES_256_GCM
 
     def __repr__(self) -> str:
         return f"<TinkSealer segments={self._index} closed={self._closed}>"
@@ -356,9 +364,43 @@ class TinkSealer:
     def segments_sealed(self) -> int:
         return self._index
 
+    # -- the names gcmstream's Sealer has, so that every surface drives either ----------------
+
+    @property
+    def records_sealed(self) -> int:
+        """Segments sealed (the name the adapters and the file engine read)."""
+        return self._index
+
+    @property
+    def bytes_sealed(self) -> int:
+        """Plaintext bytes sealed into segments so far (held bytes not yet)."""
+        return self._sealed_bytes
+
+    @property
+    def record_size(self) -> int:
+        """Plaintext bytes of a full segment (segment 0 holds the header's size less)."""
+        return self._size
+
+    @property
+    def pending(self) -> int:
+        """Plaintext bytes held for the next segment (or the last: sealed by ``close()``)."""
+        return self._held_len
+
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def flush(self) -> memoryview:
+        """Nothing: Tink's segments are full but the last, so held bytes wait for a full
+        segment or ``close()`` (a short middle segment would not be Tink's format)."""
+        if self._closed:
+            raise StreamClosedError("flush() after close(): the Tink stream is ended")
+        return memoryview(b"")
+
+    def detach_output(self) -> None:
+        """The last returned output is now owned elsewhere (a transport still holds it): the
+        next call writes into fresh memory."""
+        self._out = bytearray()
 
     def _sealable(self, total: int) -> int:
         """Segments that ``total`` plaintext bytes (held and new) complete, keeping at least
@@ -375,6 +417,7 @@ class TinkSealer:
         if self._closed:
             raise StreamClosedError("seal() after close(): the Tink stream is ended")
         view = byte_view(data)
+        first_index = self._index
         sealable = self._sealable(self._held_len + len(view))
         if self._index + sealable + 1 > TinkSegments.MAX_SEGMENTS:  # and one left for the last
             raise LimitReachedError(
@@ -392,7 +435,7 @@ class TinkSealer:
             self._held_len += take
             view = view[take:]
             if not view:  # the held segment may still be the last
-                return out[:written]
+                return out[:written]  # (nothing sealed: header at most)
             self._segments.seal(
                 self._index,
                 False,
@@ -416,6 +459,7 @@ class TinkSealer:
             view = view[run:]
         self._held[: len(view)] = view
         self._held_len = len(view)
+        self._sealed_bytes += written - len(header) - (self._index - first_index) * TAG_SIZE
         return out[:written]
 
     def close(self) -> memoryview:
@@ -432,6 +476,7 @@ class TinkSealer:
             self._index, True, memoryview(self._held)[: self._held_len], out[len(header) : size]
         )
         self._index += 1
+        self._sealed_bytes += self._held_len
         self._held[:] = bytes(len(self._held))
         self._held_len = 0
         self._header = None
@@ -446,6 +491,24 @@ class TinkSealer:
 
 
 # -- opening --------------------------------------------------------------------------------
+
+
+class TinkHeader:
+    """What a Tink stream's header and segment 0 told a reader: the key that authenticated
+    it (``key.key_id``: the keyset's ID, or None) and the sizes it gives."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: TinkStreamingKey) -> None:
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"TinkHeader({self.key!r})"
+
+    @property
+    def record_size(self) -> int:
+        """Plaintext bytes of a full segment."""
+        return self.key.ciphertext_segment_size - TAG_SIZE
 
 
 class TinkPhase(enum.Enum):
@@ -476,6 +539,7 @@ class TinkOpener:
     """
 
     __slots__ = (
+        "__weakref__",  # the file engine remembers a failed opener (files._fatal)
         "_associated_data",
         "_available",
         "_chosen",
@@ -484,11 +548,13 @@ class TinkOpener:
         "_error",
         "_index",
         "_keys",
+        "_opened_bytes",
         "_phase",
         "_pieces",
         "_plain",
         "_plain_end",
         "_plain_start",
+        "_scratch",
         "_segments",
         "_wire",
     )
@@ -510,6 +576,8 @@ class TinkOpener:
         self._wire = 0  # the chosen key's ciphertext segment size
         self._plain = bytearray()
         self._plain_start = self._plain_end = 0
+        self._opened_bytes = 0
+        self._scratch: bytearray | None = None  # get_buffer's receive buffer
 
     def __repr__(self) -> str:
         return f"<TinkOpener phase={self._phase.value} segments={self._index}>"
@@ -527,9 +595,107 @@ class TinkOpener:
         """The keyset's key the stream opened under, once its first segment authenticated."""
         return self._chosen
 
+    @property
     def at_eof(self) -> bool:
         """The last segment authenticated and every plaintext byte has been read."""
         return self._phase is TinkPhase.DONE and self._plain_start == self._plain_end
+
+    # -- the names gcmstream's Opener has, so that every surface drives either --------------
+    # (aio's SecureStreamReader, the pipelines' loop and the file engine call these)
+
+    @property
+    def records_opened(self) -> int:
+        """Segments authenticated so far."""
+        return self._index
+
+    @property
+    def bytes_opened(self) -> int:
+        """Plaintext bytes of the segments authenticated so far."""
+        return self._opened_bytes
+
+    @property
+    def failed(self) -> bool:
+        """True once an error was found (raised already, or waiting for the next read)."""
+        return self._error is not None or self._deferred is not None
+
+    @property
+    def broken(self) -> bool:
+        """True once an error was raised: every later read raises StreamBrokenError."""
+        return self._phase is TinkPhase.FAILED
+
+    @property
+    def wants_data(self) -> bool:
+        """True while input can be taken (before the end of input and any failure)."""
+        return not self._eof and self._phase is not TinkPhase.FAILED
+
+    @property
+    def header(self) -> TinkHeader | None:
+        """What the stream's header and segment 0 told, once segment 0 authenticated."""
+        key = self._chosen
+        return None if key is None else TinkHeader(key)
+
+    @property
+    def final_length(self) -> int:
+        """-1: Tink's last segment ends at the end of input, so nothing can follow it (the
+        file engine's trailing-data rule never applies)."""
+        return -1
+
+    def header_verified(self) -> bool:
+        """True once segment 0 authenticated under a key of the keyset (opened into the
+        opener's buffer, for the next read); False while more input is needed. Raises the
+        stream's error."""
+        self._check()
+        if self._phase is TinkPhase.HEADER:
+            try:
+                self._open_buffered()
+            except ProtocolError as exc:
+                raise self._fail(exc) from exc
+        return self._phase is not TinkPhase.HEADER
+
+    def receive_some(self, data: Buffer) -> int:
+        """Take all of ``data`` (a Tink stream ends only at the end of input: nothing is
+        left over); the count taken."""
+        self.receive_data(data)
+        return len(byte_view(data))
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """A receive buffer to fill (then ``buffer_updated``); its bytes are copied in."""
+        if self._scratch is None:
+            self._scratch = bytearray(max(self._keys.primary.ciphertext_segment_size, 1 << 16))
+        return memoryview(self._scratch)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """``nbytes`` of the buffer ``get_buffer`` gave were filled."""
+        if self._scratch is None or not 0 <= nbytes <= len(self._scratch):
+            raise OutOfRangeError(f"buffer_updated({nbytes}) without a buffer that large")
+        self.receive_data(bytes(memoryview(self._scratch)[:nbytes]))
+
+    def peek(self) -> memoryview | None:
+        """Authenticated plaintext ready now, not consumed (``consume`` takes it); None while
+        more input is needed; empty at the authenticated end. Valid until the next call."""
+        self._check()
+        if self._plain_start == self._plain_end:
+            try:
+                self._raise_deferred()
+                if not self._open_buffered():
+                    return memoryview(b"") if self._phase is TinkPhase.DONE else None
+            except ProtocolError as exc:
+                raise self._fail(exc) from exc
+        return memoryview(self._plain)[self._plain_start : self._plain_end]
+
+    def consume(self, nbytes: int) -> None:
+        """Mark ``nbytes`` of the last ``peek()`` as read."""
+        if not 0 <= nbytes <= self._plain_end - self._plain_start:
+            available = self._plain_end - self._plain_start
+            raise OutOfRangeError(f"cannot consume {nbytes} bytes: {available} available")
+        self._plain_start += nbytes
+
+    def find(self, sub: Buffer) -> int:
+        """Index of ``sub`` in the plaintext ``peek()`` returned, or -1."""
+        if self._plain_start == self._plain_end:
+            return -1
+        index = self._plain.find(sub, self._plain_start, self._plain_end)
+        return index - self._plain_start if index >= 0 else -1
 
     # -- input ------------------------------------------------------------------------------
 
@@ -607,16 +773,12 @@ class TinkOpener:
         self._check()
         if max_bytes == 0:
             return memoryview(b"")
-        if self._plain_start == self._plain_end:
-            try:
-                self._raise_deferred()
-                if not self._open_buffered():
-                    return memoryview(b"") if self._phase is TinkPhase.DONE else None
-            except ProtocolError as exc:
-                raise self._fail(exc) from exc
-        end = self._plain_end if max_bytes < 0 else min(self._plain_end, self._plain_start + max_bytes)
-        view = memoryview(self._plain)[self._plain_start : end]
-        self._plain_start = end
+        view = self.peek()
+        if view is None or not view:
+            return view
+        if 0 <= max_bytes < len(view):
+            view = view[:max_bytes]
+        self._plain_start += len(view)
         return view
 
     def _check(self) -> None:
@@ -661,7 +823,10 @@ class TinkOpener:
             if first is None:
                 return 0
             written = first
-        return self._open_segments(out, written)
+            self._opened_bytes += first  # (counted now: a later segment may raise)
+        opened = self._open_segments(out, written)
+        self._opened_bytes += opened - written
+        return opened
 
     def _open_segments(self, out: memoryview, written: int) -> int:
         """Open the ready segments after segment 0 into ``out`` from ``written`` on. A failing
@@ -810,6 +975,6 @@ def tink_decrypt(
     parts = []
     while (view := opener.read_view()) is not None and len(view):
         parts.append(bytes(view))
-    if not opener.at_eof():
+    if not opener.at_eof:
         raise TruncatedStreamError("gcmstream bug: a whole Tink ciphertext left unread")
     return b"".join(parts)
