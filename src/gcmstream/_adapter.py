@@ -16,7 +16,7 @@ import math
 import time
 import traceback
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import anyio
 import anyio.lowlevel
@@ -28,6 +28,12 @@ from .config import DEFAULT_IDLE_TIMEOUT as DEFAULT_IDLE_TIMEOUT
 from .config import DEFAULT_RECORD_TIMEOUT as DEFAULT_RECORD_TIMEOUT
 from .errors import TruncatedStreamError
 from .format import FieldType
+from .tinkstream import TinkOpener, TinkSealer
+
+# What the adapters' one-way reader and writer drive: gcmstream's own coder, or Tink's
+# streaming format's (docs/TINK.md), which has the same names for what they call.
+AnyOpener: TypeAlias = Opener | TinkOpener
+AnySealer: TypeAlias = Sealer | TinkSealer
 
 logger = logging.getLogger("gcmstream")
 
@@ -58,7 +64,7 @@ class Fairness:
     def __init__(self) -> None:
         self.records = self.bytes = 0
 
-    def owed(self, opener: Opener) -> bool:
+    def owed(self, opener: AnyOpener) -> bool:
         """True (and the count starts again) when the reader should yield before going on."""
         if (
             opener.records_opened - self.records >= FAIR_RECORDS
@@ -68,7 +74,7 @@ class Fairness:
             return True
         return False
 
-    def waited(self, opener: Opener) -> None:
+    def waited(self, opener: AnyOpener) -> None:
         """The reader just waited for input (the loop ran others meanwhile)."""
         self.records, self.bytes = opener.records_opened, opener.bytes_opened
 
@@ -191,7 +197,7 @@ async def run_handler(
         await abort()
 
 
-def check_can_take_input(opener: Opener) -> None:
+def check_can_take_input(opener: AnyOpener) -> None:
     """Called before waiting for input: an opener that needs input but refuses it would make
     the reader spin forever."""
     if not opener.wants_data:
@@ -204,7 +210,7 @@ def blame_connection(exc: TruncatedStreamError, connection_error: BaseException 
         exc.__cause__ = connection_error
 
 
-def connection_statistics(sealer: Sealer, opener: Opener | None) -> dict[str, object]:
+def connection_statistics(sealer: AnySealer, opener: AnyOpener | None) -> dict[str, object]:
     """gcmstream's per-connection figures, by name; ``get_extra_info`` (prefixed with
     ``gcmstream_``) and ``GcmStreamAttribute`` both read these."""
     figures: dict[str, object] = {
@@ -218,7 +224,8 @@ def connection_statistics(sealer: Sealer, opener: Opener | None) -> dict[str, ob
         figures["bytes_opened"] = opener.bytes_opened
         # the key the peer proved (its public key ID): what tells key-ring clients apart, where
         # an identity field is only a claim (SECURITY.md, "Identities")
-        header = opener.header
+        # (a Tink stream names no key and carries no identity)
+        header = opener.header if isinstance(opener, Opener) else None
         figures["peer_key_id"] = header.key_id if header is not None else None
         # the identity the peer sent (its local_id): proved when the key it proved is named
         # in a KeyRing (the channel checked that name, K5), else only a claim

@@ -63,10 +63,11 @@ from .format import (
     Keys,
 )
 from .opener import Opener, Phase
-from .pipeline import CHUNK_SIZE, file_keywords
+from .pipeline import CHUNK_SIZE, file_keywords, tink_associated_data
 from .recipients import DEFAULT_WORK_FACTOR, Identity, Recipient
 from .records import records_per_generation
 from .sealer import Sealer
+from .tinkstream import TinkKeyset, TinkOpener, TinkSealer, TinkStreamingKey
 
 if TYPE_CHECKING:
     from .config import Configuration
@@ -112,11 +113,13 @@ class _Stopped(Exception):
 # Sealers and Openers whose engine loop failed (a write error, a stop, a bad record), with the
 # first error: they are mid-stream, so a later loop would write records without their header
 # or skip plaintext. Every later encrypt_fd/decrypt_fd with one raises StreamBrokenError.
-_failed: weakref.WeakKeyDictionary[Sealer | Opener, BaseException] = weakref.WeakKeyDictionary()
+_failed: weakref.WeakKeyDictionary[Sealer | Opener | TinkSealer | TinkOpener, BaseException] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @contextmanager
-def _fatal(coder: Sealer | Opener) -> Iterator[None]:
+def _fatal(coder: Sealer | Opener | TinkSealer | TinkOpener) -> Iterator[None]:
     """Refuse a coder whose loop failed before; mark this one failed if its loop fails."""
     earlier = _failed.get(coder)
     if earlier is not None:
@@ -238,7 +241,7 @@ def _reader(fd: int, stop: threading.Event | None) -> Callable[[Buffer], int]:
 def encrypt_fd(
     src: int,
     dst: int,
-    sealer: Sealer,
+    sealer: Sealer | TinkSealer,
     *,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
@@ -268,7 +271,7 @@ class _ArmoredOutput:
 def _encrypt_fd(
     src: int,
     dst: int | _ArmoredOutput,
-    sealer: Sealer,
+    sealer: Sealer | TinkSealer,
     progress: Progress | None,
     stop: threading.Event | None,
 ) -> None:
@@ -301,7 +304,7 @@ def _encrypt_fd(
 def decrypt_fd(
     src: int,
     dst: int,
-    opener: Opener,
+    opener: Opener | TinkOpener,
     *,
     eager: bool = False,
     progress: Progress | None = None,
@@ -320,7 +323,7 @@ def decrypt_fd(
 def _decrypt_fd(
     src: int,
     dst: int,
-    opener: Opener,
+    opener: Opener | TinkOpener,
     eager: bool,
     progress: Progress | None,
     stop: threading.Event | None,
@@ -418,19 +421,28 @@ def encrypt_path(
     limits: KeyLimits | None = None,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
+    tink: TinkKeyset | TinkStreamingKey | None = None,
 ) -> None:
     """Encrypt the file ``src`` into ``dst`` atomically, in this thread. Keyed, or given
-    ``config=``, as ``gcmstream.pipeline``'s functions (``limits`` too)."""
-    options = file_keywords(
-        config,
-        key=key,
-        recipients=recipients,
-        passphrase=passphrase,
-        context=context,
-        record_size=record_size,
-        limits=limits,
-    )
-    sealer = new_sealer(**options, fixed_layout=True)
+    ``config=``, as ``gcmstream.pipeline``'s functions (``limits`` too); ``tink``: in Tink's
+    format (docs/TINK.md), with ``context`` alone beside it."""
+    sealer: Sealer | TinkSealer
+    if tink is not None:
+        others = {"config": config, "key": key, "recipients": recipients, "passphrase": passphrase}
+        sealer = TinkSealer(
+            tink, tink_associated_data(context, **others, record_size=record_size, limits=limits)
+        )
+    else:
+        options = file_keywords(
+            config,
+            key=key,
+            recipients=recipients,
+            passphrase=passphrase,
+            context=context,
+            record_size=record_size,
+            limits=limits,
+        )
+        sealer = new_sealer(**options, fixed_layout=True)
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
         with atomic_fd(dst, stop=stop) as out:
@@ -451,19 +463,26 @@ def decrypt_path(
     max_record_size: int | None = None,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
+    tink: TinkKeyset | TinkStreamingKey | None = None,
 ) -> None:
     """Decrypt the file ``src`` into ``dst`` atomically, in this thread: ``dst`` appears only
     once the FINAL record authenticated and nothing followed it. Keyed, or given ``config=``,
-    as ``gcmstream.pipeline``'s functions."""
-    options = file_keywords(
-        config,
-        key=key,
-        identities=identities,
-        passphrase=passphrase,
-        context=context,
-        max_record_size=max_record_size,
-    )
-    opener = new_opener(**options)
+    as ``gcmstream.pipeline``'s functions; ``tink``: Tink's format (docs/TINK.md), ``dst``
+    appearing once the last segment authenticated at the end of ``src``."""
+    opener: Opener | TinkOpener
+    if tink is not None:
+        others = {"config": config, "key": key, "identities": identities, "passphrase": passphrase}
+        opener = TinkOpener(tink, tink_associated_data(context, **others, max_record_size=max_record_size))
+    else:
+        options = file_keywords(
+            config,
+            key=key,
+            identities=identities,
+            passphrase=passphrase,
+            context=context,
+            max_record_size=max_record_size,
+        )
+        opener = new_opener(**options)
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
         with atomic_fd(dst, stop=stop) as out:

@@ -60,6 +60,7 @@ __all__ = (
     "TinkStreamingKey",
     "as_tink_keyset",
     "read_tink_keyset",
+    "refuse_beside_tink",
     "tink_decrypt",
     "tink_encrypt",
 )
@@ -952,6 +953,21 @@ class TinkOpener:
         if truncated:
             raise TruncatedStreamError("the Tink stream ends after segment 0, which is not its last segment")
         raise AuthenticationError(0)
+
+
+# -- the surfaces' rule -----------------------------------------------------------------------
+
+
+def refuse_beside_tink(given: Sequence[str]) -> None:
+    """The one rule of every surface given ``tink=`` (a keyset or key): it is all the keying,
+    and ``context`` is Tink's associated data; any other option given beside it (``given``:
+    their names) is a TypeError naming them, as gcmstream's own options are refused beside
+    ``config=``."""
+    if given:
+        raise TypeError(
+            f"{', '.join(sorted(given))} cannot be given with tink= (Tink's format takes its keyset "
+            "and the context, its associated data, only)"
+        )
 
 
 # -- whole messages -------------------------------------------------------------------------
