@@ -79,7 +79,13 @@ class TinkDecryptedFile(io.RawIOBase):
         # threads sharing the file take turns: the position, the cache and the scratch
         # buffers are one reader's
         self._lock = threading.Lock()
-        self._find_key(keys, associated_data, os.fstat(fd).st_size)
+        try:
+            self._find_key(keys, associated_data, os.fstat(fd).st_size)
+        except BaseException:
+            # open_tink_file closes the descriptor: this half-made file must not close it
+            # again when collected (by then its number may be another file's)
+            super().close()
+            raise
 
     def _find_key(self, keys: TinkKeyset, associated_data: bytes, file_size: int) -> None:
         """Read the header; open segment 0 under each key that makes such a header until one
