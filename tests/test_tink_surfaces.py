@@ -670,3 +670,14 @@ def test_a_shell_pipeline_of_real_processes_with_tink_at_both_ends(tmp_path: Pat
     )
     assert failed.returncode == EXIT_TRUNCATED and not (tmp_path / "x").exists(), failed.stderr
     assert os.path.exists(cut)
+
+
+def test_the_sealer_keywords_mean_for_tink_what_they_can() -> None:
+    """``seal(flush=True)`` seals no short segment (Tink has none), ``seal(final=True)`` ends
+    the stream as ``close()``: what the writer's paths may call on either sealer."""
+    handle, keyset = keyset_for(16, TinkHash.SHA256, 64)
+    sealer = TinkSealer(keyset, b"ad")
+    first = bytes(sealer.seal(b"a" * 30, flush=True))  # the header and segment 0 (24 bytes)
+    assert len(first) == 64 and sealer.pending == 6
+    last = bytes(sealer.seal(b"b" * 10, final=True))
+    assert sealer.closed and tink_open(handle, first + last, b"ad") == b"a" * 30 + b"b" * 10

@@ -411,10 +411,17 @@ class TinkSealer:
             return 0
         return 1 + (total - capacity - 1) // self._size
 
-    def seal(self, data: Buffer) -> memoryview:
+    def seal(self, data: Buffer, *, flush: bool = False, final: bool = False) -> memoryview:
         """Seal ``data``: returns the header (first call) and every segment now known not to
         be the last. LimitReachedError, with nothing sealed, if the stream would pass 2^32
-        segments (the nonce's index field)."""
+        segments (the nonce's index field). The keywords are Sealer's: ``flush`` seals nothing
+        more (see :meth:`flush`); ``final`` ends the stream as ``close()`` does."""
+        if final:
+            head = bytes(self._seal(data))  # (close() reuses the output buffer)
+            return memoryview(head + bytes(self.close()))
+        return self._seal(data)
+
+    def _seal(self, data: Buffer) -> memoryview:
         if self._closed:
             raise StreamClosedError("seal() after close(): the Tink stream is ended")
         view = byte_view(data)
