@@ -681,3 +681,25 @@ def test_the_sealer_keywords_mean_for_tink_what_they_can() -> None:
     assert len(first) == 64 and sealer.pending == 6
     last = bytes(sealer.seal(b"b" * 10, final=True))
     assert sealer.closed and tink_open(handle, first + last, b"ad") == b"a" * 30 + b"b" * 10
+
+
+@pytest.mark.anyio
+async def test_the_pipelines_and_random_access_on_every_anyio_backend(tmp_path: Path) -> None:
+    """The anyio surfaces on asyncio and on trio (the matrix above runs them on asyncio)."""
+    handle, keyset = keyset_for(16, TinkHash.SHA256, 64)
+    plaintext = random.Random(5).randbytes(24 + 48 * 7 + 3)
+    ciphertext = tink_seal(handle, plaintext, b"ad")
+    opened = b"".join(
+        [part async for part in pipeline.decrypt_iter(chunks(ciphertext, 50), tink=keyset, context=b"ad")]
+    )
+    assert opened == plaintext
+    sealed = b"".join(
+        [part async for part in pipeline.encrypt_iter(chunks(plaintext, 50), tink=keyset, context=b"ad")]
+    )
+    assert tink_open(handle, sealed, b"ad") == plaintext
+    (tmp_path / "c").write_bytes(ciphertext)
+    await pipeline.decrypt_file_async(tmp_path / "c", tmp_path / "p", tink=keyset, context=b"ad")
+    assert (tmp_path / "p").read_bytes() == plaintext
+    async with await open_tink_file_async(tmp_path / "c", keyset, b"ad") as file:
+        await file.seek(30)
+        assert await file.read(100) == plaintext[30:130]
