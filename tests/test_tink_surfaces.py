@@ -703,3 +703,18 @@ async def test_the_pipelines_and_random_access_on_every_anyio_backend(tmp_path: 
     async with await open_tink_file_async(tmp_path / "c", keyset, b"ad") as file:
         await file.seek(30)
         assert await file.read(100) == plaintext[30:130]
+
+
+def test_the_opener_says_what_the_current_segment_still_needs() -> None:
+    """``record_missing``: the bytes that complete the segment being received (what an adapter
+    asks its stream for, to end its reads on segment boundaries); ``header_missing`` is 0."""
+    _, keyset = keyset_for(16, TinkHash.SHA256, 64)
+    ciphertext = pipeline_free_seal(keyset, bytes(24 + 48 * 3), b"")
+    opener = TinkOpener(keyset, b"")
+    assert (opener.header_missing, opener.record_missing) == (0, 0)
+    opener.receive_data(ciphertext[:65])  # header and segment 0, and 1 byte of segment 1
+    assert opener.header_verified() and opener.record_missing == 63
+    opener.receive_data(ciphertext[65:100])
+    assert opener.record_missing == 28
+    opener.receive_data(ciphertext[100:128])
+    assert opener.record_missing == 0

@@ -643,6 +643,20 @@ class TinkOpener:
         return None if key is None else TinkHeader(key)
 
     @property
+    def header_missing(self) -> int:
+        """0: Tink's header is read with segment 0, so a reader has nothing to ask for ahead of
+        the segments (gcmstream's Opener answers the bytes its header still needs)."""
+        return 0
+
+    @property
+    def record_missing(self) -> int:
+        """Bytes still to arrive of the segment being received (0 at a segment boundary), so
+        that an adapter choosing its read size can end its reads on segment boundaries."""
+        if self._phase is not TinkPhase.SEGMENTS or not self._available:
+            return 0
+        return -self._available % self._wire
+
+    @property
     def final_length(self) -> int:
         """-1: Tink's last segment ends at the end of input, so nothing can follow it (the
         file engine's trailing-data rule never applies)."""
