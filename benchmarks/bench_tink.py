@@ -102,7 +102,7 @@ def stream_rows(template: str, size: int, rounds: int) -> dict[str, Any]:
         opener.receive_data(ciphertext)
         opener.receive_eof()
         got = opener.readinto(out)
-        if got != size or (not opener.at_eof() and opener.readinto(out_view[:1]) != 0):
+        if got != size or (not opener.at_eof and opener.readinto(out_view[:1]) != 0):
             raise RuntimeError("benchmark: short read")
         return got
 

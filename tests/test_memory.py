@@ -104,6 +104,7 @@ async def _fill_and_measure(serve: str) -> int:
                     if not reader.opener.wants_data:
                         break
                     await asyncio.sleep(0.01)
+                assert isinstance(reader.opener, Opener)  # a channel's (not a TinkOpener)
                 measure(reader.opener)
                 writer.close()
 

@@ -109,6 +109,7 @@ TOP_LEVEL_MODULES: dict[str, set[str]] = {
         "CHUNK_SIZE",
         "atomic_output",
         "file_keywords",
+        "tink_associated_data",
     },  # types and parts
     "gcmstream.recipients": {  # limits and the parts Sealer and Opener build on
         "DEFAULT_WORK_FACTOR",

@@ -4,6 +4,7 @@ extended file fails at open; an altered segment fails only the reads that touch 
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 from pathlib import Path
@@ -114,3 +115,23 @@ def test_a_fifo_is_refused_without_waiting(tmp_path: Path) -> None:
     handle = tink_handle(16, TinkHash.SHA256, 4096)
     with pytest.raises(UnsupportedEndpointError):
         open_tink_file(fifo, read_tink_keyset(keyset_json(handle)))
+
+
+def test_a_file_that_fails_at_open_never_closes_another_descriptor(
+    written: tuple[TinkKeyset, bytes, bytes, Path],
+) -> None:
+    """open_tink_file closes the descriptor of a file that fails at open; the half-made file
+    object, collected later, must not close that number again: by then it may be another
+    file's (here a pipe opened right after, which then took the number)."""
+    keyset, _, _, path = written
+    with pytest.raises(AuthenticationError) as caught:  # keeps the error, and the half-made file
+        open_tink_file(path, keyset, b"wrong associated data")
+    read_end, write_end = os.pipe()  # takes the number the failed file's descriptor had
+    try:
+        del caught
+        gc.collect()  # the half-made file goes
+        os.fstat(read_end)  # EBADF if it closed its old number again
+        os.fstat(write_end)
+    finally:
+        os.close(read_end)
+        os.close(write_end)

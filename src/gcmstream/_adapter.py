@@ -23,7 +23,7 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import AsyncResource, SocketAttribute
 
-from ._server import ConnectionDeadlines, Deadline, ServerCore, log_handler_failure
+from ._server import AnyOpener, ConnectionDeadlines, Deadline, ServerCore, log_handler_failure
 from .admission import REPORT_INTERVAL
 from .codec import Channel, Opener
 from .config import DEFAULT_HANDSHAKE_TIMEOUT as DEFAULT_HANDSHAKE_TIMEOUT  # the adapters' defaults
@@ -62,7 +62,7 @@ class Fairness:
     def __init__(self) -> None:
         self.records = self.bytes = 0
 
-    def owed(self, opener: Opener) -> bool:
+    def owed(self, opener: AnyOpener) -> bool:
         """True (and the count starts again) when the reader should yield before going on."""
         if (
             opener.records_opened - self.records >= FAIR_RECORDS
@@ -72,7 +72,7 @@ class Fairness:
             return True
         return False
 
-    def waited(self, opener: Opener) -> None:
+    def waited(self, opener: AnyOpener) -> None:
         """The reader just waited for input (the loop ran others meanwhile)."""
         self.records, self.bytes = opener.records_opened, opener.bytes_opened
 
@@ -194,7 +194,7 @@ async def run_handler(
         await abort()
 
 
-def receive_size(opener: Opener) -> int:
+def receive_size(opener: AnyOpener) -> int:
     """How many bytes to ask a byte stream for, so that reads end on record boundaries: before
     confirmation what the handshake needs (an unconfirmed peer makes us hold nothing more);
     then the rest of a record part-way in, and as many whole records of the peer's record
@@ -212,7 +212,7 @@ def receive_size(opener: Opener) -> int:
     return missing + (RECEIVE_SIZE - missing) // wire * wire or RECEIVE_SIZE
 
 
-def check_can_take_input(opener: Opener) -> None:
+def check_can_take_input(opener: AnyOpener) -> None:
     """Called before waiting for input: an opener that needs input but refuses it would make
     the reader spin forever."""
     if not opener.wants_data:

@@ -41,14 +41,22 @@ import logging
 import math
 import traceback
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, TypeAlias, TypeVar
 
 from .admission import DEFAULT_ADMISSION, Admission, AdmissionPolicy, HandshakeInput, fit_to_descriptors
 from .codec import Opener, Sealer
 from .config import Configuration
 from .format import FieldType
+from .tinkstream import TinkOpener, TinkSealer
+
+# What the adapters' one-way reader and writer drive: gcmstream's own coder, or Tink's
+# streaming format's (docs/TINK.md), which has the same names for what they call.
+AnyOpener: TypeAlias = Opener | TinkOpener
+AnySealer: TypeAlias = Sealer | TinkSealer
 
 __all__ = (
+    "AnyOpener",
+    "AnySealer",
     "ConnectionDeadlines",
     "Deadline",
     "ServerCore",
@@ -267,7 +275,7 @@ def describe_handshake_failure(
     logger.log(level, "handshake with %s failed: %s: %s", peer, type(exc).__name__, reason)
 
 
-def connection_statistics(sealer: Sealer, opener: Opener | None) -> dict[str, object]:
+def connection_statistics(sealer: AnySealer, opener: AnyOpener | None) -> dict[str, object]:
     """gcmstream's per-connection figures, by name; ``get_extra_info`` (prefixed with
     ``gcmstream_``) and ``GcmStreamAttribute`` both read these."""
     figures: dict[str, object] = {
@@ -281,7 +289,8 @@ def connection_statistics(sealer: Sealer, opener: Opener | None) -> dict[str, ob
         figures["bytes_opened"] = opener.bytes_opened
         # the key the peer proved (its public key ID): what tells key-ring clients apart, where
         # an identity field is only a claim (SECURITY.md, "Identities")
-        header = opener.header
+        # (a Tink stream names no key and carries no identity)
+        header = opener.header if isinstance(opener, Opener) else None
         figures["peer_key_id"] = header.key_id if header is not None else None
         # the identity the peer sent (its local_id): proved when the key it proved is named
         # in a KeyRing (the channel checked that name, K5), else only a claim

@@ -39,12 +39,20 @@ from ._adapter import (
     receive_size,
     run_handler,
 )
-from ._server import ConnectionDeadlines, ServerCore, connection_statistics, describe_handshake_failure
+from ._server import (
+    AnyOpener,
+    AnySealer,
+    ConnectionDeadlines,
+    ServerCore,
+    connection_statistics,
+    describe_handshake_failure,
+)
 from .admission import AdmissionPolicy
 from .codec import Channel, Opener, Phase, Sealer
 from .config import UNSET, Configuration, Unset, configure
 from .errors import ConcurrencyError, GcmStreamError, StreamClosedError, TruncatedStreamError
 from .format import Buffer, KeyExchange, KeyLimits, Keys, Role
+from .tinkstream import TinkKeyset, TinkOpener, TinkSealer, TinkStreamingKey, refuse_beside_tink
 
 __all__ = (
     "SecureStreamReader",
@@ -110,7 +118,7 @@ class SecureStreamReader:
     as bytes fed to a StreamReader do (tests/differential/test_cpython_streams.py pins each).
     """
 
-    def __init__(self, opener: Opener, source: _Source, *, limit: int = _DEFAULT_LIMIT) -> None:
+    def __init__(self, opener: AnyOpener, source: _Source, *, limit: int = _DEFAULT_LIMIT) -> None:
         _check_limit(limit)
         self._opener = opener
         self._source = source
@@ -128,7 +136,8 @@ class SecureStreamReader:
         return f"<SecureStreamReader {self._opener!r}>"
 
     @property
-    def opener(self) -> Opener:
+    def opener(self) -> AnyOpener:
+        """The Opener (a TinkOpener for ``decrypting_reader(..., tink=)``)."""
         return self._opener
 
     def at_eof(self) -> bool:
@@ -156,7 +165,7 @@ class SecureStreamReader:
         exc, self._deferred = self._deferred, None
         if exc is not None:
             raise exc
-        if self._opener.phase is Phase.FAILED:
+        if self._opener.broken:
             self._opener.peek()  # raises StreamBrokenError
 
     def _peek(self) -> memoryview | None:
@@ -376,7 +385,7 @@ class SecureStreamWriter:
 
     def __init__(
         self,
-        sealer: Sealer,
+        sealer: AnySealer,
         transport: asyncio.WriteTransport,
         drain: Callable[[], Awaitable[None]],
         *,
@@ -420,7 +429,8 @@ class SecureStreamWriter:
         return self._transport
 
     @property
-    def sealer(self) -> Sealer:
+    def sealer(self) -> AnySealer:
+        """The Sealer (a TinkSealer for ``encrypting_writer(..., tink=)``)."""
         return self._sealer
 
     def _send(self, view: memoryview) -> None:
@@ -1105,7 +1115,7 @@ async def _serve(
 class _StreamReaderSource(_Source):
     """Copies ciphertext from an asyncio.StreamReader into the opener."""
 
-    def __init__(self, opener: Opener, inner: asyncio.StreamReader) -> None:
+    def __init__(self, opener: AnyOpener, inner: asyncio.StreamReader) -> None:
         self._opener = opener
         self._inner = inner
 
@@ -1130,13 +1140,28 @@ def encrypting_writer(
     context: Buffer | Unset = UNSET,
     record_size: int | Unset = UNSET,
     limits: KeyLimits | Unset | None = UNSET,
+    tink: TinkKeyset | TinkStreamingKey | None = None,
 ) -> SecureStreamWriter:
     """One-way: encrypt everything written into ``writer`` (a pipe, a file-like transport).
     ``write_eof()`` seals the FINAL record (``close()`` does not). Options: a
     :class:`~gcmstream.Configuration` or its keywords; a writer uses ``key`` (a KeyRing's
-    primary), ``context``, ``record_size`` and ``limits``."""
-    config = configure(config, key=key, context=context, record_size=record_size, limits=limits)
-    sealer = Sealer(config.key, context=config.context, record_size=config.record_size, limits=config.limits)
+    primary), ``context``, ``record_size`` and ``limits``.
+
+    ``tink``: write Tink's AES-GCM-HKDF streaming format instead (docs/TINK.md), sealed with
+    the keyset's primary key, ``context`` as Tink's associated data; ``write_eof()`` seals the
+    last segment. Tink's segments are full but the last, so ``drain()`` sends only the full
+    ones. Nothing else may be given with it."""
+    if tink is not None:
+        given = {"config": config, "key": key, "record_size": record_size, "limits": limits}
+        refuse_beside_tink(
+            [name for name, value in given.items() if value is not None and value is not UNSET]
+        )
+        sealer: AnySealer = TinkSealer(tink, b"" if isinstance(context, Unset) else context)
+    else:
+        config = configure(config, key=key, context=context, record_size=record_size, limits=limits)
+        sealer = Sealer(
+            config.key, context=config.context, record_size=config.record_size, limits=config.limits
+        )
     return SecureStreamWriter(sealer, writer.transport, writer.drain, closed=writer.wait_closed)
 
 
@@ -1150,21 +1175,47 @@ def decrypting_reader(
     limits: KeyLimits | Unset | None = UNSET,
     limit: int = _DEFAULT_LIMIT,
     ring_size: int | Unset = UNSET,
+    tink: TinkKeyset | TinkStreamingKey | None = None,
 ) -> SecureStreamReader:
     """One-way: decrypt what ``reader`` delivers (written by ``encrypting_writer`` or a Sealer).
     Options: a :class:`~gcmstream.Configuration` or its keywords; a reader uses ``key`` (any
     key of a KeyRing), ``context``, ``max_record_size``, ``limits`` and ``ring_size`` (the
-    receive ring's byte budget, as for :class:`~gcmstream.Opener`)."""
-    config = configure(
-        config, key=key, context=context, max_record_size=max_record_size, limits=limits, ring_size=ring_size
-    )
-    opener = Opener(
-        config.key,
-        context=config.context,
-        max_record_size=config.max_record_size,
-        limits=config.limits,
-        ring_size=config.ring_size,
-    )
+    receive ring's byte budget, as for :class:`~gcmstream.Opener`).
+
+    ``tink``: read Tink's AES-GCM-HKDF streaming format instead (docs/TINK.md), each key of
+    the keyset tried on the first segment, ``context`` as Tink's associated data. The same
+    reader, the same rules: plaintext only of authenticated segments; the end is the last
+    segment authenticated at the end of input, and input that ends before it raises
+    TruncatedStreamError. Nothing but ``context`` and ``limit`` may be given with it."""
+    opener: AnyOpener
+    if tink is not None:
+        given = {
+            "config": config,
+            "key": key,
+            "max_record_size": max_record_size,
+            "limits": limits,
+            "ring_size": ring_size,
+        }
+        refuse_beside_tink(
+            [name for name, value in given.items() if value is not None and value is not UNSET]
+        )
+        opener = TinkOpener(tink, b"" if isinstance(context, Unset) else context)
+    else:
+        config = configure(
+            config,
+            key=key,
+            context=context,
+            max_record_size=max_record_size,
+            limits=limits,
+            ring_size=ring_size,
+        )
+        opener = Opener(
+            config.key,
+            context=config.context,
+            max_record_size=config.max_record_size,
+            limits=config.limits,
+            ring_size=config.ring_size,
+        )
     return SecureStreamReader(opener, _StreamReaderSource(opener, reader), limit=limit)
 
 

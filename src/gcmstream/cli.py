@@ -32,6 +32,7 @@ from ._numbers import (
 from .errors import (
     ArmoredInputError,
     ArmorError,
+    AuthenticationError,
     KeyCommitmentError,
     MalformedHeaderError,
     NoIdentityMatchedError,
@@ -97,6 +98,8 @@ if TYPE_CHECKING:
         write_identity_file,
     )
     from .seekable import open_file
+    from .tinkfile import open_tink_file
+    from .tinkstream import MAX_KEYSET_SIZE, TinkKeyset, TinkOpener, TinkSealer, read_tink_keyset
 
 
 def _import_runtime(command: str) -> None:
@@ -153,6 +156,7 @@ def _import_keys() -> None:
 def _import_files() -> None:
     global anyio, to_thread, finished, open_output, output_target, STOP_WAIT, _Stopped, decrypt_fd
     global encrypt_fd, new_opener, new_sealer, run_in_worker, CHUNK_SIZE, open_file
+    global TinkKeyset, TinkOpener, TinkSealer, read_tink_keyset, MAX_KEYSET_SIZE, open_tink_file
     import anyio
     from anyio import to_thread
 
@@ -160,6 +164,8 @@ def _import_files() -> None:
     from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
     from .pipeline import CHUNK_SIZE
     from .seekable import open_file
+    from .tinkfile import open_tink_file
+    from .tinkstream import MAX_KEYSET_SIZE, TinkKeyset, TinkOpener, TinkSealer, read_tink_keyset
 
 
 def _import_network() -> None:
@@ -563,6 +569,15 @@ def _build_parser() -> argparse.ArgumentParser:
             help="permissions of an output file (default 600: only you; e.g. 644 to share it)",
         )
 
+    def format_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--format",
+            choices=("gcmstream", "tink"),
+            default="gcmstream",
+            help="gcmstream's own format (default), or tink: Tink's AES-GCM-HKDF streaming "
+            "ciphertext, -k naming Tink's JSON cleartext keyset and --context its associated data",
+        )
+
     def max_record_size_option(sub: argparse.ArgumentParser) -> None:
         limit = _size_text(DEFAULT_MAX_RECORD_SIZE)
         sub.add_argument(
@@ -623,6 +638,7 @@ def _build_parser() -> argparse.ArgumentParser:
         f"(default {DEFAULT_WORK_FACTOR}: about 1 s, 256 MiB)",
     )
     io_options(encrypt, "plaintext")
+    format_option(encrypt)
     encrypt.add_argument(
         "-a",
         "--armor",
@@ -662,6 +678,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     reader_keying_options(decrypt)
     io_options(decrypt, "ciphertext")
+    format_option(decrypt)
     max_record_size_option(decrypt)
     jobs_option(decrypt)
     decrypt.add_argument(
@@ -686,6 +703,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "Nothing secret is printed.",
     )
     reader_keying_options(info)
+    format_option(info)
     max_record_size_option(info)
     info.add_argument("file", metavar="FILE", help="the encrypted file")
 
@@ -1465,6 +1483,150 @@ async def _info_command(args: argparse.Namespace, keying: Keying) -> None:
     _print_out(text)
 
 
+# -- Tink's format (--format tink) -------------------------------------------------------------
+
+
+def _tink_keyset(args: argparse.Namespace) -> TinkKeyset:
+    """The keyset of --format tink: -k names Tink's JSON cleartext keyset (no environment
+    variable: it holds a gcmstream key line); gcmstream's other keying and layout options do
+    not apply to Tink's format and are refused."""
+    refused = [
+        name
+        for name, given in (
+            (
+                "-r/-R/-i",
+                getattr(args, "recipient", []) or getattr(args, "recipients_file", []) or args.identity,
+            ),
+            ("--passphrase", args.passphrase or args.passphrase_file is not None),
+            ("--armor", getattr(args, "armor", False)),
+            (
+                "--record-size (the keyset sets the segment size)",
+                getattr(args, "record_size", None) not in (None, DEFAULT_RECORD_SIZE),
+            ),
+            (
+                "--max-record-size",
+                getattr(args, "max_record_size", None) not in (None, DEFAULT_MAX_RECORD_SIZE),
+            ),
+            (
+                "--offset/--length",
+                getattr(args, "offset", None) is not None or getattr(args, "length", None) is not None,
+            ),
+        )
+        if given
+    ]
+    if refused:
+        raise _Usage(f"--format tink does not take {', '.join(refused)}")
+    if args.key_file is None:
+        raise _Usage("--format tink needs -k KEYSET.json (Tink's JSON cleartext keyset)")
+    path = args.key_file
+    try:
+        _check_private(path, "keyset file")
+        return read_tink_keyset(_read_text(path, MAX_KEYSET_SIZE))
+    except KeyFileError as exc:
+        raise _Usage(f"keyset file {path}: {exc}") from None
+    except OSError as exc:
+        raise _Usage(f"cannot read keyset file {path}: {exc.strerror or exc}") from None
+
+
+def _tink_verdict(exc: BaseException, where: str) -> _Fail | None:
+    """The message of a fault of a Tink ciphertext, naming the file (None: not such a fault, or
+    stdin, whose fault keeps the error's own words). The exit status is the class's row of
+    ``_FAILURES``: 4 tampered (a wrong keyset or --context too: Tink's header names no key, so
+    they look the same), 5 truncated."""
+    fault = _leaf(exc)
+    if not isinstance(fault, ProtocolError) or where == "the input":
+        return None
+    code = _classify(fault)[0]
+    if isinstance(fault, TruncatedStreamError):
+        return _Fail(code, f"truncated input: {where} ends before its last segment: the file was cut short")
+    if isinstance(fault, MalformedHeaderError):
+        return _Fail(code, f"{where} has a corrupt Tink header: {fault}")
+    if isinstance(fault, AuthenticationError) and fault.record_number == 0:
+        return _Fail(
+            code,
+            f"{where}: Tink segment 0 did not authenticate under any key of the keyset: a wrong "
+            "keyset or --context, or tampered",
+        )
+    if isinstance(fault, AuthenticationError):
+        return _Fail(code, f"{where}: Tink segment {fault.record_number} failed authentication: tampered")
+    return _Fail(code, f"{where}: {_classify(fault)[1]}")
+
+
+async def _tink_encrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
+    """encrypt --format tink: the file engine and the output path of ``encrypt``, with a
+    TinkSealer."""
+    _refuse_same_file(args)
+    sealer = TinkSealer(keyset, args.context)
+    async with _open_input(args.input) as (source, size):
+        progress = _Progress.start(size, "encrypt", args.quiet)
+        try:
+            async with _open_output(args.output, args.mode, no_terminal=True) as out:
+                await _run_engine(partial(encrypt_fd, source, out, sealer, progress=progress.callback), out)
+        except BaseException:
+            progress.close()
+            raise
+        progress.close(summary=True)
+
+
+async def _tink_decrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
+    """decrypt --format tink: the file engine and the output path of ``decrypt``, with a
+    TinkOpener: a file appears only once the last segment authenticated."""
+    _refuse_same_file(args)
+    opener = TinkOpener(keyset, args.context)
+    where = "the input" if args.input == "-" else args.input
+    async with _open_input(args.input) as (source, size):
+        progress = _Progress.start(size, "decrypt", args.quiet)
+        try:
+            async with _open_output(args.output, args.mode) as out:
+                work = partial(
+                    decrypt_fd, source, out, opener, eager=args.output == "-", progress=progress.callback
+                )
+                await _run_engine(work, out)
+        except BaseException as exc:
+            progress.close()
+            verdict = _tink_verdict(exc, where)
+            if verdict is None:
+                raise
+            raise verdict from None
+        progress.close(summary=True)
+
+
+def _tink_describe(path: str, args: argparse.Namespace, keyset: TinkKeyset) -> str:
+    with open_tink_file(path, keyset, args.context) as file:
+        key = file.key
+        return "\n".join(
+            (
+                f"file: {path}",
+                "format: Tink AES-GCM-HKDF streaming (AesGcmHkdfStreamingKey)",
+                f"key ID: {key.key_id} (the keyset's key that authenticated segment 0)",
+                f"derived key size: {key.derived_key_size} bytes (AES-{8 * key.derived_key_size}-GCM)",
+                f"HKDF hash: {key.hkdf_hash.name}",
+                f"segment size: {_size_text(key.ciphertext_segment_size)} "
+                f"({key.ciphertext_segment_size} bytes of ciphertext)",
+                f"segments: {file.segments}",
+                f"plaintext length: {file.length} bytes (last segment authenticated)",
+            )
+        )
+
+
+async def _tink_info_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
+    try:
+        text = await to_thread.run_sync(_tink_describe, args.file, args, keyset)
+    except BaseException as exc:
+        verdict = _tink_verdict(exc, args.file)
+        if verdict is None:
+            raise
+        raise verdict from None
+    _print_out(text)
+
+
+_TINK_COMMANDS = {
+    "encrypt": _tink_encrypt_command,
+    "decrypt": _tink_decrypt_command,
+    "info": _tink_info_command,
+}
+
+
 # -- network pipes ------------------------------------------------------------------------------
 
 
@@ -1862,7 +2024,9 @@ def _parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpars
 
 def _run_command(args: argparse.Namespace) -> None:
     """Run one of the commands that do their I/O in an event loop."""
-    if args.command == "encrypt":
+    if getattr(args, "format", "gcmstream") == "tink":
+        anyio.run(_run, _TINK_COMMANDS[args.command], args, _tink_keyset(args))
+    elif args.command == "encrypt":
         anyio.run(_run, _encrypt_command, args, _keying(args, encrypting=True))
     elif args.command == "decrypt":
         anyio.run(_run, _decrypt_command, args, _keying(args, encrypting=False))

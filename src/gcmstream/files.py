@@ -89,10 +89,11 @@ from .format import (
 )
 from .header import HeaderSpec
 from .opener import Opener, Phase
-from .pipeline import CHUNK_SIZE, file_keywords
+from .pipeline import CHUNK_SIZE, file_keywords, tink_associated_data
 from .recipients import DEFAULT_WORK_FACTOR, Identity, Recipient
 from .records import KeyChain, RecordLayer, records_per_generation
 from .sealer import Sealer
+from .tinkstream import TinkKeyset, TinkOpener, TinkSealer, TinkStreamingKey
 
 if TYPE_CHECKING:
     from .config import Configuration
@@ -146,11 +147,13 @@ class _Stopped(Exception):
 # Sealers and Openers whose engine loop failed (a write error, a stop, a bad record), with the
 # first error: they are mid-stream, so a later loop would write records without their header
 # or skip plaintext. Every later encrypt_fd/decrypt_fd with one raises StreamBrokenError.
-_failed: weakref.WeakKeyDictionary[Sealer | Opener, BaseException] = weakref.WeakKeyDictionary()
+_failed: weakref.WeakKeyDictionary[Sealer | Opener | TinkSealer | TinkOpener, BaseException] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @contextmanager
-def _fatal(coder: Sealer | Opener) -> Iterator[None]:
+def _fatal(coder: Sealer | Opener | TinkSealer | TinkOpener) -> Iterator[None]:
     """Refuse a coder whose loop failed before; mark this one failed if its loop fails."""
     earlier = _failed.get(coder)
     if earlier is not None:
@@ -372,7 +375,7 @@ def _reader(fd: int, stop: threading.Event | None) -> Callable[[Buffer], int]:
 def encrypt_fd(
     src: int,
     dst: int,
-    sealer: Sealer,
+    sealer: Sealer | TinkSealer,
     *,
     progress: Progress | None = None,
     stop: threading.Event | None = None,
@@ -392,7 +395,10 @@ def encrypt_fd(
     any failure ``dst`` is cut back to where it was. Otherwise one worker, as ``jobs=1``."""
     _check_jobs(jobs)
     with _fatal(sealer):
-        placed = sealer.hand_off_places() if jobs > 1 and not armor and _placeable(src, dst) else None
+        placed = None
+        # (Tink's segments, like armored text, are sealed in order by one worker)
+        if jobs > 1 and not armor and isinstance(sealer, Sealer) and _placeable(src, dst):
+            placed = sealer.hand_off_places()
         if placed is None:
             _encrypt_fd(src, _ArmoredOutput(dst) if armor else dst, sealer, progress, stop)
         else:
@@ -415,7 +421,7 @@ class _ArmoredOutput:
 def _encrypt_fd(
     src: int,
     dst: int | _ArmoredOutput,
-    sealer: Sealer,
+    sealer: Sealer | TinkSealer,
     progress: Progress | None,
     stop: threading.Event | None,
 ) -> None:
@@ -448,7 +454,7 @@ def _encrypt_fd(
 def decrypt_fd(
     src: int,
     dst: int,
-    opener: Opener,
+    opener: Opener | TinkOpener,
     *,
     eager: bool = False,
     progress: Progress | None = None,
@@ -475,6 +481,7 @@ def decrypt_fd(
         if (
             jobs > 1
             and not eager
+            and isinstance(opener, Opener)  # (Tink's segments are opened in order, by one worker)
             and opener.untouched
             and _placeable(src, dst)
             and not _armored_at(src)
@@ -493,7 +500,7 @@ def _armored_at(fd: int) -> bool:
 def _decrypt_fd(
     src: int,
     dst: int,
-    opener: Opener,
+    opener: Opener | TinkOpener,
     eager: bool,
     progress: Progress | None,
     stop: threading.Event | None,
@@ -854,20 +861,29 @@ def encrypt_path(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
     jobs: int = 1,
+    tink: TinkKeyset | TinkStreamingKey | None = None,
 ) -> None:
     """Encrypt the file ``src`` into ``dst`` atomically, in this thread and ``jobs - 1`` more
     (``encrypt_fd``). Keyed, or given ``config=``, as ``gcmstream.pipeline``'s functions
-    (``limits`` too)."""
-    options = file_keywords(
-        config,
-        key=key,
-        recipients=recipients,
-        passphrase=passphrase,
-        context=context,
-        record_size=record_size,
-        limits=limits,
-    )
-    sealer = new_sealer(**options, fixed_layout=True)
+    (``limits`` too); ``tink``: in Tink's format (docs/TINK.md), with ``context`` alone beside
+    it (one worker: Tink's segments are sealed in order)."""
+    sealer: Sealer | TinkSealer
+    if tink is not None:
+        others = {"config": config, "key": key, "recipients": recipients, "passphrase": passphrase}
+        sealer = TinkSealer(
+            tink, tink_associated_data(context, **others, record_size=record_size, limits=limits)
+        )
+    else:
+        options = file_keywords(
+            config,
+            key=key,
+            recipients=recipients,
+            passphrase=passphrase,
+            context=context,
+            record_size=record_size,
+            limits=limits,
+        )
+        sealer = new_sealer(**options, fixed_layout=True)
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
         with atomic_fd(dst, stop=stop) as out:
@@ -889,20 +905,27 @@ def decrypt_path(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
     jobs: int = 1,
+    tink: TinkKeyset | TinkStreamingKey | None = None,
 ) -> None:
     """Decrypt the file ``src`` into ``dst`` atomically, in this thread and ``jobs - 1`` more
     (``decrypt_fd``): ``dst`` appears only once every record, FINAL included, authenticated
     and nothing followed it. Keyed, or given ``config=``, as ``gcmstream.pipeline``'s
-    functions."""
-    options = file_keywords(
-        config,
-        key=key,
-        identities=identities,
-        passphrase=passphrase,
-        context=context,
-        max_record_size=max_record_size,
-    )
-    opener = new_opener(**options)
+    functions; ``tink``: Tink's format (docs/TINK.md), ``dst`` appearing once the last segment
+    authenticated at the end of ``src`` (one worker)."""
+    opener: Opener | TinkOpener
+    if tink is not None:
+        others = {"config": config, "key": key, "identities": identities, "passphrase": passphrase}
+        opener = TinkOpener(tink, tink_associated_data(context, **others, max_record_size=max_record_size))
+    else:
+        options = file_keywords(
+            config,
+            key=key,
+            identities=identities,
+            passphrase=passphrase,
+            context=context,
+            max_record_size=max_record_size,
+        )
+        opener = new_opener(**options)
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
         with atomic_fd(dst, stop=stop) as out:

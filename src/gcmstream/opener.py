@@ -251,6 +251,11 @@ class _Input:
         held by reference is examined as the reader reaches it."""
         return self._error is not None
 
+    @property
+    def broken(self) -> bool:
+        """True once an error was raised: every later read raises StreamBrokenError."""
+        return self._phase is _FAILED
+
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         """Writable view of free ring space (empty when full: stop reading). ``sizehint`` is
         ignored: the ring offers what keeps records whole. Fill it and call

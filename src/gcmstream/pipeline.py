@@ -61,6 +61,7 @@ from .format import Buffer, Keys, byte_view
 from .opener import Opener
 from .recipients import Identity, Recipient
 from .sealer import Sealer
+from .tinkstream import TinkKeyset, TinkOpener, TinkSealer, TinkStreamingKey, refuse_beside_tink
 
 if TYPE_CHECKING:
     from .config import Configuration
@@ -79,6 +80,7 @@ __all__ = (
     "encrypt_iter",
     "encrypt_stream",
     "file_keywords",
+    "tink_associated_data",
 )
 
 # Bytes asked of a source per read, and gathered before a write to a file. At 1 MiB a GiB costs
@@ -108,8 +110,17 @@ def file_keywords(config: Configuration | None, /, **options: Any) -> dict[str, 
     return {name: getattr(config, name) for name in options if name not in _KEYING}
 
 
+def tink_associated_data(context: Buffer | None, /, **others: object) -> bytes:
+    """A function given ``tink=`` (Tink's format, docs/TINK.md): its associated data (the
+    context, empty if not given); any other keying or size option given beside it (None: not
+    given) is a TypeError naming it (``tinkstream.refuse_beside_tink``)."""
+    refuse_beside_tink([name for name, value in others.items() if value is not None])
+    return b"" if context is None else bytes(context)
+
+
 StrPath: TypeAlias = str | os.PathLike[str]
 Progress: TypeAlias = Callable[[int], object]
+TinkKeys: TypeAlias = TinkKeyset | TinkStreamingKey
 
 # A Reader returns the next bytes of a source (empty at its end), valid until the next call.
 # A Writer writes all of a view and does not keep it after returning.
@@ -122,7 +133,7 @@ _FLUSH = memoryview(b"")  # yielded by the opening loop right before it waits fo
 # -- the two loops ----------------------------------------------------------------------------
 
 
-async def _sealed(read: _Reader, sealer: Sealer) -> AsyncIterator[memoryview]:
+async def _sealed(read: _Reader, sealer: Sealer | TinkSealer) -> AsyncIterator[memoryview]:
     """Ciphertext views (each valid until the next iteration) of everything ``read`` returns."""
     while True:
         chunk = await read()
@@ -134,7 +145,7 @@ async def _sealed(read: _Reader, sealer: Sealer) -> AsyncIterator[memoryview]:
     yield sealer.close()
 
 
-async def _opened(read: _Reader, opener: Opener) -> AsyncIterator[memoryview]:
+async def _opened(read: _Reader, opener: Opener | TinkOpener) -> AsyncIterator[memoryview]:
     """Authenticated plaintext views, one record at a time (each valid until the next
     iteration); an empty view (``_FLUSH``) right before waiting for input. Raises the
     opener's ProtocolError once everything authenticated before it has been yielded."""
@@ -168,7 +179,7 @@ async def _opened(read: _Reader, opener: Opener) -> AsyncIterator[memoryview]:
             raise TrailingDataError("data follows the FINAL record")
 
 
-def _fed(opener: Opener, rest: memoryview) -> memoryview:
+def _fed(opener: Opener | TinkOpener, rest: memoryview) -> memoryview:
     """What is left of ``rest`` once the opener has taken what it can; taking nothing here
     (with no record to release) would stall the loop, so it is a bug."""
     taken = opener.receive_some(rest)
@@ -297,12 +308,12 @@ class _Gather:
             await self._write(self._view[:used])
 
 
-async def _encrypt(read: _Reader, write: _Writer, sealer: Sealer) -> None:
+async def _encrypt(read: _Reader, write: _Writer, sealer: Sealer | TinkSealer) -> None:
     async for out in _sealed(read, sealer):
         await write(out)
 
 
-async def _decrypt(read: _Reader, write: _Writer, opener: Opener, *, eager: bool) -> None:
+async def _decrypt(read: _Reader, write: _Writer, opener: Opener | TinkOpener, *, eager: bool) -> None:
     """Eager: pass on what authenticated before waiting for input (streams, pipes); else
     gather CHUNK_SIZE bytes per write (files, where nobody sees the data before the end)."""
     gather = _Gather(write, CHUNK_SIZE)
@@ -328,20 +339,35 @@ async def encrypt_iter(
     passphrase: str | bytes | None = None,
     context: Buffer | None = None,
     record_size: int | None = None,
+    tink: TinkKeys | None = None,
 ) -> AsyncIterator[bytes]:
     """Encrypt an async iterable of plaintext chunks into the chunks of one gcmstream stream
     (header, records, FINAL). A partial record waits for more input; the last one goes out
     with FINAL when ``chunks`` ends."""
-    sealer = Sealer(
-        **file_keywords(
-            config,
-            key=key,
-            recipients=recipients,
-            passphrase=passphrase,
-            context=context,
-            record_size=record_size,
+    sealer: Sealer | TinkSealer
+    if tink is not None:
+        sealer = TinkSealer(
+            tink,
+            tink_associated_data(
+                context,
+                config=config,
+                key=key,
+                recipients=recipients,
+                passphrase=passphrase,
+                record_size=record_size,
+            ),
         )
-    )
+    else:
+        sealer = Sealer(
+            **file_keywords(
+                config,
+                key=key,
+                recipients=recipients,
+                passphrase=passphrase,
+                context=context,
+                record_size=record_size,
+            )
+        )
     read = _reader(chunks, CHUNK_SIZE, None)
     async for out in _sealed(read, sealer):
         yield bytes(out)
@@ -356,20 +382,35 @@ async def decrypt_iter(
     passphrase: str | bytes | None = None,
     context: Buffer | None = None,
     max_record_size: int | None = None,
+    tink: TinkKeys | None = None,
 ) -> AsyncIterator[bytes]:
     """Decrypt the chunks of one gcmstream stream, yielding each record's plaintext once it
     authenticated. Raises a ``ProtocolError`` (after yielding every good record before it)
     if the stream is tampered, truncated, for another key or context, or followed by data."""
-    opener = Opener(
-        **file_keywords(
-            config,
-            key=key,
-            identities=identities,
-            passphrase=passphrase,
-            context=context,
-            max_record_size=max_record_size,
+    opener: Opener | TinkOpener
+    if tink is not None:
+        opener = TinkOpener(
+            tink,
+            tink_associated_data(
+                context,
+                config=config,
+                key=key,
+                identities=identities,
+                passphrase=passphrase,
+                max_record_size=max_record_size,
+            ),
         )
-    )
+    else:
+        opener = Opener(
+            **file_keywords(
+                config,
+                key=key,
+                identities=identities,
+                passphrase=passphrase,
+                context=context,
+                max_record_size=max_record_size,
+            )
+        )
     read = _reader(chunks, CHUNK_SIZE, None)
     async for view in _opened(read, opener):
         if view:
@@ -387,19 +428,34 @@ async def encrypt_stream(
     context: Buffer | None = None,
     record_size: int | None = None,
     progress: Progress | None = None,
+    tink: TinkKeys | None = None,
 ) -> None:
     """Encrypt everything ``source`` delivers until its end into ``sink`` as one stream.
     Neither is closed. ``progress`` is called with the size of each chunk read."""
-    sealer = Sealer(
-        **file_keywords(
-            config,
-            key=key,
-            recipients=recipients,
-            passphrase=passphrase,
-            context=context,
-            record_size=record_size,
+    sealer: Sealer | TinkSealer
+    if tink is not None:
+        sealer = TinkSealer(
+            tink,
+            tink_associated_data(
+                context,
+                config=config,
+                key=key,
+                recipients=recipients,
+                passphrase=passphrase,
+                record_size=record_size,
+            ),
         )
-    )
+    else:
+        sealer = Sealer(
+            **file_keywords(
+                config,
+                key=key,
+                recipients=recipients,
+                passphrase=passphrase,
+                context=context,
+                record_size=record_size,
+            )
+        )
     await _encrypt(_reader(source, CHUNK_SIZE, progress), _writer(sink), sealer)
 
 
@@ -414,20 +470,35 @@ async def decrypt_stream(
     context: Buffer | None = None,
     max_record_size: int | None = None,
     progress: Progress | None = None,
+    tink: TinkKeys | None = None,
 ) -> None:
     """Decrypt the one stream ``source`` delivers into ``sink``, releasing only authenticated
     plaintext; on failure what authenticated before it is written, then the error is raised.
     Neither end is closed. ``progress`` is called with the size of each chunk read."""
-    opener = Opener(
-        **file_keywords(
-            config,
-            key=key,
-            identities=identities,
-            passphrase=passphrase,
-            context=context,
-            max_record_size=max_record_size,
+    opener: Opener | TinkOpener
+    if tink is not None:
+        opener = TinkOpener(
+            tink,
+            tink_associated_data(
+                context,
+                config=config,
+                key=key,
+                identities=identities,
+                passphrase=passphrase,
+                max_record_size=max_record_size,
+            ),
         )
-    )
+    else:
+        opener = Opener(
+            **file_keywords(
+                config,
+                key=key,
+                identities=identities,
+                passphrase=passphrase,
+                context=context,
+                max_record_size=max_record_size,
+            )
+        )
     await _decrypt(_reader(source, CHUNK_SIZE, progress), _writer(sink), opener, eager=True)
 
 
@@ -456,6 +527,7 @@ async def encrypt_file_async(
     record_size: int | None = None,
     progress: Progress | None = None,
     jobs: int = 1,
+    tink: TinkKeys | None = None,
 ) -> None:
     """Encrypt the file ``src`` into ``dst`` (atomically: see the module docs), with the file
     engine (``gcmstream.files``) in one worker thread; ``progress`` is called there. When the
@@ -478,6 +550,7 @@ async def encrypt_file_async(
             record_size=record_size,
             progress=progress,
             jobs=jobs,
+            tink=tink,
         )
     )
 
@@ -494,6 +567,7 @@ async def decrypt_file_async(
     max_record_size: int | None = None,
     progress: Progress | None = None,
     jobs: int = 1,
+    tink: TinkKeys | None = None,
 ) -> None:
     """Decrypt the file ``src`` into ``dst``; ``dst`` appears only once every record, FINAL
     included, authenticated, and is left untouched on any error. The file engine runs in one
@@ -515,6 +589,7 @@ async def decrypt_file_async(
             max_record_size=max_record_size,
             progress=progress,
             jobs=jobs,
+            tink=tink,
         )
     )
 
@@ -531,6 +606,7 @@ def encrypt_file(
     record_size: int | None = None,
     progress: Progress | None = None,
     jobs: int = 1,
+    tink: TinkKeys | None = None,
 ) -> None:
     """Synchronous ``encrypt_file_async`` for scripts: the file engine in the calling thread
     and ``jobs - 1`` more (Ctrl-C stops them and leaves ``dst`` as it was)."""
@@ -547,6 +623,7 @@ def encrypt_file(
         record_size=record_size,
         progress=progress,
         jobs=jobs,
+        tink=tink,
     )
 
 
@@ -562,6 +639,7 @@ def decrypt_file(
     max_record_size: int | None = None,
     progress: Progress | None = None,
     jobs: int = 1,
+    tink: TinkKeys | None = None,
 ) -> None:
     """Synchronous ``decrypt_file_async`` for scripts: the file engine in the calling thread
     and ``jobs - 1`` more."""
@@ -578,4 +656,5 @@ def decrypt_file(
         max_record_size=max_record_size,
         progress=progress,
         jobs=jobs,
+        tink=tink,
     )

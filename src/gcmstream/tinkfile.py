@@ -19,8 +19,10 @@ from __future__ import annotations
 import io
 import os
 import threading
-from typing import TypeAlias
+from typing import Any, TypeAlias, cast
 
+import anyio
+from anyio import AsyncFile, to_thread
 from cryptography.exceptions import InvalidTag
 
 from .errors import AuthenticationError, MalformedHeaderError, StreamClosedError, TruncatedStreamError
@@ -29,7 +31,7 @@ from .records import TinkSegments
 from .seekable import open_regular
 from .tinkstream import NONCE_PREFIX_SIZE, TinkKeyset, TinkStreamingKey, as_tink_keyset
 
-__all__ = ("TinkDecryptedFile", "open_tink_file")
+__all__ = ("TinkDecryptedFile", "open_tink_file", "open_tink_file_async")
 
 StrPath: TypeAlias = str | os.PathLike[str]
 
@@ -284,3 +286,13 @@ def _open_segment(
                 f"the Tink file ends after segment {index}, which is not its last segment"
             ) from None
         raise AuthenticationError(index) from None
+
+
+async def open_tink_file_async(
+    path: StrPath, keys: TinkKeyset | TinkStreamingKey, associated_data: Buffer = b""
+) -> AsyncFile[bytes]:
+    """``open_tink_file`` for anyio (asyncio or trio), as ``open_file_async`` is for
+    ``open_file``: opening and every ``read``, ``readinto``, ``seek`` and ``tell`` run in a
+    worker thread (``anyio.wrap_file``); ``async with`` and ``aclose`` close it."""
+    file = await to_thread.run_sync(open_tink_file, path, keys, associated_data)
+    return anyio.wrap_file(cast("Any", file))

@@ -43,17 +43,19 @@ from .errors import (
     KeyFileError,
     LimitReachedError,
     MalformedHeaderError,
+    OutOfRangeError,
     ProtocolError,
     StreamBrokenError,
     StreamClosedError,
     TruncatedStreamError,
 )
-from .format import TAG_SIZE, Buffer, byte_view
+from .format import TAG_SIZE, Buffer, Suite, byte_view
 from .records import TinkSegments
 
 __all__ = (
     "TINK_KEY_TYPE_URL",
     "TinkHash",
+    "TinkHeader",
     "TinkKeyset",
     "TinkOpener",
     "TinkPhase",
@@ -61,6 +63,7 @@ __all__ = (
     "TinkStreamingKey",
     "as_tink_keyset",
     "read_tink_keyset",
+    "refuse_beside_tink",
     "tink_decrypt",
     "tink_encrypt",
 )
@@ -344,6 +347,7 @@ class TinkSealer:
     """
 
     __slots__ = (
+        "__weakref__",  # the file engine remembers a failed sealer (files._fatal)
         "_closed",
         "_first",
         "_header",
@@ -351,10 +355,12 @@ class TinkSealer:
         "_held_len",
         "_index",
         "_out",
+        "_sealed_bytes",
         "_segments",
         "_size",
         "_turn",
         "_wire",
+        "suite",
     )
 
     def __init__(self, key: TinkKeyset | TinkStreamingKey, associated_data: Buffer = b"") -> None:
@@ -372,6 +378,9 @@ class TinkSealer:
         self._out = bytearray()
         self._closed = False
         self._turn = Turn("this TinkSealer")
+        self._sealed_bytes = 0
+        # the segments' AEAD, named as gcmstream's suites (connection statistics)
+        self.suite = Suite.AES_128_GCM if key.derived_key_size == 16 else Suite.AES_256_GCM
 
     def __repr__(self) -> str:
         return f"<TinkSealer segments={self._index} closed={self._closed}>"
@@ -389,9 +398,43 @@ class TinkSealer:
     def segments_sealed(self) -> int:
         return self._index
 
+    # -- the names gcmstream's Sealer has, so that every surface drives either ----------------
+
+    @property
+    def records_sealed(self) -> int:
+        """Segments sealed (the name the adapters and the file engine read)."""
+        return self._index
+
+    @property
+    def bytes_sealed(self) -> int:
+        """Plaintext bytes sealed into segments so far (held bytes not yet)."""
+        return self._sealed_bytes
+
+    @property
+    def record_size(self) -> int:
+        """Plaintext bytes of a full segment (segment 0 holds the header's size less)."""
+        return self._size
+
+    @property
+    def pending(self) -> int:
+        """Plaintext bytes held for the next segment (or the last: sealed by ``close()``)."""
+        return self._held_len
+
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def flush(self) -> memoryview:
+        """Nothing: Tink's segments are full but the last, so held bytes wait for a full
+        segment or ``close()`` (a short middle segment would not be Tink's format)."""
+        if self._closed:
+            raise StreamClosedError("flush() after close(): the Tink stream is ended")
+        return memoryview(b"")
+
+    def detach_output(self) -> None:
+        """The last returned output is now owned elsewhere (a transport still holds it): the
+        next call writes into fresh memory."""
+        self._out = bytearray()
 
     def _sealable(self, total: int) -> int:
         """Segments that ``total`` plaintext bytes (held and new) complete, keeping at least
@@ -401,11 +444,15 @@ class TinkSealer:
             return 0
         return 1 + (total - capacity - 1) // self._size
 
-    def seal(self, data: Buffer) -> memoryview:
+    def seal(self, data: Buffer, *, flush: bool = False, final: bool = False) -> memoryview:
         """Seal ``data``: returns the header (first call) and every segment now known not to
         be the last. LimitReachedError, with nothing sealed, if the stream would pass 2^32
-        segments (the nonce's index field)."""
+        segments (the nonce's index field). The keywords are Sealer's: ``flush`` seals nothing
+        more (see :meth:`flush`); ``final`` ends the stream as ``close()`` does."""
         with self._turn:
+            if final:
+                head = bytes(self._seal(data))  # (close() reuses the output buffer)
+                return memoryview(head + bytes(self._close()))
             return self._seal(data)
 
     def _seal(self, data: Buffer) -> memoryview:
@@ -414,6 +461,7 @@ class TinkSealer:
         view = byte_view(data)
         if view.obj is self._out:  # this sealer's own earlier output: sealing overwrites it
             view = memoryview(bytes(view))
+        first_index = self._index
         sealable = self._sealable(self._held_len + len(view))
         if self._index + sealable + 1 > TinkSegments.MAX_SEGMENTS:  # and one left for the last
             raise LimitReachedError(
@@ -431,7 +479,7 @@ class TinkSealer:
             self._held_len += take
             view = view[take:]
             if not view:  # the held segment may still be the last
-                return out[:written]
+                return out[:written]  # (nothing sealed: header at most)
             self._segments.seal(
                 self._index,
                 False,
@@ -455,6 +503,7 @@ class TinkSealer:
             view = view[run:]
         self._held[: len(view)] = view
         self._held_len = len(view)
+        self._sealed_bytes += written - len(header) - (self._index - first_index) * TAG_SIZE
         return out[:written]
 
     def close(self) -> memoryview:
@@ -475,6 +524,7 @@ class TinkSealer:
             self._index, True, memoryview(self._held)[: self._held_len], out[len(header) : size]
         )
         self._index += 1
+        self._sealed_bytes += self._held_len
         self._held[:] = bytes(len(self._held))
         self._held_len = 0
         self._header = None
@@ -489,6 +539,24 @@ class TinkSealer:
 
 
 # -- opening --------------------------------------------------------------------------------
+
+
+class TinkHeader:
+    """What a Tink stream's header and segment 0 told a reader: the key that authenticated
+    it (``key.key_id``: the keyset's ID, or None) and the sizes it gives."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: TinkStreamingKey) -> None:
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"TinkHeader({self.key!r})"
+
+    @property
+    def record_size(self) -> int:
+        """Plaintext bytes of a full segment."""
+        return self.key.ciphertext_segment_size - TAG_SIZE
 
 
 class TinkPhase(enum.Enum):
@@ -523,6 +591,7 @@ class TinkOpener:
     """
 
     __slots__ = (
+        "__weakref__",  # the file engine remembers a failed opener (files._fatal)
         "_associated_data",
         "_available",
         "_chosen",
@@ -533,11 +602,13 @@ class TinkOpener:
         "_index",
         "_keys",
         "_offset",
+        "_opened_bytes",
         "_phase",
         "_pieces",
         "_plain",
         "_plain_end",
         "_plain_start",
+        "_scratch",
         "_segments",
         "_truncated",
         "_turn",
@@ -567,6 +638,8 @@ class TinkOpener:
         self._plain = bytearray()
         self._plain_start = self._plain_end = 0
         self._turn = Turn("this TinkOpener")
+        self._opened_bytes = 0
+        self._scratch: bytearray | None = None  # get_buffer's receive buffer
 
     def __repr__(self) -> str:
         return f"<TinkOpener phase={self._phase.value} segments={self._index}>"
@@ -593,9 +666,120 @@ class TinkOpener:
         """The keyset's key the stream opened under, once its first segment authenticated."""
         return self._chosen
 
+    @property
     def at_eof(self) -> bool:
         """The last segment authenticated and every plaintext byte has been read."""
         return self._phase is TinkPhase.DONE and self._plain_start == self._plain_end
+
+    # -- the names gcmstream's Opener has, so that every surface drives either --------------
+    # (aio's SecureStreamReader, the pipelines' loop and the file engine call these)
+
+    @property
+    def records_opened(self) -> int:
+        """Segments authenticated so far."""
+        return self._index
+
+    @property
+    def bytes_opened(self) -> int:
+        """Plaintext bytes of the segments authenticated so far."""
+        return self._opened_bytes
+
+    @property
+    def failed(self) -> bool:
+        """True once an error was found (raised already, or waiting for the next read)."""
+        return self._error is not None or self._deferred is not None
+
+    @property
+    def broken(self) -> bool:
+        """True once an error was raised: every later read raises StreamBrokenError."""
+        return self._phase is TinkPhase.FAILED
+
+    @property
+    def wants_data(self) -> bool:
+        """True while input can be taken (before the end of input and any failure)."""
+        return not self._eof and self._phase is not TinkPhase.FAILED
+
+    @property
+    def header(self) -> TinkHeader | None:
+        """What the stream's header and segment 0 told, once segment 0 authenticated."""
+        key = self._chosen
+        return None if key is None else TinkHeader(key)
+
+    @property
+    def header_missing(self) -> int:
+        """0: Tink's header is read with segment 0, so a reader has nothing to ask for ahead of
+        the segments (gcmstream's Opener answers the bytes its header still needs)."""
+        return 0
+
+    @property
+    def record_missing(self) -> int:
+        """Bytes still to arrive of the segment being received (0 at a segment boundary), so
+        that an adapter choosing its read size can end its reads on segment boundaries."""
+        if self._phase is not TinkPhase.SEGMENTS or not self._available:
+            return 0
+        return -self._available % self._wire
+
+    @property
+    def final_length(self) -> int:
+        """-1: Tink's last segment ends at the end of input, so nothing can follow it (the
+        file engine's trailing-data rule never applies)."""
+        return -1
+
+    def header_verified(self) -> bool:
+        """True once segment 0 authenticated under a key of the keyset (opened into the
+        opener's buffer, for the next read); False while more input is needed. Raises the
+        stream's error."""
+        with self._turn:
+            self._check()
+            if self._phase is TinkPhase.HEADER:
+                try:
+                    self._open_buffered()
+                except ProtocolError as exc:
+                    raise self._fail(exc) from exc
+            return self._phase is not TinkPhase.HEADER
+
+    def receive_some(self, data: Buffer) -> int:
+        """Take all of ``data`` (a Tink stream ends only at the end of input: nothing is
+        left over); the count taken."""
+        self.receive_data(data)
+        return len(byte_view(data))
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """A receive buffer to fill (then ``buffer_updated``); its bytes are copied in."""
+        if self._scratch is None:
+            self._scratch = bytearray(max(self._keys.primary.ciphertext_segment_size, 1 << 16))
+        return memoryview(self._scratch)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """``nbytes`` of the buffer ``get_buffer`` gave were filled."""
+        if self._scratch is None or not 0 <= nbytes <= len(self._scratch):
+            raise OutOfRangeError(f"buffer_updated({nbytes}) without a buffer that large")
+        self.receive_data(bytes(memoryview(self._scratch)[:nbytes]))
+
+    def peek(self) -> memoryview | None:
+        """Authenticated plaintext ready now, not consumed (``consume`` takes it); None while
+        more input is needed; empty at the authenticated end. Valid until the next call."""
+        with self._turn:
+            self._check()
+            return self._ready()
+
+    def consume(self, nbytes: int) -> None:
+        """Mark ``nbytes`` of the last ``peek()`` as read."""
+        with self._turn:
+            self._consume_plain(nbytes)
+
+    def _consume_plain(self, nbytes: int) -> None:
+        if not 0 <= nbytes <= self._plain_end - self._plain_start:
+            available = self._plain_end - self._plain_start
+            raise OutOfRangeError(f"cannot consume {nbytes} bytes: {available} available")
+        self._plain_start += nbytes
+
+    def find(self, sub: Buffer) -> int:
+        """Index of ``sub`` in the plaintext ``peek()`` returned, or -1."""
+        if self._plain_start == self._plain_end:
+            return -1
+        index = self._plain.find(sub, self._plain_start, self._plain_end)
+        return index - self._plain_start if index >= 0 else -1
 
     # -- input ------------------------------------------------------------------------------
 
@@ -703,20 +887,27 @@ class TinkOpener:
             self._check()
             if max_bytes == 0:
                 return memoryview(b"")
-            if self._plain_start == self._plain_end:
-                try:
-                    self._raise_deferred()
-                    ready = self._open_buffered()
-                except ProtocolError as exc:
-                    raise self._fail(exc) from exc
-                if not ready:
-                    return None
-                if self._plain_start == self._plain_end:
-                    return memoryview(b"")  # the end (an empty last segment)
-            end = self._plain_end if max_bytes < 0 else min(self._plain_end, self._plain_start + max_bytes)
-            view = memoryview(self._plain)[self._plain_start : end]
-            self._plain_start = end
+            view = self._ready()
+            if view is None or not view:
+                return view
+            if 0 <= max_bytes < len(view):
+                view = view[:max_bytes]
+            self._plain_start += len(view)
             return view
+
+    def _ready(self) -> memoryview | None:
+        """Authenticated plaintext ready now (opening what input allows), not consumed; None
+        while more input is needed; empty at the authenticated end."""
+        if self._plain_start == self._plain_end:
+            try:
+                self._raise_deferred()
+                if not self._open_buffered():
+                    return None
+            except ProtocolError as exc:
+                raise self._fail(exc) from exc
+            if self._plain_start == self._plain_end:
+                return memoryview(b"")  # the end (an empty last segment)
+        return memoryview(self._plain)[self._plain_start : self._plain_end]
 
     def _check(self) -> None:
         if self._error is not None:
@@ -805,6 +996,7 @@ class TinkOpener:
                     raise
                 self._deferred = exc
                 break
+        self._opened_bytes += written
         return written
 
     def _next_segment(self) -> tuple[int, bool] | None:
@@ -913,6 +1105,7 @@ class TinkOpener:
         self._wire, self._index = key.ciphertext_segment_size, 1
         self._phase = TinkPhase.DONE if last else TinkPhase.SEGMENTS
         self._plain_start, self._plain_end = 0, size
+        self._opened_bytes += size
         return True
 
 
@@ -920,6 +1113,21 @@ class TinkOpener:
 # copied together. And the least unread input an opener accepts before BufferFullError.
 _BY_REFERENCE = 64 * 1024
 _MIN_INPUT_BOUND = 1 << 20
+
+
+# -- the surfaces' rule -----------------------------------------------------------------------
+
+
+def refuse_beside_tink(given: Sequence[str]) -> None:
+    """The one rule of every surface given ``tink=`` (a keyset or key): it is all the keying,
+    and ``context`` is Tink's associated data; any other option given beside it (``given``:
+    their names) is a TypeError naming them, as gcmstream's own options are refused beside
+    ``config=``."""
+    if given:
+        raise TypeError(
+            f"{', '.join(sorted(given))} cannot be given with tink= (Tink's format takes its keyset "
+            "and the context, its associated data, only)"
+        )
 
 
 # -- whole messages -------------------------------------------------------------------------
@@ -943,6 +1151,6 @@ def tink_decrypt(
     parts = []
     while (view := opener.read_view()) is not None and len(view):
         parts.append(bytes(view))
-    if not opener.at_eof():
+    if not opener.at_eof:
         raise TruncatedStreamError("gcmstream bug: a whole Tink ciphertext left unread")
     return b"".join(parts)

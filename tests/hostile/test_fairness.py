@@ -55,6 +55,7 @@ async def test_asyncio_reader_yields_under_a_flood_of_one_byte_records() -> None
     openers: list[Opener] = []
 
     async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        assert isinstance(reader.opener, Opener)  # a channel's (not a TinkOpener)
         openers.append(reader.opener)
         await go.wait()  # the flood piles up in the ring first
         total = 0
@@ -68,6 +69,7 @@ async def test_asyncio_reader_yields_under_a_flood_of_one_byte_records() -> None
     port = server.sockets[0].getsockname()[1]
     async with server:
         _, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY, record_size=1 << 20)
+        assert isinstance(writer.sealer, Sealer)
         writer.transport.write(flood(writer.sealer))
         await asyncio.sleep(0.3)  # the server's ring fills; its transport pauses when full
         samples = [openers[0].records_opened]  # before the reader starts: its first stretch counts
