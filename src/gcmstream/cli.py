@@ -12,13 +12,14 @@ import errno
 import getpass
 import os
 import re
+import select
 import signal
 import stat
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from functools import partial
 
 from ._numbers import (
@@ -49,9 +50,10 @@ from .errors import (
     UsageError,
 )
 
-# What the commands run on (anyio, cryptography through the format, the file engine) is imported
-# when a command runs (_import_runtime), not for --help or --version: those stay a few times
-# `python -c pass` (benchmarks/README.md, "start-up").
+# What the commands run on (cryptography through the format, the file engine, anyio for listen
+# and connect) is imported when a command runs (_import_runtime), not for --help or --version:
+# those stay a few times `python -c pass` (benchmarks/README.md, "start-up"). The file commands
+# run without an event loop (_FileRun): they import neither asyncio nor anyio.
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (12 ms of --help)
 if TYPE_CHECKING:
     import logging
@@ -64,12 +66,12 @@ if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream
 
     from ._adapter import accept_retrying, server_admission
-    from ._output import finished, open_output, output_target
+    from ._output import output_target
     from .admission import Admission
     from .anyio_stream import SecureStream, connect_tcp
     from .armor import BEGIN_LINE, ArmorDecoder, is_armored
     from .config import Configuration
-    from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
+    from .files import STOP_WAIT, _Stopped, atomic_fd, decrypt_fd, encrypt_fd, new_opener, new_sealer
     from .format import (
         HEADER_FIXED_SIZE,
         MAX_STANZA_FIELDS_SIZE,
@@ -102,7 +104,7 @@ if TYPE_CHECKING:
 
 def _import_runtime(command: str) -> None:
     """Bind what ``command`` runs on as this module's globals, once it will run: the keys and
-    their formats (cryptography) for every command, the file engine and anyio for the others,
+    their formats (cryptography) for every command, the file engine for the others, anyio,
     the channel and its adapter for listen and connect."""
     _import_keys()
     if command not in _LOCAL_COMMANDS:
@@ -152,21 +154,19 @@ def _import_keys() -> None:
 
 
 def _import_files() -> None:
-    global anyio, to_thread, finished, open_output, output_target, STOP_WAIT, _Stopped, decrypt_fd
-    global encrypt_fd, new_opener, new_sealer, run_in_worker, CHUNK_SIZE, open_file
-    import anyio
-    from anyio import to_thread
-
-    from ._output import finished, open_output, output_target
-    from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
+    global output_target, STOP_WAIT, _Stopped, atomic_fd, decrypt_fd, encrypt_fd, new_opener
+    global new_sealer, CHUNK_SIZE, open_file
+    from ._output import output_target
+    from .files import STOP_WAIT, _Stopped, atomic_fd, decrypt_fd, encrypt_fd, new_opener, new_sealer
     from .pipeline import CHUNK_SIZE
     from .seekable import open_file
 
 
 def _import_network() -> None:
-    global from_thread, current_token, Configuration, SecureStream, connect_tcp
+    global anyio, to_thread, from_thread, current_token, Configuration, SecureStream, connect_tcp
     global Admission, accept_retrying, server_admission
-    from anyio import from_thread
+    import anyio
+    from anyio import from_thread, to_thread
     from anyio.lowlevel import current_token
 
     from ._adapter import accept_retrying, server_admission
@@ -1220,15 +1220,16 @@ class _Progress:
             print(line, file=sys.stderr, flush=True)
 
 
-@contextlib.asynccontextmanager
-async def _open_input(path: str) -> AsyncIterator[tuple[int, int | None]]:
-    """(fd, size if a regular file) of IN; opening a FIFO waits for a writer, so it may be
-    abandoned too."""
+@contextlib.contextmanager
+def _open_input(path: str) -> Iterator[tuple[int, int | None]]:
+    """(fd, size if a regular file) of IN; opening a FIFO waits for a writer, so a stop gives
+    it up at once."""
     if path == "-":
         stdin = _stdin_fd()
         yield stdin, _regular_size(stdin)
         return
-    fd = await _blocking(os.open, path, os.O_RDONLY | os.O_CLOEXEC)
+    with _file_run.step(0):
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         if stat.S_ISDIR(os.fstat(fd).st_mode):  # named here: a read would only say "fd 6"
             raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
@@ -1247,9 +1248,10 @@ def _refuse_same_file(args: argparse.Namespace) -> None:
             raise _Usage(f"{args.input} is both the input and the output: give another -o")
 
 
-@contextlib.asynccontextmanager
-async def _open_output(path: str, mode: int, *, no_terminal: bool = False) -> AsyncIterator[int]:
-    """A descriptor of OUT: stdout, a file replaced atomically, or (a FIFO, a device) in place.
+@contextlib.contextmanager
+def _open_output(path: str, mode: int, *, no_terminal: bool = False) -> Iterator[int]:
+    """A descriptor of OUT: stdout, a file replaced atomically (``files.atomic_fd``: committed
+    only if the block ends normally and no stop came), or (a FIFO, a device) in place.
     ``no_terminal``: a terminal is refused (usage), told by the descriptor opened, after the
     one rule of where an output may go decided (a path is never opened before)."""
     if path == "-":
@@ -1258,33 +1260,30 @@ async def _open_output(path: str, mode: int, *, no_terminal: bool = False) -> As
             raise _Usage(_NO_TERMINAL)
         yield stdout
         return
-    destination = await to_thread.run_sync(output_target, path)  # refuses what others planted
-    if destination.in_place:  # opening a FIFO waits for its reader: a signal abandons the wait
-        output = await _blocking(open_output, destination, mode)
-    else:
-        output = await to_thread.run_sync(open_output, destination, mode)
-    async with finished(output):
-        if no_terminal and os.isatty(output.fileno()):
+    destination = output_target(path)  # refuses what others planted
+    with contextlib.ExitStack() as opened:
+        # opening a FIFO waits for its reader: a stop gives the wait up at once; a temporary
+        # file is created (and, at the end, renamed or removed) whole, however long a stop waits
+        with _file_run.step(0 if destination.in_place else None):
+            out = opened.enter_context(atomic_fd(destination, mode=mode, stop=_file_run.stop))
+        if no_terminal and os.isatty(out):
             raise _Usage(_NO_TERMINAL)
-        yield output.fileno()
+        yield out
 
 
 _NO_TERMINAL = "refusing to write ciphertext to a terminal: use -o FILE or redirect stdout"
 
 
-async def _run_engine(work: Callable[..., None], out: int) -> None:
-    """The file engine (``gcmstream.files``) writing to ``out`` in one worker thread; a signal or
-    Ctrl-C stops it within one read or one poll of an idle input, or abandons it if it is
-    blocked writing to a pipe or terminal nobody reads: after ``_PIPE_STOP_WAIT`` when ``out``
-    is no regular file (stdout, a FIFO: no temporary file the worker may still be writing,
-    so nothing to wait for), else after ``STOP_WAIT``."""
+def _run_engine(work: Callable[..., None], out: int) -> None:
+    """The file engine (``gcmstream.files``) writing to ``out`` (in the command's worker
+    thread); a signal or Ctrl-C stops it within one read or one poll of an idle input, or
+    gives it up if it is blocked writing to a pipe or terminal nobody reads: after
+    ``_PIPE_STOP_WAIT`` when ``out`` is no regular file (stdout, a FIFO: no temporary file the
+    worker may still be writing, so nothing to wait for), else after ``STOP_WAIT``."""
     in_place = not stat.S_ISREG(os.fstat(out).st_mode)
     try:
-        await run_in_worker(
-            work,
-            on_abandon=partial(_abandoned_io.append, True),
-            stop_wait=_PIPE_STOP_WAIT if in_place else STOP_WAIT,
-        )
+        with _file_run.step(_PIPE_STOP_WAIT if in_place else STOP_WAIT):
+            work(stop=_file_run.stop)
     except BrokenPipeError:
         raise _OutputClosed from None
 
@@ -1305,37 +1304,37 @@ def _jobs_for(args: argparse.Namespace, size: int | None) -> int:
     return args.jobs if args.jobs is not None else default_jobs(size)
 
 
-async def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
+def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
     _refuse_same_file(args)
     if "passphrase" in keying:
         keying = {**keying, "work_factor": args.work_factor}
     sealer = new_sealer(context=args.context, record_size=args.record_size, fixed_layout=True, **keying)
-    async with _open_input(args.input) as (source, size):
+    with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
-            async with _open_output(args.output, args.mode, no_terminal=not args.armor) as out:
+            with _open_output(args.output, args.mode, no_terminal=not args.armor) as out:
                 jobs = _jobs_for(args, size)
                 work = partial(
                     encrypt_fd, source, out, sealer, progress=progress.callback, armor=args.armor, jobs=jobs
                 )
-                await _run_engine(work, out)
+                _run_engine(work, out)
         except BaseException:
             progress.close()
             raise
         progress.close(summary=True)
 
 
-async def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
+def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
     _refuse_same_file(args)
     if args.offset is not None or args.length is not None:
-        await _decrypt_range_command(args, keying)
+        _decrypt_range_command(args, keying)
         return
     opener = new_opener(context=args.context, max_record_size=args.max_record_size, **keying)
     where = "the input" if args.input == "-" else args.input
-    async with _open_input(args.input) as (source, size):
+    with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "decrypt", args.quiet)
         try:
-            async with _open_output(args.output, args.mode) as out:
+            with _open_output(args.output, args.mode) as out:
                 # to stdout: pass each record on as it authenticates; to a file: gather
                 work = partial(
                     decrypt_fd,
@@ -1346,7 +1345,7 @@ async def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                     progress=progress.callback,
                     jobs=_jobs_for(args, size),
                 )
-                await _run_engine(work, out)
+                _run_engine(work, out)
         except BaseException as exc:
             progress.close()
             verdict = _header_verdict(exc, "decrypt", where)
@@ -1422,11 +1421,11 @@ def _header_verdict(exc: BaseException, command: str, where: str, seeks: str = "
     return _Fail(code, f"{where}: {_classify(fault)[1]}")  # wrong key or context, tampered
 
 
-async def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
+def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
     path = _seekable_input(args.input)
     try:
-        async with _open_output(args.output, args.mode) as out:
-            await _run_engine(partial(_copy_range, path, out, args, keying), out)
+        with _open_output(args.output, args.mode) as out:
+            _run_engine(partial(_copy_range, path, out, args, keying), out)
     except BaseException as exc:
         where = "the input" if args.input == "-" else args.input
         verdict = _header_verdict(exc, "decrypt", where, seeks="--offset and --length need")
@@ -1457,14 +1456,15 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
         )
 
 
-async def _info_command(args: argparse.Namespace, keying: Keying) -> None:
+def _info_command(args: argparse.Namespace, keying: Keying) -> None:
     try:
-        text = await to_thread.run_sync(_describe, args.file, args, keying)
+        text = _describe(args.file, args, keying)
     except BaseException as exc:
         verdict = _header_verdict(exc, "info", args.file, seeks="info needs")
         if verdict is None:
             raise
         raise verdict from None
+    _file_run.check()  # a signal while the header was read: nothing printed
     _print_out(text)
 
 
@@ -1828,6 +1828,136 @@ async def _run(
         raise _Terminated(f"terminated by {signal.Signals(received[0]).name}")
 
 
+class _FileRun:
+    """A file command (encrypt, decrypt, info) run with no event loop: in one worker thread,
+    while the main thread waits for it and for SIGINT, SIGTERM or SIGHUP. A signal is only
+    recorded and ``stop`` set, so no exception lands in the command halfway through creating,
+    writing or removing its output: the engine sees ``stop`` within one read or one poll of an
+    idle input, ``files.atomic_fd`` removes the temporary file, and the command leaves with the
+    signal's exit status. Once stopped, the main thread waits for the worker as long as the
+    ``step`` it is in allows (``budget``): None, until it leaves (deciding, creating, renaming
+    or removing an output, reading a header); 0, not at all (opening a FIFO, which waits for
+    its other end); the engine's ``STOP_WAIT``, or ``_PIPE_STOP_WAIT`` writing to a pipe,
+    terminal or FIFO (no temporary file to remove). A worker given up is left behind
+    (``_abandoned_io``: the process leaves with os._exit). The main thread sleeps in select()
+    on a pipe that the worker writes to when it leaves or changes step and that signals wake
+    (``signal.set_wakeup_fd``: a signal may be delivered to any thread)."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.signals: list[int] = []
+        self.stopped_at = 0.0
+        self.budget: float | None = None
+        self.since = 0.0  # when the step began
+        self.done = False
+        self.error: BaseException | None = None
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
+
+    @contextlib.contextmanager
+    def step(self, budget: float | None) -> Iterator[None]:
+        """A step of the worker that, once stopped, is waited for ``budget`` seconds."""
+        self.since = time.monotonic()  # before the budget: the main thread reads them reversed
+        self.budget = budget
+        self._wake()
+        try:
+            yield
+        finally:
+            self.budget = None
+
+    def check(self) -> None:
+        if self.stop.is_set():
+            raise _Stopped("stopped on request")
+
+    def run(
+        self, command: Callable[[argparse.Namespace, _K], None], args: argparse.Namespace, key: _K
+    ) -> None:
+        """Run ``command`` in the worker; raise what it raised, or, once a signal came, the
+        signal's failure (exit status 130 or 143), whatever the command did after it."""
+        worker = threading.Thread(
+            target=self._work, args=(command, args, key), name="gcmstream-command", daemon=True
+        )
+        with self._signals_stop():
+            worker.start()
+            self._wait()
+            if self.done:
+                worker.join()  # past its last write to the pipe
+        if self.done:  # (a worker given up may still write to it; signals no longer do)
+            os.close(self._wake_read)
+            os.close(self._wake_write)
+        if self.signals:
+            if self.signals[0] == signal.SIGINT:  # as KeyboardInterrupt is reported
+                raise _Fail(EXIT_INTERRUPTED, "interrupted")
+            raise _Terminated(f"terminated by {signal.Signals(self.signals[0]).name}")
+        if self.error is not None:
+            raise self.error
+
+    def _work(
+        self, command: Callable[[argparse.Namespace, _K], None], args: argparse.Namespace, key: _K
+    ) -> None:
+        try:
+            command(args, key)
+        except BaseException as exc:  # raised again in the main thread
+            self.error = exc
+        finally:
+            self.done = True
+            self._wake()
+
+    def _wait(self) -> None:
+        while not self.done:
+            timeout = None
+            budget = self.budget  # before ``since`` (written after it): never a stale start
+            if self.signals and budget is not None:
+                timeout = max(self.since, self.stopped_at) + budget - time.monotonic()
+                if timeout <= 0:
+                    _abandoned_io.append(True)
+                    return
+            select.select([self._wake_read], [], [], timeout)
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._wake_read, 4096)
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # full: the main thread has wake-ups waiting
+            os.write(self._wake_write, b"\0")
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if not self.signals:
+            self.stopped_at = time.monotonic()
+        self.signals.append(signum)
+        self.stop.set()
+
+    @contextlib.contextmanager
+    def _signals_stop(self) -> Iterator[None]:
+        """SIGTERM and SIGHUP, and SIGINT unless it is ignored (a background job), set ``stop``
+        while the command runs (only the main thread can catch signals)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        caught = [signal.SIGTERM, signal.SIGHUP]
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            caught.append(signal.SIGINT)
+        saved = {signum: signal.signal(signum, self._on_signal) for signum in caught}
+        wakeup = signal.set_wakeup_fd(self._wake_write, warn_on_full_buffer=False)
+        try:
+            yield
+        finally:
+            signal.set_wakeup_fd(wakeup)
+            for signum, handler in saved.items():
+                signal.signal(signum, handler)
+
+
+_file_run: _FileRun  # the file command this process runs (_run_file_command)
+
+
+def _run_file_command(
+    command: Callable[[argparse.Namespace, _K], None], args: argparse.Namespace, key: _K
+) -> None:
+    global _file_run
+    _file_run = _FileRun()
+    _file_run.run(command, args, key)
+
+
 _NET_COMMANDS = {"listen": _listen_command, "connect": _connect_command}
 
 
@@ -1885,13 +2015,14 @@ def _parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpars
 
 
 def _run_command(args: argparse.Namespace) -> None:
-    """Run one of the commands that do their I/O in an event loop."""
+    """Run a command that does I/O: a file command in a worker thread (``_FileRun``), listen
+    and connect in an event loop."""
     if args.command == "encrypt":
-        anyio.run(_run, _encrypt_command, args, _keying(args, encrypting=True))
+        _run_file_command(_encrypt_command, args, _keying(args, encrypting=True))
     elif args.command == "decrypt":
-        anyio.run(_run, _decrypt_command, args, _keying(args, encrypting=False))
+        _run_file_command(_decrypt_command, args, _keying(args, encrypting=False))
     elif args.command == "info":
-        anyio.run(_run, _info_command, args, _keying(args, encrypting=False))
+        _run_file_command(_info_command, args, _keying(args, encrypting=False))
     else:
         anyio.run(_run, _NET_COMMANDS[args.command], args, _load_key(args.key_file))
 

@@ -60,10 +60,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
-import anyio
-from anyio import to_thread
-
-from ._output import open_output
+from ._output import Destination, open_output
 from .armor import BEGIN_LINE, ArmorEncoder, dearmoring_reader, is_armored
 from .errors import (
     AuthenticationError,
@@ -825,10 +822,13 @@ def _decrypt_placed(
 
 
 @contextmanager
-def atomic_fd(path: StrPath, *, mode: int = 0o600, stop: threading.Event | None = None) -> Iterator[int]:
+def atomic_fd(
+    path: StrPath | Destination, *, mode: int = 0o600, stop: threading.Event | None = None
+) -> Iterator[int]:
     """A file descriptor whose content replaces ``path`` only if the block exits normally
     and no stop was requested by then (``pipeline.atomic_output``'s rules: temporary file,
-    fsync, rename, mode; a FIFO or device of ours is written in place)."""
+    fsync, rename, mode; a FIFO or device of ours is written in place). ``path`` may be where
+    ``_output.output_target`` decided it goes (the CLI decides first, then opens)."""
     output = open_output(path, mode)  # the one rule of where an output may go
     try:
         yield output.fileno()
@@ -921,6 +921,9 @@ async def run_in_worker(
     blocked where it cannot see ``stop`` (a write to a pipe nobody reads) is given up after
     ``stop_wait`` seconds: ``on_abandon``. A cancellation before the worker thread started
     ``work`` returns at once, and ``work`` never runs."""
+    import anyio  # here: the synchronous engine and the CLI's file commands load no event loop
+    from anyio import to_thread
+
     stop = threading.Event()
     left = threading.Event()
     # Whether ``work`` started, decided once under the lock: a cancellation that comes before
