@@ -179,7 +179,7 @@ if TYPE_CHECKING:
     _T = TypeVar("_T")
     _K = TypeVar("_K")
     Keying = dict[str, Any]  # Sealer/Opener keywords: key=, recipients=, identities= or passphrase=
-_log: logging.Logger  # set by _log_to_stderr, before any command runs
+_log: logging.Logger  # set by _log_to_stderr, before listen or connect runs
 # The command line's floor for a writer's scrypt work factor (N = 2**14: 16 MiB, about 40 ms
 # here): below it a passphrase costs an attacker almost nothing to guess. The API stays lenient.
 MIN_WORK_FACTOR = 14
@@ -1977,7 +1977,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(args, int):
         return args
     _import_runtime(args.command)
-    _log_to_stderr(args.command)
+    if args.command in _NET_COMMANDS:  # the only commands that log (listen's refused peers)
+        _log_to_stderr(args.command)
     try:
         local = _LOCAL_COMMANDS.get(args.command)
         if local is not None:
