@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import getpass
 import os
 import re
 import select
@@ -291,31 +290,32 @@ class _Terminated(Exception):
 # Key text given where it does not belong (-k KEYLINE, a stray argument, a key line with its
 # fields swapped) must not come back in a message. A key line or a bare key is a run of
 # base64url characters and colons, 22 or more long, with no "/" or "." in it, which every path
-# or address the messages name has: such runs are hidden wherever they appear.
-_KEY_LIKE = re.compile(r"(?<![A-Za-z0-9_:/.-])[A-Za-z0-9_:-]{21,}[A-Za-z0-9_-](?![A-Za-z0-9_/.-])")
+# or address the messages name has: such runs are hidden wherever they appear. (Patterns, not
+# compiled here: re compiles and keeps them when a message is first shown, not for --help.)
+_KEY_LIKE = r"(?<![A-Za-z0-9_:/.-])[A-Za-z0-9_:-]{21,}[A-Za-z0-9_-](?![A-Za-z0-9_/.-])"
 
 
 # Key text inside a path ("$(cat backup.key)/x" typed as -o): random base64url has upper and
 # lower case letters in any 22 characters but for about 2 in 100,000 keys, while the words of a
 # path or an address rarely mix both in a 22-character run without a separator. Such runs are
 # hidden too, whatever surrounds them.
-_MIXED_RUN = re.compile(r"[A-Za-z0-9_-]{22,}")
-_RECIPIENT_LINE = re.compile(re.escape(RECIPIENT_PREFIX) + r"(:[a-z0-9]+)?:?")  # payload excluded
+_MIXED_RUN = r"[A-Za-z0-9_-]{22,}"
+_RECIPIENT_LINE = re.escape(RECIPIENT_PREFIX) + r"(:[a-z0-9]+)?:?"  # payload excluded
 
 
 def _hide_key_text(text: str) -> str:
     # the recipient prefix and kind name the format and are shown (so a message can say what
     # it expected); every run that may be key text is hidden, a pasted line's payload included
     shown, last = [], 0
-    for line in _RECIPIENT_LINE.finditer(text):
+    for line in re.finditer(_RECIPIENT_LINE, text):
         shown += [_hide_secret_runs(text[last : line.start()]), line.group(0)]
         last = line.end()
     return "".join([*shown, _hide_secret_runs(text[last:])])
 
 
 def _hide_secret_runs(text: str) -> str:
-    text = _KEY_LIKE.sub("<hidden: may be key text>", text)
-    return _MIXED_RUN.sub(_hide_if_mixed, text)
+    text = re.sub(_KEY_LIKE, "<hidden: may be key text>", text)
+    return re.sub(_MIXED_RUN, _hide_if_mixed, text)
 
 
 def _hide_if_mixed(match: re.Match[str]) -> str:
@@ -465,8 +465,34 @@ _EXAMPLES = {
 _SEE_EXIT = "Exit status 0 on success; the others are listed by 'gcmstream --help'."
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's, given the terminal's width as ``shutil.get_terminal_size`` finds it (COLUMNS,
+    then stdout's terminal, else 80), so that argparse does not import shutil (and bz2, lzma
+    and zlib) for it: it makes a formatter for every option added, help or not (5 ms of every
+    command: ``python -X importtime -m gcmstream --help``)."""
+
+    def __init__(
+        self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None
+    ) -> None:
+        if width is None:
+            width = _terminal_columns() - 2  # as argparse does with shutil's figure
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def _terminal_columns() -> int:
+    with contextlib.suppress(KeyError, ValueError):
+        columns = int(os.environ["COLUMNS"])
+        if columns > 0:
+            return columns
+    try:
+        columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        columns = 0
+    return columns or 80
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    formatter = argparse.RawDescriptionHelpFormatter
+    formatter = _HelpFormatter
     parser = _Parser(
         prog="gcmstream",
         description="Encrypt and authenticate streams as AES-GCM records: files, pipes and TCP sockets.",
@@ -921,6 +947,8 @@ def _ask_passphrase(*, encrypting: bool) -> str:
     generated one)."""
     if not _has_terminal():  # getpass falls back to stdin without one: stdin may be the data
         raise _Usage("no terminal to ask for a passphrase: use --passphrase-file FILE")
+    import getpass  # here, not for every command
+
     try:
         passphrase = getpass.getpass("passphrase (empty: generate one): " if encrypting else "passphrase: ")
         if not passphrase and encrypting:
