@@ -1397,11 +1397,14 @@ def test_connect_to_an_unknown_host_names_the_host(keyfile: Path) -> None:
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["encrypt", "--help"]])
 def test_version_and_help_import_no_cryptography_or_event_loop(argv: list[str]) -> None:
     """Issue 25: a bare --version cost 428 ms of CPU, most of it imports it never used; it and
-    --help now load neither cryptography nor asyncio nor anyio nor shtab (benchmarks/README.md)."""
+    --help now load neither cryptography nor asyncio nor anyio nor shtab, nor importlib.metadata
+    (the version is read from the installed METADATA directly), shutil or typing
+    (benchmarks/README.md)."""
     probe = (
         "import sys\nfrom gcmstream.cli import main\n"
         f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
-        "heavy = ('cryptography', 'anyio', 'asyncio', 'shtab', 'gcmstream.format', 'gcmstream.aio')\n"
+        "heavy = ('cryptography', 'anyio', 'asyncio', 'shtab', 'gcmstream.format', 'gcmstream.aio',"
+        " 'importlib.metadata', 'email', 'shutil', 'typing')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy), file=sys.stderr)"
     )
     done = subprocess.run(
