@@ -3,8 +3,9 @@
 Encrypting reads plaintext into one reused buffer and writes what the Sealer made; decrypting
 reads ciphertext straight into the Opener's ring (``get_buffer``/``buffer_updated``) and lets
 it decrypt straight into one reused output buffer. No event loop takes part: the synchronous
-API runs the loop in the calling thread, the async API and the CLI in one worker thread per
-file (``run_in_worker``), so a GiB costs two system calls per MiB and no thread hops.
+API runs the loop in the calling thread, the async API in one worker thread per file
+(``run_in_worker``), the CLI's file commands in their one worker thread (``cli._FileRun``, with
+no event loop), so a GiB costs two system calls per MiB and no thread hops.
 
 Every Sealer and Opener the engine, ``open_file`` and the CLI's file commands use is made by
 ``new_sealer``/``new_opener``: the one place that takes key material.
@@ -41,7 +42,8 @@ Guarantees, beside the pipeline's (atomic output, fsync, mode 0600, links and FI
   the signal). An ``O_NONBLOCK`` input's EAGAIN is "no input yet", never its end. A regular
   file is read as before, with no poll. A write blocked on a reader
   that stopped reading cannot see it: ``run_in_worker`` gives up waiting after
-  ``STOP_WAIT`` (the CLI, with no temporary file to remove, sooner) and the CLI exits.
+  ``STOP_WAIT``, and so does the CLI (writing to a pipe or FIFO, with no temporary file to
+  remove, sooner), which then exits.
 """
 
 from __future__ import annotations
