@@ -7,6 +7,7 @@ test."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import pty
@@ -162,6 +163,45 @@ def test_signal_while_a_fifo_given_as_input_is_idle(
             check_the_end(process, status, code, elapsed)
         finally:
             os.close(writer)
+    assert list(out.iterdir()) == []
+
+
+def wait_for_an_open_of_the_fifo(process: subprocess.Popen[bytes]) -> None:
+    """Until a thread of ``process`` waits in open() for the FIFO's other end (Linux's wchan)."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        waits = set()
+        for task in Path(f"/proc/{process.pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                waits.add((task / "wchan").read_text())
+        if "wait_for_partner" in waits:
+            return
+        assert process.poll() is None, process.stderr.read() if process.stderr else None
+        assert time.monotonic() < deadline, f"no thread waits in a FIFO's open: {waits}"
+        time.sleep(0.01)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads which kernel call a thread waits in")
+@pytest.mark.parametrize("end", ["output", "input"])
+@SIGNALS
+def test_signal_while_a_fifo_waits_for_its_other_end(
+    tmp_path: Path, keyfile: Path, end: str, signum: int, code: int
+) -> None:
+    """``encrypt -o FIFO`` that nobody reads yet, ``decrypt FIFO`` that nobody writes yet: the
+    command waits in open(), where no stop request reaches it; the signal gives the open up at
+    once, with the documented exit status and nothing written."""
+    fifo, out, plain = tmp_path / "fifo", tmp_path / "out", tmp_path / "plain"
+    os.mkfifo(fifo)
+    out.mkdir()
+    plain.write_bytes(b"x" * 100)
+    if end == "output":
+        args: tuple[str | Path, ...] = ("encrypt", "-k", keyfile, plain, "-o", fifo)
+    else:
+        args = ("decrypt", "-k", keyfile, fifo, "-o", out / "file")
+    with gcmstream(*args, stdin=subprocess.DEVNULL) as process:
+        wait_for_an_open_of_the_fifo(process)
+        status, elapsed = signal_and_time_the_exit(process, signum)
+        check_the_end(process, status, code, elapsed)
     assert list(out.iterdir()) == []
 
 
