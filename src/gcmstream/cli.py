@@ -1867,7 +1867,7 @@ class _FileRun:
     or removing an output, reading a header); 0, not at all (opening a FIFO, which waits for
     its other end); the engine's ``STOP_WAIT``, or ``_PIPE_STOP_WAIT`` writing to a pipe,
     terminal or FIFO (no temporary file to remove). A worker given up is left behind
-    (``_abandoned_io``: the process leaves with os._exit). The main thread sleeps in select()
+    (``_abandoned_io``: the process leaves with os._exit). The main thread sleeps in poll()
     on a pipe that the worker writes to when it leaves or changes step and that signals wake
     (``signal.set_wakeup_fd``: a signal may be delivered to any thread)."""
 
@@ -1933,6 +1933,8 @@ class _FileRun:
             self._wake()
 
     def _wait(self) -> None:
+        woken = select.poll()  # (not select(): a descriptor number may be over FD_SETSIZE)
+        woken.register(self._wake_read, select.POLLIN)
         while not self.done:
             timeout = None
             budget = self.budget  # before ``since`` (written after it): never a stale start
@@ -1941,7 +1943,7 @@ class _FileRun:
                 if timeout <= 0:
                     _abandoned_io.append(True)
                     return
-            select.select([self._wake_read], [], [], timeout)
+            woken.poll(None if timeout is None else max(1, int(timeout * 1000 + 1)))
             with contextlib.suppress(BlockingIOError):
                 os.read(self._wake_read, 4096)
 
