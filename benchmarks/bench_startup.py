@@ -1,5 +1,5 @@
-"""CPU time of the command line's start-up: ``--version``, ``--help`` and ``encrypt -k`` of a 1 KiB
-file, beside ``python -c pass``, in interleaved runs (issue 25). CPU is user + sys of each child
+"""CPU time of the command line's start-up: ``--version``, ``--help``, ``encrypt -k`` and ``decrypt -k``
+of a 1 KiB file, beside ``python -c pass``, in interleaved runs (issue 25). CPU is user + sys of each child
 (``os.wait4``); medians in ms. ``--before SRC`` adds the same commands run from another source
 tree (e.g. ``git archive main | tar x -C /tmp/before``, then ``--before /tmp/before/src``).
 
@@ -52,20 +52,15 @@ def main() -> None:
             commands[f"{name}: --version"] = ([*gcm, "--version"], environ)
             commands[f"{name}: --help"] = ([*gcm, "--help"], environ)
             sealed = work / f"sealed-{name}"
-            encrypt = [*gcm, "encrypt", "-q", "-k", str(key), "-o", str(sealed), str(work / "plain")]
-            if name == "before":  # the input was -i FILE up to 0.1.0
-                encrypt = [
-                    *gcm,
-                    "encrypt",
-                    "-q",
-                    "-k",
-                    str(key),
-                    "-o",
-                    str(sealed),
-                    "-i",
-                    str(work / "plain"),
-                ]
+            given = [str(work / "plain")]
+            if '"--input"' in (Path(src) / "gcmstream" / "cli.py").read_text():  # -i FILE up to 0.1.0
+                given = ["-i", str(work / "plain")]
+            encrypt = [*gcm, "encrypt", "-q", "-k", str(key), "-o", str(sealed), *given]
             commands[f"{name}: encrypt -k 1 KiB"] = (encrypt, environ)
+            subprocess.run(encrypt, check=True, env=environ)  # the input of decrypt
+            decrypt = [*gcm, "decrypt", "-q", "-k", str(key), "-o", str(work / f"back-{name}")]
+            decrypt += ["-i", str(sealed)] if given[0] == "-i" else [str(sealed)]
+            commands[f"{name}: decrypt -k 1 KiB"] = (decrypt, environ)
         times: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(options.runs):  # interleaved: a busy moment touches every command alike
             for name, (argv, environ) in commands.items():

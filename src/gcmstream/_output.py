@@ -23,12 +23,12 @@ import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from typing import BinaryIO, TypeAlias
-
-import anyio
-from anyio import to_thread
+from typing import TYPE_CHECKING, BinaryIO, TypeAlias
 
 from ._atomic import create_exclusive, discard_at, fsync_directory, replace_at, temporary_in
+
+if TYPE_CHECKING:
+    import anyio
 
 __all__ = ("Destination", "Output", "finished", "open_output", "output_target", "write_secret_file")
 
@@ -369,6 +369,9 @@ def open_output(target: StrPath | Destination, mode: int = 0o600) -> Output:
 async def finished(output: Output) -> AsyncIterator[anyio.AsyncFile[bytes]]:
     """``output`` as an AsyncFile, committed if the block exits normally, else discarded (even
     when cancelled)."""
+    import anyio  # here: the CLI's file commands and the synchronous engine load no event loop
+    from anyio import to_thread
+
     try:
         yield anyio.wrap_file(output.file)
     except BaseException:

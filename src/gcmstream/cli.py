@@ -9,16 +9,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import getpass
 import os
 import re
+import select
 import signal
 import stat
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from functools import partial
 
 from ._numbers import (
@@ -50,9 +50,10 @@ from .errors import (
     UsageError,
 )
 
-# What the commands run on (anyio, cryptography through the format, the file engine) is imported
-# when a command runs (_import_runtime), not for --help or --version: those stay a few times
-# `python -c pass` (benchmarks/README.md, "start-up").
+# What the commands run on (cryptography through the format, the file engine, anyio for listen
+# and connect) is imported when a command runs (_import_runtime), not for --help or --version:
+# those stay a few times `python -c pass` (benchmarks/README.md, "start-up"). The file commands
+# run without an event loop (_FileRun): they import neither asyncio nor anyio.
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (12 ms of --help)
 if TYPE_CHECKING:
     import logging
@@ -65,11 +66,11 @@ if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream
 
     from ._adapter import serve_listener
-    from ._output import finished, open_output, output_target
+    from ._output import output_target
     from .anyio_stream import SecureStream, connect_tcp
     from .armor import BEGIN_LINE, ArmorDecoder, is_armored
     from .config import Configuration
-    from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
+    from .files import STOP_WAIT, _Stopped, atomic_fd, decrypt_fd, encrypt_fd, new_opener, new_sealer
     from .format import (
         HEADER_FIXED_SIZE,
         MAX_STANZA_FIELDS_SIZE,
@@ -104,7 +105,7 @@ if TYPE_CHECKING:
 
 def _import_runtime(command: str) -> None:
     """Bind what ``command`` runs on as this module's globals, once it will run: the keys and
-    their formats (cryptography) for every command, the file engine and anyio for the others,
+    their formats (cryptography) for every command, the file engine for the others, anyio,
     the channel and its adapter for listen and connect."""
     _import_keys()
     if command not in _LOCAL_COMMANDS:
@@ -154,14 +155,11 @@ def _import_keys() -> None:
 
 
 def _import_files() -> None:
-    global anyio, to_thread, finished, open_output, output_target, STOP_WAIT, _Stopped, decrypt_fd
-    global encrypt_fd, new_opener, new_sealer, run_in_worker, CHUNK_SIZE, open_file
+    global output_target, STOP_WAIT, _Stopped, atomic_fd, decrypt_fd, encrypt_fd, new_opener
+    global new_sealer, CHUNK_SIZE, open_file
     global TinkKeyset, TinkOpener, TinkSealer, read_tink_keyset, MAX_KEYSET_SIZE, open_tink_file
-    import anyio
-    from anyio import to_thread
-
-    from ._output import finished, open_output, output_target
-    from .files import STOP_WAIT, _Stopped, decrypt_fd, encrypt_fd, new_opener, new_sealer, run_in_worker
+    from ._output import output_target
+    from .files import STOP_WAIT, _Stopped, atomic_fd, decrypt_fd, encrypt_fd, new_opener, new_sealer
     from .pipeline import CHUNK_SIZE
     from .seekable import open_file
     from .tinkfile import open_tink_file
@@ -169,8 +167,10 @@ def _import_files() -> None:
 
 
 def _import_network() -> None:
-    global from_thread, current_token, Configuration, SecureStream, connect_tcp, serve_listener
-    from anyio import from_thread
+    global anyio, to_thread, from_thread, current_token, Configuration, SecureStream, connect_tcp
+    global serve_listener
+    import anyio
+    from anyio import from_thread, to_thread
     from anyio.lowlevel import current_token
 
     from ._adapter import serve_listener
@@ -182,7 +182,7 @@ if TYPE_CHECKING:
     _T = TypeVar("_T")
     _K = TypeVar("_K")
     Keying = dict[str, Any]  # Sealer/Opener keywords: key=, recipients=, identities= or passphrase=
-_log: logging.Logger  # set by _log_to_stderr, before any command runs
+_log: logging.Logger  # set by _log_to_stderr, before listen or connect runs
 # The command line's floor for a writer's scrypt work factor (N = 2**14: 16 MiB, about 40 ms
 # here): below it a passphrase costs an attacker almost nothing to guess. The API stays lenient.
 MIN_WORK_FACTOR = 14
@@ -294,31 +294,32 @@ class _Terminated(Exception):
 # Key text given where it does not belong (-k KEYLINE, a stray argument, a key line with its
 # fields swapped) must not come back in a message. A key line or a bare key is a run of
 # base64url characters and colons, 22 or more long, with no "/" or "." in it, which every path
-# or address the messages name has: such runs are hidden wherever they appear.
-_KEY_LIKE = re.compile(r"(?<![A-Za-z0-9_:/.-])[A-Za-z0-9_:-]{21,}[A-Za-z0-9_-](?![A-Za-z0-9_/.-])")
+# or address the messages name has: such runs are hidden wherever they appear. (Patterns, not
+# compiled here: re compiles and keeps them when a message is first shown, not for --help.)
+_KEY_LIKE = r"(?<![A-Za-z0-9_:/.-])[A-Za-z0-9_:-]{21,}[A-Za-z0-9_-](?![A-Za-z0-9_/.-])"
 
 
 # Key text inside a path ("$(cat backup.key)/x" typed as -o): random base64url has upper and
 # lower case letters in any 22 characters but for about 2 in 100,000 keys, while the words of a
 # path or an address rarely mix both in a 22-character run without a separator. Such runs are
 # hidden too, whatever surrounds them.
-_MIXED_RUN = re.compile(r"[A-Za-z0-9_-]{22,}")
-_RECIPIENT_LINE = re.compile(re.escape(RECIPIENT_PREFIX) + r"(:[a-z0-9]+)?:?")  # payload excluded
+_MIXED_RUN = r"[A-Za-z0-9_-]{22,}"
+_RECIPIENT_LINE = re.escape(RECIPIENT_PREFIX) + r"(:[a-z0-9]+)?:?"  # payload excluded
 
 
 def _hide_key_text(text: str) -> str:
     # the recipient prefix and kind name the format and are shown (so a message can say what
     # it expected); every run that may be key text is hidden, a pasted line's payload included
     shown, last = [], 0
-    for line in _RECIPIENT_LINE.finditer(text):
+    for line in re.finditer(_RECIPIENT_LINE, text):
         shown += [_hide_secret_runs(text[last : line.start()]), line.group(0)]
         last = line.end()
     return "".join([*shown, _hide_secret_runs(text[last:])])
 
 
 def _hide_secret_runs(text: str) -> str:
-    text = _KEY_LIKE.sub("<hidden: may be key text>", text)
-    return _MIXED_RUN.sub(_hide_if_mixed, text)
+    text = re.sub(_KEY_LIKE, "<hidden: may be key text>", text)
+    return re.sub(_MIXED_RUN, _hide_if_mixed, text)
 
 
 def _hide_if_mixed(match: re.Match[str]) -> str:
@@ -468,8 +469,34 @@ _EXAMPLES = {
 _SEE_EXIT = "Exit status 0 on success; the others are listed by 'gcmstream --help'."
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's, given the terminal's width as ``shutil.get_terminal_size`` finds it (COLUMNS,
+    then stdout's terminal, else 80), so that argparse does not import shutil (and bz2, lzma
+    and zlib) for it: it makes a formatter for every option added, help or not (5 ms of every
+    command: ``python -X importtime -m gcmstream --help``)."""
+
+    def __init__(
+        self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None
+    ) -> None:
+        if width is None:
+            width = _terminal_columns() - 2  # as argparse does with shutil's figure
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def _terminal_columns() -> int:
+    with contextlib.suppress(KeyError, ValueError):
+        columns = int(os.environ["COLUMNS"])
+        if columns > 0:
+            return columns
+    try:
+        columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        columns = 0
+    return columns or 80
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    formatter = argparse.RawDescriptionHelpFormatter
+    formatter = _HelpFormatter
     parser = _Parser(
         prog="gcmstream",
         description="Encrypt and authenticate streams as AES-GCM records: files, pipes and TCP sockets.",
@@ -936,6 +963,8 @@ def _ask_passphrase(*, encrypting: bool) -> str:
     generated one)."""
     if not _has_terminal():  # getpass falls back to stdin without one: stdin may be the data
         raise _Usage("no terminal to ask for a passphrase: use --passphrase-file FILE")
+    import getpass  # here, not for every command
+
     try:
         passphrase = getpass.getpass("passphrase (empty: generate one): " if encrypting else "passphrase: ")
         if not passphrase and encrypting:
@@ -1235,15 +1264,16 @@ class _Progress:
             print(line, file=sys.stderr, flush=True)
 
 
-@contextlib.asynccontextmanager
-async def _open_input(path: str) -> AsyncIterator[tuple[int, int | None]]:
-    """(fd, size if a regular file) of IN; opening a FIFO waits for a writer, so it may be
-    abandoned too."""
+@contextlib.contextmanager
+def _open_input(path: str) -> Iterator[tuple[int, int | None]]:
+    """(fd, size if a regular file) of IN; opening a FIFO waits for a writer, so a stop gives
+    it up at once."""
     if path == "-":
         stdin = _stdin_fd()
         yield stdin, _regular_size(stdin)
         return
-    fd = await _blocking(os.open, path, os.O_RDONLY | os.O_CLOEXEC)
+    with _file_run.step(0):
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         if stat.S_ISDIR(os.fstat(fd).st_mode):  # named here: a read would only say "fd 6"
             raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
@@ -1262,9 +1292,10 @@ def _refuse_same_file(args: argparse.Namespace) -> None:
             raise _Usage(f"{args.input} is both the input and the output: give another -o")
 
 
-@contextlib.asynccontextmanager
-async def _open_output(path: str, mode: int, *, no_terminal: bool = False) -> AsyncIterator[int]:
-    """A descriptor of OUT: stdout, a file replaced atomically, or (a FIFO, a device) in place.
+@contextlib.contextmanager
+def _open_output(path: str, mode: int, *, no_terminal: bool = False) -> Iterator[int]:
+    """A descriptor of OUT: stdout, a file replaced atomically (``files.atomic_fd``: committed
+    only if the block ends normally and no stop came), or (a FIFO, a device) in place.
     ``no_terminal``: a terminal is refused (usage), told by the descriptor opened, after the
     one rule of where an output may go decided (a path is never opened before)."""
     if path == "-":
@@ -1273,33 +1304,30 @@ async def _open_output(path: str, mode: int, *, no_terminal: bool = False) -> As
             raise _Usage(_NO_TERMINAL)
         yield stdout
         return
-    destination = await to_thread.run_sync(output_target, path)  # refuses what others planted
-    if destination.in_place:  # opening a FIFO waits for its reader: a signal abandons the wait
-        output = await _blocking(open_output, destination, mode)
-    else:
-        output = await to_thread.run_sync(open_output, destination, mode)
-    async with finished(output):
-        if no_terminal and os.isatty(output.fileno()):
+    destination = output_target(path)  # refuses what others planted
+    with contextlib.ExitStack() as opened:
+        # opening a FIFO waits for its reader: a stop gives the wait up at once; a temporary
+        # file is created (and, at the end, renamed or removed) whole, however long a stop waits
+        with _file_run.step(0 if destination.in_place else None):
+            out = opened.enter_context(atomic_fd(destination, mode=mode, stop=_file_run.stop))
+        if no_terminal and os.isatty(out):
             raise _Usage(_NO_TERMINAL)
-        yield output.fileno()
+        yield out
 
 
 _NO_TERMINAL = "refusing to write ciphertext to a terminal: use -o FILE or redirect stdout"
 
 
-async def _run_engine(work: Callable[..., None], out: int) -> None:
-    """The file engine (``gcmstream.files``) writing to ``out`` in one worker thread; a signal or
-    Ctrl-C stops it within one read or one poll of an idle input, or abandons it if it is
-    blocked writing to a pipe or terminal nobody reads: after ``_PIPE_STOP_WAIT`` when ``out``
-    is no regular file (stdout, a FIFO: no temporary file the worker may still be writing,
-    so nothing to wait for), else after ``STOP_WAIT``."""
+def _run_engine(work: Callable[..., None], out: int) -> None:
+    """The file engine (``gcmstream.files``) writing to ``out`` (in the command's worker
+    thread); a signal or Ctrl-C stops it within one read or one poll of an idle input, or
+    gives it up if it is blocked writing to a pipe or terminal nobody reads: after
+    ``_PIPE_STOP_WAIT`` when ``out`` is no regular file (stdout, a FIFO: no temporary file the
+    worker may still be writing, so nothing to wait for), else after ``STOP_WAIT``."""
     in_place = not stat.S_ISREG(os.fstat(out).st_mode)
     try:
-        await run_in_worker(
-            work,
-            on_abandon=partial(_abandoned_io.append, True),
-            stop_wait=_PIPE_STOP_WAIT if in_place else STOP_WAIT,
-        )
+        with _file_run.step(_PIPE_STOP_WAIT if in_place else STOP_WAIT):
+            work(stop=_file_run.stop)
     except BrokenPipeError:
         raise _OutputClosed from None
 
@@ -1320,37 +1348,37 @@ def _jobs_for(args: argparse.Namespace, size: int | None) -> int:
     return args.jobs if args.jobs is not None else default_jobs(size)
 
 
-async def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
+def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
     _refuse_same_file(args)
     if "passphrase" in keying:
         keying = {**keying, "work_factor": args.work_factor}
     sealer = new_sealer(context=args.context, record_size=args.record_size, fixed_layout=True, **keying)
-    async with _open_input(args.input) as (source, size):
+    with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
-            async with _open_output(args.output, args.mode, no_terminal=not args.armor) as out:
+            with _open_output(args.output, args.mode, no_terminal=not args.armor) as out:
                 jobs = _jobs_for(args, size)
                 work = partial(
                     encrypt_fd, source, out, sealer, progress=progress.callback, armor=args.armor, jobs=jobs
                 )
-                await _run_engine(work, out)
+                _run_engine(work, out)
         except BaseException:
             progress.close()
             raise
         progress.close(summary=True)
 
 
-async def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
+def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
     _refuse_same_file(args)
     if args.offset is not None or args.length is not None:
-        await _decrypt_range_command(args, keying)
+        _decrypt_range_command(args, keying)
         return
     opener = new_opener(context=args.context, max_record_size=args.max_record_size, **keying)
     where = "the input" if args.input == "-" else args.input
-    async with _open_input(args.input) as (source, size):
+    with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "decrypt", args.quiet)
         try:
-            async with _open_output(args.output, args.mode) as out:
+            with _open_output(args.output, args.mode) as out:
                 # to stdout: pass each record on as it authenticates; to a file: gather
                 work = partial(
                     decrypt_fd,
@@ -1361,7 +1389,7 @@ async def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                     progress=progress.callback,
                     jobs=_jobs_for(args, size),
                 )
-                await _run_engine(work, out)
+                _run_engine(work, out)
         except BaseException as exc:
             progress.close()
             verdict = _header_verdict(exc, "decrypt", where)
@@ -1437,11 +1465,11 @@ def _header_verdict(exc: BaseException, command: str, where: str, seeks: str = "
     return _Fail(code, f"{where}: {_classify(fault)[1]}")  # wrong key or context, tampered
 
 
-async def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
+def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
     path = _seekable_input(args.input)
     try:
-        async with _open_output(args.output, args.mode) as out:
-            await _run_engine(partial(_copy_range, path, out, args, keying), out)
+        with _open_output(args.output, args.mode) as out:
+            _run_engine(partial(_copy_range, path, out, args, keying), out)
     except BaseException as exc:
         where = "the input" if args.input == "-" else args.input
         verdict = _header_verdict(exc, "decrypt", where, seeks="--offset and --length need")
@@ -1472,14 +1500,15 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
         )
 
 
-async def _info_command(args: argparse.Namespace, keying: Keying) -> None:
+def _info_command(args: argparse.Namespace, keying: Keying) -> None:
     try:
-        text = await to_thread.run_sync(_describe, args.file, args, keying)
+        text = _describe(args.file, args, keying)
     except BaseException as exc:
         verdict = _header_verdict(exc, "info", args.file, seeks="info needs")
         if verdict is None:
             raise
         raise verdict from None
+    _file_run.check()  # a signal while the header was read: nothing printed
     _print_out(text)
 
 
@@ -1552,36 +1581,36 @@ def _tink_verdict(exc: BaseException, where: str) -> _Fail | None:
     return _Fail(code, f"{where}: {_classify(fault)[1]}")
 
 
-async def _tink_encrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
+def _tink_encrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
     """encrypt --format tink: the file engine and the output path of ``encrypt``, with a
     TinkSealer."""
     _refuse_same_file(args)
     sealer = TinkSealer(keyset, args.context)
-    async with _open_input(args.input) as (source, size):
+    with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
-            async with _open_output(args.output, args.mode, no_terminal=True) as out:
-                await _run_engine(partial(encrypt_fd, source, out, sealer, progress=progress.callback), out)
+            with _open_output(args.output, args.mode, no_terminal=True) as out:
+                _run_engine(partial(encrypt_fd, source, out, sealer, progress=progress.callback), out)
         except BaseException:
             progress.close()
             raise
         progress.close(summary=True)
 
 
-async def _tink_decrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
+def _tink_decrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
     """decrypt --format tink: the file engine and the output path of ``decrypt``, with a
     TinkOpener: a file appears only once the last segment authenticated."""
     _refuse_same_file(args)
     opener = TinkOpener(keyset, args.context)
     where = "the input" if args.input == "-" else args.input
-    async with _open_input(args.input) as (source, size):
+    with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "decrypt", args.quiet)
         try:
-            async with _open_output(args.output, args.mode) as out:
+            with _open_output(args.output, args.mode) as out:
                 work = partial(
                     decrypt_fd, source, out, opener, eager=args.output == "-", progress=progress.callback
                 )
-                await _run_engine(work, out)
+                _run_engine(work, out)
         except BaseException as exc:
             progress.close()
             verdict = _tink_verdict(exc, where)
@@ -1609,14 +1638,15 @@ def _tink_describe(path: str, args: argparse.Namespace, keyset: TinkKeyset) -> s
         )
 
 
-async def _tink_info_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
+def _tink_info_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
     try:
-        text = await to_thread.run_sync(_tink_describe, args.file, args, keyset)
+        text = _tink_describe(args.file, args, keyset)
     except BaseException as exc:
         verdict = _tink_verdict(exc, args.file)
         if verdict is None:
             raise
         raise verdict from None
+    _file_run.check()  # a signal while the header was read: nothing printed
     _print_out(text)
 
 
@@ -1966,6 +1996,138 @@ async def _run(
         raise _Terminated(f"terminated by {signal.Signals(received[0]).name}")
 
 
+class _FileRun:
+    """A file command (encrypt, decrypt, info) run with no event loop: in one worker thread,
+    while the main thread waits for it and for SIGINT, SIGTERM or SIGHUP. A signal is only
+    recorded and ``stop`` set, so no exception lands in the command halfway through creating,
+    writing or removing its output: the engine sees ``stop`` within one read or one poll of an
+    idle input, ``files.atomic_fd`` removes the temporary file, and the command leaves with the
+    signal's exit status. Once stopped, the main thread waits for the worker as long as the
+    ``step`` it is in allows (``budget``): None, until it leaves (deciding, creating, renaming
+    or removing an output, reading a header); 0, not at all (opening a FIFO, which waits for
+    its other end); the engine's ``STOP_WAIT``, or ``_PIPE_STOP_WAIT`` writing to a pipe,
+    terminal or FIFO (no temporary file to remove). A worker given up is left behind
+    (``_abandoned_io``: the process leaves with os._exit). The main thread sleeps in poll()
+    on a pipe that the worker writes to when it leaves or changes step and that signals wake
+    (``signal.set_wakeup_fd``: a signal may be delivered to any thread)."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.signals: list[int] = []
+        self.stopped_at = 0.0
+        self.budget: float | None = None
+        self.since = 0.0  # when the step began
+        self.done = False
+        self.error: BaseException | None = None
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
+
+    @contextlib.contextmanager
+    def step(self, budget: float | None) -> Iterator[None]:
+        """A step of the worker that, once stopped, is waited for ``budget`` seconds."""
+        self.since = time.monotonic()  # before the budget: the main thread reads them reversed
+        self.budget = budget
+        self._wake()
+        try:
+            yield
+        finally:
+            self.budget = None
+
+    def check(self) -> None:
+        if self.stop.is_set():
+            raise _Stopped("stopped on request")
+
+    def run(
+        self, command: Callable[[argparse.Namespace, _K], None], args: argparse.Namespace, key: _K
+    ) -> None:
+        """Run ``command`` in the worker; raise what it raised, or, once a signal came, the
+        signal's failure (exit status 130 or 143), whatever the command did after it."""
+        worker = threading.Thread(
+            target=self._work, args=(command, args, key), name="gcmstream-command", daemon=True
+        )
+        with self._signals_stop():
+            worker.start()
+            self._wait()
+            if self.done:
+                worker.join()  # past its last write to the pipe
+        if self.done:  # (a worker given up may still write to it; signals no longer do)
+            os.close(self._wake_read)
+            os.close(self._wake_write)
+        if self.signals:
+            if self.signals[0] == signal.SIGINT:  # as KeyboardInterrupt is reported
+                raise _Fail(EXIT_INTERRUPTED, "interrupted")
+            raise _Terminated(f"terminated by {signal.Signals(self.signals[0]).name}")
+        if self.error is not None:
+            raise self.error
+
+    def _work(
+        self, command: Callable[[argparse.Namespace, _K], None], args: argparse.Namespace, key: _K
+    ) -> None:
+        try:
+            command(args, key)
+        except BaseException as exc:  # raised again in the main thread
+            self.error = exc
+        finally:
+            self.done = True
+            self._wake()
+
+    def _wait(self) -> None:
+        woken = select.poll()  # (not select(): a descriptor number may be over FD_SETSIZE)
+        woken.register(self._wake_read, select.POLLIN)
+        while not self.done:
+            timeout = None
+            budget = self.budget  # before ``since`` (written after it): never a stale start
+            if self.signals and budget is not None:
+                timeout = max(self.since, self.stopped_at) + budget - time.monotonic()
+                if timeout <= 0:
+                    _abandoned_io.append(True)
+                    return
+            woken.poll(None if timeout is None else max(1, int(timeout * 1000 + 1)))
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._wake_read, 4096)
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # full: the main thread has wake-ups waiting
+            os.write(self._wake_write, b"\0")
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if not self.signals:
+            self.stopped_at = time.monotonic()
+        self.signals.append(signum)
+        self.stop.set()
+
+    @contextlib.contextmanager
+    def _signals_stop(self) -> Iterator[None]:
+        """SIGTERM and SIGHUP, and SIGINT unless it is ignored (a background job), set ``stop``
+        while the command runs (only the main thread can catch signals)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        caught = [signal.SIGTERM, signal.SIGHUP]
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            caught.append(signal.SIGINT)
+        saved = {signum: signal.signal(signum, self._on_signal) for signum in caught}
+        wakeup = signal.set_wakeup_fd(self._wake_write, warn_on_full_buffer=False)
+        try:
+            yield
+        finally:
+            signal.set_wakeup_fd(wakeup)
+            for signum, handler in saved.items():
+                signal.signal(signum, handler)
+
+
+_file_run: _FileRun  # the file command this process runs (_run_file_command)
+
+
+def _run_file_command(
+    command: Callable[[argparse.Namespace, _K], None], args: argparse.Namespace, key: _K
+) -> None:
+    global _file_run
+    _file_run = _FileRun()
+    _file_run.run(command, args, key)
+
+
 _NET_COMMANDS = {"listen": _listen_command, "connect": _connect_command}
 
 
@@ -1985,7 +2147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(args, int):
         return args
     _import_runtime(args.command)
-    _log_to_stderr(args.command)
+    if args.command in _NET_COMMANDS:  # the only commands that log (listen's refused peers)
+        _log_to_stderr(args.command)
     try:
         local = _LOCAL_COMMANDS.get(args.command)
         if local is not None:
@@ -2023,15 +2186,16 @@ def _parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpars
 
 
 def _run_command(args: argparse.Namespace) -> None:
-    """Run one of the commands that do their I/O in an event loop."""
+    """Run a command that does I/O: a file command in a worker thread (``_FileRun``), listen
+    and connect in an event loop."""
     if getattr(args, "format", "gcmstream") == "tink":
-        anyio.run(_run, _TINK_COMMANDS[args.command], args, _tink_keyset(args))
+        _run_file_command(_TINK_COMMANDS[args.command], args, _tink_keyset(args))
     elif args.command == "encrypt":
-        anyio.run(_run, _encrypt_command, args, _keying(args, encrypting=True))
+        _run_file_command(_encrypt_command, args, _keying(args, encrypting=True))
     elif args.command == "decrypt":
-        anyio.run(_run, _decrypt_command, args, _keying(args, encrypting=False))
+        _run_file_command(_decrypt_command, args, _keying(args, encrypting=False))
     elif args.command == "info":
-        anyio.run(_run, _info_command, args, _keying(args, encrypting=False))
+        _run_file_command(_info_command, args, _keying(args, encrypting=False))
     else:
         anyio.run(_run, _NET_COMMANDS[args.command], args, _load_key(args.key_file))
 

@@ -115,7 +115,9 @@ Rules that hold everywhere:
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (10 ms of every command)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = (
     "ArmorError",

@@ -3,8 +3,9 @@
 Encrypting reads plaintext into one reused buffer and writes what the Sealer made; decrypting
 reads ciphertext straight into the Opener's ring (``get_buffer``/``buffer_updated``) and lets
 it decrypt straight into one reused output buffer. No event loop takes part: the synchronous
-API runs the loop in the calling thread, the async API and the CLI in one worker thread per
-file (``run_in_worker``), so a GiB costs two system calls per MiB and no thread hops.
+API runs the loop in the calling thread, the async API in one worker thread per file
+(``run_in_worker``), the CLI's file commands in their one worker thread (``cli._FileRun``, with
+no event loop), so a GiB costs two system calls per MiB and no thread hops.
 
 Every Sealer and Opener the engine, ``open_file`` and the CLI's file commands use is made by
 ``new_sealer``/``new_opener``: the one place that takes key material.
@@ -41,7 +42,8 @@ Guarantees, beside the pipeline's (atomic output, fsync, mode 0600, links and FI
   the signal). An ``O_NONBLOCK`` input's EAGAIN is "no input yet", never its end. A regular
   file is read as before, with no poll. A write blocked on a reader
   that stopped reading cannot see it: ``run_in_worker`` gives up waiting after
-  ``STOP_WAIT`` (the CLI, with no temporary file to remove, sooner) and the CLI exits.
+  ``STOP_WAIT``, and so does the CLI (writing to a pipe or FIFO, with no temporary file to
+  remove, sooner), which then exits.
 """
 
 from __future__ import annotations
@@ -60,10 +62,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
-import anyio
-from anyio import to_thread
-
-from ._output import open_output
+from ._output import Destination, open_output
 from .armor import BEGIN_LINE, ArmorEncoder, dearmoring_reader, is_armored
 from .errors import (
     AuthenticationError,
@@ -832,10 +831,13 @@ def _decrypt_placed(
 
 
 @contextmanager
-def atomic_fd(path: StrPath, *, mode: int = 0o600, stop: threading.Event | None = None) -> Iterator[int]:
+def atomic_fd(
+    path: StrPath | Destination, *, mode: int = 0o600, stop: threading.Event | None = None
+) -> Iterator[int]:
     """A file descriptor whose content replaces ``path`` only if the block exits normally
     and no stop was requested by then (``pipeline.atomic_output``'s rules: temporary file,
-    fsync, rename, mode; a FIFO or device of ours is written in place)."""
+    fsync, rename, mode; a FIFO or device of ours is written in place). ``path`` may be where
+    ``_output.output_target`` decided it goes (the CLI decides first, then opens)."""
     output = open_output(path, mode)  # the one rule of where an output may go
     try:
         yield output.fileno()
@@ -944,6 +946,9 @@ async def run_in_worker(
     blocked where it cannot see ``stop`` (a write to a pipe nobody reads) is given up after
     ``stop_wait`` seconds: ``on_abandon``. A cancellation before the worker thread started
     ``work`` returns at once, and ``work`` never runs."""
+    import anyio  # here: the synchronous engine and the CLI's file commands load no event loop
+    from anyio import to_thread
+
     stop = threading.Event()
     left = threading.Event()
     # Whether ``work`` started, decided once under the lock: a cancellation that comes before

@@ -45,15 +45,11 @@ Guarantees:
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeAlias
-
-from anyio import AsyncFile, EndOfStream, to_thread
-from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from ._output import finished, open_output
 from .errors import TrailingDataError, TruncatedStreamError, UnsupportedEndpointError
@@ -64,7 +60,17 @@ from .sealer import Sealer
 from .tinkstream import TinkKeyset, TinkOpener, TinkSealer, TinkStreamingKey, refuse_beside_tink
 
 if TYPE_CHECKING:
+    import asyncio
+
+    from anyio import AsyncFile
+    from anyio.abc import ByteReceiveStream, ByteSendStream
+
     from .config import Configuration
+
+    ByteSource: TypeAlias = (
+        ByteReceiveStream | asyncio.StreamReader | AsyncFile[bytes] | AsyncIterable[Buffer]
+    )
+    ByteSink: TypeAlias = ByteSendStream | asyncio.StreamWriter | AsyncFile[bytes]
 
 __all__ = (
     "CHUNK_SIZE",
@@ -87,8 +93,26 @@ __all__ = (
 # about 2048 thread hops for file I/O; smaller chunks made hops the bottleneck (256 KiB: 4x as many).
 CHUNK_SIZE = 1024 * 1024
 
-ByteSource: TypeAlias = ByteReceiveStream | asyncio.StreamReader | AsyncFile[bytes] | AsyncIterable[Buffer]
-ByteSink: TypeAlias = ByteSendStream | asyncio.StreamWriter | AsyncFile[bytes]
+
+if not TYPE_CHECKING:  # (mypy reads the aliases above, not a module __getattr__ typed Any)
+
+    def __getattr__(name: str) -> Any:
+        """``ByteSource`` and ``ByteSink``, made on first use (PEP 562): they name asyncio's and
+        anyio's classes, which the file engine and the CLI's file commands never load."""
+        if name not in ("ByteSource", "ByteSink"):
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import asyncio
+
+        from anyio import AsyncFile
+        from anyio.abc import ByteReceiveStream, ByteSendStream
+
+        aliases = {
+            "ByteSource": ByteReceiveStream | asyncio.StreamReader | AsyncFile[bytes] | AsyncIterable[Buffer],
+            "ByteSink": ByteSendStream | asyncio.StreamWriter | AsyncFile[bytes],
+        }
+        globals().update(aliases)
+        return aliases[name]
+
 
 _KEYING = ("recipients", "identities", "passphrase")  # what a Configuration never holds
 
@@ -193,6 +217,11 @@ def _fed(opener: Opener | TinkOpener, rest: memoryview) -> memoryview:
 
 def _reader(source: ByteSource, chunk_size: int, progress: Progress | None) -> _Reader:
     """One way to read every kind of source; streams first (they are async iterables too)."""
+    import asyncio
+
+    from anyio import AsyncFile
+    from anyio.abc import ByteReceiveStream
+
     read: _Reader
     if isinstance(source, ByteReceiveStream):
         read = _stream_reader(source, chunk_size)
@@ -208,6 +237,8 @@ def _reader(source: ByteSource, chunk_size: int, progress: Progress | None) -> _
 
 
 def _stream_reader(stream: ByteReceiveStream, chunk_size: int) -> _Reader:
+    from anyio import EndOfStream
+
     async def read() -> Buffer:
         try:
             return await stream.receive(chunk_size)
@@ -252,6 +283,11 @@ def _counted(inner: _Reader, report: Progress) -> _Reader:
 
 
 def _writer(sink: ByteSink) -> _Writer:
+    import asyncio
+
+    from anyio import AsyncFile
+    from anyio.abc import ByteSendStream
+
     if isinstance(sink, ByteSendStream):
         stream = sink
 
@@ -510,6 +546,8 @@ async def atomic_output(path: StrPath, *, mode: int = 0o600) -> AsyncIterator[As
     """An ``AsyncFile`` whose content replaces ``path`` (with permissions ``mode``) only if
     the block exits normally. Symbolic links are followed, and a FIFO or device written in
     place, only when this user or root owns them (else PermissionError)."""
+    from anyio import to_thread
+
     output = await to_thread.run_sync(open_output, path, mode)
     async with finished(output) as file:
         yield file

@@ -88,7 +88,8 @@ FLAG_TAGGED = 0x01
 _ZERO_NONCE = bytes(12)  # each wrapping key wraps one file key only: its salt is fresh
 # A fixed scalar for one trial exchange: X25519 with a low-order point gives an all-zero secret,
 # which cryptography refuses (ValueError) only when a stream is sealed; refuse it at parse time.
-_X25519_PROBE = x25519.X25519PrivateKey.from_private_bytes(bytes(range(1, 33)))
+# Made on first use: making a key loads cryptography's OpenSSL backend (8 ms of every command).
+_X25519_PROBE_SCALAR = bytes(range(1, 33))
 MIXED_KINDS_MESSAGE = (
     "incompatible recipients: can't mix post-quantum and classic recipients, or the file would be "
     "vulnerable to quantum computers (all mlkem768x25519, or all x25519)"
@@ -195,7 +196,8 @@ class Recipient:
         except ValueError:
             raise RecipientError(f"not a valid {kind.text} public key") from None
         try:
-            _X25519_PROBE.exchange(x25519.X25519PublicKey.from_public_bytes(self.public_bytes[-32:]))
+            probe = x25519.X25519PrivateKey.from_private_bytes(_X25519_PROBE_SCALAR)
+            probe.exchange(x25519.X25519PublicKey.from_public_bytes(self.public_bytes[-32:]))
         except ValueError:
             raise RecipientError(f"a {kind.text} recipient whose X25519 key is a low-order point") from None
 

@@ -54,9 +54,6 @@ from array import array
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
-import anyio
-from anyio import AsyncFile, to_thread
-
 from .errors import (
     AuthenticationError,
     MalformedRecordError,
@@ -81,6 +78,8 @@ from .records import KeyChain, RecordLayer
 from .ring import check_record_length
 
 if TYPE_CHECKING:
+    from anyio import AsyncFile
+
     from .config import Configuration
 
 __all__ = ("DecryptedFile", "open_file", "open_file_async", "open_regular")
@@ -479,6 +478,9 @@ async def open_file_async(
     """``open_file`` for anyio (asyncio or trio): opening and every ``read``, ``readinto``,
     ``seek`` and ``tell`` run in a worker thread (``anyio.wrap_file``); ``async with`` and
     ``aclose`` close it."""
+    import anyio  # here: the synchronous open_file (info, decrypt --offset) loads no event loop
+    from anyio import to_thread
+
     file = await to_thread.run_sync(
         lambda: open_file(
             path,

@@ -19,10 +19,8 @@ from __future__ import annotations
 import io
 import os
 import threading
-from typing import Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
-import anyio
-from anyio import AsyncFile, to_thread
 from cryptography.exceptions import InvalidTag
 
 from .errors import AuthenticationError, MalformedHeaderError, StreamClosedError, TruncatedStreamError
@@ -30,6 +28,9 @@ from .format import TAG_SIZE, Buffer, byte_view
 from .records import TinkSegments
 from .seekable import open_regular
 from .tinkstream import NONCE_PREFIX_SIZE, TinkKeyset, TinkStreamingKey, as_tink_keyset
+
+if TYPE_CHECKING:
+    from anyio import AsyncFile
 
 __all__ = ("TinkDecryptedFile", "open_tink_file", "open_tink_file_async")
 
@@ -294,5 +295,8 @@ async def open_tink_file_async(
     """``open_tink_file`` for anyio (asyncio or trio), as ``open_file_async`` is for
     ``open_file``: opening and every ``read``, ``readinto``, ``seek`` and ``tell`` run in a
     worker thread (``anyio.wrap_file``); ``async with`` and ``aclose`` close it."""
+    import anyio  # here: the CLI's file commands (info --format tink) load no event loop
+    from anyio import to_thread
+
     file = await to_thread.run_sync(open_tink_file, path, keys, associated_data)
     return anyio.wrap_file(cast("Any", file))
