@@ -123,7 +123,7 @@ else:
     pyrage.decrypt_file(src, dst, [pyrage.x25519.Identity.from_str(line)])
 """
 
-# age 1.1.1 (Go) on 1 GiB on this kind of machine, CPU seconds (/work/shared/anchors.md: not
+# age 1.1.1 (Go) on 1 GiB on this kind of machine, CPU seconds (the project's anchor figures: not
 # installed here, so stated beside the figures measured in the run, not measured in it)
 AGE_1_1_1_CPU = {"encrypt": 0.74, "decrypt": 1.47}
 
