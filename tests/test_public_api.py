@@ -109,6 +109,8 @@ TOP_LEVEL_MODULES: dict[str, set[str]] = {
         "CHUNK_SIZE",
         "atomic_output",
         "file_keywords",
+        "opener_for",
+        "sealer_for",
         "tink_associated_data",
     },  # types and parts
     "gcmstream.recipients": {  # limits and the parts Sealer and Opener build on

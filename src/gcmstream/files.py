@@ -60,6 +60,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 from ._output import Destination, open_output
@@ -88,7 +89,7 @@ from .format import (
 )
 from .header import HeaderSpec
 from .opener import Opener, Phase
-from .pipeline import CHUNK_SIZE, file_keywords, tink_associated_data
+from .pipeline import CHUNK_SIZE, opener_for, sealer_for
 from .recipients import DEFAULT_WORK_FACTOR, Identity, Recipient
 from .records import KeyChain, RecordLayer, records_per_generation
 from .sealer import Sealer
@@ -869,23 +870,17 @@ def encrypt_path(
     (``encrypt_fd``). Keyed, or given ``config=``, as ``gcmstream.pipeline``'s functions
     (``limits`` too); ``tink``: in Tink's format (docs/TINK.md), with ``context`` alone beside
     it (one worker: Tink's segments are sealed in order)."""
-    sealer: Sealer | TinkSealer
-    if tink is not None:
-        others = {"config": config, "key": key, "recipients": recipients, "passphrase": passphrase}
-        sealer = TinkSealer(
-            tink, tink_associated_data(context, **others, record_size=record_size, limits=limits)
-        )
-    else:
-        options = file_keywords(
-            config,
-            key=key,
-            recipients=recipients,
-            passphrase=passphrase,
-            context=context,
-            record_size=record_size,
-            limits=limits,
-        )
-        sealer = new_sealer(**options, fixed_layout=True)
+    sealer = sealer_for(
+        config,
+        tink,
+        context=context,
+        make=partial(new_sealer, fixed_layout=True),
+        key=key,
+        recipients=recipients,
+        passphrase=passphrase,
+        record_size=record_size,
+        limits=limits,
+    )
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
         with atomic_fd(dst, stop=stop) as out:
@@ -914,20 +909,16 @@ def decrypt_path(
     and nothing followed it. Keyed, or given ``config=``, as ``gcmstream.pipeline``'s
     functions; ``tink``: Tink's format (docs/TINK.md), ``dst`` appearing once the last segment
     authenticated at the end of ``src`` (one worker)."""
-    opener: Opener | TinkOpener
-    if tink is not None:
-        others = {"config": config, "key": key, "identities": identities, "passphrase": passphrase}
-        opener = TinkOpener(tink, tink_associated_data(context, **others, max_record_size=max_record_size))
-    else:
-        options = file_keywords(
-            config,
-            key=key,
-            identities=identities,
-            passphrase=passphrase,
-            context=context,
-            max_record_size=max_record_size,
-        )
-        opener = new_opener(**options)
+    opener = opener_for(
+        config,
+        tink,
+        context=context,
+        make=new_opener,
+        key=key,
+        identities=identities,
+        passphrase=passphrase,
+        max_record_size=max_record_size,
+    )
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
         with atomic_fd(dst, stop=stop) as out:

@@ -86,6 +86,8 @@ __all__ = (
     "encrypt_iter",
     "encrypt_stream",
     "file_keywords",
+    "opener_for",
+    "sealer_for",
     "tink_associated_data",
 )
 
@@ -145,6 +147,40 @@ def tink_associated_data(context: Buffer | None, /, **others: object) -> bytes:
 StrPath: TypeAlias = str | os.PathLike[str]
 Progress: TypeAlias = Callable[[int], object]
 TinkKeys: TypeAlias = TinkKeyset | TinkStreamingKey
+
+
+def sealer_for(
+    config: Configuration | None,
+    tink: TinkKeys | None,
+    /,
+    *,
+    context: Buffer | None,
+    make: Callable[..., Sealer] = Sealer,
+    **options: Any,
+) -> Sealer | TinkSealer:
+    """The one rule of every writer of the pipelines and the file functions: Tink's format when
+    ``tink`` is given (its keyset alone, ``context`` as Tink's associated data:
+    ``tink_associated_data``), else gcmstream's, made by ``make`` (the file engine's adds its
+    fixed layout) from ``config`` or the keywords (``file_keywords``)."""
+    if tink is not None:
+        return TinkSealer(tink, tink_associated_data(context, config=config, **options))
+    return make(**file_keywords(config, context=context, **options))
+
+
+def opener_for(
+    config: Configuration | None,
+    tink: TinkKeys | None,
+    /,
+    *,
+    context: Buffer | None,
+    make: Callable[..., Opener] = Opener,
+    **options: Any,
+) -> Opener | TinkOpener:
+    """``sealer_for``'s rule for every reader of the pipelines and the file functions."""
+    if tink is not None:
+        return TinkOpener(tink, tink_associated_data(context, config=config, **options))
+    return make(**file_keywords(config, context=context, **options))
+
 
 # A Reader returns the next bytes of a source (empty at its end), valid until the next call.
 # A Writer writes all of a view and does not keep it after returning.
@@ -380,30 +416,15 @@ async def encrypt_iter(
     """Encrypt an async iterable of plaintext chunks into the chunks of one gcmstream stream
     (header, records, FINAL). A partial record waits for more input; the last one goes out
     with FINAL when ``chunks`` ends."""
-    sealer: Sealer | TinkSealer
-    if tink is not None:
-        sealer = TinkSealer(
-            tink,
-            tink_associated_data(
-                context,
-                config=config,
-                key=key,
-                recipients=recipients,
-                passphrase=passphrase,
-                record_size=record_size,
-            ),
-        )
-    else:
-        sealer = Sealer(
-            **file_keywords(
-                config,
-                key=key,
-                recipients=recipients,
-                passphrase=passphrase,
-                context=context,
-                record_size=record_size,
-            )
-        )
+    sealer = sealer_for(
+        config,
+        tink,
+        context=context,
+        key=key,
+        recipients=recipients,
+        passphrase=passphrase,
+        record_size=record_size,
+    )
     read = _reader(chunks, CHUNK_SIZE, None)
     async for out in _sealed(read, sealer):
         yield bytes(out)
@@ -423,30 +444,15 @@ async def decrypt_iter(
     """Decrypt the chunks of one gcmstream stream, yielding each record's plaintext once it
     authenticated. Raises a ``ProtocolError`` (after yielding every good record before it)
     if the stream is tampered, truncated, for another key or context, or followed by data."""
-    opener: Opener | TinkOpener
-    if tink is not None:
-        opener = TinkOpener(
-            tink,
-            tink_associated_data(
-                context,
-                config=config,
-                key=key,
-                identities=identities,
-                passphrase=passphrase,
-                max_record_size=max_record_size,
-            ),
-        )
-    else:
-        opener = Opener(
-            **file_keywords(
-                config,
-                key=key,
-                identities=identities,
-                passphrase=passphrase,
-                context=context,
-                max_record_size=max_record_size,
-            )
-        )
+    opener = opener_for(
+        config,
+        tink,
+        context=context,
+        key=key,
+        identities=identities,
+        passphrase=passphrase,
+        max_record_size=max_record_size,
+    )
     read = _reader(chunks, CHUNK_SIZE, None)
     async for view in _opened(read, opener):
         if view:
@@ -468,30 +474,15 @@ async def encrypt_stream(
 ) -> None:
     """Encrypt everything ``source`` delivers until its end into ``sink`` as one stream.
     Neither is closed. ``progress`` is called with the size of each chunk read."""
-    sealer: Sealer | TinkSealer
-    if tink is not None:
-        sealer = TinkSealer(
-            tink,
-            tink_associated_data(
-                context,
-                config=config,
-                key=key,
-                recipients=recipients,
-                passphrase=passphrase,
-                record_size=record_size,
-            ),
-        )
-    else:
-        sealer = Sealer(
-            **file_keywords(
-                config,
-                key=key,
-                recipients=recipients,
-                passphrase=passphrase,
-                context=context,
-                record_size=record_size,
-            )
-        )
+    sealer = sealer_for(
+        config,
+        tink,
+        context=context,
+        key=key,
+        recipients=recipients,
+        passphrase=passphrase,
+        record_size=record_size,
+    )
     await _encrypt(_reader(source, CHUNK_SIZE, progress), _writer(sink), sealer)
 
 
@@ -511,30 +502,15 @@ async def decrypt_stream(
     """Decrypt the one stream ``source`` delivers into ``sink``, releasing only authenticated
     plaintext; on failure what authenticated before it is written, then the error is raised.
     Neither end is closed. ``progress`` is called with the size of each chunk read."""
-    opener: Opener | TinkOpener
-    if tink is not None:
-        opener = TinkOpener(
-            tink,
-            tink_associated_data(
-                context,
-                config=config,
-                key=key,
-                identities=identities,
-                passphrase=passphrase,
-                max_record_size=max_record_size,
-            ),
-        )
-    else:
-        opener = Opener(
-            **file_keywords(
-                config,
-                key=key,
-                identities=identities,
-                passphrase=passphrase,
-                context=context,
-                max_record_size=max_record_size,
-            )
-        )
+    opener = opener_for(
+        config,
+        tink,
+        context=context,
+        key=key,
+        identities=identities,
+        passphrase=passphrase,
+        max_record_size=max_record_size,
+    )
     await _decrypt(_reader(source, CHUNK_SIZE, progress), _writer(sink), opener, eager=True)
 
 
