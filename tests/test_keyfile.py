@@ -261,3 +261,12 @@ def test_discarding_a_temporary_file_that_is_gone_already_is_fine(tmp_path: Path
     finally:
         os.close(directory)
     assert not (tmp_path / "temp").exists()
+
+
+def test_a_tink_keyset_given_as_a_key_file_names_format_tink() -> None:
+    """A new user's slip: a Tink keyset where a gcmstream key file goes is named as such, with
+    the option that reads it, and no byte of it in the message."""
+    keyset = '{"primaryKeyId": 7, "key": [{"keyData": {"value": "c2VjcmV0IGtleSBtYXRlcmlhbA=="}}]}'
+    with pytest.raises(KeyFileError, match="Tink keyset.*--format tink") as raised:
+        parse_key(keyset)
+    assert "c2Vj" not in str(raised.value)

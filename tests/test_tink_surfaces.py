@@ -583,6 +583,34 @@ def test_the_cli_refuses_tampering_naming_the_file_and_leaves_no_output(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_wrong_keyset_or_context_exits_as_tampering_does(
+    victim: tuple[Any, TinkKeyset, bytes, bytes], tmp_path: Path
+) -> None:
+    """Tink's format commits to no key: segment 0 failing under every key of the keyset is a
+    wrong keyset, a wrong --context or an altered file, which no reader can tell apart, so the
+    command line says all three and exits 4 (gcmstream's own files: 3 for a wrong key, from
+    the header's commitment). README, "Tink's format"."""
+    _, keyset, _, ciphertext = victim
+    (tmp_path / "c.tink").write_bytes(ciphertext)
+    other = tink_handle(16, TinkHash.SHA256, 64)
+    for keyset_text, context in ((keyset_json(other), "ad"), (KEYSETS[id(keyset)], "another context")):
+        run = run_cli(
+            "decrypt",
+            "--format",
+            "tink",
+            "-k",
+            write_keyset(keyset_text, tmp_path),
+            "--context",
+            context,
+            "-o",
+            tmp_path / "out",
+            tmp_path / "c.tink",
+        )
+        assert run.status == EXIT_TAMPERED, run.stderr
+        assert "wrong keyset or --context, or tampered" in run.stderr, run.stderr
+        assert not (tmp_path / "out").exists()
+
+
 def test_the_cli_info_shows_the_parameters(tmp_path: Path) -> None:
     handle, keyset = keyset_for(32, TinkHash.SHA512, 4096)
     plaintext = random.Random(3).randbytes(4096 * 3)

@@ -47,6 +47,8 @@ def format_key(key: Buffer) -> str:
 
 def parse_key(text: str) -> bytes:
     """The key in key-file text. Raises KeyFileError, whose message never shows key material."""
+    if "primaryKeyId" in text and text.lstrip().startswith("{"):  # never shown: a keyset is secret
+        raise KeyFileError("this is a Tink keyset, not a gcmstream key file: add --format tink")
     lines = [line.strip() for line in text.splitlines()]
     lines = [line for line in lines if line and not line.startswith("#")]
     if len(lines) != 1:
