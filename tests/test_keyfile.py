@@ -267,6 +267,6 @@ def test_a_tink_keyset_given_as_a_key_file_names_format_tink() -> None:
     """A new user's slip: a Tink keyset where a gcmstream key file goes is named as such, with
     the option that reads it, and no byte of it in the message."""
     keyset = '{"primaryKeyId": 7, "key": [{"keyData": {"value": "c2VjcmV0IGtleSBtYXRlcmlhbA=="}}]}'
-    with pytest.raises(KeyFileError, match="Tink keyset.*--format tink") as raised:
+    with pytest.raises(KeyFileError, match=r"Tink keyset.*--format tink") as raised:
         parse_key(keyset)
     assert "c2Vj" not in str(raised.value)
