@@ -1,0 +1,161 @@
+"""The record layer (``gcmstream.records``) called directly: its paths' contracts where the
+Sealer and the Opener above it would hide a change (a fast path that silently stops being
+taken, a refusal that loses what it names). Written for the mutation run of 2026-12-04
+(docs/mutation-2026-12-04.md): each test names the behaviour a surviving mutant changed."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+
+import pytest
+
+from gcmstream import KeyLimits, LimitReachedError, MalformedRecordError, Sealer
+from gcmstream.format import FLAG_FINAL, FLAG_KEY_UPDATE, RECORD_HEADER_SIZE, TAG_SIZE, Suite, TrafficKeys
+from gcmstream.records import KeyChain, RecordLayer, records_per_generation
+
+from .helpers import KEY, wire_records
+
+SECRET = bytes(range(32))
+
+
+def twin_layers(record_size: int = 16, limits: KeyLimits | None = None) -> tuple[RecordLayer, RecordLayer]:
+    """A sealing and an opening layer of one direction (the same secret)."""
+    limits = limits or KeyLimits()
+    keys = TrafficKeys(SECRET, Suite.AES_128_GCM)
+    return RecordLayer(keys, limits, record_size), RecordLayer(keys, limits, record_size)
+
+
+def plaintext(size: int) -> bytes:
+    return hashlib.shake_256(b"record layer").digest(size)
+
+
+def seal(layer: RecordLayer, sizes: list[int], flags: list[int] | None = None) -> tuple[bytes, bytes]:
+    """(the wire records, the plaintext they carry) of ``sizes``, sealed with ``flags``."""
+    data = plaintext(sum(sizes))
+    out = bytearray(sum(sizes) + len(sizes) * (RECORD_HEADER_SIZE + TAG_SIZE))
+    end, _ = layer.seal_run(memoryview(out), 0, memoryview(data), 0, sizes, flags, False)
+    assert end == len(out)
+    return bytes(out), data
+
+
+def test_a_lone_plain_record_opens_as_bytes_up_to_the_byte_limit_and_no_further() -> None:
+    """``open_plain_bytes`` opens (not None) every plain record ``open_record`` would, the one
+    reaching ``hard_bytes`` exactly included, with its header as associated data, and refuses
+    (None, nothing moved) the one that would pass it."""
+    sealer, opener = twin_layers(16, KeyLimits(update_after_bytes=32, hard_bytes=32))
+    wire, data = seal(sealer, [16, 16, 16])
+    view = memoryview(wire)
+    length = 16 + TAG_SIZE
+    step = RECORD_HEADER_SIZE + length
+    assert opener.open_plain_bytes(0, length, view, 0) == data[:16]
+    assert opener.open_plain_bytes(0, length, view, step) == data[16:32]  # reaches 32 exactly
+    assert (opener.seq, opener.key_bytes) == (2, 32)
+    assert opener.open_plain_bytes(0, length, view, 2 * step) is None
+    assert (opener.seq, opener.key_bytes) == (2, 32)
+
+
+def test_a_run_opens_records_that_end_exactly_at_its_stop_and_fill_its_target() -> None:
+    """``open_run`` opens every whole record up to ``stop`` into a target of exactly their
+    size: the last one ends at ``stop``, fills the target and reaches the byte limit, and the
+    run opens it (records of the largest size, 16, included)."""
+    sealer, opener = twin_layers(16, KeyLimits(update_after_bytes=48, hard_bytes=48))
+    wire, data = seal(sealer, [16, 16, 16])
+    target = bytearray(48)
+    assert opener.open_run(memoryview(wire), 0, len(wire), memoryview(target), 0, 10) == (len(wire), 48, 3)
+    assert target == data
+    assert (opener.seq, opener.key_bytes) == (3, 48)
+
+
+@pytest.mark.parametrize(
+    ("limits", "which"),
+    [
+        (KeyLimits(update_after_records=2, hard_records=2), "record"),
+        (KeyLimits(update_after_bytes=32, hard_bytes=32), "byte"),
+    ],
+)
+def test_a_peer_past_a_hard_limit_is_refused_with_the_records_number(limits: KeyLimits, which: str) -> None:
+    """The third record under one key passes the record limit of 2 (or the byte limit of 32):
+    refused before decrypting, the error naming record 2 and the limit."""
+    sealer, opener = twin_layers(16, limits)
+    wire, _ = seal(sealer, [16, 16, 16])
+    view = memoryview(wire)
+    out = bytearray(16)
+    step = RECORD_HEADER_SIZE + 16 + TAG_SIZE
+    for number in range(2):
+        header, body = view[number * step : number * step + 5], view[number * step + 5 : (number + 1) * step]
+        opener.open_record(0, 16, header, body, memoryview(out), False)
+    header, body = view[2 * step : 2 * step + 5], view[2 * step + 5 :]
+    message = f"^record 2: the peer passed the per-key {which} limit$"
+    with pytest.raises(MalformedRecordError, match=message) as caught:
+        opener.open_record(0, 16, header, body, memoryview(out), False)
+    assert caught.value.record_number == 2
+    assert opener.seq == 2
+
+
+def test_no_record_is_planned_at_a_position_at_the_hard_record_limit() -> None:
+    """A layer whose last slot under a key went to a FINAL record is at ``hard_records``:
+    planning any further record there, even one that would carry KEY_UPDATE, is refused
+    (its nonce would be the one past the limit)."""
+    layer, _ = twin_layers(16, KeyLimits(update_after_records=2, hard_records=2))
+    flags = layer.plan_flags([16, 16], final=True, update_requested=False, auto_update=True)
+    assert flags == [0, FLAG_FINAL]
+    seal(layer, [16, 16], flags)
+    assert layer.seq == 2
+    for update_requested in (False, True):
+        with pytest.raises(LimitReachedError):
+            layer.plan_flags([1], final=False, update_requested=update_requested, auto_update=True)
+
+
+@pytest.mark.parametrize(
+    ("record_size", "limits"),
+    [
+        (16, KeyLimits(update_after_records=1)),  # every record carries KEY_UPDATE
+        (1000, KeyLimits(update_after_bytes=2500)),  # ceil(2500 / 1000) = 3
+        (16, KeyLimits(update_after_bytes=100, hard_bytes=100)),  # floor(100 / 16) = 6
+        (16, KeyLimits(update_after_bytes=40, hard_bytes=40)),  # floor(40 / 16) = 2, not 2.5
+        (10, KeyLimits(update_after_records=4, hard_records=4)),
+    ],
+)
+def test_records_per_generation_counts_what_the_sealer_does(record_size: int, limits: KeyLimits) -> None:
+    """The count the file layout field promises (FORMAT.md 4.3) is the count of full records
+    the Sealer puts under each key: KEY_UPDATE on every N-th record."""
+    sealer = Sealer(KEY, record_size=record_size, limits=limits)
+    found = wire_records(bytes(sealer.seal(bytes(13 * record_size), final=True)))
+    updates = [index for index, (flags, _) in enumerate(found) if flags & FLAG_KEY_UPDATE]
+    per_generation = updates[0] + 1
+    assert updates == list(range(per_generation - 1, len(found) - 1, per_generation))
+    count = records_per_generation(record_size, limits)
+    assert type(count) is int
+    assert count == per_generation
+
+
+def generations(first: TrafficKeys, count: int) -> Iterator[TrafficKeys]:
+    keys = first
+    for _ in range(count):
+        yield keys
+        keys = keys.next()
+
+
+def test_a_key_chain_reads_any_generation_within_one_checkpoint_of_derivations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """KeyChain's promise: after walking far, a read of an earlier generation starts from the
+    nearest checkpoint below it, so it costs at most ``CHECKPOINT`` derivations."""
+    first = TrafficKeys(SECRET, Suite.AES_128_GCM)
+    expected = {keys.generation: keys.secret for keys in generations(first, 3001)}
+    derivations = 0
+    real_next = TrafficKeys.next
+
+    def counting_next(self: TrafficKeys) -> TrafficKeys:
+        nonlocal derivations
+        derivations += 1
+        return real_next(self)
+
+    monkeypatch.setattr(TrafficKeys, "next", counting_next)
+    chain = KeyChain(first)
+    assert chain(3000).secret == expected[3000]
+    for generation in (2100, 1500, 1030, 2999, 7):
+        derivations = 0
+        assert chain(generation).secret == expected[generation]
+        assert derivations <= KeyChain.CHECKPOINT, generation
