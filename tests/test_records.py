@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gcmstream import KeyLimits, LimitReachedError, MalformedRecordError, Sealer
+from gcmstream import AuthenticationError, KeyLimits, LimitReachedError, MalformedRecordError, Sealer
 from gcmstream.format import FLAG_FINAL, FLAG_KEY_UPDATE, RECORD_HEADER_SIZE, TAG_SIZE, Suite, TrafficKeys
 from gcmstream.records import KeyChain, RecordLayer, records_per_generation
 
@@ -42,12 +42,16 @@ def seal(layer: RecordLayer, sizes: list[int], flags: list[int] | None = None) -
 def test_a_lone_plain_record_opens_as_bytes_up_to_the_byte_limit_and_no_further() -> None:
     """``open_plain_bytes`` opens (not None) every plain record ``open_record`` would, the one
     reaching ``hard_bytes`` exactly included, with its header as associated data, and refuses
-    (None, nothing moved) the one that would pass it."""
+    (None, nothing moved) the one that would pass it, and one whose tag fails."""
     sealer, opener = twin_layers(16, KeyLimits(update_after_bytes=32, hard_bytes=32))
     wire, data = seal(sealer, [16, 16, 16])
     view = memoryview(wire)
     length = 16 + TAG_SIZE
     step = RECORD_HEADER_SIZE + length
+    flipped = bytearray(wire[:step])
+    flipped[-1] ^= 1  # a failed tag: None (open_record reports it), not InvalidTag
+    assert opener.open_plain_bytes(0, length, memoryview(flipped), 0) is None
+    assert (opener.seq, opener.key_bytes) == (0, 0)
     assert opener.open_plain_bytes(0, length, view, 0) == data[:16]
     assert opener.open_plain_bytes(0, length, view, step) == data[16:32]  # reaches 32 exactly
     assert (opener.seq, opener.key_bytes) == (2, 32)
@@ -159,3 +163,75 @@ def test_a_key_chain_reads_any_generation_within_one_checkpoint_of_derivations(
         derivations = 0
         assert chain(generation).secret == expected[generation]
         assert derivations <= KeyChain.CHECKPOINT, generation
+
+
+def open_one(layer: RecordLayer, wire: bytes, size: int, out: bytearray) -> bool:
+    """``open_record`` of the one record ``wire`` (its flags read from its header)."""
+    view = memoryview(wire)
+    header, body = view[:RECORD_HEADER_SIZE], view[RECORD_HEADER_SIZE:]
+    return layer.open_record(header[0], size, header, body, memoryview(out), False)
+
+
+def test_a_record_that_fails_its_tag_leaves_zeros_not_its_plaintext() -> None:
+    """The tag fails (one ciphertext bit flipped): AuthenticationError naming the record, the
+    output wiped (AES-GCM decrypts into it before the tag is checked), the position kept."""
+    sealer, opener = twin_layers()
+    wire, data = seal(sealer, [16])
+    flipped = bytearray(wire)
+    flipped[RECORD_HEADER_SIZE] ^= 1
+    out = bytearray(b"\xaa" * 16)
+    with pytest.raises(AuthenticationError) as caught:
+        open_one(opener, bytes(flipped), 16, out)
+    assert caught.value.record_number == 0
+    assert out == bytes(16)
+    assert opener.seq == 0
+    assert not open_one(opener, wire, 16, out)  # the genuine record still opens in its place
+    assert out == data
+
+
+@pytest.mark.parametrize("flags", [0x04, FLAG_FINAL | FLAG_KEY_UPDATE])
+def test_an_authentic_record_with_broken_flags_is_refused_and_wiped(flags: int) -> None:
+    """A record that authenticates but carries an unknown flag, or FINAL and KEY_UPDATE
+    together (R3), is refused with its plaintext wiped: nothing of it is released."""
+    sealer, opener = twin_layers()
+    wire, _ = seal(sealer, [16], [flags])
+    out = bytearray(16)
+    with pytest.raises(MalformedRecordError, match="record 0 has"):
+        open_one(opener, wire, 16, out)
+    assert out == bytes(16)
+
+
+def test_a_run_stops_at_a_record_that_fails_and_wipes_its_output() -> None:
+    """``open_run`` opens the good records before a tampered one, wipes what it decrypted of
+    that one and leaves it to ``open_record``, which reports it."""
+    sealer, opener = twin_layers()
+    wire, data = seal(sealer, [16, 16])
+    flipped = bytearray(wire)
+    flipped[-1] ^= 1
+    target = bytearray(b"\xaa" * 32)
+    step = RECORD_HEADER_SIZE + 16 + TAG_SIZE
+    assert opener.open_run(memoryview(flipped), 0, len(flipped), memoryview(target), 0, 10) == (step, 16, 1)
+    assert target == data[:16] + bytes(16)
+
+
+@pytest.mark.parametrize("change", ["header", "body"])
+def test_a_record_at_a_known_place_opens_only_as_that_place_requires(change: str) -> None:
+    """``KeyChain.open_at``: a record opens at its place; with its stored header relabelled
+    (FINAL set) or its ciphertext altered it fails as AuthenticationError naming the record,
+    with the output wiped."""
+    sealer, _ = twin_layers()
+    wire, data = seal(sealer, [16, 16])
+    second = bytearray(wire[RECORD_HEADER_SIZE + 16 + TAG_SIZE :])
+    chain = KeyChain(TrafficKeys(SECRET, Suite.AES_128_GCM))
+    out = bytearray(16)
+    chain.open_at(0, 1, 0, memoryview(second), memoryview(out), 1)
+    assert out == data[16:]
+    if change == "header":
+        second[0] = FLAG_FINAL
+    else:
+        second[-1] ^= 1
+    out[:] = b"\xaa" * 16
+    with pytest.raises(AuthenticationError) as caught:
+        chain.open_at(0, 1, 0, memoryview(second), memoryview(out), 1)
+    assert caught.value.record_number == 1
+    assert out == bytes(16)

@@ -195,6 +195,23 @@ def test_explicit_key_update(way: str, how: str) -> None:
     check_valid(wire, b"beforebetweenafter the second update", way, how)
 
 
+def test_a_key_update_request_waits_through_calls_that_seal_no_record() -> None:
+    """update_key() marks the next record, even when the calls after it only add to the
+    pending record (a seal that makes no record must not drop the request: mutation run of
+    2026-12-04, ``records.RecordLayer.seal_run``'s ``updated = True``)."""
+    sealer = Sealer(KEY, record_size=10)
+    out = bytearray(sealer.seal(b"ab"))
+    sealer.update_key()
+    out += sealer.seal(b"cd")  # pending: no record yet
+    out += sealer.seal(b"")
+    assert wire_records(bytes(out)) == []
+    out += sealer.flush()
+    assert sealer.key_generation == 1
+    out += sealer.close()
+    assert wire_records(bytes(out)) == [(FLAG_KEY_UPDATE, 4), (FLAG_FINAL, 0)]
+    check_valid(bytes(out), b"abcd", WAYS[0], FEEDS[0])
+
+
 @pytest.mark.parametrize(
     "limits",
     [
