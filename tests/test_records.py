@@ -235,3 +235,18 @@ def test_a_record_at_a_known_place_opens_only_as_that_place_requires(change: str
         chain.open_at(0, 1, 0, memoryview(second), memoryview(out), 1)
     assert caught.value.record_number == 1
     assert out == bytes(16)
+
+
+def test_only_key_update_moves_to_the_next_key_final_counts_one_record() -> None:
+    """A FINAL record moves the position by one under the same key; a KEY_UPDATE record is
+    the old key's last, and the records after it count from 0 under the next generation."""
+    sealer, opener = twin_layers()
+    wire, data = seal(sealer, [16, 16], [FLAG_KEY_UPDATE, FLAG_FINAL])
+    assert (sealer.keys.generation, sealer.seq, sealer.records) == (1, 1, 2)
+    step = RECORD_HEADER_SIZE + 16 + TAG_SIZE
+    out = bytearray(16)
+    assert not open_one(opener, wire[:step], 16, out)
+    assert (opener.keys.generation, opener.seq, opener.records) == (1, 0, 1)
+    assert open_one(opener, wire[step:], 16, out)  # FINAL
+    assert out == data[16:]
+    assert (opener.keys.generation, opener.seq, opener.records, opener.total_bytes) == (1, 1, 2, 32)
