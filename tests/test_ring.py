@@ -534,3 +534,49 @@ def test_growth_moves_stored_records_in_order() -> None:
     assert ring.head == 0 or ring.capacity == 64
     assert bytes(ring.view[ring.head : ring.head + ring.stored]) == stream[len(records[0]) :]
     assert ring.complete == 4
+
+
+def test_a_ring_that_released_its_memory_reserves_a_small_record_in_start_bytes() -> None:
+    """A ring with no memory (released after a message) reserving a record of up to half its
+    ``start`` takes ``start`` bytes, as the first bytes of a message would; a larger one grows
+    it. The record is whole at 0 and pops like a received one. (Mutation run of 2026-12-04:
+    ``reserve``'s ``not self.capacity``, ``2 *`` and ``<=`` changed, ``_allocate(None)``.)"""
+    for wire_length, capacity in [(128, 256), (129, 4 * 129 + RECORD_HEADER_SIZE)]:
+        ring = RecordRing(1000, None, 256)
+        assert ring.capacity == 0
+        assert ring.reserve(wire_length) == 0
+        assert ring.capacity == capacity
+        assert (ring.head, ring.frontier, ring.tail, ring.complete, ring.stored) == (
+            0,
+            wire_length,
+            wire_length,
+            1,
+            wire_length,
+        )
+        ring.pop(wire_length)
+        assert ring.stored == 0
+
+
+def test_a_reserve_of_exactly_the_capacity_keeps_the_memory() -> None:
+    """A record as large as the ring's present memory fits in it: no new buffer."""
+    ring = RecordRing(1000, None, 256)
+    assert len(ring.writable()) > 0  # takes ``start`` bytes; nothing committed
+    buffer = ring.buf
+    assert ring.reserve(256) == 0
+    assert ring.buf is buffer
+    assert ring.capacity == 256
+
+
+def test_can_take_promises_growth_to_exactly_the_limit() -> None:
+    """A ring below its limit whose complete records plus the frontier record need exactly
+    the limit: writable() grows to the limit and offers space, and can_take() says so
+    beforehand (``<=``, not ``<``: mutation run of 2026-12-04)."""
+    ring = RecordRing(100, 200, 180)
+    data = RECORD_HEADER.pack(0, 74) + bytes(74) + RECORD_HEADER.pack(0, 116)  # 79 bytes + a header
+    view = ring.writable()
+    view[: len(data)] = data
+    ring.commit(len(data))
+    assert (ring.capacity, ring.complete, ring.frontier_len) == (180, 1, 121)  # 79 + 121 = 200
+    assert ring.can_take()
+    assert len(ring.writable()) > 0
+    assert ring.capacity == ring.limit
