@@ -16,6 +16,7 @@ import pytest
 from gcmstream import (
     KeyLimits,
     LimitReachedError,
+    NotReadyError,
     Opener,
     ProtocolError,
     Sealer,
@@ -28,6 +29,7 @@ from gcmstream.format import (
     HEADER_SIZE,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
+    Role,
 )
 
 from .helpers import (
@@ -518,3 +520,28 @@ def test_counts_add_up_across_key_generations() -> None:
     assert reader.read() == bytes(range(size))
     assert reader.read() == b""
     assert (reader.records_opened, reader.bytes_opened) == (len(found), size)
+
+
+def test_each_misuse_of_a_sealer_is_refused_with_its_error() -> None:
+    """The Sealer's refusals, each by its class and words (hand-made removals of the
+    mutation run of 2026-12-04: each ``raise`` turned into a bare expression went unnoticed
+    by this file): not exactly one keying, recipients on a channel, sealing before the
+    handshake, keying twice, taking the header twice."""
+    with pytest.raises(TypeError, match="exactly one of key, recipients or passphrase"):
+        Sealer()
+    with pytest.raises(TypeError, match="exactly one of key, recipients or passphrase"):
+        Sealer(KEY, passphrase="both")
+    with pytest.raises(ValueError, match="recipients and passphrases are for one-way streams"):
+        Sealer(passphrase="channel", work_factor=10, _role=Role.INITIATOR)
+    channel_end = Sealer(KEY, _role=Role.INITIATOR)
+    assert not channel_end.ready
+    with pytest.raises(NotReadyError, match="before the channel handshake is complete"):
+        channel_end.seal(b"early")
+    channel_end.install_secret(bytes(32))
+    assert channel_end.ready
+    with pytest.raises(UsageError, match="already keyed"):
+        channel_end.install_secret(bytes(32))
+    one_way = Sealer(KEY)
+    assert one_way.take_header() == one_way.header
+    with pytest.raises(StreamClosedError, match="the stream header was already taken"):
+        one_way.take_header()
