@@ -22,6 +22,7 @@ from gcmstream import (
     TruncatedStreamError,
     UnknownFieldError,
     UnknownKeyError,
+    UnsupportedBufferError,
     UnsupportedFormatError,
 )
 from gcmstream.format import (
@@ -611,3 +612,53 @@ def test_the_commitment_is_compared_in_constant_time(monkeypatch: pytest.MonkeyP
         verify_header(KEY128, parse_header(raw), b"another context")
     assert [ours == carried for ours, carried in spy.calls] == [True, False]
     assert all(carried == raw[-COMMITMENT_SIZE:] for _, carried in spy.calls)
+
+
+def test_byte_view_refuses_what_it_cannot_use_and_casts_the_rest() -> None:
+    """``byte_view``: a non-contiguous buffer, or a read-only one where plaintext must be
+    written, is refused with UnsupportedBufferError (hand-made removals of the mutation run of
+    2026-12-04: either raise removed went unnoticed by this file); other formats are cast."""
+    with pytest.raises(UnsupportedBufferError, match="not contiguous"):
+        gcmstream.format.byte_view(memoryview(bytes(8))[::2])
+    with pytest.raises(UnsupportedBufferError, match="read-only"):
+        gcmstream.format.byte_view(bytes(8), writable=True)
+    words = memoryview(bytearray(8)).cast("I")
+    view = gcmstream.format.byte_view(words, writable=True)
+    assert (view.format, view.ndim, len(view), view.readonly) == ("B", 1, 8, False)
+
+
+def test_identities_are_one_to_255_bytes_of_str_or_bytes() -> None:
+    """``check_identity`` (local_id, peer_id, key names): str as UTF-8 or bytes, 1 to 255 bytes;
+    anything else refused, naming the parameter."""
+    check_identity = gcmstream.format.check_identity
+    assert check_identity("é", "local_id") == "é".encode()
+    assert check_identity(b"x" * 255, "local_id") == b"x" * 255
+    with pytest.raises(TypeError, match=r"^peer_id must be str or bytes, got int$"):
+        check_identity(7, "peer_id")  # type: ignore[arg-type]
+    for size in (0, 256):
+        with pytest.raises(ValueError, match=rf"^local_id must be 1 to 255 bytes, got {size}$"):
+            check_identity(b"x" * size, "local_id")
+
+
+def test_one_key_cannot_have_two_names_in_a_key_ring() -> None:
+    with pytest.raises(ValueError, match="one key cannot have two names"):
+        KeyRing({"alice": [KEY128], "bob": [KEY256, KEY128]})
+    assert len(KeyRing({"alice": [KEY128, KEY128], "bob": [KEY256]})) == 2  # one key, one name, twice
+
+
+def test_a_header_naming_a_held_key_under_another_suite_is_refused_by_h11() -> None:
+    """``find_key``: the key ID names a key held here, but the header's suite is not that
+    key's (only a writer lying about its key's size does this): KeyCommitmentError, rule H11."""
+    header, _ = make_header(KEY128, Role.ONE_WAY, 1024, b"", SALT)
+    lying = bytearray(header)
+    lying[OFF_SUITE] = Suite.AES_256_GCM
+    start = gcmstream.format.parse_header_start(bytes(lying))
+    with pytest.raises(
+        KeyCommitmentError, match="stream uses AES_256_GCM but its key is for AES_128_GCM"
+    ) as caught:
+        gcmstream.format.find_key(KeyRing([KEY128]), start)
+    assert caught.value.rule == "H11"
+    assert (
+        gcmstream.format.find_key(KeyRing([KEY256, KEY128]), gcmstream.format.parse_header_start(header))
+        == KEY128
+    )
