@@ -581,3 +581,60 @@ def test_can_take_promises_growth_to_exactly_the_limit() -> None:
     assert ring.can_take()
     assert len(ring.writable()) > 0
     assert ring.capacity == ring.limit
+
+
+def put_all(ring: RecordRing, data: bytes) -> None:
+    """Write all of ``data`` through as many ``writable()`` views as it takes."""
+    sent = 0
+    for _ in range(len(data) + 1):
+        if sent == len(data):
+            return
+        view = ring.writable()
+        count = min(len(view), len(data) - sent)
+        assert count, "the ring offered nothing"
+        view[:count] = data[sent : sent + count]
+        ring.commit(count)
+        sent += count
+
+
+def test_a_wrapped_ring_grows_with_its_records_in_order() -> None:
+    """A ring below its limit whose frontier record moved to 0 (wrapped: the top segment, then
+    the bottom one) and then fills past half grows: both segments are copied to 0 in stream
+    order, and the records pop whole. (Mutation run of 2026-12-04: every change to _grow's
+    wrapped branch went unnoticed; no test reached it.)"""
+    ring = RecordRing(1000, None, 256)
+    small = [wire_record(index, 35) for index in range(6)]  # 40 bytes each
+    put_all(ring, small[0])
+    for record in small[1:]:  # the frontier climbs while one record stays stored
+        put_all(ring, record)
+        ring.pop(len(record))
+    big = wire_record(99, 95)  # 100 bytes: past the end of the memory, so it moves to 0
+    put_all(ring, big[:RECORD_HEADER_SIZE])
+    put_all(ring, big[RECORD_HEADER_SIZE:])
+    assert ring.wrap >= 0 and ring.capacity == 256
+    assert ring.writable()  # more than half stored: it grows
+    assert ring.capacity > 256
+    assert (ring.head, ring.wrap, ring.frontier, ring.tail, ring.complete) == (0, -1, 140, 140, 2)
+    assert ring.view[:140] == small[-1] + big
+    ring.pop(len(small[-1]))
+    assert ring.view[ring.head : ring.head + len(big)] == big
+
+
+def test_growth_takes_four_times_its_memory_until_an_eighth_of_the_limit() -> None:
+    """Growth is 4x (and room for 4 records of the frontier record's size and the next
+    header at least); past ``limit / 8`` it is the whole limit. At exactly ``limit / 8`` it
+    is still 4x (the boundary of the mutation run of 2026-12-04)."""
+    ring = RecordRing(1000, 8192, 256)
+    fill = [wire_record(index, 35) for index in range(4)]  # 160 bytes, no pop: a burst
+    put_all(ring, b"".join(fill[:3]))
+    put_all(ring, fill[3])
+    assert ring.writable()
+    assert ring.capacity == 1024 == ring.limit // 8
+    put_all(ring, b"".join(wire_record(index, 35) for index in range(12)))  # 640 bytes: past half
+    assert ring.writable()
+    assert ring.capacity == ring.limit
+    large = RecordRing(1000, None, 256)
+    header = wire_record(7, 1016)  # the largest record: 1,021 bytes
+    put_all(large, header[:251])
+    assert large.writable()  # grows for it
+    assert large.capacity >= 4 * len(header) + RECORD_HEADER_SIZE
