@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from gcmstream import (
     ProtocolError,
     Sealer,
     StreamClosedError,
+    UnsupportedBufferError,
     UsageError,
 )
 from gcmstream.format import (
@@ -38,6 +40,7 @@ from .helpers import (
     WAYS,
     check_valid,
     drain,
+    read_all,
     records,
     refuses_untouched,
     seal_stream,
@@ -536,11 +539,90 @@ def test_each_misuse_of_a_sealer_is_refused_with_its_error() -> None:
     channel_end = Sealer(KEY, _role=Role.INITIATOR)
     with pytest.raises(NotReadyError, match="before the channel handshake is complete"):
         channel_end.seal(b"early")
+    with pytest.raises(NotReadyError, match="before the channel handshake is complete"):
+        channel_end.seal(b"early", flush=True)  # the one-record path refuses the same way
     channel_end.install_secret(bytes(32))
     assert channel_end.ready
-    with pytest.raises(UsageError, match="already keyed"):
+    with pytest.raises(UsageError, match=r"^this sealer is already keyed$"):
         channel_end.install_secret(bytes(32))
     one_way = Sealer(KEY)
     assert one_way.take_header() == one_way.header
-    with pytest.raises(StreamClosedError, match="the stream header was already taken"):
+    with pytest.raises(StreamClosedError, match=r"^the stream header was already taken$"):
         one_way.take_header()
+    one_way.close()
+    with pytest.raises(StreamClosedError, match=r"^cannot seal: the FINAL record was already sealed$"):
+        one_way.seal(b"late")
+    with pytest.raises(StreamClosedError, match=r"^cannot flush: the FINAL record was already sealed$"):
+        one_way.flush()
+
+
+def sealer_past_its_header(**options: Any) -> tuple[Sealer, bytearray]:
+    """A Sealer whose header was taken: its next ``seal(data, flush=True)`` of one record may
+    take the one-record path (``_seal_single``)."""
+    sealer = Sealer(KEY, **options)
+    return sealer, bytearray(sealer.take_header())
+
+
+def opened_plaintext(wire: bytes) -> bytes:
+    return read_all(Opener(KEY), wire)
+
+
+def test_the_one_record_path_keeps_every_rule_of_the_general_one() -> None:
+    """``seal(data, flush=True)`` of one record (the message path) keeps what the general
+    path guarantees: a pending record goes first, ``final`` makes it FINAL, a requested key
+    update rides on it, a record of nearly ``record_size`` bytes fits its output, and the view
+    dies at the next call. (Mutation run of 2026-12-04: each went unnoticed.)"""
+    sealer, wire = sealer_past_its_header(record_size=1024)
+    wire += sealer.seal(b"ab")
+    wire += sealer.seal(b"cd", flush=True)  # pending "ab" first
+    sealer.update_key()
+    wire += sealer.seal(b"ef", flush=True)
+    assert sealer.key_generation == 1
+    message = bytes(range(256)) * 4  # 1,024 bytes: a full record
+    first = sealer.seal(message[:1000], flush=True)
+    kept = bytes(first)
+    wire += kept
+    wire += sealer.seal(b"gh", flush=True)
+    with pytest.raises(ValueError, match="released"):
+        bytes(first)
+    wire += sealer.seal(b"ij", flush=True, final=True)
+    assert sealer.closed
+    found = wire_records(bytes(wire))
+    assert [flags for flags, _ in found] == [0, FLAG_KEY_UPDATE, 0, 0, FLAG_FINAL]
+    assert opened_plaintext(bytes(wire)) == b"abcdef" + message[:1000] + b"ghij"
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        memoryview(bytearray(range(12))).cast("I"),
+        memoryview(bytearray(range(12))).cast("H"),
+        memoryview(bytearray(range(12))).cast("B", (3, 4)),
+    ],
+    ids=["uint32", "uint16", "2-d"],
+)
+def test_a_view_of_other_items_is_sealed_as_its_bytes(view: memoryview) -> None:
+    """A view whose items are not single bytes, or that has two dimensions, is sealed as all
+    its bytes (``len()`` would count items or rows)."""
+    sealer, wire = sealer_past_its_header(record_size=64)
+    wire += sealer.seal(view, flush=True)
+    wire += sealer.close()
+    assert opened_plaintext(bytes(wire)) == bytes(range(12))
+
+
+def test_a_non_contiguous_view_is_refused_on_the_one_record_path_too() -> None:
+    sealer, _ = sealer_past_its_header(record_size=64)
+    with pytest.raises(UnsupportedBufferError, match="not contiguous"):
+        sealer.seal(memoryview(bytes(8))[::2], flush=True)
+
+
+def test_outputs_in_fresh_memory_stay_valid_and_unchanged() -> None:
+    """With ``reuse_output=False`` each output is the caller's to keep: later calls neither
+    release nor overwrite it (a transport may still hold it)."""
+    sealer = Sealer(KEY, record_size=16, reuse_output=False)
+    outputs = [sealer.seal(b"a" * 10, flush=True), sealer.seal(b"b" * 40), sealer.flush()]
+    kept = [bytes(output) for output in outputs]
+    outputs.append(sealer.seal(b"c" * 5, flush=True))
+    outputs.append(sealer.close())
+    assert [bytes(output) for output in outputs[:3]] == kept
+    assert opened_plaintext(b"".join(bytes(output) for output in outputs)) == b"a" * 10 + b"b" * 40 + b"c" * 5
