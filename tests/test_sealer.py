@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from gcmstream import (
+    ConcurrencyError,
     KeyLimits,
     LimitReachedError,
     NotReadyError,
@@ -537,6 +538,7 @@ def test_each_misuse_of_a_sealer_is_refused_with_its_error() -> None:
     with pytest.raises(ValueError, match=r"^recipients and passphrases are for one-way streams$"):
         Sealer(passphrase="channel", work_factor=10, _role=Role.INITIATOR)
     channel_end = Sealer(KEY, _role=Role.INITIATOR)
+    assert channel_end.header == b""  # a channel's headers are the Channel's to send
     with pytest.raises(NotReadyError, match=r"^cannot seal before the channel handshake is complete$"):
         channel_end.seal(b"early")
     with pytest.raises(NotReadyError, match="before the channel handshake is complete"):
@@ -546,6 +548,10 @@ def test_each_misuse_of_a_sealer_is_refused_with_its_error() -> None:
     with pytest.raises(UsageError, match=r"^this sealer is already keyed$"):
         channel_end.install_secret(bytes(32))
     one_way = Sealer(KEY)
+    assert one_way.closed is False
+    busy = pytest.raises(ConcurrencyError, match=r"^this Sealer is in use by another thread: ")
+    with one_way._turn, busy:  # another thread's call is under way
+        one_way.seal(b"x")
     assert one_way.take_header() == one_way.header
     with pytest.raises(StreamClosedError, match=r"^the stream header was already taken$"):
         one_way.take_header()
