@@ -638,3 +638,44 @@ def test_growth_takes_four_times_its_memory_until_an_eighth_of_the_limit() -> No
     put_all(large, header[:251])
     assert large.writable()  # grows for it
     assert large.capacity >= 4 * len(header) + RECORD_HEADER_SIZE
+
+
+def burst(ring: RecordRing, sizes: list[int]) -> None:
+    """A burst: records of ``sizes`` wire bytes written, then all of them read and popped."""
+    records = [wire_record(index, size - RECORD_HEADER_SIZE) for index, size in enumerate(sizes)]
+    put_all(ring, b"".join(records))
+    for record in records:
+        ring.pop(len(record))
+
+
+def test_a_burst_of_half_the_memory_neither_grows_it_nor_keeps_it() -> None:
+    """A burst that fits in half of C never grows the ring, and one of at most ``start / 2``
+    releases its memory when read (the boundaries of the mutation run of 2026-12-04)."""
+    ring = RecordRing(1000, None, 256)
+    records = [wire_record(index, size - RECORD_HEADER_SIZE) for index, size in enumerate([40, 40, 48])]
+    put_all(ring, b"".join(records))  # 128 bytes: half of 256
+    assert ring.writable()
+    assert ring.capacity == 256
+    for record in records:
+        ring.pop(len(record))
+    assert (ring.capacity, ring.recent) == (0, 128)
+
+
+def test_a_grown_ring_shrinks_as_its_recent_bursts_halve() -> None:
+    """After a large burst, ``recent`` halves at each smaller burst; the ring keeps its memory
+    until ``recent`` is at most C / 32, then shrinks to 4 x ``recent`` (mutation run of
+    2026-12-04: a faster decay, ``<`` at C / 32 and the shrink size at 3 x start)."""
+    ring = RecordRing(1000, 32768, 256)
+    burst(ring, [40] * 500)  # 20,000 bytes: grows to the limit
+    assert (ring.capacity, ring.recent) == (32768, 20000)
+    small = [40] * 25 + [24]  # 1,024 bytes = C / 32
+    for recent in (10000, 5000, 2500, 1250):
+        burst(ring, small)
+        assert (ring.capacity, ring.recent) == (32768, recent)
+    burst(ring, small)
+    assert (ring.capacity, ring.recent) == (4 * 1024, 1024)
+    ring = RecordRing(1000, 8192, 256)
+    burst(ring, [40] * 75)  # 3,000 bytes: grows to the limit
+    for _ in range(4):  # recent 1500, 750, 375, 187: 32 x 187 <= 8192
+        burst(ring, [40])
+    assert (ring.capacity, ring.recent) == (4 * 187, 187)  # 748: above 2 x start, below 3 x start
