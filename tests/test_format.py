@@ -15,7 +15,9 @@ from gcmstream import (
     GcmStreamError,
     KeyCommitmentError,
     KeyRing,
+    MalformedHeaderError,
     Opener,
+    RecordTooLargeError,
     Role,
     Sealer,
     StreamBrokenError,
@@ -662,3 +664,74 @@ def test_a_header_naming_a_held_key_under_another_suite_is_refused_by_h11() -> N
         gcmstream.format.find_key(KeyRing([KEY256, KEY128]), gcmstream.format.parse_header_start(header))
         == KEY128
     )
+
+
+def test_each_refusal_of_the_format_module_says_exactly_what_was_wrong() -> None:
+    """The whole message (and rule) of each refusal the format tests had matched only in part
+    or not at all (mutation run of 2026-12-04: "XX" around them, their case changed, or None)."""
+    fmt = gcmstream.format
+    with pytest.raises(ValueError, match=r"^key update limits must be at least 1$"):
+        KeyLimits(update_after_records=0)
+    with pytest.raises(ValueError, match=r"^key update limits must not exceed the hard limits$"):
+        KeyLimits(update_after_records=5, hard_records=4)
+    bound = r"\(the AES-GCM confidentiality bound of draft-irtf-cfrg-aead-limits\)$"
+    with pytest.raises(ValueError, match=bound):
+        KeyLimits(hard_records=MAX_HARD_RECORDS + 1)
+    with pytest.raises(ValueError, match=r"^one key cannot have two names in a KeyRing$"):
+        KeyRing({"alice": [KEY128], "bob": [KEY128]})
+    with pytest.raises(ValueError, match=r"^a KeyRing needs at least one key$"):
+        KeyRing([])
+    with pytest.raises(ValueError, match=r"^a key's name must be 1 to 255 bytes, got 0$"):
+        KeyRing({"": KEY128})
+    fault = fmt.record_size_fault(70000, 65536)
+    assert isinstance(fault, RecordTooLargeError)
+    assert (fault.rule, fault.size, fault.limit) == ("H8", 70000, 65536)
+    assert str(fault) == "announced record size of 70000 bytes exceeds the limit of 65536 bytes"
+    header, _ = make_header(KEY128, Role.ONE_WAY, 1024, b"context", SALT)
+    with pytest.raises(KeyCommitmentError) as caught:
+        fmt.verify_commitment(KEY128, header, b"another context")
+    assert caught.value.rule == "H12"
+    assert str(caught.value) == (
+        "stream header does not match this key and context (wrong key, wrong context, or an altered header)"
+    )
+    for fields, message in [
+        (b"\x00\x01\x00", "header fields end inside a field header"),
+        (b"\x00\x01\x00\x05ab", "header field 0x0001 runs past the end of the fields"),
+        (b"\x00\x02\x00\x00\x00\x01\x00\x00", "header field 0x0001 is out of order or repeated"),
+    ]:
+        with pytest.raises(MalformedHeaderError) as refused:
+            fmt.parse_fields(fields)
+        assert (refused.value.rule, str(refused.value)) == ("H13", message)
+
+
+def test_key_ring_names_and_repr_as_given() -> None:
+    """``name()`` gives a key's name as it was given (str stays str, bytes stay bytes), the
+    repr shows each name (bytes that are not UTF-8 replaced) and each key ID's first 8 hex
+    digits, never a key."""
+    other = bytes(range(16, 32))
+    ring = KeyRing({"alice": KEY128})
+    assert ring.name(key_id(KEY128)) == "alice"
+    assert ring.name(key_id(other)) is None
+    assert ring.identity(key_id(KEY128)) == b"alice"
+    assert repr(ring) == f"<KeyRing alice={key_id(KEY128).hex()[:8]}>"
+    raw = KeyRing({b"\xffbob": [KEY256]})
+    assert raw.name(key_id(KEY256)) == b"\xffbob"
+    assert repr(raw) == f"<KeyRing \ufffdbob={key_id(KEY256).hex()[:8]}>"
+    assert (
+        repr(KeyRing([KEY128, other])) == f"<KeyRing {key_id(KEY128).hex()[:8]}, {key_id(other).hex()[:8]}>"
+    )
+
+
+def test_header_bounds_are_inclusive_and_the_readers_bound_is_used() -> None:
+    """Fields of exactly the bound pass H7; ``parse_header`` checks the bound it is given (a
+    reader of recipient stanzas allows more); a field type of 0x8000 is not critical (H14
+    concerns types below it)."""
+    fields = [(0x8000, bytes(MAX_FIELDS_SIZE - 4))]  # one field header and its value: 4,096 bytes
+    header, _ = make_header(KEY128, Role.ONE_WAY, 1024, b"", SALT, fields=fields)
+    assert parse_header(header).field(0x8000) == bytes(MAX_FIELDS_SIZE - 4)
+    larger, _ = make_header(
+        KEY128, Role.ONE_WAY, 1024, b"", SALT, fields=[(0x8000, bytes(5000))], max_fields_size=0xFFFF
+    )
+    assert parse_header(larger, max_fields_size=0xFFFF).field(0x8000) == bytes(5000)
+    with pytest.raises(MalformedHeaderError, match="exceed 4096 bytes"):
+        parse_header(larger)
