@@ -735,3 +735,32 @@ def test_header_bounds_are_inclusive_and_the_readers_bound_is_used() -> None:
     assert parse_header(larger, max_fields_size=0xFFFF).field(0x8000) == bytes(5000)
     with pytest.raises(MalformedHeaderError, match="exceed 4096 bytes"):
         parse_header(larger)
+
+
+def test_fields_are_encoded_only_in_canonical_form() -> None:
+    """``encode_fields`` refuses (ValueError, never struct.error) a repeated or out-of-order
+    type, a type past 16 bits, a value of 64 KiB; a value of 65,535 bytes is allowed."""
+    encode = gcmstream.format.encode_fields
+    message = r"^header fields must have increasing types and values under 64 KiB$"
+    for fields in ([(1, b""), (1, b"")], [(2, b""), (1, b"")], [(0x10000, b"")], [(1, bytes(0x10000))]):
+        with pytest.raises(ValueError, match=message):
+            encode(fields, 0x20000)
+    assert len(encode([(1, bytes(0xFFFF))], 0x20000)) == 4 + 0xFFFF
+    assert len(encode([(1, bytes(12))], 16)) == 16  # exactly the bound
+
+
+@pytest.mark.parametrize(
+    ("version", "words"),
+    [
+        (
+            1,
+            "format version 1 is not supported (this reads version 2)"
+            " (version 1 was never released and is no longer read)",
+        ),
+        (3, "format version 3 is not supported (this reads version 2)"),
+    ],
+)
+def test_an_unsupported_version_is_named_with_what_this_reads(version: int, words: str) -> None:
+    with pytest.raises(UnsupportedFormatError) as caught:
+        check_header_start(MAGIC + bytes([version]))
+    assert (caught.value.rule, str(caught.value)) == ("H2", words)
