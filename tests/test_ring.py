@@ -659,6 +659,13 @@ def test_a_burst_of_half_the_memory_neither_grows_it_nor_keeps_it() -> None:
     for record in records:
         ring.pop(len(record))
     assert (ring.capacity, ring.recent) == (0, 128)
+    ring = RecordRing(1000, None, 256)
+    put_all(
+        ring,
+        b"".join(wire_record(index, size - RECORD_HEADER_SIZE) for index, size in enumerate([40, 40, 49])),
+    )
+    assert ring.writable()  # 129 bytes: more than half, so it grew
+    assert ring.capacity > 256
 
 
 def test_a_grown_ring_shrinks_as_its_recent_bursts_halve() -> None:
