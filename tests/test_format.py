@@ -19,13 +19,16 @@ from gcmstream import (
     GcmStreamError,
     KeyCommitmentError,
     KeyRing,
+    MalformedHeaderError,
     Opener,
+    RecordTooLargeError,
     Role,
     Sealer,
     StreamBrokenError,
     TruncatedStreamError,
     UnknownFieldError,
     UnknownKeyError,
+    UnsupportedBufferError,
     UnsupportedFormatError,
 )
 from gcmstream.format import (
@@ -645,3 +648,156 @@ def test_the_core_loads_no_second_openssl() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert result.stdout.strip() == "[]", result.stdout
+
+
+def test_byte_view_refuses_what_it_cannot_use_and_casts_the_rest() -> None:
+    """``byte_view``: a non-contiguous buffer, or a read-only one where plaintext must be
+    written, is refused with UnsupportedBufferError (hand-made removals of the mutation run of
+    2026-12-04: either raise removed went unnoticed by this file); other formats are cast."""
+    with pytest.raises(UnsupportedBufferError, match=r"^the buffer is not contiguous$"):
+        gcmstream.format.byte_view(memoryview(bytes(8))[::2])
+    read_only = r"^the buffer is read-only: plaintext cannot be written into it$"
+    with pytest.raises(UnsupportedBufferError, match=read_only):
+        gcmstream.format.byte_view(bytes(8), writable=True)
+    rows = gcmstream.format.byte_view(memoryview(bytearray(12)).cast("B", (3, 4)))
+    assert (rows.ndim, len(rows)) == (1, 12)
+    words = memoryview(bytearray(8)).cast("I")
+    view = gcmstream.format.byte_view(words, writable=True)
+    assert (view.format, view.ndim, len(view), view.readonly) == ("B", 1, 8, False)
+
+
+def test_identities_are_one_to_255_bytes_of_str_or_bytes() -> None:
+    """``check_identity`` (local_id, peer_id, key names): str as UTF-8 or bytes, 1 to 255 bytes;
+    anything else refused, naming the parameter."""
+    check_identity = gcmstream.format.check_identity
+    assert check_identity("é", "local_id") == "é".encode()
+    assert check_identity(b"x" * 255, "local_id") == b"x" * 255
+    with pytest.raises(TypeError, match=r"^peer_id must be str or bytes, got int$"):
+        check_identity(7, "peer_id")  # type: ignore[arg-type]
+    for size in (0, 256):
+        with pytest.raises(ValueError, match=rf"^local_id must be 1 to 255 bytes, got {size}$"):
+            check_identity(b"x" * size, "local_id")
+
+
+def test_one_key_cannot_have_two_names_in_a_key_ring() -> None:
+    with pytest.raises(ValueError, match="one key cannot have two names"):
+        KeyRing({"alice": [KEY128], "bob": [KEY256, KEY128]})
+    assert len(KeyRing({"alice": [KEY128, KEY128], "bob": [KEY256]})) == 2  # one key, one name, twice
+
+
+def test_a_header_naming_a_held_key_under_another_suite_is_refused_by_h11() -> None:
+    """``find_key``: the key ID names a key held here, but the header's suite is not that
+    key's (only a writer lying about its key's size does this): KeyCommitmentError, rule H11."""
+    header, _ = make_header(KEY128, Role.ONE_WAY, 1024, b"", SALT)
+    lying = bytearray(header)
+    lying[OFF_SUITE] = Suite.AES_256_GCM
+    start = gcmstream.format.parse_header_start(bytes(lying))
+    with pytest.raises(
+        KeyCommitmentError, match="stream uses AES_256_GCM but its key is for AES_128_GCM"
+    ) as caught:
+        gcmstream.format.find_key(KeyRing([KEY128]), start)
+    assert caught.value.rule == "H11"
+    assert (
+        gcmstream.format.find_key(KeyRing([KEY256, KEY128]), gcmstream.format.parse_header_start(header))
+        == KEY128
+    )
+
+
+def test_each_refusal_of_the_format_module_says_exactly_what_was_wrong() -> None:
+    """The whole message (and rule) of each refusal the format tests had matched only in part
+    or not at all (mutation run of 2026-12-04: "XX" around them, their case changed, or None)."""
+    fmt = gcmstream.format
+    with pytest.raises(ValueError, match=r"^key update limits must be at least 1$"):
+        KeyLimits(update_after_records=0)
+    with pytest.raises(ValueError, match=r"^key update limits must not exceed the hard limits$"):
+        KeyLimits(update_after_records=5, hard_records=4)
+    bound = r"\(the AES-GCM confidentiality bound of draft-irtf-cfrg-aead-limits\)$"
+    with pytest.raises(ValueError, match=bound):
+        KeyLimits(hard_records=MAX_HARD_RECORDS + 1)
+    with pytest.raises(ValueError, match=r"^one key cannot have two names in a KeyRing$"):
+        KeyRing({"alice": [KEY128], "bob": [KEY128]})
+    with pytest.raises(ValueError, match=r"^a KeyRing needs at least one key$"):
+        KeyRing([])
+    with pytest.raises(ValueError, match=r"^a key's name must be 1 to 255 bytes, got 0$"):
+        KeyRing({"": KEY128})
+    fault = fmt.record_size_fault(70000, 65536)
+    assert isinstance(fault, RecordTooLargeError)
+    assert (fault.rule, fault.size, fault.limit) == ("H8", 70000, 65536)
+    assert str(fault) == "announced record size of 70000 bytes exceeds the limit of 65536 bytes"
+    header, _ = make_header(KEY128, Role.ONE_WAY, 1024, b"context", SALT)
+    with pytest.raises(KeyCommitmentError) as caught:
+        fmt.verify_commitment(KEY128, header, b"another context")
+    assert caught.value.rule == "H12"
+    assert str(caught.value) == (
+        "stream header does not match this key and context (wrong key, wrong context, or an altered header)"
+    )
+    for fields, message in [
+        (b"\x00\x01\x00", "header fields end inside a field header"),
+        (b"\x00\x01\x00\x05ab", "header field 0x0001 runs past the end of the fields"),
+        (b"\x00\x02\x00\x00\x00\x01\x00\x00", "header field 0x0001 is out of order or repeated"),
+    ]:
+        with pytest.raises(MalformedHeaderError) as refused:
+            fmt.parse_fields(fields)
+        assert (refused.value.rule, str(refused.value)) == ("H13", message)
+
+
+def test_key_ring_names_and_repr_as_given() -> None:
+    """``name()`` gives a key's name as it was given (str stays str, bytes stay bytes), the
+    repr shows each name (bytes that are not UTF-8 replaced) and each key ID's first 8 hex
+    digits, never a key."""
+    other = bytes(range(16, 32))
+    ring = KeyRing({"alice": KEY128})
+    assert ring.name(key_id(KEY128)) == "alice"
+    assert ring.name(key_id(other)) is None
+    assert ring.identity(key_id(KEY128)) == b"alice"
+    assert repr(ring) == f"<KeyRing alice={key_id(KEY128).hex()[:8]}>"
+    raw = KeyRing({b"\xffbob": [KEY256]})
+    assert raw.name(key_id(KEY256)) == b"\xffbob"
+    assert repr(raw) == f"<KeyRing \ufffdbob={key_id(KEY256).hex()[:8]}>"
+    assert (
+        repr(KeyRing([KEY128, other])) == f"<KeyRing {key_id(KEY128).hex()[:8]}, {key_id(other).hex()[:8]}>"
+    )
+
+
+def test_header_bounds_are_inclusive_and_the_readers_bound_is_used() -> None:
+    """Fields of exactly the bound pass H7; ``parse_header`` checks the bound it is given (a
+    reader of recipient stanzas allows more); a field type of 0x8000 is not critical (H14
+    concerns types below it)."""
+    fields = [(0x8000, bytes(MAX_FIELDS_SIZE - 4))]  # one field header and its value: 4,096 bytes
+    header, _ = make_header(KEY128, Role.ONE_WAY, 1024, b"", SALT, fields=fields)
+    assert parse_header(header).field(0x8000) == bytes(MAX_FIELDS_SIZE - 4)
+    larger, _ = make_header(
+        KEY128, Role.ONE_WAY, 1024, b"", SALT, fields=[(0x8000, bytes(5000))], max_fields_size=0xFFFF
+    )
+    assert parse_header(larger, max_fields_size=0xFFFF).field(0x8000) == bytes(5000)
+    with pytest.raises(MalformedHeaderError, match="exceed 4096 bytes"):
+        parse_header(larger)
+
+
+def test_fields_are_encoded_only_in_canonical_form() -> None:
+    """``encode_fields`` refuses (ValueError, never struct.error) a repeated or out-of-order
+    type, a type past 16 bits, a value of 64 KiB; a value of 65,535 bytes is allowed."""
+    encode = gcmstream.format.encode_fields
+    message = r"^header fields must have increasing types and values under 64 KiB$"
+    for fields in ([(1, b""), (1, b"")], [(2, b""), (1, b"")], [(0x10000, b"")], [(1, bytes(0x10000))]):
+        with pytest.raises(ValueError, match=message):
+            encode(fields, 0x20000)
+    assert len(encode([(1, bytes(0xFFFF))], 0x20000)) == 4 + 0xFFFF
+    assert len(encode([(1, bytes(12))], 16)) == 16  # exactly the bound
+
+
+@pytest.mark.parametrize(
+    ("version", "words"),
+    [
+        (
+            1,
+            "format version 1 is not supported (this reads version 2)"
+            " (version 1 was never released and is no longer read)",
+        ),
+        (3, "format version 3 is not supported (this reads version 2)"),
+    ],
+)
+def test_an_unsupported_version_is_named_with_what_this_reads(version: int, words: str) -> None:
+    with pytest.raises(UnsupportedFormatError) as caught:
+        check_header_start(MAGIC + bytes([version]))
+    assert (caught.value.rule, str(caught.value)) == ("H2", words)

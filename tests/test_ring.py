@@ -9,7 +9,7 @@ import pytest
 from gcmstream.codec import Opener, Sealer
 from gcmstream.errors import MalformedRecordError, OutOfRangeError, RecordTooLargeError
 from gcmstream.format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
-from gcmstream.ring import DEFAULT_RING_SIZE, START_CAPACITY, RecordRing, ring_capacity
+from gcmstream.ring import DEFAULT_RING_SIZE, START_CAPACITY, VIEW_SLOTS, RecordRing, ring_capacity
 
 from .helpers import KEY
 
@@ -224,8 +224,8 @@ def test_record_too_large_is_an_error_before_buffering(extra: int) -> None:
     error = info.value
     assert error.size == length
     assert error.limit == record_size + TAG_SIZE
-    assert str(length) in str(error)
-    assert str(record_size + TAG_SIZE) in str(error)
+    limit = record_size + TAG_SIZE
+    assert str(error) == f"record ciphertext of {length} bytes exceeds the limit of {limit} bytes"
     assert ring.complete == 0
     assert ring.stored == RECORD_HEADER_SIZE
     # The opener that owns the ring takes not one byte of the body after that.
@@ -391,6 +391,7 @@ def test_clear_forgets_everything_and_stales_offered_views() -> None:
     put(ring, wire_record(0, 20) + wire_record(1, 30)[:10])
     ring.clear()
     assert (ring.stored, ring.complete, ring.missing()) == (0, 0, RECORD_HEADER_SIZE)
+    assert ring.views == [None] * VIEW_SLOTS  # the view cache emptied, not dropped
     with pytest.raises(OutOfRangeError, match="exceeds the view"):
         ring.commit(1)
     record = wire_record(2, 20)
@@ -581,3 +582,154 @@ def test_an_emptied_ring_keeps_its_memory_while_more_input_is_held() -> None:
         ring.release(len(record), 1, more_held=more_held)
         assert ring.capacity == capacity_after
         assert (ring.buf is memory) == more_held
+
+
+def test_a_ring_that_released_its_memory_reserves_a_small_record_in_start_bytes() -> None:
+    """A ring with no memory (released after a message) reserving a record of up to half its
+    ``start`` takes ``start`` bytes, as the first bytes of a message would; a larger one grows
+    it. The record is whole at 0 and pops like a received one. (Mutation run of 2026-12-04:
+    ``reserve``'s ``not self.capacity``, ``2 *`` and ``<=`` changed, ``_allocate(None)``.)"""
+    for wire_length, capacity in [(128, 256), (129, 4 * 129 + RECORD_HEADER_SIZE)]:
+        ring = RecordRing(1000, None, 256)
+        assert ring.capacity == 0
+        assert ring.reserve(wire_length) == 0
+        assert ring.capacity == capacity
+        assert (ring.head, ring.frontier, ring.tail, ring.complete, ring.stored) == (
+            0,
+            wire_length,
+            wire_length,
+            1,
+            wire_length,
+        )
+        ring.pop(wire_length)
+        assert ring.stored == 0
+
+
+def test_a_reserve_of_exactly_the_capacity_keeps_the_memory() -> None:
+    """A record as large as the ring's present memory fits in it: no new buffer."""
+    ring = RecordRing(1000, None, 256)
+    assert len(ring.writable()) > 0  # takes ``start`` bytes; nothing committed
+    buffer = ring.buf
+    assert ring.reserve(256) == 0
+    assert ring.buf is buffer
+    assert ring.capacity == 256
+
+
+def test_can_take_promises_growth_to_exactly_the_limit() -> None:
+    """A ring below its limit whose complete records plus the frontier record need exactly
+    the limit: writable() grows to the limit and offers space, and can_take() says so
+    beforehand (``<=``, not ``<``: mutation run of 2026-12-04)."""
+    ring = RecordRing(100, 200, 180)
+    data = RECORD_HEADER.pack(0, 74) + bytes(74) + RECORD_HEADER.pack(0, 116)  # 79 bytes + a header
+    view = ring.writable()
+    view[: len(data)] = data
+    ring.commit(len(data))
+    assert (ring.capacity, ring.complete, ring.frontier_len) == (180, 1, 121)  # 79 + 121 = 200
+    assert ring.can_take()
+    assert len(ring.writable()) > 0
+    assert ring.capacity == ring.limit
+
+
+def put_all(ring: RecordRing, data: bytes) -> None:
+    """Write all of ``data`` through as many ``writable()`` views as it takes."""
+    sent = 0
+    for _ in range(len(data) + 1):
+        if sent == len(data):
+            return
+        view = ring.writable()
+        count = min(len(view), len(data) - sent)
+        assert count, "the ring offered nothing"
+        view[:count] = data[sent : sent + count]
+        ring.commit(count)
+        sent += count
+
+
+def test_a_wrapped_ring_grows_with_its_records_in_order() -> None:
+    """A ring below its limit whose frontier record moved to 0 (wrapped: the top segment, then
+    the bottom one) and then fills past half grows: both segments are copied to 0 in stream
+    order, and the records pop whole. (Mutation run of 2026-12-04: every change to _grow's
+    wrapped branch went unnoticed; no test reached it.)"""
+    ring = RecordRing(1000, None, 256)
+    small = [wire_record(index, 35) for index in range(6)]  # 40 bytes each
+    put_all(ring, small[0])
+    for record in small[1:]:  # the frontier climbs while one record stays stored
+        put_all(ring, record)
+        ring.pop(len(record))
+    big = wire_record(99, 95)  # 100 bytes: past the end of the memory, so it moves to 0
+    put_all(ring, big[:RECORD_HEADER_SIZE])
+    put_all(ring, big[RECORD_HEADER_SIZE:])
+    assert ring.wrap >= 0 and ring.capacity == 256
+    assert ring.writable()  # more than half stored: it grows
+    assert ring.capacity > 256
+    assert (ring.head, ring.wrap, ring.frontier, ring.tail, ring.complete) == (0, -1, 140, 140, 2)
+    assert ring.view[:140] == small[-1] + big
+    ring.pop(len(small[-1]))
+    assert ring.view[ring.head : ring.head + len(big)] == big
+
+
+def test_growth_takes_four_times_its_memory_until_an_eighth_of_the_limit() -> None:
+    """Growth is 4x (and room for 4 records of the frontier record's size and the next
+    header at least); past ``limit / 8`` it is the whole limit. At exactly ``limit / 8`` it
+    is still 4x (the boundary of the mutation run of 2026-12-04)."""
+    ring = RecordRing(1000, 8192, 256)
+    fill = [wire_record(index, 35) for index in range(4)]  # 160 bytes, no pop: a burst
+    put_all(ring, b"".join(fill[:3]))
+    put_all(ring, fill[3])
+    assert ring.writable()
+    assert ring.capacity == 1024 == ring.limit // 8
+    put_all(ring, b"".join(wire_record(index, 35) for index in range(12)))  # 640 bytes: past half
+    assert ring.writable()
+    assert ring.capacity == ring.limit
+    large = RecordRing(1000, None, 256)
+    header = wire_record(7, 1016)  # the largest record: 1,021 bytes
+    put_all(large, header[:251])
+    assert large.writable()  # grows for it
+    assert large.capacity >= 4 * len(header) + RECORD_HEADER_SIZE
+
+
+def burst(ring: RecordRing, sizes: list[int]) -> None:
+    """A burst: records of ``sizes`` wire bytes written, then all of them read and popped."""
+    records = [wire_record(index, size - RECORD_HEADER_SIZE) for index, size in enumerate(sizes)]
+    put_all(ring, b"".join(records))
+    for record in records:
+        ring.pop(len(record))
+
+
+def test_a_burst_of_half_the_memory_neither_grows_it_nor_keeps_it() -> None:
+    """A burst that fits in half of C never grows the ring, and one of at most ``start / 2``
+    releases its memory when read (the boundaries of the mutation run of 2026-12-04)."""
+    ring = RecordRing(1000, None, 256)
+    records = [wire_record(index, size - RECORD_HEADER_SIZE) for index, size in enumerate([40, 40, 48])]
+    put_all(ring, b"".join(records))  # 128 bytes: half of 256
+    assert ring.writable()
+    assert ring.capacity == 256
+    for record in records:
+        ring.pop(len(record))
+    assert (ring.capacity, ring.recent) == (0, 128)
+    ring = RecordRing(1000, None, 256)
+    put_all(
+        ring,
+        b"".join(wire_record(index, size - RECORD_HEADER_SIZE) for index, size in enumerate([40, 40, 49])),
+    )
+    assert ring.writable()  # 129 bytes: more than half, so it grew
+    assert ring.capacity > 256
+
+
+def test_a_grown_ring_shrinks_as_its_recent_bursts_halve() -> None:
+    """After a large burst, ``recent`` halves at each smaller burst; the ring keeps its memory
+    until ``recent`` is at most C / 32, then shrinks to 4 x ``recent`` (mutation run of
+    2026-12-04: a faster decay, ``<`` at C / 32 and the shrink size at 3 x start)."""
+    ring = RecordRing(1000, 32768, 256)
+    burst(ring, [40] * 500)  # 20,000 bytes: grows to the limit
+    assert (ring.capacity, ring.recent) == (32768, 20000)
+    small = [40] * 25 + [24]  # 1,024 bytes = C / 32
+    for recent in (10000, 5000, 2500, 1250):
+        burst(ring, small)
+        assert (ring.capacity, ring.recent) == (32768, recent)
+    burst(ring, small)
+    assert (ring.capacity, ring.recent) == (4 * 1024, 1024)
+    ring = RecordRing(1000, 8192, 256)
+    burst(ring, [40] * 75)  # 3,000 bytes: grows to the limit
+    for _ in range(4):  # recent 1500, 750, 375, 187: 32 x 187 <= 8192
+        burst(ring, [40])
+    assert (ring.capacity, ring.recent) == (4 * 187, 187)  # 748: above 2 x start, below 3 x start

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from gcmstream import (
+    ConcurrencyError,
     KeyLimits,
     LimitReachedError,
+    NotReadyError,
     Opener,
     ProtocolError,
     Sealer,
     StreamClosedError,
+    UnsupportedBufferError,
     UsageError,
 )
 from gcmstream.format import (
@@ -28,6 +32,7 @@ from gcmstream.format import (
     HEADER_SIZE,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
+    Suite,
 )
 from gcmstream.header import HeaderSpec
 
@@ -37,6 +42,7 @@ from .helpers import (
     WAYS,
     check_valid,
     drain,
+    read_all,
     records,
     refuses_untouched,
     seal_stream,
@@ -194,6 +200,23 @@ def test_explicit_key_update(way: str, how: str) -> None:
     assert flags_of(wire) == [FLAG_KEY_UPDATE, 0, FLAG_KEY_UPDATE, 0, 0, FLAG_FINAL]
     assert [n - RECORD_HEADER_SIZE - TAG_SIZE for _, _, n in records(wire)] == [6, 7, 0, 10, 10, 3]
     check_valid(wire, b"beforebetweenafter the second update", way, how)
+
+
+def test_a_key_update_request_waits_through_calls_that_seal_no_record() -> None:
+    """update_key() marks the next record, even when the calls after it only add to the
+    pending record (a seal that makes no record must not drop the request: mutation run of
+    2026-12-04, ``records.RecordLayer.seal_run``'s ``updated = True``)."""
+    sealer = Sealer(KEY, record_size=10)
+    out = bytearray(sealer.seal(b"ab"))
+    sealer.update_key()
+    out += sealer.seal(b"cd")  # pending: no record yet
+    out += sealer.seal(b"")
+    assert wire_records(bytes(out)) == []
+    out += sealer.flush()
+    assert sealer.key_generation == 1
+    out += sealer.close()
+    assert wire_records(bytes(out)) == [(FLAG_KEY_UPDATE, 4), (FLAG_FINAL, 0)]
+    check_valid(bytes(out), b"abcd", WAYS[0], FEEDS[0])
 
 
 @pytest.mark.parametrize(
@@ -502,3 +525,109 @@ def test_counts_add_up_across_key_generations() -> None:
     assert reader.read() == bytes(range(size))
     assert reader.read() == b""
     assert (reader.records_opened, reader.bytes_opened) == (len(found), size)
+
+
+def test_each_misuse_of_a_sealer_is_refused_with_its_error() -> None:
+    """The Sealer's refusals, each by its class and words (hand-made removals of the
+    mutation run of 2026-12-04: each ``raise`` turned into a bare expression went unnoticed
+    by this file): not exactly one keying, sealing before the handshake, keying twice, taking
+    the header twice."""
+    with pytest.raises(TypeError, match=r"^a Sealer takes exactly one of key, recipients or passphrase$"):
+        Sealer()
+    with pytest.raises(TypeError, match=r"^a Sealer takes exactly one of key, recipients or passphrase$"):
+        Sealer(KEY, passphrase="both")
+    channel_end = Sealer.unkeyed(Suite.for_key(KEY))  # a channel's: no key until the handshake
+    assert channel_end.header == b""  # a channel's headers are the Channel's to send
+    with pytest.raises(NotReadyError, match=r"^cannot seal before the channel handshake is complete$"):
+        channel_end.seal(b"early")
+    with pytest.raises(NotReadyError, match="before the channel handshake is complete"):
+        channel_end.seal(b"early", flush=True)  # the one-record path refuses the same way
+    channel_end.install_secret(bytes(32))
+    assert channel_end.ready
+    with pytest.raises(UsageError, match=r"^this sealer is already keyed$"):
+        channel_end.install_secret(bytes(32))
+    one_way = Sealer(KEY)
+    assert one_way.closed is False
+    busy = pytest.raises(ConcurrencyError, match=r"^this Sealer is in use by another thread: ")
+    with one_way._turn, busy:  # another thread's call is under way
+        one_way.seal(b"x")
+    assert one_way.take_header() == one_way.header
+    with pytest.raises(StreamClosedError, match=r"^the stream header was already taken$"):
+        one_way.take_header()
+    one_way.close()
+    with pytest.raises(StreamClosedError, match=r"^cannot seal: the FINAL record was already sealed$"):
+        one_way.seal(b"late")
+    with pytest.raises(StreamClosedError, match=r"^cannot flush: the FINAL record was already sealed$"):
+        one_way.flush()
+
+
+def sealer_past_its_header(**options: Any) -> tuple[Sealer, bytearray]:
+    """A Sealer whose header was taken: its next ``seal(data, flush=True)`` of one record may
+    take the one-record path (``_seal_single``)."""
+    sealer = Sealer(KEY, **options)
+    return sealer, bytearray(sealer.take_header())
+
+
+def opened_plaintext(wire: bytes) -> bytes:
+    return read_all(Opener(KEY), wire)
+
+
+def test_the_one_record_path_keeps_every_rule_of_the_general_one() -> None:
+    """``seal(data, flush=True)`` of one record (the message path) keeps what the general
+    path guarantees: a pending record goes first, ``final`` makes it FINAL, a requested key
+    update rides on it, a record of nearly ``record_size`` bytes fits its output, and the view
+    dies at the next call. (Mutation run of 2026-12-04: each went unnoticed.)"""
+    sealer, wire = sealer_past_its_header(record_size=1024)
+    wire += sealer.seal(b"ab")
+    wire += sealer.seal(b"cd", flush=True)  # pending "ab" first
+    sealer.update_key()
+    wire += sealer.seal(b"ef", flush=True)
+    assert sealer.key_generation == 1
+    message = bytes(range(256)) * 4  # 1,024 bytes: a full record
+    first = sealer.seal(message[:1000], flush=True)
+    kept = bytes(first)
+    wire += kept
+    wire += sealer.seal(b"gh", flush=True)
+    with pytest.raises(ValueError, match="released"):
+        bytes(first)
+    wire += sealer.seal(b"ij", flush=True, final=True)
+    assert sealer.closed
+    found = wire_records(bytes(wire))
+    assert [flags for flags, _ in found] == [0, FLAG_KEY_UPDATE, 0, 0, FLAG_FINAL]
+    assert opened_plaintext(bytes(wire)) == b"abcdef" + message[:1000] + b"ghij"
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        memoryview(bytearray(range(12))).cast("I"),
+        memoryview(bytearray(range(12))).cast("H"),
+        memoryview(bytearray(range(12))).cast("B", (3, 4)),
+    ],
+    ids=["uint32", "uint16", "2-d"],
+)
+def test_a_view_of_other_items_is_sealed_as_its_bytes(view: memoryview) -> None:
+    """A view whose items are not single bytes, or that has two dimensions, is sealed as all
+    its bytes (``len()`` would count items or rows)."""
+    sealer, wire = sealer_past_its_header(record_size=64)
+    wire += sealer.seal(view, flush=True)
+    wire += sealer.close()
+    assert opened_plaintext(bytes(wire)) == bytes(range(12))
+
+
+def test_a_non_contiguous_view_is_refused_on_the_one_record_path_too() -> None:
+    sealer, _ = sealer_past_its_header(record_size=64)
+    with pytest.raises(UnsupportedBufferError, match="not contiguous"):
+        sealer.seal(memoryview(bytes(8))[::2], flush=True)
+
+
+def test_outputs_in_fresh_memory_stay_valid_and_unchanged() -> None:
+    """With ``reuse_output=False`` each output is the caller's to keep: later calls neither
+    release nor overwrite it (a transport may still hold it)."""
+    sealer = Sealer(KEY, record_size=16, reuse_output=False)
+    outputs = [sealer.seal(b"a" * 10, flush=True), sealer.seal(b"b" * 40), sealer.flush()]
+    kept = [bytes(output) for output in outputs]
+    outputs.append(sealer.seal(b"c" * 5, flush=True))
+    outputs.append(sealer.close())
+    assert [bytes(output) for output in outputs[:3]] == kept
+    assert opened_plaintext(b"".join(bytes(output) for output in outputs)) == b"a" * 10 + b"b" * 40 + b"c" * 5
