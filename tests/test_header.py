@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import os
 import pickle
 import weakref
 from collections.abc import Callable
@@ -24,10 +25,19 @@ from gcmstream import (
     StreamBrokenError,
     Suite,
     TruncatedStreamError,
+    recipients,
 )
-from gcmstream.format import HEADER_FIXED_SIZE, SALT_SLICE, FieldType, parse_header
+from gcmstream.format import (
+    HEADER_FIXED_SIZE,
+    MAX_STANZA_FIELDS_SIZE,
+    SALT_SLICE,
+    FieldType,
+    make_header,
+    parse_header,
+)
 from gcmstream.header import HeaderReader, HeaderSpec
 from gcmstream.opener import Phase
+from gcmstream.recipients import Identity, RecipientKind
 
 from .helpers import KEY, SALT
 
@@ -206,3 +216,62 @@ def test_errors_copy_and_pickle_as_equal_errors() -> None:
             assert rebuilt.args == error.args
             shown = {name: str(value) for name, value in vars(error).items()}
             assert {name: str(value) for name, value in vars(rebuilt).items()} == shown
+
+
+# -- mutation run over header.py (issue 23; docs/mutation-2026-12-04.md) ------------------------
+
+
+def test_a_one_way_stream_naming_a_key_not_held_is_refused_at_its_fixed_part() -> None:
+    """The key ID is checked as soon as the fixed part is whole (H10): a one-way reader has no
+    prober to hide from (only a channel's waits for the whole header), so it reads no more."""
+    opener = Opener(bytes(range(1, 17)), context=b"ctx")
+    opener.receive_data(sealed()[:HEADER_FIXED_SIZE])
+    assert opener.failed and not opener.wants_data
+    with pytest.raises(KeyCommitmentError) as refused:
+        opener.read()
+    assert refused.value.rule == "H10"
+
+
+def test_a_header_readers_truncation_messages_in_full() -> None:
+    opener = Opener(KEY, context=b"ctx")
+    opener.receive_eof()
+    with pytest.raises(TruncatedStreamError) as before:
+        opener.read()
+    assert str(before.value) == "input ended before the stream header"
+    channel = Channel(KEY, role=Role.RESPONDER)
+    hello = Channel(KEY, role=Role.INITIATOR).initial_data()
+    channel.opener.receive_data(hello[:-5])
+    channel.opener.receive_eof()
+    with pytest.raises(TruncatedStreamError) as during:
+        channel.handshake_complete()
+    assert str(during.value) == (
+        f"the connection ended during the handshake ({len(hello) - 5} bytes received; "
+        "a peer with another key or context hangs up here)"
+    )
+
+
+def test_a_stanza_holding_another_file_key_than_the_header_names_is_damage() -> None:
+    """The identity opens the stanza, but the file key in it is not the one the key ID names:
+    the header was altered (S8, the CLI's exit 4), not sealed for someone else."""
+    identity = Identity.generate(RecipientKind.X25519)
+    fields = recipients.seal_stanzas(os.urandom(32), recipients=[identity.recipient])
+    header, _ = make_header(
+        os.urandom(32), Role.ONE_WAY, 1024, b"", fields=fields, max_fields_size=MAX_STANZA_FIELDS_SIZE
+    )
+    opener = Opener(header_reader=HeaderReader(identities=[identity]))
+    opener.receive_data(header)
+    with pytest.raises(KeyCommitmentError) as refused:
+        opener.read()
+    assert str(refused.value) == (
+        "the file key a stanza holds is not the one the header names (altered header)"
+    )
+    assert refused.value.rule == "S8"
+
+
+def test_a_reader_of_stanzas_takes_its_suite_from_the_header() -> None:
+    sealer = Sealer(passphrase="pass", work_factor=10, record_size=64)
+    reader = HeaderReader(passphrase="pass")
+    opener = Opener(header_reader=reader)
+    opener.receive_data(bytes(sealer.seal(b"x", final=True)))
+    assert opener.read() == b"x"
+    assert reader.suite is opener.suite is Suite.AES_256_GCM
