@@ -29,6 +29,8 @@ from gcmstream import (
 )
 from gcmstream.format import (
     HEADER_FIXED_SIZE,
+    MAX_CONTEXT_SIZE,
+    MAX_FIELDS_SIZE,
     MAX_STANZA_FIELDS_SIZE,
     SALT_SLICE,
     FieldType,
@@ -275,3 +277,48 @@ def test_a_reader_of_stanzas_takes_its_suite_from_the_header() -> None:
     opener.receive_data(bytes(sealer.seal(b"x", final=True)))
     assert opener.read() == b"x"
     assert reader.suite is opener.suite is Suite.AES_256_GCM
+
+
+def test_a_role_refusal_says_reflected_only_for_the_readers_own_role() -> None:
+    opener = Opener(header_reader=HeaderReader(KEY, context=b"ctx", role=Role.INITIATOR))
+    opener.receive_data(sealed())
+    with pytest.raises(ProtocolError) as one_way:
+        opener.read()
+    assert str(one_way.value) == "peer header has role ONE_WAY, expected INITIATOR"
+    # an initiator's own header sent back: what its reader expects is the RESPONDER's
+    reflected = Opener(header_reader=HeaderReader(KEY, role=Role.RESPONDER))
+    reflected.receive_data(Channel(KEY, role=Role.INITIATOR).initial_data())
+    with pytest.raises(ProtocolError) as back:
+        reflected.read()
+    assert str(back.value) == (
+        "peer header has role INITIATOR, expected RESPONDER (a stream reflected back to its sender?)"
+    )
+    assert one_way.value.rule == back.value.rule == "H9"
+
+
+def test_a_key_given_for_a_long_header_of_stanzas_is_the_wrong_key_not_a_long_header() -> None:
+    """Fields longer than a key's reader allows (H7) are refused only after the key ID (H10):
+    the fixed part of a file sealed to many recipients, read with a key, names the wrong key."""
+    fields = ((FieldType.FIXED_LAYOUT, bytes(MAX_FIELDS_SIZE)),)
+    header, _ = make_header(
+        os.urandom(32), Role.ONE_WAY, 1024, b"", fields=fields, max_fields_size=MAX_STANZA_FIELDS_SIZE
+    )
+    opener = Opener(KEY)
+    opener.receive_data(header[:HEADER_FIXED_SIZE])
+    with pytest.raises(KeyCommitmentError) as refused:
+        opener.read()
+    assert refused.value.rule == "H10"
+
+
+def test_a_header_reader_checks_and_copies_its_context_when_made() -> None:
+    """A bad context is refused by the constructor, not at the first header; a bytearray
+    changed afterwards does not change the context the header is verified under."""
+    with pytest.raises(TypeError, match="context must be bytes-like, not str"):
+        HeaderReader(KEY, context="ctx")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=f"exceeds {MAX_CONTEXT_SIZE} bytes"):
+        HeaderReader(KEY, context=bytes(MAX_CONTEXT_SIZE + 1))
+    context = bytearray(b"ctx")
+    opener = Opener(header_reader=HeaderReader(KEY, context=context))
+    context[:] = b"xyz"
+    opener.receive_data(sealed())
+    assert opener.read() == b"the plaintext"
