@@ -19,6 +19,7 @@ from gcmstream import (
     KeyCommitmentError,
     NotReadyError,
     Opener,
+    OutOfRangeError,
     ProtocolError,
     Role,
     Sealer,
@@ -322,3 +323,33 @@ def test_a_header_reader_checks_and_copies_its_context_when_made() -> None:
     context[:] = b"xyz"
     opener.receive_data(sealed())
     assert opener.read() == b"the plaintext"
+
+
+def test_a_header_reader_takes_a_commit_of_nothing() -> None:
+    """``commit(0)`` (a read that got nothing) is no error and changes nothing; past the view,
+    or negative, is."""
+    wire = sealed()
+    reader = HeaderReader(KEY, context=b"ctx")
+    secret = None
+    for chunk in (wire[:10], b"", wire[10:HEADER_FIXED_SIZE], b"", wire[HEADER_FIXED_SIZE:]):
+        view = reader.writable()
+        view[: len(chunk)] = chunk[: len(view)]
+        assert reader.commit(0, 1 << 16) is None and reader.missing == len(view)
+        secret = reader.commit(min(len(chunk), len(view)), 1 << 16)
+        del view
+    assert secret is not None and reader.header is not None
+    with pytest.raises(OutOfRangeError):
+        HeaderReader(KEY).commit(-1, 1 << 16)
+
+
+def test_a_channel_naming_a_key_not_held_is_refused_only_with_its_whole_header() -> None:
+    """A channel's reader hides which key IDs it holds from a keyless prober: an unknown key ID
+    is refused after the whole header, as a wrong commitment is (SECURITY.md)."""
+    channel = Channel(KEY, role=Role.RESPONDER)
+    hello = Channel(bytes(range(1, 17)), role=Role.INITIATOR).initial_data()
+    channel.opener.receive_data(hello[:HEADER_FIXED_SIZE])
+    assert not channel.opener.failed and channel.opener.header_missing == len(hello) - HEADER_FIXED_SIZE
+    channel.opener.receive_data(hello[HEADER_FIXED_SIZE:])
+    with pytest.raises(KeyCommitmentError) as refused:
+        channel.handshake_complete()
+    assert refused.value.rule == "H10"
