@@ -30,6 +30,7 @@ from gcmstream import (
 )
 from gcmstream.format import (
     HEADER_FIXED_SIZE,
+    MAGIC,
     MAX_CONTEXT_SIZE,
     MAX_FIELDS_SIZE,
     MAX_STANZA_FIELDS_SIZE,
@@ -353,3 +354,59 @@ def test_a_channel_naming_a_key_not_held_is_refused_only_with_its_whole_header()
     with pytest.raises(KeyCommitmentError) as refused:
         channel.handshake_complete()
     assert refused.value.rule == "H10"
+
+
+def test_a_header_reader_is_keyed_by_exactly_one_thing_and_says_so() -> None:
+    identity = Identity.generate(RecipientKind.X25519)
+    for keying in (
+        {},
+        {"key": KEY, "identities": [identity]},
+        {"key": KEY, "passphrase": "pass"},
+        {"identities": [identity], "passphrase": "pass"},
+        {"key": KEY, "identities": [identity], "passphrase": "pass"},
+    ):
+        with pytest.raises(TypeError) as refused:
+            HeaderReader(**keying)  # type: ignore[arg-type]
+        assert str(refused.value) == "a header reader takes exactly one of key, identities or passphrase"
+    with pytest.raises(ValueError, match="one-way") as channel:
+        HeaderReader(identities=[identity], role=Role.INITIATOR)
+    assert str(channel.value) == "identities and passphrases are for one-way streams"
+
+
+def test_a_header_readers_context_is_empty_unless_given() -> None:
+    stream = bytes(Sealer(KEY, record_size=64).seal(b"no context", final=True))
+    opener = Opener(header_reader=HeaderReader(KEY))
+    opener.receive_data(stream)
+    assert opener.read() == b"no context"
+
+
+def test_a_key_readers_suite_is_its_keys() -> None:
+    reader = HeaderReader(KEY, context=b"ctx")
+    assert reader.suite is Suite.AES_128_GCM
+    opener = Opener(header_reader=reader)
+    opener.receive_data(sealed())
+    assert opener.read() == b"the plaintext" and opener.suite is Suite.AES_128_GCM
+
+
+def test_a_key_reader_does_not_know_the_stanza_fields() -> None:
+    """Stanza field types are known only to a reader of stanzas: under a key's valid commitment
+    a stanza field is a critical field this reader does not know (H14)."""
+    header, _ = make_header(KEY, Role.ONE_WAY, 1024, b"", fields=((FieldType.PASSPHRASE_STANZA, b"stanza"),))
+    opener = Opener(KEY)
+    opener.receive_data(header)
+    with pytest.raises(ProtocolError) as refused:
+        opener.read()
+    assert refused.value.rule == "H14"
+
+
+def test_a_wrong_version_is_refused_by_its_byte_when_fed_one_byte_at_a_time() -> None:
+    """The version byte is checked as it arrives (H2), also when the magic before it came alone."""
+    opener = Opener(KEY)
+    for byte in MAGIC:
+        opener.receive_data(bytes([byte]))
+    assert not opener.failed
+    opener.receive_data(b"\x07")
+    assert opener.failed
+    with pytest.raises(ProtocolError) as refused:
+        opener.read()
+    assert refused.value.rule == "H2"
