@@ -410,3 +410,16 @@ def test_a_wrong_version_is_refused_by_its_byte_when_fed_one_byte_at_a_time() ->
     with pytest.raises(ProtocolError) as refused:
         opener.read()
     assert refused.value.rule == "H2"
+
+
+def test_a_reader_of_stanzas_takes_a_header_longer_than_a_keys() -> None:
+    """Stanzas need more room than a key's fields (docs/FORMAT.md 4.4): four hybrid recipients
+    make fields longer than MAX_FIELDS_SIZE, which a reader of stanzas accepts."""
+    identities = [Identity.generate() for _ in range(4)]
+    sealer = Sealer(recipients=[identity.recipient for identity in identities], record_size=64)
+    wire = bytes(sealer.seal(b"to four", final=True))
+    fields_length = int.from_bytes(wire[HEADER_FIXED_SIZE - 2 : HEADER_FIXED_SIZE], "big")
+    assert fields_length > MAX_FIELDS_SIZE
+    opener = Opener(header_reader=HeaderReader(identities=identities[-1:]))
+    opener.receive_data(wire)
+    assert opener.read() == b"to four"
