@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import os
 import pickle
 import weakref
 from collections.abc import Callable
@@ -18,16 +19,29 @@ from gcmstream import (
     KeyCommitmentError,
     NotReadyError,
     Opener,
+    OutOfRangeError,
     ProtocolError,
     Role,
     Sealer,
     StreamBrokenError,
     Suite,
     TruncatedStreamError,
+    recipients,
 )
-from gcmstream.format import HEADER_FIXED_SIZE, SALT_SLICE, FieldType, parse_header
+from gcmstream.format import (
+    HEADER_FIXED_SIZE,
+    MAGIC,
+    MAX_CONTEXT_SIZE,
+    MAX_FIELDS_SIZE,
+    MAX_STANZA_FIELDS_SIZE,
+    SALT_SLICE,
+    FieldType,
+    make_header,
+    parse_header,
+)
 from gcmstream.header import HeaderReader, HeaderSpec
 from gcmstream.opener import Phase
+from gcmstream.recipients import Identity, RecipientKind
 
 from .helpers import KEY, SALT
 
@@ -206,3 +220,206 @@ def test_errors_copy_and_pickle_as_equal_errors() -> None:
             assert rebuilt.args == error.args
             shown = {name: str(value) for name, value in vars(error).items()}
             assert {name: str(value) for name, value in vars(rebuilt).items()} == shown
+
+
+# -- mutation run over header.py (issue 23; docs/mutation-2026-12-04.md) ------------------------
+
+
+def test_a_one_way_stream_naming_a_key_not_held_is_refused_at_its_fixed_part() -> None:
+    """The key ID is checked as soon as the fixed part is whole (H10): a one-way reader has no
+    prober to hide from (only a channel's waits for the whole header), so it reads no more."""
+    opener = Opener(bytes(range(1, 17)), context=b"ctx")
+    opener.receive_data(sealed()[:HEADER_FIXED_SIZE])
+    assert opener.failed and not opener.wants_data
+    with pytest.raises(KeyCommitmentError) as refused:
+        opener.read()
+    assert refused.value.rule == "H10"
+
+
+def test_a_header_readers_truncation_messages_in_full() -> None:
+    opener = Opener(KEY, context=b"ctx")
+    opener.receive_eof()
+    with pytest.raises(TruncatedStreamError) as before:
+        opener.read()
+    assert str(before.value) == "input ended before the stream header"
+    channel = Channel(KEY, role=Role.RESPONDER)
+    hello = Channel(KEY, role=Role.INITIATOR).initial_data()
+    channel.opener.receive_data(hello[:-5])
+    channel.opener.receive_eof()
+    with pytest.raises(TruncatedStreamError) as during:
+        channel.handshake_complete()
+    assert str(during.value) == (
+        f"the connection ended during the handshake ({len(hello) - 5} bytes received; "
+        "a peer with another key or context hangs up here)"
+    )
+
+
+def test_a_stanza_holding_another_file_key_than_the_header_names_is_damage() -> None:
+    """The identity opens the stanza, but the file key in it is not the one the key ID names:
+    the header was altered (S8, the CLI's exit 4), not sealed for someone else."""
+    identity = Identity.generate(RecipientKind.X25519)
+    fields = recipients.seal_stanzas(os.urandom(32), recipients=[identity.recipient])
+    header, _ = make_header(
+        os.urandom(32), Role.ONE_WAY, 1024, b"", fields=fields, max_fields_size=MAX_STANZA_FIELDS_SIZE
+    )
+    opener = Opener(header_reader=HeaderReader(identities=[identity]))
+    opener.receive_data(header)
+    with pytest.raises(KeyCommitmentError) as refused:
+        opener.read()
+    assert str(refused.value) == (
+        "the file key a stanza holds is not the one the header names (altered header)"
+    )
+    assert refused.value.rule == "S8"
+
+
+def test_a_reader_of_stanzas_takes_its_suite_from_the_header() -> None:
+    sealer = Sealer(passphrase="pass", work_factor=10, record_size=64)
+    reader = HeaderReader(passphrase="pass")
+    opener = Opener(header_reader=reader)
+    opener.receive_data(bytes(sealer.seal(b"x", final=True)))
+    assert opener.read() == b"x"
+    assert reader.suite is opener.suite is Suite.AES_256_GCM
+
+
+def test_a_role_refusal_says_reflected_only_for_the_readers_own_role() -> None:
+    opener = Opener(header_reader=HeaderReader(KEY, context=b"ctx", role=Role.INITIATOR))
+    opener.receive_data(sealed())
+    with pytest.raises(ProtocolError) as one_way:
+        opener.read()
+    assert str(one_way.value) == "peer header has role ONE_WAY, expected INITIATOR"
+    # an initiator's own header sent back: what its reader expects is the RESPONDER's
+    reflected = Opener(header_reader=HeaderReader(KEY, role=Role.RESPONDER))
+    reflected.receive_data(Channel(KEY, role=Role.INITIATOR).initial_data())
+    with pytest.raises(ProtocolError) as back:
+        reflected.read()
+    assert str(back.value) == (
+        "peer header has role INITIATOR, expected RESPONDER (a stream reflected back to its sender?)"
+    )
+    assert one_way.value.rule == back.value.rule == "H9"
+
+
+def test_a_key_given_for_a_long_header_of_stanzas_is_the_wrong_key_not_a_long_header() -> None:
+    """Fields longer than a key's reader allows (H7) are refused only after the key ID (H10):
+    the fixed part of a file sealed to many recipients, read with a key, names the wrong key."""
+    fields = ((FieldType.FIXED_LAYOUT, bytes(MAX_FIELDS_SIZE)),)
+    header, _ = make_header(
+        os.urandom(32), Role.ONE_WAY, 1024, b"", fields=fields, max_fields_size=MAX_STANZA_FIELDS_SIZE
+    )
+    opener = Opener(KEY)
+    opener.receive_data(header[:HEADER_FIXED_SIZE])
+    with pytest.raises(KeyCommitmentError) as refused:
+        opener.read()
+    assert refused.value.rule == "H10"
+
+
+def test_a_header_reader_checks_and_copies_its_context_when_made() -> None:
+    """A bad context is refused by the constructor, not at the first header; a bytearray
+    changed afterwards does not change the context the header is verified under."""
+    with pytest.raises(TypeError, match="context must be bytes-like, not str"):
+        HeaderReader(KEY, context="ctx")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=f"exceeds {MAX_CONTEXT_SIZE} bytes"):
+        HeaderReader(KEY, context=bytes(MAX_CONTEXT_SIZE + 1))
+    context = bytearray(b"ctx")
+    opener = Opener(header_reader=HeaderReader(KEY, context=context))
+    context[:] = b"xyz"
+    opener.receive_data(sealed())
+    assert opener.read() == b"the plaintext"
+
+
+def test_a_header_reader_takes_a_commit_of_nothing() -> None:
+    """``commit(0)`` (a read that got nothing) is no error and changes nothing; past the view,
+    or negative, is."""
+    wire = sealed()
+    reader = HeaderReader(KEY, context=b"ctx")
+    secret = None
+    for chunk in (wire[:10], b"", wire[10:HEADER_FIXED_SIZE], b"", wire[HEADER_FIXED_SIZE:]):
+        view = reader.writable()
+        view[: len(chunk)] = chunk[: len(view)]
+        assert reader.commit(0, 1 << 16) is None and reader.missing == len(view)
+        secret = reader.commit(min(len(chunk), len(view)), 1 << 16)
+        del view
+    assert secret is not None and reader.header is not None
+    with pytest.raises(OutOfRangeError):
+        HeaderReader(KEY).commit(-1, 1 << 16)
+
+
+def test_a_channel_naming_a_key_not_held_is_refused_only_with_its_whole_header() -> None:
+    """A channel's reader hides which key IDs it holds from a keyless prober: an unknown key ID
+    is refused after the whole header, as a wrong commitment is (SECURITY.md)."""
+    channel = Channel(KEY, role=Role.RESPONDER)
+    hello = Channel(bytes(range(1, 17)), role=Role.INITIATOR).initial_data()
+    channel.opener.receive_data(hello[:HEADER_FIXED_SIZE])
+    assert not channel.opener.failed and channel.opener.header_missing == len(hello) - HEADER_FIXED_SIZE
+    channel.opener.receive_data(hello[HEADER_FIXED_SIZE:])
+    with pytest.raises(KeyCommitmentError) as refused:
+        channel.handshake_complete()
+    assert refused.value.rule == "H10"
+
+
+def test_a_header_reader_is_keyed_by_exactly_one_thing_and_says_so() -> None:
+    identity = Identity.generate(RecipientKind.X25519)
+    for keying in (
+        {},
+        {"key": KEY, "identities": [identity]},
+        {"key": KEY, "passphrase": "pass"},
+        {"identities": [identity], "passphrase": "pass"},
+        {"key": KEY, "identities": [identity], "passphrase": "pass"},
+    ):
+        with pytest.raises(TypeError) as refused:
+            HeaderReader(**keying)  # type: ignore[arg-type]
+        assert str(refused.value) == "a header reader takes exactly one of key, identities or passphrase"
+    with pytest.raises(ValueError, match="one-way") as channel:
+        HeaderReader(identities=[identity], role=Role.INITIATOR)
+    assert str(channel.value) == "identities and passphrases are for one-way streams"
+
+
+def test_a_header_readers_context_is_empty_unless_given() -> None:
+    stream = bytes(Sealer(KEY, record_size=64).seal(b"no context", final=True))
+    opener = Opener(header_reader=HeaderReader(KEY))
+    opener.receive_data(stream)
+    assert opener.read() == b"no context"
+
+
+def test_a_key_readers_suite_is_its_keys() -> None:
+    reader = HeaderReader(KEY, context=b"ctx")
+    assert reader.suite is Suite.AES_128_GCM
+    opener = Opener(header_reader=reader)
+    opener.receive_data(sealed())
+    assert opener.read() == b"the plaintext" and opener.suite is Suite.AES_128_GCM
+
+
+def test_a_key_reader_does_not_know_the_stanza_fields() -> None:
+    """Stanza field types are known only to a reader of stanzas: under a key's valid commitment
+    a stanza field is a critical field this reader does not know (H14)."""
+    header, _ = make_header(KEY, Role.ONE_WAY, 1024, b"", fields=((FieldType.PASSPHRASE_STANZA, b"stanza"),))
+    opener = Opener(KEY)
+    opener.receive_data(header)
+    with pytest.raises(ProtocolError) as refused:
+        opener.read()
+    assert refused.value.rule == "H14"
+
+
+def test_a_wrong_version_is_refused_by_its_byte_when_fed_one_byte_at_a_time() -> None:
+    """The version byte is checked as it arrives (H2), also when the magic before it came alone."""
+    opener = Opener(KEY)
+    for byte in MAGIC:
+        opener.receive_data(bytes([byte]))
+    before_version = opener.failed
+    opener.receive_data(b"\x07")
+    assert (before_version, opener.failed) == (False, True)
+    with pytest.raises(ProtocolError) as refused:
+        opener.read()
+    assert refused.value.rule == "H2"
+
+
+def test_a_reader_of_stanzas_takes_a_header_longer_than_a_keys() -> None:
+    """Stanzas need more room than a key's fields (docs/FORMAT.md 4.4): four hybrid recipients
+    make fields longer than MAX_FIELDS_SIZE, which a reader of stanzas accepts."""
+    identities = [Identity.generate() for _ in range(4)]
+    sealer = Sealer(recipients=[identity.recipient for identity in identities], record_size=64)
+    wire = bytes(sealer.seal(b"to four", final=True))
+    fields_length = int.from_bytes(wire[HEADER_FIXED_SIZE - 2 : HEADER_FIXED_SIZE], "big")
+    assert fields_length > MAX_FIELDS_SIZE
+    opener = Opener(header_reader=HeaderReader(identities=identities[-1:]))
+    opener.receive_data(wire)
+    assert opener.read() == b"to four"
