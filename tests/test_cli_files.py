@@ -304,3 +304,18 @@ def test_an_offset_past_the_end_writes_nothing_and_succeeds(
     assert "N at or past the end of the plaintext writes nothing and exits 0" in help_text
     readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
     assert "`--offset N` at or past the end writes nothing and exits 0" in readme
+
+
+def test_a_cut_stream_on_stdin_is_named_a_truncated_input(tmp_path: Path) -> None:
+    """A new user's finding: a cut file piped into ``decrypt`` was told "the sender closed
+    without ending the stream, or the connection was cut", words for a connection; it is a
+    truncated input, exit 5, whichever way it came."""
+    keyfile = tmp_path / "key"
+    assert run_cli("keygen", "-o", keyfile).status == 0
+    sealed = run_cli("encrypt", "-k", keyfile, input=os.urandom(100_000)).stdout
+    for cut in (sealed[:-1], sealed[: len(sealed) // 2]):
+        run = run_cli("decrypt", "-k", keyfile, "-o", tmp_path / "out", input=cut)
+        assert run.status == EXIT_TRUNCATED, run.stderr
+        assert "truncated input: the input ends before its FINAL record" in run.stderr, run.stderr
+        assert "sender" not in run.stderr and "connection" not in run.stderr, run.stderr
+        assert not (tmp_path / "out").exists()

@@ -1456,12 +1456,13 @@ def _header_verdict(exc: BaseException, command: str, where: str, seeks: str = "
         return _Fail(code, _record_limit_error(command, fault.size, fault.limit, where).message)
     if isinstance(fault, (MalformedHeaderError, StanzaError)):
         return _Fail(code, f"{where} has a corrupt stream header: {fault}")
-    if where == "the input":  # stdin: no file to name, the error's own words
-        return None
+    # a cut input is named as one, stdin too: the Opener's words speak of a sender
     if isinstance(fault, TruncatedArmorError):
         return _Fail(code, f"truncated input: {where} ends before its armor's end line: it was cut short")
-    if isinstance(fault, TruncatedStreamError):  # the Opener's words speak of a sender too
-        return _Fail(code, f"truncated input: {where} ends before its FINAL record: the file was cut short")
+    if isinstance(fault, TruncatedStreamError):
+        return _Fail(code, f"truncated input: {where} ends before its FINAL record: it was cut short")
+    if where == "the input":  # stdin: no file to name, the error's own words
+        return None
     return _Fail(code, f"{where}: {_classify(fault)[1]}")  # wrong key or context, tampered
 
 
