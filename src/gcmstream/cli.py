@@ -1502,13 +1502,22 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
 
 
 def _info_command(args: argparse.Namespace, keying: Keying) -> None:
+    _print_description(
+        lambda: _describe(args.file, args, keying),
+        lambda exc: _header_verdict(exc, "info", args.file, seeks="info needs"),
+    )
+
+
+def _print_description(describe: Callable[[], str], verdict: Callable[[BaseException], _Fail | None]) -> None:
+    """``info``'s one path, either format: the description printed, or the input's fault
+    named by ``verdict`` (None: raised as it is)."""
     try:
-        text = _describe(args.file, args, keying)
+        text = describe()
     except BaseException as exc:
-        verdict = _header_verdict(exc, "info", args.file, seeks="info needs")
-        if verdict is None:
+        fault = verdict(exc)
+        if fault is None:
             raise
-        raise verdict from None
+        raise fault from None
     _file_run.check()  # a signal while the header was read: nothing printed
     _print_out(text)
 
@@ -1640,15 +1649,9 @@ def _tink_describe(path: str, args: argparse.Namespace, keyset: TinkKeyset) -> s
 
 
 def _tink_info_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
-    try:
-        text = _tink_describe(args.file, args, keyset)
-    except BaseException as exc:
-        verdict = _tink_verdict(exc, args.file)
-        if verdict is None:
-            raise
-        raise verdict from None
-    _file_run.check()  # a signal while the header was read: nothing printed
-    _print_out(text)
+    _print_description(
+        lambda: _tink_describe(args.file, args, keyset), lambda exc: _tink_verdict(exc, args.file)
+    )
 
 
 _TINK_COMMANDS = {
