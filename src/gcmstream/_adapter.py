@@ -256,28 +256,15 @@ def _say_exhausted(exc: BaseException) -> None:
         logger.warning("accept() failed (%s); retrying every %g s", cause, ACCEPT_RETRY_DELAY)
 
 
-async def accept_retrying(listener: Any) -> Any:
-    """``listener.accept()``, retried after ``ACCEPT_RETRY_DELAY`` while it fails for want of
-    descriptors or memory (a warning at most every ``REPORT_INTERVAL`` seconds): the server
-    goes on once connections close, instead of ending (review 2026-12-04 finding 2). Any other
-    failure propagates."""
-    while True:
-        try:
-            return await listener.accept()
-        except (OSError, anyio.BrokenResourceError) as exc:
-            if not _out_of_resources(exc):
-                raise
-            _say_exhausted(exc)
-        await anyio.sleep(ACCEPT_RETRY_DELAY)
-
-
 async def serve_retrying(
     listener: Any, handler: Callable[[Any], Awaitable[object]], task_group: Any | None
 ) -> None:
     """``listener.serve(handler, task_group)``, served again after ``ACCEPT_RETRY_DELAY`` when
-    it ended for want of descriptors or memory, as :func:`accept_retrying` (anyio's ``serve()``
-    ends there). The handlers run in ``task_group`` or in one of this call's, which outlives
-    the restarts: a connection being served is not waited for before accepting again."""
+    it ended for want of descriptors or memory (anyio's ``serve()`` ends there when its accept
+    fails), with a warning at most every ``REPORT_INTERVAL`` seconds (review 2026-12-04
+    finding 2): the server goes on once connections close. Any other failure propagates. The
+    handlers run in ``task_group`` or in one of this call's, which outlives the restarts: a
+    connection being served is not waited for before accepting again."""
     async with anyio.create_task_group() as own:
         handlers = own if task_group is None else task_group
         while True:
