@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gcmstream import Identity, Opener, Recipient, RecipientKind, read_identity_file
+from gcmstream import Identity, Opener, Recipient, RecipientKind, __version__, read_identity_file
 from gcmstream.cli import EXIT_OK, EXIT_TAMPERED, EXIT_USAGE, EXIT_WRONG_KEY
 
 from .helpers import run_cli
@@ -445,7 +445,14 @@ def test_a_file_given_to_i_that_is_no_identity_names_the_change(
         message = one_line_error(run_cli(command, "-i", path, "-o", tmp_path / "out"), EXIT_USAGE)
         assert f"{path} is not an identity file" in message and "--identity" in message, message
         assert f"gcmstream {command} [OPTIONS] {path}" in message
+        # the change is dated by what it came with, not by a release: `--version` of the very
+        # tree that says it prints that release's number (a new user's finding)
+        assert "gcmstream-identity-v1" in message and __version__ not in message, message
     assert not (tmp_path / "out").exists()
+    for command in ("decrypt", "info"):
+        helped = run_cli(command, "--help")
+        assert helped.status == EXIT_OK and "identity files" in helped.stdout.decode()
+        assert __version__ not in helped.stdout.decode(), helped.stdout.decode()
 
 
 def test_an_identity_file_may_hold_several_identities_all_tried(

@@ -699,7 +699,8 @@ def _build_parser() -> argparse.ArgumentParser:
             action="append",
             default=[],
             help="decrypt with the identities in FILE ('-': stdin), one a line, each tried "
-            "(repeatable), instead of a key; -i as in age (up to 0.1.0 it named the input)",
+            "(repeatable), instead of a key; -i as in age (before identity files, -i named the "
+            "input)",
         )
         passphrase_options(sub, "")
 
@@ -883,9 +884,9 @@ def _read_identities(path: str, command: str) -> list[Identity]:
         text = _read_text(path, MAX_IDENTITY_FILE_SIZE)
         if IDENTITY_PREFIX not in text and RECIPIENT_PREFIX not in text and command != "recipient":
             raise _Usage(
-                f"{path} is not an identity file: -i is short for --identity now, as in age (it "
-                f"named the input up to 0.1.0); the file to {command} is an argument of its own: "
-                f"gcmstream {command} [OPTIONS] {path}"
+                f"{path} is not an identity file (no {IDENTITY_PREFIX}: line): -i is short for "
+                "--identity, as in age (before identity files, -i named the input); the file to "
+                f"{command} is an argument of its own: gcmstream {command} [OPTIONS] {path}"
             )
         if path != "-":
             _check_private(path, "identity file")
