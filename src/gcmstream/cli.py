@@ -70,7 +70,16 @@ if TYPE_CHECKING:
     from .anyio_stream import SecureStream, connect_tcp
     from .armor import BEGIN_LINE, ArmorDecoder, is_armored
     from .config import Configuration
-    from .files import STOP_WAIT, _Stopped, atomic_fd, decrypt_fd, encrypt_fd, new_opener, new_sealer
+    from .files import (
+        STOP_WAIT,
+        _Stopped,
+        atomic_fd,
+        decrypt_fd,
+        encrypt_fd,
+        new_opener,
+        new_sealer,
+        placeable,
+    )
     from .format import (
         HEADER_FIXED_SIZE,
         MAX_STANZA_FIELDS_SIZE,
@@ -160,10 +169,19 @@ def _import_keys() -> None:
 
 def _import_files() -> None:
     global output_target, STOP_WAIT, _Stopped, atomic_fd, decrypt_fd, encrypt_fd, new_opener
-    global new_sealer, CHUNK_SIZE, open_file, open_regular
+    global new_sealer, CHUNK_SIZE, open_file, open_regular, placeable
     global TinkKeyset, TinkOpener, TinkSealer, read_tink_keyset, MAX_KEYSET_SIZE, open_tink_file
     from ._output import output_target
-    from .files import STOP_WAIT, _Stopped, atomic_fd, decrypt_fd, encrypt_fd, new_opener, new_sealer
+    from .files import (
+        STOP_WAIT,
+        _Stopped,
+        atomic_fd,
+        decrypt_fd,
+        encrypt_fd,
+        new_opener,
+        new_sealer,
+        placeable,
+    )
     from .pipeline import CHUNK_SIZE
     from .seekable import open_file, open_regular
     from .tinkfile import open_tink_file
@@ -629,7 +647,9 @@ def _build_parser() -> argparse.ArgumentParser:
             metavar="N",
             type=_jobs,
             help="workers (threads) for a regular INPUT to a file OUT (default: the usable cores "
-            "from 64M of INPUT up, else 1; stdin, stdout, pipes: 1); the output is the same",
+            "from 64M of INPUT up, else 1; stdin, stdout, pipes: 1); the output is the same. An N "
+            "over 1 that cannot be used (decrypting to stdout, a pipe, armor, --offset, --format "
+            "tink) is said once on stderr, and one worker goes on",
         )
 
     encrypt = command(
@@ -1391,12 +1411,47 @@ def _record_limit_error(command: str, size: int, limit: int, where: str) -> _Fai
     )
 
 
-def _jobs_for(args: argparse.Namespace, size: int | None) -> int:
+def _jobs_for(args: argparse.Namespace, source: int, out: int, size: int | None) -> int:
     """--jobs, or the default for an input of ``size`` bytes (None: not a regular file). The
-    engine itself keeps to one worker where records cannot go to their places (pipes)."""
+    engine itself keeps to one worker where records cannot go to their places (pipes); a
+    --jobs N over 1 it will not use is said on stderr (``_jobs_unused``)."""
     from .files import default_jobs
 
+    if (args.jobs or 1) > 1:
+        _jobs_unused(args, _one_worker_reason(args, source, out))
     return args.jobs if args.jobs is not None else default_jobs(size)
+
+
+def _one_worker_reason(args: argparse.Namespace, source: int, out: int) -> str | None:
+    """Why the file engine will seal or open records in order, in one worker, between
+    ``source`` and ``out`` (``files.placeable`` and the engine's other conditions); None when
+    it places them (a file without the fixed layout is found only as it is read)."""
+    written = "stdout" if args.output == "-" else args.output
+    if args.command == "decrypt" and args.output == "-":  # each record as it authenticates
+        return "stdout is written in order by one worker"
+    if getattr(args, "armor", False):
+        return "armored text is written in order by one worker"
+    if not stat.S_ISREG(os.fstat(source).st_mode):
+        return (
+            f"{'stdin' if args.input == '-' else args.input} is read in order by one worker (no regular file)"
+        )
+    if not placeable(source, out):
+        return f"{written} is written in order by one worker (no regular file, or opened to append)"
+    if args.command == "decrypt" and is_armored(
+        os.pread(source, len(BEGIN_LINE), os.lseek(source, 0, os.SEEK_CUR))
+    ):
+        return "armored input is read in order by one worker"
+    return None
+
+
+def _jobs_unused(args: argparse.Namespace, reason: str | None) -> None:
+    """An explicit --jobs N (N > 1) that one worker replaces, said once on stderr (as xz says it
+    reduced its threads): the output is the same bytes, only slower than asked for."""
+    if reason is not None and (getattr(args, "jobs", None) or 1) > 1:
+        with contextlib.suppress(OSError):
+            print(
+                f"gcmstream {args.command}: --jobs {args.jobs} ignored: {reason}", file=sys.stderr, flush=True
+            )
 
 
 def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
@@ -1408,7 +1463,7 @@ def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
             with _open_output(args.output, args.mode, no_terminal=not args.armor) as out:
-                jobs = _jobs_for(args, size)
+                jobs = _jobs_for(args, source, out, size)
                 work = partial(
                     encrypt_fd, source, out, sealer, progress=progress.callback, armor=args.armor, jobs=jobs
                 )
@@ -1438,7 +1493,7 @@ def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                     opener,
                     eager=args.output == "-",
                     progress=progress.callback,
-                    jobs=_jobs_for(args, size),
+                    jobs=_jobs_for(args, source, out, size),
                 )
                 _run_engine(work, out)
         except BaseException as exc:
@@ -1529,6 +1584,7 @@ def _key_not_named(where: str) -> str:
 
 
 def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
+    _jobs_unused(args, "--offset and --length read the records they touch in one worker")
     path = _seekable_input(args.input)
     try:
         with _open_output(args.output, args.mode) as out:
@@ -1643,6 +1699,7 @@ def _tink_keyset(args: argparse.Namespace) -> TinkKeyset:
     ]
     if refused:
         raise _Usage(f"--format tink does not take {', '.join(refused)}")
+    _jobs_unused(args, "Tink's segments are sealed and opened in order by one worker")
     if args.key_file is None:
         raise _Usage("--format tink needs -k KEYSET.json (Tink's JSON cleartext keyset)")
     path = args.key_file
