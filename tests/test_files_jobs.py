@@ -484,7 +484,7 @@ def test_armored_text_is_read_by_one_worker_whatever_jobs_asks(tmp_path: Path) -
 def test_a_jobs_count_that_cannot_be_used_is_said_once_on_stderr(tmp_path: Path) -> None:
     """A new user's finding: `--jobs N` decrypting to stdout silently ran one worker. An N over
     1 that the engine cannot use is said once on stderr, naming why, and the command goes on
-    with one worker (as xz says it reduced its threads): the output is the same bytes. In a
+    with one worker (a warning, not a refusal): the output is the same bytes. In a
     real shell for the pipe; a --jobs the engine uses, or none, says nothing."""
     keyfile, plain, sealed = tmp_path / "key", tmp_path / "plain", tmp_path / "sealed"
     assert run_cli("keygen", "-o", keyfile).status == 0

@@ -1445,8 +1445,9 @@ def _one_worker_reason(args: argparse.Namespace, source: int, out: int) -> str |
 
 
 def _jobs_unused(args: argparse.Namespace, reason: str | None) -> None:
-    """An explicit --jobs N (N > 1) that one worker replaces, said once on stderr (as xz says it
-    reduced its threads): the output is the same bytes, only slower than asked for."""
+    """An explicit --jobs N (N > 1) that one worker replaces, said once on stderr, not refused:
+    the output is the same bytes, only slower than asked for, and a script that gives --jobs
+    to every call (some to stdout) keeps working."""
     if reason is not None and (getattr(args, "jobs", None) or 1) > 1:
         with contextlib.suppress(OSError):
             print(
