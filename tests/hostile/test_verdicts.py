@@ -489,6 +489,25 @@ def test_a_critical_field_in_a_key_sealed_header_is_unsupported_in_real_subproce
         assert f"critical field 0x{field:04x}" in message and "wrong key" not in message, (name, message)
 
 
+@pytest.mark.parametrize("name", ["recipients_salt_altered", "recipients_our_stanza_ct_altered"])
+def test_an_altered_stanza_file_is_never_called_a_wrong_key_in_real_subprocesses(
+    name: str, case_files: Callable[[Case], tuple[Path, Path]]
+) -> None:
+    """A new user's finding, as the shell sees it: an altered header of a file sealed to
+    recipients exits 3 with a line that names the alteration beside what it cannot be told
+    from (a wrong context, a wrong identity), never "wrong key"."""
+    case = next(c for c in STANZA_CASES if c.name == name)
+    path, identity_file = case_files(case)
+    for command, argv in cli_argvs(case, path, identity_file).items():
+        done = subprocess.run(
+            [sys.executable, "-m", "gcmstream", *argv], capture_output=True, timeout=TIMEOUT, check=False
+        )
+        message = done.stderr.decode()
+        assert done.returncode == cli.EXIT_WRONG_KEY, (command, message)
+        assert case.says in message and "header was altered" in message, (command, message)
+        assert "wrong key" not in message and message.count("\n") == 1, (command, message)
+
+
 def test_a_key_for_many_recipients_is_a_wrong_key_from_a_pipe_that_pauses(
     case_files: Callable[[Case], tuple[Path, Path]],
 ) -> None:
