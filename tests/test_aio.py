@@ -941,6 +941,19 @@ async def test_a_unix_socket_file_is_asyncios(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_closed_unix_servers_socket_file_is_where_asyncio_leaves_it(tmp_path: Path) -> None:
+    """README: start_unix_server is asyncio's server, so closing it leaves the socket file as
+    asyncio's own does: left up to Python 3.12, removed from 3.13 on (``cleanup_socket``)."""
+    plain = await asyncio.start_unix_server(lambda r, w: None, str(tmp_path / "plain.sock"))
+    secure = await gcmstream.start_unix_server(_echo, str(tmp_path / "secure.sock"), key=KEY)
+    for server in (plain, secure):
+        server.close()
+        await server.wait_closed()
+    left = {name: (tmp_path / name).exists() for name in ("plain.sock", "secure.sock")}
+    assert left == dict.fromkeys(left, sys.version_info < (3, 13)), left
+
+
+@pytest.mark.asyncio
 async def test_loop_keywords_reach_the_loop_and_a_misspelt_option_is_an_error(tmp_path: Path) -> None:
     """gcmstream's options are named keywords; everything else goes to the loop
     (create_server's start_serving, create_connection's sock, ...), so a misspelt option is

@@ -457,6 +457,18 @@ async def test_a_unix_listener_leaves_the_path_to_the_caller(tmp_path: Path) -> 
         assert stat.S_IMODE(modes["private.sock"]) == 0o600
 
 
+async def test_a_closed_unix_listeners_socket_file_is_where_anyio_leaves_it(tmp_path: Path) -> None:
+    """README: closing the listener leaves the socket file, as a plain anyio listener does (the
+    caller removes it; the README's example does)."""
+    async with (
+        await anyio.create_unix_listener(tmp_path / "plain.sock"),
+        await gcmstream.create_unix_listener(tmp_path / "secure.sock", key=KEY),
+    ):
+        pass
+    left = {name: (tmp_path / name).exists() for name in ("plain.sock", "secure.sock")}
+    assert left == {"plain.sock": True, "secure.sock": True}, left
+
+
 # -- records received straight into the ring (issue 23 item 6) ------------------------------
 
 

@@ -17,8 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from gcmstream import Identity, Opener, Recipient, RecipientKind, read_identity_file
-from gcmstream.cli import EXIT_OK, EXIT_TAMPERED, EXIT_USAGE, EXIT_WRONG_KEY
+from gcmstream import Identity, Opener, Recipient, RecipientKind, __version__, read_identity_file
+from gcmstream.cli import (
+    EXIT_OK,
+    EXIT_TAMPERED,
+    EXIT_TRUNCATED,
+    EXIT_UNSUPPORTED,
+    EXIT_USAGE,
+    EXIT_WRONG_KEY,
+)
 
 from .helpers import run_cli
 from .test_cli import TIMEOUT, env, one_line_error
@@ -445,7 +452,14 @@ def test_a_file_given_to_i_that_is_no_identity_names_the_change(
         message = one_line_error(run_cli(command, "-i", path, "-o", tmp_path / "out"), EXIT_USAGE)
         assert f"{path} is not an identity file" in message and "--identity" in message, message
         assert f"gcmstream {command} [OPTIONS] {path}" in message
+        # the change is dated by what it came with, not by a release: `--version` of the very
+        # tree that says it prints that release's number (a new user's finding)
+        assert "gcmstream-identity-v1" in message and __version__ not in message, message
     assert not (tmp_path / "out").exists()
+    for command in ("decrypt", "info"):
+        helped = run_cli(command, "--help")
+        assert helped.status == EXIT_OK and "identity files" in helped.stdout.decode()
+        assert __version__ not in helped.stdout.decode(), helped.stdout.decode()
 
 
 def test_an_identity_file_may_hold_several_identities_all_tried(
@@ -500,9 +514,88 @@ def test_decrypt_without_credentials_names_what_the_header_needs(
     for name, result in made.items():
         path = tmp_path / f"{name}.gcms"
         path.write_bytes(result.stdout)
-        for command in ("decrypt", "info"):
-            message = one_line_error(run_cli(command, path), EXIT_USAGE)
-            assert f"{path} {expected[name]}" in message, message
+        message = one_line_error(run_cli("decrypt", path), EXIT_USAGE)
+        assert f"{path} {expected[name]}" in message, message
+
+
+def test_info_without_a_key_shows_what_the_header_claims_marked_unverified(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path
+) -> None:
+    """A new user's finding: `info FILE` needed the key even to say how FILE was sealed. Without
+    -k, -i or a passphrase it prints what the fixed part and the stanza field claim, says that
+    nothing verified it, asks for nothing, and exits 0; no salt, stanza or commitment is shown."""
+    secret = tmp_path / "pass"
+    secret.write_text("correct horse battery staple\n")
+    secret.chmod(0o600)
+    made = {
+        "recipients": ("encrypt", "-r", recipient_of(people["alice"])),
+        "passphrase": ("encrypt", "--passphrase-file", secret, *FAST),
+        "key": ("encrypt", "-k", keyfile, "--record-size", "16K"),
+    }
+    sealed_line = {
+        "recipients": "sealed: to recipients (its header holds recipient stanzas); read with "
+        "-i IDENTITY_FILE (--identity)",
+        "passphrase": "sealed: with a passphrase (its header holds a passphrase stanza); read with "
+        "--passphrase or --passphrase-file FILE",
+        "key": "sealed: with a key; read with -k KEYFILE or GCMSTREAM_KEY",
+    }
+    for name, argv in made.items():
+        path = tmp_path / f"{name}.gcms"
+        assert run_cli(*argv, "-o", path, input=PLAIN).status == EXIT_OK
+        shown = run_cli("info", path)
+        assert shown.status == EXIT_OK and shown.stderr == "", shown.stderr
+        lines = shown.stdout.decode().splitlines()
+        assert lines[0] == f"file: {path}" and lines[1].startswith("verified: NO: "), lines
+        assert sealed_line[name] in lines and "format: gcmstream version 2, one-way stream" in lines
+        header = path.read_bytes()[:62]
+        size = "16K (16384 bytes)" if name == "key" else "64K (65536 bytes)"
+        assert f"record size: {size}" in lines and "layout: fixed" in lines, lines
+        # the key ID names the key of a key-sealed file; a stanza file's only its random file key
+        assert (f"key ID: {header[12:28].hex()}" in lines) == (name == "key"), lines
+        text = shown.stdout.decode()
+        assert header[28:60].hex() not in text and not any(x.startswith("plaintext length") for x in lines)
+        verified = run_cli("info", "-k", keyfile, path) if name == "key" else None
+        if verified is not None:  # with the key, as before: verified, with the length
+            assert verified.status == EXIT_OK and "plaintext length: 200000 bytes" in verified.stdout.decode()
+    for broken, code in ((b"not gcmstream at all", EXIT_UNSUPPORTED), (header[:30], EXIT_TRUNCATED)):
+        path = tmp_path / "broken"
+        path.write_bytes(broken)
+        one_line_error(run_cli("info", path), code)  # the verdicts of info with a key
+
+
+def test_a_key_given_for_a_file_sealed_to_recipients_or_a_passphrase_names_what_reads_it(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path
+) -> None:
+    """A new user's finding: `-k` on a file sealed to recipients named --identity only as one
+    possibility; the message now says what the header says and the option that reads it, on
+    decrypt, decrypt --offset and info alike (exit 3, as a key the header does not name)."""
+    secret = tmp_path / "pass"
+    secret.write_text("correct horse battery staple\n")
+    secret.chmod(0o600)
+    made = {
+        "recipients": (
+            ("-r", recipient_of(people["alice"])),
+            "is sealed to recipients (its header "
+            "holds recipient stanzas), not with a key: give -i IDENTITY_FILE (--identity) instead of a key",
+        ),
+        "passphrase": (
+            ("--passphrase-file", secret, *FAST),
+            "is sealed with a passphrase (its header "
+            "holds a passphrase stanza), not with a key: give --passphrase or --passphrase-file FILE "
+            "instead of a key",
+        ),
+    }
+    for name, (options, says) in made.items():
+        path = tmp_path / f"{name}.gcms"
+        assert run_cli("encrypt", *options, "-o", path, input=PLAIN).status == EXIT_OK
+        for argv in (
+            ("decrypt", "-k", keyfile, path, "-o", tmp_path / "out"),
+            ("decrypt", "-k", keyfile, "--offset", "1", path, "-o", tmp_path / "out"),
+            ("info", "-k", keyfile, path),
+        ):
+            message = one_line_error(run_cli(*argv), EXIT_WRONG_KEY)
+            assert f"{path} {says}" in message, message
+        assert not (tmp_path / "out").exists()
 
 
 def test_a_passphrase_file_at_a_terminal_asks_for_the_passphrase(tmp_path: Path) -> None:

@@ -481,6 +481,54 @@ def test_armored_text_is_read_by_one_worker_whatever_jobs_asks(tmp_path: Path) -
     assert (tmp_path / "back").read_bytes() == data
 
 
+def test_a_jobs_count_that_cannot_be_used_is_said_once_on_stderr(tmp_path: Path) -> None:
+    """A new user's finding: `--jobs N` decrypting to stdout silently ran one worker. An N over
+    1 that the engine cannot use is said once on stderr, naming why, and the command goes on
+    with one worker (a warning, not a refusal): the output is the same bytes. In a
+    real shell for the pipe; a --jobs the engine uses, or none, says nothing."""
+    keyfile, plain, sealed = tmp_path / "key", tmp_path / "plain", tmp_path / "sealed"
+    assert run_cli("keygen", "-o", keyfile).status == 0
+    data = os.urandom(2 * 1024 * 1024 + 7)
+    plain.write_bytes(data)
+    assert run_cli("encrypt", "-q", "--jobs", "2", "-k", keyfile, plain, "-o", sealed).stderr == ""
+    environ = {k: v for k, v in os.environ.items() if k not in (KEY_ENV, "GCMSTREAM_DEBUG")}
+    piped = subprocess.run(
+        [
+            *("bash", "-o", "pipefail", "-c"),
+            '"$0" -m gcmstream decrypt -k "$1" --jobs 4 "$2" | cat > "$3"',
+            *(sys.executable, str(keyfile), str(sealed), str(tmp_path / "piped")),
+        ],
+        capture_output=True,
+        env=environ,
+        timeout=120,
+        check=False,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stderr == b"gcmstream decrypt: --jobs 4 ignored: stdout is written in order by one worker\n"
+    assert (tmp_path / "piped").read_bytes() == data
+    said = {
+        "encrypt: --jobs 2 ignored: stdin is read in order by one worker (no regular file)": run_cli(
+            "encrypt", "--jobs", "2", "-k", keyfile, "-o", tmp_path / "x", input=data
+        ),
+        "encrypt: --jobs 2 ignored: armored text is written in order by one worker": run_cli(
+            "encrypt", "--jobs", "2", "-a", "-k", keyfile, plain, "-o", tmp_path / "x.asc"
+        ),
+        "decrypt: --jobs 3 ignored: --offset and --length read the records they touch in one worker": run_cli(
+            "decrypt", "--jobs", "3", "--offset", "1", "-k", keyfile, sealed, "-o", tmp_path / "y"
+        ),
+    }
+    for line, done in said.items():
+        assert (done.status, done.stderr) == (0, f"gcmstream {line}\n"), done.stderr
+    for argv in (
+        ("decrypt", "--jobs", "2", "-k", keyfile, sealed, "-o", tmp_path / "back"),  # used
+        ("decrypt", "--jobs", "1", "-k", keyfile, sealed),  # one asked for
+        ("decrypt", "-k", keyfile, sealed),  # the default: nothing asked for
+    ):
+        done = run_cli(*argv)
+        assert (done.status, done.stderr) == (0, ""), (argv, done.stderr)
+    assert run_cli("decrypt", "-k", keyfile, sealed).stdout == data == (tmp_path / "back").read_bytes()
+
+
 # Seconds from SIGINT to the exit of `encrypt|decrypt --jobs 2` (this file's test, printed with
 # -s five times, 2 shared cores at load 11-12): encrypt 0.117-0.199 s, decrypt 0.070-0.228 s.
 # The workers see the stop within one block of 1 MiB; without that check the encrypt took 5.3 s

@@ -70,14 +70,25 @@ if TYPE_CHECKING:
     from .anyio_stream import SecureStream, connect_tcp
     from .armor import BEGIN_LINE, ArmorDecoder, is_armored
     from .config import Configuration
-    from .files import STOP_WAIT, _Stopped, atomic_fd, decrypt_fd, encrypt_fd, new_opener, new_sealer
+    from .files import (
+        STOP_WAIT,
+        _Stopped,
+        atomic_fd,
+        decrypt_fd,
+        encrypt_fd,
+        new_opener,
+        new_sealer,
+        placeable,
+    )
     from .format import (
         HEADER_FIXED_SIZE,
         MAX_STANZA_FIELDS_SIZE,
         VERSION,
         FieldType,
+        HeaderStart,
         KeyExchange,
         Role,
+        check_header_start,
         generate_key,
         parse_fields,
         parse_header_start,
@@ -98,7 +109,7 @@ if TYPE_CHECKING:
         parse_recipients_file,
         write_identity_file,
     )
-    from .seekable import open_file
+    from .seekable import open_file, open_regular
     from .tinkfile import open_tink_file
     from .tinkstream import MAX_KEYSET_SIZE, TinkKeyset, TinkOpener, TinkSealer, read_tink_keyset
 
@@ -116,7 +127,8 @@ def _import_runtime(command: str) -> None:
 
 def _import_keys() -> None:
     global HEADER_FIXED_SIZE, MAX_STANZA_FIELDS_SIZE, VERSION, FieldType, KeyExchange, Role
-    global generate_key, parse_fields, parse_header_start, KeyFileError, format_key, parse_key
+    global check_header_start, generate_key, parse_fields, parse_header_start
+    global KeyFileError, format_key, parse_key
     global read_key_file, write_key_file, IDENTITY_PREFIX, MAX_IDENTITIES, MAX_IDENTITY_FILE_SIZE
     global MAX_RECIPIENTS_FILE_SIZE, Identity, Recipient, RecipientKind, check_recipients
     global check_work_factor, parse_identities, parse_recipients_file, write_identity_file
@@ -129,6 +141,7 @@ def _import_keys() -> None:
         FieldType,
         KeyExchange,
         Role,
+        check_header_start,
         generate_key,
         parse_fields,
         parse_header_start,
@@ -156,12 +169,21 @@ def _import_keys() -> None:
 
 def _import_files() -> None:
     global output_target, STOP_WAIT, _Stopped, atomic_fd, decrypt_fd, encrypt_fd, new_opener
-    global new_sealer, CHUNK_SIZE, open_file
+    global new_sealer, CHUNK_SIZE, open_file, open_regular, placeable
     global TinkKeyset, TinkOpener, TinkSealer, read_tink_keyset, MAX_KEYSET_SIZE, open_tink_file
     from ._output import output_target
-    from .files import STOP_WAIT, _Stopped, atomic_fd, decrypt_fd, encrypt_fd, new_opener, new_sealer
+    from .files import (
+        STOP_WAIT,
+        _Stopped,
+        atomic_fd,
+        decrypt_fd,
+        encrypt_fd,
+        new_opener,
+        new_sealer,
+        placeable,
+    )
     from .pipeline import CHUNK_SIZE
-    from .seekable import open_file
+    from .seekable import open_file, open_regular
     from .tinkfile import open_tink_file
     from .tinkstream import MAX_KEYSET_SIZE, TinkKeyset, TinkOpener, TinkSealer, read_tink_keyset
 
@@ -235,8 +257,11 @@ EXIT_CODES = {
     "file that exists (--force), ciphertext to a terminal",
     EXIT_WRONG_KEY: "wrong key, no --identity matched, wrong passphrase, or wrong --context, found "
     "at the header before any record is opened (H10, H12, S3, S6, S7), also a key given for a "
-    "file sealed to recipients or a passphrase; a connect refused by a listen with another key or "
-    "context sees only the connection cut during the handshake: 5",
+    "file sealed to recipients or a passphrase; a header altered where no reader can tell it from "
+    "these (a stanza altered, as in age; a commitment failing under the key, identity or "
+    "passphrase that fits: a wrong --context or an alteration) is 3 too, its message naming both; "
+    "a connect refused by a listen with another key or context sees only the connection cut "
+    "during the handshake: 5",
     EXIT_TAMPERED: "tampered or corrupt input: a damaged header after the right magic and version "
     "(H3..H7, H9, H13), a header altered where the key given fits it (H11, S8's key ID), "
     "malformed stanzas (S2, S4, S5), a failed channel handshake, a record "
@@ -456,7 +481,8 @@ _EXAMPLES = {
   gcmstream decrypt -i me.identity -o a.pdf a.pdf.gcms      # -i: --identity, as in age""",
     "info": """\
   gcmstream info -k backup.key big.iso.gcms
-  gcmstream info -k backup.key --context "backup v1" docs.tar.gcms""",
+  gcmstream info -k backup.key --context "backup v1" docs.tar.gcms
+  gcmstream info a.pdf.gcms          # no key: what the header claims (not verified)""",
     "listen": """\
   gcmstream listen 9000 -k backup.key < /dev/null > received.tar
   gcmstream listen 0.0.0.0:9000 -k backup.key --context "chat v1"
@@ -621,7 +647,9 @@ def _build_parser() -> argparse.ArgumentParser:
             metavar="N",
             type=_jobs,
             help="workers (threads) for a regular INPUT to a file OUT (default: the usable cores "
-            "from 64M of INPUT up, else 1; stdin, stdout, pipes: 1); the output is the same",
+            "from 64M of INPUT up, else 1; stdin, stdout, pipes: 1); the output is the same. An N "
+            "over 1 that cannot be used (decrypting to stdout, a pipe, armor, --offset, --format "
+            "tink) is said once on stderr, and one worker goes on",
         )
 
     encrypt = command(
@@ -699,7 +727,8 @@ def _build_parser() -> argparse.ArgumentParser:
             action="append",
             default=[],
             help="decrypt with the identities in FILE ('-': stdin), one a line, each tried "
-            "(repeatable), instead of a key; -i as in age (up to 0.1.0 it named the input)",
+            "(repeatable), instead of a key; -i as in age (before identity files, -i named the "
+            "input)",
         )
         passphrase_options(sub, "")
 
@@ -727,7 +756,10 @@ def _build_parser() -> argparse.ArgumentParser:
         "show what an encrypted file's header says",
         "Verify FILE's header and final record with the key and print what the header says "
         "(format version, cipher suite, record size, key ID, layout) and the plaintext length. "
-        "Nothing secret is printed.",
+        "Without -k, --identity or a passphrase option (and no GCMSTREAM_KEY), print what the "
+        "header claims, marked 'verified: NO' (format version, how it was sealed: a key, "
+        "recipients or a passphrase, and so what reads it, suite, record size, the key ID of a "
+        "key-sealed file, layout), asking for nothing. Nothing secret is printed.",
     )
     reader_keying_options(info)
     format_option(info)
@@ -883,9 +915,9 @@ def _read_identities(path: str, command: str) -> list[Identity]:
         text = _read_text(path, MAX_IDENTITY_FILE_SIZE)
         if IDENTITY_PREFIX not in text and RECIPIENT_PREFIX not in text and command != "recipient":
             raise _Usage(
-                f"{path} is not an identity file: -i is short for --identity now, as in age (it "
-                f"named the input up to 0.1.0); the file to {command} is an argument of its own: "
-                f"gcmstream {command} [OPTIONS] {path}"
+                f"{path} is not an identity file (no {IDENTITY_PREFIX}: line): -i is short for "
+                "--identity, as in age (before identity files, -i named the input); the file to "
+                f"{command} is an argument of its own: gcmstream {command} [OPTIONS] {path}"
             )
         if path != "-":
             _check_private(path, "identity file")
@@ -1031,6 +1063,8 @@ def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
             _check_work_factor(args.work_factor)
         return {"passphrase": _read_passphrase(args, encrypting=encrypting)}
     if args.key_file is None and KEY_ENV not in os.environ and not encrypting:
+        if args.command == "info":  # what the header claims, shown as not verified; nothing asked
+            return {}
         return _what_the_header_asks_for(args)
     return {"key": _load_key(args.key_file)}
 
@@ -1064,19 +1098,19 @@ def _identities(args: argparse.Namespace) -> list[Identity]:
 
 
 def _what_the_header_asks_for(args: argparse.Namespace) -> Keying:
-    """No key, identity or passphrase given to a reader: the header of the file says which it
+    """No key, identity or passphrase given to decrypt: the header of the file says which it
     needs; a passphrase is asked for on the terminal, the others are named."""
-    path = args.input if args.command == "decrypt" else args.file
+    path = args.input
     where = "the input" if path == "-" else path
     sealed_with = _sealed_with(path)
-    if sealed_with == FieldType.PASSPHRASE_STANZA:
+    if sealed_with == "passphrase":
         if _has_terminal():
             return {"passphrase": _read_passphrase(args, encrypting=False)}
         raise _Usage(
             f"{where} is encrypted with a passphrase: give --passphrase (asked on the terminal) "
             "or --passphrase-file FILE"
         )
-    if sealed_with == FieldType.RECIPIENT_STANZAS:
+    if sealed_with == "recipients":
         raise _Usage(f"{where} is encrypted to recipients: give -i/--identity FILE")
     if sealed_with is not None:
         raise _Usage(f"no key: {where} is encrypted with a key: give -k KEYFILE or set {KEY_ENV}")
@@ -1086,11 +1120,11 @@ def _what_the_header_asks_for(args: argparse.Namespace) -> Keying:
     )
 
 
-def _sealed_with(path: str) -> int | None:
-    """FieldType.RECIPIENT_STANZAS or PASSPHRASE_STANZA when the header of the encrypted file
-    at ``path`` holds them, 0 when it holds neither (a key), None when it cannot be told: no
-    regular file (a pipe is not read ahead: its bytes would be gone) or no gcmstream header
-    (the command itself then says what is wrong)."""
+def _sealed_with(path: str) -> str | None:
+    """How the header of the encrypted file at ``path`` says it was sealed (``_sealing``),
+    None when it cannot be told: no regular file (a pipe is not read ahead: its bytes would be
+    gone) or no gcmstream header (the command itself then says what is wrong). Unverified:
+    it names the option to give, it decides nothing."""
     try:  # a FIFO is not opened: that would let its writer start, then see this end close
         if path != "-" and not stat.S_ISREG(os.stat(path).st_mode):
             return None
@@ -1100,16 +1134,53 @@ def _sealed_with(path: str) -> int | None:
     try:
         if _regular_size(fd) is None:
             return None
-        head = _binary_start(fd, HEADER_FIXED_SIZE)
-        start = parse_header_start(head, MAX_STANZA_FIELDS_SIZE)
-        fields = parse_fields(_binary_start(fd, HEADER_FIXED_SIZE + start.fields_length)[HEADER_FIXED_SIZE:])
+        return _sealing(*_unverified_header(fd))
     except (OSError, ProtocolError):
         return None
     finally:
         if path != "-":
             os.close(fd)
-    kinds = {kind for kind, _ in fields} & {FieldType.RECIPIENT_STANZAS, FieldType.PASSPHRASE_STANZA}
-    return kinds.pop() if kinds else 0
+
+
+def _unverified_header(fd: int) -> tuple[HeaderStart, tuple[tuple[int, bytes], ...]]:
+    """The fixed part and the fields of the header at the position of the regular file ``fd``
+    (binary or armored; not consumed), checked for form only, as a reader of stanzas checks
+    them (H1..H7, H13): nothing in them is verified, anyone can write them."""
+    head = _binary_start(fd, HEADER_FIXED_SIZE)
+    if len(head) < HEADER_FIXED_SIZE:
+        check_header_start(head)  # another format's short start is that format's (H1, H2)
+        raise TruncatedStreamError(f"input ended inside the stream header ({len(head)} bytes)")
+    start = parse_header_start(head, MAX_STANZA_FIELDS_SIZE)
+    whole = _binary_start(fd, start.size)
+    if len(whole) < start.size:
+        raise TruncatedStreamError(
+            f"input ended inside the stream header ({len(whole)} of {start.size} bytes)"
+        )
+    return start, parse_fields(whole[HEADER_FIXED_SIZE : HEADER_FIXED_SIZE + start.fields_length])
+
+
+def _sealing(start: HeaderStart, fields: tuple[tuple[int, bytes], ...]) -> str:
+    """ "key", "recipients", "passphrase" or "channel": what a header's role and stanza fields
+    say sealed its stream (FORMAT.md 4.4: a stanza field, or none for a key)."""
+    if start.role is not Role.ONE_WAY:
+        return "channel"
+    kinds = {kind for kind, _ in fields}
+    if FieldType.RECIPIENT_STANZAS in kinds:
+        return "recipients"
+    return "passphrase" if FieldType.PASSPHRASE_STANZA in kinds else "key"
+
+
+# Each sealing as `info` without a key shows it and a key given in its place is told: how the
+# header says the stream was sealed, and what reads it
+_SEALED_WORDS = {
+    "key": ("with a key", f"-k KEYFILE or {KEY_ENV}"),
+    "recipients": ("to recipients (its header holds recipient stanzas)", "-i IDENTITY_FILE (--identity)"),
+    "passphrase": (
+        "with a passphrase (its header holds a passphrase stanza)",
+        "--passphrase or --passphrase-file FILE",
+    ),
+    "channel": ("by a channel's handshake (gcmstream listen and connect)", "none: it is no file"),
+}
 
 
 def _binary_start(fd: int, size: int) -> bytes:
@@ -1340,12 +1411,48 @@ def _record_limit_error(command: str, size: int, limit: int, where: str) -> _Fai
     )
 
 
-def _jobs_for(args: argparse.Namespace, size: int | None) -> int:
+def _jobs_for(args: argparse.Namespace, source: int, out: int, size: int | None) -> int:
     """--jobs, or the default for an input of ``size`` bytes (None: not a regular file). The
-    engine itself keeps to one worker where records cannot go to their places (pipes)."""
+    engine itself keeps to one worker where records cannot go to their places (pipes); a
+    --jobs N over 1 it will not use is said on stderr (``_jobs_unused``)."""
     from .files import default_jobs
 
+    if (args.jobs or 1) > 1:
+        _jobs_unused(args, _one_worker_reason(args, source, out))
     return args.jobs if args.jobs is not None else default_jobs(size)
+
+
+def _one_worker_reason(args: argparse.Namespace, source: int, out: int) -> str | None:
+    """Why the file engine will seal or open records in order, in one worker, between
+    ``source`` and ``out`` (``files.placeable`` and the engine's other conditions); None when
+    it places them (a file without the fixed layout is found only as it is read)."""
+    written = "stdout" if args.output == "-" else args.output
+    if args.command == "decrypt" and args.output == "-":  # each record as it authenticates
+        return "stdout is written in order by one worker"
+    if getattr(args, "armor", False):
+        return "armored text is written in order by one worker"
+    if not stat.S_ISREG(os.fstat(source).st_mode):
+        return (
+            f"{'stdin' if args.input == '-' else args.input} is read in order by one worker (no regular file)"
+        )
+    if not placeable(source, out):
+        return f"{written} is written in order by one worker (no regular file, or opened to append)"
+    if args.command == "decrypt" and is_armored(
+        os.pread(source, len(BEGIN_LINE), os.lseek(source, 0, os.SEEK_CUR))
+    ):
+        return "armored input is read in order by one worker"
+    return None
+
+
+def _jobs_unused(args: argparse.Namespace, reason: str | None) -> None:
+    """An explicit --jobs N (N > 1) that one worker replaces, said once on stderr, not refused:
+    the output is the same bytes, only slower than asked for, and a script that gives --jobs
+    to every call (some to stdout) keeps working."""
+    if reason is not None and (getattr(args, "jobs", None) or 1) > 1:
+        with contextlib.suppress(OSError):
+            print(
+                f"gcmstream {args.command}: --jobs {args.jobs} ignored: {reason}", file=sys.stderr, flush=True
+            )
 
 
 def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
@@ -1357,7 +1464,7 @@ def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
             with _open_output(args.output, args.mode, no_terminal=not args.armor) as out:
-                jobs = _jobs_for(args, size)
+                jobs = _jobs_for(args, source, out, size)
                 work = partial(
                     encrypt_fd, source, out, sealer, progress=progress.callback, armor=args.armor, jobs=jobs
                 )
@@ -1387,7 +1494,7 @@ def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                     opener,
                     eager=args.output == "-",
                     progress=progress.callback,
-                    jobs=_jobs_for(args, size),
+                    jobs=_jobs_for(args, source, out, size),
                 )
                 _run_engine(work, out)
         except BaseException as exc:
@@ -1441,11 +1548,7 @@ def _header_verdict(exc: BaseException, command: str, where: str, seeks: str = "
         return None
     code = _classify(fault)[0]
     if isinstance(fault, UnknownKeyError):  # from the 62 fixed bytes alone, on every path
-        return _Fail(
-            code,
-            f"wrong key: {where} names (by its key ID) a key that was not given; a file sealed "
-            "to recipients or with a passphrase is read with --identity or --passphrase[-file]",
-        )
+        return _Fail(code, _key_not_named(where))
     if isinstance(fault, ArmoredInputError) and seeks:  # info, --offset: binary files only
         return _Fail(
             code,
@@ -1466,7 +1569,23 @@ def _header_verdict(exc: BaseException, command: str, where: str, seeks: str = "
     return _Fail(code, f"{where}: {_classify(fault)[1]}")  # wrong key or context, tampered
 
 
+def _key_not_named(where: str) -> str:
+    """A key the header does not name (H10): a file (not stdin, read already) sealed to
+    recipients or a passphrase is named as such, with the option that reads it."""
+    sealed = _sealed_with(where) if where != "the input" else None
+    if sealed in ("recipients", "passphrase"):
+        sealed_how, reads_it = _SEALED_WORDS[sealed]
+        return f"{where} is sealed {sealed_how}, not with a key: give {reads_it} instead of a key"
+    if sealed == "key":
+        return f"wrong key: {where} names (by its key ID) a key that was not given"
+    return (
+        f"wrong key: {where} names (by its key ID) a key that was not given; a file sealed "
+        "to recipients or with a passphrase is read with --identity or --passphrase[-file]"
+    )
+
+
 def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
+    _jobs_unused(args, "--offset and --length read the records they touch in one worker")
     path = _seekable_input(args.input)
     try:
         with _open_output(args.output, args.mode) as out:
@@ -1501,9 +1620,35 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
         )
 
 
+def _describe_unverified(path: str) -> str:
+    """What the header of ``path`` claims, read with no key: the fixed part and which stanza
+    field it holds, never a salt, a stanza or the commitment; marked as verified by nothing."""
+    fd = open_regular(path)
+    try:
+        start, fields = _unverified_header(fd)
+    finally:
+        os.close(fd)
+    sealing = _sealing(start, fields)
+    fixed = any(kind == FieldType.FIXED_LAYOUT for kind, _ in fields)
+    lines = [
+        f"file: {path}",
+        "verified: NO: no key, identity or passphrase was given, so this is what the header "
+        "claims, which anyone can write; give one to verify it and see the plaintext length",
+        f"format: gcmstream version {VERSION}, {start.role.name.lower().replace('_', '-')} stream",
+        "sealed: {}; read with {}".format(*_SEALED_WORDS[sealing]),
+        f"suite: {start.suite.name.replace('_', '-')}",
+        f"record size: {_size_text(start.record_size)} ({start.record_size} bytes)",
+    ]
+    if sealing in ("key", "channel"):  # a stanza file's key ID names only its random file key
+        lines.append(f"key ID: {start.key_id.hex()}")
+    if sealing != "channel":
+        lines.append(f"layout: {'fixed' if fixed else 'variable'}")
+    return "\n".join(lines)
+
+
 def _info_command(args: argparse.Namespace, keying: Keying) -> None:
     _print_description(
-        lambda: _describe(args.file, args, keying),
+        lambda: _describe(args.file, args, keying) if keying else _describe_unverified(args.file),
         lambda exc: _header_verdict(exc, "info", args.file, seeks="info needs"),
     )
 
@@ -1555,6 +1700,7 @@ def _tink_keyset(args: argparse.Namespace) -> TinkKeyset:
     ]
     if refused:
         raise _Usage(f"--format tink does not take {', '.join(refused)}")
+    _jobs_unused(args, "Tink's segments are sealed and opened in order by one worker")
     if args.key_file is None:
         raise _Usage("--format tink needs -k KEYSET.json (Tink's JSON cleartext keyset)")
     path = args.key_file

@@ -114,6 +114,7 @@ __all__ = (
     "layout_of_size",
     "new_opener",
     "new_sealer",
+    "placeable",
     "promised_layout",
     "read_header",
     "records_per_generation",
@@ -397,7 +398,7 @@ def encrypt_fd(
     with _fatal(sealer):
         placed = None
         # (Tink's segments, like armored text, are sealed in order by one worker)
-        if jobs > 1 and not armor and isinstance(sealer, Sealer) and _placeable(src, dst):
+        if jobs > 1 and not armor and isinstance(sealer, Sealer) and placeable(src, dst):
             placed = sealer.hand_off_places()
         if placed is None:
             _encrypt_fd(src, _ArmoredOutput(dst) if armor else dst, sealer, progress, stop)
@@ -483,7 +484,7 @@ def decrypt_fd(
             and not eager
             and isinstance(opener, Opener)  # (Tink's segments are opened in order, by one worker)
             and opener.untouched
-            and _placeable(src, dst)
+            and placeable(src, dst)
             and not _armored_at(src)
             and _decrypt_placed(src, dst, opener, jobs, progress, stop)
         ):
@@ -592,7 +593,7 @@ def _check_jobs(jobs: int) -> None:
         raise ValueError(f"jobs must be a whole number of workers, at least 1 (got {jobs!r})")
 
 
-def _placeable(src: int, dst: int) -> bool:
+def placeable(src: int, dst: int) -> bool:
     """True when records can be read and written by their places: both are regular files,
     ``dst`` has no ``O_APPEND`` (Linux's pwrite then ignores the offset) and nothing after
     its position (so that a failure can cut it back to where it was)."""

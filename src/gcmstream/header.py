@@ -265,6 +265,8 @@ class HeaderReader:
         try:
             secret = verify_commitment(key, raw, self._context)
         except KeyCommitmentError:
+            if unlocker is not None:  # H12 under the file key a stanza gave: not a wrong key
+                raise header_fault("H12", unlocker.commitment_failure) from None
             if refusal is None:
                 raise
         if refusal is not None:  # raised here, outside the handler: no context to hold frames

@@ -505,6 +505,17 @@ class Unlocker:
         what = "a passphrase" if self._passphrase is not None else f"{len(self._identities)} identities"
         return f"<Unlocker {what}>"
 
+    @property
+    def commitment_failure(self) -> str:
+        """Why a header whose stanza this unlocker opened (so the identity or passphrase is the
+        right one, and the key ID names the file key) fails its commitment (H12): the context,
+        which no stanza binds, or a header byte. No reader can tell which."""
+        opened = "the passphrase opened" if self._passphrase is not None else "an identity given opened"
+        return (
+            f"{opened} its stanza, but the stream header does not match the file key and the "
+            "context given: a wrong context, or the header was altered"
+        )
+
     def unlock(self, suite: Suite, fields: Iterable[tuple[int, bytes]]) -> bytes:
         """The file key, or StanzaError, WorkFactorError or NoIdentityMatchedError: anything
         scrypt or HPKE raises becomes a StanzaError, which the Opener keeps as its fatal error."""
@@ -524,7 +535,9 @@ class Unlocker:
             return self._unlock_passphrase(suite, passphrase)
         if recipients is not None:
             return self._unlock_recipients(suite, recipients)
-        raise NoIdentityMatchedError("the stream has no recipient or passphrase stanza: a key sealed it")
+        raise NoIdentityMatchedError(
+            "the stream has no recipient or passphrase stanza: a key sealed it, or the header was altered"
+        )
 
     def _unlock_passphrase(self, suite: Suite, value: bytes) -> bytes:
         expected = _SCRYPT_PARAMS.size + SCRYPT_SALT_SIZE + suite.key_size + TAG_SIZE
@@ -562,7 +575,9 @@ class Unlocker:
                     raise StanzaError(f"HPKE refused a {identity.kind.text} stanza ({name})") from None
                 if file_key is not None:
                     return file_key
+        # a stanza altered, or its kind or tag, fails as another recipient's does: as in age, a
+        # reader cannot tell the two apart (FORMAT.md 4.4, S7), so it names both
         raise NoIdentityMatchedError(
             f"none of the {len(self._identities)} identities given opens any of the stream's "
-            f"{len(stanzas)} recipient stanzas: it was encrypted to someone else"
+            f"{len(stanzas)} recipient stanzas: a wrong identity, or the header was altered"
         )

@@ -1,9 +1,11 @@
 """One verdict per fault, on every path (issue 21, section 3).
 
-Every one-way invalid vector, and key-sealed headers carrying typed fields a key reader does
-not accept, go through every reading path: an Opener fed the whole input, ``open_file``,
-``decrypt_file`` (the file engine), ``decrypt_iter`` (the pipeline, on asyncio and trio), the
-asyncio ``decrypting_reader``, and the command line's ``decrypt``, ``decrypt --offset`` and
+Every one-way invalid vector, key-sealed headers carrying typed fields a key reader does not
+accept, and headers sealed to recipients or a passphrase altered byte by byte (read with the
+identity or passphrase that opens them), go through every reading path: an Opener fed the
+whole input, ``open_file``, ``decrypt_file`` (the file engine), ``decrypt_iter`` (the pipeline,
+on asyncio and trio), the asyncio ``decrypting_reader`` (key cases only), and the command line's
+``decrypt``, ``decrypt --offset`` and
 ``info`` (in process through ``gcmstream.cli.main``, and once each in a real subprocess). Each
 case gets ONE error class on every library path and ONE exit status on every CLI path.
 """
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -63,6 +66,16 @@ class Case:
     max_record_size: int
     expect: str  # the class name every library path must raise
     exit_status: int | None = None  # when the case pins it (issue 21's own cases)
+    identity: Identity | None = None  # read with this identity (-i) instead of the key
+    passphrase: str | None = None  # read with this passphrase (--passphrase-file) instead
+    says: str = ""  # what every CLI path's line must hold
+
+    def keying(self) -> dict[str, Any]:
+        if self.identity is not None:
+            return {"identities": [self.identity]}
+        if self.passphrase is not None:
+            return {"passphrase": self.passphrase}
+        return {"key": self.key}
 
 
 def _vector_cases() -> list[Case]:
@@ -176,7 +189,111 @@ ALTERED_CASES = [
     ),
 ]
 
-CASES = _vector_cases() + FIELD_CASES + WRONG_KEY_CASES + ALTERED_CASES
+# Headers sealed to recipients (ours first, then another's) or a passphrase, altered where a
+# keyless writer can (a new user's finding: every alteration was called a wrong identity).
+# What a reader can tell from "no identity matches" (FORMAT.md 4.4): a malformed stanza
+# (StanzaError, 4); an altered key ID after our stanza opened (S8, 4); a header that fails its
+# commitment after our stanza opened, which is a wrong context or an alteration, never a wrong
+# identity (H12, 3, as a key's H12: the context is in no stanza, so the two cannot be told
+# apart: the wrong_context case proves it). What it cannot: our stanza altered, or its kind,
+# fails as another recipient's stanza does (S7, 3: as in age, the message names both).
+STANZA_READER = Identity(RecipientKind.X25519, b"\x05" * 32)
+STANZA_PASSPHRASE = "correct horse battery staple"
+OPENED = "opened its stanza, but the stream header does not match the file key and the context given"
+NOT_OPENED = "a wrong identity, or the header was altered"
+
+
+def _flipped(wire: bytes, offset: int, mask: int = 1) -> bytes:
+    return wire[:offset] + bytes([wire[offset] ^ mask]) + wire[offset + 1 :]
+
+
+def _stanza_cases() -> list[Case]:
+    other = Identity(RecipientKind.X25519, b"\x06" * 32)
+    sealer = Sealer(recipients=[STANZA_READER.recipient, other.recipient], context=CONTEXT)
+    two = bytes(sealer.seal(b"sealed to two recipients", final=True))
+    # fixed part 62; field type and length 62..66; count 66..68; our stanza's kind 68, flags 69,
+    # length 70..72, HPKE enc and ct 72..152; the other's from 152; the commitment last
+    header_end = 62 + int.from_bytes(two[60:62], "big") + 32
+    altered = {
+        "recipients_our_stanza_ct_altered": (_flipped(two, 120), "NoIdentityMatchedError", 3, NOT_OPENED),
+        "recipients_our_stanza_kind_unknown": (_flipped(two, 68, 2), "NoIdentityMatchedError", 3, NOT_OPENED),
+        "recipients_no_stanza_field": (
+            _flipped(two, 62),
+            "NoIdentityMatchedError",
+            3,
+            "or the header was altered",
+        ),
+        "recipients_other_stanza_altered": (_flipped(two, 200), "KeyCommitmentError", 3, OPENED),
+        "recipients_salt_altered": (_flipped(two, 30), "KeyCommitmentError", 3, OPENED),
+        "recipients_record_size_altered": (_flipped(two, 11), "KeyCommitmentError", 3, OPENED),
+        "recipients_commitment_altered": (_flipped(two, header_end - 1), "KeyCommitmentError", 3, OPENED),
+        "recipients_key_id_altered": (_flipped(two, 12), "KeyCommitmentError", 4, "altered header"),
+        "recipients_stanza_flags_unknown": (_flipped(two, 69, 2), "StanzaError", 4, "unknown flags"),
+        "recipients_stanza_length_wrong": (_flipped(two, 71), "StanzaError", 4, "corrupt stream header"),
+        "recipients_count_wrong": (_flipped(two, 67), "StanzaError", 4, "corrupt stream header"),
+        "recipients_suite_altered": (_flipped(two, 6, 3), "StanzaError", 4, "32-byte file keys"),
+        "recipients_passphrase_field_type": (_flipped(two, 63), "StanzaError", 4, "passphrase stanza"),
+    }
+    cases = [
+        Case(
+            name,
+            wire,
+            KEY,
+            CONTEXT,
+            gcmstream.DEFAULT_MAX_RECORD_SIZE,
+            expect,
+            status,
+            STANZA_READER,
+            None,
+            says,
+        )
+        for name, (wire, expect, status, says) in altered.items()
+    ]
+    cases.append(  # not altered: the same verdict and words as recipients_salt_altered
+        Case(
+            "recipients_wrong_context",
+            two,
+            KEY,
+            b"another context",
+            gcmstream.DEFAULT_MAX_RECORD_SIZE,
+            "KeyCommitmentError",
+            3,
+            STANZA_READER,
+            None,
+            OPENED,
+        )
+    )
+    sealer = Sealer(passphrase=STANZA_PASSPHRASE, work_factor=1, context=CONTEXT)
+    sealed = bytes(sealer.seal(b"sealed with a passphrase", final=True))
+    # the passphrase stanza's value from 66: scrypt parameters 3, salt 16, wrapped file key 48
+    for name, wire, expect, says in (
+        ("passphrase_salt_altered", _flipped(sealed, 30), "KeyCommitmentError", "the passphrase " + OPENED),
+        (
+            "passphrase_wrapped_key_altered",
+            _flipped(sealed, 100),
+            "NoIdentityMatchedError",
+            "wrong passphrase (or an altered passphrase stanza)",
+        ),
+    ):
+        cases.append(
+            Case(
+                name,
+                wire,
+                KEY,
+                CONTEXT,
+                gcmstream.DEFAULT_MAX_RECORD_SIZE,
+                expect,
+                3,
+                None,
+                STANZA_PASSPHRASE,
+                says,
+            )
+        )
+    return cases
+
+
+STANZA_CASES = _stanza_cases()
+CASES = _vector_cases() + FIELD_CASES + WRONG_KEY_CASES + ALTERED_CASES + STANZA_CASES
 HEADER_FAULT_NAMES = {kind.__name__ for kind in HEADER_FAULTS.values()}
 
 
@@ -198,13 +315,13 @@ def _raised(run: Callable[[], object]) -> str:
 
 
 def via_opener(case: Case, path: Path) -> None:
-    opener = gcmstream.Opener(case.key, context=case.context, max_record_size=case.max_record_size)
+    opener = gcmstream.Opener(**case.keying(), context=case.context, max_record_size=case.max_record_size)
     read_all(opener, case.wire)
 
 
 def via_open_file(case: Case, path: Path) -> None:
     with gcmstream.open_file(
-        path, key=case.key, context=case.context, max_record_size=case.max_record_size
+        path, **case.keying(), context=case.context, max_record_size=case.max_record_size
     ) as f:
         f.read()
 
@@ -213,7 +330,7 @@ def via_decrypt_file(case: Case, path: Path) -> None:
     gcmstream.decrypt_file(
         path,
         path.with_suffix(".out"),
-        key=case.key,
+        **case.keying(),
         context=case.context,
         max_record_size=case.max_record_size,
     )
@@ -225,7 +342,7 @@ async def _pipeline(case: Case) -> None:
 
     async for _ in gcmstream.decrypt_iter(
         chunks(),  # type: ignore[arg-type]
-        key=case.key,
+        **case.keying(),
         context=case.context,
         max_record_size=case.max_record_size,
     ):
@@ -264,14 +381,17 @@ LIBRARY_PATHS = {
     "decrypt_iter/trio": via_pipeline_trio,
     "aio.decrypting_reader": via_asyncio_reader,
 }
+KEY_ONLY_PATHS = {"aio.decrypting_reader"}  # (it takes no identities or passphrase)
 
 
 # -- the command line's paths -------------------------------------------------------------------
 
 
 def cli_argvs(case: Case, path: Path, keyfile: Path) -> dict[str, list[str]]:
+    """``keyfile``: the key file, or the identity or passphrase file of a case read with one."""
+    flag = "-i" if case.identity else "--passphrase-file" if case.passphrase else "-k"
     common = [
-        "-k",
+        flag,
         str(keyfile),
         "--context",
         case.context.decode(),
@@ -293,7 +413,13 @@ def case_files(tmp_path: Path) -> Callable[[Case], tuple[Path, Path]]:
         path.write_bytes(case.wire)
         keyfile = tmp_path / "key"
         keyfile.unlink(missing_ok=True)
-        write_key_file(keyfile, case.key)
+        if case.identity is not None:
+            gcmstream.recipients.write_identity_file(keyfile, case.identity)
+        elif case.passphrase is not None:
+            keyfile.write_text(case.passphrase + "\n")
+            keyfile.chmod(0o600)
+        else:
+            write_key_file(keyfile, case.key)
         return path, keyfile
 
     return write
@@ -303,7 +429,7 @@ def _opens_by_arithmetic(case: Case, path: Path) -> bool:
     """open_file accepts the file as a fixed layout: its fault lies in a record not yet read."""
     try:
         with gcmstream.open_file(
-            path, key=case.key, context=case.context, max_record_size=case.max_record_size
+            path, **case.keying(), context=case.context, max_record_size=case.max_record_size
         ) as file:
             return file.fixed_layout
     except gcmstream.errors.GcmStreamError:
@@ -315,7 +441,12 @@ def test_one_class_and_one_exit_status_per_fault_on_every_path(
     case: Case, case_files: Callable[[Case], tuple[Path, Path]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, keyfile = case_files(case)
-    classes = {name: _raised(partial(run, case, path)) for name, run in LIBRARY_PATHS.items()}
+    keyed_otherwise = case.identity is not None or case.passphrase is not None
+    classes = {
+        name: _raised(partial(run, case, path))
+        for name, run in LIBRARY_PATHS.items()
+        if not (keyed_otherwise and name in KEY_ONLY_PATHS)
+    }
     assert set(classes.values()) == {case.expect}, classes
     statuses, lines = {}, {}
     for name, argv in cli_argvs(case, path, keyfile).items():
@@ -331,6 +462,9 @@ def test_one_class_and_one_exit_status_per_fault_on_every_path(
     pinned = case.exit_status if case.exit_status is not None else PINNED.get(case.name)
     if pinned is not None:
         assert status == pinned, lines
+    for line in lines.values():
+        assert case.says in line, (case.says, lines)
+        assert not keyed_otherwise or "wrong key" not in line, lines
     if case.expect not in HEADER_FAULT_NAMES:
         return
     # a header fault is worded the same on both decrypt paths (records are found differently)
@@ -353,6 +487,25 @@ def test_a_critical_field_in_a_key_sealed_header_is_unsupported_in_real_subproce
         message = done.stderr.decode()
         assert done.returncode == cli.EXIT_UNSUPPORTED, (name, message)
         assert f"critical field 0x{field:04x}" in message and "wrong key" not in message, (name, message)
+
+
+@pytest.mark.parametrize("name", ["recipients_salt_altered", "recipients_our_stanza_ct_altered"])
+def test_an_altered_stanza_file_is_never_called_a_wrong_key_in_real_subprocesses(
+    name: str, case_files: Callable[[Case], tuple[Path, Path]]
+) -> None:
+    """A new user's finding, as the shell sees it: an altered header of a file sealed to
+    recipients exits 3 with a line that names the alteration beside what it cannot be told
+    from (a wrong context, a wrong identity), never "wrong key"."""
+    case = next(c for c in STANZA_CASES if c.name == name)
+    path, identity_file = case_files(case)
+    for command, argv in cli_argvs(case, path, identity_file).items():
+        done = subprocess.run(
+            [sys.executable, "-m", "gcmstream", *argv], capture_output=True, timeout=TIMEOUT, check=False
+        )
+        message = done.stderr.decode()
+        assert done.returncode == cli.EXIT_WRONG_KEY, (command, message)
+        assert case.says in message and "header was altered" in message, (command, message)
+        assert "wrong key" not in message and message.count("\n") == 1, (command, message)
 
 
 def test_a_key_for_many_recipients_is_a_wrong_key_from_a_pipe_that_pauses(
