@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 import gcmstream
 from gcmstream.admission import (
     DEFAULT_ADMISSION,
-    FAILURE_LINES,
     REPORT_INTERVAL,
     Admission,
     AdmissionPolicy,
@@ -357,19 +356,6 @@ def test_a_flood_is_reported_once_per_interval_with_counts(caplog: pytest.LogCap
     assert len(debug) == pending.refused + pending.evicted_waiting  # the detail, at debug only
 
 
-def test_failed_handshakes_are_warnings_up_to_a_quota_then_counted(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="gcmstream")
-    now = [0.0]
-    pending, _ = admission(DEFAULT_ADMISSION, clock=lambda: now[0])
-    allowed = [pending.failure_logged() for _ in range(FAILURE_LINES + 400)]
-    assert allowed == [True] * FAILURE_LINES + [False] * 400
-    assert caplog.messages == []  # (the adapters log the allowed ones themselves)
-    now[0] += REPORT_INTERVAL
-    assert pending.failure_logged()
-    muted = f"400 more handshakes failed in the last {REPORT_INTERVAL:.0f} s (logged at debug level)"
-    assert caplog.messages == [muted]
-
-
 # -- invariants under any sequence ------------------------------------------------------------------
 
 OPERATIONS = st.lists(
@@ -461,3 +447,17 @@ async def test_the_anyio_listener_takes_either_spelling_and_checks_it() -> None:
         assert listener.config.admission is DEFAULT_ADMISSION
     finally:
         await listener.aclose()
+
+
+# -- which failures are a key holder's (review 2026-12-04 finding 4) ---------------------------------
+
+
+def test_proved_key_is_true_only_between_a_verified_finished_and_done() -> None:
+    pending, _ = admission(AdmissionPolicy(start=4, full=4, verified=4, per_source=None))
+    for connection in range(3):
+        pending.admit(connection, A)
+    pending.verified(1)  # a header verifies: a replay can do that much
+    pending.finished(2)  # its Finished verified: only a key holder can
+    assert [pending.proved_key(c) for c in range(3)] == [False, False, True]
+    assert pending.done(2)
+    assert not pending.proved_key(2)  # ended: forgotten

@@ -73,7 +73,6 @@ TOP_LEVEL_MODULES: dict[str, set[str]] = {
     # the policy is what an application passes; the rest is the servers' machinery
     "gcmstream.admission": {
         "DEFAULT_ADMISSION",
-        "FAILURE_LINES",
         "REPORT_INTERVAL",
         "Admission",
         "HandshakeInput",

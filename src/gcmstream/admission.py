@@ -72,8 +72,9 @@ socket state comes on top); drop-oldest's 256 held 3.5 MiB but kept clients out.
 
 Logging: a shed connection (refused or evicted) is logged at debug level; a warning with the
 counts goes out at most once per ``REPORT_INTERVAL`` seconds, never one per connection. A
-handshake that failed on its own (a bad header, a timeout) is a warning line of its own up to
-``FAILURE_LINES`` per ``REPORT_INTERVAL``, then debug lines and a count.
+handshake that failed on its own (a bad header, a hang-up, a timeout) is the server core's to
+log, by the same measure (``gcmstream._server.FailureReport``; :meth:`Admission.proved_key`
+tells it which peers proved the key).
 """
 
 from __future__ import annotations
@@ -89,7 +90,6 @@ from typing import Generic, Protocol, TypeVar
 
 __all__ = (
     "DEFAULT_ADMISSION",
-    "FAILURE_LINES",
     "REPORT_INTERVAL",
     "Admission",
     "AdmissionPolicy",
@@ -103,11 +103,8 @@ __all__ = (
 logger = logging.getLogger("gcmstream")
 
 REPORT_INTERVAL = 10.0
-"""Seconds between two warnings that count the handshakes an :class:`Admission` shed."""
-
-FAILURE_LINES = 100
-"""Failed handshakes an :class:`Admission` lets its server log at warning level per
-``REPORT_INTERVAL``; the rest go at debug level, their count in the next warning."""
+"""Seconds between two warnings that count the handshakes an :class:`Admission` shed (and
+between two that count the handshakes a server saw fail without proving the key)."""
 
 T = TypeVar("T")
 
@@ -297,9 +294,6 @@ class Admission(Generic[T]):
         self.evicted_verified = 0
         self._reported_at = -math.inf
         self._reported = (0, 0, 0)  # the counters at the last warning
-        self._failures_since = -math.inf
-        self._failure_lines = 0
-        self._failures_muted = 0
 
     def __len__(self) -> int:
         """Pending handshakes: waiting or verified (not those whose Finished arrived)."""
@@ -431,25 +425,10 @@ class Admission(Generic[T]):
         self._release(source)  # type: ignore[arg-type]  # not _ABSENT here
         return True
 
-    def failure_logged(self) -> bool:
-        """A pending handshake failed (not evicted: :meth:`done` said True). True: log it at
-        warning level; False: at debug level, counted (at most ``FAILURE_LINES`` warnings per
-        ``REPORT_INTERVAL``: a flood of bad headers or of silent peers timing out is not a
-        warning per connection)."""
-        now = self._clock()
-        if now - self._failures_since >= REPORT_INTERVAL:
-            if self._failures_muted:
-                logger.warning(
-                    "%d more handshakes failed in the last %.0f s (logged at debug level)",
-                    self._failures_muted,
-                    now - self._failures_since,
-                )
-            self._failures_since, self._failure_lines, self._failures_muted = now, 0, 0
-        if self._failure_lines < FAILURE_LINES:
-            self._failure_lines += 1
-            return True
-        self._failures_muted += 1
-        return False
+    def proved_key(self, connection: T) -> bool:
+        """True if the connection's Finished verified (its peer proved the key) and its
+        :meth:`done` has not come yet: a failure now is a key holder's, not a stranger's."""
+        return connection in self._finished
 
     def _release(self, source: str | None) -> None:
         if source is None:
