@@ -37,10 +37,15 @@ times out, and a keyless flood can send as many such peers as the server accepts
   newcomers are refused (closed at once), as OpenSSH's ``PerSourceMaxStartups``. Below
   ``start`` nothing is refused, so a burst from one host (a test, a benchmark, a proxy) is
   served while the server is not under pressure; an attacker alone with one address therefore
-  holds up to ``start`` slots, and ``per_source`` once other sources fill the rest (review
-  2026-12-04 finding 6). A client that shares its address (NAT, the same IPv6 /64) with an
-  attacker shares its cap, and an attacker with many addresses (an IPv6 /48 has 65,536 /64s)
-  is not bounded by it.
+  holds up to ``start`` slots, and ``per_source`` once other sources fill the rest: random
+  early drop evicts its oldest, the cap refuses its reconnections (review 2026-12-04 finding
+  6, decided so). Not at all times, on purpose: a proxy, a NAT or a load test from one
+  address opens more than ``per_source`` handshakes at once on an idle server, and below
+  ``start`` no slot is scarce; OpenSSH's ``PerSourceMaxStartups`` is off by default for the
+  same reason. A client that shares its address (NAT, the same IPv6 /64) with an attacker
+  shares its cap while the server is under pressure, and an attacker with many addresses (an
+  IPv6 /48 has 65,536 /64s) is not bounded by it. Not done: OpenSSH's ``PerSourcePenalties``
+  (refusing for a while a source whose connections fail before authenticating).
 
 Defaults (``AdmissionPolicy()``): ``start=256, rate=30, full=512, verified=1024,
 per_source=64``, shrunk when a server starts to fit its descriptor limit
