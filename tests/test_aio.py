@@ -696,7 +696,7 @@ async def test_a_named_key_ring_authenticates_identities(caplog: pytest.LogCaptu
     (review 10b: a named key's holder must claim its name; without the claim she is refused)."""
     from gcmstream import KeyRing, generate_key
 
-    caplog.set_level(logging.WARNING, logger="gcmstream")
+    caplog.set_level(logging.DEBUG, logger="gcmstream")  # (a stranger's line after the first: debug)
     alice, bob = generate_key(), generate_key()
     served: list[tuple[bytes, bytes]] = []
 
@@ -746,8 +746,10 @@ async def test_a_named_key_ring_authenticates_identities(caplog: pytest.LogCaptu
 # the key it shares with B "B" and the key it shares with C "C"; it wants B only. It prints
 # its port, then one line per connection it serves, with the name of the key proved.
 _PAIRWISE_LISTENER = """
-import asyncio, sys
+import asyncio, logging, sys
 import gcmstream
+logging.basicConfig(format="%(levelname)s %(message)s")
+logging.getLogger("gcmstream").setLevel(logging.DEBUG)  # a stranger's line after the first: debug
 k_ab, k_ac = (bytes.fromhex(h) for h in sys.argv[1:3])
 ring = gcmstream.KeyRing({"B": k_ab, "C": k_ac})
 async def main():

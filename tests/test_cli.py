@@ -1095,9 +1095,27 @@ def test_listen_keeps_serving_after_failed_handshakes(tmp_path: Path, keyfile: P
         stalled.sendall(b"late")
     assert listener.stdout == b"the real peer"
     log = listener.stderr.decode().splitlines()
-    assert len(log) == 2, log
-    assert all(re.fullmatch(r"gcmstream listen: 127\.0\.0\.1:\d+: .*; still listening", line) for line in log)
-    assert "not a gcmstream stream" in log[0] and "wrong key" in log[1]
+    # the first stranger's line, with its reason; the wrong key came within 10 s of it, so it is
+    # counted at debug level, as the servers do (_server.FailureReport; review 2026-12-04
+    # finding 4: a stranger costs no warning line of its own under a flood)
+    assert len(log) == 1, log
+    assert "not a gcmstream stream" in log[0]
+    assert re.fullmatch(r"gcmstream listen: 127\.0\.0\.1:\d+: .*; still listening", log[0])
+
+
+def test_listen_says_one_line_for_a_flood_of_strangers_not_one_each(keyfile: Path) -> None:
+    listener = Listener(["-k", keyfile])
+    for _ in range(100):  # bounded: 100 strangers that connect and hang up, one at a time
+        with socket.create_connection(("127.0.0.1", listener.port), timeout=TIMEOUT):
+            pass
+        time.sleep(0.002)
+    right = gcm_process("connect", f"127.0.0.1:{listener.port}", "-k", keyfile, input=b"the real peer")
+    assert right.returncode == 0, right.stderr
+    assert listener.finish() == 0, listener.stderr
+    assert listener.stdout == b"the real peer"
+    log = listener.stderr.decode().splitlines()
+    assert len(log) == 1, log  # before: 100 lines, one per stranger
+    assert re.fullmatch(r"gcmstream listen: 127\.0\.0\.1:\d+: .*; still listening", log[0])
 
 
 # -- pipes and the terminal ----------------------------------------------------------------------

@@ -14,12 +14,14 @@ from gcmstream import AdmissionPolicy
 from gcmstream._server import (
     ConnectionDeadlines,
     Deadline,
+    FailureReport,
     ServerCore,
     connection_statistics,
     server_admission,
 )
-from gcmstream.admission import DEFAULT_ADMISSION, FAILURE_LINES
+from gcmstream.admission import DEFAULT_ADMISSION, REPORT_INTERVAL
 from gcmstream.config import Configuration
+from gcmstream.errors import HandshakeError, TruncatedStreamError
 
 from .helpers import KEY
 
@@ -173,9 +175,15 @@ def test_a_dropped_connection_is_logged_once_with_its_peer(caplog: pytest.LogCap
 # -- admission, handler isolation, statistics ----------------------------------------------------
 
 
-def core(policy: AdmissionPolicy, dropped: list[str], chance: float = 0.0) -> ServerCore[str]:
+def core(
+    policy: AdmissionPolicy, dropped: list[str], chance: float = 0.0, clock: list[float] | None = None
+) -> ServerCore[str]:
     config = Configuration(key=KEY, admission=policy)
-    return ServerCore(config, dropped.append, random=lambda: chance, clock=lambda: 0.0)
+    now = [0.0] if clock is None else clock
+    return ServerCore(config, dropped.append, random=lambda: chance, clock=lambda: now[0])
+
+
+HUNG_UP = TruncatedStreamError("the connection ended during the handshake")
 
 
 def opener(*, header: object = None, finished: bool = False) -> SimpleNamespace:
@@ -190,10 +198,10 @@ def test_the_core_evicts_the_longest_waiting_for_a_newcomer_and_says_nothing_of_
     server.observe("b", opener())  # b sent part of its header: evicted after the silent ones
     assert server.admit("c", ("10.0.0.3", 1))
     assert dropped == ["a"]
-    assert server.handshake_failed("a") is None  # evicted: no line of its own
+    assert server.handshake_failed("a", HUNG_UP) is None  # evicted: no line of its own
     server.observe("c", opener(header=object(), finished=True))
     assert server.handshake_completed("c")  # its Finished verified: served
-    assert server.handshake_failed("b") == logging.WARNING
+    assert server.handshake_failed("b", HUNG_UP) == logging.WARNING
     assert server.statistics.as_dict() == {
         "admitted": 3,
         "handler_failures": 0,
@@ -223,15 +231,68 @@ def test_the_core_refuses_a_source_at_its_cap() -> None:
     assert server.statistics.admitted == 2
 
 
-def test_failures_past_the_quota_are_logged_at_debug_level() -> None:
-    dropped: list[str] = []
-    server = core(AdmissionPolicy(start=100, full=100, verified=100, per_source=None), dropped)
-    levels = []
-    for number in range(FAILURE_LINES + 3):
-        name = f"c{number}"
-        server.admit(name, ("10.0.0.1", number))
-        levels.append(server.handshake_failed(name))
-    assert levels == [logging.WARNING] * FAILURE_LINES + [logging.DEBUG] * 3
+def test_keyless_failures_are_one_warning_per_interval_counted_by_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Review 2026-12-04 finding 4: a stranger's failed handshake costs the server a debug
+    line; a warning goes out at most once per REPORT_INTERVAL, with the count by reason."""
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+    now = [0.0]
+    server = core(AdmissionPolicy(start=900, full=900, verified=900, per_source=None), [], clock=now)
+
+    def fail(name: str, exc: Exception) -> int | None:
+        server.admit(name, ("10.0.0.1", 1))
+        return server.handshake_failed(name, exc)
+
+    # a quiet server says the first at once, as its own line (the adapter logs it)
+    assert fail("first", HUNG_UP) == logging.WARNING
+    levels = [fail(f"c{n}", HUNG_UP if n % 3 else TimeoutError()) for n in range(300)]
+    assert levels == [logging.DEBUG] * 300
+    now[0] += REPORT_INTERVAL - 0.5
+    assert fail("late", HUNG_UP) == logging.DEBUG
+    assert caplog.messages == []  # the adapters log the connections' own lines; no count yet
+    now[0] += 0.5  # the interval has passed: the next arrival says the count
+    server.admit("next", ("10.0.0.2", 1))
+    assert caplog.messages == [
+        "handshakes failed without proving the key in the last 10 s: 301 (201 TruncatedStreamError, "
+        "100 TimeoutError); each is logged at debug level"
+    ]
+    assert server.handshake_failed("next", HUNG_UP) == logging.DEBUG  # the count was this interval's line
+    now[0] += REPORT_INTERVAL
+    assert fail("after", HUNG_UP) == logging.DEBUG  # its arrival said the count of one: debug
+    assert len(caplog.messages) == 2
+    assert caplog.messages[1].startswith("handshakes failed without proving the key in the last 10 s: 1 (")
+    now[0] += REPORT_INTERVAL
+    server.admit("served", ("10.0.0.3", 1))  # an arrival after the flood says its last count
+    assert len(caplog.messages) == 3
+    now[0] += REPORT_INTERVAL
+    assert fail("quiet again", HUNG_UP) == logging.WARNING  # a quiet interval: its own line again
+    assert len(caplog.messages) == 3
+    assert server.statistics.handshakes_failed == 305
+
+
+def test_a_peer_that_proved_the_key_keeps_its_own_warning_under_a_flood() -> None:
+    server = core(AdmissionPolicy(start=900, full=900, verified=900, per_source=None), [])
+    for n in range(50):  # a flood of strangers: their lines go at debug level
+        server.admit(f"c{n}", ("10.0.0.1", n))
+        server.handshake_failed(f"c{n}", HUNG_UP)
+    server.admit("holder", ("10.0.0.2", 1))
+    server.observe("holder", opener(header=object(), finished=True))  # its Finished verified
+    assert server.handshake_failed("holder", HandshakeError("its stream failed")) == logging.WARNING
+    server.admit("stranger", ("10.0.0.3", 1))
+    server.observe("stranger", opener(header=object()))  # a verified header: a replay can do that
+    assert server.handshake_failed("stranger", HUNG_UP) == logging.DEBUG
+
+
+def test_the_failure_report_logs_to_the_logger_it_is_given(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    now = [0.0]
+    report = FailureReport(lambda: now[0], logging.getLogger("gcmstream.cli"))  # as listen's
+    assert report.failed(HUNG_UP, proved_key=False) == logging.WARNING
+    assert report.failed(HUNG_UP, proved_key=False) == logging.DEBUG
+    now[0] = REPORT_INTERVAL
+    report.report_due()
+    assert [(r.name, r.levelno) for r in caplog.records] == [("gcmstream.cli", logging.WARNING)]
 
 
 def test_a_cancelled_handshake_leaves_the_admission() -> None:

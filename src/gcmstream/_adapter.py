@@ -321,15 +321,17 @@ async def serve_listener(
     handler: Callable[[S], Any],
     handshake_failed: HandshakeFailed,
     task_group: Any | None = None,
+    log: logging.Logger = logger,
 ) -> None:
     """The anyio server loop, for ``SecureListener.serve`` and ``gcmstream listen``: every
     connection ``listener`` accepts goes through one :class:`~gcmstream._server.ServerCore`
     (admission, deadlines, handler isolation); ``handler`` runs with each stream whose handshake
     completed (``run_handler``: its failure ends that connection only). A failed handshake is
     passed to ``handshake_failed`` with the level the core chose; none for one the admission
-    refused or evicted (its report counts those). Survives EMFILE (``serve_retrying``)."""
+    refused or evicted (its report counts those); ``log`` takes the core's count of keyless
+    failures (``FailureReport``). Survives EMFILE (``serve_retrying``)."""
     # an evicted handshake is cancelled: its transport is closed, nothing logged per connection
-    core: ServerCore[_Pending] = ServerCore(config, _Pending.drop)
+    core: ServerCore[_Pending] = ServerCore(config, _Pending.drop, log=log)
 
     async def handle(transport: Any) -> None:
         # the address, while it can still be asked: a closed socket no longer knows it
@@ -352,7 +354,7 @@ async def serve_listener(
                     transport, core.deadlines(), lambda opener: core.observe(entry, opener)
                 )
         except Exception as exc:  # (a cancellation is a BaseException on every backend)
-            level = core.handshake_failed(entry)
+            level = core.handshake_failed(entry, exc)
             if level is not None:
                 await handshake_failed(exc, transport, peer, level)
             return

@@ -10,8 +10,9 @@ awaiting the handshake and the handler, arming a timer.
 - **Admission** of pending handshakes: :class:`ServerCore` holds the server's
   :class:`~gcmstream.admission.Admission` under the configured policy (fitted to the descriptor
   limit, :func:`server_admission`), and says once per connection what its handshake's end
-  means: served, dropped quietly (evicted: the admission's report counts it) or logged, at
-  warning or, past the admission's quota under a flood, debug level.
+  means: served, dropped quietly (evicted: the admission's report counts it) or logged
+  (:class:`FailureReport`: a peer that proved the key at warning level; a keyless one at debug
+  level, counted by reason in one warning per ``REPORT_INTERVAL`` at most).
 - **Deadlines** (handshake, record, idle) are timers the core asks for and the adapter arms, as
   aioquic's ``QuicConnection.get_timer()``/``handle_timer(now)``: after each event the adapter
   asks :meth:`ConnectionDeadlines.read_timer` (the earliest record or idle deadline, or None)
@@ -39,11 +40,20 @@ from __future__ import annotations
 import enum
 import logging
 import math
+import time
 import traceback
+from collections import Counter
 from collections.abc import Callable
 from typing import Generic, TypeAlias, TypeVar
 
-from .admission import DEFAULT_ADMISSION, Admission, AdmissionPolicy, HandshakeInput, fit_to_descriptors
+from .admission import (
+    DEFAULT_ADMISSION,
+    REPORT_INTERVAL,
+    Admission,
+    AdmissionPolicy,
+    HandshakeInput,
+    fit_to_descriptors,
+)
 from .codec import Opener, Sealer
 from .config import Configuration
 from .format import FieldType
@@ -59,6 +69,7 @@ __all__ = (
     "AnySealer",
     "ConnectionDeadlines",
     "Deadline",
+    "FailureReport",
     "ServerCore",
     "ServerStatistics",
     "connection_statistics",
@@ -267,12 +278,72 @@ def describe_handshake_failure(
     A timeout says which limit ran out: the handshake did not complete in ``time_limit``. The
     record gets the message, not the error: a handler that keeps records (pytest's, a memory
     handler) would otherwise keep the failed connection alive through the error's traceback.
-    ``level``: a server under a flood logs most failures at debug level
-    (``Admission.failure_logged``)."""
+    ``level``: the one :class:`FailureReport` chose (most keyless failures go at debug level)."""
     reason = str(exc)
     if isinstance(exc, TimeoutError) and time_limit is not None:
         reason = f"not complete within {time_limit} s"
     logger.log(level, "handshake with %s failed: %s: %s", peer, type(exc).__name__, reason)
+
+
+class FailureReport:
+    """The one rule for logging failed handshakes, on every server path (the asyncio server,
+    the anyio listener, ``gcmstream listen``; review 2026-12-04 finding 4). Sans-IO: ``clock``
+    is injected.
+
+    A peer that proved the key (its Finished verified) and then failed is a key holder in
+    trouble: its own line at warning level, always. Any other failure (a stranger that hangs
+    up, resets, times out, replays a recorded header and leaves, or sends another key's
+    header) costs an attacker one connection, so it must not cost the server a warning line
+    each: its own line goes at debug level and it is counted by reason; at most one warning
+    goes out per ``REPORT_INTERVAL``. That warning is the connection's own line when nothing
+    was counted since the last one (a lone failure on a quiet server is said at once, with its
+    peer and reason), else the count (``"handshakes failed without proving the key in the
+    last T s: N (...)"``, by exception type), logged at the next failure or arrival once the
+    interval has passed."""
+
+    __slots__ = ("_clock", "_counted", "_counted_since", "_log", "_warned_at")
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, log: logging.Logger = logger) -> None:
+        self._clock = clock
+        self._log = log
+        self._warned_at = -math.inf  # the last warning line: a connection's own, or a count
+        self._counted: Counter[str] = Counter()  # failures at debug level since then, by reason
+        self._counted_since = -math.inf
+
+    def failed(self, exc: BaseException, *, proved_key: bool) -> int:
+        """A pending handshake failed with ``exc``: the level of its own line (the adapter
+        logs it, with the peer); at most once per interval a count goes out first."""
+        if proved_key:
+            return logging.WARNING
+        now = self._clock()
+        self.report_due(now)
+        if now - self._warned_at >= REPORT_INTERVAL:  # nothing counted: its own line is the one
+            self._warned_at = now
+            return logging.WARNING
+        if not self._counted:
+            self._counted_since = now
+        self._counted[type(exc).__name__] += 1
+        return logging.DEBUG
+
+    def report_due(self, now: float | None = None) -> None:
+        """Log the count of the failures logged at debug level, if there are any and the
+        interval since the last warning has passed (servers also ask on each arrival, so the
+        end of a flood is counted by the next connection)."""
+        if not self._counted:
+            return
+        now = self._clock() if now is None else now
+        if now - self._warned_at < REPORT_INTERVAL:
+            return
+        reasons = ", ".join(f"{count:,} {reason}" for reason, count in self._counted.most_common())
+        self._log.warning(
+            "handshakes failed without proving the key in the last %.0f s: %s (%s); "
+            "each is logged at debug level",
+            now - self._counted_since,
+            f"{self._counted.total():,}",
+            reasons,
+        )
+        self._warned_at = now
+        self._counted.clear()
 
 
 def connection_statistics(sealer: AnySealer, opener: AnyOpener | None) -> dict[str, object]:
@@ -334,7 +405,7 @@ class ServerStatistics:
 
     def __init__(self) -> None:
         self.admitted = 0  # connections whose handshake began
-        self.refused = 0  # closed on arrival: their source was at its cap
+        self.refused = 0  # closed on arrival: their source was at its cap, or penalized
         self.handshakes_failed = 0  # failed on their own (not evicted): a bad header, a timeout
         self.served = 0  # handshake completed: handed to the handler
         self.handler_failures = 0  # a handler raised (its connection was closed, not the server)
@@ -356,17 +427,20 @@ class ServerCore(Generic[T]):
         drop: Callable[[T], object],
         *,
         random: Callable[[], float] | None = None,
-        clock: Callable[[], float] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        log: logging.Logger = logger,
     ) -> None:
         self.config = config
         chance = {} if random is None else {"random": random}  # (tests decide them)
-        now = {} if clock is None else {"clock": clock}
-        self.admission: Admission[T] = Admission(server_admission(config.admission), drop, **chance, **now)
+        policy = server_admission(config.admission)
+        self.admission: Admission[T] = Admission(policy, drop, clock=clock, **chance)
+        self.failures = FailureReport(clock, log)  # ``log``: where its counts go (listen's own)
         self.statistics = ServerStatistics()
 
     def admit(self, connection: T, address: object) -> bool:
         """A connection arrived from ``address``. False: refused, close it at once (no
         handshake, no further call); True: start its handshake (:meth:`deadlines`)."""
+        self.failures.report_due()
         if not self.admission.admit(connection, address):
             self.statistics.refused += 1
             return False
@@ -390,14 +464,15 @@ class ServerCore(Generic[T]):
             return True
         return False
 
-    def handshake_failed(self, connection: T) -> int | None:
-        """The handshake failed (its transport is closed). The level to log it at (warning, or
-        debug past the admission's quota under a flood), or None: the admission evicted it,
-        say nothing."""
+    def handshake_failed(self, connection: T, exc: BaseException) -> int | None:
+        """The handshake failed with ``exc`` (its transport is closed). The level to log it at
+        (:class:`FailureReport`: warning for a peer that proved the key, debug for most
+        keyless ones), or None: the admission evicted it, say nothing."""
+        proved_key = self.admission.proved_key(connection)
         if not self.admission.done(connection):
             return None
         self.statistics.handshakes_failed += 1
-        return logging.WARNING if self.admission.failure_logged() else logging.DEBUG
+        return self.failures.failed(exc, proved_key=proved_key)
 
     def handshake_cancelled(self, connection: T) -> None:
         """The handshake was cancelled (the server stops, or the admission evicted it)."""

@@ -921,7 +921,7 @@ async def _admitted_handshake(
     try:
         await protocol.handshake()
     except Exception as exc:  # the transport is aborted already; cancellations propagate
-        level = core.handshake_failed(transport)
+        level = core.handshake_failed(transport, exc)
         if level is not None:
             describe_handshake_failure(exc, peer, core.config.handshake_timeout, level)
         return False

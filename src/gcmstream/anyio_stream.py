@@ -647,7 +647,9 @@ class SecureListener(Listener[SecureStream]):
         """Called when a client's handshake failed (``stream`` is its transport, closed
         already). Logs one line naming the peer (never a key) and the error's message, not the
         error itself (TLSListener's record keeps it as exc_info, and with it the connection), at
-        debug level past the admission's quota under a flood. Override it to do more;
+        the level the server core chose: debug for a peer that did not prove the key once one
+        was said in the last 10 s (the rest are counted in one warning per 10 s, as every
+        server does: ``_server.FailureReport``). Override it to do more;
         cancellations are not passed here, they propagate, and neither are connections the
         admission evicted."""
         peer, level = self._failures.get(id(stream), (UNKNOWN_PEER, logging.WARNING))

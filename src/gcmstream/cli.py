@@ -1928,8 +1928,10 @@ async def _handshake(
 async def _first_peer(
     listener: anyio.abc.Listener[SocketStream], args: argparse.Namespace, config: Configuration
 ) -> SecureStream:
-    """Accept connections until one completes the handshake; every failed one is logged and
-    closed, so a stranger (a port scan, a probe, a wrong key) does not end the session.
+    """Accept connections until one completes the handshake; every failed one is closed and
+    logged as the servers log them (``FailureReport``: a stranger's line at most once per 10 s,
+    the rest counted), so a stranger (a port scan, a probe, a wrong key) does not end the
+    session, nor flood stderr.
     Handshakes run side by side: one that stalls does not hold up the real peer. The servers'
     one loop (``serve_listener``: the server core's admission, at its defaults, and deadlines)
     with a handler that takes the first peer and stops it."""
@@ -1944,14 +1946,15 @@ async def _first_peer(
             tg.cancel_scope.cancel()
 
         async def failed(exc: Exception, transport: object, peer: object, level: int) -> None:
-            # (at debug level past the admission's quota: a flood)
+            # (the core's level: a stranger's failure is debug once another was said within
+            # 10 s, and counted in the core's one line per 10 s, which goes to _log as well)
             shown = _shown(peer) if isinstance(peer, tuple) else str(peer)
             _log.log(level, "%s: %s; still listening", shown, _peer_failure(exc, args))
 
         async def responder(transport: Any, deadlines: Any, observe: Callable[[Any], object]) -> SecureStream:
             return await _handshake(transport, config, observe)  # config's options, as wrap's
 
-        tg.start_soon(serve_listener, listener, config, responder, take, failed)
+        tg.start_soon(serve_listener, listener, config, responder, take, failed, None, _log)
     return winner[0]
 
 

@@ -159,7 +159,7 @@ def test_vanishing_and_silent_clients_next_to_good_ones_on_every_server_path(
 ) -> None:
     if options.get("use_uvloop"):
         pytest.importorskip("uvloop")
-    caplog.set_level(logging.WARNING, logger="gcmstream")
+    caplog.set_level(logging.DEBUG, logger="gcmstream")  # (a stranger's line after the first: debug)
     seen = Seen()
     served = anyio.run(drive, server_for(path, seen), backend=backend, backend_options=options)
 
