@@ -63,14 +63,17 @@ def framing_loops(size: int, calls: int) -> tuple[Callable[[], None], Callable[[
     count = VOLUME // size
     wire_length = size + 21
     plain = os.urandom(VOLUME)
-    built = bytearray()
-    for seq in range(count * calls):
-        nonce = iv[:4] + (low ^ seq).to_bytes(8, "big")
-        header = HEADER.pack(0, size + 16)
-        place = (seq % count) * size
-        built += header + aead.encrypt(nonce, plain[place : place + size], header)
-    wire = memoryview(bytes(built))
-    pieces = [wire[i : i + PIECE] for i in range(0, len(wire), PIECE)]
+
+    def stream() -> memoryview:
+        """A stream of its own for each loop: none reads bytes another loop brought into a cache."""
+        built = bytearray()
+        for seq in range(count * calls):
+            nonce = iv[:4] + (low ^ seq).to_bytes(8, "big")
+            header = HEADER.pack(0, size + 16)
+            place = (seq % count) * size
+            built += header + aead.encrypt(nonce, plain[place : place + size], header)
+        return memoryview(bytes(built))
+
     app = memoryview(bytearray(max(PIECE, size)))
     places = [app[i : i + size] for i in range(0, len(app) - size + 1, size)]
     slots = len(places)
@@ -78,6 +81,7 @@ def framing_loops(size: int, calls: int) -> tuple[Callable[[], None], Callable[[
     pack_low = struct.Struct(">Q").pack_into
 
     def whole_loop() -> Callable[[], None]:
+        wire = stream()
         state = {"pos": 0, "seq": 0}
 
         def op() -> None:
@@ -95,6 +99,8 @@ def framing_loops(size: int, calls: int) -> tuple[Callable[[], None], Callable[[
         return op
 
     def pieces_loop(streaming: bool) -> Callable[[], None]:
+        wire = stream()
+        pieces = [wire[i : i + PIECE] for i in range(0, len(wire), PIECE)]
         ring = memoryview(bytearray(wire_length))
         staged = memoryview(bytearray(size + 15))  # a streaming context's output
         tag = bytearray(16)
