@@ -817,8 +817,17 @@ class Opener(_Input):
             got = self._open_run(target, got)
             held = self._held
             if held is not None and not self._run_capped and self._split_start(held, self._held_pos):
-                self._absorb()  # into the empty ring now, not in a further call (benchmarks/README.md)
+                self._take_split_start(held)  # now, not in a further call (benchmarks/README.md)
         return got
+
+    def _take_split_start(self, held: memoryview) -> None:
+        """Copy the held input's rest, the start of a record split across inputs, into the
+        empty ring: where it lies in one ``store``, else as any held input is."""
+        pos = self._held_pos
+        if self._error is None and (self._ring or self._get_ring()).store(held, pos, len(held) - pos):
+            self._held = None
+        else:
+            self._absorb()
 
     def _split_start(self, held: memoryview, pos: int) -> bool:
         """True when the held input from ``pos`` is only the start of a record (one split across
