@@ -115,7 +115,7 @@ def framing_loops(size: int, calls: int) -> tuple[Callable[[], None], Callable[[
                 pos, end, have = state["pos"], len(view), state["have"]
                 if have:  # a split record: its rest, or more of it, from this piece
                     take = min(wire_length - have, end)
-                    if not streaming:
+                    if state["ctx"] is None:
                         ring[have : have + take] = view[:take]
                         if have + take == wire_length:
                             pack_low(nonce, 4, low ^ seq)
@@ -144,14 +144,18 @@ def framing_loops(size: int, calls: int) -> tuple[Callable[[], None], Callable[[
                     aead.decrypt_into(nonce, view[body : body + length], view[pos:body], places[seq % slots])
                     pos = body + length
                     seq += 1
-                if pos < end and seq < target:  # the start of a split record (its header whole here)
-                    if not streaming:
+                if pos < end and seq < target:  # the start of a split record
+                    state["ctx"] = None
+                    if not streaming or end - pos < 5:  # (a split header: copied in both loops)
                         ring[0 : end - pos] = view[pos:end]
                     else:
                         pack_low(nonce, 4, low ^ seq)
                         ctx = Cipher(algorithms.AES(KEY), modes.GCM(bytes(nonce))).decryptor()
                         ctx.authenticate_additional_data(view[pos : pos + 5])
-                        ctx.update_into(view[pos + 5 : min(end, pos + wire_length - 16)], staged)
+                        ct_end = wire_length - 16
+                        ctx.update_into(view[pos + 5 : min(end, pos + ct_end)], staged)
+                        if end - pos > ct_end:  # the split is inside the tag
+                            tag[: end - pos - ct_end] = view[pos + ct_end : end]
                         state["ctx"] = ctx
                     state["have"] = end - pos
                     pos = end
