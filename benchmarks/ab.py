@@ -48,11 +48,15 @@ def load(src: str, name: str) -> ModuleType:
 def cases(gs: Any, record_size: int, piece: int = PIECE) -> dict[str, Callable[[], None]]:
     data = os.urandom(VOLUME)
     sealer = gs.Sealer(KEY, record_size=record_size)
-    wire = bytes(sealer.seal(data)) + bytes(sealer.close())
+    header = bytes(sealer.take_header())
+    records = bytes(sealer.seal(data)) + bytes(sealer.close())
+    wire = header + records
     pieces = [wire[i : i + piece] for i in range(0, len(wire), piece)]
-    # pieces of whole records, about as large: only the header's piece splits a record
+    # pieces of whole records, about as large, the header with the first (cut from the wire,
+    # the header's few bytes shifted every cut into a record: each piece split one)
     aligned_size = max(1, round(piece / (record_size + 21))) * (record_size + 21)
-    aligned = [wire[i : i + aligned_size] for i in range(0, len(wire), aligned_size)]
+    aligned = [header + records[:aligned_size]]
+    aligned += [records[i : i + aligned_size] for i in range(aligned_size, len(records), aligned_size)]
     out = memoryview(bytearray(PIECE))
 
     def seal() -> None:

@@ -1515,3 +1515,32 @@ def test_one_read_call_of_bytes_is_bounded_too(given: Callable[[bytes], bytes]) 
     assert first is not None and second is not None
     assert len(first) == len(second) == _CALL_RECORDS + 1
     assert opener.read(4096) == b"x" * (600 - 2 * (_CALL_RECORDS + 1))
+
+
+def test_a_read_that_fills_its_buffer_takes_the_split_record_into_the_ring_at_once() -> None:
+    """64 KiB records in 256 KiB ``bytes`` pieces, read into a buffer of exactly three records:
+    the read that fills it also copies the start of the record split at the piece's end into
+    the ring, so the opener wants the next piece at once (it held the start, ``wants_data``
+    False, until one more read found it: one further call per piece, benchmarks/README.md
+    issue 23). The stream still opens whole, in order, and nothing waits once it is read."""
+    record = 64 * 1024
+    plaintext = random.Random(23).randbytes(10 * record + 100)
+    wire = seal_stream([plaintext], record_size=record)
+    pieces = [wire[i : i + 256 * 1024] for i in range(0, len(wire), 256 * 1024)]
+    opener = Opener(KEY)
+    out = bytearray(3 * record)
+    opener.receive_data(pieces[0])
+    assert opener.readinto(out) == len(out)  # three whole records, straight into ``out``
+    assert out == plaintext[: len(out)]
+    assert opener.wants_data  # the fourth record's start is in the ring, not held
+    assert opener.receiving_record
+    got = bytearray(out)
+    for piece in pieces[1:]:
+        assert opener.wants_data
+        opener.receive_data(piece)
+        while n := opener.readinto(out):
+            got += out[:n]
+    opener.receive_eof()
+    assert opener.readinto(out) == 0
+    assert got == plaintext
+    assert opener.at_eof and not opener.receiving_record

@@ -733,3 +733,92 @@ def test_a_grown_ring_shrinks_as_its_recent_bursts_halve() -> None:
     for _ in range(4):  # recent 1500, 750, 375, 187: 32 x 187 <= 8192
         burst(ring, [40])
     assert (ring.capacity, ring.recent) == (4 * 187, 187)  # 748: above 2 x start, below 3 x start
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_store_keeps_the_invariant_beside_writable_and_commit(seed: int) -> None:
+    """The split record's path (``store``: bytes of the record being received copied where it
+    lies) mixed at random with the transport's (``writable``/``commit``) and a reader that pops:
+    every record comes out whole, in order, never past the end of the memory, and a view
+    offered before a store cannot commit."""
+    rng = random.Random(seed)
+    record_size = rng.choice([1, 100, 1000, 4000])
+    max_body = record_size + TAG_SIZE
+    max_wire = RECORD_HEADER_SIZE + max_body
+    capacity = rng.choice([None, max_wire + RECORD_HEADER_SIZE, 2 * max_wire, 3 * max_wire])
+    ring = CheckedRing(record_size, capacity, rng.choice([None, 64, max_wire // 2 + 1]))
+    sizes = [rng.choice([TAG_SIZE, max_body, rng.randint(TAG_SIZE, max_body)]) for _ in range(200)]
+    model = Model(ring, [wire_record(i, size) for i, size in enumerate(sizes)])
+    stream = memoryview(model.stream)
+    stored = steps = 0
+    while model.popped < len(sizes):
+        steps += 1
+        assert steps < 100_000, "no progress: deadlock"
+        if rng.random() < 0.5 and model.sent < len(stream):
+            missing = ring.missing() if ring.tail != ring.frontier else len(stream) - model.sent
+            most = rng.choice([1, 5, missing, rng.randint(1, max_wire)])
+            count = min(missing, most, len(stream) - model.sent)
+            before = (ring.head, ring.tail, ring.frontier, ring.frontier_len, ring.complete)
+            if ring.store(stream, model.sent, count):
+                stale = model.sent
+                model.sent += count
+                stored += 1
+                model.check()
+                if stale + count < len(stream):
+                    assert ring.tail >= count
+            else:
+                assert (ring.head, ring.tail, ring.frontier, ring.frontier_len, ring.complete) == before
+        elif rng.random() < 0.5:
+            model.send(rng.choice([1, 6, rng.randint(1, 3 * max_wire)]))
+        if not model.pop() and model.sent == len(stream):
+            break
+    while model.pop():
+        pass
+    assert model.popped == len(sizes)
+    assert stored > 50  # the path was taken, not refused every time
+
+
+def test_store_takes_only_bytes_of_the_record_being_received() -> None:
+    """``store`` refuses (0, nothing changed) more than the record lacks, a header not whole
+    among the bytes, a length out of range, and a record the present memory does not hold
+    without moving; it stores the rest exactly, and a view offered before cannot commit."""
+    ring = RecordRing(1000, capacity=3000)
+    record = wire_record(7, 900)
+    source = memoryview(record + wire_record(8, 20))
+    assert ring.store(source, 0, 3) == 0  # a header in part
+    bad = memoryview(RECORD_HEADER.pack(0, TAG_SIZE - 1) + bytes(20))
+    assert ring.store(bad, 0, len(bad)) == 0
+    too_long = memoryview(RECORD_HEADER.pack(0, 1000 + TAG_SIZE + 1) + bytes(20))
+    assert ring.store(too_long, 0, len(too_long)) == 0
+    assert ring.store(source, 0, len(record) + 1) == 0  # past the record
+    assert (ring.stored, ring.frontier_len) == (0, 0)
+    view = ring.writable()
+    assert ring.store(source, 0, 300) == 300
+    assert (ring.stored, ring.frontier_len, ring.complete) == (300, len(record), 0)
+    with pytest.raises(OutOfRangeError):
+        ring.commit(len(view))
+    assert ring.missing() == len(record) - 300
+    assert ring.store(source, 300, ring.missing() + 1) == 0
+    assert ring.store(source, 300, len(record) - 300) == len(record) - 300
+    assert (ring.complete, ring.frontier, ring.frontier_len) == (1, len(record), 0)
+    assert bytes(ring.view[: len(record)]) == record
+    # the next record's start at the end of the memory: it does not fit there, so writable() moves it
+    ring.head = ring.tail = ring.frontier = 2990
+    ring.complete = 0
+    assert ring.store(source, len(record), 20) == 0
+
+
+def test_an_empty_ring_takes_a_split_records_memory_at_once() -> None:
+    """A ring with no memory (released after a message, or new) given the start of a large
+    record by ``store`` takes memory for that record at once: one buffer, the size growth would
+    reach (four records, or the limit past an eighth of it), not ``start`` bytes and then a
+    second buffer and a copy. A small record still takes ``start``."""
+    ring = RecordRing(64 * 1024, start=4096)
+    assert ring.capacity == 0
+    record = wire_record(1, 64 * 1024 + TAG_SIZE)
+    assert ring.store(memoryview(record), 0, 40_000) == 40_000
+    assert ring.capacity == ring.limit  # 4 records of 64 KiB pass an eighth of the limit
+    assert bytes(ring.view[:40_000]) == record[:40_000]
+    small = RecordRing(64 * 1024, start=4096)
+    assert small.store(memoryview(wire_record(2, 100)), 0, 50) == 50
+    assert small.capacity == 4096

@@ -60,6 +60,12 @@ Errors: a length field out of range makes ``commit`` raise (RecordTooLargeError 
 MalformedRecordError) after storing the bytes; the records completed before it stay readable,
 and the Opener, which owns the error from then on, gives the ring no more input.
 
+Stored where it lies: ``store`` copies bytes of the record being received (a record split
+between inputs the Opener holds by reference) straight to ``tail`` when the present memory holds
+that whole record without moving anything, in one call instead of a view and a commit; an
+empty ring given the start of a record larger than its memory takes memory for it at once (what
+growth would reach), not ``start`` bytes first. Anything else goes through ``writable()``.
+
 Views: ``writable()`` returns a view of free space for the transport to fill, valid until the
 next ``commit``. Ring memory of a record stays untouched until ``pop`` releases that record;
 after that, the next ``writable()`` may hand it to the transport, which will overwrite it.
@@ -216,6 +222,14 @@ class RecordRing:
         self.wrap = -1
         self._offered = self.tail  # a view offered before this is stale: committing it fails
 
+    def _room_for(self, wire_length: int) -> None:
+        """An empty ring whose memory is smaller than a record of ``wire_length`` bytes: take
+        ``start`` again if that holds it with room to spare, else grow for it."""
+        if not self.capacity and 2 * wire_length <= self.start:
+            self._allocate(self.start)
+        else:
+            self._grow(wire_length)
+
     def _fit(self, recent: int) -> None:
         """The ring just emptied after bursts that used little of it (``recent``): release or
         shrink its memory (see the module docstring)."""
@@ -324,6 +338,43 @@ class RecordRing:
             self.frontier_len = 0
             self.complete += 1
 
+    def store(self, source: memoryview, start: int, count: int) -> int:
+        """Copy ``source[start:start + count]``, bytes of the record being received (at most
+        what it misses, its header first if none of it is stored), where the present memory holds
+        that whole record without moving or growing anything; return ``count``, or 0 with nothing
+        stored where it does not: then ``writable()`` and ``commit()`` take them. The split
+        record's path: one copy and a few steps, against the view and the commit loop."""
+        tail, frontier = self.tail, self.frontier
+        wire = self.frontier_len
+        if not wire:
+            if tail != frontier or count < RECORD_HEADER_SIZE:
+                return 0
+            _, length = RECORD_HEADER.unpack_from(source, start)
+            if not TAG_SIZE <= length <= self.max_ciphertext:
+                return 0  # (commit raises the error)
+            wire = RECORD_HEADER_SIZE + length
+        end = frontier + wire
+        if wire > self.capacity and self.capacity < self.limit and self.wrap < 0 and tail == self.head:
+            self._room_for(wire)  # empty: memory for this record at once, not ``start`` first
+            tail, frontier = self.tail, self.frontier
+            end = frontier + wire
+        if tail + count > end or end > (self.head if self.wrap >= 0 else self.capacity):
+            return 0
+        if self.capacity < self.limit and 2 * self.peak > self.capacity:
+            return 0  # writable() grows it first
+        self.view[tail : tail + count] = source[start : start + count]
+        tail += count
+        self.tail = self._offered = tail  # a view offered before this is stale
+        stored = tail - self.head if self.wrap < 0 else self.wrap - self.head + tail
+        if stored > self.peak:
+            self.peak = stored
+        if tail == end:
+            self.frontier, self.frontier_len = end, 0
+            self.complete += 1
+        else:
+            self.frontier_len = wire
+        return count
+
     def reserve(self, wire_length: int) -> int:
         """Store a complete record of ``wire_length`` bytes at 0 without writing it (the ring
         must be empty); return its position. Views offered before this are stale."""
@@ -334,10 +385,7 @@ class RecordRing:
         if wire_length > self.peak:
             self.peak = wire_length
         if wire_length > self.capacity:
-            if not self.capacity and 2 * wire_length <= self.start:
-                self._allocate(self.start)
-            else:
-                self._grow(wire_length)
+            self._room_for(wire_length)
         self.head = 0
         self.wrap = -1
         self.tail = self.frontier = wire_length
