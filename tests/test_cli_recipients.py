@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import select
 import stat
 import subprocess
 import sys
@@ -545,15 +546,28 @@ def test_info_without_a_key_shows_what_the_header_claims_marked_unverified(
         shown = run_cli("info", path)
         assert shown.status == EXIT_OK and shown.stderr == "", shown.stderr
         lines = shown.stdout.decode().splitlines()
-        assert lines[0] == f"file: {path}" and lines[1].startswith("verified: NO: "), lines
+        # first, so that nothing before it (a file name) can push it out of sight
+        assert lines[0].startswith("verified: NO: ") and lines[1] == f"file: {path}", lines
         assert sealed_line[name] in lines and "format: gcmstream version 2, one-way stream" in lines
         header = path.read_bytes()[:62]
         size = "16K (16384 bytes)" if name == "key" else "64K (65536 bytes)"
         assert f"record size: {size}" in lines and "layout: fixed" in lines, lines
         # the key ID names the key of a key-sealed file; a stanza file's only its random file key
         assert (f"key ID: {header[12:28].hex()}" in lines) == (name == "key"), lines
+        # these lines and no other: no length, no record count, no field printed whole
+        shown_fields = ["verified", "file", "format", "sealed", "suite", "record size", "layout"]
+        shown_fields += ["key ID"] if name == "key" else []
+        assert sorted(line.split(":")[0] for line in lines) == sorted(shown_fields), lines
         text = shown.stdout.decode()
-        assert header[28:60].hex() not in text and not any(x.startswith("plaintext length") for x in lines)
+        whole = path.read_bytes()
+        fields_end = 62 + int.from_bytes(whole[60:62], "big")
+        secret_parts = {
+            "salt": whole[28:60],
+            "commitment": whole[fields_end : fields_end + 32],
+            **{f"field bytes {at}": whole[at : at + 8] for at in range(62, fields_end - 7)},
+        }
+        for part, value in secret_parts.items():  # as hex or as a bytes repr
+            assert value.hex() not in text and repr(value)[2:-1] not in text, part
         verified = run_cli("info", "-k", keyfile, path) if name == "key" else None
         if verified is not None:  # with the key, as before: verified, with the length
             assert verified.status == EXIT_OK and "plaintext length: 200000 bytes" in verified.stdout.decode()
@@ -606,3 +620,45 @@ def test_a_passphrase_file_at_a_terminal_asks_for_the_passphrase(tmp_path: Path)
     path.write_bytes(sealed)
     code, opened, err = on_terminal(["decrypt", str(path)], b"pw one\n", b"")
     assert code == EXIT_OK and opened == PLAIN, err
+
+
+def test_info_without_a_key_asks_for_nothing_on_a_terminal(tmp_path: Path) -> None:
+    """README and SECURITY.md: `info FILE` without a key asks for nothing, even for a file
+    sealed with a passphrase and with a terminal there to ask on: stdin and the controlling
+    terminal are a pty; nothing is written to it, nothing read from it, and info exits 0."""
+    secret = tmp_path / "pass"
+    secret.write_text("correct horse battery staple\n")
+    secret.chmod(0o600)
+    path = tmp_path / "pp.gcms"
+    assert run_cli("encrypt", "--passphrase-file", secret, *FAST, "-o", path, input=PLAIN).status == EXIT_OK
+    controller, terminal = pty.openpty()
+
+    def take_terminal() -> None:  # the child's controlling terminal, where getpass would ask
+        os.setsid()
+        fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "info", str(path)],
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+        preexec_fn=take_terminal,
+        pass_fds=(terminal,),
+    )
+    os.close(terminal)
+    shown = bytearray()
+    deadline = time.monotonic() + TIMEOUT
+    try:  # what the command writes on the terminal, until it exits (EIO: the pty closed)
+        while process.poll() is None and time.monotonic() < deadline and b"passphrase" not in shown:
+            if select.select([controller], [], [], 0.1)[0]:
+                shown += os.read(controller, 1024)
+    except OSError:
+        pass
+    finally:
+        os.close(controller)
+        if process.poll() is None:  # it waits for an answer: asked
+            process.kill()
+        out, err = process.communicate(timeout=TIMEOUT)
+    assert b"passphrase" not in shown and process.returncode == EXIT_OK, (shown, err)
+    assert out.decode().splitlines()[0].startswith("verified: NO: ") and err == b"", err
