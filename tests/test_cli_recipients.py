@@ -662,3 +662,143 @@ def test_info_without_a_key_asks_for_nothing_on_a_terminal(tmp_path: Path) -> No
         out, err = process.communicate(timeout=TIMEOUT)
     assert b"passphrase" not in shown and process.returncode == EXIT_OK, (shown, err)
     assert out.decode().splitlines()[0].startswith("verified: NO: ") and err == b"", err
+
+
+# A name as an attacker would write it: lines that read like a verified `info`, then SGR 8
+# ("conceal"), which hides the rest of the terminal's output on xterm-like terminals
+FORGED_NAME = (
+    "a.gcms\nformat: gcmstream version 2, one-way stream\nsuite: AES-256-GCM\nkey ID: 00\n"
+    "plaintext length: 4 bytes (final record authenticated)\x1b[8m\u202e"
+)
+
+
+def test_a_file_name_cannot_forge_info_lines_or_hide_what_follows(tmp_path: Path, keyfile: Path) -> None:
+    """Review M1: `info` printed the file name raw, so a newline in it added lines that looked
+    like a verified description and an escape sequence hid "verified: NO". Every path the
+    command line prints goes through one filter: no control character reaches stdout or
+    stderr, each output keeps its number of lines, and a name that is not UTF-8 is shown
+    (\\xff), not a crash. "verified: NO" is the first line."""
+    (tmp_path / "inj").mkdir()
+    forged = tmp_path / "inj" / FORGED_NAME
+    assert run_cli("encrypt", "-k", keyfile, "-o", forged, input=PLAIN).status == EXIT_OK
+    not_utf8 = os.fsdecode(bytes(tmp_path / "inj") + b"/b\xff.gcms")
+    os.link(forged, not_utf8)
+    escaped = "a.gcms\\nformat: gcmstream version 2, one-way stream\\nsuite"
+    for path, shown_as in ((str(forged), escaped), (not_utf8, "b\\xff.gcms")):
+        keyless = run_cli("info", path)
+        assert keyless.status == EXIT_OK and keyless.stderr == "", keyless.stderr
+        lines = keyless.stdout.decode().splitlines()
+        assert len(lines) == 8 and lines[0].startswith("verified: NO: "), lines
+        assert lines[1].startswith("file: ") and shown_as in lines[1], lines
+        keyed = run_cli("info", "-k", keyfile, path)
+        assert keyed.status == EXIT_OK and len(keyed.stdout.decode().splitlines()) == 8, keyed.stdout
+        failed = one_line_error(
+            run_cli("decrypt", "-k", keyfile, "--offset", "1", "-o", path, path), EXIT_USAGE
+        )
+        for text in (keyless.stdout.decode(), keyed.stdout.decode(), failed):
+            assert not any((ord(c) < 32 and c != "\n") or 0x7F <= ord(c) < 0xA0 for c in text), text
+            assert "\u202e" not in text
+            assert "\\x1b[8m\\u202e" in text or path == not_utf8, text  # shown, escaped
+
+
+def test_info_without_a_key_refuses_what_info_with_one_refuses_by_form(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path
+) -> None:
+    """Review L2, L3: the keyless `info` exited 0 (and said "give one to verify it") for
+    armored text, a channel's header and a key's header with fields over a key reader's
+    bound, which `info` with the key refuses (7, 4, 4). It now gives the same exit status
+    and the same message as `info` with the key or identity that fits, from the one verdict."""
+    sealed = tmp_path / "k.gcms"
+    assert run_cli("encrypt", "-k", keyfile, "-o", sealed, input=PLAIN).status == EXIT_OK
+    armored = tmp_path / "r.asc"
+    assert (
+        run_cli("encrypt", "-a", "-r", recipient_of(people["dave"]), "-o", armored, input=PLAIN).status == 0
+    )
+    wire = sealed.read_bytes()
+    channel = bytearray(wire)
+    channel[5] = channel[7] = 1  # role and key exchange of a channel's initiator
+    fields_length = int.from_bytes(wire[60:62], "big")
+    extra = (0x9000).to_bytes(2, "big") + (5000).to_bytes(2, "big") + b"A" * 5000
+    big = wire[:60] + (fields_length + len(extra)).to_bytes(2, "big") + wire[62 : 62 + fields_length]
+    lines = armored.read_text().splitlines(keepends=True)
+    cases = {
+        "armored": (armored.read_bytes(), ("-i", people["dave"]), EXIT_UNSUPPORTED),
+        "corrupt armor": (
+            "".join([lines[0], "!" + lines[1][1:], *lines[2:]]).encode(),
+            ("-i", people["dave"]),
+            EXIT_UNSUPPORTED,
+        ),
+        "channel": (bytes(channel), ("-k", keyfile), EXIT_TAMPERED),
+        "fields over 4096": (big + extra + wire[62 + fields_length :], ("-k", keyfile), EXIT_TAMPERED),
+    }
+    for name, (content, keying, code) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        keyed = one_line_error(run_cli("info", *keying, path), code)
+        keyless = one_line_error(run_cli("info", path), code)
+        assert keyless == keyed, (name, keyless, keyed)
+        assert "give one to verify" not in keyless, name
+
+
+def test_a_header_cut_short_is_said_to_end_inside_the_header(tmp_path: Path, keyfile: Path) -> None:
+    """Review L9: a file that ends inside its stream header was reported as "ends before its
+    FINAL record"; every path now says it ends inside its stream header (exit 5)."""
+    sealed = run_cli("encrypt", "-k", keyfile, input=PLAIN).stdout
+    for name, content in (("short", b"GCMS"), ("no fields", sealed[:70])):
+        path = tmp_path / name
+        path.write_bytes(content)
+        for argv in (
+            ("info", path),
+            ("info", "-k", keyfile, path),
+            ("decrypt", "-k", keyfile, "-o", tmp_path / "out", path),
+            ("decrypt", "-k", keyfile, "--offset", "0", "-o", tmp_path / "out", path),
+        ):
+            message = one_line_error(run_cli(*argv), EXIT_TRUNCATED)
+            assert f"{path} ends inside its stream header: it was cut short" in message, (argv, message)
+
+
+def test_a_key_from_the_environment_is_named_where_the_header_names_another(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path
+) -> None:
+    """Review L6: with GCMSTREAM_KEY set (README's own set-up), `info FILE` and `decrypt FILE`
+    on a file sealed to recipients said "instead of a key" of a key the user did not type; the
+    message now says the key came from GCMSTREAM_KEY and how to give none."""
+    path = tmp_path / "rec.gcms"
+    assert run_cli("encrypt", "-r", recipient_of(people["dave"]), "-o", path, input=PLAIN).status == EXIT_OK
+    key_line = next(x for x in keyfile.read_text().splitlines() if x and not x.startswith("#"))
+    for argv in (("info", path), ("decrypt", "-o", tmp_path / "out", path)):
+        message = one_line_error(run_cli(*argv, environ={"GCMSTREAM_KEY": key_line}), EXIT_WRONG_KEY)
+        assert "give -i IDENTITY_FILE (--identity) instead of a key" in message, message
+        assert "the key came from GCMSTREAM_KEY" in message and "env -u GCMSTREAM_KEY" in message, message
+        given = one_line_error(run_cli(*argv[:1], "-k", keyfile, *argv[1:]), EXIT_WRONG_KEY)
+        assert "GCMSTREAM_KEY" not in given, given  # -k: the user typed it
+
+
+def test_an_unmatched_identity_counts_every_stanza_of_the_header(
+    tmp_path: Path, people: dict[str, Path]
+) -> None:
+    """Review L7: a stanza of a kind this version skips was left out of the count, so a header
+    of one stanza read "any of the stream's 0 recipient stanzas", the words of a count of 0
+    (exit 4). The count is the header's, the skipped ones said."""
+    sealed = bytearray(run_cli("encrypt", "-r", recipient_of(people["dave"]), input=PLAIN).stdout)
+    sealed[68] ^= 2  # the first stanza's kind byte: 62 fixed, 4 field header, 2 count
+    path = tmp_path / "m68"
+    path.write_bytes(sealed)
+    message = one_line_error(
+        run_cli("decrypt", "-i", people["dave"], "-o", tmp_path / "out", path), EXIT_WRONG_KEY
+    )
+    assert "opens any of the stream's 1 recipient stanzas (1 of a kind this version does not read)" in message
+
+
+def test_a_key_file_given_to_i_is_told_to_go_to_k(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path
+) -> None:
+    """Review L8: `-i KEYFILE` was told the file to decrypt is an argument of its own, and to
+    run `gcmstream decrypt [OPTIONS] KEYFILE`; a gcmstream key file is meant for -k."""
+    path = tmp_path / "rec.gcms"
+    assert run_cli("encrypt", "-r", recipient_of(people["dave"]), "-o", path, input=PLAIN).status == EXIT_OK
+    message = one_line_error(run_cli("decrypt", "-i", keyfile, path), EXIT_USAGE)
+    assert (
+        f"{keyfile} is a key file (gcmstream-key-v1: line), not an identity file: give it with -k" in message
+    )
+    assert "[OPTIONS]" not in message, message

@@ -1469,8 +1469,10 @@ def _jobs_for(args: argparse.Namespace, source: int, out: int, size: int | None)
 
 def _jobs_said(args: argparse.Namespace, source: int, out: int) -> Callable[[str], None]:
     """decrypt's ``one_worker``: the engine's reason for one worker, told once the header
-    authenticated, in the command line's words where they name more (stdout, the input)."""
-    return lambda why: _jobs_unused(args, _one_worker_reason(args, source, out) or why)
+    authenticated, in the command line's words where they name more (stdout, the input),
+    found now: before the engine reads (armor is told from the input's first bytes)."""
+    known = _one_worker_reason(args, source, out)
+    return lambda why: _jobs_unused(args, known or why)
 
 
 def _one_worker_reason(args: argparse.Namespace, source: int, out: int) -> str | None:
