@@ -675,7 +675,8 @@ def _build_parser() -> argparse.ArgumentParser:
             help="workers (threads) for a regular INPUT to a file OUT (default: the usable cores "
             "from 64M of INPUT up, else 1; stdin, stdout, pipes: 1); the output is the same. An N "
             "over 1 that cannot be used (decrypting to stdout, a pipe, armor, --offset, --format "
-            "tink) is said once on stderr, and one worker goes on",
+            "tink, a file without the fixed layout) is said once on stderr, once the key and the "
+            "input are accepted, and one worker goes on",
         )
 
     encrypt = command(
