@@ -695,7 +695,8 @@ def test_a_file_name_cannot_forge_info_lines_or_hide_what_follows(tmp_path: Path
         failed = one_line_error(
             run_cli("decrypt", "-k", keyfile, "--offset", "1", "-o", path, path), EXIT_USAGE
         )
-        for text in (keyless.stdout.decode(), keyed.stdout.decode(), failed):
+        stray = one_line_error(run_cli("info", path, path), EXIT_USAGE)  # argparse's own words
+        for text in (keyless.stdout.decode(), keyed.stdout.decode(), failed, stray):
             assert not any((ord(c) < 32 and c != "\n") or 0x7F <= ord(c) < 0xA0 for c in text), text
             assert "\u202e" not in text
             assert "\\x1b[8m\\u202e" in text or path == not_utf8, text  # shown, escaped

@@ -382,7 +382,7 @@ def _hide_if_mixed(match: re.Match[str]) -> str:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        message = _hide_key_text(message)
+        message = _hide_key_text(_printable(message))  # a name from a glob: `info dir/*`
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
