@@ -773,6 +773,22 @@ def test_a_key_from_the_environment_is_named_where_the_header_names_another(
         assert "the key came from GCMSTREAM_KEY" in message and "env -u GCMSTREAM_KEY" in message, message
         given = one_line_error(run_cli(*argv[:1], "-k", keyfile, *argv[1:]), EXIT_WRONG_KEY)
         assert "GCMSTREAM_KEY" not in given, given  # -k: the user typed it
+    # stdin a regular file (`< rec.gcms`), in a real shell: its header, read from the
+    # descriptor the command has open, names what reads it; it gave the generic words
+    with path.open("rb") as stdin:
+        piped = subprocess.run(
+            [sys.executable, "-m", "gcmstream", "decrypt", "-k", str(keyfile)],
+            stdin=stdin,
+            capture_output=True,
+            env=env(),
+            timeout=TIMEOUT,
+            check=False,
+        )
+    message = one_line_error(piped, EXIT_WRONG_KEY)
+    assert (
+        "the input is sealed to recipients (its header holds recipient stanzas), not with a key: give "
+        in message
+    )
 
 
 def test_an_unmatched_identity_counts_every_stanza_of_the_header(

@@ -1161,14 +1161,24 @@ def _sealed_with(path: str) -> str | None:
     except OSError:
         return None
     try:
-        if _regular_size(fd) is None:
-            return None
-        return _sealing(_unverified_header(fd)[1])
-    except (OSError, ProtocolError):
+        return _sealed_at(fd, os.lseek(fd, 0, os.SEEK_CUR) if _regular_size(fd) is not None else None)
+    except OSError:
         return None
     finally:
         if path != "-":
             os.close(fd)
+
+
+def _sealed_at(fd: int, at: int | None) -> str | None:
+    """``_sealed_with`` for the header at offset ``at`` of the regular file ``fd`` the command
+    has open (None: no regular file, nothing to read again); ``fd``'s position is moved."""
+    if at is None:
+        return None
+    try:
+        os.lseek(fd, at, os.SEEK_SET)
+        return _sealing(_unverified_header(fd)[1])
+    except (OSError, ProtocolError):
+        return None
 
 
 def _unverified_header(
@@ -1540,6 +1550,7 @@ def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
     opener = new_opener(context=args.context, max_record_size=args.max_record_size, **keying)
     where = "the input" if args.input == "-" else args.input
     with _open_input(args.input) as (source, size):
+        header_at = os.lseek(source, 0, os.SEEK_CUR) if size is not None else None
         progress = _Progress.start(size, "decrypt", args.quiet)
         try:
             with _open_output(args.output, args.mode) as out:
@@ -1557,7 +1568,13 @@ def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                 _run_engine(work, out)
         except BaseException as exc:
             progress.close()
-            verdict = _header_verdict(exc, "decrypt", where, key_from=_key_source(args))
+            verdict = _header_verdict(
+                exc,
+                "decrypt",
+                where,
+                key_from=_key_source(args),
+                sealed=partial(_sealed_at, source, header_at),
+            )
             if verdict is None:
                 raise
             raise verdict from None
@@ -1599,19 +1616,28 @@ def _copy_range(
 
 
 def _header_verdict(
-    exc: BaseException, command: str, where: str, seeks: str = "", key_from: str = ""
+    exc: BaseException,
+    command: str,
+    where: str,
+    seeks: str = "",
+    key_from: str = "",
+    sealed: Callable[[], str | None] | None = None,
 ) -> _Fail | None:
     """The message of a fault of the input for ``decrypt``, ``decrypt --offset`` and ``info``
     alike, naming the file; None for any other failure (and for a fault of stdin past its
     header). The exit status is the one the class has in ``_FAILURES``. ``seeks``: what needs
     the binary file (info, --offset), said of armored input. ``key_from``: where a key given
-    came from (``_key_source``), named when the header does not name it."""
+    came from (``_key_source``), named when the header does not name it. ``sealed``: how the
+    header says it was sealed, from the input the command has open (default: ``where`` read
+    again by name, a file; stdin is not)."""
     fault = _leaf(exc)
     if not isinstance(fault, ProtocolError):
         return None
     code = _classify(fault)[0]
     if isinstance(fault, UnknownKeyError):  # from the 62 fixed bytes alone, on every path
-        return _Fail(code, _key_not_named(where, key_from))
+        if sealed is None:
+            sealed = partial(_sealed_with, where) if where != "the input" else lambda: None
+        return _Fail(code, _key_not_named(where, key_from, sealed()))
     if isinstance(fault, ArmoredInputError) and seeks:  # info, --offset: binary files only
         return _Fail(
             code,
@@ -1633,11 +1659,12 @@ def _header_verdict(
     return _Fail(code, f"{where}: {_classify(fault)[1]}")  # wrong key or context, tampered
 
 
-def _key_not_named(where: str, key_from: str) -> str:
-    """A key the header does not name (H10): a file (not stdin, read already) sealed to
-    recipients or a passphrase is named as such, with the option that reads it; a key that
-    came from the environment, not the command line, is said to have come from there."""
-    sealed = _sealed_with(where) if where != "the input" else None
+def _key_not_named(where: str, key_from: str, sealed: str | None) -> str:
+    """A key the header does not name (H10): a file ``sealed`` to recipients or a passphrase
+    (None: not known) is named as such, with the option that reads it; a key that came from
+    the environment, not the command line, is said to have come from there. (The Opener
+    refuses the key at the header's 62 fixed bytes, before its fields are read: which stanza
+    field follows is read here, unverified, only to word the message.)"""
     given = f" ({key_from})" if key_from else ""
     if sealed in ("recipients", "passphrase"):
         sealed_how, reads_it = _SEALED_WORDS[sealed]
