@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import select
 import stat
 import subprocess
 import sys
@@ -545,15 +546,28 @@ def test_info_without_a_key_shows_what_the_header_claims_marked_unverified(
         shown = run_cli("info", path)
         assert shown.status == EXIT_OK and shown.stderr == "", shown.stderr
         lines = shown.stdout.decode().splitlines()
-        assert lines[0] == f"file: {path}" and lines[1].startswith("verified: NO: "), lines
+        # first, so that nothing before it (a file name) can push it out of sight
+        assert lines[0].startswith("verified: NO: ") and lines[1] == f"file: {path}", lines
         assert sealed_line[name] in lines and "format: gcmstream version 2, one-way stream" in lines
         header = path.read_bytes()[:62]
         size = "16K (16384 bytes)" if name == "key" else "64K (65536 bytes)"
         assert f"record size: {size}" in lines and "layout: fixed" in lines, lines
         # the key ID names the key of a key-sealed file; a stanza file's only its random file key
         assert (f"key ID: {header[12:28].hex()}" in lines) == (name == "key"), lines
+        # these lines and no other: no length, no record count, no field printed whole
+        shown_fields = ["verified", "file", "format", "sealed", "suite", "record size", "layout"]
+        shown_fields += ["key ID"] if name == "key" else []
+        assert sorted(line.split(":")[0] for line in lines) == sorted(shown_fields), lines
         text = shown.stdout.decode()
-        assert header[28:60].hex() not in text and not any(x.startswith("plaintext length") for x in lines)
+        whole = path.read_bytes()
+        fields_end = 62 + int.from_bytes(whole[60:62], "big")
+        secret_parts = {
+            "salt": whole[28:60],
+            "commitment": whole[fields_end : fields_end + 32],
+            **{f"field bytes {at}": whole[at : at + 8] for at in range(62, fields_end - 7)},
+        }
+        for part, value in secret_parts.items():  # as hex or as a bytes repr
+            assert value.hex() not in text and repr(value)[2:-1] not in text, part
         verified = run_cli("info", "-k", keyfile, path) if name == "key" else None
         if verified is not None:  # with the key, as before: verified, with the length
             assert verified.status == EXIT_OK and "plaintext length: 200000 bytes" in verified.stdout.decode()
@@ -606,3 +620,202 @@ def test_a_passphrase_file_at_a_terminal_asks_for_the_passphrase(tmp_path: Path)
     path.write_bytes(sealed)
     code, opened, err = on_terminal(["decrypt", str(path)], b"pw one\n", b"")
     assert code == EXIT_OK and opened == PLAIN, err
+
+
+def test_info_without_a_key_asks_for_nothing_on_a_terminal(tmp_path: Path) -> None:
+    """README and SECURITY.md: `info FILE` without a key asks for nothing, even for a file
+    sealed with a passphrase and with a terminal there to ask on: stdin and the controlling
+    terminal are a pty; nothing is written to it, nothing read from it, and info exits 0."""
+    secret = tmp_path / "pass"
+    secret.write_text("correct horse battery staple\n")
+    secret.chmod(0o600)
+    path = tmp_path / "pp.gcms"
+    assert run_cli("encrypt", "--passphrase-file", secret, *FAST, "-o", path, input=PLAIN).status == EXIT_OK
+    controller, terminal = pty.openpty()
+
+    def take_terminal() -> None:  # the child's controlling terminal, where getpass would ask
+        os.setsid()
+        fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "info", str(path)],
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+        preexec_fn=take_terminal,
+        pass_fds=(terminal,),
+    )
+    os.close(terminal)
+    shown = bytearray()
+    deadline = time.monotonic() + TIMEOUT
+    try:  # what the command writes on the terminal, until it exits (EIO: the pty closed)
+        while process.poll() is None and time.monotonic() < deadline and b"passphrase" not in shown:
+            if select.select([controller], [], [], 0.1)[0]:
+                shown += os.read(controller, 1024)
+    except OSError:
+        pass
+    finally:
+        os.close(controller)
+        if process.poll() is None:  # it waits for an answer: asked
+            process.kill()
+        out, err = process.communicate(timeout=TIMEOUT)
+    assert b"passphrase" not in shown and process.returncode == EXIT_OK, (shown, err)
+    assert out.decode().splitlines()[0].startswith("verified: NO: ") and err == b"", err
+
+
+# A name as an attacker would write it: lines that read like a verified `info`, then SGR 8
+# ("conceal"), which hides the rest of the terminal's output on xterm-like terminals
+FORGED_NAME = (
+    "a.gcms\nformat: gcmstream version 2, one-way stream\nsuite: AES-256-GCM\nkey ID: 00\n"
+    "plaintext length: 4 bytes (final record authenticated)\x1b[8m\u202e"
+)
+
+
+def test_a_file_name_cannot_forge_info_lines_or_hide_what_follows(tmp_path: Path, keyfile: Path) -> None:
+    """Review M1: `info` printed the file name raw, so a newline in it added lines that looked
+    like a verified description and an escape sequence hid "verified: NO". Every path the
+    command line prints goes through one filter: no control character reaches stdout or
+    stderr, each output keeps its number of lines, and a name that is not UTF-8 is shown
+    (\\xff), not a crash. "verified: NO" is the first line."""
+    (tmp_path / "inj").mkdir()
+    forged = tmp_path / "inj" / FORGED_NAME
+    assert run_cli("encrypt", "-k", keyfile, "-o", forged, input=PLAIN).status == EXIT_OK
+    not_utf8 = os.fsdecode(bytes(tmp_path / "inj") + b"/b\xff.gcms")
+    os.link(forged, not_utf8)
+    escaped = "a.gcms\\nformat: gcmstream version 2, one-way stream\\nsuite"
+    for path, shown_as in ((str(forged), escaped), (not_utf8, "b\\xff.gcms")):
+        keyless = run_cli("info", path)
+        assert keyless.status == EXIT_OK and keyless.stderr == "", keyless.stderr
+        lines = keyless.stdout.decode().splitlines()
+        assert len(lines) == 8 and lines[0].startswith("verified: NO: "), lines
+        assert lines[1].startswith("file: ") and shown_as in lines[1], lines
+        keyed = run_cli("info", "-k", keyfile, path)
+        assert keyed.status == EXIT_OK and len(keyed.stdout.decode().splitlines()) == 8, keyed.stdout
+        failed = one_line_error(
+            run_cli("decrypt", "-k", keyfile, "--offset", "1", "-o", path, path), EXIT_USAGE
+        )
+        stray = one_line_error(run_cli("info", path, path), EXIT_USAGE)  # argparse's own words
+        for text in (keyless.stdout.decode(), keyed.stdout.decode(), failed, stray):
+            assert not any((ord(c) < 32 and c != "\n") or 0x7F <= ord(c) < 0xA0 for c in text), text
+            assert "\u202e" not in text
+            assert "\\x1b[8m\\u202e" in text or path == not_utf8, text  # shown, escaped
+
+
+def test_info_without_a_key_refuses_what_info_with_one_refuses_by_form(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path
+) -> None:
+    """Review L2, L3: the keyless `info` exited 0 (and said "give one to verify it") for
+    armored text, a channel's header and a key's header with fields over a key reader's
+    bound, which `info` with the key refuses (7, 4, 4). It now gives the same exit status
+    and the same message as `info` with the key or identity that fits, from the one verdict."""
+    sealed = tmp_path / "k.gcms"
+    assert run_cli("encrypt", "-k", keyfile, "-o", sealed, input=PLAIN).status == EXIT_OK
+    armored = tmp_path / "r.asc"
+    assert (
+        run_cli("encrypt", "-a", "-r", recipient_of(people["dave"]), "-o", armored, input=PLAIN).status == 0
+    )
+    wire = sealed.read_bytes()
+    channel = bytearray(wire)
+    channel[5] = channel[7] = 1  # role and key exchange of a channel's initiator
+    fields_length = int.from_bytes(wire[60:62], "big")
+    extra = (0x9000).to_bytes(2, "big") + (5000).to_bytes(2, "big") + b"A" * 5000
+    big = wire[:60] + (fields_length + len(extra)).to_bytes(2, "big") + wire[62 : 62 + fields_length]
+    lines = armored.read_text().splitlines(keepends=True)
+    cases = {
+        "armored": (armored.read_bytes(), ("-i", people["dave"]), EXIT_UNSUPPORTED),
+        "corrupt armor": (
+            "".join([lines[0], "!" + lines[1][1:], *lines[2:]]).encode(),
+            ("-i", people["dave"]),
+            EXIT_UNSUPPORTED,
+        ),
+        "channel": (bytes(channel), ("-k", keyfile), EXIT_TAMPERED),
+        "fields over 4096": (big + extra + wire[62 + fields_length :], ("-k", keyfile), EXIT_TAMPERED),
+    }
+    for name, (content, keying, code) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        keyed = one_line_error(run_cli("info", *keying, path), code)
+        keyless = one_line_error(run_cli("info", path), code)
+        assert keyless == keyed, (name, keyless, keyed)
+        assert "give one to verify" not in keyless, name
+
+
+def test_a_header_cut_short_is_said_to_end_inside_the_header(tmp_path: Path, keyfile: Path) -> None:
+    """Review L9: a file that ends inside its stream header was reported as "ends before its
+    FINAL record"; every path now says it ends inside its stream header (exit 5)."""
+    sealed = run_cli("encrypt", "-k", keyfile, input=PLAIN).stdout
+    for name, content in (("short", b"GCMS"), ("no fields", sealed[:70])):
+        path = tmp_path / name
+        path.write_bytes(content)
+        for argv in (
+            ("info", path),
+            ("info", "-k", keyfile, path),
+            ("decrypt", "-k", keyfile, "-o", tmp_path / "out", path),
+            ("decrypt", "-k", keyfile, "--offset", "0", "-o", tmp_path / "out", path),
+        ):
+            message = one_line_error(run_cli(*argv), EXIT_TRUNCATED)
+            assert f"{path} ends inside its stream header: it was cut short" in message, (argv, message)
+
+
+def test_a_key_from_the_environment_is_named_where_the_header_names_another(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path
+) -> None:
+    """Review L6: with GCMSTREAM_KEY set (README's own set-up), `info FILE` and `decrypt FILE`
+    on a file sealed to recipients said "instead of a key" of a key the user did not type; the
+    message now says the key came from GCMSTREAM_KEY and how to give none."""
+    path = tmp_path / "rec.gcms"
+    assert run_cli("encrypt", "-r", recipient_of(people["dave"]), "-o", path, input=PLAIN).status == EXIT_OK
+    key_line = next(x for x in keyfile.read_text().splitlines() if x and not x.startswith("#"))
+    for argv in (("info", path), ("decrypt", "-o", tmp_path / "out", path)):
+        message = one_line_error(run_cli(*argv, environ={"GCMSTREAM_KEY": key_line}), EXIT_WRONG_KEY)
+        assert "give -i IDENTITY_FILE (--identity) instead of a key" in message, message
+        assert "the key came from GCMSTREAM_KEY" in message and "env -u GCMSTREAM_KEY" in message, message
+        given = one_line_error(run_cli(*argv[:1], "-k", keyfile, *argv[1:]), EXIT_WRONG_KEY)
+        assert "GCMSTREAM_KEY" not in given, given  # -k: the user typed it
+    # stdin a regular file (`< rec.gcms`), in a real shell: its header, read from the
+    # descriptor the command has open, names what reads it; it gave the generic words
+    with path.open("rb") as stdin:
+        piped = subprocess.run(
+            [sys.executable, "-m", "gcmstream", "decrypt", "-k", str(keyfile)],
+            stdin=stdin,
+            capture_output=True,
+            env=env(),
+            timeout=TIMEOUT,
+            check=False,
+        )
+    message = one_line_error(piped, EXIT_WRONG_KEY)
+    assert (
+        "the input is sealed to recipients (its header holds recipient stanzas), not with a key: give "
+        in message
+    )
+
+
+def test_an_unmatched_identity_counts_every_stanza_of_the_header(
+    tmp_path: Path, people: dict[str, Path]
+) -> None:
+    """Review L7: a stanza of a kind this version skips was left out of the count, so a header
+    of one stanza read "any of the stream's 0 recipient stanzas", the words of a count of 0
+    (exit 4). The count is the header's, the skipped ones said."""
+    sealed = bytearray(run_cli("encrypt", "-r", recipient_of(people["dave"]), input=PLAIN).stdout)
+    sealed[68] ^= 2  # the first stanza's kind byte: 62 fixed, 4 field header, 2 count
+    path = tmp_path / "m68"
+    path.write_bytes(sealed)
+    message = one_line_error(
+        run_cli("decrypt", "-i", people["dave"], "-o", tmp_path / "out", path), EXIT_WRONG_KEY
+    )
+    assert "opens any of the stream's 1 recipient stanzas (1 of a kind this version does not read)" in message
+
+
+def test_a_key_file_given_to_i_is_told_to_go_to_k(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path
+) -> None:
+    """Review L8: `-i KEYFILE` was told the file to decrypt is an argument of its own, and to
+    run `gcmstream decrypt [OPTIONS] KEYFILE`; a gcmstream key file is meant for -k."""
+    path = tmp_path / "rec.gcms"
+    assert run_cli("encrypt", "-r", recipient_of(people["dave"]), "-o", path, input=PLAIN).status == EXIT_OK
+    message = one_line_error(run_cli("decrypt", "-i", keyfile, path), EXIT_USAGE)
+    assert (
+        f"{keyfile} is a key file (gcmstream-key-v1: line), not an identity file: give it with -k" in message
+    )
+    assert "[OPTIONS]" not in message, message

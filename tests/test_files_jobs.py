@@ -31,8 +31,12 @@ from gcmstream.header import HeaderSpec
 from gcmstream.keyfile import read_key_file
 from gcmstream.records import KeyChain
 from gcmstream.sealer import Sealer
+from gcmstream.tinkstream import TinkHash
 
 from .helpers import SALT, interruptible, run_cli
+from .test_tink_surfaces import KEYSETS, keyset_for, write_keyset
+
+TINK_IN_ORDER = "Tink's segments are sealed and opened in order by one worker"
 
 KEY = bytes(range(16))
 RECORD = 16
@@ -491,6 +495,10 @@ def test_a_jobs_count_that_cannot_be_used_is_said_once_on_stderr(tmp_path: Path)
     data = os.urandom(2 * 1024 * 1024 + 7)
     plain.write_bytes(data)
     assert run_cli("encrypt", "-q", "--jobs", "2", "-k", keyfile, plain, "-o", sealed).stderr == ""
+    armored, tink_file, variable = tmp_path / "sealed.asc", tmp_path / "sealed.tink", tmp_path / "variable"
+    assert run_cli("encrypt", "-a", "-k", keyfile, plain, "-o", armored).status == 0
+    keyset = write_keyset(KEYSETS[id(keyset_for(16, TinkHash.SHA256, 4096)[1])], tmp_path)
+    variable.write_bytes(variable_layout(read_key_file(keyfile), data))
     environ = {k: v for k, v in os.environ.items() if k not in (KEY_ENV, "GCMSTREAM_DEBUG")}
     piped = subprocess.run(
         [
@@ -516,6 +524,20 @@ def test_a_jobs_count_that_cannot_be_used_is_said_once_on_stderr(tmp_path: Path)
         "decrypt: --jobs 3 ignored: --offset and --length read the records they touch in one worker": run_cli(
             "decrypt", "--jobs", "3", "--offset", "1", "-k", keyfile, sealed, "-o", tmp_path / "y"
         ),
+        "decrypt: --jobs 2 ignored: armored input is read in order by one worker": run_cli(
+            "decrypt", "--jobs", "2", "-k", keyfile, armored, "-o", tmp_path / "z"
+        ),
+        f"encrypt: --jobs 2 ignored: {TINK_IN_ORDER}": run_cli(
+            "encrypt", "--format", "tink", "--jobs", "2", "-k", keyset, plain, "-o", tink_file
+        ),
+        f"decrypt: --jobs 3 ignored: {TINK_IN_ORDER}": run_cli(
+            "decrypt", "--format", "tink", "--jobs", "3", "-k", keyset, tink_file, "-o", tmp_path / "t"
+        ),
+        # not known before the header is read: said once it is (review L5)
+        "decrypt: --jobs 4 ignored: the stream does not keep the fixed layout: its records are found "
+        "by reading them in order": run_cli(
+            "decrypt", "--jobs", "4", "-k", keyfile, variable, "-o", tmp_path / "v"
+        ),
     }
     for line, done in said.items():
         assert (done.status, done.stderr) == (0, f"gcmstream {line}\n"), done.stderr
@@ -527,6 +549,42 @@ def test_a_jobs_count_that_cannot_be_used_is_said_once_on_stderr(tmp_path: Path)
         done = run_cli(*argv)
         assert (done.status, done.stderr) == (0, ""), (argv, done.stderr)
     assert run_cli("decrypt", "-k", keyfile, sealed).stdout == data == (tmp_path / "back").read_bytes()
+    for name in ("z", "t", "v"):
+        assert (tmp_path / name).read_bytes() == data, name
+
+
+def variable_layout(key: bytes, data: bytes, piece: int = 100_000) -> bytes:
+    """A stream of records of ``piece`` bytes of plaintext each under the default record size:
+    no fixed layout (FORMAT.md 4.3.1), so its records' places are known only by reading it."""
+    sealer = gcmstream.Sealer(key)
+    return b"".join(
+        bytes(sealer.seal(data[at : at + piece], final=at + piece >= len(data)))
+        for at in range(0, len(data), piece)
+    )
+
+
+def test_a_jobs_count_is_not_said_before_the_command_fails(tmp_path: Path) -> None:
+    """Review L4: the --jobs warning came before the header was read or the keyset checked, so
+    a command that failed at once wrote two lines, the first saying it goes on. It is said once
+    the key and the input are accepted (the header authenticated, the keyset read): a failing
+    command writes its one line."""
+    keyfile, other, plain, sealed = (tmp_path / name for name in ("key", "other", "plain", "sealed"))
+    for path in (keyfile, other):
+        assert run_cli("keygen", "-o", path).status == 0
+    plain.write_bytes(os.urandom(300_000))
+    assert run_cli("encrypt", "-k", keyfile, plain, "-o", sealed).status == 0
+    keyset = write_keyset(KEYSETS[id(keyset_for(16, TinkHash.SHA256, 4096)[1])], tmp_path)
+    failing = [
+        ("decrypt", "--jobs", "4", "-k", other, sealed),  # to stdout: wrong key
+        ("decrypt", "--jobs", "4", "-k", other, sealed, "-o", tmp_path / "o"),
+        ("decrypt", "--jobs", "4", "-k", other, "--offset", "1", sealed, "-o", tmp_path / "o"),
+        ("encrypt", "--format", "tink", "--jobs", "4", plain, "-o", tmp_path / "t"),  # no keyset
+        ("decrypt", "--format", "tink", "--jobs", "4", "-k", keyset, sealed, "-o", tmp_path / "o"),
+    ]
+    for argv in failing:
+        done = run_cli(*argv)
+        assert done.status not in (0, 1) and done.stderr.count("\n") == 1, (argv, done.stderr)
+        assert "ignored" not in done.stderr, (argv, done.stderr)
 
 
 # Seconds from SIGINT to the exit of `encrypt|decrypt --jobs 2` (this file's test, printed with

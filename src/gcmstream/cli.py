@@ -82,18 +82,21 @@ if TYPE_CHECKING:
     )
     from .format import (
         HEADER_FIXED_SIZE,
+        MAX_FIELDS_SIZE,
         MAX_STANZA_FIELDS_SIZE,
         VERSION,
         FieldType,
         HeaderStart,
         KeyExchange,
         Role,
+        check_fields_length,
         check_header_start,
+        check_role,
         generate_key,
         parse_fields,
         parse_header_start,
     )
-    from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
+    from .keyfile import KEY_PREFIX, KeyFileError, format_key, parse_key, read_key_file, write_key_file
     from .pipeline import CHUNK_SIZE
     from .recipients import (
         IDENTITY_PREFIX,
@@ -126,9 +129,9 @@ def _import_runtime(command: str) -> None:
 
 
 def _import_keys() -> None:
-    global HEADER_FIXED_SIZE, MAX_STANZA_FIELDS_SIZE, VERSION, FieldType, KeyExchange, Role
-    global check_header_start, generate_key, parse_fields, parse_header_start
-    global KeyFileError, format_key, parse_key
+    global HEADER_FIXED_SIZE, MAX_FIELDS_SIZE, MAX_STANZA_FIELDS_SIZE, VERSION, FieldType, KeyExchange, Role
+    global check_fields_length, check_header_start, check_role, generate_key, parse_fields, parse_header_start
+    global KEY_PREFIX, KeyFileError, format_key, parse_key
     global read_key_file, write_key_file, IDENTITY_PREFIX, MAX_IDENTITIES, MAX_IDENTITY_FILE_SIZE
     global MAX_RECIPIENTS_FILE_SIZE, Identity, Recipient, RecipientKind, check_recipients
     global check_work_factor, parse_identities, parse_recipients_file, write_identity_file
@@ -136,17 +139,20 @@ def _import_keys() -> None:
     from .armor import BEGIN_LINE, ArmorDecoder, is_armored
     from .format import (
         HEADER_FIXED_SIZE,
+        MAX_FIELDS_SIZE,
         MAX_STANZA_FIELDS_SIZE,
         VERSION,
         FieldType,
         KeyExchange,
         Role,
+        check_fields_length,
         check_header_start,
+        check_role,
         generate_key,
         parse_fields,
         parse_header_start,
     )
-    from .keyfile import KeyFileError, format_key, parse_key, read_key_file, write_key_file
+    from .keyfile import KEY_PREFIX, KeyFileError, format_key, parse_key, read_key_file, write_key_file
     from .recipients import (
         IDENTITY_PREFIX,
         MAX_IDENTITIES,
@@ -332,6 +338,26 @@ _MIXED_RUN = r"[A-Za-z0-9_-]{22,}"
 _RECIPIENT_LINE = re.escape(RECIPIENT_PREFIX) + r"(:[a-z0-9]+)?:?"  # payload excluded
 
 
+def _printable(text: str) -> str:
+    """``text`` as the terminal shows it literally: every character that is not printable (C0
+    and C1 controls, DEL, line and format characters such as a bidi override) escaped as
+    Python writes it in a string (\\n, \\x1b, \\u202e), and a byte of a name that was not
+    UTF-8 as \\xNN. The one filter of every path and peer-supplied string the command line
+    prints (its messages, log lines, warnings and info's lines): a file name holding a newline
+    or an escape sequence must not add lines or hide what follows it."""
+    if text.isprintable():
+        return text
+    shown = []
+    for char in text:
+        if char.isprintable():
+            shown.append(char)
+        elif 0xDC80 <= ord(char) <= 0xDCFF:  # os.fsdecode's surrogateescape of a raw byte
+            shown.append(f"\\x{ord(char) - 0xDC00:02x}")
+        else:
+            shown.append(char.encode("unicode_escape").decode("ascii"))
+    return "".join(shown)
+
+
 def _hide_key_text(text: str) -> str:
     # the recipient prefix and kind name the format and are shown (so a message can say what
     # it expected); every run that may be key text is hidden, a pasted line's payload included
@@ -356,7 +382,7 @@ def _hide_if_mixed(match: re.Match[str]) -> str:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        message = _hide_key_text(message)
+        message = _hide_key_text(_printable(message))  # a name from a glob: `info dir/*`
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -649,7 +675,8 @@ def _build_parser() -> argparse.ArgumentParser:
             help="workers (threads) for a regular INPUT to a file OUT (default: the usable cores "
             "from 64M of INPUT up, else 1; stdin, stdout, pipes: 1); the output is the same. An N "
             "over 1 that cannot be used (decrypting to stdout, a pipe, armor, --offset, --format "
-            "tink) is said once on stderr, and one worker goes on",
+            "tink, a file without the fixed layout) is said once on stderr, once the key and the "
+            "input are accepted, and one worker goes on",
         )
 
     encrypt = command(
@@ -913,6 +940,8 @@ def _read_identities(path: str, command: str) -> list[Identity]:
     given to -i is most likely an input, as -i meant before it meant --identity: say so."""
     try:
         text = _read_text(path, MAX_IDENTITY_FILE_SIZE)
+        if KEY_PREFIX + ":" in text and IDENTITY_PREFIX not in text and command != "recipient":
+            raise _Usage(f"{path} is a key file ({KEY_PREFIX}: line), not an identity file: give it with -k")
         if IDENTITY_PREFIX not in text and RECIPIENT_PREFIX not in text and command != "recipient":
             raise _Usage(
                 f"{path} is not an identity file (no {IDENTITY_PREFIX}: line): -i is short for "
@@ -1132,38 +1161,64 @@ def _sealed_with(path: str) -> str | None:
     except OSError:
         return None
     try:
-        if _regular_size(fd) is None:
-            return None
-        return _sealing(*_unverified_header(fd))
-    except (OSError, ProtocolError):
+        return _sealed_at(fd, os.lseek(fd, 0, os.SEEK_CUR) if _regular_size(fd) is not None else None)
+    except OSError:
         return None
     finally:
         if path != "-":
             os.close(fd)
 
 
-def _unverified_header(fd: int) -> tuple[HeaderStart, tuple[tuple[int, bytes], ...]]:
-    """The fixed part and the fields of the header at the position of the regular file ``fd``
-    (binary or armored; not consumed), checked for form only, as a reader of stanzas checks
-    them (H1..H7, H13): nothing in them is verified, anyone can write them."""
-    head = _binary_start(fd, HEADER_FIXED_SIZE)
+def _sealed_at(fd: int, at: int | None) -> str | None:
+    """``_sealed_with`` for the header at offset ``at`` of the regular file ``fd`` the command
+    has open (None: no regular file, nothing to read again); ``fd``'s position is moved."""
+    if at is None:
+        return None
+    try:
+        os.lseek(fd, at, os.SEEK_SET)
+        return _sealing(_unverified_header(fd)[1])
+    except (OSError, ProtocolError):
+        return None
+
+
+def _unverified_header(
+    fd: int, read: Callable[[int, int], bytes] | None = None
+) -> tuple[HeaderStart, tuple[tuple[int, bytes], ...]]:
+    """The fixed part and the fields of a file's header at the position of the regular file
+    ``fd`` (not consumed; ``read(fd, size)`` gives its first bytes: binary or armored, by
+    default), checked for form as every reader of a file checks them, with or without a key:
+    H1..H7 and H13, H9 (a file's role is ONE_WAY), and H7's bound for the sealing the fields
+    claim (a key's header: ``MAX_FIELDS_SIZE``), so that no header a keyed reader refuses by
+    its form passes here. Nothing in them is verified: anyone can write them."""
+    read = read or _binary_start
+    head = read(fd, HEADER_FIXED_SIZE)
     if len(head) < HEADER_FIXED_SIZE:
         check_header_start(head)  # another format's short start is that format's (H1, H2)
-        raise TruncatedStreamError(f"input ended inside the stream header ({len(head)} bytes)")
+        raise TruncatedStreamError(
+            f"input ended inside the stream header ({len(head)} bytes)", in_header=True
+        )
     start = parse_header_start(head, MAX_STANZA_FIELDS_SIZE)
-    whole = _binary_start(fd, start.size)
+    check_role(start, Role.ONE_WAY)  # a channel's header is no file's
+    whole = read(fd, start.size)
     if len(whole) < start.size:
         raise TruncatedStreamError(
-            f"input ended inside the stream header ({len(whole)} of {start.size} bytes)"
+            f"input ended inside the stream header ({len(whole)} of {start.size} bytes)", in_header=True
         )
-    return start, parse_fields(whole[HEADER_FIXED_SIZE : HEADER_FIXED_SIZE + start.fields_length])
+    fields = parse_fields(whole[HEADER_FIXED_SIZE : HEADER_FIXED_SIZE + start.fields_length])
+    if _sealing(fields) == "key":  # no stanza: the bound of a key's reader (H7)
+        check_fields_length(start, MAX_FIELDS_SIZE)
+    return start, fields
 
 
-def _sealing(start: HeaderStart, fields: tuple[tuple[int, bytes], ...]) -> str:
-    """ "key", "recipients", "passphrase" or "channel": what a header's role and stanza fields
-    say sealed its stream (FORMAT.md 4.4: a stanza field, or none for a key)."""
-    if start.role is not Role.ONE_WAY:
-        return "channel"
+def _binary_only(fd: int, size: int) -> bytes:
+    """The first ``size`` bytes of the regular file ``fd`` from its position, as they are:
+    armored text is left to ``check_header_start`` to refuse, as a seeking reader does."""
+    return os.pread(fd, size, os.lseek(fd, 0, os.SEEK_CUR))
+
+
+def _sealing(fields: tuple[tuple[int, bytes], ...]) -> str:
+    """ "key", "recipients" or "passphrase": what a file header's stanza fields say sealed its
+    stream (FORMAT.md 4.4: a stanza field, or none for a key)."""
     kinds = {kind for kind, _ in fields}
     if FieldType.RECIPIENT_STANZAS in kinds:
         return "recipients"
@@ -1179,7 +1234,6 @@ _SEALED_WORDS = {
         "with a passphrase (its header holds a passphrase stanza)",
         "--passphrase or --passphrase-file FILE",
     ),
-    "channel": ("by a channel's handshake (gcmstream listen and connect)", "none: it is no file"),
 }
 
 
@@ -1414,12 +1468,22 @@ def _record_limit_error(command: str, size: int, limit: int, where: str) -> _Fai
 def _jobs_for(args: argparse.Namespace, source: int, out: int, size: int | None) -> int:
     """--jobs, or the default for an input of ``size`` bytes (None: not a regular file). The
     engine itself keeps to one worker where records cannot go to their places (pipes); a
-    --jobs N over 1 it will not use is said on stderr (``_jobs_unused``)."""
+    --jobs N over 1 it will not use is said on stderr (``_jobs_unused``): by encrypt here,
+    its key and input accepted already; by decrypt once the header authenticated
+    (``_jobs_said``)."""
     from .files import default_jobs
 
-    if (args.jobs or 1) > 1:
+    if args.command == "encrypt" and (args.jobs or 1) > 1:
         _jobs_unused(args, _one_worker_reason(args, source, out))
     return args.jobs if args.jobs is not None else default_jobs(size)
+
+
+def _jobs_said(args: argparse.Namespace, source: int, out: int) -> Callable[[str], None]:
+    """decrypt's ``one_worker``: the engine's reason for one worker, told once the header
+    authenticated, in the command line's words where they name more (stdout, the input),
+    found now: before the engine reads (armor is told from the input's first bytes)."""
+    known = _one_worker_reason(args, source, out)
+    return lambda why: _jobs_unused(args, known or why)
 
 
 def _one_worker_reason(args: argparse.Namespace, source: int, out: int) -> str | None:
@@ -1449,10 +1513,13 @@ def _jobs_unused(args: argparse.Namespace, reason: str | None) -> None:
     the output is the same bytes, only slower than asked for, and a script that gives --jobs
     to every call (some to stdout) keeps working."""
     if reason is not None and (getattr(args, "jobs", None) or 1) > 1:
+        line = f"gcmstream {args.command}: --jobs {args.jobs} ignored: {_printable(reason)}"
+        bars = sys.modules.get("tqdm")  # a progress bar drawn already: the line goes above it
         with contextlib.suppress(OSError):
-            print(
-                f"gcmstream {args.command}: --jobs {args.jobs} ignored: {reason}", file=sys.stderr, flush=True
-            )
+            if bars is not None:
+                bars.tqdm.write(line, file=sys.stderr)
+            else:
+                print(line, file=sys.stderr, flush=True)
 
 
 def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
@@ -1483,6 +1550,7 @@ def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
     opener = new_opener(context=args.context, max_record_size=args.max_record_size, **keying)
     where = "the input" if args.input == "-" else args.input
     with _open_input(args.input) as (source, size):
+        header_at = os.lseek(source, 0, os.SEEK_CUR) if size is not None else None
         progress = _Progress.start(size, "decrypt", args.quiet)
         try:
             with _open_output(args.output, args.mode) as out:
@@ -1495,11 +1563,18 @@ def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                     eager=args.output == "-",
                     progress=progress.callback,
                     jobs=_jobs_for(args, source, out, size),
+                    one_worker=_jobs_said(args, source, out),
                 )
                 _run_engine(work, out)
         except BaseException as exc:
             progress.close()
-            verdict = _header_verdict(exc, "decrypt", where)
+            verdict = _header_verdict(
+                exc,
+                "decrypt",
+                where,
+                key_from=_key_source(args),
+                sealed=partial(_sealed_at, source, header_at),
+            )
             if verdict is None:
                 raise
             raise verdict from None
@@ -1521,6 +1596,8 @@ def _copy_range(
 ) -> None:
     """Write the plaintext range [offset, offset + length) of the encrypted file ``path``."""
     with open_file(path, context=args.context, max_record_size=args.max_record_size, **keying) as file:
+        # said once the header and the FINAL record authenticated: never before a refusal
+        _jobs_unused(args, "--offset and --length read the records they touch in one worker")
         offset = args.offset or 0
         end = file.length if args.length is None else min(file.length, offset + args.length)
         remaining = max(0, end - offset)
@@ -1538,17 +1615,29 @@ def _copy_range(
             remaining -= got
 
 
-def _header_verdict(exc: BaseException, command: str, where: str, seeks: str = "") -> _Fail | None:
+def _header_verdict(
+    exc: BaseException,
+    command: str,
+    where: str,
+    seeks: str = "",
+    key_from: str = "",
+    sealed: Callable[[], str | None] | None = None,
+) -> _Fail | None:
     """The message of a fault of the input for ``decrypt``, ``decrypt --offset`` and ``info``
     alike, naming the file; None for any other failure (and for a fault of stdin past its
     header). The exit status is the one the class has in ``_FAILURES``. ``seeks``: what needs
-    the binary file (info, --offset), said of armored input."""
+    the binary file (info, --offset), said of armored input. ``key_from``: where a key given
+    came from (``_key_source``), named when the header does not name it. ``sealed``: how the
+    header says it was sealed, from the input the command has open (default: ``where`` read
+    again by name, a file; stdin is not)."""
     fault = _leaf(exc)
     if not isinstance(fault, ProtocolError):
         return None
     code = _classify(fault)[0]
     if isinstance(fault, UnknownKeyError):  # from the 62 fixed bytes alone, on every path
-        return _Fail(code, _key_not_named(where))
+        if sealed is None:
+            sealed = partial(_sealed_with, where) if where != "the input" else lambda: None
+        return _Fail(code, _key_not_named(where, key_from, sealed()))
     if isinstance(fault, ArmoredInputError) and seeks:  # info, --offset: binary files only
         return _Fail(
             code,
@@ -1563,36 +1652,49 @@ def _header_verdict(exc: BaseException, command: str, where: str, seeks: str = "
     if isinstance(fault, TruncatedArmorError):
         return _Fail(code, f"truncated input: {where} ends before its armor's end line: it was cut short")
     if isinstance(fault, TruncatedStreamError):
-        return _Fail(code, f"truncated input: {where} ends before its FINAL record: it was cut short")
+        ends = "inside its stream header" if fault.in_header else "before its FINAL record"
+        return _Fail(code, f"truncated input: {where} ends {ends}: it was cut short")
     if where == "the input":  # stdin: no file to name, the error's own words
         return None
     return _Fail(code, f"{where}: {_classify(fault)[1]}")  # wrong key or context, tampered
 
 
-def _key_not_named(where: str) -> str:
-    """A key the header does not name (H10): a file (not stdin, read already) sealed to
-    recipients or a passphrase is named as such, with the option that reads it."""
-    sealed = _sealed_with(where) if where != "the input" else None
+def _key_not_named(where: str, key_from: str, sealed: str | None) -> str:
+    """A key the header does not name (H10): a file ``sealed`` to recipients or a passphrase
+    (None: not known) is named as such, with the option that reads it; a key that came from
+    the environment, not the command line, is said to have come from there. (The Opener
+    refuses the key at the header's 62 fixed bytes, before its fields are read: which stanza
+    field follows is read here, unverified, only to word the message.)"""
+    given = f" ({key_from})" if key_from else ""
     if sealed in ("recipients", "passphrase"):
         sealed_how, reads_it = _SEALED_WORDS[sealed]
-        return f"{where} is sealed {sealed_how}, not with a key: give {reads_it} instead of a key"
+        return f"{where} is sealed {sealed_how}, not with a key: give {reads_it} instead of a key{given}"
     if sealed == "key":
-        return f"wrong key: {where} names (by its key ID) a key that was not given"
+        return f"wrong key: {where} names (by its key ID) a key that was not given{given}"
     return (
-        f"wrong key: {where} names (by its key ID) a key that was not given; a file sealed "
+        f"wrong key: {where} names (by its key ID) a key that was not given{given}; a file sealed "
         "to recipients or with a passphrase is read with --identity or --passphrase[-file]"
     )
 
 
+def _key_source(args: argparse.Namespace) -> str:
+    """Where the key a reader was given came from, when the user may not know it was given:
+    the environment (``-k`` names its file on the command line itself)."""
+    if args.key_file is None and KEY_ENV in os.environ:
+        return f"the key came from {KEY_ENV}; unset it to give none, e.g. env -u {KEY_ENV} gcmstream ..."
+    return ""
+
+
 def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
-    _jobs_unused(args, "--offset and --length read the records they touch in one worker")
     path = _seekable_input(args.input)
     try:
         with _open_output(args.output, args.mode) as out:
             _run_engine(partial(_copy_range, path, out, args, keying), out)
     except BaseException as exc:
         where = "the input" if args.input == "-" else args.input
-        verdict = _header_verdict(exc, "decrypt", where, seeks="--offset and --length need")
+        verdict = _header_verdict(
+            exc, "decrypt", where, seeks="--offset and --length need", key_from=_key_source(args)
+        )
         if verdict is None:
             raise
         raise verdict from None
@@ -1608,7 +1710,7 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
             layout = "variable: record places found by walking the record headers"
         return "\n".join(
             (
-                f"file: {path}",
+                f"file: {_printable(path)}",
                 f"format: gcmstream version {VERSION}, {header.role.name.lower().replace('_', '-')} stream",
                 f"suite: {suite}",
                 f"record size: {_size_text(header.record_size)} ({header.record_size} bytes)",
@@ -1622,34 +1724,35 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
 
 def _describe_unverified(path: str) -> str:
     """What the header of ``path`` claims, read with no key: the fixed part and which stanza
-    field it holds, never a salt, a stanza or the commitment; marked as verified by nothing."""
+    field it holds, never a salt, a stanza or the commitment; marked first as verified by
+    nothing. Refused as ``info`` with a key refuses it: armored text, a header malformed for
+    every reader (``_unverified_header``)."""
     fd = open_regular(path)
     try:
-        start, fields = _unverified_header(fd)
+        start, fields = _unverified_header(fd, _binary_only)
     finally:
         os.close(fd)
-    sealing = _sealing(start, fields)
+    sealing = _sealing(fields)
     fixed = any(kind == FieldType.FIXED_LAYOUT for kind, _ in fields)
     lines = [
-        f"file: {path}",
         "verified: NO: no key, identity or passphrase was given, so this is what the header "
         "claims, which anyone can write; give one to verify it and see the plaintext length",
+        f"file: {_printable(path)}",
         f"format: gcmstream version {VERSION}, {start.role.name.lower().replace('_', '-')} stream",
         "sealed: {}; read with {}".format(*_SEALED_WORDS[sealing]),
         f"suite: {start.suite.name.replace('_', '-')}",
         f"record size: {_size_text(start.record_size)} ({start.record_size} bytes)",
     ]
-    if sealing in ("key", "channel"):  # a stanza file's key ID names only its random file key
+    if sealing == "key":  # a stanza file's key ID names only its random file key
         lines.append(f"key ID: {start.key_id.hex()}")
-    if sealing != "channel":
-        lines.append(f"layout: {'fixed' if fixed else 'variable'}")
+    lines.append(f"layout: {'fixed' if fixed else 'variable'}")
     return "\n".join(lines)
 
 
 def _info_command(args: argparse.Namespace, keying: Keying) -> None:
     _print_description(
         lambda: _describe(args.file, args, keying) if keying else _describe_unverified(args.file),
-        lambda exc: _header_verdict(exc, "info", args.file, seeks="info needs"),
+        lambda exc: _header_verdict(exc, "info", args.file, seeks="info needs", key_from=_key_source(args)),
     )
 
 
@@ -1700,7 +1803,6 @@ def _tink_keyset(args: argparse.Namespace) -> TinkKeyset:
     ]
     if refused:
         raise _Usage(f"--format tink does not take {', '.join(refused)}")
-    _jobs_unused(args, "Tink's segments are sealed and opened in order by one worker")
     if args.key_file is None:
         raise _Usage("--format tink needs -k KEYSET.json (Tink's JSON cleartext keyset)")
     path = args.key_file
@@ -1737,6 +1839,9 @@ def _tink_verdict(exc: BaseException, where: str) -> _Fail | None:
     return _Fail(code, f"{where}: {_classify(fault)[1]}")
 
 
+_TINK_IN_ORDER = "Tink's segments are sealed and opened in order by one worker"
+
+
 def _tink_encrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
     """encrypt --format tink: the file engine and the output path of ``encrypt``, with a
     TinkSealer."""
@@ -1746,6 +1851,7 @@ def _tink_encrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
             with _open_output(args.output, args.mode, no_terminal=True) as out:
+                _jobs_unused(args, _TINK_IN_ORDER)  # the keyset, input and output accepted
                 _run_engine(partial(encrypt_fd, source, out, sealer, progress=progress.callback), out)
         except BaseException:
             progress.close()
@@ -1764,7 +1870,14 @@ def _tink_decrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
         try:
             with _open_output(args.output, args.mode) as out:
                 work = partial(
-                    decrypt_fd, source, out, opener, eager=args.output == "-", progress=progress.callback
+                    decrypt_fd,
+                    source,
+                    out,
+                    opener,
+                    eager=args.output == "-",
+                    progress=progress.callback,
+                    jobs=args.jobs or 1,  # said once the header authenticated; one worker reads
+                    one_worker=lambda _: _jobs_unused(args, _TINK_IN_ORDER),
                 )
                 _run_engine(work, out)
         except BaseException as exc:
@@ -1781,7 +1894,7 @@ def _tink_describe(path: str, args: argparse.Namespace, keyset: TinkKeyset) -> s
         key = file.key
         return "\n".join(
             (
-                f"file: {path}",
+                f"file: {_printable(path)}",
                 "format: Tink AES-GCM-HKDF streaming (AesGcmHkdfStreamingKey)",
                 f"key ID: {key.key_id} (the keyset's key that authenticated segment 0)",
                 f"derived key size: {key.derived_key_size} bytes (AES-{8 * key.derived_key_size}-GCM)",
@@ -2361,7 +2474,11 @@ def _report_failure(args: argparse.Namespace, code: int, message: str) -> None:
         if args.command == "decrypt" and args.output == "-" and code in (EXIT_TAMPERED, EXIT_TRUNCATED):
             message += "; output stops after the last authenticated record"
         with contextlib.suppress(OSError):
-            print(_hide_key_text(f"gcmstream {args.command}: {message}"), file=sys.stderr, flush=True)
+            print(
+                _hide_key_text(f"gcmstream {args.command}: {_printable(message)}"),
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _log_to_stderr(command: str) -> None:
@@ -2370,7 +2487,7 @@ def _log_to_stderr(command: str) -> None:
 
     class HidingFormatter(logging.Formatter):
         def format(self, record: logging.LogRecord) -> str:
-            return _hide_key_text(super().format(record))
+            return _hide_key_text(_printable(super().format(record)))  # a peer's words too
 
     global _log
     _log = logging.getLogger("gcmstream.cli")

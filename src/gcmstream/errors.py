@@ -275,7 +275,15 @@ class MalformedRecordError(ProtocolError):
 
 
 class TruncatedStreamError(ProtocolError, EOFError):
-    """Input ended before an authenticated FINAL record: the stream was cut short."""
+    """Input ended before an authenticated FINAL record: the stream was cut short.
+    ``in_header``: it ended before the stream header was whole (so that a reader can say so,
+    not "before its FINAL record")."""
+
+    def __init__(
+        self, message: str = "input ended without a FINAL record", *, in_header: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.in_header = in_header
 
 
 class TrailingDataError(ProtocolError):

@@ -301,7 +301,7 @@ def read_header(fd: int, opener: Opener, base: int = 0) -> tuple[StreamHeader, R
     header = opener.header
     records = opener.record_layer
     if header is None or records is None:  # unreachable once header_verified() is True
-        raise TruncatedStreamError("input ended before the stream header")
+        raise TruncatedStreamError("input ended before the stream header", in_header=True)
     return header, records
 
 
@@ -461,6 +461,7 @@ def decrypt_fd(
     progress: Progress | None = None,
     stop: threading.Event | None = None,
     jobs: int = 1,
+    one_worker: Callable[[str], object] | None = None,
 ) -> None:
     """Decrypt the one stream ``src`` delivers into ``dst``, binary or armored (gcmstream.armor:
     told by its first bytes; text that breaks armor's rules raises ArmorError, FINAL's
@@ -476,20 +477,40 @@ def decrypt_fd(
     record that fails cuts ``dst`` back and the stream is read again by one worker, which
     writes and raises exactly what ``jobs=1`` does; a stop, Ctrl-C or I/O error cuts ``dst``
     back to where it was and is raised. A stream without the fixed layout is read by one
-    worker."""
+    worker. ``one_worker``: told once why, when ``jobs`` > 1 but one worker reads the stream in
+    order (any condition above unmet, the fixed layout included), as soon as the header
+    authenticated: never before the key or the input is refused, never for a record that
+    failed in the workers (its error says what is wrong)."""
     _check_jobs(jobs)
     with _fatal(opener):
-        if (
-            jobs > 1
-            and not eager
-            and isinstance(opener, Opener)  # (Tink's segments are opened in order, by one worker)
-            and opener.untouched
-            and placeable(src, dst)
-            and not _armored_at(src)
-            and _decrypt_placed(src, dst, opener, jobs, progress, stop)
-        ):
-            return
-        _decrypt_fd(src, dst, opener, eager, progress, stop)
+        why = _one_worker_why(src, dst, opener, eager) if jobs > 1 else None
+        if jobs > 1 and why is None and isinstance(opener, Opener):  # (Tink: a reason)
+            placed = _decrypt_placed(src, dst, opener, jobs, progress, stop)
+            if placed == "done":
+                return
+            why = _UNPLACED if placed == "unplaced" else None
+        _decrypt_fd(
+            src, dst, opener, eager, progress, stop, partial(one_worker, why) if one_worker and why else None
+        )
+
+
+_UNPLACED = "the stream does not keep the fixed layout: its records are found by reading them in order"
+
+
+def _one_worker_why(src: int, dst: int, opener: Opener | TinkOpener, eager: bool) -> str | None:
+    """Why ``decrypt_fd`` opens the records in order in one worker, known before the header is
+    read; None when it tries their places (then only the header's layout can still say no)."""
+    if eager:
+        return "each record is passed on in order as it authenticates"
+    if not isinstance(opener, Opener):
+        return "Tink's segments are opened in order"
+    if not opener.untouched:
+        return "the opener has read part of the stream already"
+    if not placeable(src, dst):
+        return "the input or the output is no regular file, or the output is opened to append"
+    if _armored_at(src):
+        return "armored input is read in order"
+    return None
 
 
 def _armored_at(fd: int) -> bool:
@@ -505,6 +526,7 @@ def _decrypt_fd(
     eager: bool,
     progress: Progress | None,
     stop: threading.Event | None,
+    on_header: Callable[[], object] | None = None,
 ) -> None:
     readinto = dearmoring_reader(_reader(src, stop))
     out: bytearray | None = None
@@ -520,6 +542,8 @@ def _decrypt_fd(
                 out = bytearray(max(_RING_BYTES, 2 * record_size))
                 view = memoryview(out)
                 room = len(out) - record_size
+                if on_header is not None:  # the header authenticated: the command goes on
+                    on_header()
             if out is not None:
                 if used > room:
                     # FINAL may have authenticated with only its start delivered (it did not
@@ -759,25 +783,25 @@ def _decrypt_placed(
     jobs: int,
     progress: Progress | None,
     stop: threading.Event | None,
-) -> bool:
+) -> str:
     """Open the stream in the regular file ``src`` (from its position) into ``dst`` (at its
     position) in ``jobs`` workers, each opening whole blocks of records at their places, after
-    the FINAL record authenticated at its place; True when done. False, with nothing written
-    and ``src`` just after the header (read into ``opener``), when the stream does not keep
-    the fixed layout, or when a record fails (``dst`` cut back to where it started): then the
-    caller reads it sequentially, which writes what a sequential reader writes and raises its
-    error. A stop, Ctrl-C or I/O error cuts ``dst`` back and is raised."""
+    the FINAL record authenticated at its place; "done" when done. With nothing written and
+    ``src`` just after the header (read into ``opener``): "unplaced" when the stream does not
+    keep the fixed layout, "failed" when a record fails (``dst`` cut back to where it
+    started); then the caller reads it sequentially, which writes what a sequential reader
+    writes and raises its error. A stop, Ctrl-C or I/O error cuts ``dst`` back and is raised."""
     in_base, out_base = os.lseek(src, 0, os.SEEK_CUR), os.lseek(dst, 0, os.SEEK_CUR)
     header, records = read_header(src, opener, in_base)
     os.lseek(src, in_base + len(header.raw), os.SEEK_SET)  # where a sequential reader goes on
     per_generation = promised_layout(header, records.limits)
     if per_generation is None:
-        return False
+        return "unplaced"
     layout = layout_of_size(header, per_generation, os.fstat(src).st_size - in_base)
     first = records.keys
     final = _final_at_place(src, in_base, layout, first) if layout is not None else None
-    if layout is None or final is None:
-        return False
+    if layout is None or final is None:  # a size or a FINAL not where the layout puts them
+        return "failed"
     record_size = layout.record_size
     per_block = _block_records(record_size)
     full = layout.count - 1  # the records before FINAL: all full
@@ -816,7 +840,7 @@ def _decrypt_placed(
         _pwrite_all(dst, memoryview(final), out_base + full * record_size)
     except ProtocolError:
         os.ftruncate(dst, out_base)
-        return False
+        return "failed"
     except BaseException:
         os.ftruncate(dst, out_base)
         raise
@@ -826,7 +850,7 @@ def _decrypt_placed(
         progress(len(header.raw) + layout.wire_size - layout.wire_offset(full))
     os.lseek(src, in_base + layout.wire_size, os.SEEK_SET)
     os.lseek(dst, out_base + layout.length, os.SEEK_SET)
-    return True
+    return "done"
 
 
 # -- paths ----------------------------------------------------------------------------------

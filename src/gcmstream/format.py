@@ -80,6 +80,7 @@ __all__ = (
     "check_header_start",
     "check_identity",
     "check_record_size",
+    "check_role",
     "context_digest",
     "encode_fields",
     "find_key",
@@ -633,6 +634,14 @@ def check_fields_length(start: HeaderStart, max_fields_size: int) -> None:
         raise header_fault(
             "H7", f"header fields of {start.fields_length} bytes exceed {max_fields_size} bytes"
         )
+
+
+def check_role(start: HeaderStart, expected: Role) -> None:
+    """Check H9: the header's role is the one this reader reads (a file's reader: ONE_WAY), for
+    the Opener and for the command line's unverified look at a file's header alike."""
+    if start.role != expected:
+        reason = " (a stream reflected back to its sender?)" if start.role == expected.peer else ""
+        raise header_fault("H9", f"peer header has role {start.role.name}, expected {expected.name}{reason}")
 
 
 def parse_fields(data: bytes) -> tuple[tuple[int, bytes], ...]:

@@ -39,6 +39,7 @@ from .format import (
     check_context,
     check_fields_length,
     check_header_start,
+    check_role,
     find_key,
     header_fault,
     key_id,
@@ -216,12 +217,7 @@ class HeaderReader:
         start = parse_header_start(self._buf, MAX_STANZA_FIELDS_SIZE)  # H7 below
         if start.record_size > max_record_size:
             raise record_size_fault(start.record_size, max_record_size)
-        expected = self._role
-        if start.role != expected:
-            reason = " (a stream reflected back to its sender?)" if start.role == expected.peer else ""
-            raise header_fault(
-                "H9", f"peer header has role {start.role.name}, expected {expected.name}{reason}"
-            )
+        check_role(start, self._role)
         keys, self._keys = self._keys, None
         if self._unlocker is None:
             if keys is None:  # unreachable: the fixed part is read once

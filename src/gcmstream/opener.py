@@ -902,7 +902,7 @@ class Opener(_Input):
         if self._error is not None:
             raise self._error
         if self._eof:
-            raise TruncatedStreamError(self._truncation())
+            raise TruncatedStreamError(self._truncation(), in_header=self._reader is not None)
         return False
 
     def _opens_in_place(self, held: memoryview, before: int, target: memoryview | None) -> bool:

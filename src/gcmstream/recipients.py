@@ -577,7 +577,11 @@ class Unlocker:
                     return file_key
         # a stanza altered, or its kind or tag, fails as another recipient's does: as in age, a
         # reader cannot tell the two apart (FORMAT.md 4.4, S7), so it names both
+        (count,) = _COUNT.unpack_from(value)  # every stanza the field holds, read or skipped
+        skipped = (
+            f" ({count - len(stanzas)} of a kind this version does not read)" if count > len(stanzas) else ""
+        )
         raise NoIdentityMatchedError(
             f"none of the {len(self._identities)} identities given opens any of the stream's "
-            f"{len(stanzas)} recipient stanzas: a wrong identity, or the header was altered"
+            f"{count} recipient stanzas{skipped}: a wrong identity, or the header was altered"
         )
