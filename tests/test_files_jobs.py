@@ -485,6 +485,43 @@ def test_armored_text_is_read_by_one_worker_whatever_jobs_asks(tmp_path: Path) -
     assert (tmp_path / "back").read_bytes() == data
 
 
+def test_one_rule_says_when_the_engine_keeps_to_one_worker(tmp_path: Path) -> None:
+    """``files.one_worker_reason`` is the one copy of the rule the encrypt and decrypt
+    engines and the command line's warning all call: None for two regular files, and a
+    reason for each condition that keeps records in order, in the names it is given."""
+    source, armored, target = tmp_path / "in", tmp_path / "armored", tmp_path / "out"
+    source.write_bytes(b"x" * 100)
+    armored.write_bytes(b"-----BEGIN GCMSTREAM ENCRYPTED FILE-----\n")
+    reading, read_end, write_end = os.open(source, os.O_RDONLY), *os.pipe()
+    writing = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    appending = os.open(target, os.O_WRONLY | os.O_APPEND)
+    text = os.open(armored, os.O_RDONLY)
+    reason = files.one_worker_reason
+    try:
+        assert reason(reading, writing, opening=False) is None
+        assert reason(reading, writing, opening=True) is None
+        assert reason(reading, writing, opening=True, tink=True) == files.TINK_IN_ORDER
+        assert reason(reading, writing, opening=True, eager=True, names=("f", "stdout")) == (
+            "stdout is written in order by one worker"
+        )
+        assert (
+            reason(reading, writing, opening=False, armor=True)
+            == "armored text is written in order by one worker"
+        )
+        assert reason(read_end, writing, opening=False, names=("stdin", "out")) == (
+            "stdin is read in order by one worker (no regular file)"
+        )
+        assert reason(reading, write_end, opening=True) == (
+            "the output is written in order by one worker (no regular file, or opened to append)"
+        )
+        assert reason(reading, appending, opening=False) is not None
+        assert reason(text, writing, opening=True) == "armored input is read in order by one worker"
+        assert reason(text, writing, opening=False) is None  # armored-looking bytes are plaintext to seal
+    finally:
+        for fd in (reading, read_end, write_end, writing, appending, text):
+            os.close(fd)
+
+
 def test_a_jobs_count_that_cannot_be_used_is_said_once_on_stderr(tmp_path: Path) -> None:
     """A new user's finding: `--jobs N` decrypting to stdout silently ran one worker. An N over
     1 that the engine cannot use is said once on stderr, naming why, and the command goes on

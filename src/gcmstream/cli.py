@@ -72,13 +72,14 @@ if TYPE_CHECKING:
     from .config import Configuration
     from .files import (
         STOP_WAIT,
+        TINK_IN_ORDER,
         _Stopped,
         atomic_fd,
         decrypt_fd,
         encrypt_fd,
         new_opener,
         new_sealer,
-        placeable,
+        one_worker_reason,
     )
     from .format import (
         HEADER_FIXED_SIZE,
@@ -175,18 +176,19 @@ def _import_keys() -> None:
 
 def _import_files() -> None:
     global output_target, STOP_WAIT, _Stopped, atomic_fd, decrypt_fd, encrypt_fd, new_opener
-    global new_sealer, CHUNK_SIZE, open_file, open_regular, placeable
+    global new_sealer, CHUNK_SIZE, open_file, open_regular, one_worker_reason, TINK_IN_ORDER
     global TinkKeyset, TinkOpener, TinkSealer, read_tink_keyset, MAX_KEYSET_SIZE, open_tink_file
     from ._output import output_target
     from .files import (
         STOP_WAIT,
+        TINK_IN_ORDER,
         _Stopped,
         atomic_fd,
         decrypt_fd,
         encrypt_fd,
         new_opener,
         new_sealer,
-        placeable,
+        one_worker_reason,
     )
     from .pipeline import CHUNK_SIZE
     from .seekable import open_file, open_regular
@@ -1487,25 +1489,17 @@ def _jobs_said(args: argparse.Namespace, source: int, out: int) -> Callable[[str
 
 
 def _one_worker_reason(args: argparse.Namespace, source: int, out: int) -> str | None:
-    """Why the file engine will seal or open records in order, in one worker, between
-    ``source`` and ``out`` (``files.placeable`` and the engine's other conditions); None when
-    it places them (a file without the fixed layout is found only as it is read)."""
-    written = "stdout" if args.output == "-" else args.output
-    if args.command == "decrypt" and args.output == "-":  # each record as it authenticates
-        return "stdout is written in order by one worker"
-    if getattr(args, "armor", False):
-        return "armored text is written in order by one worker"
-    if not stat.S_ISREG(os.fstat(source).st_mode):
-        return (
-            f"{'stdin' if args.input == '-' else args.input} is read in order by one worker (no regular file)"
-        )
-    if not placeable(source, out):
-        return f"{written} is written in order by one worker (no regular file, or opened to append)"
-    if args.command == "decrypt" and is_armored(
-        os.pread(source, len(BEGIN_LINE), os.lseek(source, 0, os.SEEK_CUR))
-    ):
-        return "armored input is read in order by one worker"
-    return None
+    """``files.one_worker_reason`` (the engine's rule) in the command line's words: stdin,
+    stdout and the paths given; None when the engine places records (a file without the
+    fixed layout is found only as it is read)."""
+    return one_worker_reason(
+        source,
+        out,
+        opening=args.command == "decrypt",
+        eager=args.command == "decrypt" and args.output == "-",  # as decrypt_fd is called
+        armor=getattr(args, "armor", False),
+        names=("stdin" if args.input == "-" else args.input, "stdout" if args.output == "-" else args.output),
+    )
 
 
 def _jobs_unused(args: argparse.Namespace, reason: str | None) -> None:
@@ -1839,9 +1833,6 @@ def _tink_verdict(exc: BaseException, where: str) -> _Fail | None:
     return _Fail(code, f"{where}: {_classify(fault)[1]}")
 
 
-_TINK_IN_ORDER = "Tink's segments are sealed and opened in order by one worker"
-
-
 def _tink_encrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
     """encrypt --format tink: the file engine and the output path of ``encrypt``, with a
     TinkSealer."""
@@ -1851,7 +1842,7 @@ def _tink_encrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
             with _open_output(args.output, args.mode, no_terminal=True) as out:
-                _jobs_unused(args, _TINK_IN_ORDER)  # the keyset, input and output accepted
+                _jobs_unused(args, TINK_IN_ORDER)  # the keyset, input and output accepted
                 _run_engine(partial(encrypt_fd, source, out, sealer, progress=progress.callback), out)
         except BaseException:
             progress.close()
@@ -1877,7 +1868,7 @@ def _tink_decrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
                     eager=args.output == "-",
                     progress=progress.callback,
                     jobs=args.jobs or 1,  # said once the header authenticated; one worker reads
-                    one_worker=lambda _: _jobs_unused(args, _TINK_IN_ORDER),
+                    one_worker=partial(_jobs_unused, args),  # (Tink: files.TINK_IN_ORDER)
                 )
                 _run_engine(work, out)
         except BaseException as exc:

@@ -101,6 +101,7 @@ if TYPE_CHECKING:
 __all__ = (
     "PARALLEL_MIN_SIZE",
     "STOP_WAIT",
+    "TINK_IN_ORDER",
     "FixedLayout",
     "Progress",
     "atomic_fd",
@@ -114,6 +115,7 @@ __all__ = (
     "layout_of_size",
     "new_opener",
     "new_sealer",
+    "one_worker_reason",
     "placeable",
     "promised_layout",
     "read_header",
@@ -397,8 +399,11 @@ def encrypt_fd(
     _check_jobs(jobs)
     with _fatal(sealer):
         placed = None
-        # (Tink's segments, like armored text, are sealed in order by one worker)
-        if jobs > 1 and not armor and isinstance(sealer, Sealer) and placeable(src, dst):
+        if (
+            jobs > 1
+            and isinstance(sealer, Sealer)
+            and one_worker_reason(src, dst, opening=False, armor=armor) is None
+        ):
             placed = sealer.hand_off_places()
         if placed is None:
             _encrypt_fd(src, _ArmoredOutput(dst) if armor else dst, sealer, progress, stop)
@@ -483,7 +488,12 @@ def decrypt_fd(
     failed in the workers (its error says what is wrong)."""
     _check_jobs(jobs)
     with _fatal(opener):
-        why = _one_worker_why(src, dst, opener, eager) if jobs > 1 else None
+        why = None
+        if jobs > 1:
+            tink = not isinstance(opener, Opener)
+            why = one_worker_reason(src, dst, opening=True, eager=eager, tink=tink)
+            if why is None and isinstance(opener, Opener) and not opener.untouched:
+                why = "the opener has read part of the stream already"
         if jobs > 1 and why is None and isinstance(opener, Opener):  # (Tink: a reason)
             placed = _decrypt_placed(src, dst, opener, jobs, progress, stop)
             if placed == "done":
@@ -497,19 +507,38 @@ def decrypt_fd(
 _UNPLACED = "the stream does not keep the fixed layout: its records are found by reading them in order"
 
 
-def _one_worker_why(src: int, dst: int, opener: Opener | TinkOpener, eager: bool) -> str | None:
-    """Why ``decrypt_fd`` opens the records in order in one worker, known before the header is
-    read; None when it tries their places (then only the header's layout can still say no)."""
+TINK_IN_ORDER = "Tink's segments are sealed and opened in order by one worker"
+
+
+def one_worker_reason(
+    src: int,
+    dst: int,
+    *,
+    opening: bool,
+    eager: bool = False,
+    armor: bool = False,
+    tink: bool = False,
+    names: tuple[str, str] = ("the input", "the output"),
+) -> str | None:
+    """The one rule for when the file engine seals (``opening`` False) or opens records in
+    order in one worker between ``src`` and ``dst``, known before a header is read: why, or
+    None when it places them (a decrypted header's layout can still say no: ``_UNPLACED``).
+    ``eager``: each record passed on as it authenticates; ``armor``: armored text written;
+    ``tink``: Tink's segments. ``names``: the input and output as the user named them, for
+    the reason's words (the command line gives "stdin", "stdout", paths)."""
+    src_name, dst_name = names
+    if tink:
+        return TINK_IN_ORDER
     if eager:
-        return "each record is passed on in order as it authenticates"
-    if not isinstance(opener, Opener):
-        return "Tink's segments are opened in order"
-    if not opener.untouched:
-        return "the opener has read part of the stream already"
+        return f"{dst_name} is written in order by one worker"
+    if armor:
+        return "armored text is written in order by one worker"
+    if not stat.S_ISREG(os.fstat(src).st_mode):
+        return f"{src_name} is read in order by one worker (no regular file)"
     if not placeable(src, dst):
-        return "the input or the output is no regular file, or the output is opened to append"
-    if _armored_at(src):
-        return "armored input is read in order"
+        return f"{dst_name} is written in order by one worker (no regular file, or opened to append)"
+    if opening and _armored_at(src):
+        return "armored input is read in order by one worker"
     return None
 
 
