@@ -106,6 +106,13 @@ def test_max_pending_handshakes_builds_a_policy_without_a_random_band() -> None:
         admission_policy(256, None)  # type: ignore[arg-type]
 
 
+def test_an_admission_takes_only_a_policy() -> None:
+    """A server's limit given where the policy goes (``Admission(256, ...)``) is refused at
+    once, not an AttributeError at the first connection."""
+    with pytest.raises(TypeError, match=r"^policy must be an AdmissionPolicy, got int$"):
+        Admission(256, print)  # type: ignore[arg-type]
+
+
 def test_the_drop_probability_is_openssh_maxstartups_line() -> None:
     """sshd_config(5) MaxStartups 10:30:100: 30 % at 10 unauthenticated, rising linearly,
     100 % at 100."""
@@ -311,6 +318,27 @@ def test_an_evicted_or_finished_connection_gives_its_sources_slot_back() -> None
     assert dropped == [1] and pending.pending_from(A) == 1
     pending.done(2)
     assert pending.pending_from(A) == 0 and len(pending) == 0
+
+
+def test_a_connection_whose_finished_verified_gives_its_sources_slot_back_at_once() -> None:
+    """A completed handshake no longer counts against its source's cap (it is not pending):
+    a source whose clients all complete is never refused for them."""
+    pending, dropped = admission(AdmissionPolicy(start=1, rate=0, full=100, per_source=1))
+    for connection in range(10):  # bounded: each completes before the next arrives
+        assert pending.admit(connection, A)
+        pending.verified(connection)
+        pending.finished(connection)
+        assert pending.pending_from(A) == 0 and len(pending) == 0
+    assert pending.refused == 0 and dropped == []
+    assert all(pending.done(connection) for connection in range(10))
+
+
+def test_an_address_without_a_source_has_nothing_pending_from_it() -> None:
+    pending, _ = admission(AdmissionPolicy(start=1, full=100, per_source=1))
+    pending.admit(1, "/run/server.sock")
+    pending.admit(2, A)
+    assert pending.pending_from("/run/server.sock") == 0 and pending.pending_from(None) == 0
+    assert pending.pending_from(A) == 1
 
 
 @pytest.mark.parametrize(
