@@ -270,6 +270,23 @@ def test_the_default_budget_leaves_a_quarter_of_the_descriptor_limit() -> None:
     assert fit_to_descriptors(DEFAULT_ADMISSION, 100) is DEFAULT_ADMISSION  # too few to share
 
 
+def test_a_fitted_policy_is_scaled_by_one_factor_and_keeps_what_is_not_a_count() -> None:
+    """At 256 descriptors, 64 are kept (a quarter, at least 64): full + verified get the other
+    192, each count scaled by 192 / 1,536 (rounded down, at least 1); the rate and a missing
+    per-source cap are kept; a policy that fits exactly is returned as it is."""
+    assert fit_to_descriptors(DEFAULT_ADMISSION, 256) == AdmissionPolicy(
+        start=32, rate=30, full=64, verified=128, per_source=8
+    )
+    uncapped = AdmissionPolicy(start=1, rate=50, full=1000, verified=1000, per_source=None)
+    assert fit_to_descriptors(uncapped, 256) == AdmissionPolicy(
+        start=1, rate=50, full=96, verified=96, per_source=None
+    )
+    tiny = AdmissionPolicy(start=1, full=1000, verified=1000, per_source=1)
+    assert (fit_to_descriptors(tiny, 256).start, fit_to_descriptors(tiny, 256).per_source) == (1, 1)
+    exact = AdmissionPolicy(start=100, full=256, verified=512)  # 768 = 1,024 - 1,024 / 4
+    assert fit_to_descriptors(exact, 1024) is exact
+
+
 def test_done_says_whether_the_admission_had_evicted_it() -> None:
     pending, dropped = admission(AdmissionPolicy(start=1, full=1, per_source=None))
     pending.admit(1, A)
@@ -318,6 +335,23 @@ def test_an_evicted_or_finished_connection_gives_its_sources_slot_back() -> None
     assert dropped == [1] and pending.pending_from(A) == 1
     pending.done(2)
     assert pending.pending_from(A) == 0 and len(pending) == 0
+
+
+def test_a_connection_that_sent_part_of_its_header_counts_once_with_its_source() -> None:
+    pending, dropped = admission(AdmissionPolicy(start=4, full=4, verified=4, per_source=None))
+    pending.admit(1, A)
+    pending.admit(2, A)
+    pending.received(1)
+    pending.received(2)
+    pending.received(2)  # more of its header: still one partial connection
+    assert (len(pending), pending.waiting, pending.silent) == (2, 2, 0)
+    pending.verified(1)
+    pending.received(1)  # bytes after its header verified: it stays verified
+    pending.received(99)  # never admitted: nothing
+    assert (len(pending), pending.waiting, pending.verified_count) == (2, 1, 1)
+    assert pending.pending_from(A) == 2
+    assert pending.done(2) and pending.done(1)
+    assert pending.pending_from(A) == 0 and len(pending) == 0 and dropped == []
 
 
 def test_a_connection_whose_finished_verified_gives_its_sources_slot_back_at_once() -> None:
