@@ -213,6 +213,7 @@ def test_a_finished_connection_is_never_evicted() -> None:
         pending.verified(replay)
     assert 1 not in dropped and len(dropped) == 9
     assert pending.done(1) is True  # not evicted: the adapter runs its handler
+    assert pending.done(1) is False  # forgotten: a server keeps no finished connection
 
 
 def test_one_evicted_but_not_yet_closed_whose_finished_arrives_is_kept() -> None:
