@@ -541,6 +541,16 @@ def test_a_limit_of_one_record_takes_runs_of_small_records_per_read() -> None:
     assert ring.stored == 0
 
 
+@pytest.mark.parametrize("start", [0, 1, 25, 26, 27, 64])
+def test_a_growing_ring_takes_at_least_an_empty_record_and_a_header_at_first(start: int) -> None:
+    """``start`` is what a growing ring takes with its first bytes, but never less than the
+    smallest record (a header and a tag) and the next record's header: 26 bytes."""
+    ring = RecordRing(1000, None, start)
+    assert ring.capacity == 0  # no memory before the first bytes
+    ring.writable()
+    assert ring.capacity == max(2 * RECORD_HEADER_SIZE + TAG_SIZE, start)
+
+
 def test_growth_moves_stored_records_in_order() -> None:
     """A small ring full of complete records and a partial one grows instead of refusing input;
     the records keep their order and bytes, and head becomes 0 (what the Opener shifts by)."""
