@@ -153,6 +153,13 @@ def test_make_header_refuses_bad_record_size(record_size: int) -> None:
         make_header(KEY128, Role.ONE_WAY, record_size, b"", SALT)
 
 
+def test_make_header_refuses_a_bad_context() -> None:
+    with pytest.raises(TypeError, match="context must be bytes-like, not str"):
+        make_header(KEY128, Role.ONE_WAY, 10, "app", SALT)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=f"context of {MAX_CONTEXT_SIZE + 1} bytes exceeds"):
+        make_header(KEY128, Role.ONE_WAY, 10, bytes(MAX_CONTEXT_SIZE + 1), SALT)
+
+
 @pytest.mark.parametrize("salt", [b"", bytes(SALT_SIZE - 1), bytes(SALT_SIZE + 1)])
 def test_make_header_refuses_bad_salt(salt: bytes) -> None:
     with pytest.raises(ValueError, match="salt"):
