@@ -153,6 +153,16 @@ def test_make_header_refuses_bad_record_size(record_size: int) -> None:
         make_header(KEY128, Role.ONE_WAY, record_size, b"", SALT)
 
 
+def test_verify_header_refuses_a_bad_context_before_the_commitment() -> None:
+    """A context no writer can have used is the caller's error (TypeError, ValueError), not
+    the stream's (H12, "wrong key or context")."""
+    parsed = parse_header(make_header(KEY128, Role.ONE_WAY, 10, b"", SALT)[0])
+    with pytest.raises(TypeError, match="context must be bytes-like, not str"):
+        verify_header(KEY128, parsed, "app")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=f"context of {MAX_CONTEXT_SIZE + 1} bytes exceeds"):
+        verify_header(KEY128, parsed, bytes(MAX_CONTEXT_SIZE + 1))
+
+
 def test_make_header_refuses_a_bad_context() -> None:
     with pytest.raises(TypeError, match="context must be bytes-like, not str"):
         make_header(KEY128, Role.ONE_WAY, 10, "app", SALT)  # type: ignore[arg-type]
