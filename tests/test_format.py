@@ -50,6 +50,7 @@ from gcmstream.format import (
     TrafficKeys,
     check_context,
     check_header_start,
+    check_record_size,
     generate_key,
     key_id,
     make_header,
@@ -530,6 +531,12 @@ def test_a_right_start_then_the_end_of_input_is_a_cut_header() -> None:
             ValueError,
             f"{MAX_CONTEXT_SIZE + 7} bytes",
             id="context-size",
+        ),
+        pytest.param(
+            lambda: check_record_size(0),
+            ValueError,
+            f"record_size must be an int from 1 to {HARD_MAX_RECORD_SIZE}, got 0",
+            id="record-size",
         ),
         pytest.param(
             lambda: check_header_start(b"PK\x03"), UnsupportedFormatError, "the magic b'GCMS'", id="magic"
