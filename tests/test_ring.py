@@ -541,6 +541,27 @@ def test_a_limit_of_one_record_takes_runs_of_small_records_per_read() -> None:
     assert ring.stored == 0
 
 
+def test_past_its_last_quarter_a_growing_ring_offers_only_the_next_header() -> None:
+    """Below its limit, a ring's zone is its last quarter: past 3/4 of C, a view offers only
+    what the frontier record needs (its header, then its rest once its length is known), so a
+    record of up to C / 4 never crosses C and none of it is received where it must be copied."""
+    ring = RecordRing(1000, None, 256)
+    records = [wire_record(i, 25) for i in range(5)] + [wire_record(5, 40)]  # 5 x 30 + 45 bytes
+    for record in records:  # one record at a time: the ring never holds half of its memory
+        sent = 0
+        while sent < len(record):  # bounded: each pass writes at least one byte
+            view = ring.writable()
+            count = min(len(view), len(record) - sent)
+            assert count > 0
+            view[:count] = record[sent : sent + count]
+            ring.commit(count)
+            sent += count
+        while ring.complete > 1:  # the reader keeps one record: the ring never empties
+            ring.pop(len(records[0]))
+    assert (ring.capacity, ring.tail, ring.frontier) == (256, 195, 195)  # past 192 = 3/4 of 256
+    assert len(ring.writable()) == RECORD_HEADER_SIZE
+
+
 @pytest.mark.parametrize("start", [0, 1, 25, 26, 27, 64])
 def test_a_growing_ring_takes_at_least_an_empty_record_and_a_header_at_first(start: int) -> None:
     """``start`` is what a growing ring takes with its first bytes, but never less than the
