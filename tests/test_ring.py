@@ -546,8 +546,24 @@ def test_past_its_last_quarter_a_growing_ring_offers_only_the_next_header() -> N
     what the frontier record needs (its header, then its rest once its length is known), so a
     record of up to C / 4 never crosses C and none of it is received where it must be copied."""
     ring = RecordRing(1000, None, 256)
-    records = [wire_record(i, 25) for i in range(5)] + [wire_record(5, 40)]  # 5 x 30 + 45 bytes
-    for record in records:  # one record at a time: the ring never holds half of its memory
+    feed_keeping_one([wire_record(i, 25) for i in range(5)] + [wire_record(5, 40)], ring)
+    assert (ring.capacity, ring.tail, ring.frontier) == (256, 195, 195)  # past 192 = 3/4 of 256
+    assert len(ring.writable()) == RECORD_HEADER_SIZE
+
+
+def test_past_its_zone_a_grown_ring_at_its_limit_offers_only_the_next_header() -> None:
+    """At its limit a grown ring's zone is its last max_wire bytes, or its last quarter if that
+    is smaller: past it, as below the limit, a view offers only the frontier record's need."""
+    ring = RecordRing(100, 400, 64)  # max_wire 121: the zone is the last quarter, from 300
+    feed_keeping_one([wire_record(i, 35) for i in range(8)], ring)  # 8 x 40 bytes
+    assert (ring.capacity, ring.tail, ring.frontier) == (400, 320, 320)  # grown to the limit
+    assert len(ring.writable()) == RECORD_HEADER_SIZE
+
+
+def feed_keeping_one(records: list[bytes], ring: RecordRing) -> None:
+    """The records written one at a time through the ring's views; the reader pops all but the
+    last complete one, so the ring never empties (every record but the last of records[0]'s size)."""
+    for record in records:
         sent = 0
         while sent < len(record):  # bounded: each pass writes at least one byte
             view = ring.writable()
@@ -556,10 +572,8 @@ def test_past_its_last_quarter_a_growing_ring_offers_only_the_next_header() -> N
             view[:count] = record[sent : sent + count]
             ring.commit(count)
             sent += count
-        while ring.complete > 1:  # the reader keeps one record: the ring never empties
+        while ring.complete > 1:
             ring.pop(len(records[0]))
-    assert (ring.capacity, ring.tail, ring.frontier) == (256, 195, 195)  # past 192 = 3/4 of 256
-    assert len(ring.writable()) == RECORD_HEADER_SIZE
 
 
 @pytest.mark.parametrize("start", [0, 1, 25, 26, 27, 64])
