@@ -560,6 +560,26 @@ def test_past_its_zone_a_grown_ring_at_its_limit_offers_only_the_next_header() -
     assert len(ring.writable()) == RECORD_HEADER_SIZE
 
 
+@pytest.mark.parametrize(
+    ("limit", "offered"),
+    [
+        pytest.param(8083, 4096, id="under-four-largest-records"),  # max_wire 2,021 > 8,083 // 4
+        pytest.param(8084, 6063 - 1000, id="four-largest-records"),  # zone 8,084 - 2,021
+        pytest.param(9000, 6979 - 1000, id="more"),  # zone 9,000 - 2,021
+    ],
+)
+def test_only_a_ring_of_under_four_largest_records_bounds_its_views_to_4_kib(
+    limit: int, offered: int
+) -> None:
+    """At its limit a ring of under four largest records has its zone far past the frontier,
+    and offers at most 4 KiB past it (so the Opener commits a bounded run of tiny records per
+    call); a ring of four largest records or more offers up to its zone."""
+    ring = RecordRing(2000, limit, 64)
+    feed_keeping_one([wire_record(0, 995)], ring)  # 1,000 bytes: it grows to its limit at once
+    assert (ring.capacity, ring.tail) == (limit, 1000)
+    assert len(ring.writable()) == offered
+
+
 def feed_keeping_one(records: list[bytes], ring: RecordRing) -> None:
     """The records written one at a time through the ring's views; the reader pops all but the
     last complete one, so the ring never empties (every record but the last of records[0]'s size)."""
