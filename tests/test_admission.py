@@ -101,8 +101,15 @@ def test_max_pending_handshakes_builds_a_policy_without_a_random_band() -> None:
     assert admission_policy(own, None) is own
     with pytest.raises(ValueError, match="not both"):
         admission_policy(own, 5)
-    with pytest.raises(TypeError, match="AdmissionPolicy"):
+    with pytest.raises(TypeError, match=r"^admission must be an AdmissionPolicy, got int$"):
         admission_policy(256, None)  # type: ignore[arg-type]
+
+
+def test_an_admission_takes_only_a_policy() -> None:
+    """A server's limit given where the policy goes (``Admission(256, ...)``) is refused at
+    once, not an AttributeError at the first connection."""
+    with pytest.raises(TypeError, match=r"^policy must be an AdmissionPolicy, got int$"):
+        Admission(256, print)  # type: ignore[arg-type]
 
 
 def test_the_drop_probability_is_openssh_maxstartups_line() -> None:
@@ -205,6 +212,7 @@ def test_a_finished_connection_is_never_evicted() -> None:
         pending.verified(replay)
     assert 1 not in dropped and len(dropped) == 9
     assert pending.done(1) is True  # not evicted: the adapter runs its handler
+    assert pending.done(1) is False  # forgotten: a server keeps no finished connection
 
 
 def test_one_evicted_but_not_yet_closed_whose_finished_arrives_is_kept() -> None:
@@ -262,6 +270,23 @@ def test_the_default_budget_leaves_a_quarter_of_the_descriptor_limit() -> None:
     assert fit_to_descriptors(DEFAULT_ADMISSION, 100) is DEFAULT_ADMISSION  # too few to share
 
 
+def test_a_fitted_policy_is_scaled_by_one_factor_and_keeps_what_is_not_a_count() -> None:
+    """At 256 descriptors, 64 are kept (a quarter, at least 64): full + verified get the other
+    192, each count scaled by 192 / 1,536 (rounded down, at least 1); the rate and a missing
+    per-source cap are kept; a policy that fits exactly is returned as it is."""
+    assert fit_to_descriptors(DEFAULT_ADMISSION, 256) == AdmissionPolicy(
+        start=32, rate=30, full=64, verified=128, per_source=8
+    )
+    uncapped = AdmissionPolicy(start=1, rate=50, full=1000, verified=1000, per_source=None)
+    assert fit_to_descriptors(uncapped, 256) == AdmissionPolicy(
+        start=1, rate=50, full=96, verified=96, per_source=None
+    )
+    tiny = AdmissionPolicy(start=1, full=1000, verified=1000, per_source=1)
+    assert (fit_to_descriptors(tiny, 256).start, fit_to_descriptors(tiny, 256).per_source) == (1, 1)
+    exact = AdmissionPolicy(start=100, full=256, verified=512)  # 768 = 1,024 - 1,024 / 4
+    assert fit_to_descriptors(exact, 1024) is exact
+
+
 def test_done_says_whether_the_admission_had_evicted_it() -> None:
     pending, dropped = admission(AdmissionPolicy(start=1, full=1, per_source=None))
     pending.admit(1, A)
@@ -310,6 +335,44 @@ def test_an_evicted_or_finished_connection_gives_its_sources_slot_back() -> None
     assert dropped == [1] and pending.pending_from(A) == 1
     pending.done(2)
     assert pending.pending_from(A) == 0 and len(pending) == 0
+
+
+def test_a_connection_that_sent_part_of_its_header_counts_once_with_its_source() -> None:
+    pending, dropped = admission(AdmissionPolicy(start=4, full=4, verified=4, per_source=None))
+    pending.admit(1, A)
+    pending.admit(2, A)
+    pending.received(1)
+    pending.received(2)
+    pending.received(2)  # more of its header: still one partial connection
+    assert (len(pending), pending.waiting, pending.silent) == (2, 2, 0)
+    pending.verified(1)
+    pending.received(1)  # bytes after its header verified: it stays verified
+    pending.received(99)  # never admitted: nothing
+    assert (len(pending), pending.waiting, pending.verified_count) == (2, 1, 1)
+    assert pending.pending_from(A) == 2
+    assert pending.done(2) and pending.done(1)
+    assert pending.pending_from(A) == 0 and len(pending) == 0 and dropped == []
+
+
+def test_a_connection_whose_finished_verified_gives_its_sources_slot_back_at_once() -> None:
+    """A completed handshake no longer counts against its source's cap (it is not pending):
+    a source whose clients all complete is never refused for them."""
+    pending, dropped = admission(AdmissionPolicy(start=1, rate=0, full=100, per_source=1))
+    for connection in range(10):  # bounded: each completes before the next arrives
+        assert pending.admit(connection, A)
+        pending.verified(connection)
+        pending.finished(connection)
+        assert pending.pending_from(A) == 0 and len(pending) == 0
+    assert pending.refused == 0 and dropped == []
+    assert all(pending.done(connection) for connection in range(10))
+
+
+def test_an_address_without_a_source_has_nothing_pending_from_it() -> None:
+    pending, _ = admission(AdmissionPolicy(start=1, full=100, per_source=1))
+    pending.admit(1, "/run/server.sock")
+    pending.admit(2, A)
+    assert pending.pending_from("/run/server.sock") == 0 and pending.pending_from(None) == 0
+    assert pending.pending_from(A) == 1
 
 
 @pytest.mark.parametrize(

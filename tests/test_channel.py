@@ -164,6 +164,17 @@ def test_channel_role_must_be_a_channel_role() -> None:
         Channel(KEY, role=Role.ONE_WAY)
 
 
+@pytest.mark.parametrize("role", [Role.INITIATOR, Role.RESPONDER])
+def test_a_channel_refuses_a_bad_context_when_it_is_made(role: Role) -> None:
+    """Both ends check the context at the constructor (a responder makes its header only when
+    the peer's arrives: a bad context must not wait for a connection to be found)."""
+    with pytest.raises(TypeError, match="context must be bytes-like, not str"):
+        Channel(KEY, role=role, context="app")  # type: ignore[arg-type]
+    too_long = bytes(gcmstream.format.MAX_CONTEXT_SIZE + 1)
+    with pytest.raises(ValueError, match=f"context of {len(too_long)} bytes exceeds"):
+        Channel(KEY, role=role, context=too_long)
+
+
 def test_channel_wrong_context_fails_the_handshake() -> None:
     initiator = Channel(KEY, role=Role.INITIATOR, context=b"a")
     responder = Channel(KEY, role=Role.RESPONDER, context=b"b")

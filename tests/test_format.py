@@ -50,6 +50,7 @@ from gcmstream.format import (
     TrafficKeys,
     check_context,
     check_header_start,
+    check_record_size,
     generate_key,
     key_id,
     make_header,
@@ -151,6 +152,23 @@ def test_record_size_bounds_are_accepted(record_size: int) -> None:
 def test_make_header_refuses_bad_record_size(record_size: int) -> None:
     with pytest.raises(ValueError, match="record_size"):
         make_header(KEY128, Role.ONE_WAY, record_size, b"", SALT)
+
+
+def test_verify_header_refuses_a_bad_context_before_the_commitment() -> None:
+    """A context no writer can have used is the caller's error (TypeError, ValueError), not
+    the stream's (H12, "wrong key or context")."""
+    parsed = parse_header(make_header(KEY128, Role.ONE_WAY, 10, b"", SALT)[0])
+    with pytest.raises(TypeError, match="context must be bytes-like, not str"):
+        verify_header(KEY128, parsed, "app")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=f"context of {MAX_CONTEXT_SIZE + 1} bytes exceeds"):
+        verify_header(KEY128, parsed, bytes(MAX_CONTEXT_SIZE + 1))
+
+
+def test_make_header_refuses_a_bad_context() -> None:
+    with pytest.raises(TypeError, match="context must be bytes-like, not str"):
+        make_header(KEY128, Role.ONE_WAY, 10, "app", SALT)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=f"context of {MAX_CONTEXT_SIZE + 1} bytes exceeds"):
+        make_header(KEY128, Role.ONE_WAY, 10, bytes(MAX_CONTEXT_SIZE + 1), SALT)
 
 
 @pytest.mark.parametrize("salt", [b"", bytes(SALT_SIZE - 1), bytes(SALT_SIZE + 1)])
@@ -513,6 +531,12 @@ def test_a_right_start_then_the_end_of_input_is_a_cut_header() -> None:
             ValueError,
             f"{MAX_CONTEXT_SIZE + 7} bytes",
             id="context-size",
+        ),
+        pytest.param(
+            lambda: check_record_size(0),
+            ValueError,
+            f"record_size must be an int from 1 to {HARD_MAX_RECORD_SIZE}, got 0",
+            id="record-size",
         ),
         pytest.param(
             lambda: check_header_start(b"PK\x03"), UnsupportedFormatError, "the magic b'GCMS'", id="magic"

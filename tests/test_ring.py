@@ -541,6 +541,71 @@ def test_a_limit_of_one_record_takes_runs_of_small_records_per_read() -> None:
     assert ring.stored == 0
 
 
+def test_past_its_last_quarter_a_growing_ring_offers_only_the_next_header() -> None:
+    """Below its limit, a ring's zone is its last quarter: past 3/4 of C, a view offers only
+    what the frontier record needs (its header, then its rest once its length is known), so a
+    record of up to C / 4 never crosses C and none of it is received where it must be copied."""
+    ring = RecordRing(1000, None, 256)
+    feed_keeping_one([wire_record(i, 25) for i in range(5)] + [wire_record(5, 40)], ring)
+    assert (ring.capacity, ring.tail, ring.frontier) == (256, 195, 195)  # past 192 = 3/4 of 256
+    assert len(ring.writable()) == RECORD_HEADER_SIZE
+
+
+def test_past_its_zone_a_grown_ring_at_its_limit_offers_only_the_next_header() -> None:
+    """At its limit a grown ring's zone is its last max_wire bytes, or its last quarter if that
+    is smaller: past it, as below the limit, a view offers only the frontier record's need."""
+    ring = RecordRing(100, 400, 64)  # max_wire 121: the zone is the last quarter, from 300
+    feed_keeping_one([wire_record(i, 35) for i in range(7)] + [wire_record(7, 25)], ring)
+    assert (ring.capacity, ring.tail, ring.frontier) == (400, 310, 310)  # grown to the limit
+    assert len(ring.writable()) == RECORD_HEADER_SIZE
+
+
+@pytest.mark.parametrize(
+    ("limit", "offered"),
+    [
+        pytest.param(8083, 4096, id="under-four-largest-records"),  # max_wire 2,021 > 8,083 // 4
+        pytest.param(8084, 6063 - 1000, id="four-largest-records"),  # zone 8,084 - 2,021
+        pytest.param(9000, 6979 - 1000, id="more"),  # zone 9,000 - 2,021
+    ],
+)
+def test_only_a_ring_of_under_four_largest_records_bounds_its_views_to_4_kib(
+    limit: int, offered: int
+) -> None:
+    """At its limit a ring of under four largest records has its zone far past the frontier,
+    and offers at most 4 KiB past it (so the Opener commits a bounded run of tiny records per
+    call); a ring of four largest records or more offers up to its zone."""
+    ring = RecordRing(2000, limit, 64)
+    feed_keeping_one([wire_record(0, 995)], ring)  # 1,000 bytes: it grows to its limit at once
+    assert (ring.capacity, ring.tail) == (limit, 1000)
+    assert len(ring.writable()) == offered
+
+
+def feed_keeping_one(records: list[bytes], ring: RecordRing) -> None:
+    """The records written one at a time through the ring's views; the reader pops all but the
+    last complete one, so the ring never empties (every record but the last of records[0]'s size)."""
+    for record in records:
+        sent = 0
+        while sent < len(record):  # bounded: each pass writes at least one byte
+            view = ring.writable()
+            count = min(len(view), len(record) - sent)
+            assert count > 0
+            view[:count] = record[sent : sent + count]
+            ring.commit(count)
+            sent += count
+        while ring.complete > 1:
+            ring.pop(len(records[0]))
+
+
+@pytest.mark.parametrize("start", [0, 1, 25, 26, 27, 64])
+def test_a_growing_ring_takes_at_least_an_empty_record_and_a_header_at_first(start: int) -> None:
+    """``start`` is what a growing ring takes with its first bytes, but never less than the
+    smallest record (a header and a tag) and the next record's header: 26 bytes."""
+    ring = RecordRing(1000, None, start)
+    assert ring.capacity == 0  # no memory before the first bytes
+    ring.writable()
+    assert ring.capacity == max(2 * RECORD_HEADER_SIZE + TAG_SIZE, start)
+
+
 def test_growth_moves_stored_records_in_order() -> None:
     """A small ring full of complete records and a partial one grows instead of refusing input;
     the records keep their order and bytes, and head becomes 0 (what the Opener shifts by)."""
