@@ -621,3 +621,36 @@ def test_a_flood_report_counts_the_penalized_apart(caplog: pytest.LogCaptureFixt
         "admission under load: refused 0 (source at per_source) and 1 (source penalized: its "
         "answered handshakes end unfinished), dropped 0 waiting and 0 verified handshakes"
     )
+
+
+def test_each_report_counts_exactly_what_was_shed_since_the_one_before(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The first warning counts from zero, each later one only what happened since the one
+    before (not since the start), and every detail line at debug level names what it did.
+    (Mutation run mrest: cumulative counts, a first count off by one and emptied debug lines
+    went unnoticed.)"""
+    caplog.set_level(logging.DEBUG, logger="gcmstream")
+    now = [100.0]
+    policy = AdmissionPolicy(start=1, full=1, per_source=1)
+    pending, _ = admission(policy, clock=lambda: now[0])
+    pending.admit(0, ("192.0.2.1", 1))
+    assert not pending.admit(1, ("192.0.2.1", 2))  # its source at per_source: refused, reported
+    for connection in range(2, 7):  # five newcomers, each evicting the one waiting (full=1)
+        assert pending.admit(connection, (f"198.51.100.{connection}", 1))
+    now[0] += REPORT_INTERVAL
+    assert pending.admit(7, ("198.51.100.7", 1))  # a sixth eviction, and the second report
+    tail = (
+        "(source penalized: its answered handshakes end unfinished), "
+        "dropped {} waiting and 0 verified handshakes; {} pending ({!r})"
+    )
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "admission under load: refused 1 (source at per_source) and 0 " + tail.format(0, 1, policy),
+        f"admission under load in the last {REPORT_INTERVAL:.0f} s: refused 0 (source at per_source) and 0 "
+        + tail.format(6, 0, policy),  # (reported as the sixth was evicted, before the newcomer)
+    ]
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert debug == ["refused a connection from 192.0.2.1: 1 handshakes pending from it"] + 6 * [
+        "dropped a pending handshake (0 waiting, 0 verified)"
+    ]
