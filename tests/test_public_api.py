@@ -73,9 +73,6 @@ TOP_LEVEL_MODULES: dict[str, set[str]] = {
     # the policy is what an application passes; the rest is the servers' machinery
     "gcmstream.admission": {
         "DEFAULT_ADMISSION",
-        "PENALTY_DECAY",
-        "PENALTY_LIMIT",
-        "PENALTY_SOURCES",
         "REPORT_INTERVAL",
         "Admission",
         "HandshakeInput",

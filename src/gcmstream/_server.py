@@ -405,7 +405,7 @@ class ServerStatistics:
 
     def __init__(self) -> None:
         self.admitted = 0  # connections whose handshake began
-        self.refused = 0  # closed on arrival: their source was at its cap, or penalized
+        self.refused = 0  # closed on arrival: their source was at its cap
         self.handshakes_failed = 0  # failed on their own (not evicted): a bad header, a timeout
         self.served = 0  # handshake completed: handed to the handler
         self.handler_failures = 0  # a handler raised (its connection was closed, not the server)

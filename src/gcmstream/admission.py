@@ -44,32 +44,8 @@ times out, and a keyless flood can send as many such peers as the server accepts
   ``start`` no slot is scarce; OpenSSH's ``PerSourceMaxStartups`` is off by default for the
   same reason. A client that shares its address (NAT, the same IPv6 /64) with an attacker
   shares its cap while the server is under pressure, and an attacker with many addresses (an
-  IPv6 /48 has 65,536 /64s) is not bounded by it.
-- **Per-source penalties, as OpenSSH's ``PerSourcePenalties``**, for what costs the server
-  most: a header that verifies costs a responder half (0.83 ms of CPU, issue 24) and a replay
-  of a recorded one verifies, so a flood that replays and leaves once answered spends the
-  server's CPU on answers without ever being evicted (review 2026-12-04 finding 1). A source
-  earns a point each time one of its connections whose header verified ends without its
-  Finished (answered, or waiting for its answer, and gone: a genuine client sends its
-  Finished within one round trip), and loses ``PENALTY_DECAY`` (0.1) points a second; with
-  more than ``PENALTY_LIMIT`` (4) and ``start`` handshakes pending, its newcomers are
-  refused, as the cap's are. Under pressure only, as the cap: a shared address whose
-  clients finish their handshakes earns nothing, and one that failed a few times is refused
-  only while the server is under pressure. A connection the admission evicted, one that
-  sent no whole header, or one that completed earns nothing; at most ``PENALTY_SOURCES``
-  (4,096) sources are remembered (753 KiB of IPv4 sources, tests/test_admission.py
-  ``test_penalties_remember_a_bounded_number_of_sources``), so an attacker with more
-  addresses than that, or far more than the server's answers per second, is not bounded by
-  it; ``per_source=None`` turns penalties off with the cap. Measured with the review's flood
-  (1,000 connections from 250 addresses replaying a recorded header and leaving once
-  answered, asyncio, the command in SECURITY.md): 50, 49 and 48 of 50 clients served within
-  5 s, against 38, 47 and 37 without penalties in the same minutes (load average 12); 50, 50
-  and 50 against 28, 30 and 31 (load average 10). The anyio listener never holds ``start``
-  pending under that flood (the kernel's accept queue holds it), so no penalty applies
-  there; SECURITY.md has its figures.
-  The decay decides it: at 1 point a second (OpenSSH's ``noauth:1s``) the same flood served
-  46, 46 and 21: each of 250 sources gets a 250th of the answers a loaded server computes
-  (the attacker counted 2,400 to 3,200 a run), about as few as that decay forgives.
+  IPv6 /48 has 65,536 /64s) is not bounded by it. Not done: OpenSSH's ``PerSourcePenalties``
+  (refusing for a while a source whose connections fail before authenticating).
 
 Defaults (``AdmissionPolicy()``): ``start=256, rate=30, full=512, verified=1024,
 per_source=64``, shrunk when a server starts to fit its descriptor limit
@@ -119,9 +95,6 @@ from typing import Generic, Protocol, TypeVar
 
 __all__ = (
     "DEFAULT_ADMISSION",
-    "PENALTY_DECAY",
-    "PENALTY_LIMIT",
-    "PENALTY_SOURCES",
     "REPORT_INTERVAL",
     "Admission",
     "AdmissionPolicy",
@@ -137,17 +110,6 @@ logger = logging.getLogger("gcmstream")
 REPORT_INTERVAL = 10.0
 """Seconds between two warnings that count the handshakes an :class:`Admission` shed (and
 between two that count the handshakes a server saw fail without proving the key)."""
-
-PENALTY_LIMIT = 4.0
-"""Penalty points above which a source's new connections are refused while ``start``
-handshakes are pending (:class:`Admission`, "penalties")."""
-
-PENALTY_DECAY = 0.1
-"""Penalty points a source loses per second."""
-
-PENALTY_SOURCES = 4096
-"""Sources whose penalty an :class:`Admission` remembers at most (the least recently
-penalized is forgotten first): a bound on memory whatever the number of attacking sources."""
 
 T = TypeVar("T")
 
@@ -187,9 +149,8 @@ class AdmissionPolicy:
     percent, rising linearly to 100 % at ``full`` (at most ``full`` wait at once).
     ``verified``: at most this many whose header verified wait for their Finished; a newly
     verified one beyond that drops the oldest of them. ``per_source``: once ``start``
-    handshakes are pending, a source address (IPv6: its /64) with this many pending, or with
-    more than ``PENALTY_LIMIT`` penalty points, has its newcomers refused; None: no cap and
-    no penalties. Every value is checked here (ValueError)."""
+    handshakes are pending, a source address (IPv6: its /64) with this many pending has its
+    newcomers refused; None: no cap. Every value is checked here (ValueError)."""
 
     start: int = 256
     rate: int = 30
@@ -333,14 +294,11 @@ class Admission(Generic[T]):
         self._finished: set[T] = set()
         self._evicted: set[T] = set()  # dropped, until ``done`` (or rescued by ``finished``)
         self._per_source: dict[str, int] = {}
-        # source: (penalty points, when they were counted); least recently penalized first
-        self._penalties: dict[str, tuple[float, float]] = {}
         self.refused = 0  # newcomers refused: their source was at its cap
-        self.penalized = 0  # newcomers refused: their source's answered handshakes end unfinished
         self.evicted_waiting = 0
         self.evicted_verified = 0
         self._reported_at = -math.inf
-        self._reported = (0, 0, 0, 0)  # the counters at the last warning
+        self._reported = (0, 0, 0)  # the counters at the last warning
 
     def __len__(self) -> int:
         """Pending handshakes: waiting or verified (not those whose Finished arrived)."""
@@ -372,19 +330,18 @@ class Admission(Generic[T]):
         longest-waiting one may have been dropped to make room."""
         policy = self.policy
         source = source_of(address)
-        if source is not None and policy.per_source is not None and len(self) >= policy.start:
-            if self._per_source.get(source, 0) >= policy.per_source:
-                self.refused += 1
-                logger.debug(
-                    "refused a connection from %s: %d handshakes pending from it", source, policy.per_source
-                )
-                self._report()
-                return False
-            if self._penalties and self.penalty(source) > PENALTY_LIMIT:
-                self.penalized += 1
-                logger.debug("refused a connection from %s: its answered handshakes end unfinished", source)
-                self._report()
-                return False
+        if (
+            source is not None
+            and policy.per_source is not None
+            and len(self) >= policy.start
+            and self._per_source.get(source, 0) >= policy.per_source
+        ):
+            self.refused += 1
+            logger.debug(
+                "refused a connection from %s: %d handshakes pending from it", source, policy.per_source
+            )
+            self._report()
+            return False
         chance = policy.drop_probability(self.waiting)
         if chance >= 1.0 or (chance > 0.0 and self._random() < chance):
             self._evict(self._silent or self._partial)  # one that sent nothing first
@@ -467,33 +424,11 @@ class Admission(Generic[T]):
         if connection in self._evicted:
             self._evicted.discard(connection)
             return False
-        unfinished_answer = connection in self._verified  # its header verified, its Finished never
         source = self._pop_pending(connection)
         if source is _ABSENT:
             return False
         self._release(source)  # type: ignore[arg-type]  # not _ABSENT here
-        if unfinished_answer and source is not None and self.policy.per_source is not None:
-            self._penalize(source)  # type: ignore[arg-type]  # a str here
         return True
-
-    def penalty(self, address_or_source: object) -> float:
-        """A source's penalty points now (an address as sockets give it, or a source as
-        :func:`source_of` names it): one for each of its connections whose header verified and
-        that ended without a Finished, less ``PENALTY_DECAY`` per second since."""
-        source = address_or_source if isinstance(address_or_source, str) else source_of(address_or_source)
-        entry = None if source is None else self._penalties.get(source)
-        if entry is None:
-            return 0.0
-        points, at = entry
-        return max(0.0, points - PENALTY_DECAY * (self._clock() - at))
-
-    def _penalize(self, source: str) -> None:
-        points = self.penalty(source) + 1.0
-        now = self._clock()
-        self._penalties.pop(source, None)  # re-inserted last: the most recently penalized
-        if len(self._penalties) >= PENALTY_SOURCES:
-            del self._penalties[next(iter(self._penalties))]
-        self._penalties[source] = (points, now)
 
     def proved_key(self, connection: T) -> bool:
         """True if the connection's Finished verified (its peer proved the key) and its
@@ -526,18 +461,14 @@ class Admission(Generic[T]):
         now = self._clock()
         if now - self._reported_at < REPORT_INTERVAL:
             return
-        counts = (self.refused, self.penalized, self.evicted_waiting, self.evicted_verified)
-        refused, penalized, waiting, verified = (
-            now_ - then for now_, then in zip(counts, self._reported, strict=True)
-        )
+        counts = (self.refused, self.evicted_waiting, self.evicted_verified)
+        refused, waiting, verified = (now_ - then for now_, then in zip(counts, self._reported, strict=True))
         since = "" if self._reported_at == -math.inf else f" in the last {now - self._reported_at:.0f} s"
         logger.warning(
-            "admission under load%s: refused %d (source at per_source) and %d (source penalized: "
-            "its answered handshakes end unfinished), dropped %d waiting and %d verified "
-            "handshakes; %d pending (%r)",
+            "admission under load%s: refused %d (source at per_source), dropped %d waiting and "
+            "%d verified handshakes; %d pending (%r)",
             since,
             refused,
-            penalized,
             waiting,
             verified,
             len(self),
