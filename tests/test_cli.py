@@ -1103,6 +1103,48 @@ def test_listen_keeps_serving_after_failed_handshakes(tmp_path: Path, keyfile: P
     assert re.fullmatch(r"gcmstream listen: 127\.0\.0\.1:\d+: .*; still listening", log[0])
 
 
+def test_listens_count_line_keeps_its_reasons_through_the_key_text_filter() -> None:
+    """The count of failed handshakes reaches listen's stderr with its reasons: they are
+    exception names in words (``_server.reason_words``), which the filter of key-like text
+    lets through, where "AnyioTruncatedStreamError" itself was hidden (second admission
+    review, finding 5)."""
+    import logging
+
+    from gcmstream import cli
+    from gcmstream._server import FailureReport
+    from gcmstream.anyio_stream import AnyioTruncatedStreamError
+
+    logger = logging.getLogger("gcmstream.cli")
+    saved = logger.handlers[:], logger.level, logger.propagate
+    now = [0.0]
+    lines: list[str] = []
+    try:
+        cli._log_to_stderr("listen")
+        formatter = logger.handlers[0].formatter
+        assert formatter is not None
+        shown = formatter.format
+
+        class Collect(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                lines.append(shown(record))
+
+        logger.handlers[:] = [Collect()]
+        report = FailureReport(clock=lambda: now[0], log=logger)
+        report.failed(AnyioTruncatedStreamError(), proved_key=False)  # its own line: the server's
+        for _ in range(3):
+            report.failed(AnyioTruncatedStreamError(), proved_key=False)
+        report.failed(TimeoutError(), proved_key=False)
+        now[0] += 10
+        report.report_due()
+    finally:
+        logger.handlers[:], level, logger.propagate = saved
+        logger.setLevel(level)
+    assert lines == [
+        "gcmstream listen: handshakes failed without proving the key in the last 10 s: 4 "
+        "(3 anyio truncated stream error, 1 timeout error); each is logged at debug level"
+    ]
+
+
 def test_listen_says_one_line_for_a_flood_of_strangers_not_one_each(keyfile: Path) -> None:
     listener = Listener(["-k", keyfile])
     for _ in range(100):  # bounded: 100 strangers that connect and hang up, one at a time

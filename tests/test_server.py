@@ -254,8 +254,8 @@ def test_keyless_failures_are_one_warning_per_interval_counted_by_reason(
     now[0] += 0.5  # the interval has passed: the next arrival says the count
     server.admit("next", ("10.0.0.2", 1))
     assert caplog.messages == [
-        "handshakes failed without proving the key in the last 10 s: 301 (201 TruncatedStreamError, "
-        "100 TimeoutError); each is logged at debug level"
+        "handshakes failed without proving the key in the last 10 s: 301 (201 truncated stream error, "
+        "100 timeout error); each is logged at debug level"
     ]
     assert server.handshake_failed("next", HUNG_UP) == logging.DEBUG  # the count was this interval's line
     now[0] += REPORT_INTERVAL

@@ -40,6 +40,7 @@ from __future__ import annotations
 import enum
 import logging
 import math
+import re
 import time
 import traceback
 from collections import Counter
@@ -285,6 +286,13 @@ def describe_handshake_failure(
     logger.log(level, "handshake with %s failed: %s: %s", peer, type(exc).__name__, reason)
 
 
+def reason_words(kind: type[BaseException]) -> str:
+    """An exception class as the count line's words ("TruncatedStreamError" -> "truncated
+    stream error"): lower case, so that ``gcmstream listen``'s filter of key-like text (mixed
+    case runs) lets the reasons through (review 2026-12-04, second review, finding 5)."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", kind.__name__).lower()
+
+
 class FailureReport:
     """The one rule for logging failed handshakes, on every server path (the asyncio server,
     the anyio listener, ``gcmstream listen``; review 2026-12-04 finding 4). Sans-IO: ``clock``
@@ -322,7 +330,7 @@ class FailureReport:
             return logging.WARNING
         if not self._counted:
             self._counted_since = now
-        self._counted[type(exc).__name__] += 1
+        self._counted[reason_words(type(exc))] += 1
         return logging.DEBUG
 
     def report_due(self, now: float | None = None) -> None:
