@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from gcmstream import (
     AuthenticationError,
     BufferFullError,
+    ConcurrencyError,
     GcmStreamError,
     KeyLimits,
     MalformedRecordError,
@@ -60,6 +61,7 @@ from .helpers import (
     forge,
     open_chunks,
     opened,
+    read_all,
     records,
     run,
     seal_stream,
@@ -1515,3 +1517,35 @@ def test_one_read_call_of_bytes_is_bounded_too(given: Callable[[bytes], bytes]) 
     assert first is not None and second is not None
     assert len(first) == len(second) == _CALL_RECORDS + 1
     assert opener.read(4096) == b"x" * (600 - 2 * (_CALL_RECORDS + 1))
+
+
+# -- found by the mutation run over opener.py on the merged code (docs/mutation-2026-12-04-mop.md)
+
+BUSY_CALLS: dict[str, Callable[[Opener], object]] = {
+    "get_buffer": lambda opener: opener.get_buffer(),
+    "buffer_updated": lambda opener: opener.buffer_updated(0),
+    "receive_data": lambda opener: opener.receive_data(b"x"),
+    "receive_some": lambda opener: opener.receive_some(b"x"),
+    "receive_eof": lambda opener: opener.receive_eof(),
+    "header_verified": lambda opener: opener.header_verified(),
+    "read": lambda opener: opener.read(),
+    "readinto": lambda opener: opener.readinto(bytearray(8)),
+    "read_view": lambda opener: opener.read_view(),
+    "peek": lambda opener: opener.peek(),
+    "consume": lambda opener: opener.consume(0),
+}
+
+
+@pytest.mark.parametrize("call", list(BUSY_CALLS))
+def test_every_call_on_an_opener_in_use_by_another_thread_is_refused(call: str) -> None:
+    """Each public call refuses while another thread's call holds the opener (the threaded
+    test in tests/test_threads.py reaches readinto only), changes nothing, and leaves exactly
+    one turn behind: a second caller is still refused afterwards."""
+    opener = Opener(KEY)
+    busy = pytest.raises(ConcurrencyError, match=r"^this Opener is in use by another thread: ")
+    with opener._turn, busy:  # another thread's call is under way
+        BUSY_CALLS[call](opener)
+    assert opener.untouched and phase(opener) is Phase.HEADER
+    with opener._turn, busy:  # still one token: the refused call gave none back
+        BUSY_CALLS[call](opener)
+    assert read_all(opener, seal_stream([b"after"])) == b"after"
