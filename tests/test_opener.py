@@ -40,6 +40,7 @@ from gcmstream.codec import Phase
 from gcmstream.format import (
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
+    HARD_MAX_RECORD_SIZE,
     HEADER_FIXED_SIZE,
     HEADER_SIZE,
     RECORD_HEADER,
@@ -1549,3 +1550,76 @@ def test_every_call_on_an_opener_in_use_by_another_thread_is_refused(call: str) 
     with opener._turn, busy:  # still one token: the refused call gave none back
         BUSY_CALLS[call](opener)
     assert read_all(opener, seal_stream([b"after"])) == b"after"
+
+
+def test_an_opener_is_keyed_by_exactly_one_thing_and_says_so_in_its_own_name() -> None:
+    """The Opener names itself (its header reader has the same rule, in its own words)."""
+    exactly_one = r"^an Opener takes exactly one of key, identities or passphrase$"
+    with pytest.raises(TypeError, match=exactly_one):
+        Opener()
+    with pytest.raises(TypeError, match=exactly_one):
+        Opener(KEY, passphrase="and a passphrase")
+
+
+@pytest.mark.parametrize("size", [0, HARD_MAX_RECORD_SIZE + 1, 1.5])
+def test_a_bad_max_record_size_is_refused_when_the_opener_is_made(size: int) -> None:
+    """At construction, not at the first header (which would then be read under no bound)."""
+    refused = rf"^max_record_size must be an int from 1 to {HARD_MAX_RECORD_SIZE}, got "
+    with pytest.raises(ValueError, match=refused):
+        Opener(KEY, max_record_size=size)
+
+
+def read_ready(opener: Opener, reader: str, out: bytearray) -> None:
+    """Read what is ready into ``out`` with ``readinto`` (a 64 KiB buffer) or ``read``."""
+    if reader == "readinto":
+        buffer = bytearray(64 * 1024)
+        while count := opener.readinto(buffer):
+            out += buffer[:count]
+    else:
+        while data := opener.read():
+            out += data
+
+
+@pytest.mark.parametrize("reader", ["readinto", "read"])
+def test_the_ring_keeps_its_memory_while_the_rest_of_the_stream_is_held(reader: str) -> None:
+    """1 KiB records in 8 KiB bytes pieces: each piece's last record is split, copied into the
+    ring, completed by the next piece and opened there while that piece is held. The ring is
+    emptied once per piece and keeps its memory for the next split record (``more_held``)
+    rather than releasing and allocating it again each time (ring.py)."""
+    plaintext = bytes(range(256)) * 320
+    wire = seal_stream([plaintext], record_size=1024)
+    opener = Opener(KEY)
+    opener.receive_data(wire[:HEADER_SIZE])
+    out = bytearray()
+    memory = None
+    for start in range(HEADER_SIZE, len(wire), 8 * 1024):
+        opener.receive_data(wire[start : start + 8 * 1024])
+        read_ready(opener, reader, out)
+        ring = opener._ring
+        assert ring is not None
+        if opener.at_eof:
+            break
+        memory = memory or ring.buf
+        assert ring.buf is memory, "the ring released its memory and took it again"
+    assert opener.at_eof and out == plaintext
+
+
+def test_header_verified_raises_once_the_opener_is_broken() -> None:
+    """Like every read-side call: after an error among the records (the header did verify),
+    and after the header's own error, header_verified() raises StreamBrokenError."""
+    wire = seal_stream([b"abc"])
+    opener = Opener(KEY)
+    opener.receive_data(tampered(wire, len(wire) - 1))
+    assert opener.header_verified() is True
+    with pytest.raises(AuthenticationError) as first:
+        opener.read()
+    with pytest.raises(StreamBrokenError) as broken:
+        opener.header_verified()
+    assert broken.value.original is first.value
+    opener = Opener(bytes(16))
+    opener.receive_data(wire)
+    with pytest.raises(ProtocolError) as first:
+        opener.header_verified()
+    with pytest.raises(StreamBrokenError) as broken:
+        opener.header_verified()
+    assert broken.value.original is first.value
