@@ -1623,3 +1623,21 @@ def test_header_verified_raises_once_the_opener_is_broken() -> None:
     with pytest.raises(StreamBrokenError) as broken:
         opener.header_verified()
     assert broken.value.original is first.value
+
+
+@pytest.mark.parametrize("given", [bytes, bytearray], ids=["held", "ring"])
+def test_a_failed_opener_takes_all_it_is_given_and_keeps_none(given: Callable[[bytes], bytes]) -> None:
+    """Input after an error is dropped whole: receive_some says all of it was taken (an I/O
+    loop is not told to read first), and none of it is held or counted as a record arriving."""
+    sealer = Sealer(KEY, record_size=16)
+    opener = Opener(KEY, max_record_size=16)
+    opener.receive_data(sealer.take_header() + RECORD_HEADER.pack(0, 10**6))
+    assert opener.failed
+    more = RECORD_HEADER.pack(0, 20) * 1000  # as if records followed, of a valid length
+    for _ in range(2):
+        assert opener.receive_some(given(more)) == len(more)
+        assert not opener.receiving_record
+        opener.receive_data(given(more))
+        assert not opener.receiving_record
+    with pytest.raises(RecordTooLargeError):
+        opener.read()
