@@ -340,8 +340,12 @@ def test_truncation_message_counts_one_record_in_the_singular() -> None:
     opener.receive_data(wire[:-3])
     opener.receive_eof()
     assert opener.read() == b"y" * 10
-    with pytest.raises(TruncatedStreamError, match="inside a record after 1 record, without"):
+    with pytest.raises(TruncatedStreamError) as cut:
         opener.read()
+    assert str(cut.value) == (
+        "input ended inside a record after 1 record, without a FINAL record: "
+        "the sender closed without ending the stream, or the connection was cut"
+    )
 
 
 def test_ring_size_is_a_byte_budget_of_at_least_one_record_and_a_header() -> None:
