@@ -1637,6 +1637,7 @@ def test_a_failed_opener_takes_all_it_is_given_and_keeps_none(given: Callable[[b
     opener = Opener(KEY, max_record_size=16)
     opener.receive_data(sealer.take_header() + RECORD_HEADER.pack(0, 10**6))
     assert opener.failed
+    assert not opener.receiving_record  # the held bytes that held the bad length are dropped
     more = RECORD_HEADER.pack(0, 20) * 1000  # as if records followed, of a valid length
     for _ in range(2):
         assert opener.receive_some(given(more)) == len(more)
