@@ -1646,3 +1646,23 @@ def test_a_failed_opener_takes_all_it_is_given_and_keeps_none(given: Callable[[b
         assert not opener.receiving_record
     with pytest.raises(RecordTooLargeError):
         opener.read()
+
+
+@pytest.mark.parametrize("given", [bytes, bytearray], ids=["held", "ring"])
+def test_after_a_lone_record_is_read_the_opener_wants_data_and_holds_nothing(
+    given: Callable[[bytes], bytes],
+) -> None:
+    """The one-record read shortcut leaves the opener as the general path does: nothing held,
+    no record arriving, ready for input (an adapter pauses its transport while wants_data is
+    False)."""
+    wire = seal_stream([b"ping", b"pong"], flush_after=True)
+    (first, _, _), (second, _, _), (last, _, _) = records(wire)
+    opener = Opener(KEY)
+    opener.receive_data(wire[:first])
+    for start, end, message in ((first, second, b"ping"), (second, last, b"pong")):
+        opener.receive_data(given(wire[start:end]))
+        assert opener.read() == message
+        assert opener.wants_data and not opener.receiving_record
+        assert opener.read() is None
+    opener.receive_data(given(wire[last:]))
+    assert opener.read() == b""
