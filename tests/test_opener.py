@@ -1666,3 +1666,21 @@ def test_after_a_lone_record_is_read_the_opener_wants_data_and_holds_nothing(
         assert opener.read() is None
     opener.receive_data(given(wire[last:]))
     assert opener.read() == b""
+
+
+@pytest.mark.parametrize("gathered", [False, True], ids=["raised", "waiting"])
+def test_after_an_error_at_the_read_position_no_record_is_arriving(gathered: bool) -> None:
+    """The input after a record that failed is dropped, held or in the ring: nothing is
+    arriving any more (a record timeout measures receiving_record), whether the error was
+    raised at once or waits behind plaintext this call returned."""
+    wire = seal_stream([b"abcdefg" * 3], record_size=7)
+    (first, _, _), (second, _, _), *_ = records(wire)
+    opener = Opener(KEY)
+    opener.receive_data(wire[:first])
+    opener.receive_data(tampered(wire, second + RECORD_HEADER_SIZE)[first if gathered else second :])
+    if gathered:
+        assert opener.read() == b"abcdefg"
+    else:
+        with pytest.raises(AuthenticationError):
+            opener.read()
+    assert not opener.receiving_record
