@@ -1684,3 +1684,19 @@ def test_after_an_error_at_the_read_position_no_record_is_arriving(gathered: boo
         with pytest.raises(AuthenticationError):
             opener.read()
     assert not opener.receiving_record
+
+
+@pytest.mark.parametrize("tail", [b"", b"!"], ids=["its-header-alone", "and-a-byte"])
+def test_a_bad_length_later_in_held_input_names_its_record(tail: bytes) -> None:
+    """A length out of range found where the held input is opened in place (after a record
+    the run opened) is refused there, with its record's number, also when the held input ends
+    with the five bytes of its header."""
+    sealer = Sealer(KEY, record_size=10)
+    good = bytes(sealer.seal(b"x" * 10, flush=True))  # the header and record 0
+    opener = Opener(KEY)
+    opener.receive_data(good + RECORD_HEADER.pack(0, 1) + tail)
+    out = bytearray(100)
+    assert opener.readinto(out) == 10
+    with pytest.raises(MalformedRecordError, match="shorter than the 16-byte tag") as bad:
+        opener.readinto(out)
+    assert bad.value.record_number == 1
