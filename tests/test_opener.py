@@ -47,7 +47,7 @@ from gcmstream.format import (
     RECORD_HEADER_SIZE,
     TAG_SIZE,
 )
-from gcmstream.opener import _CALL_RECORDS
+from gcmstream.opener import _ABSORB_BYTES, _CALL_RECORDS
 
 from .helpers import (
     CONTEXT,
@@ -1700,3 +1700,17 @@ def test_a_bad_length_later_in_held_input_names_its_record(tail: bytes) -> None:
     with pytest.raises(MalformedRecordError, match="shorter than the 16-byte tag") as bad:
         opener.readinto(out)
     assert bad.value.record_number == 1
+
+
+def test_held_small_records_are_copied_into_the_ring_a_few_kib_at_a_time() -> None:
+    """A held piece of tiny records goes into the ring ``_ABSORB_BYTES`` at a time, not at once
+    (each record is committed one by one: copying a large piece of them in one step held the
+    event loop for tens of ms, benchmarks/ part 7)."""
+    wire = seal_stream([b"x" * 2000], record_size=1)  # 2,000 one-byte records: 44 KB
+    opener = Opener(KEY)
+    opener.receive_data(wire)
+    assert opener.read(1) == b"x"
+    ring = opener._ring
+    assert ring is not None
+    assert 0 < ring.stored <= _ABSORB_BYTES
+    assert read_all(opener, b"") == b"x" * 1999
