@@ -131,12 +131,13 @@ def test_failed_phase_only_once_the_error_reached_the_caller() -> None:
     assert again.value.original is first.value
 
 
-@pytest.mark.parametrize("tail", [0, 1000], ids=["empty-final", "short-final"])
+@pytest.mark.parametrize("tail", [0, 1000, 64 * 1024 - 1], ids=["empty-final", "short-final", "long-final"])
 def test_whole_records_in_bytes_open_without_a_ring(tail: int) -> None:
     """10 MiB of whole records fed as bytes and read into the caller's buffer: nothing is
     copied into a ring (which would be 256 KiB here), so the reader allocates almost nothing.
     A short FINAL record (it carries flags, so the run loop leaves it to the general step) is
-    decrypted straight into the buffer too (kills that step being given no target)."""
+    decrypted straight into the buffer too (kills that step being given no target), also when
+    it is large and ends the input (a record ending exactly there is whole)."""
     plaintext = random.Random(1).randbytes(10 * 1024 * 1024 + tail)
     wire = seal_stream([plaintext], record_size=64 * 1024)
     out = bytearray(len(plaintext) + 1)
