@@ -1625,11 +1625,11 @@ def test_header_verified_raises_once_the_opener_is_broken() -> None:
     assert broken.value.original is first.value
     opener = Opener(bytes(16))
     opener.receive_data(wire)
-    with pytest.raises(ProtocolError) as first:
+    with pytest.raises(ProtocolError) as refused:
         opener.header_verified()
     with pytest.raises(StreamBrokenError) as broken:
         opener.header_verified()
-    assert broken.value.original is first.value
+    assert broken.value.original is refused.value
 
 
 @pytest.mark.parametrize("given", [bytes, bytearray], ids=["held", "ring"])
