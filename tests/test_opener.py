@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from gcmstream import (
     AuthenticationError,
     BufferFullError,
+    ConcurrencyError,
     GcmStreamError,
     KeyLimits,
     MalformedRecordError,
@@ -39,13 +40,14 @@ from gcmstream.codec import Phase
 from gcmstream.format import (
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
+    HARD_MAX_RECORD_SIZE,
     HEADER_FIXED_SIZE,
     HEADER_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
 )
-from gcmstream.opener import _CALL_RECORDS
+from gcmstream.opener import _ABSORB_BYTES, _CALL_RECORDS
 
 from .helpers import (
     CONTEXT,
@@ -60,6 +62,7 @@ from .helpers import (
     forge,
     open_chunks,
     opened,
+    read_all,
     records,
     run,
     seal_stream,
@@ -128,28 +131,31 @@ def test_failed_phase_only_once_the_error_reached_the_caller() -> None:
     assert again.value.original is first.value
 
 
-@pytest.mark.parametrize("tail", [0, 1000], ids=["empty-final", "short-final"])
+@pytest.mark.parametrize("tail", [0, 1000, 64 * 1024 - 1], ids=["empty-final", "short-final", "long-final"])
 def test_whole_records_in_bytes_open_without_a_ring(tail: int) -> None:
     """10 MiB of whole records fed as bytes and read into the caller's buffer: nothing is
     copied into a ring (which would be 256 KiB here), so the reader allocates almost nothing.
     A short FINAL record (it carries flags, so the run loop leaves it to the general step) is
-    decrypted straight into the buffer too (kills that step being given no target)."""
+    decrypted straight into the buffer too (kills that step being given no target), also when
+    it is large and ends the input (a record ending exactly there is whole)."""
     plaintext = random.Random(1).randbytes(10 * 1024 * 1024 + tail)
     wire = seal_stream([plaintext], record_size=64 * 1024)
-    out = bytearray(len(plaintext) + 1)
+    out = bytearray(len(plaintext))  # the FINAL record's plaintext fills it exactly
     tracemalloc.start()
     try:
         opener = Opener(KEY)
         opener.receive_data(wire)
         opener.receive_eof()
         got = opener.readinto(out)
-        assert opener.readinto(memoryview(out)[len(plaintext) :]) == 0
+        assert opener.readinto(bytearray(1)) == 0
+        assert opener.at_eof
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert got == len(plaintext)
-    assert out[:got] == plaintext
+    assert out == plaintext
     assert peak < 32 * 1024, f"reading whole records from bytes allocated {peak} bytes"
+    assert opener._ring is None  # not even the 4 KiB a ring starts with
 
 
 def test_a_mutable_input_is_copied_before_receive_data_returns() -> None:
@@ -337,8 +343,12 @@ def test_truncation_message_counts_one_record_in_the_singular() -> None:
     opener.receive_data(wire[:-3])
     opener.receive_eof()
     assert opener.read() == b"y" * 10
-    with pytest.raises(TruncatedStreamError, match="inside a record after 1 record, without"):
+    with pytest.raises(TruncatedStreamError) as cut:
         opener.read()
+    assert str(cut.value) == (
+        "input ended inside a record after 1 record, without a FINAL record: "
+        "the sender closed without ending the stream, or the connection was cut"
+    )
 
 
 def test_ring_size_is_a_byte_budget_of_at_least_one_record_and_a_header() -> None:
@@ -1544,3 +1554,195 @@ def test_a_read_that_fills_its_buffer_takes_the_split_record_into_the_ring_at_on
     assert opener.readinto(out) == 0
     assert got == plaintext
     assert opener.at_eof and not opener.receiving_record
+
+
+# -- found by the mutation run over opener.py on the merged code (docs/mutation-2026-12-04-mop.md)
+
+BUSY_CALLS: dict[str, Callable[[Opener], object]] = {
+    "get_buffer": lambda opener: opener.get_buffer(),
+    "buffer_updated": lambda opener: opener.buffer_updated(0),
+    "receive_data": lambda opener: opener.receive_data(b"x"),
+    "receive_some": lambda opener: opener.receive_some(b"x"),
+    "receive_eof": lambda opener: opener.receive_eof(),
+    "header_verified": lambda opener: opener.header_verified(),
+    "read": lambda opener: opener.read(),
+    "readinto": lambda opener: opener.readinto(bytearray(8)),
+    "read_view": lambda opener: opener.read_view(),
+    "peek": lambda opener: opener.peek(),
+    "consume": lambda opener: opener.consume(0),
+}
+
+
+@pytest.mark.parametrize("call", list(BUSY_CALLS))
+def test_every_call_on_an_opener_in_use_by_another_thread_is_refused(call: str) -> None:
+    """Each public call refuses while another thread's call holds the opener (the threaded
+    test in tests/test_threads.py reaches readinto only), changes nothing, and leaves exactly
+    one turn behind: a second caller is still refused afterwards."""
+    opener = Opener(KEY)
+    busy = pytest.raises(ConcurrencyError, match=r"^this Opener is in use by another thread: ")
+    with opener._turn, busy:  # another thread's call is under way
+        BUSY_CALLS[call](opener)
+    assert opener.untouched and phase(opener) is Phase.HEADER
+    with opener._turn, busy:  # still one token: the refused call gave none back
+        BUSY_CALLS[call](opener)
+    assert read_all(opener, seal_stream([b"after"])) == b"after"
+
+
+def test_an_opener_is_keyed_by_exactly_one_thing_and_says_so_in_its_own_name() -> None:
+    """The Opener names itself (its header reader has the same rule, in its own words)."""
+    exactly_one = r"^an Opener takes exactly one of key, identities or passphrase$"
+    with pytest.raises(TypeError, match=exactly_one):
+        Opener()
+    with pytest.raises(TypeError, match=exactly_one):
+        Opener(KEY, passphrase="and a passphrase")
+
+
+@pytest.mark.parametrize("size", [0, HARD_MAX_RECORD_SIZE + 1, 1.5])
+def test_a_bad_max_record_size_is_refused_when_the_opener_is_made(size: int) -> None:
+    """At construction, not at the first header (which would then be read under no bound)."""
+    refused = rf"^max_record_size must be an int from 1 to {HARD_MAX_RECORD_SIZE}, got "
+    with pytest.raises(ValueError, match=refused):
+        Opener(KEY, max_record_size=size)
+
+
+def read_ready(opener: Opener, reader: str, out: bytearray) -> None:
+    """Read what is ready into ``out`` with ``readinto`` (a 64 KiB buffer) or ``read``."""
+    if reader == "readinto":
+        buffer = bytearray(64 * 1024)
+        while count := opener.readinto(buffer):
+            out += buffer[:count]
+    else:
+        while data := opener.read():
+            out += data
+
+
+@pytest.mark.parametrize("reader", ["readinto", "read"])
+def test_the_ring_keeps_its_memory_while_the_rest_of_the_stream_is_held(reader: str) -> None:
+    """1 KiB records in 8 KiB bytes pieces: each piece's last record is split, copied into the
+    ring, completed by the next piece and opened there while that piece is held. The ring is
+    emptied once per piece and keeps its memory for the next split record (``more_held``)
+    rather than releasing and allocating it again each time (ring.py)."""
+    plaintext = bytes(range(256)) * 320
+    wire = seal_stream([plaintext], record_size=1024)
+    opener = Opener(KEY)
+    opener.receive_data(wire[:HEADER_SIZE])
+    out = bytearray()
+    memory = None
+    for start in range(HEADER_SIZE, len(wire), 8 * 1024):
+        opener.receive_data(wire[start : start + 8 * 1024])
+        read_ready(opener, reader, out)
+        ring = opener._ring
+        assert ring is not None
+        if opener.at_eof:
+            break
+        memory = memory or ring.buf
+        assert ring.buf is memory, "the ring released its memory and took it again"
+    assert opener.at_eof and out == plaintext
+
+
+def test_header_verified_raises_once_the_opener_is_broken() -> None:
+    """Like every read-side call: after an error among the records (the header did verify),
+    and after the header's own error, header_verified() raises StreamBrokenError."""
+    wire = seal_stream([b"abc"])
+    opener = Opener(KEY)
+    opener.receive_data(tampered(wire, len(wire) - 1))
+    assert opener.header_verified() is True
+    with pytest.raises(AuthenticationError) as first:
+        opener.read()
+    with pytest.raises(StreamBrokenError) as broken:
+        opener.header_verified()
+    assert broken.value.original is first.value
+    opener = Opener(bytes(16))
+    opener.receive_data(wire)
+    with pytest.raises(ProtocolError) as refused:
+        opener.header_verified()
+    with pytest.raises(StreamBrokenError) as broken:
+        opener.header_verified()
+    assert broken.value.original is refused.value
+
+
+@pytest.mark.parametrize("given", [bytes, bytearray], ids=["held", "ring"])
+def test_a_failed_opener_takes_all_it_is_given_and_keeps_none(given: Callable[[bytes], bytes]) -> None:
+    """Input after an error is dropped whole: receive_some says all of it was taken (an I/O
+    loop is not told to read first), and none of it is held or counted as a record arriving."""
+    sealer = Sealer(KEY, record_size=16)
+    opener = Opener(KEY, max_record_size=16)
+    opener.receive_data(sealer.take_header() + RECORD_HEADER.pack(0, 10**6))
+    assert opener.failed
+    assert not opener.receiving_record  # the held bytes that held the bad length are dropped
+    more = RECORD_HEADER.pack(0, 20) * 1000  # as if records followed, of a valid length
+    for _ in range(2):
+        assert opener.receive_some(given(more)) == len(more)
+        assert not opener.receiving_record
+        opener.receive_data(given(more))
+        assert not opener.receiving_record
+    with pytest.raises(RecordTooLargeError):
+        opener.read()
+
+
+@pytest.mark.parametrize("given", [bytes, bytearray], ids=["held", "ring"])
+def test_after_a_lone_record_is_read_the_opener_wants_data_and_holds_nothing(
+    given: Callable[[bytes], bytes],
+) -> None:
+    """The one-record read shortcut leaves the opener as the general path does: nothing held,
+    no record arriving, ready for input (an adapter pauses its transport while wants_data is
+    False)."""
+    wire = seal_stream([b"ping", b"pong"], flush_after=True)
+    (first, _, _), (second, _, _), (last, _, _) = records(wire)
+    opener = Opener(KEY)
+    opener.receive_data(wire[:first])
+    for start, end, message in ((first, second, b"ping"), (second, last, b"pong")):
+        opener.receive_data(given(wire[start:end]))
+        assert opener.read() == message
+        assert opener.wants_data and not opener.receiving_record
+        assert opener.read() is None
+    opener.receive_data(given(wire[last:]))
+    assert opener.read() == b""
+
+
+@pytest.mark.parametrize("gathered", [False, True], ids=["raised", "waiting"])
+def test_after_an_error_at_the_read_position_no_record_is_arriving(gathered: bool) -> None:
+    """The input after a record that failed is dropped, held or in the ring: nothing is
+    arriving any more (a record timeout measures receiving_record), whether the error was
+    raised at once or waits behind plaintext this call returned."""
+    wire = seal_stream([b"abcdefg" * 3], record_size=7)
+    (first, _, _), (second, _, _), *_ = records(wire)
+    opener = Opener(KEY)
+    opener.receive_data(wire[:first])
+    opener.receive_data(tampered(wire, second + RECORD_HEADER_SIZE)[first if gathered else second :])
+    if gathered:
+        assert opener.read() == b"abcdefg"
+    else:
+        with pytest.raises(AuthenticationError):
+            opener.read()
+    assert not opener.receiving_record
+
+
+@pytest.mark.parametrize("tail", [b"", b"!"], ids=["its-header-alone", "and-a-byte"])
+def test_a_bad_length_later_in_held_input_names_its_record(tail: bytes) -> None:
+    """A length out of range found where the held input is opened in place (after a record
+    the run opened) is refused there, with its record's number, also when the held input ends
+    with the five bytes of its header."""
+    sealer = Sealer(KEY, record_size=10)
+    good = bytes(sealer.seal(b"x" * 10, flush=True))  # the header and record 0
+    opener = Opener(KEY)
+    opener.receive_data(good + RECORD_HEADER.pack(0, 1) + tail)
+    out = bytearray(100)
+    assert opener.readinto(out) == 10
+    with pytest.raises(MalformedRecordError, match="shorter than the 16-byte tag") as bad:
+        opener.readinto(out)
+    assert bad.value.record_number == 1
+
+
+def test_held_small_records_are_copied_into_the_ring_a_few_kib_at_a_time() -> None:
+    """A held piece of tiny records goes into the ring ``_ABSORB_BYTES`` at a time, not at once
+    (each record is committed one by one: copying a large piece of them in one step held the
+    event loop for tens of ms, benchmarks/ part 7)."""
+    wire = seal_stream([b"x" * 2000], record_size=1)  # 2,000 one-byte records: 44 KB
+    opener = Opener(KEY)
+    opener.receive_data(wire)
+    assert opener.read(1) == b"x"
+    ring = opener._ring
+    assert ring is not None
+    assert 0 < ring.stored <= _ABSORB_BYTES
+    assert read_all(opener, b"") == b"x" * 1999
