@@ -507,3 +507,36 @@ def test_without_o_path_the_same_rule_holds_by_name(tmp_path: Path, monkeypatch:
     with pytest.raises(PermissionError, match="symbolic link owned by another user"):
         write_key_file(tmp_path / "work" / "bait", generate_key(), force=True)
     untouched(folder)
+
+
+def test_an_empty_output_path_is_not_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As open("") says: no such file (not "a directory": the walk would take "" for the cwd)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as raised:
+        output_module.output_target("")
+    assert raised.value.errno == errno.ENOENT and raised.value.filename == ""
+    with pytest.raises(FileNotFoundError):
+        write_key_file("", generate_key(), force=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("path", ["here/", "here/.", "here/..", ".", ".."])
+def test_an_output_path_naming_a_directory_is_refused_as_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A path ending in "/", "." or ".." names a directory: refused as one by every writer
+    before anything is created (never a file named "" or ".")."""
+    (tmp_path / "here").mkdir()
+    source = inputs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(IsADirectoryError, match="the output is a directory") as raised:
+        output_module.output_target(path)
+    assert raised.value.filename == path
+    with pytest.raises(IsADirectoryError):
+        write_key_file(path, generate_key(), force=True)
+    with pytest.raises(IsADirectoryError):
+        write_key_file(path, generate_key())
+    with pytest.raises(IsADirectoryError):
+        pipeline.encrypt_file(source, path, key=KEY)  # (a Path would drop the "/")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "here", "plain"]
+    assert list((tmp_path / "here").iterdir()) == []
