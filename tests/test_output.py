@@ -8,13 +8,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import os
 import signal
 import stat
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -285,8 +287,9 @@ def test_a_fifo_swapped_for_another_file_after_the_decision_is_refused(
         fifo.write_bytes(b"someone's")
 
     swapped = after_the_decision(monkeypatch, swap)
-    with pytest.raises(PermissionError, match="replaced while it was being opened"):
+    with pytest.raises(PermissionError, match="replaced while it was being opened") as raised:
         WRITERS[writer](plain, fifo)
+    assert (raised.value.errno, raised.value.filename) == (errno.EPERM, str(fifo))
     assert swapped == [True]
     assert fifo.read_bytes() == b"someone's"
 
@@ -540,3 +543,94 @@ def test_an_output_path_naming_a_directory_is_refused_as_one(
         pipeline.encrypt_file(source, path, key=KEY)  # (a Path would drop the "/")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "here", "plain"]
     assert list((tmp_path / "here").iterdir()) == []
+
+
+@contextlib.contextmanager
+def child_writing_to(target: int) -> Iterator[str]:
+    """/proc/PID/fd/1 of a child process whose stdout is ``target``: a /proc link to another
+    process's descriptor (not this process's, which is written into as inherited)."""
+    child = subprocess.Popen(["sleep", "60"], stdout=target)
+    try:
+        yield f"/proc/{child.pid}/fd/1"
+    finally:
+        child.kill()
+        child.wait()
+
+
+@needs_proc
+def test_another_process_s_pipe_is_written_into_through_its_proc_link(tmp_path: Path) -> None:
+    """The kernel opens another process's /proc link (its text "pipe:[N]" is no path): the
+    pipe, ours, is written into in place, as it was when checked."""
+    plain = inputs(tmp_path)
+    read_end, write_end = os.pipe()
+    with child_writing_to(write_end) as link:
+        os.close(write_end)
+        destination = output_module.output_target(link)
+        try:
+            assert destination.kernel_link and destination.in_place and destination.inherited is None
+            assert destination.found is not None and stat.S_ISFIFO(destination.found.st_mode)
+            assert destination.directory >= 0 and destination.name == "1"
+        finally:
+            destination.close()
+        pipeline.encrypt_file(plain, link, key=KEY)
+        with os.fdopen(read_end, "rb") as pipe:
+            os.set_blocking(pipe.fileno(), False)
+            written = pipe.read()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "plain"]
+    (tmp_path / "got").write_bytes(written)
+    pipeline.decrypt_file(tmp_path / "got", tmp_path / "back", key=KEY)
+    assert (tmp_path / "back").read_bytes() == b"secret data"
+
+
+@needs_proc
+def test_another_process_s_regular_file_is_not_written_through_its_proc_link(tmp_path: Path) -> None:
+    """Another process's file is not ours to write into (nor its name, which may be gone)."""
+    log = tmp_path / "log"
+    log.write_bytes(b"theirs")
+    with log.open("ab") as file, child_writing_to(file.fileno()) as link:
+        with pytest.raises(
+            PermissionError, match="regular file through another process's /proc link"
+        ) as raised:
+            output_module.output_target(link)
+        assert (raised.value.errno, raised.value.filename) == (errno.EPERM, link)
+        with pytest.raises(PermissionError):
+            pipeline.encrypt_file(inputs(tmp_path), link, key=KEY)
+    assert log.read_bytes() == b"theirs"
+
+
+@needs_proc
+def test_a_directory_behind_a_proc_link_is_refused_as_one(tmp_path: Path) -> None:
+    """Whether the descriptor is this process's (as inherited) or another's (followed)."""
+    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with child_writing_to(folder) as theirs_link:
+            for link in (f"/proc/self/fd/{folder}", f"/dev/fd/{folder}", theirs_link):
+                with pytest.raises(IsADirectoryError, match="the output is a directory") as raised:
+                    output_module.output_target(link)
+                assert raised.value.filename == link
+    finally:
+        os.close(folder)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_written_in_place_is_opened_write_only_and_close_on_exec(tmp_path: Path) -> None:
+    """A FIFO (or device) written into: opened O_WRONLY (a read-write open of a FIFO would
+    never wait for its reader) and O_CLOEXEC (a child process must not inherit the output)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        output = output_module.open_output(fifo)
+        try:
+            assert output.in_place
+            flags = fcntl.fcntl(output.fileno(), fcntl.F_GETFL)
+            assert flags & os.O_ACCMODE == os.O_WRONLY
+            assert fcntl.fcntl(output.fileno(), fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+            output.file.write(b"data")
+            output.commit()
+        except BaseException:
+            output.discard()
+            raise
+        assert os.read(reader, 100) == b"data"
+    finally:
+        os.close(reader)
