@@ -105,9 +105,9 @@ def test_a_link_planted_by_another_user_is_refused_by_every_writer(
     planted = shared / "out"
     planted.symlink_to(folder / "bait")
     os.lchown(planted, NOBODY, NOBODY)
-    with pytest.raises(PermissionError, match="symbolic link owned by another user") as info:
+    with pytest.raises(PermissionError, match=r"symbolic link owned by another user \(uid 65534\)") as info:
         WRITERS[writer](plain, planted)
-    assert info.value.filename == str(planted)
+    assert (info.value.errno, info.value.filename) == (errno.EPERM, str(planted))
     untouched(folder)
     assert sorted(p.name for p in shared.iterdir()) == ["out"]  # no temporary file left here
     assert planted.is_symlink() and os.lstat(planted).st_uid == NOBODY  # the link itself stays
@@ -634,3 +634,49 @@ def test_an_output_written_in_place_is_opened_write_only_and_close_on_exec(tmp_p
         assert os.read(reader, 100) == b"data"
     finally:
         os.close(reader)
+
+
+@needs_proc
+def test_a_path_on_through_a_proc_link_names_the_callers_path(tmp_path: Path) -> None:
+    """/proc/self/fd/N/x where N is a file: the kernel's ENOTDIR, said of the whole path."""
+    with tempfile.TemporaryFile(dir=tmp_path) as file:
+        path = f"/proc/self/fd/{file.fileno()}/x"
+        with pytest.raises(NotADirectoryError) as raised:
+            output_module.output_target(path)
+    assert raised.value.filename == path
+
+
+def test_without_proc_a_link_of_ours_is_still_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where /proc cannot be looked at, no link is taken for one of its links."""
+    stat_of = os.stat
+
+    def no_proc(path: object, *args: object, **kwargs: object) -> object:
+        if path == "/proc":
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        return stat_of(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    (tmp_path / "real").write_bytes(b"old")
+    (tmp_path / "via").symlink_to("real")
+    monkeypatch.setattr(os, "stat", no_proc)
+    write_key_file(tmp_path / "via", generate_key(), force=True)
+    monkeypatch.undo()
+    assert (tmp_path / "via").is_symlink() and (tmp_path / "real").read_bytes().startswith(b"gcmstream-key")
+
+
+@pytest.mark.parametrize("writer", ["encrypt_file", "files.encrypt_path"])
+def test_a_fifo_removed_after_the_decision_is_not_found_under_the_callers_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+) -> None:
+    plain = inputs(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    swapped = after_the_decision(monkeypatch, fifo.unlink)
+    with pytest.raises(FileNotFoundError) as raised:
+        WRITERS[writer](plain, fifo)
+    assert swapped == [True]
+    error = raised.value
+    assert (error.errno, error.strerror) == (errno.ENOENT, os.strerror(errno.ENOENT))
+    assert error.filename == str(fifo)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "plain"]
