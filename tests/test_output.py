@@ -680,3 +680,102 @@ def test_a_fifo_removed_after_the_decision_is_not_found_under_the_callers_path(
     assert (error.errno, error.strerror) == (errno.ENOENT, os.strerror(errno.ENOENT))
     assert error.filename == str(fifo)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "plain"]
+
+
+def test_an_entry_that_cannot_be_looked_at_is_named_by_the_callers_path(tmp_path: Path) -> None:
+    path = tmp_path / ("x" * 300) / "out"  # ENAMETOOLONG at the entry, not at the end
+    with pytest.raises(OSError, match="too long") as raised:
+        write_key_file(path, generate_key(), force=True)
+    assert (raised.value.errno, raised.value.filename) == (errno.ENAMETOOLONG, str(path))
+
+
+@pytest.mark.parametrize("writer", ["write_key_file(force=True)", "write_key_file", "encrypt_file"])
+def test_a_file_along_the_path_is_not_a_directory_and_is_left_alone(tmp_path: Path, writer: str) -> None:
+    """file/out: not a way to replace "file" itself."""
+    plain = inputs(tmp_path)
+    with pytest.raises(NotADirectoryError) as raised:
+        (WRITERS.get(writer) or (lambda _, dst: write_key_file(dst, generate_key())))(plain, plain / "out")
+    assert raised.value.filename == str(plain / "out")
+    assert plain.read_bytes() == b"secret data"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "plain"]
+
+
+def open_descriptors() -> list[str]:
+    return sorted(os.listdir("/proc/self/fd"))
+
+
+@needs_proc
+def test_an_entry_whose_fstat_fails_is_closed_and_the_error_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fstat = os.fstat
+    calls: list[int] = []
+
+    def failing_once(fd: int) -> os.stat_result:
+        calls.append(fd)
+        if len(calls) == 1:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return fstat(fd)
+
+    before = open_descriptors()
+    monkeypatch.setattr(os, "fstat", failing_once)
+    with pytest.raises(OSError, match=os.strerror(errno.EIO)):
+        output_module.output_target(tmp_path / "out")
+    monkeypatch.undo()
+    assert len(calls) == 1
+    assert open_descriptors() == before
+
+
+def test_an_unreadable_directory_is_written_into_without_its_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory this user may write but not read (mode 0300) cannot be reopened for its
+    fsync: the output is still written there, its directory left unsynced."""
+    real_open = os.open
+
+    def unreadable(path: str, flags: int, *args: object, **kwargs: object) -> int:
+        if path == "." and kwargs.get("dir_fd") is not None and not flags & os.O_WRONLY:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", unreadable)
+    write_key_file(tmp_path / "key", generate_key(), force=True)
+    write_key_file(tmp_path / "new", generate_key())
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["key", "new"]
+
+
+@pytest.mark.parametrize("replacement", ["directory", "link"])
+def test_without_o_path_a_directory_swapped_after_its_look_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replacement: str
+) -> None:
+    """Without O_PATH a directory along the path is looked at by name, then opened by name:
+    another directory put there in between is refused as a swap, a link is never followed."""
+    monkeypatch.setattr(output_module, "_O_PATH", 0)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    look = output_module._look
+
+    def looked_then_swapped(directory: int, name: str) -> tuple[int, os.stat_result]:
+        result = look(directory, name)
+        if name == "out":
+            (tmp_path / "out").rename(tmp_path / "moved")
+            if replacement == "directory":
+                (tmp_path / "out").mkdir()
+            else:
+                (tmp_path / "out").symlink_to("elsewhere")
+        return result
+
+    monkeypatch.setattr(output_module, "_look", looked_then_swapped)
+    before = open_descriptors() if Path("/proc/self/fd").is_dir() else []
+    path = tmp_path / "out" / "key"
+    expected = PermissionError if replacement == "directory" else OSError
+    with pytest.raises(expected) as raised:
+        write_key_file(path, generate_key(), force=True)
+    assert raised.value.filename == str(path)
+    if replacement == "directory":
+        assert raised.value.errno == errno.EPERM and "replaced while it was being opened" in str(raised.value)
+    else:
+        assert raised.value.errno in (errno.ELOOP, errno.ENOTDIR)
+    assert (open_descriptors() if before else []) == before
+    assert [list((tmp_path / d).iterdir()) for d in ("moved", "elsewhere")] == [[], []]
