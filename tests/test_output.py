@@ -779,3 +779,66 @@ def test_without_o_path_a_directory_swapped_after_its_look_is_refused(
         assert raised.value.errno in (errno.ELOOP, errno.ENOTDIR)
     assert (open_descriptors() if before else []) == before
     assert [list((tmp_path / d).iterdir()) for d in ("moved", "elsewhere")] == [[], []]
+
+
+@needs_root
+@pytest.mark.parametrize("owner", [NOBODY, 1], ids=["nobody", "uid-1"])
+def test_only_this_user_and_root_are_trusted(tmp_path: Path, owner: int) -> None:
+    """uid 1 (daemon) is another user like any other: its link and its FIFO are refused."""
+    folder = theirs(tmp_path)
+    (tmp_path / "link").symlink_to(folder / "bait")
+    os.lchown(tmp_path / "link", owner, owner)
+    os.mkfifo(tmp_path / "fifo")
+    os.chown(tmp_path / "fifo", owner, owner)
+    for name, what in (("link", "a symbolic link"), ("fifo", "a FIFO, socket or device")):
+        path = tmp_path / name
+        with pytest.raises(PermissionError) as raised:
+            output_module.output_target(path)
+        assert (raised.value.errno, raised.value.filename) == (errno.EPERM, str(path))
+        assert (
+            raised.value.strerror == f"refusing to write through {what} owned by another user (uid {owner})"
+        )
+    untouched(folder)
+
+
+def test_a_directory_at_the_last_name_is_refused_under_the_callers_path(tmp_path: Path) -> None:
+    (tmp_path / "here").mkdir()
+    with pytest.raises(IsADirectoryError, match="the output is a directory") as raised:
+        output_module.output_target(tmp_path / "here")
+    assert raised.value.filename == str(tmp_path / "here")
+
+
+def test_discarding_an_output_written_in_place_leaves_it(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        output = output_module.open_output(fifo)
+        output.file.write(b"part")
+        output.discard()
+        assert output.destination.directory == -1 and output.file.closed
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["fifo"]
+
+
+@pytest.mark.parametrize("writer", ["write_key_file", "write_identity_file"])
+def test_without_force_a_dangling_link_of_ours_is_an_existing_file(tmp_path: Path, writer: str) -> None:
+    """Without force nothing at the name is replaced or written through, a link included:
+    not even one of ours to a name that does not exist yet."""
+    link = tmp_path / "key"
+    link.symlink_to(tmp_path / "target")
+    with pytest.raises(FileExistsError) as raised:
+        if writer == "write_key_file":
+            write_key_file(link, generate_key())
+        else:
+            write_identity_file(link, Identity.generate())
+    error = raised.value
+    assert (error.errno, error.strerror, error.filename) == (
+        errno.EEXIST,
+        os.strerror(errno.EEXIST),
+        str(link),
+    )
+    assert link.is_symlink() and not (tmp_path / "target").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["key"]
