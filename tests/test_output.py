@@ -842,3 +842,18 @@ def test_without_force_a_dangling_link_of_ours_is_an_existing_file(tmp_path: Pat
     )
     assert link.is_symlink() and not (tmp_path / "target").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["key"]
+
+
+@needs_proc
+def test_another_process_gone_after_the_decision_is_named_by_the_callers_path(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    try:
+        with child_writing_to(write_end) as link:
+            destination = output_module.output_target(link)
+        with pytest.raises(FileNotFoundError) as raised:  # its /proc directory is gone
+            output_module.open_output(destination)
+        assert raised.value.filename == link
+        assert destination.directory == -1  # closed by open_output's failure
+    finally:
+        os.close(read_end)
+        os.close(write_end)
