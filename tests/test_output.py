@@ -150,8 +150,8 @@ def after_the_decision(monkeypatch: pytest.MonkeyPatch, swap: Callable[[], None]
     decide = output_module.output_target
     swapped: list[bool] = []
 
-    def deciding_then_swapped(path: os.PathLike[str] | str) -> object:
-        decision = decide(path)
+    def deciding_then_swapped(path: os.PathLike[str] | str, *, follow_last: bool = True) -> object:
+        decision = decide(path, follow_last=follow_last)
         swap()
         swapped.append(True)
         return decision
@@ -857,3 +857,20 @@ def test_another_process_gone_after_the_decision_is_named_by_the_callers_path(tm
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def test_a_file_created_at_the_name_after_the_decision_is_not_replaced_without_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing was there when decided, someone's file is by the creation: O_EXCL refuses it,
+    said as the caller's path (not the name inside the directory)."""
+    key = tmp_path / "key"
+    swapped = after_the_decision(monkeypatch, lambda: key.write_bytes(b"theirs"))
+    with pytest.raises(FileExistsError) as raised:
+        write_key_file(key, generate_key())
+    assert swapped == [True]
+    error = raised.value
+    assert (error.errno, error.strerror) == (errno.EEXIST, os.strerror(errno.EEXIST))
+    assert error.filename == str(key)
+    assert key.read_bytes() == b"theirs"
+    assert [p.name for p in tmp_path.iterdir()] == ["key"]
