@@ -874,3 +874,48 @@ def test_a_file_created_at_the_name_after_the_decision_is_not_replaced_without_f
     assert error.filename == str(key)
     assert key.read_bytes() == b"theirs"
     assert [p.name for p in tmp_path.iterdir()] == ["key"]
+
+
+@pytest.mark.parametrize("writer", ["write_key_file(force=True)", "encrypt_file", "files.encrypt_path"])
+def test_a_directory_removed_after_the_decision_is_named_by_the_callers_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+) -> None:
+    """The temporary file cannot be created in a directory removed since: the error says the
+    caller's path, not the temporary name."""
+    plain = inputs(tmp_path)
+    (tmp_path / "out").mkdir()
+    path = tmp_path / "out" / "file"
+    swapped = after_the_decision(monkeypatch, (tmp_path / "out").rmdir)
+    with pytest.raises(FileNotFoundError) as raised:
+        WRITERS[writer](plain, path)
+    assert swapped == [True]
+    assert (raised.value.errno, raised.value.filename) == (errno.ENOENT, str(path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "plain"]
+
+
+@needs_proc
+def test_a_descriptor_of_ours_is_written_into_where_proc_pid_fd_cannot_be_looked_at(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether /proc/self/fd/N is this process's is unknown: the kernel opens it as any other
+    process's link, and the pipe it reaches is written into all the same."""
+    read_end, write_end = os.pipe()
+    stat_of = os.stat
+    ours = f"/proc/{os.getpid()}/fd"
+
+    def unknown(path: object, *args: object, **kwargs: object) -> object:
+        if path == ours:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+        return stat_of(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(os, "stat", unknown)
+    try:
+        destination = output_module.output_target(f"/proc/self/fd/{write_end}")
+        try:
+            assert destination.kernel_link and destination.inherited is None
+        finally:
+            destination.close()
+    finally:
+        monkeypatch.undo()
+        os.close(read_end)
+        os.close(write_end)
