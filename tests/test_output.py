@@ -627,11 +627,11 @@ def test_an_output_written_in_place_is_opened_write_only_and_close_on_exec(tmp_p
             assert flags & os.O_ACCMODE == os.O_WRONLY
             assert fcntl.fcntl(output.fileno(), fcntl.F_GETFD) & fcntl.FD_CLOEXEC
             output.file.write(b"data")
+            assert os.read(reader, 100) == b"data"  # unbuffered: a pipe's reader gets it now
             output.commit()
         except BaseException:
             output.discard()
             raise
-        assert os.read(reader, 100) == b"data"
     finally:
         os.close(reader)
 
@@ -919,3 +919,15 @@ def test_a_descriptor_of_ours_is_written_into_where_proc_pid_fd_cannot_be_looked
         monkeypatch.undo()
         os.close(read_end)
         os.close(write_end)
+
+
+def test_an_output_is_0600_unless_a_mode_is_asked_for(tmp_path: Path) -> None:
+    for name, mode in (("default", None), ("asked", 0o640)):
+        output = (
+            output_module.open_output(tmp_path / name)
+            if mode is None
+            else output_module.open_output(tmp_path / name, mode)
+        )
+        output.file.write(b"data")
+        output.commit()
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == (mode or 0o600)
