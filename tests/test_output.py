@@ -890,6 +890,7 @@ def test_a_directory_removed_after_the_decision_is_named_by_the_callers_path(
         WRITERS[writer](plain, path)
     assert swapped == [True]
     assert (raised.value.errno, raised.value.filename) == (errno.ENOENT, str(path))
+    assert raised.value.strerror == os.strerror(errno.ENOENT)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "plain"]
 
 
