@@ -325,7 +325,7 @@ def test_closed_file_refuses_reads(tmp_path: Path) -> None:
     file = gcmstream.open_file(path, key=KEY)
     assert file.readable() and file.seekable() and file.mode == "rb"
     file.close()
-    for call in (file.read, file.tell, lambda: file.seek(0)):
+    for call in (file.read, file.tell, lambda: file.seek(0), file.readable, file.seekable, file.readall):
         with pytest.raises(ValueError, match="closed file"):
             call()
     with pytest.raises(gcmstream.KeyCommitmentError):
