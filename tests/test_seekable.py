@@ -693,3 +693,40 @@ def test_a_walked_file_fails_as_the_sequential_reader_does(tmp_path: Path, flags
         str(sequential.value),
         1,
     )
+
+
+def test_a_bad_seek_raises_and_leaves_the_position(tmp_path: Path) -> None:
+    """seek's docstring: before the start raises ValueError whatever ``whence`` is, and an
+    unknown ``whence`` too; the position stays where it was."""
+    with gcmstream.open_file(engine_file(tmp_path, b"abcdef", 4), key=KEY) as file:
+        file.seek(3)
+        for offset, whence, message in (
+            (-4, io.SEEK_SET, "negative seek position -4"),
+            (-4, io.SEEK_CUR, "negative seek position -1"),
+            (-7, io.SEEK_END, "negative seek position -1"),
+            (0, 3, r"invalid whence \(3, should be 0, 1 or 2\)"),
+        ):
+            with pytest.raises(ValueError, match=message):
+                file.seek(offset, whence)
+            assert file.tell() == 3
+        assert file.read() == b"def"
+
+
+def test_a_file_shrunk_after_open_fails_the_reads_past_the_cut(tmp_path: Path) -> None:
+    """The places are those found at open: a record cut since is TruncatedStreamError naming
+    it, never a read of whatever bytes the buffer held."""
+    data = plaintext_for(100)[:1000]
+    path = engine_file(tmp_path, data, 100)
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert file.read(150) == data[:150]
+        size = path.stat().st_size
+        os.truncate(path, size - 400)  # cuts into record 6 (121 bytes each on disk), drops 7 to 9
+        file.seek(100)
+        assert file.read(100) == data[100:200]  # before the cut: still read
+        file.seek(750)
+        with pytest.raises(gcmstream.TruncatedStreamError, match="ended inside record 7: it shrank"):
+            file.read(10)
+        file.seek(650)
+        with pytest.raises(gcmstream.TruncatedStreamError, match="ended inside record 6: it shrank"):
+            file.read(10)
+        assert file.tell() == 650
