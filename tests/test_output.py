@@ -932,3 +932,47 @@ def test_an_output_is_0600_unless_a_mode_is_asked_for(tmp_path: Path) -> None:
         output.file.write(b"data")
         output.commit()
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == (mode or 0o600)
+
+
+def test_a_destination_closes_its_directory_once(tmp_path: Path) -> None:
+    destination = output_module.output_target(tmp_path / "new")
+    directory = destination.directory
+    destination.close()
+    assert destination.directory == -1
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        os.fstat(directory)
+    destination.close()  # again: nothing (not another descriptor)
+    assert destination.directory == -1
+
+
+def test_a_missing_directory_along_the_path_is_not_found(tmp_path: Path) -> None:
+    path = tmp_path / "missing" / "key"
+    for write in (lambda: write_key_file(path, generate_key()), lambda: output_module.output_target(path)):
+        with pytest.raises(FileNotFoundError) as raised:
+            write()
+        error = raised.value
+        assert (error.errno, error.strerror, error.filename) == (
+            errno.ENOENT,
+            os.strerror(errno.ENOENT),
+            str(path),
+        )
+
+
+def test_the_rename_is_made_durable_by_a_real_fsync_of_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory's fsync runs on a descriptor that can be synced (not an O_PATH one, whose
+    EBADF would be taken for a file system that cannot sync directories)."""
+    fsync = os.fsync
+    directories: list[int] = []
+
+    def spying(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            directories.append(fcntl.fcntl(fd, fcntl.F_GETFL) & getattr(os, "O_PATH", 0))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spying)
+    write_key_file(tmp_path / "key", generate_key())
+    write_key_file(tmp_path / "key", generate_key(), force=True)
+    pipeline.encrypt_file(inputs(tmp_path), tmp_path / "out", key=KEY)
+    assert len(directories) >= 3 and not any(directories)
