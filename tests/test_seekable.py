@@ -217,6 +217,9 @@ def test_truncation_and_trailing_data_fail_at_open(tmp_path: Path, kind: str) ->
         path.write_bytes(stream[:cut])
         with pytest.raises(gcmstream.TruncatedStreamError) as raised:
             gcmstream.open_file(path, key=KEY)
+        if cut in (header_size, header_size + 2):
+            where = "at a record boundary after 0 records" if cut == header_size else "inside a record header"
+            assert str(raised.value).startswith(f"input ended {where}"), str(raised.value)
         if cut >= header_size:  # in the sequential reader's words (the walk names the fault)
             where = r"input ended (at a record boundary after \d+ records|inside a record header"
             where += r"|inside record \d+)"
@@ -595,6 +598,11 @@ def test_a_fifo_or_directory_is_refused_without_waiting(tmp_path: Path) -> None:
             worker.join(timeout=10)
             pytest.fail(f"open_file({target.name}) blocked")
         assert isinstance(outcome[0], gcmstream.UnsupportedEndpointError), outcome
+    if Path("/proc/self/fd").is_dir():  # and its descriptor closed
+        before = sorted(os.listdir("/proc/self/fd"))
+        with pytest.raises(gcmstream.UnsupportedEndpointError):
+            gcmstream.open_file(tmp_path, key=KEY)
+        assert sorted(os.listdir("/proc/self/fd")) == before
 
 
 @pytest.mark.parametrize("value", [b"", b"\x00\x00\x00\x00", b"\x80\x00\x00\x01", b"\x00\x00\x00\x01\x00"])
@@ -737,3 +745,29 @@ def test_a_file_shrunk_after_open_fails_the_reads_past_the_cut(tmp_path: Path) -
         with pytest.raises(gcmstream.TruncatedStreamError, match="ended inside record 6: it shrank"):
             file.read(10)
         assert file.tell() == 650
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("fixed", "the file ended inside record 7: it shrank since it was opened"),  # FINAL's place
+        ("flushed", "the file shrank while it was being opened"),  # the walk
+    ],
+)
+def test_a_file_cut_while_it_is_being_opened_is_truncated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, message: str
+) -> None:
+    """Its size was taken first: bytes gone by the time the walk reads them are
+    TruncatedStreamError, not a short buffer read as a record."""
+    data = os.urandom(700)
+    path = engine_file(tmp_path, data, 100) if kind == "fixed" else flushed_file(tmp_path, data, 100, 2)
+    read_header = seekable.read_header
+
+    def read_then_cut(fd: int, opener: Any) -> Any:
+        header = read_header(fd, opener)
+        os.truncate(path, path.stat().st_size - 300)
+        return header
+
+    monkeypatch.setattr(seekable, "read_header", read_then_cut)
+    with pytest.raises(gcmstream.TruncatedStreamError, match=message):
+        gcmstream.open_file(path, key=KEY)
