@@ -696,8 +696,21 @@ def test_a_file_along_the_path_is_not_a_directory_and_is_left_alone(tmp_path: Pa
     with pytest.raises(NotADirectoryError) as raised:
         (WRITERS.get(writer) or (lambda _, dst: write_key_file(dst, generate_key())))(plain, plain / "out")
     assert raised.value.filename == str(plain / "out")
+    with pytest.raises(NotADirectoryError):  # "file/": a file named as a directory, as the kernel says
+        output_module.output_target(f"{plain}/")
     assert plain.read_bytes() == b"secret data"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "plain"]
+
+
+def test_an_existing_file_is_replaced_where_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In its own directory, whatever the working directory is."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out" / "key").write_bytes(b"old")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    write_key_file(tmp_path / "out" / "key", generate_key(), force=True)
+    assert (tmp_path / "out" / "key").read_bytes().startswith(b"gcmstream-key")
+    assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
 def open_descriptors() -> list[str]:
