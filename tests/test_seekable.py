@@ -771,3 +771,15 @@ def test_a_file_cut_while_it_is_being_opened_is_truncated(
     monkeypatch.setattr(seekable, "read_header", read_then_cut)
     with pytest.raises(gcmstream.TruncatedStreamError, match=message):
         gcmstream.open_file(path, key=KEY)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc/self/fd")
+def test_a_file_refused_at_open_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    path = engine_file(tmp_path, b"abc" * 100, 100)
+    before = sorted(os.listdir("/proc/self/fd"))
+    with pytest.raises(gcmstream.KeyCommitmentError):
+        gcmstream.open_file(path, key=KEY, context=b"other")
+    path.write_bytes(path.read_bytes()[:-1])
+    with pytest.raises(gcmstream.TruncatedStreamError):
+        gcmstream.open_file(path, key=KEY)
+    assert sorted(os.listdir("/proc/self/fd")) == before
