@@ -517,7 +517,11 @@ def test_an_empty_output_path_is_not_found(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError) as raised:
         output_module.output_target("")
-    assert raised.value.errno == errno.ENOENT and raised.value.filename == ""
+    assert (raised.value.errno, raised.value.strerror, raised.value.filename) == (
+        errno.ENOENT,
+        os.strerror(errno.ENOENT),
+        "",
+    )
     with pytest.raises(FileNotFoundError):
         write_key_file("", generate_key(), force=True)
     assert list(tmp_path.iterdir()) == []
@@ -989,3 +993,14 @@ def test_the_rename_is_made_durable_by_a_real_fsync_of_the_directory(
     write_key_file(tmp_path / "key", generate_key(), force=True)
     pipeline.encrypt_file(inputs(tmp_path), tmp_path / "out", key=KEY)
     assert len(directories) >= 3 and not any(directories)
+
+
+def test_links_of_ours_are_followed_up_to_the_kernels_limit_of_40(tmp_path: Path) -> None:
+    (tmp_path / "link0").symlink_to("key")
+    for n in range(1, 41):
+        (tmp_path / f"link{n}").symlink_to(f"link{n - 1}")
+    write_key_file(tmp_path / "link39", generate_key(), force=True)  # 40 links
+    assert (tmp_path / "key").read_bytes().startswith(b"gcmstream-key")
+    with pytest.raises(OSError, match="Too many levels of symbolic links") as raised:
+        output_module.output_target(tmp_path / "link40")  # 41
+    assert (raised.value.errno, raised.value.filename) == (errno.ELOOP, str(tmp_path / "link40"))

@@ -783,3 +783,25 @@ def test_a_file_refused_at_open_leaves_no_descriptor_open(tmp_path: Path) -> Non
     with pytest.raises(gcmstream.TruncatedStreamError):
         gcmstream.open_file(path, key=KEY)
     assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_walked_record_length_below_the_tag_names_its_record(tmp_path: Path) -> None:
+    """Record 1's length field says 3 bytes: refused before anything is read for it, in the
+    sequential reader's words, with its record number (which the Opener's error lacks here:
+    reported to the coordinator, docs/mutation-2026-12-04-mfiles.md)."""
+    from . import helpers
+
+    wire, _ = helpers.forge([(0, b"first"), (0, b"second"), (FLAG_FINAL, b"")])
+    path = tmp_path / "forged"
+    path.write_bytes(wire)
+    with gcmstream.open_file(path, key=helpers.KEY, context=helpers.CONTEXT) as whole:
+        record_1 = len(whole.header.raw) + RECORD_HEADER.size + len(b"first") + 16
+    forged = bytearray(wire)
+    RECORD_HEADER.pack_into(forged, record_1, 0, 3)
+    path.write_bytes(forged)
+    with pytest.raises(gcmstream.MalformedRecordError) as sequential:
+        helpers.read_all(gcmstream.Opener(helpers.KEY, context=helpers.CONTEXT), bytes(forged))
+    with pytest.raises(gcmstream.MalformedRecordError, match="record length 3 is shorter") as walked:
+        gcmstream.open_file(path, key=helpers.KEY, context=helpers.CONTEXT)
+    assert str(walked.value) == str(sequential.value)
+    assert walked.value.record_number == 1
