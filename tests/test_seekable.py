@@ -805,3 +805,20 @@ def test_a_walked_record_length_below_the_tag_names_its_record(tmp_path: Path) -
         gcmstream.open_file(path, key=helpers.KEY, context=helpers.CONTEXT)
     assert str(walked.value) == str(sequential.value)
     assert walked.value.record_number == 1
+
+
+def test_a_walked_file_is_read_across_its_key_updates(tmp_path: Path) -> None:
+    """Every record after a key update opens under the next generation, from the first one:
+    a generation start off by one fails the reads after it (deterministic, where the
+    hypothesis test above reaches it only by chance)."""
+    data = os.urandom(3000)
+    path = flushed_file(tmp_path, data, 100, 2)
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert not file.fixed_layout
+        assert file.read() == data
+        for start in range(0, len(data), 97):
+            file.seek(start)
+            assert file.read(97) == data[start : start + 97]
+    stream = path.read_bytes()
+    updates = [offset for offset, _, _ in record_places(stream) if stream[offset] & FLAG_KEY_UPDATE]
+    assert len(updates) >= 3
