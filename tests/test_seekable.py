@@ -822,3 +822,14 @@ def test_a_walked_file_is_read_across_its_key_updates(tmp_path: Path) -> None:
     stream = path.read_bytes()
     updates = [offset for offset, _, _ in record_places(stream) if stream[offset] & FLAG_KEY_UPDATE]
     assert len(updates) >= 3
+    sealer = Sealer(KEY, record_size=100)  # and a FINAL record that carries data, read by place
+    tail = bytes(sealer.seal(data[:250], flush=True))  # (each output is a view the next call reuses)
+    tail += bytes(sealer.seal(data[250:330]))
+    tail += bytes(sealer.close())
+    path.write_bytes(tail)
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert not file.fixed_layout and file.records == 4
+        file.seek(310)
+        assert file.read(15) == data[310:325]
+        file.seek(0)
+        assert file.read() == data[:330]
