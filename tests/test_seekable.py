@@ -833,3 +833,12 @@ def test_a_walked_file_is_read_across_its_key_updates(tmp_path: Path) -> None:
         assert file.read(15) == data[310:325]
         file.seek(0)
         assert file.read() == data[:330]
+
+
+def test_readinto_a_read_only_buffer_is_refused_and_reads_nothing(tmp_path: Path) -> None:
+    with gcmstream.open_file(engine_file(tmp_path, b"abcdef", 4), key=KEY) as file:
+        for buffer in (bytes(4), bytes(2), memoryview(bytearray(4)).toreadonly()):
+            with pytest.raises(gcmstream.UnsupportedBufferError, match="read-only"):
+                file.readinto(buffer)
+            assert file.tell() == 0
+        assert file.read() == b"abcdef"
