@@ -39,7 +39,7 @@ def test_a_taken_temporary_name_is_passed_over_untouched(
     squatted = tmp_path / ".gcmstream-0000000000000000.partial"
     squatted.write_bytes(b"theirs")
     calls, fake = _random_bytes(bytes(8), b"\x01" * 8)
-    monkeypatch.setattr(_atomic.os, "urandom", fake)
+    monkeypatch.setattr(os, "urandom", fake)
     fd, name = _atomic.temporary_in(directory, 0o600, suffix=".partial")
     os.close(fd)
     assert name == ".gcmstream-0101010101010101.partial"
@@ -53,7 +53,7 @@ def test_a_temporary_name_taken_every_time_gives_up_after_100_attempts(
 ) -> None:
     (tmp_path / ".gcmstream-0000000000000000").write_bytes(b"theirs")
     calls, fake = _random_bytes(bytes(8))
-    monkeypatch.setattr(_atomic.os, "urandom", fake)
+    monkeypatch.setattr(os, "urandom", fake)
     with pytest.raises(OSError, match="no free temporary name") as raised:
         _atomic.temporary_in(directory, 0o600)
     assert raised.value.errno == errno.EEXIST

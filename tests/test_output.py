@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -656,10 +657,10 @@ def test_without_proc_a_link_of_ours_is_still_followed(
     """Where /proc cannot be looked at, no link is taken for one of its links."""
     stat_of = os.stat
 
-    def no_proc(path: object, *args: object, **kwargs: object) -> object:
+    def no_proc(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
         if path == "/proc":
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
-        return stat_of(path, *args, **kwargs)  # type: ignore[call-overload]
+        return stat_of(path, *args, **kwargs)
 
     (tmp_path / "real").write_bytes(b"old")
     (tmp_path / "via").symlink_to("real")
@@ -882,7 +883,11 @@ def test_a_file_created_at_the_name_after_the_decision_is_not_replaced_without_f
     """Nothing was there when decided, someone's file is by the creation: O_EXCL refuses it,
     said as the caller's path (not the name inside the directory)."""
     key = tmp_path / "key"
-    swapped = after_the_decision(monkeypatch, lambda: key.write_bytes(b"theirs"))
+
+    def plant() -> None:
+        key.write_bytes(b"theirs")
+
+    swapped = after_the_decision(monkeypatch, plant)
     with pytest.raises(FileExistsError) as raised:
         write_key_file(key, generate_key())
     assert swapped == [True]
@@ -921,10 +926,10 @@ def test_a_descriptor_of_ours_is_written_into_where_proc_pid_fd_cannot_be_looked
     stat_of = os.stat
     ours = f"/proc/{os.getpid()}/fd"
 
-    def unknown(path: object, *args: object, **kwargs: object) -> object:
+    def unknown(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
         if path == ours:
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
-        return stat_of(path, *args, **kwargs)  # type: ignore[call-overload]
+        return stat_of(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "stat", unknown)
     try:

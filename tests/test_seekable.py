@@ -761,7 +761,7 @@ def test_a_file_cut_while_it_is_being_opened_is_truncated(
     TruncatedStreamError, not a short buffer read as a record."""
     data = os.urandom(700)
     path = engine_file(tmp_path, data, 100) if kind == "fixed" else flushed_file(tmp_path, data, 100, 2)
-    read_header = seekable.read_header
+    read_header = files.read_header  # what seekable calls, by its name there
 
     def read_then_cut(fd: int, opener: Any) -> Any:
         header = read_header(fd, opener)
