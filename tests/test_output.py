@@ -8,14 +8,17 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import os
 import signal
 import stat
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -103,9 +106,9 @@ def test_a_link_planted_by_another_user_is_refused_by_every_writer(
     planted = shared / "out"
     planted.symlink_to(folder / "bait")
     os.lchown(planted, NOBODY, NOBODY)
-    with pytest.raises(PermissionError, match="symbolic link owned by another user") as info:
+    with pytest.raises(PermissionError, match=r"symbolic link owned by another user \(uid 65534\)") as info:
         WRITERS[writer](plain, planted)
-    assert info.value.filename == str(planted)
+    assert (info.value.errno, info.value.filename) == (errno.EPERM, str(planted))
     untouched(folder)
     assert sorted(p.name for p in shared.iterdir()) == ["out"]  # no temporary file left here
     assert planted.is_symlink() and os.lstat(planted).st_uid == NOBODY  # the link itself stays
@@ -148,8 +151,8 @@ def after_the_decision(monkeypatch: pytest.MonkeyPatch, swap: Callable[[], None]
     decide = output_module.output_target
     swapped: list[bool] = []
 
-    def deciding_then_swapped(path: os.PathLike[str] | str) -> object:
-        decision = decide(path)
+    def deciding_then_swapped(path: os.PathLike[str] | str, *, follow_last: bool = True) -> object:
+        decision = decide(path, follow_last=follow_last)
         swap()
         swapped.append(True)
         return decision
@@ -285,8 +288,9 @@ def test_a_fifo_swapped_for_another_file_after_the_decision_is_refused(
         fifo.write_bytes(b"someone's")
 
     swapped = after_the_decision(monkeypatch, swap)
-    with pytest.raises(PermissionError, match="replaced while it was being opened"):
+    with pytest.raises(PermissionError, match="replaced while it was being opened") as raised:
         WRITERS[writer](plain, fifo)
+    assert (raised.value.errno, raised.value.filename) == (errno.EPERM, str(fifo))
     assert swapped == [True]
     assert fifo.read_bytes() == b"someone's"
 
@@ -507,3 +511,501 @@ def test_without_o_path_the_same_rule_holds_by_name(tmp_path: Path, monkeypatch:
     with pytest.raises(PermissionError, match="symbolic link owned by another user"):
         write_key_file(tmp_path / "work" / "bait", generate_key(), force=True)
     untouched(folder)
+
+
+def test_an_empty_output_path_is_not_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As open("") says: no such file (not "a directory": the walk would take "" for the cwd)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as raised:
+        output_module.output_target("")
+    assert (raised.value.errno, raised.value.strerror, raised.value.filename) == (
+        errno.ENOENT,
+        os.strerror(errno.ENOENT),
+        "",
+    )
+    with pytest.raises(FileNotFoundError):
+        write_key_file("", generate_key(), force=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("path", ["here/", "here/.", "here/..", ".", ".."])
+def test_an_output_path_naming_a_directory_is_refused_as_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """A path ending in "/", "." or ".." names a directory: refused as one by every writer
+    before anything is created (never a file named "" or ".")."""
+    (tmp_path / "here").mkdir()
+    source = inputs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(IsADirectoryError, match="the output is a directory") as raised:
+        output_module.output_target(path)
+    assert raised.value.filename == path
+    with pytest.raises(IsADirectoryError):
+        write_key_file(path, generate_key(), force=True)
+    with pytest.raises(IsADirectoryError):
+        write_key_file(path, generate_key())
+    with pytest.raises(IsADirectoryError):
+        pipeline.encrypt_file(source, path, key=KEY)  # (a Path would drop the "/")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "here", "plain"]
+    assert list((tmp_path / "here").iterdir()) == []
+
+
+@contextlib.contextmanager
+def child_writing_to(target: int) -> Iterator[str]:
+    """/proc/PID/fd/1 of a child process whose stdout is ``target``: a /proc link to another
+    process's descriptor (not this process's, which is written into as inherited)."""
+    child = subprocess.Popen(["sleep", "60"], stdout=target)
+    try:
+        yield f"/proc/{child.pid}/fd/1"
+    finally:
+        child.kill()
+        child.wait()
+
+
+@needs_proc
+def test_another_process_s_pipe_is_written_into_through_its_proc_link(tmp_path: Path) -> None:
+    """The kernel opens another process's /proc link (its text "pipe:[N]" is no path): the
+    pipe, ours, is written into in place, as it was when checked."""
+    plain = inputs(tmp_path)
+    read_end, write_end = os.pipe()
+    with child_writing_to(write_end) as link:
+        os.close(write_end)
+        destination = output_module.output_target(link)
+        try:
+            assert destination.kernel_link and destination.in_place and destination.inherited is None
+            assert destination.found is not None and stat.S_ISFIFO(destination.found.st_mode)
+            assert destination.directory >= 0 and destination.name == "1"
+        finally:
+            destination.close()
+        pipeline.encrypt_file(plain, link, key=KEY)
+        with os.fdopen(read_end, "rb") as pipe:
+            os.set_blocking(pipe.fileno(), False)
+            written = pipe.read()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "plain"]
+    (tmp_path / "got").write_bytes(written)
+    pipeline.decrypt_file(tmp_path / "got", tmp_path / "back", key=KEY)
+    assert (tmp_path / "back").read_bytes() == b"secret data"
+
+
+@needs_proc
+def test_another_process_s_regular_file_is_not_written_through_its_proc_link(tmp_path: Path) -> None:
+    """Another process's file is not ours to write into (nor its name, which may be gone)."""
+    log = tmp_path / "log"
+    log.write_bytes(b"theirs")
+    with log.open("ab") as file, child_writing_to(file.fileno()) as link:
+        with pytest.raises(
+            PermissionError, match="regular file through another process's /proc link"
+        ) as raised:
+            output_module.output_target(link)
+        assert (raised.value.errno, raised.value.filename) == (errno.EPERM, link)
+        with pytest.raises(PermissionError):
+            pipeline.encrypt_file(inputs(tmp_path), link, key=KEY)
+    assert log.read_bytes() == b"theirs"
+
+
+@needs_proc
+def test_a_directory_behind_a_proc_link_is_refused_as_one(tmp_path: Path) -> None:
+    """Whether the descriptor is this process's (as inherited) or another's (followed)."""
+    folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with child_writing_to(folder) as theirs_link:
+            for link in (f"/proc/self/fd/{folder}", f"/dev/fd/{folder}", theirs_link):
+                with pytest.raises(IsADirectoryError, match="the output is a directory") as raised:
+                    output_module.output_target(link)
+                assert raised.value.filename == link
+    finally:
+        os.close(folder)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_written_in_place_is_opened_write_only_and_close_on_exec(tmp_path: Path) -> None:
+    """A FIFO (or device) written into: opened O_WRONLY (a read-write open of a FIFO would
+    never wait for its reader) and O_CLOEXEC (a child process must not inherit the output)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        output = output_module.open_output(fifo)
+        try:
+            assert output.in_place
+            flags = fcntl.fcntl(output.fileno(), fcntl.F_GETFL)
+            assert flags & os.O_ACCMODE == os.O_WRONLY
+            assert fcntl.fcntl(output.fileno(), fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+            output.file.write(b"data")
+            assert os.read(reader, 100) == b"data"  # unbuffered: a pipe's reader gets it now
+            output.commit()
+        except BaseException:
+            output.discard()
+            raise
+    finally:
+        os.close(reader)
+
+
+@needs_proc
+def test_a_path_on_through_a_proc_link_names_the_callers_path(tmp_path: Path) -> None:
+    """/proc/self/fd/N/x where N is a file: the kernel's ENOTDIR, said of the whole path."""
+    with tempfile.TemporaryFile(dir=tmp_path) as file:
+        path = f"/proc/self/fd/{file.fileno()}/x"
+        with pytest.raises(NotADirectoryError) as raised:
+            output_module.output_target(path)
+    assert (raised.value.filename, raised.value.strerror) == (path, os.strerror(errno.ENOTDIR))
+
+
+def test_without_proc_a_link_of_ours_is_still_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where /proc cannot be looked at, no link is taken for one of its links."""
+    stat_of = os.stat
+
+    def no_proc(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if path == "/proc":
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        return stat_of(path, *args, **kwargs)
+
+    (tmp_path / "real").write_bytes(b"old")
+    (tmp_path / "via").symlink_to("real")
+    monkeypatch.setattr(os, "stat", no_proc)
+    write_key_file(tmp_path / "via", generate_key(), force=True)
+    monkeypatch.undo()
+    assert (tmp_path / "via").is_symlink() and (tmp_path / "real").read_bytes().startswith(b"gcmstream-key")
+
+
+@pytest.mark.parametrize("writer", ["encrypt_file", "files.encrypt_path"])
+def test_a_fifo_removed_after_the_decision_is_not_found_under_the_callers_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+) -> None:
+    plain = inputs(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    swapped = after_the_decision(monkeypatch, fifo.unlink)
+    with pytest.raises(FileNotFoundError) as raised:
+        WRITERS[writer](plain, fifo)
+    assert swapped == [True]
+    error = raised.value
+    assert (error.errno, error.strerror) == (errno.ENOENT, os.strerror(errno.ENOENT))
+    assert error.filename == str(fifo)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "plain"]
+
+
+def test_an_entry_that_cannot_be_looked_at_is_named_by_the_callers_path(tmp_path: Path) -> None:
+    path = tmp_path / ("x" * 300) / "out"  # ENAMETOOLONG at the entry, not at the end
+    with pytest.raises(OSError, match="too long") as raised:
+        write_key_file(path, generate_key(), force=True)
+    assert (raised.value.errno, raised.value.filename) == (errno.ENAMETOOLONG, str(path))
+
+
+@pytest.mark.parametrize("writer", ["write_key_file(force=True)", "write_key_file", "encrypt_file"])
+def test_a_file_along_the_path_is_not_a_directory_and_is_left_alone(tmp_path: Path, writer: str) -> None:
+    """file/out: not a way to replace "file" itself."""
+    plain = inputs(tmp_path)
+    with pytest.raises(NotADirectoryError) as raised:
+        (WRITERS.get(writer) or (lambda _, dst: write_key_file(dst, generate_key())))(plain, plain / "out")
+    assert (raised.value.filename, raised.value.strerror) == (str(plain / "out"), os.strerror(errno.ENOTDIR))
+    with pytest.raises(NotADirectoryError):  # "file/": a file named as a directory, as the kernel says
+        output_module.output_target(f"{plain}/")
+    assert plain.read_bytes() == b"secret data"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "plain"]
+
+
+def test_an_existing_file_is_replaced_where_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In its own directory, whatever the working directory is."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out" / "key").write_bytes(b"old")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    write_key_file(tmp_path / "out" / "key", generate_key(), force=True)
+    assert (tmp_path / "out" / "key").read_bytes().startswith(b"gcmstream-key")
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def open_descriptors() -> list[str]:
+    return sorted(os.listdir("/proc/self/fd"))
+
+
+@needs_proc
+def test_an_entry_whose_fstat_fails_is_closed_and_the_error_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fstat = os.fstat
+    calls: list[int] = []
+
+    def failing_once(fd: int) -> os.stat_result:
+        calls.append(fd)
+        if len(calls) == 1:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return fstat(fd)
+
+    before = open_descriptors()
+    monkeypatch.setattr(os, "fstat", failing_once)
+    with pytest.raises(OSError, match=os.strerror(errno.EIO)):
+        output_module.output_target(tmp_path / "out")
+    monkeypatch.undo()
+    assert len(calls) == 1
+    assert open_descriptors() == before
+
+
+def test_an_unreadable_directory_is_written_into_without_its_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory this user may write but not read (mode 0300) cannot be reopened for its
+    fsync: the output is still written there, its directory left unsynced."""
+    real_open = os.open
+
+    def unreadable(path: str, flags: int, *args: object, **kwargs: object) -> int:
+        if path == "." and kwargs.get("dir_fd") is not None and not flags & os.O_WRONLY:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", unreadable)
+    write_key_file(tmp_path / "key", generate_key(), force=True)
+    write_key_file(tmp_path / "new", generate_key())
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["key", "new"]
+
+
+@pytest.mark.parametrize("replacement", ["directory", "link"])
+def test_without_o_path_a_directory_swapped_after_its_look_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replacement: str
+) -> None:
+    """Without O_PATH a directory along the path is looked at by name, then opened by name:
+    another directory put there in between is refused as a swap, a link is never followed."""
+    monkeypatch.setattr(output_module, "_O_PATH", 0)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    look = output_module._look
+
+    def looked_then_swapped(directory: int, name: str) -> tuple[int, os.stat_result]:
+        result = look(directory, name)
+        if name == "out":
+            (tmp_path / "out").rename(tmp_path / "moved")
+            if replacement == "directory":
+                (tmp_path / "out").mkdir()
+            else:
+                (tmp_path / "out").symlink_to("elsewhere")
+        return result
+
+    monkeypatch.setattr(output_module, "_look", looked_then_swapped)
+    before = open_descriptors() if Path("/proc/self/fd").is_dir() else []
+    path = tmp_path / "out" / "key"
+    expected = PermissionError if replacement == "directory" else OSError
+    with pytest.raises(expected) as raised:
+        write_key_file(path, generate_key(), force=True)
+    assert raised.value.filename == str(path)
+    if replacement == "directory":
+        assert raised.value.errno == errno.EPERM and "replaced while it was being opened" in str(raised.value)
+    else:
+        assert raised.value.errno in (errno.ELOOP, errno.ENOTDIR)
+    assert (open_descriptors() if before else []) == before
+    assert [list((tmp_path / d).iterdir()) for d in ("moved", "elsewhere")] == [[], []]
+
+
+@needs_root
+@pytest.mark.parametrize("owner", [NOBODY, 1], ids=["nobody", "uid-1"])
+def test_only_this_user_and_root_are_trusted(tmp_path: Path, owner: int) -> None:
+    """uid 1 (daemon) is another user like any other: its link and its FIFO are refused."""
+    folder = theirs(tmp_path)
+    (tmp_path / "link").symlink_to(folder / "bait")
+    os.lchown(tmp_path / "link", owner, owner)
+    os.mkfifo(tmp_path / "fifo")
+    os.chown(tmp_path / "fifo", owner, owner)
+    for name, what in (("link", "a symbolic link"), ("fifo", "a FIFO, socket or device")):
+        path = tmp_path / name
+        with pytest.raises(PermissionError) as raised:
+            output_module.output_target(path)
+        assert (raised.value.errno, raised.value.filename) == (errno.EPERM, str(path))
+        assert (
+            raised.value.strerror == f"refusing to write through {what} owned by another user (uid {owner})"
+        )
+    untouched(folder)
+
+
+def test_a_directory_at_the_last_name_is_refused_under_the_callers_path(tmp_path: Path) -> None:
+    (tmp_path / "here").mkdir()
+    with pytest.raises(IsADirectoryError, match="the output is a directory") as raised:
+        output_module.output_target(tmp_path / "here")
+    assert raised.value.filename == str(tmp_path / "here")
+
+
+def test_discarding_an_output_written_in_place_leaves_it(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        output = output_module.open_output(fifo)
+        output.file.write(b"part")
+        output.discard()
+        assert output.destination.directory == -1 and output.file.closed
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["fifo"]
+
+
+@pytest.mark.parametrize("writer", ["write_key_file", "write_identity_file"])
+def test_without_force_a_dangling_link_of_ours_is_an_existing_file(tmp_path: Path, writer: str) -> None:
+    """Without force nothing at the name is replaced or written through, a link included:
+    not even one of ours to a name that does not exist yet."""
+    link = tmp_path / "key"
+    link.symlink_to(tmp_path / "target")
+    with pytest.raises(FileExistsError) as raised:
+        if writer == "write_key_file":
+            write_key_file(link, generate_key())
+        else:
+            write_identity_file(link, Identity.generate())
+    error = raised.value
+    assert (error.errno, error.strerror, error.filename) == (
+        errno.EEXIST,
+        os.strerror(errno.EEXIST),
+        str(link),
+    )
+    assert link.is_symlink() and not (tmp_path / "target").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["key"]
+
+
+@needs_proc
+def test_another_process_gone_after_the_decision_is_named_by_the_callers_path(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    try:
+        with child_writing_to(write_end) as link:
+            destination = output_module.output_target(link)
+        with pytest.raises(FileNotFoundError) as raised:  # its /proc directory is gone
+            output_module.open_output(destination)
+        assert raised.value.filename == link
+        assert destination.directory == -1  # closed by open_output's failure
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_a_file_created_at_the_name_after_the_decision_is_not_replaced_without_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing was there when decided, someone's file is by the creation: O_EXCL refuses it,
+    said as the caller's path (not the name inside the directory)."""
+    key = tmp_path / "key"
+
+    def plant() -> None:
+        key.write_bytes(b"theirs")
+
+    swapped = after_the_decision(monkeypatch, plant)
+    with pytest.raises(FileExistsError) as raised:
+        write_key_file(key, generate_key())
+    assert swapped == [True]
+    error = raised.value
+    assert (error.errno, error.strerror) == (errno.EEXIST, os.strerror(errno.EEXIST))
+    assert error.filename == str(key)
+    assert key.read_bytes() == b"theirs"
+    assert [p.name for p in tmp_path.iterdir()] == ["key"]
+
+
+@pytest.mark.parametrize("writer", ["write_key_file(force=True)", "encrypt_file", "files.encrypt_path"])
+def test_a_directory_removed_after_the_decision_is_named_by_the_callers_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+) -> None:
+    """The temporary file cannot be created in a directory removed since: the error says the
+    caller's path, not the temporary name."""
+    plain = inputs(tmp_path)
+    (tmp_path / "out").mkdir()
+    path = tmp_path / "out" / "file"
+    swapped = after_the_decision(monkeypatch, (tmp_path / "out").rmdir)
+    with pytest.raises(FileNotFoundError) as raised:
+        WRITERS[writer](plain, path)
+    assert swapped == [True]
+    assert (raised.value.errno, raised.value.filename) == (errno.ENOENT, str(path))
+    assert raised.value.strerror == os.strerror(errno.ENOENT)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "plain"]
+
+
+@needs_proc
+def test_a_descriptor_of_ours_is_written_into_where_proc_pid_fd_cannot_be_looked_at(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether /proc/self/fd/N is this process's is unknown: the kernel opens it as any other
+    process's link, and the pipe it reaches is written into all the same."""
+    read_end, write_end = os.pipe()
+    stat_of = os.stat
+    ours = f"/proc/{os.getpid()}/fd"
+
+    def unknown(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if path == ours:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+        return stat_of(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", unknown)
+    try:
+        destination = output_module.output_target(f"/proc/self/fd/{write_end}")
+        try:
+            assert destination.kernel_link and destination.inherited is None
+        finally:
+            destination.close()
+    finally:
+        monkeypatch.undo()
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_an_output_is_0600_unless_a_mode_is_asked_for(tmp_path: Path) -> None:
+    for name, mode in (("default", None), ("asked", 0o640)):
+        output = (
+            output_module.open_output(tmp_path / name)
+            if mode is None
+            else output_module.open_output(tmp_path / name, mode)
+        )
+        output.file.write(b"data")
+        output.commit()
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == (mode or 0o600)
+
+
+def test_a_destination_closes_its_directory_once(tmp_path: Path) -> None:
+    destination = output_module.output_target(tmp_path / "new")
+    directory = destination.directory
+    destination.close()
+    assert destination.directory == -1
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        os.fstat(directory)
+    destination.close()  # again: nothing (not another descriptor)
+    assert destination.directory == -1
+
+
+def test_a_missing_directory_along_the_path_is_not_found(tmp_path: Path) -> None:
+    path = tmp_path / "missing" / "key"
+    for write in (lambda: write_key_file(path, generate_key()), lambda: output_module.output_target(path)):
+        with pytest.raises(FileNotFoundError) as raised:
+            write()
+        error = raised.value
+        assert (error.errno, error.strerror, error.filename) == (
+            errno.ENOENT,
+            os.strerror(errno.ENOENT),
+            str(path),
+        )
+
+
+def test_the_rename_is_made_durable_by_a_real_fsync_of_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory's fsync runs on a descriptor that can be synced (not an O_PATH one, whose
+    EBADF would be taken for a file system that cannot sync directories)."""
+    fsync = os.fsync
+    directories: list[int] = []
+
+    def spying(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            directories.append(fcntl.fcntl(fd, fcntl.F_GETFL) & getattr(os, "O_PATH", 0))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spying)
+    write_key_file(tmp_path / "key", generate_key())
+    write_key_file(tmp_path / "key", generate_key(), force=True)
+    pipeline.encrypt_file(inputs(tmp_path), tmp_path / "out", key=KEY)
+    assert len(directories) >= 3 and not any(directories)
+
+
+def test_links_of_ours_are_followed_up_to_the_kernels_limit_of_40(tmp_path: Path) -> None:
+    (tmp_path / "link0").symlink_to("key")
+    for n in range(1, 41):
+        (tmp_path / f"link{n}").symlink_to(f"link{n - 1}")
+    write_key_file(tmp_path / "link39", generate_key(), force=True)  # 40 links
+    assert (tmp_path / "key").read_bytes().startswith(b"gcmstream-key")
+    with pytest.raises(OSError, match="Too many levels of symbolic links") as raised:
+        output_module.output_target(tmp_path / "link40")  # 41
+    assert (raised.value.errno, raised.value.filename) == (errno.ELOOP, str(tmp_path / "link40"))

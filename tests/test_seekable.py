@@ -10,6 +10,7 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 import tarfile
 import threading
@@ -210,10 +211,19 @@ def test_truncation_and_trailing_data_fail_at_open(tmp_path: Path, kind: str) ->
     data = os.urandom(700)
     path = engine_file(tmp_path, data, 100) if kind == "fixed" else flushed_file(tmp_path, data, 100, 2)
     stream = path.read_bytes()
+    with gcmstream.open_file(path, key=KEY) as whole:
+        header_size = len(whole.header.raw)
     for cut in range(len(stream)):
         path.write_bytes(stream[:cut])
-        with pytest.raises(gcmstream.TruncatedStreamError):
+        with pytest.raises(gcmstream.TruncatedStreamError) as raised:
             gcmstream.open_file(path, key=KEY)
+        if cut in (header_size, header_size + 2):
+            where = "at a record boundary after 0 records" if cut == header_size else "inside a record header"
+            assert str(raised.value).startswith(f"input ended {where}"), str(raised.value)
+        if cut >= header_size:  # in the sequential reader's words (the walk names the fault)
+            where = r"input ended (at a record boundary after \d+ records|inside a record header"
+            where += r"|inside record \d+)"
+            assert re.match(where, str(raised.value)), (cut, str(raised.value))
     for extra in (b"\x00", b"x" * 121, stream[94:215], stream[-137:]):
         path.write_bytes(stream + extra)
         with pytest.raises(gcmstream.TrailingDataError):
@@ -325,7 +335,7 @@ def test_closed_file_refuses_reads(tmp_path: Path) -> None:
     file = gcmstream.open_file(path, key=KEY)
     assert file.readable() and file.seekable() and file.mode == "rb"
     file.close()
-    for call in (file.read, file.tell, lambda: file.seek(0)):
+    for call in (file.read, file.tell, lambda: file.seek(0), file.readable, file.seekable, file.readall):
         with pytest.raises(ValueError, match="closed file"):
             call()
     with pytest.raises(gcmstream.KeyCommitmentError):
@@ -588,6 +598,11 @@ def test_a_fifo_or_directory_is_refused_without_waiting(tmp_path: Path) -> None:
             worker.join(timeout=10)
             pytest.fail(f"open_file({target.name}) blocked")
         assert isinstance(outcome[0], gcmstream.UnsupportedEndpointError), outcome
+    if Path("/proc/self/fd").is_dir():  # and its descriptor closed
+        before = sorted(os.listdir("/proc/self/fd"))
+        with pytest.raises(gcmstream.UnsupportedEndpointError, match="random access needs a regular file"):
+            gcmstream.open_file(tmp_path, key=KEY)
+        assert sorted(os.listdir("/proc/self/fd")) == before
 
 
 @pytest.mark.parametrize("value", [b"", b"\x00\x00\x00\x00", b"\x80\x00\x00\x01", b"\x00\x00\x00\x01\x00"])
@@ -693,3 +708,137 @@ def test_a_walked_file_fails_as_the_sequential_reader_does(tmp_path: Path, flags
         str(sequential.value),
         1,
     )
+
+
+def test_a_bad_seek_raises_and_leaves_the_position(tmp_path: Path) -> None:
+    """seek's docstring: before the start raises ValueError whatever ``whence`` is, and an
+    unknown ``whence`` too; the position stays where it was."""
+    with gcmstream.open_file(engine_file(tmp_path, b"abcdef", 4), key=KEY) as file:
+        file.seek(3)
+        for offset, whence, message in (
+            (-4, io.SEEK_SET, "negative seek position -4"),
+            (-4, io.SEEK_CUR, "negative seek position -1"),
+            (-7, io.SEEK_END, "negative seek position -1"),
+            (0, 3, r"invalid whence \(3, should be 0, 1 or 2\)"),
+        ):
+            with pytest.raises(ValueError, match=message):
+                file.seek(offset, whence)
+            assert file.tell() == 3
+        assert file.read() == b"def"
+
+
+def test_a_file_shrunk_after_open_fails_the_reads_past_the_cut(tmp_path: Path) -> None:
+    """The places are those found at open: a record cut since is TruncatedStreamError naming
+    it, never a read of whatever bytes the buffer held."""
+    data = plaintext_for(100)[:1000]
+    path = engine_file(tmp_path, data, 100)
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert file.read(150) == data[:150]
+        size = path.stat().st_size
+        os.truncate(path, size - 400)  # cuts into record 6 (121 bytes each on disk), drops 7 to 9
+        file.seek(100)
+        assert file.read(100) == data[100:200]  # before the cut: still read
+        file.seek(750)
+        with pytest.raises(gcmstream.TruncatedStreamError, match="ended inside record 7: it shrank"):
+            file.read(10)
+        file.seek(650)
+        with pytest.raises(gcmstream.TruncatedStreamError, match="ended inside record 6: it shrank"):
+            file.read(10)
+        assert file.tell() == 650
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("fixed", "the file ended inside record 7: it shrank since it was opened"),  # FINAL's place
+        ("flushed", "the file shrank while it was being opened"),  # the walk
+    ],
+)
+def test_a_file_cut_while_it_is_being_opened_is_truncated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, message: str
+) -> None:
+    """Its size was taken first: bytes gone by the time the walk reads them are
+    TruncatedStreamError, not a short buffer read as a record."""
+    data = os.urandom(700)
+    path = engine_file(tmp_path, data, 100) if kind == "fixed" else flushed_file(tmp_path, data, 100, 2)
+    read_header = files.read_header  # what seekable calls, by its name there
+
+    def read_then_cut(fd: int, opener: Any) -> Any:
+        header = read_header(fd, opener)
+        os.truncate(path, path.stat().st_size - 300)
+        return header
+
+    monkeypatch.setattr(seekable, "read_header", read_then_cut)
+    with pytest.raises(gcmstream.TruncatedStreamError, match=message):
+        gcmstream.open_file(path, key=KEY)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc/self/fd")
+def test_a_file_refused_at_open_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    path = engine_file(tmp_path, b"abc" * 100, 100)
+    before = sorted(os.listdir("/proc/self/fd"))
+    with pytest.raises(gcmstream.KeyCommitmentError):
+        gcmstream.open_file(path, key=KEY, context=b"other")
+    path.write_bytes(path.read_bytes()[:-1])
+    with pytest.raises(gcmstream.TruncatedStreamError):
+        gcmstream.open_file(path, key=KEY)
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_walked_record_length_below_the_tag_names_its_record(tmp_path: Path) -> None:
+    """Record 1's length field says 3 bytes: refused before anything is read for it, in the
+    sequential reader's words, with its record number (which the Opener's error lacks here:
+    reported to the coordinator, docs/mutation-2026-12-04-mfiles.md)."""
+    from . import helpers
+
+    wire, _ = helpers.forge([(0, b"first"), (0, b"second"), (FLAG_FINAL, b"")])
+    path = tmp_path / "forged"
+    path.write_bytes(wire)
+    with gcmstream.open_file(path, key=helpers.KEY, context=helpers.CONTEXT) as whole:
+        record_1 = len(whole.header.raw) + RECORD_HEADER.size + len(b"first") + 16
+    forged = bytearray(wire)
+    RECORD_HEADER.pack_into(forged, record_1, 0, 3)
+    path.write_bytes(forged)
+    with pytest.raises(gcmstream.MalformedRecordError) as sequential:
+        helpers.read_all(gcmstream.Opener(helpers.KEY, context=helpers.CONTEXT), bytes(forged))
+    with pytest.raises(gcmstream.MalformedRecordError, match="record length 3 is shorter") as walked:
+        gcmstream.open_file(path, key=helpers.KEY, context=helpers.CONTEXT)
+    assert str(walked.value) == str(sequential.value)
+    assert walked.value.record_number == 1
+
+
+def test_a_walked_file_is_read_across_its_key_updates(tmp_path: Path) -> None:
+    """Every record after a key update opens under the next generation, from the first one:
+    a generation start off by one fails the reads after it (deterministic, where the
+    hypothesis test above reaches it only by chance)."""
+    data = os.urandom(3000)
+    path = flushed_file(tmp_path, data, 100, 2)
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert not file.fixed_layout
+        assert file.read() == data
+        for start in range(0, len(data), 97):
+            file.seek(start)
+            assert file.read(97) == data[start : start + 97]
+    stream = path.read_bytes()
+    updates = [offset for offset, _, _ in record_places(stream) if stream[offset] & FLAG_KEY_UPDATE]
+    assert len(updates) >= 3
+    sealer = Sealer(KEY, record_size=100)  # and a FINAL record that carries data, read by place
+    tail = bytes(sealer.seal(data[:250], flush=True))  # (each output is a view the next call reuses)
+    tail += bytes(sealer.seal(data[250:330]))
+    tail += bytes(sealer.close())
+    path.write_bytes(tail)
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert not file.fixed_layout and file.records == 4
+        file.seek(310)
+        assert file.read(15) == data[310:325]
+        file.seek(0)
+        assert file.read() == data[:330]
+
+
+def test_readinto_a_read_only_buffer_is_refused_and_reads_nothing(tmp_path: Path) -> None:
+    with gcmstream.open_file(engine_file(tmp_path, b"abcdef", 4), key=KEY) as file:
+        for buffer in (bytes(4), bytes(2), memoryview(bytearray(4)).toreadonly()):
+            with pytest.raises(gcmstream.UnsupportedBufferError, match="read-only"):
+                file.readinto(buffer)
+            assert file.tell() == 0
+        assert file.read() == b"abcdef"
