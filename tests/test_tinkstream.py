@@ -307,6 +307,13 @@ KEYSET_FAULTS: dict[str, tuple[Callable[[], str | bytes], str]] = {
         "HKDF hash type 2",
     ),
     "over 1 MiB": (lambda: " " * ((1 << 20) + 1), "at most"),
+    # a missing field reads as protobuf's default (empty), and the check it then fails names
+    # what was found (mutation run of 2026-12-04, branch mtink)
+    "no parameters": (lambda: _edited(lambda d: _set_value(d, b"\x1a\x10" + bytes(16))), "HKDF hash type 0"),
+    "no key value": (
+        lambda: _edited(lambda d: _set_value(d, b"\x12\x07\x08\x80\x20\x10\x10\x18\x03")),
+        "at least 16 bytes .* got 0",
+    ),
 }
 
 
