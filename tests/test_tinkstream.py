@@ -284,9 +284,13 @@ KEYSET_FAULTS: dict[str, tuple[Callable[[], str | bytes], str]] = {
         "AesCtrHmacStreamingKey",
     ),
     "no keys": (lambda: json.dumps({"primaryKeyId": 1, "key": []}), "no 'key' list"),
+    "an entry not an object": (lambda: json.dumps({"primaryKeyId": 1, "key": [1]}), "entry is not an object"),
     "the primary disabled": (lambda: _edited(lambda d: d["key"][0].update(status="DISABLED")), "primary key"),
     "an unknown status": (lambda: _edited(lambda d: d["key"][0].update(status="MAYBE")), "unknown status"),
     "a TINK output prefix": (lambda: _edited(lambda d: d["key"][0].update(outputPrefixType="TINK")), "RAW"),
+    "an entry without keyData": (lambda: _edited(lambda d: d["key"][0].pop("keyData")), "lacks its keyId"),
+    "an entry without a value": (lambda: _edited(lambda d: d["key"][0]["keyData"].pop("value")), "has no value"),
+    "parameters as a varint": (lambda: _edited(lambda d: _set_value(d, b"\x10\x05")), "malformed key protobuf"),
     "a value not base64": (lambda: _edited(lambda d: d["key"][0]["keyData"].update(value="!!")), "base64"),
     "a truncated protobuf": (
         lambda: _edited(lambda d: _set_value(d, b"\x12\x07\x08\x80\x20")),
