@@ -295,6 +295,14 @@ KEYSET_FAULTS: dict[str, tuple[Callable[[], str | bytes], str]] = {
         lambda: _edited(lambda d: _set_value(d, b"\x12\x02\x0a\x00\x1a\x10" + bytes(16))),
         "malformed key parameters",
     ),
+    "no segment size": (
+        lambda: _edited(lambda d: _set_value(d, b"\x12\x04\x10\x10\x18\x03\x1a\x10" + bytes(16))),
+        "ciphertext_segment_size .* got 0",
+    ),
+    "no derived key size": (
+        lambda: _edited(lambda d: _set_value(d, b"\x12\x05\x08\x80\x20\x18\x03\x1a\x10" + bytes(16))),
+        "derived_key_size must be 16 or 32, got 0",
+    ),
     "a value not base64": (lambda: _edited(lambda d: d["key"][0]["keyData"].update(value="!!")), "base64"),
     "a truncated protobuf": (
         lambda: _edited(lambda d: _set_value(d, b"\x12\x07\x08\x80\x20")),
