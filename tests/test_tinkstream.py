@@ -271,6 +271,10 @@ def _set_value(document: dict[str, Any], raw: bytes) -> None:
     document["key"][0]["keyData"]["value"] = base64.b64encode(raw).decode()
 
 
+# version 0, segment size 4096, derived key size 16, HKDF-SHA256, a 16-byte key value
+GOOD_KEY_PROTOBUF = b"\x12\x07\x08\x80\x20\x10\x10\x18\x03\x1a\x10" + bytes(16)
+
+
 KEYSET_FAULTS: dict[str, tuple[Callable[[], str | bytes], str]] = {
     "not JSON": (lambda: "{not json", "not a Tink JSON keyset"),
     "a list": (lambda: "[]", "top level"),
@@ -302,6 +306,15 @@ KEYSET_FAULTS: dict[str, tuple[Callable[[], str | bytes], str]] = {
     "no derived key size": (
         lambda: _edited(lambda d: _set_value(d, b"\x12\x05\x08\x80\x20\x18\x03\x1a\x10" + bytes(16))),
         "derived_key_size must be 16 or 32, got 0",
+    ),
+    # Tink's protobuf parser refuses both; gcmstream's must not read the fields before them
+    "a field number 0": (
+        lambda: _edited(lambda d: _set_value(d, b"\x00\x00" + GOOD_KEY_PROTOBUF)),
+        "field number 0",
+    ),
+    "a cut fixed field": (
+        lambda: _edited(lambda d: _set_value(d, GOOD_KEY_PROTOBUF + b"\x21" + bytes(3))),
+        "fixed field past the end",
     ),
     "a value not base64": (lambda: _edited(lambda d: d["key"][0]["keyData"].update(value="!!")), "base64"),
     "a truncated protobuf": (
