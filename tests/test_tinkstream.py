@@ -316,6 +316,11 @@ KEYSET_FAULTS: dict[str, tuple[Callable[[], str | bytes], str]] = {
         lambda: _edited(lambda d: _set_value(d, GOOD_KEY_PROTOBUF + b"\x21" + bytes(3))),
         "fixed field past the end",
     ),
+    "a wire type 3": (lambda: _edited(lambda d: _set_value(d, GOOD_KEY_PROTOBUF + b"\x23")), "wire type 3"),
+    "a cut varint": (
+        lambda: _edited(lambda d: _set_value(d, GOOD_KEY_PROTOBUF + b"\x20\x80")),
+        "varint past the end",
+    ),
     "a value not base64": (lambda: _edited(lambda d: d["key"][0]["keyData"].update(value="!!")), "base64"),
     "a truncated protobuf": (
         lambda: _edited(lambda d: _set_value(d, b"\x12\x07\x08\x80\x20")),
