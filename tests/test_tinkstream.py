@@ -369,6 +369,21 @@ def test_a_keyset_gcmstream_cannot_use_is_refused_with_its_reason(fault: str) ->
     assert base64.b64encode(bytes(16)).decode() not in str(caught.value)
 
 
+def test_unknown_fields_of_every_wire_type_are_skipped_as_protobuf_skips_them() -> None:
+    """Fields the reader does not know (a varint, 64-bit, length-delimited and 32-bit one,
+    before and after the known ones, and inside the parameters) are skipped, as protobuf
+    itself skips them: the key read is the key protobuf reads."""
+    unknown = b"\x20\x05" + b"\x29" + bytes(range(8)) + b"\x32\x02ab" + b"\x3d" + bytes(range(4))
+    params = b"\x08\x80\x20\x10\x20\x18\x04" + unknown
+    raw = unknown + b"\x12" + bytes([len(params)]) + params + b"\x1a\x20" + bytes(range(32)) + unknown
+    proto = aes_gcm_hkdf_streaming_pb2.AesGcmHkdfStreamingKey.FromString(raw)
+    key = read_tink_keyset(_edited(lambda d: _set_value(d, raw))).primary
+    assert key.key_value == proto.key_value == bytes(range(32))
+    assert key.derived_key_size == proto.params.derived_key_size == 32
+    assert key.ciphertext_segment_size == proto.params.ciphertext_segment_size == 4096
+    assert HASHES[key.hkdf_hash] == proto.params.hkdf_hash_type == common_pb2.SHA512
+
+
 def test_a_disabled_key_beside_an_enabled_primary_is_left_out() -> None:
     def add_disabled(document: dict[str, Any]) -> None:
         extra = dict(document["key"][0], keyId=99, status="DISABLED")
