@@ -321,6 +321,10 @@ KEYSET_FAULTS: dict[str, tuple[Callable[[], str | bytes], str]] = {
         lambda: _edited(lambda d: _set_value(d, GOOD_KEY_PROTOBUF + b"\x20\x80")),
         "varint past the end",
     ),
+    "an 11-byte varint": (
+        lambda: _edited(lambda d: _set_value(d, GOOD_KEY_PROTOBUF + b"\x20" + b"\x80" * 10 + b"\x00")),
+        "varint over 10 bytes",
+    ),
     "a value not base64": (lambda: _edited(lambda d: d["key"][0]["keyData"].update(value="!!")), "base64"),
     "a truncated protobuf": (
         lambda: _edited(lambda d: _set_value(d, b"\x12\x07\x08\x80\x20")),
