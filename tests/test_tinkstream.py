@@ -7,9 +7,11 @@ authenticate."""
 from __future__ import annotations
 
 import base64
+import copy
 import io
 import itertools
 import json
+import pickle
 import random
 import subprocess
 import sys
@@ -538,6 +540,33 @@ def test_receive_data_after_eof_is_a_usage_error() -> None:
     opener.receive_eof()
     with pytest.raises(StreamClosedError):
         opener.receive_data(b"x")
+
+
+def test_header_verified_raises_the_streams_error_once_then_stream_broken() -> None:
+    """A segment 0 that no key opens: header_verified() raises AuthenticationError, and from
+    then on it and every read raise StreamBrokenError (never True, never False)."""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    ciphertext = tink_encrypt(TinkStreamingKey(bytes(range(16)), ciphertext_segment_size=64), b"x" * 10)
+    opener = TinkOpener(key)
+    opener.receive_data(ciphertext)
+    opener.receive_eof()
+    with pytest.raises(AuthenticationError):
+        opener.header_verified()
+    assert opener.broken
+    with pytest.raises(StreamBrokenError):
+        opener.header_verified()
+    with pytest.raises(StreamBrokenError):
+        opener.read()
+
+
+@pytest.mark.parametrize("duplicate", [copy.copy, copy.deepcopy, pickle.dumps])
+@pytest.mark.parametrize("kind", [TinkSealer, TinkOpener])
+def test_neither_a_sealer_nor_an_opener_can_be_copied_or_pickled(
+    kind: type[TinkSealer | TinkOpener], duplicate: Callable[[Any], Any]
+) -> None:
+    """A sealer's copy would reuse its segment nonces; an opener's would release a stream twice."""
+    with pytest.raises(TypeError, match="cannot be"):
+        duplicate(kind(TinkStreamingKey(bytes(16))))
 
 
 # -- the stored cases (tests/vectors/tink.json) ------------------------------------------------
