@@ -390,9 +390,10 @@ def test_unknown_fields_of_every_wire_type_are_skipped_as_protobuf_skips_them() 
     assert HASHES[key.hkdf_hash] == proto.params.hkdf_hash_type == common_pb2.SHA512
 
 
-def test_a_disabled_key_beside_an_enabled_primary_is_left_out() -> None:
+@pytest.mark.parametrize("status", ["DISABLED", "DESTROYED"])
+def test_a_disabled_key_beside_an_enabled_primary_is_left_out(status: str) -> None:
     def add_disabled(document: dict[str, Any]) -> None:
-        extra = dict(document["key"][0], keyId=99, status="DISABLED")
+        extra = dict(document["key"][0], keyId=99, status=status)
         document["key"].append(extra)
 
     keyset = read_tink_keyset(_edited(add_disabled))
