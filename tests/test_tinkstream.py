@@ -390,6 +390,19 @@ def test_unknown_fields_of_every_wire_type_are_skipped_as_protobuf_skips_them() 
     assert HASHES[key.hkdf_hash] == proto.params.hkdf_hash_type == common_pb2.SHA512
 
 
+@pytest.mark.parametrize("key_id", [0, (1 << 32) - 1, 1 << 32, -1])
+def test_key_ids_are_uint32_from_0_to_2_to_the_32_less_1(key_id: int) -> None:
+    def set_id(document: dict[str, Any]) -> None:
+        document["primaryKeyId"] = document["key"][0]["keyId"] = key_id
+
+    text = _edited(set_id)
+    if 0 <= key_id < 1 << 32:
+        assert read_tink_keyset(text).primary.key_id == key_id
+    else:
+        with pytest.raises(KeyFileError, match="not a key ID"):
+            read_tink_keyset(text)
+
+
 @pytest.mark.parametrize("status", ["DISABLED", "DESTROYED"])
 def test_a_disabled_key_beside_an_enabled_primary_is_left_out(status: str) -> None:
     def add_disabled(document: dict[str, Any]) -> None:
