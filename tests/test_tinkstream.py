@@ -25,6 +25,7 @@ from gcmstream import (
     AuthenticationError,
     KeyFileError,
     MalformedHeaderError,
+    OutOfRangeError,
     ProtocolError,
     StreamBrokenError,
     StreamClosedError,
@@ -571,6 +572,27 @@ def test_header_verified_raises_the_streams_error_once_then_stream_broken() -> N
         opener.header_verified()
     with pytest.raises(StreamBrokenError):
         opener.read()
+
+
+def test_buffer_updated_and_consume_refuse_counts_outside_what_they_were_given() -> None:
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    opener = TinkOpener(key)
+    with pytest.raises(OutOfRangeError):
+        opener.buffer_updated(1)  # no get_buffer() yet
+    buffer = opener.get_buffer()
+    for count in (-1, len(buffer) + 1):
+        with pytest.raises(OutOfRangeError):
+            opener.buffer_updated(count)
+    ciphertext = tink_encrypt(key, b"0123456789")
+    buffer[: len(ciphertext)] = ciphertext
+    opener.buffer_updated(len(ciphertext))
+    opener.receive_eof()
+    assert bytes(opener.peek() or b"") == b"0123456789"
+    for count in (-1, 11):
+        with pytest.raises(OutOfRangeError):
+            opener.consume(count)
+    opener.consume(4)
+    assert opener.read() == b"456789"
 
 
 @pytest.mark.parametrize("duplicate", [copy.copy, copy.deepcopy, pickle.dumps])
