@@ -291,6 +291,10 @@ KEYSET_FAULTS: dict[str, tuple[Callable[[], str | bytes], str]] = {
         "AesCtrHmacStreamingKey",
     ),
     "no keys": (lambda: json.dumps({"primaryKeyId": 1, "key": []}), "no 'key' list"),
+    "two keys with the primary's ID": (
+        lambda: _edited(lambda d: d["key"].append(dict(d["key"][0]))),
+        "two enabled keys with the primary's ID",
+    ),
     "an entry not an object": (lambda: json.dumps({"primaryKeyId": 1, "key": [1]}), "entry is not an object"),
     "the primary disabled": (lambda: _edited(lambda d: d["key"][0].update(status="DISABLED")), "primary key"),
     "an unknown status": (lambda: _edited(lambda d: d["key"][0].update(status="MAYBE")), "unknown status"),
@@ -391,6 +395,13 @@ def test_unknown_fields_of_every_wire_type_are_skipped_as_protobuf_skips_them() 
     assert HASHES[key.hkdf_hash] == proto.params.hkdf_hash_type == common_pb2.SHA512
 
 
+def test_a_keyset_file_of_exactly_1_mib_is_read() -> None:
+    text = _edited(lambda d: None)
+    text += " " * ((1 << 20) - len(text))
+    assert len(text) == 1 << 20
+    assert read_tink_keyset(text).primary.key_id == json.loads(text)["primaryKeyId"]
+
+
 @pytest.mark.parametrize("key_id", [0, (1 << 32) - 1, 1 << 32, -1])
 def test_key_ids_are_uint32_from_0_to_2_to_the_32_less_1(key_id: int) -> None:
     def set_id(document: dict[str, Any]) -> None:
@@ -407,8 +418,9 @@ def test_key_ids_are_uint32_from_0_to_2_to_the_32_less_1(key_id: int) -> None:
 @pytest.mark.parametrize("status", ["DISABLED", "DESTROYED"])
 def test_a_disabled_key_beside_an_enabled_primary_is_left_out(status: str) -> None:
     def add_disabled(document: dict[str, Any]) -> None:
-        extra = dict(document["key"][0], keyId=99, status=status)
-        document["key"].append(extra)
+        # one before the primary (reading goes on past it), one after
+        document["key"].insert(0, dict(document["key"][0], keyId=98, status=status))
+        document["key"].append(dict(document["key"][0], keyId=99, status=status))
 
     keyset = read_tink_keyset(_edited(add_disabled))
     assert [key.key_id for key in keyset.keys] == [keyset.primary.key_id]
