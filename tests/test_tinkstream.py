@@ -300,8 +300,14 @@ KEYSET_FAULTS: dict[str, tuple[Callable[[], str | bytes], str]] = {
     "an unknown status": (lambda: _edited(lambda d: d["key"][0].update(status="MAYBE")), "unknown status"),
     "a TINK output prefix": (lambda: _edited(lambda d: d["key"][0].update(outputPrefixType="TINK")), "RAW"),
     "an entry without keyData": (lambda: _edited(lambda d: d["key"][0].pop("keyData")), "lacks its keyId"),
-    "an entry without a value": (lambda: _edited(lambda d: d["key"][0]["keyData"].pop("value")), "has no value"),
-    "parameters as a varint": (lambda: _edited(lambda d: _set_value(d, b"\x10\x05")), "malformed key protobuf"),
+    "an entry without a value": (
+        lambda: _edited(lambda d: d["key"][0]["keyData"].pop("value")),
+        "has no value",
+    ),
+    "parameters as a varint": (
+        lambda: _edited(lambda d: _set_value(d, b"\x10\x05")),
+        "malformed key protobuf",
+    ),
     "a segment size as bytes": (
         lambda: _edited(lambda d: _set_value(d, b"\x12\x02\x0a\x00\x1a\x10" + bytes(16))),
         "malformed key parameters",
