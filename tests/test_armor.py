@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import os
 import random
+import re
 
 import pytest
 
@@ -149,10 +150,34 @@ def test_every_malformation_is_refused_in_every_chunking(name: str) -> None:
         cut = name in CUT  # ended before the end line: also a TruncatedStreamError
         assert isinstance(raised.value, TruncatedArmorError) == cut, raised.value
         assert isinstance(raised.value, TruncatedStreamError) == cut
-        with pytest.raises(ArmorError):  # failed for good
+        with pytest.raises(ArmorError) as again:  # failed for good, with the same error
             decoder.feed(b"")
-        with pytest.raises(ArmorError):
+        assert again.value is raised.value
+        with pytest.raises(ArmorError) as again:
             decoder.finish()
+        assert again.value is raised.value
+
+
+def test_each_line_fault_is_named_in_every_chunking() -> None:
+    """The rule a line breaks is the one named, though a later check would refuse it too
+    (hand-made removals of these raises went unnoticed: mutation run of 2026-12-04, mtink)."""
+    faults = malformations()
+    lines = armor(random.Random(7).randbytes(48 * 3 + 1)).split(b"\n")
+    crlf_line_after_lf = b"\n".join([lines[0], lines[1] + b"\r", *lines[2:]])
+    cases = {
+        faults["mixed line endings"]: "line 3 ends with LF where the begin line ends with CRLF",
+        crlf_line_after_lf: "line 2 ends with CRLF where the begin line ends with LF",
+        faults["line of 65"]: "line 2 is longer than 64 characters",
+        faults["last line not a multiple of 4"]: "line 5 has 3 characters: a last line has 4 to 64",
+        faults["empty line"]: "line 3 has 0 characters",
+    }
+    for text, message in cases.items():
+        for step in (1, 5, 64, 65, 66, 4096):
+            decoder = ArmorDecoder()
+            with pytest.raises(ArmorError, match=re.escape(message)):
+                for part in chunked(text, step):
+                    decoder.feed(part)
+                decoder.finish()
 
 
 def test_no_bytes_of_a_bad_line_are_returned() -> None:

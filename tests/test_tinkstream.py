@@ -7,9 +7,11 @@ authenticate."""
 from __future__ import annotations
 
 import base64
+import copy
 import io
 import itertools
 import json
+import pickle
 import random
 import subprocess
 import sys
@@ -23,6 +25,7 @@ from gcmstream import (
     AuthenticationError,
     KeyFileError,
     MalformedHeaderError,
+    OutOfRangeError,
     ProtocolError,
     StreamBrokenError,
     StreamClosedError,
@@ -271,6 +274,10 @@ def _set_value(document: dict[str, Any], raw: bytes) -> None:
     document["key"][0]["keyData"]["value"] = base64.b64encode(raw).decode()
 
 
+# version 0, segment size 4096, derived key size 16, HKDF-SHA256, a 16-byte key value
+GOOD_KEY_PROTOBUF = b"\x12\x07\x08\x80\x20\x10\x10\x18\x03\x1a\x10" + bytes(16)
+
+
 KEYSET_FAULTS: dict[str, tuple[Callable[[], str | bytes], str]] = {
     "not JSON": (lambda: "{not json", "not a Tink JSON keyset"),
     "a list": (lambda: "[]", "top level"),
@@ -284,9 +291,53 @@ KEYSET_FAULTS: dict[str, tuple[Callable[[], str | bytes], str]] = {
         "AesCtrHmacStreamingKey",
     ),
     "no keys": (lambda: json.dumps({"primaryKeyId": 1, "key": []}), "no 'key' list"),
+    "two keys with the primary's ID": (
+        lambda: _edited(lambda d: d["key"].append(dict(d["key"][0]))),
+        "two enabled keys with the primary's ID",
+    ),
+    "an entry not an object": (lambda: json.dumps({"primaryKeyId": 1, "key": [1]}), "entry is not an object"),
     "the primary disabled": (lambda: _edited(lambda d: d["key"][0].update(status="DISABLED")), "primary key"),
     "an unknown status": (lambda: _edited(lambda d: d["key"][0].update(status="MAYBE")), "unknown status"),
     "a TINK output prefix": (lambda: _edited(lambda d: d["key"][0].update(outputPrefixType="TINK")), "RAW"),
+    "an entry without keyData": (lambda: _edited(lambda d: d["key"][0].pop("keyData")), "lacks its keyId"),
+    "an entry without a value": (
+        lambda: _edited(lambda d: d["key"][0]["keyData"].pop("value")),
+        "has no value",
+    ),
+    "parameters as a varint": (
+        lambda: _edited(lambda d: _set_value(d, b"\x10\x05")),
+        "malformed key protobuf",
+    ),
+    "a segment size as bytes": (
+        lambda: _edited(lambda d: _set_value(d, b"\x12\x02\x0a\x00\x1a\x10" + bytes(16))),
+        "malformed key parameters",
+    ),
+    "no segment size": (
+        lambda: _edited(lambda d: _set_value(d, b"\x12\x04\x10\x10\x18\x03\x1a\x10" + bytes(16))),
+        "ciphertext_segment_size .* got 0",
+    ),
+    "no derived key size": (
+        lambda: _edited(lambda d: _set_value(d, b"\x12\x05\x08\x80\x20\x18\x03\x1a\x10" + bytes(16))),
+        "derived_key_size must be 16 or 32, got 0",
+    ),
+    # Tink's protobuf parser refuses both; gcmstream's must not read the fields before them
+    "a field number 0": (
+        lambda: _edited(lambda d: _set_value(d, b"\x00\x00" + GOOD_KEY_PROTOBUF)),
+        "field number 0",
+    ),
+    "a cut fixed field": (
+        lambda: _edited(lambda d: _set_value(d, GOOD_KEY_PROTOBUF + b"\x21" + bytes(3))),
+        "fixed field past the end",
+    ),
+    "a wire type 3": (lambda: _edited(lambda d: _set_value(d, GOOD_KEY_PROTOBUF + b"\x23")), "wire type 3"),
+    "a cut varint": (
+        lambda: _edited(lambda d: _set_value(d, GOOD_KEY_PROTOBUF + b"\x20\x80")),
+        "varint past the end",
+    ),
+    "an 11-byte varint": (
+        lambda: _edited(lambda d: _set_value(d, GOOD_KEY_PROTOBUF + b"\x20" + b"\x80" * 10 + b"\x00")),
+        "varint over 10 bytes",
+    ),
     "a value not base64": (lambda: _edited(lambda d: d["key"][0]["keyData"].update(value="!!")), "base64"),
     "a truncated protobuf": (
         lambda: _edited(lambda d: _set_value(d, b"\x12\x07\x08\x80\x20")),
@@ -307,6 +358,13 @@ KEYSET_FAULTS: dict[str, tuple[Callable[[], str | bytes], str]] = {
         "HKDF hash type 2",
     ),
     "over 1 MiB": (lambda: " " * ((1 << 20) + 1), "at most"),
+    # a missing field reads as protobuf's default (empty), and the check it then fails names
+    # what was found (mutation run of 2026-12-04, branch mtink)
+    "no parameters": (lambda: _edited(lambda d: _set_value(d, b"\x1a\x10" + bytes(16))), "HKDF hash type 0"),
+    "no key value": (
+        lambda: _edited(lambda d: _set_value(d, b"\x12\x07\x08\x80\x20\x10\x10\x18\x03")),
+        "at least 16 bytes .* got 0",
+    ),
 }
 
 
@@ -328,10 +386,47 @@ def test_a_keyset_gcmstream_cannot_use_is_refused_with_its_reason(fault: str) ->
     assert base64.b64encode(bytes(16)).decode() not in str(caught.value)
 
 
-def test_a_disabled_key_beside_an_enabled_primary_is_left_out() -> None:
+def test_unknown_fields_of_every_wire_type_are_skipped_as_protobuf_skips_them() -> None:
+    """Fields the reader does not know (a varint, 64-bit, length-delimited and 32-bit one,
+    before and after the known ones, and inside the parameters) are skipped, as protobuf
+    itself skips them: the key read is the key protobuf reads."""
+    unknown = b"\x20\x05" + b"\x29" + bytes(range(8)) + b"\x32\x02ab" + b"\x3d" + bytes(range(4))
+    params = b"\x08\x80\x20\x10\x20\x18\x04" + unknown
+    raw = unknown + b"\x12" + bytes([len(params)]) + params + b"\x1a\x20" + bytes(range(32)) + unknown
+    proto = aes_gcm_hkdf_streaming_pb2.AesGcmHkdfStreamingKey.FromString(raw)
+    key = read_tink_keyset(_edited(lambda d: _set_value(d, raw))).primary
+    assert key.key_value == proto.key_value == bytes(range(32))
+    assert key.derived_key_size == proto.params.derived_key_size == 32
+    assert key.ciphertext_segment_size == proto.params.ciphertext_segment_size == 4096
+    assert HASHES[key.hkdf_hash] == proto.params.hkdf_hash_type == common_pb2.SHA512
+
+
+def test_a_keyset_file_of_exactly_1_mib_is_read() -> None:
+    text = _edited(lambda d: None)
+    text += " " * ((1 << 20) - len(text))
+    assert len(text) == 1 << 20
+    assert read_tink_keyset(text).primary.key_id == json.loads(text)["primaryKeyId"]
+
+
+@pytest.mark.parametrize("key_id", [0, (1 << 32) - 1, 1 << 32, -1])
+def test_key_ids_are_uint32_from_0_to_2_to_the_32_less_1(key_id: int) -> None:
+    def set_id(document: dict[str, Any]) -> None:
+        document["primaryKeyId"] = document["key"][0]["keyId"] = key_id
+
+    text = _edited(set_id)
+    if 0 <= key_id < 1 << 32:
+        assert read_tink_keyset(text).primary.key_id == key_id
+    else:
+        with pytest.raises(KeyFileError, match="not a key ID"):
+            read_tink_keyset(text)
+
+
+@pytest.mark.parametrize("status", ["DISABLED", "DESTROYED"])
+def test_a_disabled_key_beside_an_enabled_primary_is_left_out(status: str) -> None:
     def add_disabled(document: dict[str, Any]) -> None:
-        extra = dict(document["key"][0], keyId=99, status="DISABLED")
-        document["key"].append(extra)
+        # one before the primary (reading goes on past it), one after
+        document["key"].insert(0, dict(document["key"][0], keyId=98, status=status))
+        document["key"].append(dict(document["key"][0], keyId=99, status=status))
 
     keyset = read_tink_keyset(_edited(add_disabled))
     assert [key.key_id for key in keyset.keys] == [keyset.primary.key_id]
@@ -478,6 +573,54 @@ def test_receive_data_after_eof_is_a_usage_error() -> None:
     opener.receive_eof()
     with pytest.raises(StreamClosedError):
         opener.receive_data(b"x")
+
+
+def test_header_verified_raises_the_streams_error_once_then_stream_broken() -> None:
+    """A segment 0 that no key opens: header_verified() raises AuthenticationError, and from
+    then on it and every read raise StreamBrokenError (never True, never False)."""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    ciphertext = tink_encrypt(TinkStreamingKey(bytes(range(16)), ciphertext_segment_size=64), b"x" * 10)
+    opener = TinkOpener(key)
+    opener.receive_data(ciphertext)
+    opener.receive_eof()
+    with pytest.raises(AuthenticationError):
+        opener.header_verified()
+    assert opener.broken
+    with pytest.raises(StreamBrokenError):
+        opener.header_verified()
+    with pytest.raises(StreamBrokenError):
+        opener.read()
+
+
+def test_buffer_updated_and_consume_refuse_counts_outside_what_they_were_given() -> None:
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    opener = TinkOpener(key)
+    with pytest.raises(OutOfRangeError):
+        opener.buffer_updated(1)  # no get_buffer() yet
+    buffer = opener.get_buffer()
+    for count in (-1, len(buffer) + 1):
+        with pytest.raises(OutOfRangeError):
+            opener.buffer_updated(count)
+    ciphertext = tink_encrypt(key, b"0123456789")
+    buffer[: len(ciphertext)] = ciphertext
+    opener.buffer_updated(len(ciphertext))
+    opener.receive_eof()
+    assert bytes(opener.peek() or b"") == b"0123456789"
+    for count in (-1, 11):
+        with pytest.raises(OutOfRangeError):
+            opener.consume(count)
+    opener.consume(4)
+    assert opener.read() == b"456789"
+
+
+@pytest.mark.parametrize("duplicate", [copy.copy, copy.deepcopy, pickle.dumps])
+@pytest.mark.parametrize("kind", [TinkSealer, TinkOpener])
+def test_neither_a_sealer_nor_an_opener_can_be_copied_or_pickled(
+    kind: type[TinkSealer | TinkOpener], duplicate: Callable[[Any], Any]
+) -> None:
+    """A sealer's copy would reuse its segment nonces; an opener's would release a stream twice."""
+    with pytest.raises(TypeError, match="cannot be"):
+        duplicate(kind(TinkStreamingKey(bytes(16))))
 
 
 # -- the stored cases (tests/vectors/tink.json) ------------------------------------------------
