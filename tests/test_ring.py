@@ -962,3 +962,25 @@ def test_store_in_a_wrapped_ring_never_writes_over_the_records_at_head() -> None
     assert (ring.tail, ring.complete) == (1021, 3)
     assert bytes(ring.view[1021:2042]) == second
     assert bytes(ring.view[:1021]) == third + fits
+
+
+def test_store_counts_the_peak_before_and_after_the_ring_wraps() -> None:
+    """``peak`` (what a growing ring's growth and shrinking go by) counts what ``store`` leaves
+    stored, from ``head`` past the end of the memory when the ring has wrapped (mutation run of
+    2026-12-04, mring: the count wrong in either layout went unnoticed)."""
+    ring = RecordRing(1000, capacity=3000)
+    first, second = wire_record(1, 500 - RECORD_HEADER_SIZE), wire_record(2, 500 - RECORD_HEADER_SIZE)
+    third, fourth = wire_record(3, 1000 + TAG_SIZE), wire_record(4, 990 - RECORD_HEADER_SIZE)
+    feed(ring, first + second)
+    ring.pop(len(first))
+    assert ring.store(memoryview(third), 0, len(third)) == len(third)  # at 1,000, head at 500
+    assert (ring.head, ring.tail, ring.peak) == (500, 2021, 1521)
+    ring.pop(len(second))
+    feed(ring, fourth[:RECORD_HEADER_SIZE])  # at 2,021: the record does not fit before 3,000
+    ring.writable()  # moves its header to 0: the ring wraps
+    assert (ring.wrap, ring.head, ring.tail) == (2021, 1000, RECORD_HEADER_SIZE)
+    rest = len(fourth) - RECORD_HEADER_SIZE
+    assert ring.store(memoryview(fourth), RECORD_HEADER_SIZE, rest) == rest
+    assert (ring.complete, ring.peak) == (2, 1021 + 990)
+    assert bytes(ring.view[:990]) == fourth
+    assert bytes(ring.view[1000:2021]) == third
