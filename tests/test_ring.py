@@ -984,3 +984,21 @@ def test_store_counts_the_peak_before_and_after_the_ring_wraps() -> None:
     assert (ring.complete, ring.peak) == (2, 1021 + 990)
     assert bytes(ring.view[:990]) == fourth
     assert bytes(ring.view[1000:2021]) == third
+
+
+def test_store_leaves_a_ring_filled_past_half_by_a_burst_to_grow() -> None:
+    """A growing ring that a burst filled past half grows (so the transport's reads stay
+    large); ``store`` refuses there even a record the memory still holds, and ``writable()``
+    grows the ring first (hand-made removal of 2026-12-04, mring: without the refusal, bursts
+    arriving by ``store`` filled the ring without growing it, unnoticed)."""
+    ring = RecordRing(1000, start=256)
+    ring.writable()  # takes its first memory, ``start`` bytes
+    first, second = wire_record(1, 150 - RECORD_HEADER_SIZE), wire_record(2, 50 - RECORD_HEADER_SIZE)
+    assert ring.store(memoryview(first), 0, len(first)) == len(first)
+    assert (ring.capacity, ring.peak) == (256, 150)  # past half of the memory
+    before = (ring.head, ring.tail, ring.frontier, ring.frontier_len, ring.complete)
+    assert ring.store(memoryview(second), 0, len(second)) == 0  # it would fit: 200 of 256
+    assert (ring.head, ring.tail, ring.frontier, ring.frontier_len, ring.complete) == before
+    feed(ring, second)
+    assert ring.capacity == 4 * 256 and ring.complete == 2
+    assert bytes(ring.view[:200]) == first + second
