@@ -887,3 +887,118 @@ def test_an_empty_ring_takes_a_split_records_memory_at_once() -> None:
     small = RecordRing(64 * 1024, start=4096)
     assert small.store(memoryview(wire_record(2, 100)), 0, 50) == 50
     assert small.capacity == 4096
+
+
+def feed(ring: RecordRing, data: bytes) -> None:
+    """Write ``data`` through ``writable()``/``commit()`` (the transport's path), all of it."""
+    sent = 0
+    while sent < len(data):
+        view = ring.writable()
+        count = min(len(view), len(data) - sent)
+        assert count, "the ring refused bytes it should hold"
+        view[:count] = data[sent : sent + count]
+        ring.commit(count)
+        sent += count
+
+
+def test_store_takes_a_record_the_memory_holds_up_to_each_bound() -> None:
+    """``store`` takes what the memory holds as it is at each bound (mutation run of
+    2026-12-04, mring: a header of exactly 5 bytes, a record of an empty plaintext, a record
+    ending at the end of the memory, a burst at exactly half a growing ring, a record exactly
+    the size of the memory all went to the slower path; ``peak`` counted one byte short)."""
+    record_size = 1000
+    largest = record_size + TAG_SIZE  # body of a largest record: its wire is 1,021 bytes
+    ring = RecordRing(record_size, capacity=2 * (RECORD_HEADER_SIZE + largest))
+    first, second = wire_record(1, largest), wire_record(2, largest)
+    assert ring.store(memoryview(first), 0, RECORD_HEADER_SIZE) == RECORD_HEADER_SIZE  # the header alone
+    assert (ring.stored, ring.frontier_len, ring.peak) == (RECORD_HEADER_SIZE, len(first), RECORD_HEADER_SIZE)
+    assert ring.store(memoryview(first), RECORD_HEADER_SIZE, largest) == largest
+    assert ring.store(memoryview(second), 0, len(second)) == len(second)  # ends at the end of the memory
+    assert (ring.complete, ring.tail, ring.peak) == (2, ring.capacity, ring.capacity)
+    assert bytes(ring.view[: ring.capacity]) == first + second
+    ring.pop(len(first))
+    ring.pop(len(second))
+    empty = wire_record(3, TAG_SIZE)  # an empty plaintext: the shortest record
+    assert ring.store(memoryview(empty), 0, len(empty)) == len(empty)
+    assert ring.complete == 1
+
+    growing = RecordRing(record_size, start=256)
+    growing.writable()  # takes its first memory, ``start`` bytes
+    buf = growing.buf
+    exact = wire_record(4, 256 - RECORD_HEADER_SIZE)
+    assert growing.store(memoryview(exact), 0, len(exact)) == len(exact)  # fills it exactly
+    assert growing.capacity == 256
+    assert growing.buf is buf  # not grown for a record it holds
+    growing.pop(len(exact))
+    half = wire_record(5, 128 - RECORD_HEADER_SIZE)
+    after = wire_record(6, 100 - RECORD_HEADER_SIZE)
+    assert growing.store(memoryview(half), 0, len(half)) == len(half)
+    assert growing.peak == 128  # half of the memory: no reason to grow yet
+    assert growing.store(memoryview(after), 0, len(after)) == len(after)
+    assert (growing.capacity, growing.complete, growing.peak) == (256, 2, 228)
+    assert bytes(growing.view[:228]) == half + after
+
+
+def test_store_in_a_wrapped_ring_never_writes_over_the_records_at_head() -> None:
+    """Wrapped (the frontier at 0, unread records from ``head`` up), ``store`` bounds a record
+    by ``head``, not by the end of the memory: one that would reach past ``head`` is refused,
+    the unread record there intact; one ending exactly at ``head`` is taken (mutation run of
+    2026-12-04, mring: the bound taken as the end of the memory went unnoticed)."""
+    largest = 1000 + TAG_SIZE
+    ring = RecordRing(1000, capacity=3000)
+    first, second = wire_record(1, largest), wire_record(2, largest)
+    third = wire_record(3, 1000 - RECORD_HEADER_SIZE)
+    feed(ring, first + second)
+    ring.pop(len(first))
+    feed(ring, third)  # past the end of the memory: moved to 0, the ring wraps
+    assert (ring.wrap, ring.head, ring.frontier, ring.complete) == (2042, 1021, 1000, 2)
+    over = wire_record(4, 100)  # would end at 1,105, past head
+    before = (ring.head, ring.tail, ring.frontier, ring.frontier_len, ring.complete)
+    assert ring.store(memoryview(over), 0, len(over)) == 0
+    assert (ring.head, ring.tail, ring.frontier, ring.frontier_len, ring.complete) == before
+    assert bytes(ring.view[1021:2042]) == second
+    fits = wire_record(5, TAG_SIZE)  # 21 bytes: ends exactly at head
+    assert ring.store(memoryview(fits), 0, len(fits)) == len(fits)
+    assert (ring.tail, ring.complete) == (1021, 3)
+    assert bytes(ring.view[1021:2042]) == second
+    assert bytes(ring.view[:1021]) == third + fits
+
+
+def test_store_counts_the_peak_before_and_after_the_ring_wraps() -> None:
+    """``peak`` (what a growing ring's growth and shrinking go by) counts what ``store`` leaves
+    stored, from ``head`` past the end of the memory when the ring has wrapped (mutation run of
+    2026-12-04, mring: the count wrong in either layout went unnoticed)."""
+    ring = RecordRing(1000, capacity=3000)
+    first, second = wire_record(1, 500 - RECORD_HEADER_SIZE), wire_record(2, 500 - RECORD_HEADER_SIZE)
+    third, fourth = wire_record(3, 1000 + TAG_SIZE), wire_record(4, 990 - RECORD_HEADER_SIZE)
+    feed(ring, first + second)
+    ring.pop(len(first))
+    assert ring.store(memoryview(third), 0, len(third)) == len(third)  # at 1,000, head at 500
+    assert (ring.head, ring.tail, ring.peak) == (500, 2021, 1521)
+    ring.pop(len(second))
+    feed(ring, fourth[:RECORD_HEADER_SIZE])  # at 2,021: the record does not fit before 3,000
+    ring.writable()  # moves its header to 0: the ring wraps
+    assert (ring.wrap, ring.head, ring.tail) == (2021, 1000, RECORD_HEADER_SIZE)
+    rest = len(fourth) - RECORD_HEADER_SIZE
+    assert ring.store(memoryview(fourth), RECORD_HEADER_SIZE, rest) == rest
+    assert (ring.complete, ring.peak) == (2, 1021 + 990)
+    assert bytes(ring.view[:990]) == fourth
+    assert bytes(ring.view[1000:2021]) == third
+
+
+def test_store_leaves_a_ring_filled_past_half_by_a_burst_to_grow() -> None:
+    """A growing ring that a burst filled past half grows (so the transport's reads stay
+    large); ``store`` refuses there even a record the memory still holds, and ``writable()``
+    grows the ring first (hand-made removal of 2026-12-04, mring: without the refusal, bursts
+    arriving by ``store`` filled the ring without growing it, unnoticed)."""
+    ring = RecordRing(1000, start=256)
+    ring.writable()  # takes its first memory, ``start`` bytes
+    first, second = wire_record(1, 150 - RECORD_HEADER_SIZE), wire_record(2, 50 - RECORD_HEADER_SIZE)
+    assert ring.store(memoryview(first), 0, len(first)) == len(first)
+    assert (ring.capacity, ring.peak) == (256, 150)  # past half of the memory
+    before = (ring.head, ring.tail, ring.frontier, ring.frontier_len, ring.complete)
+    assert ring.store(memoryview(second), 0, len(second)) == 0  # it would fit: 200 of 256
+    assert (ring.head, ring.tail, ring.frontier, ring.frontier_len, ring.complete) == before
+    feed(ring, second)
+    assert ring.capacity == 4 * 256 and ring.complete == 2
+    assert bytes(ring.view[:200]) == first + second
