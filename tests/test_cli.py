@@ -1097,10 +1097,16 @@ def test_listen_keeps_serving_after_failed_handshakes(tmp_path: Path, keyfile: P
     log = listener.stderr.decode().splitlines()
     # the first stranger's line, with its reason; the wrong key came within 10 s of it, so it is
     # counted at debug level, as the servers do (_server.FailureReport; review 2026-12-04
-    # finding 4: a stranger costs no warning line of its own under a flood)
-    assert len(log) == 1, log
+    # finding 4: a stranger costs no warning line of its own under a flood), and the count is
+    # said when listen ends with its peer (a new user saw it never come)
+    assert len(log) == 2, log
     assert "not a gcmstream stream" in log[0]
     assert re.fullmatch(r"gcmstream listen: 127\.0\.0\.1:\d+: .*; still listening", log[0])
+    assert re.fullmatch(
+        r"gcmstream listen: handshakes failed without proving the key in the last \d+ s: 1 \(1 [a-z ]+\); "
+        r"each is logged at debug level",
+        log[1],
+    )
 
 
 def test_listens_count_line_keeps_its_reasons_through_the_key_text_filter() -> None:
@@ -1156,8 +1162,14 @@ def test_listen_says_one_line_for_a_flood_of_strangers_not_one_each(keyfile: Pat
     assert listener.finish() == 0, listener.stderr
     assert listener.stdout == b"the real peer"
     log = listener.stderr.decode().splitlines()
-    assert len(log) == 1, log  # before: 100 lines, one per stranger
+    assert len(log) == 2, log  # before: 100 lines, one per stranger
     assert re.fullmatch(r"gcmstream listen: 127\.0\.0\.1:\d+: .*; still listening", log[0])
+    # the other 99 counted, said as listen ends with its peer, their reason in words
+    assert re.fullmatch(
+        r"gcmstream listen: handshakes failed without proving the key in the last \d+ s: 99 "
+        r"\(99 anyio truncated stream error\); each is logged at debug level",
+        log[1],
+    )
 
 
 # -- pipes and the terminal ----------------------------------------------------------------------

@@ -819,3 +819,14 @@ def test_a_key_file_given_to_i_is_told_to_go_to_k(
         f"{keyfile} is a key file (gcmstream-key-v1: line), not an identity file: give it with -k" in message
     )
     assert "[OPTIONS]" not in message, message
+
+
+def test_a_passphrase_given_where_its_files_name_goes_is_never_shown(tmp_path: Path) -> None:
+    """A new user's slip: ``--passphrase-file "correct horse battery"``. The path names no file,
+    and it may be the passphrase itself: the message says what happened without quoting it."""
+    typed = "correct horse battery staple"
+    for command in ("encrypt", "decrypt"):
+        run = run_cli(command, "--passphrase-file", typed, input=b"x")
+        assert run.status == 2
+        assert typed not in run.stderr and "correct" not in run.stderr
+        assert "--passphrase-file takes a file's name" in run.stderr

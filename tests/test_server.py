@@ -342,3 +342,25 @@ def test_connection_statistics_name_what_each_side_did() -> None:
     figures = connection_statistics(responder.sealer, responder.opener)
     assert figures["peer_key_id"] == responder.opener.header.key_id  # type: ignore[union-attr]
     assert figures["peer_id"] is None
+
+
+def test_a_final_report_says_the_count_whatever_the_interval(caplog: pytest.LogCaptureFixture) -> None:
+    """A server that ends (``gcmstream listen`` once it has its peer) says the failures it
+    counted since its last line, though the interval has not passed: else they would never be
+    said (a new user's finding: three bad peers, one line, then nothing)."""
+    caplog.set_level(logging.DEBUG, logger="gcmstream")
+    now = [0.0]
+    report = FailureReport(clock=lambda: now[0])
+    assert report.failed(TimeoutError(), proved_key=False) == logging.WARNING  # its own line
+    for _ in range(2):
+        assert report.failed(TimeoutError(), proved_key=False) == logging.DEBUG
+    now[0] += 1
+    report.report_due()  # within the interval: nothing
+    assert caplog.messages == []
+    report.report_due(final=True)
+    assert caplog.messages == [
+        "handshakes failed without proving the key in the last 1 s: 2 (2 timeout error); "
+        "each is logged at debug level"
+    ]
+    report.report_due(final=True)  # nothing counted since: nothing more
+    assert len(caplog.messages) == 1

@@ -372,4 +372,7 @@ async def serve_listener(
 
         await run_handler(lambda: handler(served), peer, abort=abort, failed=core.handler_failed)
 
-    await serve_retrying(listener, handle, task_group)  # survives EMFILE
+    try:
+        await serve_retrying(listener, handle, task_group)  # survives EMFILE
+    finally:  # (listen ends here once it has its peer: the failures before it are said)
+        core.failures.report_due(final=True)

@@ -286,11 +286,14 @@ def describe_handshake_failure(
     logger.log(level, "handshake with %s failed: %s: %s", peer, type(exc).__name__, reason)
 
 
+_WORD_START = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")  # compiled at import, not in a flood
+
+
 def reason_words(kind: type[BaseException]) -> str:
     """An exception class as the count line's words ("TruncatedStreamError" -> "truncated
     stream error"): lower case, so that ``gcmstream listen``'s filter of key-like text (mixed
     case runs) lets the reasons through (review 2026-12-04, second review, finding 5)."""
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", kind.__name__).lower()
+    return _WORD_START.sub(" ", kind.__name__).lower()
 
 
 class FailureReport:
@@ -333,14 +336,16 @@ class FailureReport:
         self._counted[reason_words(type(exc))] += 1
         return logging.DEBUG
 
-    def report_due(self, now: float | None = None) -> None:
+    def report_due(self, now: float | None = None, *, final: bool = False) -> None:
         """Log the count of the failures logged at debug level, if there are any and the
         interval since the last warning has passed (servers also ask on each arrival, so the
-        end of a flood is counted by the next connection)."""
+        end of a flood is counted by the next connection). ``final``: the server is ending
+        (``gcmstream listen`` after its peer): the count goes out whatever the interval, or
+        the failures since the last line would never be said."""
         if not self._counted:
             return
         now = self._clock() if now is None else now
-        if now - self._warned_at < REPORT_INTERVAL:
+        if now - self._warned_at < REPORT_INTERVAL and not final:
             return
         reasons = ", ".join(f"{count:,} {reason}" for reason, count in self._counted.most_common())
         self._log.warning(

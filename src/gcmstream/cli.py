@@ -501,7 +501,7 @@ _EXAMPLES = {
   gcmstream recipient me.identity > me.recipient     # to give to others""",
     "encrypt": """\
   tar c docs | gcmstream encrypt -k backup.key --context "backup v1" > docs.tar.gcms
-  gcmstream encrypt -R team.recipients -r gcmstream-recipient-v1:x25519:... -o a.pdf.gcms a.pdf
+  gcmstream encrypt -R team.recipients -r gcmstream-recipient-v1:mlkem768x25519:... -o a.pdf.gcms a.pdf
   gcmstream encrypt -a --passphrase -o notes.txt.asc notes.txt     # -a: text, for mail""",
     "decrypt": """\
   gcmstream decrypt -k backup.key --context "backup v1" docs.tar.gcms | tar x
@@ -1008,6 +1008,11 @@ def _read_passphrase(args: argparse.Namespace, *, encrypting: bool) -> str:
             _check_private(path, "passphrase file")
             with open(path, "rb") as file:
                 line = file.readline(MAX_PASSPHRASE_SIZE + 2).rstrip(b"\r\n")
+        except FileNotFoundError:  # not shown: a passphrase typed where its file's name goes
+            raise _Usage(
+                "no file at the path given to --passphrase-file (not shown: it may be the "
+                "passphrase itself; --passphrase-file takes a file's name, --passphrase asks)"
+            ) from None
         except OSError as exc:
             raise _Usage(f"cannot read passphrase file {path}: {exc.strerror or 'failed'}") from None
         if len(line) > MAX_PASSPHRASE_SIZE:

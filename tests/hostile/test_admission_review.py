@@ -529,8 +529,10 @@ def test_a_keyless_connect_and_close_flood_is_not_logged_line_by_line(
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     failures = [r for r in caplog.records if r.getMessage().startswith("handshake with ")]
     assert len(failures) == 100  # every connection has its line ...
-    # ... at warning level one, the first (the run lasts less than REPORT_INTERVAL)
-    assert len(warnings) <= 1, f"{len(warnings)} warnings for 100 keyless connections"
+    # ... at warning level one, the first (the run lasts less than REPORT_INTERVAL), and the
+    # anyio listener's count of the other 99 as it ends (FailureReport.report_due(final=True))
+    assert len(warnings) <= 2, f"{len(warnings)} warnings for 100 keyless connections"
+    assert all(r.getMessage().startswith("handshakes failed without proving") for r in warnings[1:])
 
 
 # -- finding 6: one address holds `start` slots, not `per_source` -------------------------------
