@@ -1073,6 +1073,34 @@ def test_key_file_open_to_others_is_refused(tmp_path: Path) -> None:
 # -- listen serves until the real peer arrives --------------------------------------------------
 
 
+def test_stdin_and_the_output_naming_one_file_is_refused(tmp_path: Path, keyfile: Path) -> None:
+    """`gcmstream encrypt -k K -o F < F` is refused as `... -o F F` is: the output would be
+    renamed over the file stdin reads (a new user's finding: it went through, exit 0)."""
+    target = tmp_path / "f"
+    for command in ("encrypt", "decrypt"):
+        target.write_bytes(b"the only copy")
+        with open(target, "rb") as stdin:
+            run = subprocess.run(
+                [sys.executable, "-m", "gcmstream", command, "-k", str(keyfile), "-o", str(target)],
+                stdin=stdin,
+                capture_output=True,
+                env=env(),
+                timeout=TIMEOUT,
+            )
+        assert run.returncode == 2, run.stderr
+        assert f"stdin is {target}, the output: give another -o".encode() in run.stderr
+        assert target.read_bytes() == b"the only copy"
+    with open(keyfile, "rb") as other:  # another file on stdin: not refused by this rule
+        run = subprocess.run(
+            [sys.executable, "-m", "gcmstream", "encrypt", "-k", str(keyfile), "-o", str(target)],
+            stdin=other,
+            capture_output=True,
+            env=env(),
+            timeout=TIMEOUT,
+        )
+    assert run.returncode == 0, run.stderr
+
+
 def test_listen_keeps_serving_after_failed_handshakes(tmp_path: Path, keyfile: Path) -> None:
     other = tmp_path / "other"
     assert run_cli("keygen", "-o", other).status == 0

@@ -1417,10 +1417,14 @@ def _open_input(path: str) -> Iterator[tuple[int, int | None]]:
 def _refuse_same_file(args: argparse.Namespace) -> None:
     """IN and OUT naming one file would replace the input with the output (the output is
     renamed over it at the end): refuse, as cp does."""
-    if "-" in (args.input, args.output):
+    if args.output == "-":
         return
     with contextlib.suppress(OSError):
-        if os.path.samefile(args.input, args.output):
+        if args.input == "-":  # `-o F < F`: stdin is the file OUT names (a new user's finding)
+            same = os.path.samestat(os.fstat(0), os.stat(args.output))
+            if same:
+                raise _Usage(f"stdin is {_printable(args.output)}, the output: give another -o")
+        elif os.path.samefile(args.input, args.output):
             raise _Usage(f"{args.input} is both the input and the output: give another -o")
 
 
