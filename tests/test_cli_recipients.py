@@ -830,3 +830,48 @@ def test_a_passphrase_given_where_its_files_name_goes_is_never_shown(tmp_path: P
         assert run.status == 2
         assert typed not in run.stderr and "correct" not in run.stderr
         assert "--passphrase-file takes a file's name" in run.stderr
+
+
+TYPED = "correct horse battery"  # a passphrase typed where a flag that takes no value is
+
+
+@pytest.mark.parametrize(
+    ("words", "says"),
+    [
+        (["encrypt", "--passphrase", TYPED, *FAST], "--passphrase takes no value"),
+        (["encrypt", "--passphrase", TYPED, "-o", "out.gcms"], "--passphrase takes no value"),
+        (["encrypt", "plain", "--passphrase", TYPED], "--passphrase takes no value"),  # an extra word
+        (["decrypt", "--passphrase", TYPED], "--passphrase takes no value"),
+        (["info", "--passphrase", TYPED], "--passphrase takes no value"),
+        (["encrypt", f"--passphrase={TYPED}"], "--passphrase takes no value"),
+        (["encrypt", "plain", "-p", TYPED], "age's -p is --passphrase here"),  # age's habit
+        (["decrypt", "-p", TYPED], "age's -p is --passphrase here"),
+        (["encrypt", "plain", f"--quiet={TYPED}"], "--quiet: takes no value"),  # every flag
+        (["keygen", "-o", "k", f"-f{TYPED}"], "--force: takes no value"),
+    ],
+)
+def test_a_passphrase_given_as_a_flags_value_is_never_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, words: list[str], says: str
+) -> None:
+    """A new user's slip: ``encrypt --passphrase "correct horse battery"``. --passphrase takes
+    no value (it asks); the word after it was taken as the input and quoted in "correct horse
+    battery: No such file" (or in argparse's "unrecognized arguments"). The message says that
+    the flag takes no value and how to give a passphrase, without the word."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plain").write_bytes(b"x")
+    message = one_line_error(run_cli(*words, input=b"x"), EXIT_USAGE)
+    assert says in message, message
+    assert "correct" not in message and "battery" not in message, message
+    if "passphrase" in says:
+        assert "asks for the passphrase on the terminal, or give --passphrase-file FILE" in message
+
+
+def test_a_passphrase_given_to_passphrase_at_a_terminal_is_refused_before_it_asks(tmp_path: Path) -> None:
+    """At a terminal the slip asked for the passphrase twice, then quoted the word as a missing
+    input; now it is refused at once, before any prompt, and never shown."""
+    out = tmp_path / "out.gcms"
+    code, written, err = on_terminal(
+        ["encrypt", "--passphrase", TYPED, "-o", str(out), *FAST], b"x\nx\n", b""
+    )
+    assert code == EXIT_USAGE and written == b"" and not out.exists(), err
+    assert b"--passphrase takes no value" in err and b"correct" not in err, err

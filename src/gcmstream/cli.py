@@ -382,10 +382,21 @@ def _hide_if_mixed(match: re.Match[str]) -> str:
     return run
 
 
+# argparse quotes the text after "=" given to an option that takes no value (--passphrase=TEXT,
+# -qTEXT): it may be a secret, so the message says what was wrong without it
+_IGNORED_VALUE = r"ignored explicit argument '.*'"
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        message = _hide_key_text(_printable(message))  # a name from a glob: `info dir/*`
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        message = re.sub(_IGNORED_VALUE, "takes no value (the text given to it is not shown)", message)
+        self.exit(EXIT_USAGE, _usage_line(self.prog, message))
+
+
+def _usage_line(prog: str, message: str) -> str:
+    """The line of a usage error found while parsing, pointing at ``prog``'s --help."""
+    message = _hide_key_text(_printable(message))  # a name from a glob: `info dir/*`
+    return f"{prog}: error: {message} (see {prog} --help)\n"
 
 
 # -- argument parsing -----------------------------------------------------------------------
@@ -623,7 +634,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
     def passphrase_options(sub: argparse.ArgumentParser, twice: str, empty: str = "") -> None:
         sub.add_argument(
-            "--passphrase", action="store_true", help=f"ask for a passphrase {twice}on the terminal{empty}"
+            "--passphrase",
+            action="store_true",
+            help=f"ask for a passphrase {twice}on the terminal (takes no value: the word after it is "
+            f"INPUT){empty}",
         )
         sub.add_argument(
             "--passphrase-file",
@@ -2433,6 +2447,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:
     """The parsed command line, or the exit status when there is no command to run."""
+    slip = _secret_after_a_flag(argv)
+    if slip is not None:
+        command = next((word for word in argv if word in _EXAMPLES), None)
+        parser.exit(EXIT_USAGE, _usage_line(f"gcmstream {command}" if command else "gcmstream", slip))
     try:
         args = parser.parse_args(argv)  # (help and --print-completion write here, then exit)
     except BrokenPipeError:  # `gcmstream --print-completion bash | head`: quiet, as cat
@@ -2449,6 +2467,33 @@ def _parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpars
         except argparse.ArgumentTypeError as exc:
             parser.error(f"argument address: {exc}")
     return args
+
+
+# Options that take no value, but that a new user gives the passphrase to: --passphrase asks on
+# the terminal, and -p is age's name for it (not an option here). The word after one of them is
+# then taken as the input (or an unknown argument), and argparse or the open would quote it.
+_PASSPHRASE_FLAGS = {
+    "--passphrase": "--passphrase takes no value",
+    "-p": "-p is not an option: age's -p is --passphrase here, which takes no value",
+}
+
+
+def _secret_after_a_flag(argv: Sequence[str]) -> str | None:
+    """The usage message for a passphrase typed as the value of a flag that takes none: the
+    word right after it names no file (so it is no input) or is joined by '='. The word is
+    never quoted: it may be the passphrase. Checked before parsing, so before any prompt."""
+    for flag, following in zip(argv, [*argv[1:], None], strict=True):
+        name, joined, _ = flag.partition("=")
+        if name not in _PASSPHRASE_FLAGS:
+            continue
+        if not joined and (following is None or following.startswith("-") or os.path.lexists(following)):
+            continue
+        given = "the text after '='" if joined else "the word after it names no file, and"
+        return (
+            f"{_PASSPHRASE_FLAGS[name]}: it asks for the passphrase on the terminal, or give "
+            f"--passphrase-file FILE; {given} is not shown (it may be the passphrase)"
+        )
+    return None
 
 
 def _run_command(args: argparse.Namespace) -> None:
