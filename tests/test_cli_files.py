@@ -25,7 +25,7 @@ from gcmstream.cli import (
 from gcmstream.format import RECORD_HEADER_SIZE, TAG_SIZE, key_id
 from gcmstream.keyfile import read_key_file, write_key_file
 
-from .helpers import run_cli
+from .helpers import record_offset, run_cli
 
 TIMEOUT = 120
 RECORD = 4096
@@ -319,3 +319,33 @@ def test_a_cut_stream_on_stdin_is_named_a_truncated_input(tmp_path: Path) -> Non
         assert "truncated input: the input ends before its FINAL record" in run.stderr, run.stderr
         assert "sender" not in run.stderr and "connection" not in run.stderr, run.stderr
         assert not (tmp_path / "out").exists()
+
+
+def test_info_says_what_it_verified_and_what_it_did_not(
+    sealed: tuple[Path, Path, bytes], tmp_path: Path
+) -> None:
+    """A new user's finding: ``info -k`` on a file with one record altered in place said "final
+    record authenticated" and exit 0, as if the file were sound. It reads the header and the
+    final record only: its first line says so, counts the records it did not check, and names
+    the command that checks them, which refuses the file (exit 4)."""
+    keyfile, enc, plain = sealed
+    altered = tmp_path / "altered file.gcms"
+    wire = bytearray(enc.read_bytes())
+    wire[record_offset(3, RECORD) + 100] ^= 1  # a byte of record 3's ciphertext
+    altered.write_bytes(wire)
+    done = run_cli("info", "-k", keyfile, altered)
+    assert done.status == 0, done.stderr
+    first = done.stdout.decode().splitlines()[0]
+    records = len(plain) // RECORD + 1
+    assert first.startswith("verified: the header and the final record only; ")
+    assert f"the other {records - 1} records were not read, so not checked" in first
+    command = f"gcmstream decrypt -k KEYFILE -o /dev/null {shlex.quote(str(altered))}"
+    assert f"('{command}' checks every record)" in first, first
+    checked = run_cli("decrypt", "-k", keyfile, "-o", "/dev/null", altered)
+    assert checked.status == EXIT_TAMPERED, checked.stderr
+    key_line = keyfile.read_text().strip()
+    assert key_line.rsplit(":", 1)[-1] not in done.stdout.decode()
+    one = tmp_path / "one.gcms"  # a single record: all of it is checked, and said so
+    assert run_cli("encrypt", "-k", keyfile, "-o", one, input=b"short").status == 0
+    first = run_cli("info", "-k", keyfile, one).stdout.decode().splitlines()[0]
+    assert first == "verified: the header and the final record, so every record", first

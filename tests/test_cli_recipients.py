@@ -691,7 +691,7 @@ def test_a_file_name_cannot_forge_info_lines_or_hide_what_follows(tmp_path: Path
         assert len(lines) == 8 and lines[0].startswith("verified: NO: "), lines
         assert lines[1].startswith("file: ") and shown_as in lines[1], lines
         keyed = run_cli("info", "-k", keyfile, path)
-        assert keyed.status == EXIT_OK and len(keyed.stdout.decode().splitlines()) == 8, keyed.stdout
+        assert keyed.status == EXIT_OK and len(keyed.stdout.decode().splitlines()) == 9, keyed.stdout
         failed = one_line_error(
             run_cli("decrypt", "-k", keyfile, "--offset", "1", "-o", path, path), EXIT_USAGE
         )

@@ -1727,6 +1727,13 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
             layout = "variable: record places found by walking the record headers"
         return "\n".join(
             (
+                _verified_only(
+                    "the header and the final record",
+                    file.records - 1,
+                    "record",
+                    path,
+                    _reader_option(keying),
+                ),
                 f"file: {_printable(path)}",
                 f"format: gcmstream version {VERSION}, {header.role.name.lower().replace('_', '-')} stream",
                 f"suite: {suite}",
@@ -1734,9 +1741,31 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
                 f"key ID: {header.key_id.hex()}",
                 f"layout: {layout}",
                 f"records: {file.records}",
-                f"plaintext length: {file.length} bytes (final record authenticated)",
+                f"plaintext length: {file.length} bytes (told by the authenticated final record)",
             )
         )
+
+
+def _reader_option(keying: Keying) -> str:
+    """The option that gives what ``keying`` holds, as a command line names it."""
+    if "identities" in keying:
+        return "-i IDENTITY_FILE"
+    return "--passphrase" if "passphrase" in keying else "-k KEYFILE"
+
+
+def _verified_only(checked: str, others: int, unit: str, path: str, options: str) -> str:
+    """info's first line with a key: what it authenticated, and that the ``others`` records
+    (or segments) it did not read are not checked (one altered in place passes info), with
+    the command that checks them all."""
+    import shlex  # here, not for --help
+
+    if others <= 0:
+        return f"verified: {checked}, so every {unit}"
+    plural = unit if others == 1 else f"{unit}s"
+    return (
+        f"verified: {checked} only; the other {others} {plural} were not read, so not checked "
+        f"('gcmstream decrypt {options} -o /dev/null {shlex.quote(_printable(path))}' checks every {unit})"
+    )
 
 
 def _describe_unverified(path: str) -> str:
@@ -1908,6 +1937,15 @@ def _tink_describe(path: str, args: argparse.Namespace, keyset: TinkKeyset) -> s
         key = file.key
         return "\n".join(
             (
+                _verified_only(
+                    "the header, segment 0 and the last segment"
+                    if file.segments > 1
+                    else "the header and its segment",
+                    file.segments - 2,
+                    "segment",
+                    path,
+                    "--format tink -k KEYSET",
+                ),
                 f"file: {_printable(path)}",
                 "format: Tink AES-GCM-HKDF streaming (AesGcmHkdfStreamingKey)",
                 f"key ID: {key.key_id} (the keyset's key that authenticated segment 0)",
@@ -1916,7 +1954,7 @@ def _tink_describe(path: str, args: argparse.Namespace, keyset: TinkKeyset) -> s
                 f"segment size: {_size_text(key.ciphertext_segment_size)} "
                 f"({key.ciphertext_segment_size} bytes of ciphertext)",
                 f"segments: {file.segments}",
-                f"plaintext length: {file.length} bytes (last segment authenticated)",
+                f"plaintext length: {file.length} bytes (told by the authenticated last segment)",
             )
         )
 
