@@ -266,12 +266,14 @@ EXIT_CODES = {
     EXIT_WRONG_KEY: "wrong key, no --identity matched, wrong passphrase, or wrong --context, found "
     "at the header before any record is opened (H10, H12, S3, S6, S7), also a key given for a "
     "file sealed to recipients or a passphrase; a header altered where no reader can tell it from "
-    "these (a stanza altered, as in age; a commitment failing under the key, identity or "
+    "these (a stanza altered, as in age; a key ID altered where the key given does not verify "
+    "the header under its own ID; a commitment failing under the key, identity or "
     "passphrase that fits: a wrong --context or an alteration) is 3 too, its message naming both; "
     "a connect refused by a listen with another key or context sees only the connection cut "
     "during the handshake: 5",
     EXIT_TAMPERED: "tampered or corrupt input: a damaged header after the right magic and version "
-    "(H3..H7, H9, H13), a header altered where the key given fits it (H11, S8's key ID), "
+    "(H3..H7, H9, H13), a header altered where the key given fits it (H11, S8's key ID, a key "
+    "ID naming another key while the key given verifies the rest of the header), "
     "malformed stanzas (S2, S4, S5), a failed channel handshake, a record "
     "that failed authentication or broke a rule (R1..R7), or data after the end of the stream (R8)",
     EXIT_TRUNCATED: "truncated input: it ended before the authenticated end of the stream",
@@ -1175,6 +1177,13 @@ def _sealed_with(path: str) -> str | None:
     None when it cannot be told: no regular file (a pipe is not read ahead: its bytes would be
     gone) or no gcmstream header (the command itself then says what is wrong). Unverified:
     it names the option to give, it decides nothing."""
+    return _at_header_of(path, _sealed_at)
+
+
+def _at_header_of(path: str, read: Callable[[int, int | None], _T]) -> _T | None:
+    """``read(fd, at)`` of the header of the file at ``path`` (stdin too), read again after a
+    command failed on it: ``at`` is None unless it is a regular file; None if it cannot be
+    opened or read."""
     try:  # a FIFO is not opened: that would let its writer start, then see this end close
         if path != "-" and not stat.S_ISREG(os.stat(path).st_mode):
             return None
@@ -1182,12 +1191,41 @@ def _sealed_with(path: str) -> str | None:
     except OSError:
         return None
     try:
-        return _sealed_at(fd, os.lseek(fd, 0, os.SEEK_CUR) if _regular_size(fd) is not None else None)
+        return read(fd, os.lseek(fd, 0, os.SEEK_CUR) if _regular_size(fd) is not None else None)
     except OSError:
         return None
     finally:
         if path != "-":
             os.close(fd)
+
+
+def _key_id_altered_in(path: str, keying: Keying, context: bytes) -> bool:
+    """``_key_id_altered_at`` for the file at ``path``."""
+    return _at_header_of(path, partial(_key_id_altered_at, keying=keying, context=context)) or False
+
+
+def _key_id_altered_at(fd: int, at: int | None, keying: Keying, context: bytes) -> bool:
+    """Whether the header at offset ``at`` of the regular file ``fd``, whose key ID names no
+    key given (H10), fits the key given once its key ID is that key's: the commitment
+    (docs/FORMAT.md 5.1) covers the key ID, the key and the context, so it then verifies only
+    if the header was sealed under this key and context and its key ID alone was altered.
+    It words the message only: the header is refused either way (H10)."""
+    from .format import KEY_ID_SIZE, SALT_SLICE, Suite, key_id, verify_commitment
+
+    key = keying.get("key")
+    if at is None or not isinstance(key, bytes):
+        return False
+    try:
+        os.lseek(fd, at, os.SEEK_SET)
+        start, _ = _unverified_header(fd)
+        if Suite.for_key(key) != start.suite:
+            return False
+        header = bytearray(_binary_start(fd, start.size))
+        header[SALT_SLICE.start - KEY_ID_SIZE : SALT_SLICE.start] = key_id(key)  # 4.1: before the salt
+        verify_commitment(key, bytes(header), context)
+    except (OSError, ValueError, ProtocolError):  # (a short read: the header check refuses it)
+        return False
+    return True
 
 
 def _sealed_at(fd: int, at: int | None) -> str | None:
@@ -1591,6 +1629,7 @@ def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                 where,
                 key_from=_key_source(args),
                 sealed=partial(_sealed_at, source, header_at),
+                key_id_altered=partial(_key_id_altered_at, source, header_at, keying, args.context),
             )
             if verdict is None:
                 raise
@@ -1639,6 +1678,7 @@ def _header_verdict(
     seeks: str = "",
     key_from: str = "",
     sealed: Callable[[], str | None] | None = None,
+    key_id_altered: Callable[[], bool] = lambda: False,
 ) -> _Fail | None:
     """The message of a fault of the input for ``decrypt``, ``decrypt --offset`` and ``info``
     alike, naming the file; None for any other failure (and for a fault of stdin past its
@@ -1646,7 +1686,8 @@ def _header_verdict(
     the binary file (info, --offset), said of armored input. ``key_from``: where a key given
     came from (``_key_source``), named when the header does not name it. ``sealed``: how the
     header says it was sealed, from the input the command has open (default: ``where`` read
-    again by name, a file; stdin is not)."""
+    again by name, a file; stdin is not). ``key_id_altered``: whether the key given fits the
+    header but for its key ID (``_key_id_altered_at``)."""
     fault = _leaf(exc)
     if not isinstance(fault, ProtocolError):
         return None
@@ -1654,7 +1695,7 @@ def _header_verdict(
     if isinstance(fault, UnknownKeyError):  # from the 62 fixed bytes alone, on every path
         if sealed is None:
             sealed = partial(_sealed_with, where) if where != "the input" else lambda: None
-        return _Fail(code, _key_not_named(where, key_from, sealed()))
+        return _unknown_key_verdict(where, key_from, sealed(), key_id_altered)
     if isinstance(fault, ArmoredInputError) and seeks:  # info, --offset: binary files only
         return _Fail(
             code,
@@ -1676,6 +1717,19 @@ def _header_verdict(
     return _Fail(code, f"{where}: {_classify(fault)[1]}")  # wrong key or context, tampered
 
 
+def _unknown_key_verdict(
+    where: str, key_from: str, sealed: str | None, key_id_altered: Callable[[], bool]
+) -> _Fail:
+    """H10: a key ID that names no key given; an altered one where the key fits (4, as H11)."""
+    if sealed == "key" and key_id_altered():
+        return _Fail(
+            EXIT_TAMPERED,
+            f"{where} has a corrupt stream header: its key ID was altered (it names another key, "
+            "but the key given and the context verify the rest of the header, its commitment)",
+        )
+    return _Fail(EXIT_WRONG_KEY, _key_not_named(where, key_from, sealed))
+
+
 def _key_not_named(where: str, key_from: str, sealed: str | None) -> str:
     """A key the header does not name (H10): a file ``sealed`` to recipients or a passphrase
     (None: not known) is named as such, with the option that reads it; a key that came from
@@ -1687,11 +1741,17 @@ def _key_not_named(where: str, key_from: str, sealed: str | None) -> str:
         sealed_how, reads_it = _SEALED_WORDS[sealed]
         return f"{where} is sealed {sealed_how}, not with a key: give {reads_it} instead of a key{given}"
     if sealed == "key":
-        return f"wrong key: {where} names (by its key ID) a key that was not given{given}"
+        return f"{_WRONG_KEY_OR_ALTERED}: {where} names (by its key ID) a key that was not given{given}"
     return (
-        f"wrong key: {where} names (by its key ID) a key that was not given{given}; a file sealed "
-        "to recipients or with a passphrase is read with --identity or --passphrase[-file]"
+        f"{_WRONG_KEY_OR_ALTERED}: {where} names (by its key ID) a key that was not given{given}; "
+        "a file sealed to recipients or with a passphrase is read with --identity or "
+        "--passphrase[-file]"
     )
+
+
+# H10 (a key ID that names no key given) from the fixed part alone: a key ID altered in transit
+# and a wrong key look the same there (the commitment that tells them apart comes later)
+_WRONG_KEY_OR_ALTERED = "wrong key, or the header's key ID was altered"
 
 
 def _key_source(args: argparse.Namespace) -> str:
@@ -1710,7 +1770,12 @@ def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
     except BaseException as exc:
         where = "the input" if args.input == "-" else args.input
         verdict = _header_verdict(
-            exc, "decrypt", where, seeks="--offset and --length need", key_from=_key_source(args)
+            exc,
+            "decrypt",
+            where,
+            seeks="--offset and --length need",
+            key_from=_key_source(args),
+            key_id_altered=partial(_key_id_altered_in, args.input, keying, args.context),
         )
         if verdict is None:
             raise
@@ -1798,7 +1863,14 @@ def _describe_unverified(path: str) -> str:
 def _info_command(args: argparse.Namespace, keying: Keying) -> None:
     _print_description(
         lambda: _describe(args.file, args, keying) if keying else _describe_unverified(args.file),
-        lambda exc: _header_verdict(exc, "info", args.file, seeks="info needs", key_from=_key_source(args)),
+        lambda exc: _header_verdict(
+            exc,
+            "info",
+            args.file,
+            seeks="info needs",
+            key_from=_key_source(args),
+            key_id_altered=partial(_key_id_altered_in, args.file, keying, args.context),
+        ),
     )
 
 
@@ -2250,7 +2322,7 @@ _FAILURES: tuple[tuple[_Kind, int, Callable[[BaseException], str]], ...] = (
     (
         UnknownKeyError,
         EXIT_WRONG_KEY,
-        lambda _: "wrong key: the stream names (by its key ID) a key that was not given",
+        lambda _: f"{_WRONG_KEY_OR_ALTERED}: the stream names (by its key ID) a key that was not given",
     ),
     # the key ID proves the key fits (H11: the suite byte disagrees with it; S8: an identity
     # opened the stanza, but the header names another file key): altered, not a wrong key
