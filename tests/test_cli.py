@@ -793,6 +793,72 @@ def test_key_exchange_option(keyfile: Path, listen_exchange: str, connect_exchan
         assert connected.returncode == 0, connected.stderr
 
 
+ALWAYS = (
+    "the listen has another key, another --context, ",
+    "--max-record-size under this end's --record-size 64K",
+)
+
+
+@pytest.mark.parametrize(
+    ("listen_args", "connect_args", "listen_code", "named", "not_named"),
+    [
+        # another key: the connect cannot tell it from the others its options leave open; with
+        # the hybrid offered, the key exchange is not among them
+        (
+            [],
+            ["-k", "OTHER"],
+            EXIT_WRONG_KEY,
+            ["a --peer-id (this end gives no --local-id)"],
+            ["--key-exchange"],
+        ),
+        (
+            ["--key-exchange", "hybrid"],
+            ["--key-exchange", "x25519"],
+            EXIT_TAMPERED,
+            ["--key-exchange hybrid (this end offers x25519, which is weaker)"],
+            ["--local-id '"],
+        ),
+        (
+            ["--peer-id", "bob"],
+            ["--local-id", "carol"],
+            EXIT_IDENTITY,
+            ["a --peer-id other than this end's --local-id 'carol'", "its own --local-id 'carol' too"],
+            ["--key-exchange", "no --local-id"],
+        ),
+    ],
+    ids=["key", "key-exchange", "names"],
+)
+def test_a_refused_connect_names_every_cause_it_cannot_tell_apart(
+    tmp_path: Path,
+    keyfile: Path,
+    listen_args: list[str],
+    connect_args: list[str],
+    listen_code: int,
+    named: list[str],
+    not_named: list[str],
+) -> None:
+    """A new user's finding: a connect refused by its listen blamed "another key or context"
+    when the key exchange or the names differed. A listen refuses a header without a word (a
+    prober learns nothing), so the connect names every cause its own options leave open, and
+    leaves out those they rule out (the hybrid exchange is refused by none; without its
+    --local-id, no listen takes it for itself). The listen names the one it found."""
+    other = tmp_path / "other"
+    assert run_cli("keygen", "-o", other).status == 0
+    listener = Listener(["-k", keyfile, "--once", *listen_args])
+    argv = [other if word == "OTHER" else word for word in connect_args]
+    if "-k" not in argv:
+        argv += ["-k", keyfile]
+    connected = run_cli("connect", f"127.0.0.1:{listener.port}", *argv, input=b"x")
+    message = one_line_error(connected, EXIT_TRUNCATED)
+    assert listener.finish() == listen_code, listener.stderr
+    assert f"127.0.0.1:{listener.port} hung up during the handshake before answering" in message
+    assert all(part in message for part in (*ALWAYS, *named)), message
+    assert not any(part in message for part in not_named), message
+    assert "another key or context" not in message, message
+    if listen_code == EXIT_TAMPERED:  # the listen's own words name the option
+        assert b"key exchange refused: " in listener.stderr and b"--key-exchange" in listener.stderr
+
+
 def test_identity_option_is_checked() -> None:
     result = run_cli("connect", "127.0.0.1:1", "--local-id", "x" * 256)
     assert "a name is 1 to 255 bytes of UTF-8, got 256" in one_line_error(result, EXIT_USAGE)

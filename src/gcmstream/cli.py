@@ -33,6 +33,7 @@ from .errors import (
     ArmoredInputError,
     ArmorError,
     AuthenticationError,
+    DowngradeError,
     KeyCommitmentError,
     MalformedHeaderError,
     NoIdentityMatchedError,
@@ -269,8 +270,8 @@ EXIT_CODES = {
     "these (a stanza altered, as in age; a key ID altered where the key given does not verify "
     "the header under its own ID; a commitment failing under the key, identity or "
     "passphrase that fits: a wrong --context or an alteration) is 3 too, its message naming both; "
-    "a connect refused by a listen with another key or context sees only the connection cut "
-    "during the handshake: 5",
+    "a connect refused by a listen (another key, --context, --key-exchange, names) sees only the "
+    "connection cut during the handshake: 5, its message naming each cause its options leave open",
     EXIT_TAMPERED: "tampered or corrupt input: a damaged header after the right magic and version "
     "(H3..H7, H9, H13), a header altered where the key given fits it (H11, S8's key ID, a key "
     "ID naming another key while the key given verifies the rest of the header), "
@@ -2242,7 +2243,37 @@ async def _connect_command(args: argparse.Namespace, key: bytes) -> None:
         raise  # the handshake's own timeout: its own message
     except OSError as exc:  # anyio says "All connection attempts failed": say where, and why
         raise _Fail(EXIT_IO, f"cannot connect to {_shown((host, port))}: {_os_reason(exc)}") from None
+    except Exception as exc:
+        cut = _leaf(exc)  # (under anyio's wrapping)
+        if not (isinstance(cut, TruncatedStreamError) and cut.in_header):
+            raise
+        raise _Fail(EXIT_TRUNCATED, _refused_by_listen(args)) from None
     await _session_then_close(stream)
+
+
+def _refused_by_listen(args: argparse.Namespace) -> str:
+    """connect's handshake cut before the listen's answer was whole. A listen answers only once
+    it accepted this end's header (docs/FORMAT.md 5.2: H1..H14, then K1..K8), and refuses
+    silently, so that a prober learns nothing: this end names every cause its own options leave
+    open (the listen's stderr names the one it found)."""
+    causes = ["another key", "another --context"]
+    if args.key_exchange != _KEY_EXCHANGE_NAMES[0]:  # hybrid, the strongest, is refused by none
+        causes.append(f"--key-exchange hybrid (this end offers {args.key_exchange}, which is weaker)")
+    if args.local_id is None:
+        causes.append("a --peer-id (this end gives no --local-id)")
+    else:
+        causes += [
+            f"a --peer-id other than this end's --local-id '{args.local_id}'",
+            f"its own --local-id '{args.local_id}' too (it takes this for a connection to itself)",
+        ]
+    causes.append(f"a --max-record-size under this end's --record-size {_size_text(args.record_size)}")
+    address = _shown(args.address)
+    return (
+        f"truncated input: {address} hung up during the handshake before answering: a listen "
+        "refuses a header silently, and says why on its own stderr. From here the causes cannot "
+        f"be told apart: the listen has {', '.join(causes[:-1])}, or {causes[-1]} (or the "
+        "connection was cut on the way)"
+    )
 
 
 def _os_reason(exc: BaseException) -> str:
@@ -2330,6 +2361,15 @@ _FAILURES: tuple[tuple[_Kind, int, Callable[[BaseException], str]], ...] = (
     (_Broke(KeyCommitmentError, "S8"), EXIT_TAMPERED, lambda e: f"corrupt stream header: {e}"),
     (KeyCommitmentError, EXIT_WRONG_KEY, str),  # it says "wrong key" and what else it can be
     ((SelfConnectionError, PeerIdentityError), EXIT_IDENTITY, lambda e: f"identity refused: {e}"),
+    # K1: a listen's --key-exchange above the connect's (X25519 is x25519, MLKEM768_X25519 hybrid)
+    (
+        DowngradeError,
+        EXIT_TAMPERED,
+        lambda e: (
+            f"key exchange refused: {e} (--key-exchange: x25519 is X25519, hybrid is "
+            "MLKEM768_X25519; a weaker one than this end's is refused)"
+        ),
+    ),
     (NoIdentityMatchedError, EXIT_WRONG_KEY, str),
     # damage (H3..H7, H13, S1..): magic and version right; before their parent class
     ((MalformedHeaderError, StanzaError), EXIT_TAMPERED, lambda e: f"corrupt stream header: {e}"),
