@@ -875,3 +875,57 @@ def test_a_passphrase_given_to_passphrase_at_a_terminal_is_refused_before_it_ask
     )
     assert code == EXIT_USAGE and written == b"" and not out.exists(), err
     assert b"--passphrase takes no value" in err and b"correct" not in err, err
+
+
+IDENTITY_FILE = "is an identity file (gcmstream-identity-v1: line), not a"
+KEY_FILE = "is a key file (gcmstream-key-v1: line), not a"
+RECIPIENTS_FILE = "is a recipients file (gcmstream-recipient-v1: line), not a"
+PUBLIC = "it holds public keys: give it to 'encrypt -R'"
+
+
+@pytest.mark.parametrize(
+    ("option", "given", "command", "says"),
+    [
+        ("-k", "identity", "decrypt", f"{IDENTITY_FILE} key file: give it with -i"),
+        ("-k", "identity", "encrypt", f"{IDENTITY_FILE} key file: give it with -i"),
+        ("-k", "recipients", "encrypt", f"{RECIPIENTS_FILE} key file: {PUBLIC}"),
+        ("-R", "key", "encrypt", f"{KEY_FILE} recipients file: give it with -k"),
+        ("-R", "identity", "encrypt", f"{IDENTITY_FILE} recipients file: give it with -i"),
+        ("-i", "key", "decrypt", f"{KEY_FILE}n identity file: give it with -k"),
+        (
+            "-i",
+            "recipients",
+            "decrypt",
+            f"{RECIPIENTS_FILE}n identity file: {PUBLIC}; decrypting needs the identity",
+        ),
+    ],
+    ids=[
+        "k-identity-decrypt",
+        "k-identity-encrypt",
+        "k-recipients",
+        "R-key",
+        "R-identity",
+        "i-key",
+        "i-recipients",
+    ],
+)
+def test_a_file_of_another_kind_is_named_with_the_option_that_reads_it(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path, option: str, given: str, command: str, says: str
+) -> None:
+    """A new user's finding: -i KEYFILE said to give it with -k, but -k IDENTITYFILE and
+    -R KEYFILE only said "not a key line" or "not a recipient line". Each file given to another
+    kind's option says what it is and which option reads it (a recipients file, which is public,
+    is not told to chmod 600), and never shows a line of it."""
+    recipients = tmp_path / "team.recipients"
+    recipients.write_text(recipient_of(people["alice"]) + "\n")
+    recipients.chmod(0o644)  # public: what `gcmstream recipient > FILE` leaves
+    path = {"identity": people["alice"], "key": keyfile, "recipients": recipients}[given]
+    sealed = tmp_path / "sealed"
+    sealed.write_bytes(b"GCMS")
+    argv = [command, option, path, "-o", tmp_path / "out"]
+    argv.append(sealed if command == "decrypt" else tmp_path / "team.recipients")
+    message = one_line_error(run_cli(*argv), EXIT_USAGE)
+    assert f"{path} {says}" in message, message
+    assert "chmod" not in message
+    for line in path.read_text().splitlines():
+        assert line.rsplit(":", 1)[-1][:16] not in message, message  # no key text, public or secret

@@ -904,6 +904,8 @@ class _PrintVersion(argparse.Action):
 def _load_key(key_file: str | None) -> bytes:
     if key_file is not None:
         try:
+            if key_file != "-":  # (a file named '-': stdin is the input, never read here)
+                _refuse_other_kind(key_file, _read_text(key_file, MAX_IDENTITY_FILE_SIZE), "key")
             _check_private(key_file, "key file")
             return read_key_file(key_file)
         except KeyFileError as exc:
@@ -954,13 +956,50 @@ def _identity(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _kind_of_file(text: str) -> str | None:
+    """Which kind of gcmstream file ``text`` is, by the prefix of its lines: "identity" (an
+    identity file may also name its recipient in a comment), "key", "recipients"; None."""
+    for kind, prefix in (
+        ("identity", IDENTITY_PREFIX),
+        ("key", KEY_PREFIX),
+        ("recipients", RECIPIENT_PREFIX),
+    ):
+        if prefix + ":" in text:
+            return kind
+    return None
+
+
+# each kind of file: what its lines are, and the option that reads it
+_FILE_KINDS = {
+    "key": ("a key file", "give it with -k"),
+    "identity": ("an identity file", "give it with -i"),
+    "recipients": (
+        "a recipients file",
+        "it holds public keys: give it to 'encrypt -R'; decrypting needs the identity file it came from (-i)",
+    ),
+}
+
+
+def _refuse_other_kind(path: str, text: str, wanted: str) -> None:
+    """A file of another kind given where a ``wanted`` one goes (-k IDENTITYFILE, -R KEYFILE,
+    -i KEYFILE...): the usage error says what it is and which option reads it. Before the
+    private-file check: a recipients file is public, and chmod is not what it needs."""
+    kind = _kind_of_file(text)
+    if kind is None or kind == wanted:
+        return
+    prefix = {"key": KEY_PREFIX, "identity": IDENTITY_PREFIX, "recipients": RECIPIENT_PREFIX}[kind]
+    what, where = _FILE_KINDS[kind]
+    article = "an" if wanted == "identity" else "a"
+    raise _Usage(f"{path} is {what} ({prefix}: line), not {article} {wanted} file: {where}")
+
+
 def _read_identities(path: str, command: str) -> list[Identity]:
     """The identities in FILE ('-': stdin), one a line. A file that is no identity file at all
     given to -i is most likely an input, as -i meant before it meant --identity: say so."""
     try:
         text = _read_text(path, MAX_IDENTITY_FILE_SIZE)
-        if KEY_PREFIX + ":" in text and IDENTITY_PREFIX not in text and command != "recipient":
-            raise _Usage(f"{path} is a key file ({KEY_PREFIX}: line), not an identity file: give it with -k")
+        if command != "recipient":
+            _refuse_other_kind(path, text, "identity")
         if IDENTITY_PREFIX not in text and RECIPIENT_PREFIX not in text and command != "recipient":
             raise _Usage(
                 f"{path} is not an identity file (no {IDENTITY_PREFIX}: line): -i is short for "
@@ -1004,7 +1043,9 @@ def _read_recipients(args: argparse.Namespace, of_identities: list[Recipient]) -
             raise _Usage(f"recipient {number} (-r): {exc}") from None
     for path in args.recipients_file:
         try:
-            recipients += parse_recipients_file(_read_text(path, MAX_RECIPIENTS_FILE_SIZE))
+            text = _read_text(path, MAX_RECIPIENTS_FILE_SIZE)
+            _refuse_other_kind(path, text, "recipients")
+            recipients += parse_recipients_file(text)
         except RecipientError as exc:
             raise _Usage(f"recipients file {path}: {exc}") from None
         except (OSError, UnicodeError) as exc:
