@@ -1673,3 +1673,27 @@ def test_listen_and_connect_build_one_configuration(
         peer_id="you",
     )
     assert seen == [expected]
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["encrypt", "--no-such-option"], "encrypt"),  # argparse, the command's parser
+        (["encrypt", "in", "stray"], "encrypt"),  # argparse, the top parser's stray arguments
+        (["keygen"], "keygen"),  # a required option
+        (["decrypt", "--max-record-size", "lots"], "decrypt"),  # a bad value
+        (["decrypt", "-k", "no-such.key", "x.gcms"], "decrypt"),  # found while running
+        (["info", "-k", "no-such.key", "x.gcms"], "info"),
+        (["no-such-command"], None),  # no command to name
+    ],
+)
+def test_every_error_line_starts_the_same_way(argv: list[str], command: str | None) -> None:
+    """A new user's finding: argparse's lines read "gcmstream encrypt: error: ..." (stray
+    arguments "gcmstream: error: ..."), the others "gcmstream encrypt: ...". One function
+    builds every line: "gcmstream COMMAND: " (or "gcmstream: " with no command), then what
+    happened; argparse's still point at the command's --help."""
+    message = one_line_error(run_cli(*argv), EXIT_USAGE)
+    prefix = f"gcmstream {command}: " if command else "gcmstream: "
+    assert message.startswith(prefix) and not message.startswith(f"{prefix}error:"), message
+    if "--help" in message:
+        assert message.endswith(f"(see {prefix[:-2]} --help)\n"), message

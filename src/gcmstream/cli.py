@@ -391,15 +391,23 @@ _IGNORED_VALUE = r"ignored explicit argument '.*'"
 
 
 class _Parser(argparse.ArgumentParser):
+    # the top parser's: the command named on the command line, set before parsing, since the
+    # top parser reports the command's stray arguments ("unrecognized arguments")
+    command_given: str | None = None
+
     def error(self, message: str) -> NoReturn:
         message = re.sub(_IGNORED_VALUE, "takes no value (the text given to it is not shown)", message)
-        self.exit(EXIT_USAGE, _usage_line(self.prog, message))
+        command = self.prog.partition(" ")[2] or self.command_given
+        helped = f"gcmstream {command}" if command else "gcmstream"
+        self.exit(EXIT_USAGE, _stderr_line(command, f"{message} (see {helped} --help)") + "\n")
 
 
-def _usage_line(prog: str, message: str) -> str:
-    """The line of a usage error found while parsing, pointing at ``prog``'s --help."""
-    message = _hide_key_text(_printable(message))  # a name from a glob: `info dir/*`
-    return f"{prog}: error: {message} (see {prog} --help)\n"
+def _stderr_line(command: str | None, message: str) -> str:
+    """The one form of every error, warning and log line on stderr: 'gcmstream COMMAND: ...'
+    (or 'gcmstream: ...' before a command is known), its control characters escaped
+    (``_printable``: a name from a glob, `info dir/*`) and any run that may be key text hidden."""
+    prog = f"gcmstream {command}" if command else "gcmstream"
+    return _hide_key_text(f"{prog}: {_printable(message)}")
 
 
 # -- argument parsing -----------------------------------------------------------------------
@@ -1610,7 +1618,7 @@ def _jobs_unused(args: argparse.Namespace, reason: str | None) -> None:
     the output is the same bytes, only slower than asked for, and a script that gives --jobs
     to every call (some to stdout) keeps working."""
     if reason is not None and (getattr(args, "jobs", None) or 1) > 1:
-        line = f"gcmstream {args.command}: --jobs {args.jobs} ignored: {_printable(reason)}"
+        line = _stderr_line(args.command, f"--jobs {args.jobs} ignored: {reason}")
         bars = sys.modules.get("tqdm")  # a progress bar drawn already: the line goes above it
         with contextlib.suppress(OSError):
             if bars is not None:
@@ -2155,7 +2163,7 @@ async def _bind(host: str, port: int, quiet: bool) -> anyio.abc.Listener[SocketS
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
     bound = listener.extra(anyio.abc.SocketAttribute.local_address)
     if port == 0 or not quiet:
-        print(f"gcmstream: listening on {_shown(bound)}", file=sys.stderr, flush=True)
+        print(_stderr_line("listen", f"listening on {_shown(bound)}"), file=sys.stderr, flush=True)
     return listener
 
 
@@ -2638,10 +2646,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:
     """The parsed command line, or the exit status when there is no command to run."""
+    if isinstance(parser, _Parser):
+        parser.command_given = next((word for word in argv if word in _EXAMPLES), None)
     slip = _secret_after_a_flag(argv)
     if slip is not None:
-        command = next((word for word in argv if word in _EXAMPLES), None)
-        parser.exit(EXIT_USAGE, _usage_line(f"gcmstream {command}" if command else "gcmstream", slip))
+        parser.error(slip)
     try:
         args = parser.parse_args(argv)  # (help and --print-completion write here, then exit)
     except BrokenPipeError:  # `gcmstream --print-completion bash | head`: quiet, as cat
@@ -2673,7 +2682,7 @@ def _secret_after_a_flag(argv: Sequence[str]) -> str | None:
     """The usage message for a passphrase typed as the value of a flag that takes none: the
     word right after it names no file (so it is no input) or is joined by '='. The word is
     never quoted: it may be the passphrase. Checked before parsing, so before any prompt."""
-    for flag, following in zip(argv, [*argv[1:], None], strict=True):
+    for flag, following in zip(argv, [*argv[1:], None], strict=False):  # (None: after the last)
         name, joined, _ = flag.partition("=")
         if name not in _PASSPHRASE_FLAGS:
             continue
@@ -2710,11 +2719,7 @@ def _report_failure(args: argparse.Namespace, code: int, message: str) -> None:
         if args.command == "decrypt" and args.output == "-" and code in (EXIT_TAMPERED, EXIT_TRUNCATED):
             message += "; output stops after the last authenticated record"
         with contextlib.suppress(OSError):
-            print(
-                _hide_key_text(f"gcmstream {args.command}: {_printable(message)}"),
-                file=sys.stderr,
-                flush=True,
-            )
+            print(_stderr_line(args.command, message), file=sys.stderr, flush=True)
 
 
 def _log_to_stderr(command: str) -> None:
@@ -2723,12 +2728,12 @@ def _log_to_stderr(command: str) -> None:
 
     class HidingFormatter(logging.Formatter):
         def format(self, record: logging.LogRecord) -> str:
-            return _hide_key_text(_printable(super().format(record)))  # a peer's words too
+            return _stderr_line(command, super().format(record))  # a peer's words too
 
     global _log
     _log = logging.getLogger("gcmstream.cli")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(HidingFormatter(f"gcmstream {command}: %(message)s"))
+    handler.setFormatter(HidingFormatter("%(message)s"))
     _log.handlers[:] = [handler]
     _log.setLevel(logging.INFO)
     _log.propagate = False
