@@ -175,6 +175,7 @@ def test_an_empty_passphrase_at_the_terminal_generates_one_shown_once(tmp_path: 
     assert code == EXIT_OK, err
     lines = err.decode().splitlines()
     assert len(lines) == 1 and "generated passphrase (120 bits" in lines[0], err
+    assert "its hyphens are part of it): " in lines[0], err  # said where it is shown
     generated = lines[0].rsplit(": ", 1)[1]
     groups = generated.split("-")
     assert [len(group) for group in groups] == [4] * 6
@@ -182,6 +183,8 @@ def test_an_empty_passphrase_at_the_terminal_generates_one_shown_once(tmp_path: 
     secret = private_file(tmp_path / "pass", generated.encode() + b"\n")
     opened = run_cli("decrypt", "--passphrase-file", secret, input=sealed)
     assert opened.status == EXIT_OK and opened.stdout == PLAIN
+    without = private_file(tmp_path / "without", "".join(groups).encode() + b"\n")  # as it says
+    one_line_error(run_cli("decrypt", "--passphrase-file", without, input=sealed), EXIT_WRONG_KEY)
     code, again, err = on_terminal(["encrypt", "--passphrase", *FAST], b"\n", PLAIN)
     assert code == EXIT_OK and err.decode().rsplit(": ", 1)[1].strip() != generated  # a new one each time
     code, out, err = on_terminal(["decrypt", "--passphrase"], b"\n", sealed)
@@ -929,3 +932,27 @@ def test_a_file_of_another_kind_is_named_with_the_option_that_reads_it(
     assert "chmod" not in message
     for line in path.read_text().splitlines():
         assert line.rsplit(":", 1)[-1][:16] not in message, message  # no key text, public or secret
+
+
+def test_a_passphrase_under_15_characters_is_warned_about_when_encrypting(tmp_path: Path) -> None:
+    """A new user's finding: any passphrase went through without a word. One shorter than 15
+    characters (NIST SP 800-63B-4's least for a password used alone; counted in code points,
+    not bytes) is warned about on stderr when encrypting, never shown, and not refused; 15 is
+    not warned about, nor is decrypting."""
+    short = "tr\u00e8s court!"  # 12 characters, 13 bytes
+    fifteen = "\u00e9" * 15  # 15 characters, 30 bytes: not short
+    for passphrase, warned in ((short, True), ("a" * 14, True), (fifteen, False)):
+        path = private_file(tmp_path / "pass", passphrase.encode() + b"\n")
+        sealed = run_cli("encrypt", "--passphrase-file", path, *FAST, input=b"x")
+        assert sealed.status == EXIT_OK, sealed.stderr
+        if warned:
+            assert sealed.stderr.count("\n") == 1, sealed.stderr
+            assert sealed.stderr.startswith("gcmstream encrypt: warning: the passphrase is shorter than 15 ")
+            assert "NIST SP 800-63B-4" in sealed.stderr and passphrase not in sealed.stderr
+            assert "court" not in sealed.stderr and "14" not in sealed.stderr  # nor its length
+        else:
+            assert sealed.stderr == "", sealed.stderr
+        opened = run_cli("decrypt", "--passphrase-file", path, input=sealed.stdout)
+        assert opened.status == EXIT_OK and opened.stdout == b"x" and opened.stderr == ""
+    shown = " ".join(run_cli("encrypt", "--help").stdout.decode().split())  # (wrapped)
+    assert "its hyphens part of it; one under 15 characters is warned about, not refused" in shown

@@ -218,6 +218,11 @@ _log: logging.Logger  # set by _log_to_stderr, before listen or connect runs
 # here): below it a passphrase costs an attacker almost nothing to guess. The API stays lenient.
 MIN_WORK_FACTOR = 14
 MAX_PASSPHRASE_SIZE = 4096  # bytes of a --passphrase-file's first line; a longer one is refused
+# A passphrase is all that stands between whoever holds the file and its plaintext, guessed
+# offline (scrypt slows each guess, it does not stop them): NIST SP 800-63B-4, 3.1.1.2, asks at
+# least 15 characters (Unicode code points) of a password used as the only factor. A shorter
+# one is warned about when encrypting, not refused (age refuses none either).
+MIN_PASSPHRASE_CHARACTERS = 15
 
 __all__ = (
     "EXIT_BROKEN_PIPE",
@@ -737,7 +742,12 @@ def _build_parser() -> argparse.ArgumentParser:
         default=[],
         help="encrypt to the recipients of the identities in FILE (repeatable), as age -e -i does",
     )
-    passphrase_options(encrypt, "twice ", "; left empty: a strong one is generated, shown once on stderr")
+    passphrase_options(
+        encrypt,
+        "twice ",
+        "; left empty: a strong one is generated, shown once on stderr, its hyphens part of it; "
+        f"one under {MIN_PASSPHRASE_CHARACTERS} characters is warned about, not refused",
+    )
     encrypt.add_argument(
         "--work-factor",
         metavar="LOG2N",
@@ -1131,7 +1141,7 @@ def _generated_passphrase() -> str:
     passphrase = "-".join(groups)
     print(
         f"gcmstream encrypt: using the generated passphrase ({_PASSPHRASE_BITS} bits; it is shown only "
-        f"this once): {passphrase}",
+        f"this once; its hyphens are part of it): {passphrase}",
         file=sys.stderr,
         flush=True,
     )
@@ -1163,12 +1173,25 @@ def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
     if secret:
         if encrypting:  # checked before the passphrase is asked for
             _check_work_factor(args.work_factor)
-        return {"passphrase": _read_passphrase(args, encrypting=encrypting)}
+        passphrase = _read_passphrase(args, encrypting=encrypting)
+        if encrypting and len(passphrase) < MIN_PASSPHRASE_CHARACTERS:
+            _warn_short_passphrase()
+        return {"passphrase": passphrase}
     if args.key_file is None and KEY_ENV not in os.environ and not encrypting:
         if args.command == "info":  # what the header claims, shown as not verified; nothing asked
             return {}
         return _what_the_header_asks_for(args)
     return {"key": _load_key(args.key_file)}
+
+
+def _warn_short_passphrase() -> None:
+    """Said on stderr, once, without the passphrase or its length."""
+    warning = (
+        f"warning: the passphrase is shorter than {MIN_PASSPHRASE_CHARACTERS} characters, the "
+        "least NIST SP 800-63B-4 asks of a password used alone: whoever gets the file can guess it "
+        "offline, scrypt only slows each guess (left empty at the prompt, a 120-bit one is generated)"
+    )
+    print(_stderr_line("encrypt", warning), file=sys.stderr, flush=True)
 
 
 def _check_work_factor(work_factor: int) -> None:
