@@ -99,6 +99,7 @@ if TYPE_CHECKING:
         parse_header_start,
     )
     from .keyfile import KEY_PREFIX, KeyFileError, format_key, parse_key, read_key_file, write_key_file
+    from .opener import Opener
     from .pipeline import CHUNK_SIZE
     from .recipients import (
         IDENTITY_PREFIX,
@@ -1677,11 +1678,42 @@ def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
         return
     opener = new_opener(context=args.context, max_record_size=args.max_record_size, **keying)
     where = "the input" if args.input == "-" else args.input
+
+    def verdict(exc: BaseException, source: int, header_at: int | None) -> _Fail | None:
+        return _header_verdict(
+            exc,
+            "decrypt",
+            where,
+            key_from=_key_source(args),
+            sealed=partial(_sealed_at, source, header_at),
+            key_id_altered=partial(_key_id_altered_at, source, header_at, keying, args.context),
+        )
+
+    _decrypt_through(
+        args,
+        opener,
+        lambda source, out, size: (_jobs_for(args, source, out, size), _jobs_said(args, source, out)),
+        verdict,
+    )
+
+
+def _decrypt_through(
+    args: argparse.Namespace,
+    opener: Opener | TinkOpener,
+    workers: Callable[[int, int, int | None], tuple[int, Callable[[str], None]]],
+    verdict: Callable[[BaseException, int, int | None], _Fail | None],
+) -> None:
+    """decrypt's one path, either format: INPUT through ``opener`` into OUT (stdout record by
+    record, a file atomically), with the progress bar. ``workers(source, out, size)``: the
+    --jobs count and what says a count that is not used; ``verdict(exc, source, header_at)``:
+    the failure worded for the input (None: raised as it is), ``header_at`` the header's
+    offset in a regular input (None: not one, it cannot be read again)."""
     with _open_input(args.input) as (source, size):
         header_at = os.lseek(source, 0, os.SEEK_CUR) if size is not None else None
         progress = _Progress.start(size, "decrypt", args.quiet)
         try:
             with _open_output(args.output, args.mode) as out:
+                jobs, one_worker = workers(source, out, size)
                 # to stdout: pass each record on as it authenticates; to a file: gather
                 work = partial(
                     decrypt_fd,
@@ -1690,23 +1722,16 @@ def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                     opener,
                     eager=args.output == "-",
                     progress=progress.callback,
-                    jobs=_jobs_for(args, source, out, size),
-                    one_worker=_jobs_said(args, source, out),
+                    jobs=jobs,
+                    one_worker=one_worker,
                 )
                 _run_engine(work, out)
         except BaseException as exc:
             progress.close()
-            verdict = _header_verdict(
-                exc,
-                "decrypt",
-                where,
-                key_from=_key_source(args),
-                sealed=partial(_sealed_at, source, header_at),
-                key_id_altered=partial(_key_id_altered_at, source, header_at, keying, args.context),
-            )
-            if verdict is None:
+            fault = verdict(exc, source, header_at)
+            if fault is None:
                 raise
-            raise verdict from None
+            raise fault from None
         progress.close(summary=True)
 
 
@@ -2053,28 +2078,13 @@ def _tink_decrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
     _refuse_same_file(args)
     opener = TinkOpener(keyset, args.context)
     where = "the input" if args.input == "-" else args.input
-    with _open_input(args.input) as (source, size):
-        progress = _Progress.start(size, "decrypt", args.quiet)
-        try:
-            with _open_output(args.output, args.mode) as out:
-                work = partial(
-                    decrypt_fd,
-                    source,
-                    out,
-                    opener,
-                    eager=args.output == "-",
-                    progress=progress.callback,
-                    jobs=args.jobs or 1,  # said once the header authenticated; one worker reads
-                    one_worker=partial(_jobs_unused, args),  # (Tink: files.TINK_IN_ORDER)
-                )
-                _run_engine(work, out)
-        except BaseException as exc:
-            progress.close()
-            verdict = _tink_verdict(exc, where)
-            if verdict is None:
-                raise
-            raise verdict from None
-        progress.close(summary=True)
+    _decrypt_through(
+        args,
+        opener,
+        # said once the header authenticated; one worker reads (Tink: files.TINK_IN_ORDER)
+        lambda *_: (args.jobs or 1, partial(_jobs_unused, args)),
+        lambda exc, *_: _tink_verdict(exc, where),
+    )
 
 
 def _tink_describe(path: str, args: argparse.Namespace, keyset: TinkKeyset) -> str:
