@@ -408,12 +408,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, _stderr_line(command, f"{message} (see {helped} --help)") + "\n")
 
 
-def _stderr_line(command: str | None, message: str) -> str:
-    """The one form of every error, warning and log line on stderr: 'gcmstream COMMAND: ...'
-    (or 'gcmstream: ...' before a command is known), its control characters escaped
-    (``_printable``: a name from a glob, `info dir/*`) and any run that may be key text hidden."""
+def _stderr_line(command: str | None, message: str, *, shown_as_is: bool = False) -> str:
+    """The one form of every line the command writes on stderr (errors, warnings, log lines,
+    notes): 'gcmstream COMMAND: ...' (or 'gcmstream: ...' before a command is known), its
+    control characters escaped (``_printable``: a name from a glob, `info dir/*`) and any run
+    that may be key text hidden, unless ``shown_as_is``: a line this process made that must be
+    read whole (a generated passphrase, an IPv6 address it bound)."""
     prog = f"gcmstream {command}" if command else "gcmstream"
-    return _hide_key_text(f"{prog}: {_printable(message)}")
+    line = f"{prog}: {_printable(message)}"
+    return line if shown_as_is else _hide_key_text(line)
 
 
 # -- argument parsing -----------------------------------------------------------------------
@@ -1140,12 +1143,11 @@ def _generated_passphrase() -> str:
         for _ in range(_PASSPHRASE_GROUPS)
     )
     passphrase = "-".join(groups)
-    print(
-        f"gcmstream encrypt: using the generated passphrase ({_PASSPHRASE_BITS} bits; it is shown only "
-        f"this once; its hyphens are part of it): {passphrase}",
-        file=sys.stderr,
-        flush=True,
+    shown = (
+        f"using the generated passphrase ({_PASSPHRASE_BITS} bits; it is shown only this once; its "
+        f"hyphens are part of it): {passphrase}"
     )
+    print(_stderr_line("encrypt", shown, shown_as_is=True), file=sys.stderr, flush=True)
     return passphrase
 
 
@@ -1518,7 +1520,7 @@ class _Progress:
         if summary:
             seconds = max(time.monotonic() - self.started, 1e-6)
             rate = _si(self.done / seconds)
-            line = f"gcmstream {self.desc}: {_si(self.done)} in {seconds:.2f} s ({rate}/s)"
+            line = _stderr_line(self.desc, f"{_si(self.done)} in {seconds:.2f} s ({rate}/s)")
             print(line, file=sys.stderr, flush=True)
 
 
@@ -2196,7 +2198,8 @@ async def _bind(host: str, port: int, quiet: bool) -> anyio.abc.Listener[SocketS
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
     bound = listener.extra(anyio.abc.SocketAttribute.local_address)
     if port == 0 or not quiet:
-        print(_stderr_line("listen", f"listening on {_shown(bound)}"), file=sys.stderr, flush=True)
+        line = _stderr_line("listen", f"listening on {_shown(bound)}", shown_as_is=True)
+        print(line, file=sys.stderr, flush=True)
     return listener
 
 
