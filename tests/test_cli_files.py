@@ -365,7 +365,7 @@ def test_an_altered_key_id_is_told_from_a_wrong_key(sealed: tuple[Path, Path, by
     altered.write_bytes(wire)
     other = tmp_path / "other.key"
     write_key_file(other, bytes(range(1, 17)))
-    paths = {
+    paths: dict[str, list[str | Path]] = {
         "decrypt": ["decrypt", altered, "-o", tmp_path / "out"],
         "decrypt --offset": ["decrypt", "--offset", "1", altered, "-o", tmp_path / "out"],
         "info": ["info", altered],

@@ -925,7 +925,7 @@ def test_a_file_of_another_kind_is_named_with_the_option_that_reads_it(
     path = {"identity": people["alice"], "key": keyfile, "recipients": recipients}[given]
     sealed = tmp_path / "sealed"
     sealed.write_bytes(b"GCMS")
-    argv = [command, option, path, "-o", tmp_path / "out"]
+    argv: list[str | Path] = [command, option, path, "-o", tmp_path / "out"]
     argv.append(sealed if command == "decrypt" else tmp_path / "team.recipients")
     message = one_line_error(run_cli(*argv), EXIT_USAGE)
     assert f"{path} {says}" in message, message
