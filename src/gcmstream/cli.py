@@ -978,16 +978,17 @@ def _identity(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _kind_of_file(text: str) -> str | None:
-    """Which kind of gcmstream file ``text`` is, by the prefix of its lines: "identity" (an
-    identity file may also name its recipient in a comment), "key", "recipients"; None."""
+def _kind_of_file(text: str) -> tuple[str, str] | None:
+    """Which kind of gcmstream file ``text`` is, and the prefix of its lines that tells it:
+    "identity" (an identity file may also name its recipient in a comment), "key",
+    "recipients"; None."""
     for kind, prefix in (
         ("identity", IDENTITY_PREFIX),
         ("key", KEY_PREFIX),
         ("recipients", RECIPIENT_PREFIX),
     ):
         if prefix + ":" in text:
-            return kind
+            return kind, prefix
     return None
 
 
@@ -1006,10 +1007,10 @@ def _refuse_other_kind(path: str, text: str, wanted: str) -> None:
     """A file of another kind given where a ``wanted`` one goes (-k IDENTITYFILE, -R KEYFILE,
     -i KEYFILE...): the usage error says what it is and which option reads it. Before the
     private-file check: a recipients file is public, and chmod is not what it needs."""
-    kind = _kind_of_file(text)
-    if kind is None or kind == wanted:
+    found = _kind_of_file(text)
+    if found is None or found[0] == wanted:
         return
-    prefix = {"key": KEY_PREFIX, "identity": IDENTITY_PREFIX, "recipients": RECIPIENT_PREFIX}[kind]
+    kind, prefix = found
     what, where = _FILE_KINDS[kind]
     article = "an" if wanted == "identity" else "a"
     raise _Usage(f"{path} is {what} ({prefix}: line), not {article} {wanted} file: {where}")
