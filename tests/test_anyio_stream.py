@@ -242,8 +242,9 @@ async def test_listener_hook_sees_failed_handshakes_and_the_peer_is_logged(
         async with anyio.create_task_group() as tg:
             tg.start_soon(listener.serve, lambda stream: None)
             # version 2 (issue 10): the listener refuses the unknown key ID and hangs up
-            with pytest.raises(gcmstream.TruncatedStreamError, match="during the handshake"):
+            with pytest.raises(gcmstream.TruncatedStreamError, match="during the handshake") as cut:
                 await anyio_stream.connect_tcp("127.0.0.1", port, key=bytes(32))
+            assert cut.value.in_header  # kept by anyio's subclass (it was dropped: always False)
             await called.wait()
             tg.cancel_scope.cancel()
         await listener.aclose()

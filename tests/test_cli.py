@@ -793,6 +793,72 @@ def test_key_exchange_option(keyfile: Path, listen_exchange: str, connect_exchan
         assert connected.returncode == 0, connected.stderr
 
 
+ALWAYS = (
+    "the listen has another key, another --context, ",
+    "--max-record-size under this end's --record-size 64K",
+)
+
+
+@pytest.mark.parametrize(
+    ("listen_args", "connect_args", "listen_code", "named", "not_named"),
+    [
+        # another key: the connect cannot tell it from the others its options leave open; with
+        # the hybrid offered, the key exchange is not among them
+        (
+            [],
+            ["-k", "OTHER"],
+            EXIT_WRONG_KEY,
+            ["a --peer-id (this end gives no --local-id)"],
+            ["--key-exchange"],
+        ),
+        (
+            ["--key-exchange", "hybrid"],
+            ["--key-exchange", "x25519"],
+            EXIT_TAMPERED,
+            ["--key-exchange hybrid (this end offers x25519, which is weaker)"],
+            ["--local-id '"],
+        ),
+        (
+            ["--peer-id", "bob"],
+            ["--local-id", "carol"],
+            EXIT_IDENTITY,
+            ["a --peer-id other than this end's --local-id 'carol'", "its own --local-id 'carol' too"],
+            ["--key-exchange", "no --local-id"],
+        ),
+    ],
+    ids=["key", "key-exchange", "names"],
+)
+def test_a_refused_connect_names_every_cause_it_cannot_tell_apart(
+    tmp_path: Path,
+    keyfile: Path,
+    listen_args: list[str],
+    connect_args: list[str],
+    listen_code: int,
+    named: list[str],
+    not_named: list[str],
+) -> None:
+    """A new user's finding: a connect refused by its listen blamed "another key or context"
+    when the key exchange or the names differed. A listen refuses a header without a word (a
+    prober learns nothing), so the connect names every cause its own options leave open, and
+    leaves out those they rule out (the hybrid exchange is refused by none; without its
+    --local-id, no listen takes it for itself). The listen names the one it found."""
+    other = tmp_path / "other"
+    assert run_cli("keygen", "-o", other).status == 0
+    listener = Listener(["-k", keyfile, "--once", *listen_args])
+    argv = [other if word == "OTHER" else word for word in connect_args]
+    if "-k" not in argv:
+        argv += ["-k", keyfile]
+    connected = run_cli("connect", f"127.0.0.1:{listener.port}", *argv, input=b"x")
+    message = one_line_error(connected, EXIT_TRUNCATED)
+    assert listener.finish() == listen_code, listener.stderr
+    assert f"127.0.0.1:{listener.port} hung up during the handshake before answering" in message
+    assert all(part in message for part in (*ALWAYS, *named)), message
+    assert not any(part in message for part in not_named), message
+    assert "another key or context" not in message, message
+    if listen_code == EXIT_TAMPERED:  # the listen's own words name the option
+        assert b"key exchange refused: " in listener.stderr and b"--key-exchange" in listener.stderr
+
+
 def test_identity_option_is_checked() -> None:
     result = run_cli("connect", "127.0.0.1:1", "--local-id", "x" * 256)
     assert "a name is 1 to 255 bytes of UTF-8, got 256" in one_line_error(result, EXIT_USAGE)
@@ -1607,3 +1673,27 @@ def test_listen_and_connect_build_one_configuration(
         peer_id="you",
     )
     assert seen == [expected]
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["encrypt", "--no-such-option"], "encrypt"),  # argparse, the command's parser
+        (["encrypt", "in", "stray"], "encrypt"),  # argparse, the top parser's stray arguments
+        (["keygen"], "keygen"),  # a required option
+        (["decrypt", "--max-record-size", "lots"], "decrypt"),  # a bad value
+        (["decrypt", "-k", "no-such.key", "x.gcms"], "decrypt"),  # found while running
+        (["info", "-k", "no-such.key", "x.gcms"], "info"),
+        (["no-such-command"], None),  # no command to name
+    ],
+)
+def test_every_error_line_starts_the_same_way(argv: list[str], command: str | None) -> None:
+    """A new user's finding: argparse's lines read "gcmstream encrypt: error: ..." (stray
+    arguments "gcmstream: error: ..."), the others "gcmstream encrypt: ...". One function
+    builds every line: "gcmstream COMMAND: " (or "gcmstream: " with no command), then what
+    happened; argparse's still point at the command's --help."""
+    message = one_line_error(run_cli(*argv), EXIT_USAGE)
+    prefix = f"gcmstream {command}: " if command else "gcmstream: "
+    assert message.startswith(prefix) and not message.startswith(f"{prefix}error:"), message
+    if "--help" in message:
+        assert message.endswith(f"(see {prefix[:-2]} --help)\n"), message

@@ -25,7 +25,8 @@ from gcmstream.cli import (
 from gcmstream.format import RECORD_HEADER_SIZE, TAG_SIZE, key_id
 from gcmstream.keyfile import read_key_file, write_key_file
 
-from .helpers import run_cli
+from .helpers import record_offset, run_cli
+from .test_cli import one_line_error
 
 TIMEOUT = 120
 RECORD = 4096
@@ -319,3 +320,66 @@ def test_a_cut_stream_on_stdin_is_named_a_truncated_input(tmp_path: Path) -> Non
         assert "truncated input: the input ends before its FINAL record" in run.stderr, run.stderr
         assert "sender" not in run.stderr and "connection" not in run.stderr, run.stderr
         assert not (tmp_path / "out").exists()
+
+
+def test_info_says_what_it_verified_and_what_it_did_not(
+    sealed: tuple[Path, Path, bytes], tmp_path: Path
+) -> None:
+    """A new user's finding: ``info -k`` on a file with one record altered in place said "final
+    record authenticated" and exit 0, as if the file were sound. It reads the header and the
+    final record only: its first line says so, counts the records it did not check, and names
+    the command that checks them, which refuses the file (exit 4)."""
+    keyfile, enc, plain = sealed
+    altered = tmp_path / "altered file.gcms"
+    wire = bytearray(enc.read_bytes())
+    wire[record_offset(3, RECORD) + 100] ^= 1  # a byte of record 3's ciphertext
+    altered.write_bytes(wire)
+    done = run_cli("info", "-k", keyfile, altered)
+    assert done.status == 0, done.stderr
+    first = done.stdout.decode().splitlines()[0]
+    records = len(plain) // RECORD + 1
+    assert first.startswith("verified: the header and the final record only; ")
+    assert f"the other {records - 1} records were not read, so not checked" in first
+    command = f"gcmstream decrypt -k KEYFILE -o /dev/null {shlex.quote(str(altered))}"
+    assert f"('{command}' checks every record)" in first, first
+    checked = run_cli("decrypt", "-k", keyfile, "-o", "/dev/null", altered)
+    assert checked.status == EXIT_TAMPERED, checked.stderr
+    key_line = keyfile.read_text().strip()
+    assert key_line.rsplit(":", 1)[-1] not in done.stdout.decode()
+    one = tmp_path / "one.gcms"  # a single record: all of it is checked, and said so
+    assert run_cli("encrypt", "-k", keyfile, "-o", one, input=b"short").status == 0
+    first = run_cli("info", "-k", keyfile, one).stdout.decode().splitlines()[0]
+    assert first == "verified: the header and the final record, so every record", first
+
+
+def test_an_altered_key_id_is_told_from_a_wrong_key(sealed: tuple[Path, Path, bytes], tmp_path: Path) -> None:
+    """A new user's finding: a key ID altered in the header was called "wrong key" only. The
+    key ID check (H10) alone cannot tell the two apart; the commitment (FORMAT.md 5.1) covers
+    the key ID, so the key given verifies the header once its own ID is put back only if the
+    key ID alone was altered: then it is a corrupt header (4) on every path; a wrong key, or a
+    pipe that cannot be read again, says both (3)."""
+    keyfile, enc, _ = sealed
+    altered = tmp_path / "altered.gcms"
+    wire = bytearray(enc.read_bytes())
+    wire[15] ^= 0x40  # a byte of the key ID (offset 12, 16 bytes)
+    altered.write_bytes(wire)
+    other = tmp_path / "other.key"
+    write_key_file(other, bytes(range(1, 17)))
+    paths: dict[str, list[str | Path]] = {
+        "decrypt": ["decrypt", altered, "-o", tmp_path / "out"],
+        "decrypt --offset": ["decrypt", "--offset", "1", altered, "-o", tmp_path / "out"],
+        "info": ["info", altered],
+    }
+    secrets = [f.read_text().strip().rsplit(":", 1)[-1] for f in (keyfile, other)]
+    for name, argv in paths.items():
+        fits = one_line_error(run_cli(*argv, "-k", keyfile), EXIT_TAMPERED)
+        assert f"{altered} has a corrupt stream header: its key ID was altered" in fits, (name, fits)
+        assert "wrong key" not in fits, (name, fits)
+        wrong = one_line_error(run_cli(*argv, "-k", other), EXIT_WRONG_KEY)
+        assert "wrong key, or the header's key ID was altered" in wrong, (name, wrong)
+        assert not any(secret in fits + wrong for secret in secrets)
+        assert not (tmp_path / "out").exists()
+    piped = one_line_error(run_cli("decrypt", "-k", keyfile, input=bytes(wire)), EXIT_WRONG_KEY)
+    assert "wrong key, or the header's key ID was altered" in piped, piped  # not read again
+    context = one_line_error(run_cli("info", "-k", keyfile, "--context", "x", altered), EXIT_WRONG_KEY)
+    assert "wrong key, or the header's key ID was altered" in context, context  # no longer fits

@@ -175,6 +175,7 @@ def test_an_empty_passphrase_at_the_terminal_generates_one_shown_once(tmp_path: 
     assert code == EXIT_OK, err
     lines = err.decode().splitlines()
     assert len(lines) == 1 and "generated passphrase (120 bits" in lines[0], err
+    assert "its hyphens are part of it): " in lines[0], err  # said where it is shown
     generated = lines[0].rsplit(": ", 1)[1]
     groups = generated.split("-")
     assert [len(group) for group in groups] == [4] * 6
@@ -182,6 +183,8 @@ def test_an_empty_passphrase_at_the_terminal_generates_one_shown_once(tmp_path: 
     secret = private_file(tmp_path / "pass", generated.encode() + b"\n")
     opened = run_cli("decrypt", "--passphrase-file", secret, input=sealed)
     assert opened.status == EXIT_OK and opened.stdout == PLAIN
+    without = private_file(tmp_path / "without", "".join(groups).encode() + b"\n")  # as it says
+    one_line_error(run_cli("decrypt", "--passphrase-file", without, input=sealed), EXIT_WRONG_KEY)
     code, again, err = on_terminal(["encrypt", "--passphrase", *FAST], b"\n", PLAIN)
     assert code == EXIT_OK and err.decode().rsplit(": ", 1)[1].strip() != generated  # a new one each time
     code, out, err = on_terminal(["decrypt", "--passphrase"], b"\n", sealed)
@@ -691,7 +694,7 @@ def test_a_file_name_cannot_forge_info_lines_or_hide_what_follows(tmp_path: Path
         assert len(lines) == 8 and lines[0].startswith("verified: NO: "), lines
         assert lines[1].startswith("file: ") and shown_as in lines[1], lines
         keyed = run_cli("info", "-k", keyfile, path)
-        assert keyed.status == EXIT_OK and len(keyed.stdout.decode().splitlines()) == 8, keyed.stdout
+        assert keyed.status == EXIT_OK and len(keyed.stdout.decode().splitlines()) == 9, keyed.stdout
         failed = one_line_error(
             run_cli("decrypt", "-k", keyfile, "--offset", "1", "-o", path, path), EXIT_USAGE
         )
@@ -830,3 +833,126 @@ def test_a_passphrase_given_where_its_files_name_goes_is_never_shown(tmp_path: P
         assert run.status == 2
         assert typed not in run.stderr and "correct" not in run.stderr
         assert "--passphrase-file takes a file's name" in run.stderr
+
+
+TYPED = "correct horse battery"  # a passphrase typed where a flag that takes no value is
+
+
+@pytest.mark.parametrize(
+    ("words", "says"),
+    [
+        (["encrypt", "--passphrase", TYPED, *FAST], "--passphrase takes no value"),
+        (["encrypt", "--passphrase", TYPED, "-o", "out.gcms"], "--passphrase takes no value"),
+        (["encrypt", "plain", "--passphrase", TYPED], "--passphrase takes no value"),  # an extra word
+        (["decrypt", "--passphrase", TYPED], "--passphrase takes no value"),
+        (["info", "--passphrase", TYPED], "--passphrase takes no value"),
+        (["encrypt", f"--passphrase={TYPED}"], "--passphrase takes no value"),
+        (["encrypt", "plain", "-p", TYPED], "age's -p is --passphrase here"),  # age's habit
+        (["decrypt", "-p", TYPED], "age's -p is --passphrase here"),
+        (["encrypt", "plain", f"--quiet={TYPED}"], "--quiet: takes no value"),  # every flag
+        (["keygen", "-o", "k", f"-f{TYPED}"], "--force: takes no value"),
+    ],
+)
+def test_a_passphrase_given_as_a_flags_value_is_never_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, words: list[str], says: str
+) -> None:
+    """A new user's slip: ``encrypt --passphrase "correct horse battery"``. --passphrase takes
+    no value (it asks); the word after it was taken as the input and quoted in "correct horse
+    battery: No such file" (or in argparse's "unrecognized arguments"). The message says that
+    the flag takes no value and how to give a passphrase, without the word."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plain").write_bytes(b"x")
+    message = one_line_error(run_cli(*words, input=b"x"), EXIT_USAGE)
+    assert says in message, message
+    assert "correct" not in message and "battery" not in message, message
+    if "passphrase" in says:
+        assert "asks for the passphrase on the terminal, or give --passphrase-file FILE" in message
+
+
+def test_a_passphrase_given_to_passphrase_at_a_terminal_is_refused_before_it_asks(tmp_path: Path) -> None:
+    """At a terminal the slip asked for the passphrase twice, then quoted the word as a missing
+    input; now it is refused at once, before any prompt, and never shown."""
+    out = tmp_path / "out.gcms"
+    code, written, err = on_terminal(
+        ["encrypt", "--passphrase", TYPED, "-o", str(out), *FAST], b"x\nx\n", b""
+    )
+    assert code == EXIT_USAGE and written == b"" and not out.exists(), err
+    assert b"--passphrase takes no value" in err and b"correct" not in err, err
+
+
+IDENTITY_FILE = "is an identity file (gcmstream-identity-v1: line), not a"
+KEY_FILE = "is a key file (gcmstream-key-v1: line), not a"
+RECIPIENTS_FILE = "is a recipients file (gcmstream-recipient-v1: line), not a"
+PUBLIC = "it holds public keys: give it to 'encrypt -R'"
+
+
+@pytest.mark.parametrize(
+    ("option", "given", "command", "says"),
+    [
+        ("-k", "identity", "decrypt", f"{IDENTITY_FILE} key file: give it with -i"),
+        ("-k", "identity", "encrypt", f"{IDENTITY_FILE} key file: give it with -i"),
+        ("-k", "recipients", "encrypt", f"{RECIPIENTS_FILE} key file: {PUBLIC}"),
+        ("-R", "key", "encrypt", f"{KEY_FILE} recipients file: give it with -k"),
+        ("-R", "identity", "encrypt", f"{IDENTITY_FILE} recipients file: give it with -i"),
+        ("-i", "key", "decrypt", f"{KEY_FILE}n identity file: give it with -k"),
+        (
+            "-i",
+            "recipients",
+            "decrypt",
+            f"{RECIPIENTS_FILE}n identity file: {PUBLIC}; decrypting needs the identity",
+        ),
+    ],
+    ids=[
+        "k-identity-decrypt",
+        "k-identity-encrypt",
+        "k-recipients",
+        "R-key",
+        "R-identity",
+        "i-key",
+        "i-recipients",
+    ],
+)
+def test_a_file_of_another_kind_is_named_with_the_option_that_reads_it(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path, option: str, given: str, command: str, says: str
+) -> None:
+    """A new user's finding: -i KEYFILE said to give it with -k, but -k IDENTITYFILE and
+    -R KEYFILE only said "not a key line" or "not a recipient line". Each file given to another
+    kind's option says what it is and which option reads it (a recipients file, which is public,
+    is not told to chmod 600), and never shows a line of it."""
+    recipients = tmp_path / "team.recipients"
+    recipients.write_text(recipient_of(people["alice"]) + "\n")
+    recipients.chmod(0o644)  # public: what `gcmstream recipient > FILE` leaves
+    path = {"identity": people["alice"], "key": keyfile, "recipients": recipients}[given]
+    sealed = tmp_path / "sealed"
+    sealed.write_bytes(b"GCMS")
+    argv: list[str | Path] = [command, option, path, "-o", tmp_path / "out"]
+    argv.append(sealed if command == "decrypt" else tmp_path / "team.recipients")
+    message = one_line_error(run_cli(*argv), EXIT_USAGE)
+    assert f"{path} {says}" in message, message
+    assert "chmod" not in message
+    for line in path.read_text().splitlines():
+        assert line.rsplit(":", 1)[-1][:16] not in message, message  # no key text, public or secret
+
+
+def test_a_passphrase_under_15_characters_is_warned_about_when_encrypting(tmp_path: Path) -> None:
+    """A new user's finding: any passphrase went through without a word. One shorter than 15
+    characters (NIST SP 800-63B-4's least for a password used alone; counted in code points,
+    not bytes) is warned about on stderr when encrypting, never shown, and not refused; 15 is
+    not warned about, nor is decrypting."""
+    short = "tr\u00e8s court!"  # 12 characters, 13 bytes
+    fifteen = "\u00e9" * 15  # 15 characters, 30 bytes: not short
+    for passphrase, warned in ((short, True), ("a" * 14, True), (fifteen, False)):
+        path = private_file(tmp_path / "pass", passphrase.encode() + b"\n")
+        sealed = run_cli("encrypt", "--passphrase-file", path, *FAST, input=b"x")
+        assert sealed.status == EXIT_OK, sealed.stderr
+        if warned:
+            assert sealed.stderr.count("\n") == 1, sealed.stderr
+            assert sealed.stderr.startswith("gcmstream encrypt: warning: the passphrase is shorter than 15 ")
+            assert "NIST SP 800-63B-4" in sealed.stderr and passphrase not in sealed.stderr
+            assert "court" not in sealed.stderr and "14" not in sealed.stderr  # nor its length
+        else:
+            assert sealed.stderr == "", sealed.stderr
+        opened = run_cli("decrypt", "--passphrase-file", path, input=sealed.stdout)
+        assert opened.status == EXIT_OK and opened.stdout == b"x" and opened.stderr == ""
+    shown = " ".join(run_cli("encrypt", "--help").stdout.decode().split())  # (wrapped)
+    assert "its hyphens part of it; one under 15 characters is warned about, not refused" in shown

@@ -67,3 +67,29 @@ def test_readme_block_runs(language: str, code: str, tmp_path: Path) -> None:
     # that copied as it stands would leave one behind in the reader's directory
     sockets = [path.name for path in tmp_path.rglob("*") if stat.S_ISSOCK(path.lstat().st_mode)]
     assert sockets == [], f"the block leaves socket files behind: {sockets}"
+
+
+# a file name as the blocks write them: a word with one of the extensions the README's files have
+_FILE_NAME = re.compile(r"[\w-]+\.(?:gcms|tar|key|txt|bin|asc|identity|recipients|tink|json)\b")
+
+
+def test_the_python_blocks_share_no_file_with_the_commands_and_show_read_key_file() -> None:
+    """A new user's finding: run in the directory of the command-line section, the Python
+    blocks replaced its backup.gcms (under another key) and big.gcms, and no block showed how
+    a key file `gcmstream keygen` wrote is read. Each Python block makes what it uses under names
+    no shell block uses (test_readme_block_runs runs each in an empty directory, so they are
+    self-contained), and one reads a key file with read_key_file."""
+    shell: set[str] = set()
+    python: list[set[str]] = []
+    for param in BLOCKS:
+        language, code = param.values
+        names = set(_FILE_NAME.findall(code))
+        if language == "sh":
+            shell |= names
+        else:
+            python.append(names)
+    assert {"backup.gcms", "backup.key", "big.gcms"} <= shell, shell  # the pattern finds them
+    for names in python:
+        assert not names & shell, sorted(names & shell)
+    codes = [param.values[1] for param in BLOCKS if param.values[0] == "python"]
+    assert any("gcmstream.read_key_file(" in code for code in codes)

@@ -636,6 +636,11 @@ def test_the_cli_info_shows_the_parameters(tmp_path: Path) -> None:
         f"plaintext length: {len(plaintext)} bytes",
     ):
         assert line in text, text
+    # what info read, and what it did not (a middle segment altered in place passes it)
+    assert text.startswith(
+        "verified: the header, segment 0 and the last segment only; the other 2 segments were not read"
+    ), text
+    assert "'gcmstream decrypt --format tink -k KEYSET -o /dev/null " in text, text
 
 
 @pytest.mark.parametrize(

@@ -482,7 +482,7 @@ def _anyio_truncation(
     """A truncation in anyio's vocabulary (also a BrokenResourceError), blamed on the
     transport's error if the connection was lost: the one conversion of receive and wrap."""
     blame_connection(exc, connection_error)
-    return AnyioTruncatedStreamError(*exc.args)
+    return AnyioTruncatedStreamError(*exc.args, in_header=exc.in_header)
 
 
 _FIGURES = (

@@ -33,6 +33,7 @@ from .errors import (
     ArmoredInputError,
     ArmorError,
     AuthenticationError,
+    DowngradeError,
     KeyCommitmentError,
     MalformedHeaderError,
     NoIdentityMatchedError,
@@ -98,6 +99,7 @@ if TYPE_CHECKING:
         parse_header_start,
     )
     from .keyfile import KEY_PREFIX, KeyFileError, format_key, parse_key, read_key_file, write_key_file
+    from .opener import Opener
     from .pipeline import CHUNK_SIZE
     from .recipients import (
         IDENTITY_PREFIX,
@@ -217,6 +219,11 @@ _log: logging.Logger  # set by _log_to_stderr, before listen or connect runs
 # here): below it a passphrase costs an attacker almost nothing to guess. The API stays lenient.
 MIN_WORK_FACTOR = 14
 MAX_PASSPHRASE_SIZE = 4096  # bytes of a --passphrase-file's first line; a longer one is refused
+# A passphrase is all that stands between whoever holds the file and its plaintext, guessed
+# offline (scrypt slows each guess, it does not stop them): NIST SP 800-63B-4, 3.1.1.2, asks at
+# least 15 characters (Unicode code points) of a password used as the only factor. A shorter
+# one is warned about when encrypting, not refused (age refuses none either).
+MIN_PASSPHRASE_CHARACTERS = 15
 
 __all__ = (
     "EXIT_BROKEN_PIPE",
@@ -266,12 +273,14 @@ EXIT_CODES = {
     EXIT_WRONG_KEY: "wrong key, no --identity matched, wrong passphrase, or wrong --context, found "
     "at the header before any record is opened (H10, H12, S3, S6, S7), also a key given for a "
     "file sealed to recipients or a passphrase; a header altered where no reader can tell it from "
-    "these (a stanza altered, as in age; a commitment failing under the key, identity or "
+    "these (a stanza altered, as in age; a key ID altered where the key given does not verify "
+    "the header under its own ID; a commitment failing under the key, identity or "
     "passphrase that fits: a wrong --context or an alteration) is 3 too, its message naming both; "
-    "a connect refused by a listen with another key or context sees only the connection cut "
-    "during the handshake: 5",
+    "a connect refused by a listen (another key, --context, --key-exchange, names) sees only the "
+    "connection cut during the handshake: 5, its message naming each cause its options leave open",
     EXIT_TAMPERED: "tampered or corrupt input: a damaged header after the right magic and version "
-    "(H3..H7, H9, H13), a header altered where the key given fits it (H11, S8's key ID), "
+    "(H3..H7, H9, H13), a header altered where the key given fits it (H11, S8's key ID, a key "
+    "ID naming another key while the key given verifies the rest of the header), "
     "malformed stanzas (S2, S4, S5), a failed channel handshake, a record "
     "that failed authentication or broke a rule (R1..R7), or data after the end of the stream (R8)",
     EXIT_TRUNCATED: "truncated input: it ended before the authenticated end of the stream",
@@ -382,10 +391,32 @@ def _hide_if_mixed(match: re.Match[str]) -> str:
     return run
 
 
+# argparse quotes the text after "=" given to an option that takes no value (--passphrase=TEXT,
+# -qTEXT): it may be a secret, so the message says what was wrong without it
+_IGNORED_VALUE = r"ignored explicit argument '.*'"
+
+
 class _Parser(argparse.ArgumentParser):
+    # the top parser's: the command named on the command line, set before parsing, since the
+    # top parser reports the command's stray arguments ("unrecognized arguments")
+    command_given: str | None = None
+
     def error(self, message: str) -> NoReturn:
-        message = _hide_key_text(_printable(message))  # a name from a glob: `info dir/*`
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        message = re.sub(_IGNORED_VALUE, "takes no value (the text given to it is not shown)", message)
+        command = self.prog.partition(" ")[2] or self.command_given
+        helped = f"gcmstream {command}" if command else "gcmstream"
+        self.exit(EXIT_USAGE, _stderr_line(command, f"{message} (see {helped} --help)") + "\n")
+
+
+def _stderr_line(command: str | None, message: str, *, shown_as_is: bool = False) -> str:
+    """The one form of every line the command writes on stderr (errors, warnings, log lines,
+    notes): 'gcmstream COMMAND: ...' (or 'gcmstream: ...' before a command is known), its
+    control characters escaped (``_printable``: a name from a glob, `info dir/*`) and any run
+    that may be key text hidden, unless ``shown_as_is``: a line this process made that must be
+    read whole (a generated passphrase, an IPv6 address it bound)."""
+    prog = f"gcmstream {command}" if command else "gcmstream"
+    line = f"{prog}: {_printable(message)}"
+    return line if shown_as_is else _hide_key_text(line)
 
 
 # -- argument parsing -----------------------------------------------------------------------
@@ -623,7 +654,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
     def passphrase_options(sub: argparse.ArgumentParser, twice: str, empty: str = "") -> None:
         sub.add_argument(
-            "--passphrase", action="store_true", help=f"ask for a passphrase {twice}on the terminal{empty}"
+            "--passphrase",
+            action="store_true",
+            help=f"ask for a passphrase {twice}on the terminal (takes no value: the word after it is "
+            f"INPUT){empty}",
         )
         sub.add_argument(
             "--passphrase-file",
@@ -712,7 +746,12 @@ def _build_parser() -> argparse.ArgumentParser:
         default=[],
         help="encrypt to the recipients of the identities in FILE (repeatable), as age -e -i does",
     )
-    passphrase_options(encrypt, "twice ", "; left empty: a strong one is generated, shown once on stderr")
+    passphrase_options(
+        encrypt,
+        "twice ",
+        "; left empty: a strong one is generated, shown once on stderr, its hyphens part of it; "
+        f"one under {MIN_PASSPHRASE_CHARACTERS} characters is warned about, not refused",
+    )
     encrypt.add_argument(
         "--work-factor",
         metavar="LOG2N",
@@ -887,6 +926,8 @@ class _PrintVersion(argparse.Action):
 def _load_key(key_file: str | None) -> bytes:
     if key_file is not None:
         try:
+            if key_file != "-":  # (a file named '-': stdin is the input, never read here)
+                _refuse_other_kind(key_file, _read_text(key_file, MAX_IDENTITY_FILE_SIZE), "key")
             _check_private(key_file, "key file")
             return read_key_file(key_file)
         except KeyFileError as exc:
@@ -937,13 +978,51 @@ def _identity(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _kind_of_file(text: str) -> tuple[str, str] | None:
+    """Which kind of gcmstream file ``text`` is, and the prefix of its lines that tells it:
+    "identity" (an identity file may also name its recipient in a comment), "key",
+    "recipients"; None."""
+    for kind, prefix in (
+        ("identity", IDENTITY_PREFIX),
+        ("key", KEY_PREFIX),
+        ("recipients", RECIPIENT_PREFIX),
+    ):
+        if prefix + ":" in text:
+            return kind, prefix
+    return None
+
+
+# each kind of file: what its lines are, and the option that reads it
+_FILE_KINDS = {
+    "key": ("a key file", "give it with -k"),
+    "identity": ("an identity file", "give it with -i"),
+    "recipients": (
+        "a recipients file",
+        "it holds public keys: give it to 'encrypt -R'; decrypting needs the identity file it came from (-i)",
+    ),
+}
+
+
+def _refuse_other_kind(path: str, text: str, wanted: str) -> None:
+    """A file of another kind given where a ``wanted`` one goes (-k IDENTITYFILE, -R KEYFILE,
+    -i KEYFILE...): the usage error says what it is and which option reads it. Before the
+    private-file check: a recipients file is public, and chmod is not what it needs."""
+    found = _kind_of_file(text)
+    if found is None or found[0] == wanted:
+        return
+    kind, prefix = found
+    what, where = _FILE_KINDS[kind]
+    article = "an" if wanted == "identity" else "a"
+    raise _Usage(f"{path} is {what} ({prefix}: line), not {article} {wanted} file: {where}")
+
+
 def _read_identities(path: str, command: str) -> list[Identity]:
     """The identities in FILE ('-': stdin), one a line. A file that is no identity file at all
     given to -i is most likely an input, as -i meant before it meant --identity: say so."""
     try:
         text = _read_text(path, MAX_IDENTITY_FILE_SIZE)
-        if KEY_PREFIX + ":" in text and IDENTITY_PREFIX not in text and command != "recipient":
-            raise _Usage(f"{path} is a key file ({KEY_PREFIX}: line), not an identity file: give it with -k")
+        if command != "recipient":
+            _refuse_other_kind(path, text, "identity")
         if IDENTITY_PREFIX not in text and RECIPIENT_PREFIX not in text and command != "recipient":
             raise _Usage(
                 f"{path} is not an identity file (no {IDENTITY_PREFIX}: line): -i is short for "
@@ -987,7 +1066,9 @@ def _read_recipients(args: argparse.Namespace, of_identities: list[Recipient]) -
             raise _Usage(f"recipient {number} (-r): {exc}") from None
     for path in args.recipients_file:
         try:
-            recipients += parse_recipients_file(_read_text(path, MAX_RECIPIENTS_FILE_SIZE))
+            text = _read_text(path, MAX_RECIPIENTS_FILE_SIZE)
+            _refuse_other_kind(path, text, "recipients")
+            recipients += parse_recipients_file(text)
         except RecipientError as exc:
             raise _Usage(f"recipients file {path}: {exc}") from None
         except (OSError, UnicodeError) as exc:
@@ -1063,12 +1144,11 @@ def _generated_passphrase() -> str:
         for _ in range(_PASSPHRASE_GROUPS)
     )
     passphrase = "-".join(groups)
-    print(
-        f"gcmstream encrypt: using the generated passphrase ({_PASSPHRASE_BITS} bits; it is shown only "
-        f"this once): {passphrase}",
-        file=sys.stderr,
-        flush=True,
+    shown = (
+        f"using the generated passphrase ({_PASSPHRASE_BITS} bits; it is shown only this once; its "
+        f"hyphens are part of it): {passphrase}"
     )
+    print(_stderr_line("encrypt", shown, shown_as_is=True), file=sys.stderr, flush=True)
     return passphrase
 
 
@@ -1097,12 +1177,25 @@ def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
     if secret:
         if encrypting:  # checked before the passphrase is asked for
             _check_work_factor(args.work_factor)
-        return {"passphrase": _read_passphrase(args, encrypting=encrypting)}
+        passphrase = _read_passphrase(args, encrypting=encrypting)
+        if encrypting and len(passphrase) < MIN_PASSPHRASE_CHARACTERS:
+            _warn_short_passphrase()
+        return {"passphrase": passphrase}
     if args.key_file is None and KEY_ENV not in os.environ and not encrypting:
         if args.command == "info":  # what the header claims, shown as not verified; nothing asked
             return {}
         return _what_the_header_asks_for(args)
     return {"key": _load_key(args.key_file)}
+
+
+def _warn_short_passphrase() -> None:
+    """Said on stderr, once, without the passphrase or its length."""
+    warning = (
+        f"warning: the passphrase is shorter than {MIN_PASSPHRASE_CHARACTERS} characters, the "
+        "least NIST SP 800-63B-4 asks of a password used alone: whoever gets the file can guess it "
+        "offline, scrypt only slows each guess (left empty at the prompt, a 120-bit one is generated)"
+    )
+    print(_stderr_line("encrypt", warning), file=sys.stderr, flush=True)
 
 
 def _check_work_factor(work_factor: int) -> None:
@@ -1161,6 +1254,13 @@ def _sealed_with(path: str) -> str | None:
     None when it cannot be told: no regular file (a pipe is not read ahead: its bytes would be
     gone) or no gcmstream header (the command itself then says what is wrong). Unverified:
     it names the option to give, it decides nothing."""
+    return _at_header_of(path, _sealed_at)
+
+
+def _at_header_of(path: str, read: Callable[[int, int | None], _T]) -> _T | None:
+    """``read(fd, at)`` of the header of the file at ``path`` (stdin too), read again after a
+    command failed on it: ``at`` is None unless it is a regular file; None if it cannot be
+    opened or read."""
     try:  # a FIFO is not opened: that would let its writer start, then see this end close
         if path != "-" and not stat.S_ISREG(os.stat(path).st_mode):
             return None
@@ -1168,12 +1268,41 @@ def _sealed_with(path: str) -> str | None:
     except OSError:
         return None
     try:
-        return _sealed_at(fd, os.lseek(fd, 0, os.SEEK_CUR) if _regular_size(fd) is not None else None)
+        return read(fd, os.lseek(fd, 0, os.SEEK_CUR) if _regular_size(fd) is not None else None)
     except OSError:
         return None
     finally:
         if path != "-":
             os.close(fd)
+
+
+def _key_id_altered_in(path: str, keying: Keying, context: bytes) -> bool:
+    """``_key_id_altered_at`` for the file at ``path``."""
+    return _at_header_of(path, partial(_key_id_altered_at, keying=keying, context=context)) or False
+
+
+def _key_id_altered_at(fd: int, at: int | None, keying: Keying, context: bytes) -> bool:
+    """Whether the header at offset ``at`` of the regular file ``fd``, whose key ID names no
+    key given (H10), fits the key given once its key ID is that key's: the commitment
+    (docs/FORMAT.md 5.1) covers the key ID, the key and the context, so it then verifies only
+    if the header was sealed under this key and context and its key ID alone was altered.
+    It words the message only: the header is refused either way (H10)."""
+    from .format import KEY_ID_SIZE, SALT_SLICE, Suite, key_id, verify_commitment
+
+    key = keying.get("key")
+    if at is None or not isinstance(key, bytes):
+        return False
+    try:
+        os.lseek(fd, at, os.SEEK_SET)
+        start, _ = _unverified_header(fd)
+        if Suite.for_key(key) != start.suite:
+            return False
+        header = bytearray(_binary_start(fd, start.size))
+        header[SALT_SLICE.start - KEY_ID_SIZE : SALT_SLICE.start] = key_id(key)  # 4.1: before the salt
+        verify_commitment(key, bytes(header), context)
+    except (OSError, ValueError, ProtocolError):  # (a short read: the header check refuses it)
+        return False
+    return True
 
 
 def _sealed_at(fd: int, at: int | None) -> str | None:
@@ -1392,7 +1521,7 @@ class _Progress:
         if summary:
             seconds = max(time.monotonic() - self.started, 1e-6)
             rate = _si(self.done / seconds)
-            line = f"gcmstream {self.desc}: {_si(self.done)} in {seconds:.2f} s ({rate}/s)"
+            line = _stderr_line(self.desc, f"{_si(self.done)} in {seconds:.2f} s ({rate}/s)")
             print(line, file=sys.stderr, flush=True)
 
 
@@ -1516,7 +1645,7 @@ def _jobs_unused(args: argparse.Namespace, reason: str | None) -> None:
     the output is the same bytes, only slower than asked for, and a script that gives --jobs
     to every call (some to stdout) keeps working."""
     if reason is not None and (getattr(args, "jobs", None) or 1) > 1:
-        line = f"gcmstream {args.command}: --jobs {args.jobs} ignored: {_printable(reason)}"
+        line = _stderr_line(args.command, f"--jobs {args.jobs} ignored: {reason}")
         bars = sys.modules.get("tqdm")  # a progress bar drawn already: the line goes above it
         with contextlib.suppress(OSError):
             if bars is not None:
@@ -1552,11 +1681,42 @@ def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
         return
     opener = new_opener(context=args.context, max_record_size=args.max_record_size, **keying)
     where = "the input" if args.input == "-" else args.input
+
+    def verdict(exc: BaseException, source: int, header_at: int | None) -> _Fail | None:
+        return _header_verdict(
+            exc,
+            "decrypt",
+            where,
+            key_from=_key_source(args),
+            sealed=partial(_sealed_at, source, header_at),
+            key_id_altered=partial(_key_id_altered_at, source, header_at, keying, args.context),
+        )
+
+    _decrypt_through(
+        args,
+        opener,
+        lambda source, out, size: (_jobs_for(args, source, out, size), _jobs_said(args, source, out)),
+        verdict,
+    )
+
+
+def _decrypt_through(
+    args: argparse.Namespace,
+    opener: Opener | TinkOpener,
+    workers: Callable[[int, int, int | None], tuple[int, Callable[[str], None]]],
+    verdict: Callable[[BaseException, int, int | None], _Fail | None],
+) -> None:
+    """decrypt's one path, either format: INPUT through ``opener`` into OUT (stdout record by
+    record, a file atomically), with the progress bar. ``workers(source, out, size)``: the
+    --jobs count and what says a count that is not used; ``verdict(exc, source, header_at)``:
+    the failure worded for the input (None: raised as it is), ``header_at`` the header's
+    offset in a regular input (None: not one, it cannot be read again)."""
     with _open_input(args.input) as (source, size):
         header_at = os.lseek(source, 0, os.SEEK_CUR) if size is not None else None
         progress = _Progress.start(size, "decrypt", args.quiet)
         try:
             with _open_output(args.output, args.mode) as out:
+                jobs, one_worker = workers(source, out, size)
                 # to stdout: pass each record on as it authenticates; to a file: gather
                 work = partial(
                     decrypt_fd,
@@ -1565,22 +1725,16 @@ def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                     opener,
                     eager=args.output == "-",
                     progress=progress.callback,
-                    jobs=_jobs_for(args, source, out, size),
-                    one_worker=_jobs_said(args, source, out),
+                    jobs=jobs,
+                    one_worker=one_worker,
                 )
                 _run_engine(work, out)
         except BaseException as exc:
             progress.close()
-            verdict = _header_verdict(
-                exc,
-                "decrypt",
-                where,
-                key_from=_key_source(args),
-                sealed=partial(_sealed_at, source, header_at),
-            )
-            if verdict is None:
+            fault = verdict(exc, source, header_at)
+            if fault is None:
                 raise
-            raise verdict from None
+            raise fault from None
         progress.close(summary=True)
 
 
@@ -1625,6 +1779,7 @@ def _header_verdict(
     seeks: str = "",
     key_from: str = "",
     sealed: Callable[[], str | None] | None = None,
+    key_id_altered: Callable[[], bool] = lambda: False,
 ) -> _Fail | None:
     """The message of a fault of the input for ``decrypt``, ``decrypt --offset`` and ``info``
     alike, naming the file; None for any other failure (and for a fault of stdin past its
@@ -1632,7 +1787,8 @@ def _header_verdict(
     the binary file (info, --offset), said of armored input. ``key_from``: where a key given
     came from (``_key_source``), named when the header does not name it. ``sealed``: how the
     header says it was sealed, from the input the command has open (default: ``where`` read
-    again by name, a file; stdin is not)."""
+    again by name, a file; stdin is not). ``key_id_altered``: whether the key given fits the
+    header but for its key ID (``_key_id_altered_at``)."""
     fault = _leaf(exc)
     if not isinstance(fault, ProtocolError):
         return None
@@ -1640,7 +1796,7 @@ def _header_verdict(
     if isinstance(fault, UnknownKeyError):  # from the 62 fixed bytes alone, on every path
         if sealed is None:
             sealed = partial(_sealed_with, where) if where != "the input" else lambda: None
-        return _Fail(code, _key_not_named(where, key_from, sealed()))
+        return _unknown_key_verdict(where, key_from, sealed(), key_id_altered)
     if isinstance(fault, ArmoredInputError) and seeks:  # info, --offset: binary files only
         return _Fail(
             code,
@@ -1662,6 +1818,19 @@ def _header_verdict(
     return _Fail(code, f"{where}: {_classify(fault)[1]}")  # wrong key or context, tampered
 
 
+def _unknown_key_verdict(
+    where: str, key_from: str, sealed: str | None, key_id_altered: Callable[[], bool]
+) -> _Fail:
+    """H10: a key ID that names no key given; an altered one where the key fits (4, as H11)."""
+    if sealed == "key" and key_id_altered():
+        return _Fail(
+            EXIT_TAMPERED,
+            f"{where} has a corrupt stream header: its key ID was altered (it names another key, "
+            "but the key given and the context verify the rest of the header, its commitment)",
+        )
+    return _Fail(EXIT_WRONG_KEY, _key_not_named(where, key_from, sealed))
+
+
 def _key_not_named(where: str, key_from: str, sealed: str | None) -> str:
     """A key the header does not name (H10): a file ``sealed`` to recipients or a passphrase
     (None: not known) is named as such, with the option that reads it; a key that came from
@@ -1673,11 +1842,17 @@ def _key_not_named(where: str, key_from: str, sealed: str | None) -> str:
         sealed_how, reads_it = _SEALED_WORDS[sealed]
         return f"{where} is sealed {sealed_how}, not with a key: give {reads_it} instead of a key{given}"
     if sealed == "key":
-        return f"wrong key: {where} names (by its key ID) a key that was not given{given}"
+        return f"{_WRONG_KEY_OR_ALTERED}: {where} names (by its key ID) a key that was not given{given}"
     return (
-        f"wrong key: {where} names (by its key ID) a key that was not given{given}; a file sealed "
-        "to recipients or with a passphrase is read with --identity or --passphrase[-file]"
+        f"{_WRONG_KEY_OR_ALTERED}: {where} names (by its key ID) a key that was not given{given}; "
+        "a file sealed to recipients or with a passphrase is read with --identity or "
+        "--passphrase[-file]"
     )
+
+
+# H10 (a key ID that names no key given) from the fixed part alone: a key ID altered in transit
+# and a wrong key look the same there (the commitment that tells them apart comes later)
+_WRONG_KEY_OR_ALTERED = "wrong key, or the header's key ID was altered"
 
 
 def _key_source(args: argparse.Namespace) -> str:
@@ -1696,7 +1871,12 @@ def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
     except BaseException as exc:
         where = "the input" if args.input == "-" else args.input
         verdict = _header_verdict(
-            exc, "decrypt", where, seeks="--offset and --length need", key_from=_key_source(args)
+            exc,
+            "decrypt",
+            where,
+            seeks="--offset and --length need",
+            key_from=_key_source(args),
+            key_id_altered=partial(_key_id_altered_in, args.input, keying, args.context),
         )
         if verdict is None:
             raise
@@ -1713,6 +1893,13 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
             layout = "variable: record places found by walking the record headers"
         return "\n".join(
             (
+                _verified_only(
+                    "the header and the final record",
+                    file.records - 1,
+                    "record",
+                    path,
+                    _reader_option(keying),
+                ),
                 f"file: {_printable(path)}",
                 f"format: gcmstream version {VERSION}, {header.role.name.lower().replace('_', '-')} stream",
                 f"suite: {suite}",
@@ -1720,9 +1907,31 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
                 f"key ID: {header.key_id.hex()}",
                 f"layout: {layout}",
                 f"records: {file.records}",
-                f"plaintext length: {file.length} bytes (final record authenticated)",
+                f"plaintext length: {file.length} bytes (told by the authenticated final record)",
             )
         )
+
+
+def _reader_option(keying: Keying) -> str:
+    """The option that gives what ``keying`` holds, as a command line names it."""
+    if "identities" in keying:
+        return "-i IDENTITY_FILE"
+    return "--passphrase" if "passphrase" in keying else "-k KEYFILE"
+
+
+def _verified_only(checked: str, others: int, unit: str, path: str, options: str) -> str:
+    """info's first line with a key: what it authenticated, and that the ``others`` records
+    (or segments) it did not read are not checked (one altered in place passes info), with
+    the command that checks them all."""
+    import shlex  # here, not for --help
+
+    if others <= 0:
+        return f"verified: {checked}, so every {unit}"
+    plural = unit if others == 1 else f"{unit}s"
+    return (
+        f"verified: {checked} only; the other {others} {plural} were not read, so not checked "
+        f"('gcmstream decrypt {options} -o /dev/null {shlex.quote(_printable(path))}' checks every {unit})"
+    )
 
 
 def _describe_unverified(path: str) -> str:
@@ -1755,7 +1964,14 @@ def _describe_unverified(path: str) -> str:
 def _info_command(args: argparse.Namespace, keying: Keying) -> None:
     _print_description(
         lambda: _describe(args.file, args, keying) if keying else _describe_unverified(args.file),
-        lambda exc: _header_verdict(exc, "info", args.file, seeks="info needs", key_from=_key_source(args)),
+        lambda exc: _header_verdict(
+            exc,
+            "info",
+            args.file,
+            seeks="info needs",
+            key_from=_key_source(args),
+            key_id_altered=partial(_key_id_altered_in, args.file, keying, args.context),
+        ),
     )
 
 
@@ -1865,28 +2081,13 @@ def _tink_decrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
     _refuse_same_file(args)
     opener = TinkOpener(keyset, args.context)
     where = "the input" if args.input == "-" else args.input
-    with _open_input(args.input) as (source, size):
-        progress = _Progress.start(size, "decrypt", args.quiet)
-        try:
-            with _open_output(args.output, args.mode) as out:
-                work = partial(
-                    decrypt_fd,
-                    source,
-                    out,
-                    opener,
-                    eager=args.output == "-",
-                    progress=progress.callback,
-                    jobs=args.jobs or 1,  # said once the header authenticated; one worker reads
-                    one_worker=partial(_jobs_unused, args),  # (Tink: files.TINK_IN_ORDER)
-                )
-                _run_engine(work, out)
-        except BaseException as exc:
-            progress.close()
-            verdict = _tink_verdict(exc, where)
-            if verdict is None:
-                raise
-            raise verdict from None
-        progress.close(summary=True)
+    _decrypt_through(
+        args,
+        opener,
+        # said once the header authenticated; one worker reads (Tink: files.TINK_IN_ORDER)
+        lambda *_: (args.jobs or 1, partial(_jobs_unused, args)),
+        lambda exc, *_: _tink_verdict(exc, where),
+    )
 
 
 def _tink_describe(path: str, args: argparse.Namespace, keyset: TinkKeyset) -> str:
@@ -1894,6 +2095,15 @@ def _tink_describe(path: str, args: argparse.Namespace, keyset: TinkKeyset) -> s
         key = file.key
         return "\n".join(
             (
+                _verified_only(
+                    "the header, segment 0 and the last segment"
+                    if file.segments > 1
+                    else "the header and its segment",
+                    file.segments - 2,
+                    "segment",
+                    path,
+                    "--format tink -k KEYSET",
+                ),
                 f"file: {_printable(path)}",
                 "format: Tink AES-GCM-HKDF streaming (AesGcmHkdfStreamingKey)",
                 f"key ID: {key.key_id} (the keyset's key that authenticated segment 0)",
@@ -1902,7 +2112,7 @@ def _tink_describe(path: str, args: argparse.Namespace, keyset: TinkKeyset) -> s
                 f"segment size: {_size_text(key.ciphertext_segment_size)} "
                 f"({key.ciphertext_segment_size} bytes of ciphertext)",
                 f"segments: {file.segments}",
-                f"plaintext length: {file.length} bytes (last segment authenticated)",
+                f"plaintext length: {file.length} bytes (told by the authenticated last segment)",
             )
         )
 
@@ -1989,7 +2199,8 @@ async def _bind(host: str, port: int, quiet: bool) -> anyio.abc.Listener[SocketS
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
     bound = listener.extra(anyio.abc.SocketAttribute.local_address)
     if port == 0 or not quiet:
-        print(f"gcmstream: listening on {_shown(bound)}", file=sys.stderr, flush=True)
+        line = _stderr_line("listen", f"listening on {_shown(bound)}", shown_as_is=True)
+        print(line, file=sys.stderr, flush=True)
     return listener
 
 
@@ -2118,7 +2329,37 @@ async def _connect_command(args: argparse.Namespace, key: bytes) -> None:
         raise  # the handshake's own timeout: its own message
     except OSError as exc:  # anyio says "All connection attempts failed": say where, and why
         raise _Fail(EXIT_IO, f"cannot connect to {_shown((host, port))}: {_os_reason(exc)}") from None
+    except Exception as exc:
+        cut = _leaf(exc)  # (under anyio's wrapping)
+        if not (isinstance(cut, TruncatedStreamError) and cut.in_header):
+            raise
+        raise _Fail(EXIT_TRUNCATED, _refused_by_listen(args)) from None
     await _session_then_close(stream)
+
+
+def _refused_by_listen(args: argparse.Namespace) -> str:
+    """connect's handshake cut before the listen's answer was whole. A listen answers only once
+    it accepted this end's header (docs/FORMAT.md 5.2: H1..H14, then K1..K8), and refuses
+    silently, so that a prober learns nothing: this end names every cause its own options leave
+    open (the listen's stderr names the one it found)."""
+    causes = ["another key", "another --context"]
+    if args.key_exchange != _KEY_EXCHANGE_NAMES[0]:  # hybrid, the strongest, is refused by none
+        causes.append(f"--key-exchange hybrid (this end offers {args.key_exchange}, which is weaker)")
+    if args.local_id is None:
+        causes.append("a --peer-id (this end gives no --local-id)")
+    else:
+        causes += [
+            f"a --peer-id other than this end's --local-id '{args.local_id}'",
+            f"its own --local-id '{args.local_id}' too (it takes this for a connection to itself)",
+        ]
+    causes.append(f"a --max-record-size under this end's --record-size {_size_text(args.record_size)}")
+    address = _shown(args.address)
+    return (
+        f"truncated input: {address} hung up during the handshake before answering: a listen "
+        "refuses a header silently, and says why on its own stderr. From here the causes cannot "
+        f"be told apart: the listen has {', '.join(causes[:-1])}, or {causes[-1]} (or the "
+        "connection was cut on the way)"
+    )
 
 
 def _os_reason(exc: BaseException) -> str:
@@ -2198,7 +2439,7 @@ _FAILURES: tuple[tuple[_Kind, int, Callable[[BaseException], str]], ...] = (
     (
         UnknownKeyError,
         EXIT_WRONG_KEY,
-        lambda _: "wrong key: the stream names (by its key ID) a key that was not given",
+        lambda _: f"{_WRONG_KEY_OR_ALTERED}: the stream names (by its key ID) a key that was not given",
     ),
     # the key ID proves the key fits (H11: the suite byte disagrees with it; S8: an identity
     # opened the stanza, but the header names another file key): altered, not a wrong key
@@ -2206,6 +2447,15 @@ _FAILURES: tuple[tuple[_Kind, int, Callable[[BaseException], str]], ...] = (
     (_Broke(KeyCommitmentError, "S8"), EXIT_TAMPERED, lambda e: f"corrupt stream header: {e}"),
     (KeyCommitmentError, EXIT_WRONG_KEY, str),  # it says "wrong key" and what else it can be
     ((SelfConnectionError, PeerIdentityError), EXIT_IDENTITY, lambda e: f"identity refused: {e}"),
+    # K1: a listen's --key-exchange above the connect's (X25519 is x25519, MLKEM768_X25519 hybrid)
+    (
+        DowngradeError,
+        EXIT_TAMPERED,
+        lambda e: (
+            f"key exchange refused: {e} (--key-exchange: x25519 is X25519, hybrid is "
+            "MLKEM768_X25519; a weaker one than this end's is refused)"
+        ),
+    ),
     (NoIdentityMatchedError, EXIT_WRONG_KEY, str),
     # damage (H3..H7, H13, S1..): magic and version right; before their parent class
     ((MalformedHeaderError, StanzaError), EXIT_TAMPERED, lambda e: f"corrupt stream header: {e}"),
@@ -2433,6 +2683,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace | int:
     """The parsed command line, or the exit status when there is no command to run."""
+    if isinstance(parser, _Parser):
+        parser.command_given = next((word for word in argv if word in _EXAMPLES), None)
+    slip = _secret_after_a_flag(argv)
+    if slip is not None:
+        parser.error(slip)
     try:
         args = parser.parse_args(argv)  # (help and --print-completion write here, then exit)
     except BrokenPipeError:  # `gcmstream --print-completion bash | head`: quiet, as cat
@@ -2449,6 +2704,33 @@ def _parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpars
         except argparse.ArgumentTypeError as exc:
             parser.error(f"argument address: {exc}")
     return args
+
+
+# Options that take no value, but that a new user gives the passphrase to: --passphrase asks on
+# the terminal, and -p is age's name for it (not an option here). The word after one of them is
+# then taken as the input (or an unknown argument), and argparse or the open would quote it.
+_PASSPHRASE_FLAGS = {
+    "--passphrase": "--passphrase takes no value",
+    "-p": "-p is not an option: age's -p is --passphrase here, which takes no value",
+}
+
+
+def _secret_after_a_flag(argv: Sequence[str]) -> str | None:
+    """The usage message for a passphrase typed as the value of a flag that takes none: the
+    word right after it names no file (so it is no input) or is joined by '='. The word is
+    never quoted: it may be the passphrase. Checked before parsing, so before any prompt."""
+    for flag, following in zip(argv, [*argv[1:], None], strict=False):  # (None: after the last)
+        name, joined, _ = flag.partition("=")
+        if name not in _PASSPHRASE_FLAGS:
+            continue
+        if not joined and (following is None or following.startswith("-") or os.path.lexists(following)):
+            continue
+        given = "the text after '='" if joined else "the word after it names no file, and"
+        return (
+            f"{_PASSPHRASE_FLAGS[name]}: it asks for the passphrase on the terminal, or give "
+            f"--passphrase-file FILE; {given} is not shown (it may be the passphrase)"
+        )
+    return None
 
 
 def _run_command(args: argparse.Namespace) -> None:
@@ -2474,11 +2756,7 @@ def _report_failure(args: argparse.Namespace, code: int, message: str) -> None:
         if args.command == "decrypt" and args.output == "-" and code in (EXIT_TAMPERED, EXIT_TRUNCATED):
             message += "; output stops after the last authenticated record"
         with contextlib.suppress(OSError):
-            print(
-                _hide_key_text(f"gcmstream {args.command}: {_printable(message)}"),
-                file=sys.stderr,
-                flush=True,
-            )
+            print(_stderr_line(args.command, message), file=sys.stderr, flush=True)
 
 
 def _log_to_stderr(command: str) -> None:
@@ -2487,12 +2765,12 @@ def _log_to_stderr(command: str) -> None:
 
     class HidingFormatter(logging.Formatter):
         def format(self, record: logging.LogRecord) -> str:
-            return _hide_key_text(_printable(super().format(record)))  # a peer's words too
+            return _stderr_line(command, super().format(record))  # a peer's words too
 
     global _log
     _log = logging.getLogger("gcmstream.cli")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(HidingFormatter(f"gcmstream {command}: %(message)s"))
+    handler.setFormatter(HidingFormatter("%(message)s"))
     _log.handlers[:] = [handler]
     _log.setLevel(logging.INFO)
     _log.propagate = False

@@ -453,8 +453,8 @@ def test_one_class_and_one_exit_status_per_fault_on_every_path(
         statuses[name] = cli.main(argv)
         lines[name] = capsys.readouterr().err
     if _opens_by_arithmetic(case, path):
-        # info reads a fixed-layout file's header and FINAL only (it says "final record
-        # authenticated"; FORMAT.md 8.3): a fault in another record is found by reading it
+        # info reads a fixed-layout file's header and FINAL only (its "verified:" line says so
+        # and counts the rest; FORMAT.md 8.3): a fault in another record is found by reading it
         assert statuses.pop("info") == cli.EXIT_OK, lines["info"]
     assert len(set(statuses.values())) == 1, (statuses, lines)
     status = next(iter(statuses.values()))
