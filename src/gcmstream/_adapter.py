@@ -78,7 +78,7 @@ class Fairness:
 
 
 Send = Callable[[bytes], Awaitable[None]]
-ReceiveMore = Callable[[], Awaitable[None]]
+ReceiveMore = Callable[[], Awaitable[object]]
 Abort = Callable[[], Awaitable[None]]
 
 

@@ -56,6 +56,7 @@ from .errors import (
     TruncatedStreamError,
 )
 from .format import (
+    DEFAULT_KEY_LIMITS,
     DEFAULT_MAX_RECORD_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
@@ -546,7 +547,7 @@ class Opener(_Input):
         self.max_record_size = check_record_size(max_record_size, "max_record_size")
         ring_capacity(self.max_record_size, ring_size)  # refuse a bad size now, not at the header
         self.ring_size = ring_size
-        self._limits = limits or KeyLimits()
+        self._limits = limits or DEFAULT_KEY_LIMITS
         self._turn = Turn("this Opener")  # one thread at a time (_turn.py)
         self._phase = _HEADER
         self._error = None  # the one slot: waiting (or, once FAILED, raised)
