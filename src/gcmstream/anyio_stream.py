@@ -260,8 +260,10 @@ class SecureStream(ByteStream):
         channel: Channel,
         deadlines: ConnectionDeadlines,
         on_handshake_input: Callable[[Opener], object] | None,
+        scope: anyio.CancelScope | None = None,
     ) -> SecureStream:
-        """``channel``'s handshake over ``transport_stream`` under ``deadlines``: the stream."""
+        """``channel``'s handshake over ``transport_stream`` under ``deadlines`` (in ``scope``,
+        a server's: ``_adapter.handshake``): the stream."""
         stream = cls(
             transport_stream,
             channel,
@@ -278,6 +280,7 @@ class SecureStream(ByteStream):
                 abort=functools.partial(anyio.aclose_forcefully, transport_stream),
                 on_handshake_input=on_handshake_input,
                 deadlines=deadlines,
+                scope=scope,
             )
         except TruncatedStreamError as exc:
             raise _anyio_truncation(exc, stream._receive_lost) from (exc.__cause__ or exc)
@@ -341,7 +344,9 @@ class SecureStream(ByteStream):
             deadlines.received(anyio.current_time(), opener.receiving_record)
         return waited
 
-    def _wait_for_input(self, opener: Opener, direct: _DirectFeed | None, at: float | None) -> Awaitable[bytes]:
+    def _wait_for_input(
+        self, opener: Opener, direct: _DirectFeed | None, at: float | None
+    ) -> Awaitable[bytes]:
         """One wait for input, until ``at`` (None: no limit): from the socket into the ring, or
         the handshake's bytes (no more than it needs) and then records on their boundaries."""
         wait = direct.wait(opener) if direct is not None else self._receive_transport(receive_size(opener))
@@ -677,10 +682,13 @@ class SecureListener(Listener[SecureStream]):
         config = self.config
 
         async def responder(
-            transport: AnyByteStream, deadlines: ConnectionDeadlines, observe: Callable[[Opener], object]
+            transport: AnyByteStream,
+            deadlines: ConnectionDeadlines,
+            observe: Callable[[Opener], object],
+            scope: anyio.CancelScope,
         ) -> SecureStream:
             channel = config.channel(Role.RESPONDER, reuse_output=False)
-            return await SecureStream._handshaken(transport, channel, deadlines, observe)
+            return await SecureStream._handshaken(transport, channel, deadlines, observe, scope)
 
         await serve_listener(self.listener, config, responder, handler, failed, task_group)
 
