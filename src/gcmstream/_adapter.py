@@ -105,7 +105,7 @@ async def handshake(
     the peer sent (``Admission.observe``). ``scope``: the cancel scope to run in, not yet
     entered, and its deadline is set here: an anyio server's pending entry, which its admission
     cancels to evict the connection, so that a pending connection enters one scope, not two
-    (~0.6 KB less on trio, tests/test_pending.py); an eviction then ends the handshake as its
+    (less memory per pending handshake: tests/test_pending.py); an eviction then ends the handshake as its
     deadline does, and the server core says nothing of it (``ServerCore.handshake_failed``).
 
     What the channel has to send (``data_to_send()``) is sent before the next read: the
@@ -151,7 +151,7 @@ async def _exchange(
     # Finished; the initiator sends its Finished only once the responder's arrived. So neither
     # side ever waits to send while its peer waits to send, even over a transport that does not
     # buffer (trio's lockstep pair), and a server waiting for a Finished holds no second task
-    # (the 16 KiB bound on an unconfirmed connection).
+    # (the bound on an unconfirmed connection, tests/test_pending.py).
     #
     # What is queued is sent before the peer's error is raised, so a responder answers a
     # verified header however the peer's bytes were split (a replayed header and Finished that

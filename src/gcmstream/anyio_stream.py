@@ -276,7 +276,7 @@ class SecureStream(ByteStream):
                 channel,
                 stream._send_transport,
                 stream._receive_more,
-                # (a partial, not a closure: ~110 B less for as long as a peer keeps it pending)
+                # (a partial, not a closure: smaller, for as long as a peer keeps it pending)
                 abort=functools.partial(anyio.aclose_forcefully, transport_stream),
                 on_handshake_input=on_handshake_input,
                 deadlines=deadlines,
@@ -359,7 +359,7 @@ class SecureStream(ByteStream):
         header's buffer during the handshake where the feed holds nothing but the socket (trio:
         exactly the bytes the handshake still needs, as ``receive_size``; an unconfirmed peer
         then makes the server hold no ``bytes`` per read and no await chain of ``receive()``,
-        ~1.3 KB on trio, tests/test_pending.py). Elsewhere the handshake reads through
+        tests/test_pending.py). Elsewhere the handshake reads through
         ``receive()``, and asyncio's feed, which takes the transport's protocol, is made only
         when the records begin."""
         phase = opener.phase

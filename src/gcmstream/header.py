@@ -141,7 +141,7 @@ class HeaderReader:
         self._start: HeaderStart | None = None
         self._key = b""
         # a channel's refusal of the key ID, raised once the whole header arrived: the ring that
-        # refused it, asked again then (an error kept meanwhile, ~400 B, was most of what an
+        # refused it, asked again then (an error kept meanwhile was most of what an
         # unknown key ID's pending connection held beyond a known one's, tests/test_pending.py)
         self._refused: KeyRing | None = None
         self.header: StreamHeader | None = None  # once it verified
