@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import math
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from gcmstream.config import (
     configure,
 )
 from gcmstream.format import HARD_MAX_RECORD_SIZE, MAX_CONTEXT_SIZE, key_id
+from gcmstream.header import HeaderReader
 from gcmstream.testing import run_handshake
 
 from .helpers import KEY
@@ -469,3 +472,103 @@ def test_an_entry_point_checks_its_options_once_before_any_io(name: str) -> None
     )
     with pytest.raises(ValueError, match=option):
         _call(name, key=KEY, **{option: bad})
+
+
+async def _empty_chunks() -> AsyncIterator[bytes]:
+    """No chunks (every call below is refused before it reads one)."""
+    for chunk in [b""][:0]:
+        yield chunk
+
+
+def _context_calls(tmp_path: Path) -> dict[str, Callable[[Any], object]]:
+    """One call per public entry point that takes ``context``, with everything else valid."""
+    plain, sealed, out = tmp_path / "plain", tmp_path / "sealed", tmp_path / "out"
+    plain.write_bytes(b"plain")
+    gcmstream.encrypt_file(plain, sealed, key=KEY)
+    sink: Any = out  # (never written: refused before)
+    calls: dict[str, Callable[[Any], object]] = {
+        name: functools.partial(_call_with_context, name)
+        for name in ENTRY_POINTS
+        if "context" in _options_of(name)
+    }
+    calls.update(
+        {
+            "Channel": lambda bad: Channel(KEY, role=Role.RESPONDER, context=bad),
+            "Configuration": lambda bad: Configuration(key=KEY, context=bad),
+            "Sealer": lambda bad: gcmstream.Sealer(KEY, context=bad),
+            "Opener": lambda bad: gcmstream.Opener(KEY, context=bad),
+            "HeaderReader": lambda bad: HeaderReader(KEY, context=bad),
+            "encrypt_file": lambda bad: gcmstream.encrypt_file(plain, out, key=KEY, context=bad),
+            "decrypt_file": lambda bad: gcmstream.decrypt_file(sealed, out, key=KEY, context=bad),
+            "open_file": lambda bad: gcmstream.open_file(sealed, key=KEY, context=bad),
+            "encrypt_file_async": lambda bad: asyncio.run(
+                gcmstream.encrypt_file_async(plain, out, key=KEY, context=bad)
+            ),
+            "decrypt_file_async": lambda bad: asyncio.run(
+                gcmstream.decrypt_file_async(sealed, out, key=KEY, context=bad)
+            ),
+            "open_file_async": lambda bad: asyncio.run(
+                gcmstream.open_file_async(sealed, key=KEY, context=bad)
+            ),
+            "encrypt_stream": lambda bad: asyncio.run(
+                gcmstream.encrypt_stream(_empty_chunks(), sink, key=KEY, context=bad)
+            ),
+            "decrypt_stream": lambda bad: asyncio.run(
+                gcmstream.decrypt_stream(_empty_chunks(), sink, key=KEY, context=bad)
+            ),
+            "encrypt_iter": lambda bad: asyncio.run(
+                _exhaust(gcmstream.encrypt_iter(_empty_chunks(), key=KEY, context=bad))
+            ),
+            "decrypt_iter": lambda bad: asyncio.run(
+                _exhaust(gcmstream.decrypt_iter(_empty_chunks(), key=KEY, context=bad))
+            ),
+        }
+    )
+    return calls
+
+
+def _call_with_context(name: str, bad: Any) -> None:
+    _call(name, key=KEY, context=bad)
+
+
+async def _exhaust(items: AsyncIterator[object]) -> None:
+    async for _ in items:
+        pass
+
+
+def _takes_context() -> set[str]:
+    """Every public callable (gcmstream.__all__, their methods, HeaderReader) with ``context``."""
+    found = set()
+    candidates: list[tuple[str, Any]] = [(name, getattr(gcmstream, name)) for name in gcmstream.__all__]
+    candidates.append(("HeaderReader", HeaderReader))
+    for name, obj in list(candidates):
+        if inspect.isclass(obj):
+            candidates += [(f"{name}.{m}", getattr(obj, m)) for m in vars(obj) if not m.startswith("_")]
+    for name, obj in candidates:
+        with contextlib.suppress(TypeError, ValueError):
+            if callable(obj) and "context" in inspect.signature(obj).parameters:
+                found.add(name)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        ("text", TypeError, "context must be bytes-like, not str"),
+        (bytes(MAX_CONTEXT_SIZE + 1), ValueError, f"context of {MAX_CONTEXT_SIZE + 1} bytes exceeds"),
+    ],
+    ids=["not-bytes", "too-long"],
+)
+def test_every_entry_point_refuses_a_bad_context_with_the_documented_error(
+    bad: Any, error: type[Exception], message: str, tmp_path: Path
+) -> None:
+    """errors.py: a context over its bound is a ValueError, one not bytes-like a TypeError, with
+    format.check_context's message, from every public entry point that takes one, when it is
+    called (the context is checked once, where it is kept: HeaderReader for a Channel, issue
+    21 review), and the table covers every such entry point."""
+    calls = _context_calls(tmp_path)
+    assert set(calls) == _takes_context()
+    for name, call in calls.items():
+        with pytest.raises(error, match=message):
+            call(bad)
+        assert not (tmp_path / "out").exists(), name

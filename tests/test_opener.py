@@ -1489,10 +1489,56 @@ def test_a_length_below_the_tag_names_the_record_at_the_boundary(how: str) -> No
         found = first_error(opener, bytes(wire[second:]))
         assert isinstance(found, MalformedRecordError)
         assert found.record_number == 1
-    else:  # found while buffering, before the record is numbered: the documented None
+    else:  # found while buffering in the ring: named too (it was None before)
         found = first_error(opener, wire)
         assert isinstance(found, MalformedRecordError)
-        assert found.record_number is None
+        assert found.record_number == 1
+
+
+def _give(opener: Opener, piece: bytes, how: str, out: bytearray) -> None:
+    """Feed ``piece`` through one of the Opener's feeding calls, reading when it takes no more."""
+    if how == "bytes":  # held by reference
+        opener.receive_data(piece)
+    elif how == "bytearray":  # copied
+        opener.receive_data(bytearray(piece))
+    elif how == "receive_some":
+        for _ in range(len(piece) + 2):  # bounded: each pass takes bytes or reads records
+            piece = piece[opener.receive_some(piece) :]
+            if not piece:
+                return
+            drain(opener, out)
+        raise AssertionError("receive_some took nothing")
+    else:  # get_buffer/buffer_updated
+        feed(opener, piece, "zero-copy", out)
+
+
+@pytest.mark.parametrize("how", ["bytes", "bytearray", "receive_some", "get_buffer"])
+@pytest.mark.parametrize("read_between", [True, False], ids=["read-between", "read-after"])
+def test_a_length_below_the_tag_names_its_record_however_the_input_is_split(
+    how: str, read_between: bool
+) -> None:
+    """One rule (records.check_record_length) for the ring, held input and a file's walk: the
+    same stream, whose record 2 announces a length below the tag, split at every offset and fed
+    through each feeding call, is refused with the same error naming record 2 each time (the
+    ring's refusal named none: found while buffering, it carried record_number None)."""
+    wire = bytearray(seal_stream([b"abcdefghijkl"], record_size=4))  # records 0-2, FINAL 3
+    third = [start for start, _, _ in records(bytes(wire))][2]
+    RECORD_HEADER.pack_into(wire, third, 0, TAG_SIZE - 1)
+    data = bytes(wire)
+    seen = set()
+    for cut in range(len(data) + 1):
+        opener, out = Opener(KEY), bytearray()
+        with pytest.raises(GcmStreamError) as info:
+            _give(opener, data[:cut], how, out)
+            if read_between:
+                drain(opener, out)
+            _give(opener, data[cut:], how, out)
+            opener.receive_eof()
+            drain(opener, out)
+        error = info.value
+        seen.add((type(error), getattr(error, "record_number", "none"), str(error)))
+        assert bytes(out) == b"abcdefgh"[: len(out)]  # records 0 and 1 at most, never past 2
+    assert seen == {(MalformedRecordError, 2, "record 2 has length 15, shorter than the 16-byte tag")}
 
 
 def test_ring_growth_moves_the_record_being_read() -> None:

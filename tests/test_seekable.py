@@ -787,8 +787,8 @@ def test_a_file_refused_at_open_leaves_no_descriptor_open(tmp_path: Path) -> Non
 
 def test_a_walked_record_length_below_the_tag_names_its_record(tmp_path: Path) -> None:
     """Record 1's length field says 3 bytes: refused before anything is read for it, in the
-    sequential reader's words, with its record number (which the Opener's error lacks here:
-    reported to the coordinator, docs/mutation-2026-12-04-mfiles.md)."""
+    sequential reader's words, with its record number, as the Opener's error (which lacked it,
+    docs/mutation-2026-12-04-mfiles.md: one rule now, records.check_record_length)."""
     from . import helpers
 
     wire, _ = helpers.forge([(0, b"first"), (0, b"second"), (FLAG_FINAL, b"")])
@@ -801,10 +801,10 @@ def test_a_walked_record_length_below_the_tag_names_its_record(tmp_path: Path) -
     path.write_bytes(forged)
     with pytest.raises(gcmstream.MalformedRecordError) as sequential:
         helpers.read_all(gcmstream.Opener(helpers.KEY, context=helpers.CONTEXT), bytes(forged))
-    with pytest.raises(gcmstream.MalformedRecordError, match="record length 3 is shorter") as walked:
+    with pytest.raises(gcmstream.MalformedRecordError, match="record 1 has length 3, shorter") as walked:
         gcmstream.open_file(path, key=helpers.KEY, context=helpers.CONTEXT)
     assert str(walked.value) == str(sequential.value)
-    assert walked.value.record_number == 1
+    assert walked.value.record_number == sequential.value.record_number == 1
 
 
 def test_a_walked_file_is_read_across_its_key_updates(tmp_path: Path) -> None:

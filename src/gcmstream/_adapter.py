@@ -78,7 +78,7 @@ class Fairness:
 
 
 Send = Callable[[bytes], Awaitable[None]]
-ReceiveMore = Callable[[], Awaitable[None]]
+ReceiveMore = Callable[[], Awaitable[object]]
 Abort = Callable[[], Awaitable[None]]
 
 
@@ -91,6 +91,7 @@ async def handshake(
     abort: Abort,
     on_handshake_input: Callable[[Opener], object] | None = None,
     deadlines: ConnectionDeadlines | None = None,
+    scope: anyio.CancelScope | None = None,
 ) -> None:
     """Run the channel handshake before its deadline: ``deadlines``' (the server core's rule,
     ``ConnectionDeadlines.handshake_started``), or ``time_limit`` seconds from now (None: no
@@ -101,7 +102,11 @@ async def handshake(
     success ``deadlines`` learns it (the idle deadline starts). ``on_handshake_input`` is called
     with the channel's opener after each read (the end of the input included: the handshake
     then ends at once), before any answer is computed: a server's admission learns there what
-    the peer sent (``Admission.observe``).
+    the peer sent (``Admission.observe``). ``scope``: the cancel scope to run in, not yet
+    entered, and its deadline is set here: an anyio server's pending entry, which its admission
+    cancels to evict the connection, so that a pending connection enters one scope, not two
+    (less memory per pending handshake: tests/test_pending.py); an eviction then ends the handshake as its
+    deadline does, and the server core says nothing of it (``ServerCore.handshake_failed``).
 
     What the channel has to send (``data_to_send()``) is sent before the next read: the
     handshake's messages alternate, so this completes over a transport without buffering
@@ -116,10 +121,13 @@ async def handshake(
     # anyio.fail_after is avoided: its generator-based context manager costs ~0.7 KB more for
     # as long as an unauthenticated peer keeps its handshake pending (issue 21)
     deadline = deadlines.handshake_deadline
+    if scope is None:
+        scope = anyio.CancelScope()
+    scope.deadline = math.inf if deadline is None else deadline
     try:
-        with anyio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
+        with scope:
             await _exchange(channel, send, receive_more, on_handshake_input)
-        if scope.cancelled_caught:  # only its deadline cancels this scope
+        if scope.cancelled_caught:  # its deadline (or a server's eviction: see above)
             deadlines.handle_timer(max(anyio.current_time(), scope.deadline))
             raise TimeoutError
     except BaseException as exc:
@@ -143,7 +151,7 @@ async def _exchange(
     # Finished; the initiator sends its Finished only once the responder's arrived. So neither
     # side ever waits to send while its peer waits to send, even over a transport that does not
     # buffer (trio's lockstep pair), and a server waiting for a Finished holds no second task
-    # (the 16 KiB bound on an unconfirmed connection).
+    # (the bound on an unconfirmed connection, tests/test_pending.py).
     #
     # What is queued is sent before the peer's error is raised, so a responder answers a
     # verified header however the peer's bytes were split (a replayed header and Finished that
@@ -306,9 +314,13 @@ class _Pending:
 
 S = TypeVar("S", bound=AsyncResource)
 
-Responder = Callable[[Any, ConnectionDeadlines, Callable[[Opener], object]], Awaitable[S]]
-"""``(transport, deadlines, observe)``: run the responder's handshake over an accepted transport
-under the core's deadlines, calling ``observe`` with the opener after each read; the stream."""
+Responder = Callable[
+    [Any, ConnectionDeadlines, Callable[[Opener], object], anyio.CancelScope], Awaitable[S | None]
+]
+"""``(transport, deadlines, observe, scope)``: run the responder's handshake over an accepted
+transport under the core's deadlines, calling ``observe`` with the opener after each read, in
+``scope`` (``handshake(scope=...)``: the admission cancels it to evict the connection); the
+stream, or None if ``scope`` was cancelled."""
 
 HandshakeFailed = Callable[[Exception, Any, object, int], Awaitable[None]]
 """``(error, transport, peer, log level)``: a server's word on a client whose handshake failed."""
@@ -347,12 +359,10 @@ async def serve_listener(
         if not core.admit(entry, address):
             await anyio.aclose_forcefully(transport)  # refused: its source is at its cap
             return
-        stream: S | None = None
-        try:
-            with entry.scope:
-                stream = await responder(
-                    transport, core.deadlines(), lambda opener: core.observe(entry, opener)
-                )
+        try:  # (the responder's handshake runs in entry.scope: one scope per pending connection)
+            stream: S | None = await responder(
+                transport, core.deadlines(), lambda opener: core.observe(entry, opener), entry.scope
+            )
         except Exception as exc:  # (a cancellation is a BaseException on every backend)
             level = core.handshake_failed(entry, exc)
             if level is not None:

@@ -71,9 +71,10 @@ are in SECURITY.md "Denial of service"):
   arrivals are refused rather than admitted at the others' expense (an arrival it makes below
   ``start`` evicts nobody: random early drop starts at ``start``).
 
-Memory under a flood: at most 512 waiting and 1,024 verified handshakes, about 21 MiB of
-gcmstream's own allocations at the 14 KiB bound of tests/test_pending.py (the event loop's
-socket state comes on top); drop-oldest's 256 held 3.5 MiB but kept clients out.
+Memory under a flood: at most 512 waiting and 1,024 verified handshakes, at most about 17 MiB
+of gcmstream's own allocations at the bounds of tests/test_pending.py (12.5 KiB a waiting one,
+10.5 KiB a verified one; the event loop's socket state comes on top); drop-oldest's 256 held
+3.5 MiB but kept clients out.
 
 Logging: a shed connection (refused or evicted) is logged at debug level; a warning with the
 counts goes out at most once per ``REPORT_INTERVAL`` seconds, never one per connection. A

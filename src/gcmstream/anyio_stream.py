@@ -29,14 +29,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import operator
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 from anyio.abc import (
@@ -259,8 +260,10 @@ class SecureStream(ByteStream):
         channel: Channel,
         deadlines: ConnectionDeadlines,
         on_handshake_input: Callable[[Opener], object] | None,
+        scope: anyio.CancelScope | None = None,
     ) -> SecureStream:
-        """``channel``'s handshake over ``transport_stream`` under ``deadlines``: the stream."""
+        """``channel``'s handshake over ``transport_stream`` under ``deadlines`` (in ``scope``,
+        a server's: ``_adapter.handshake``): the stream."""
         stream = cls(
             transport_stream,
             channel,
@@ -268,18 +271,16 @@ class SecureStream(ByteStream):
             idle_timeout=deadlines.idle_timeout,
         )
         stream._deadlines = deadlines
-
-        async def abort() -> None:
-            await anyio.aclose_forcefully(transport_stream)
-
         try:
             await handshake(
                 channel,
                 stream._send_transport,
                 stream._receive_more,
-                abort=abort,
+                # (a partial, not a closure: smaller, for as long as a peer keeps it pending)
+                abort=functools.partial(anyio.aclose_forcefully, transport_stream),
                 on_handshake_input=on_handshake_input,
                 deadlines=deadlines,
+                scope=scope,
             )
         except TruncatedStreamError as exc:
             raise _anyio_truncation(exc, stream._receive_lost) from (exc.__cause__ or exc)
@@ -296,9 +297,10 @@ class SecureStream(ByteStream):
             return await self.transport_stream.receive(size)  # type: ignore[call-arg]
         return await self.transport_stream.receive()
 
-    async def _receive_more(self) -> None:
-        """The handshake driver's read: one read into the opener."""
-        await self._fill()
+    def _receive_more(self) -> Awaitable[bool]:
+        """The handshake driver's read: one read into the opener (``_fill``'s own awaitable:
+        no frame of this one is held while a pending peer is silent)."""
+        return self._fill()
 
     async def _fill(self, resumed: bool = False) -> bool:
         """Wait for more input (or its end) and give it to the opener, before the core's next
@@ -342,26 +344,36 @@ class SecureStream(ByteStream):
             deadlines.received(anyio.current_time(), opener.receiving_record)
         return waited
 
-    async def _wait_for_input(self, opener: Opener, direct: _DirectFeed | None, at: float | None) -> bytes:
+    def _wait_for_input(
+        self, opener: Opener, direct: _DirectFeed | None, at: float | None
+    ) -> Awaitable[bytes]:
         """One wait for input, until ``at`` (None: no limit): from the socket into the ring, or
         the handshake's bytes (no more than it needs) and then records on their boundaries."""
         wait = direct.wait(opener) if direct is not None else self._receive_transport(receive_size(opener))
-        if at is None:  # no scope then: a cancel scope costs ~2 KB on trio while it waits
-            return await wait
-        with anyio.fail_after(max(0.0, at - anyio.current_time())):
-            return await wait
+        if at is None:  # no scope then (~2 KB on trio while it waits), nor a frame of this one
+            return wait
+        return _wait_until(wait, at)
 
     def _direct(self, opener: Opener) -> _DirectFeed | None:
-        """The feed that reads the socket into the ring, once the records begin (the handshake
-        reads through ``receive()``, which its size limit and admission counts are built on)."""
-        if opener.phase is not Phase.RECORDS:
+        """The feed that reads the socket into the ring once the records begin, and into the
+        header's buffer during the handshake where the feed holds nothing but the socket (trio:
+        exactly the bytes the handshake still needs, as ``receive_size``; an unconfirmed peer
+        then makes the server hold no ``bytes`` per read and no await chain of ``receive()``,
+        tests/test_pending.py). Elsewhere the handshake reads through
+        ``receive()``, and asyncio's feed, which takes the transport's protocol, is made only
+        when the records begin."""
+        phase = opener.phase
+        if phase is not Phase.RECORDS and phase is not Phase.HEADER:
             return None
         if not self._feed_sought:
-            self._feed_sought = True
-            self._feed = _direct_feed(self.transport_stream)
-        if self._feed is None:
+            feed = _direct_feed(self.transport_stream, handshake=phase is Phase.HEADER)
+            if feed is None and phase is Phase.HEADER:
+                return None  # sought again when the records begin
+            self._feed_sought, self._feed = True, feed
+        feed = self._feed
+        if feed is None or (phase is Phase.HEADER and not feed.reads_handshake):
             return None
-        return self._feed if self._feed.ready() else None
+        return feed if feed.ready() else None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -670,10 +682,13 @@ class SecureListener(Listener[SecureStream]):
         config = self.config
 
         async def responder(
-            transport: AnyByteStream, deadlines: ConnectionDeadlines, observe: Callable[[Opener], object]
+            transport: AnyByteStream,
+            deadlines: ConnectionDeadlines,
+            observe: Callable[[Opener], object],
+            scope: anyio.CancelScope,
         ) -> SecureStream:
             channel = config.channel(Role.RESPONDER, reuse_output=False)
-            return await SecureStream._handshaken(transport, channel, deadlines, observe)
+            return await SecureStream._handshaken(transport, channel, deadlines, observe, scope)
 
         await serve_listener(self.listener, config, responder, handler, failed, task_group)
 
@@ -786,8 +801,18 @@ async def create_unix_listener(
 # always goes through receive(), whose size limit and admission counts it is built on.
 
 
+async def _wait_until(wait: Awaitable[bytes], at: float) -> bytes:
+    with anyio.fail_after(max(0.0, at - anyio.current_time())):
+        return await wait
+
+
 class _DirectFeed:
     """Receives a transport's bytes into the opener's ring, for one SecureStream."""
+
+    __slots__ = ()
+
+    # True when it may also read the handshake (into the header's buffer, before the records)
+    reads_handshake: ClassVar[bool] = False
 
     def ready(self) -> bool:
         """True when the next input may come from here (nothing is held before it)."""
@@ -821,6 +846,10 @@ class _SocketFeed(_DirectFeed):
     loses and reorders nothing. A wait is ``wait_readable``, before any byte is taken: a
     cancellation there loses nothing; anyio's ``aclose`` (trio's ``notify_closing``) ends it
     with ``ClosedResourceError``."""
+
+    __slots__ = ("_sock",)
+
+    reads_handshake = True  # it holds the socket only: a pending handshake reads through it too
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
@@ -951,17 +980,19 @@ class _TransportFeed(_DirectFeed, asyncio.BufferedProtocol):
         self._inner.resume_writing()
 
 
-def _direct_feed(transport: AnyByteStream) -> _DirectFeed | None:
+def _direct_feed(transport: AnyByteStream, *, handshake: bool = False) -> _DirectFeed | None:
     """The feed that receives ``transport``'s bytes into the ring: for anyio's own TCP socket
     streams (and trio's UNIX ones, the same class), recognised by their exact class, so that a
     wrapper (TLS above all), whose raw socket carries other bytes than it returns, keeps
-    ``receive()``; None for the rest (uvloop's transports too: not ``asyncio.Transport``)."""
+    ``receive()``; None for the rest (uvloop's transports too: not ``asyncio.Transport``).
+    ``handshake``: asked while the handshake reads, when only a feed that ``reads_handshake``
+    is made (asyncio's is made once the records begin)."""
     kind = type(transport)
     if kind.__module__ == "anyio._backends._trio" and kind.__name__ in ("SocketStream", "UNIXSocketStream"):
         sock = transport.extra(SocketAttribute.raw_socket, None)
         if isinstance(sock, socket.socket):
             return _SocketFeed(sock)
-    if kind.__module__ == "anyio._backends._asyncio" and kind.__name__ == "SocketStream":
+    if kind.__module__ == "anyio._backends._asyncio" and kind.__name__ == "SocketStream" and not handshake:
         # anyio's private fields: if a later anyio changes them, receive() is used instead
         inner = getattr(transport, "_protocol", None)
         asyncio_transport = getattr(transport, "_transport", None)

@@ -45,7 +45,6 @@ from .format import (
     StreamHeader,
     Suite,
     as_key_ring,
-    check_context,
     check_identity,
     make_header,
 )
@@ -397,7 +396,6 @@ class Channel:
         self.role = role
         self.key_exchange = check_key_exchange(key_exchange)
         keys = as_key_ring(key)
-        check_context(context)
         identities = (_identity(local_id, "local_id"), _identity(peer_id, "peer_id"))
         self.sealer = Sealer.unkeyed(
             Suite.for_key(keys.primary),

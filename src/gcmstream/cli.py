@@ -2275,8 +2275,12 @@ async def _first_peer(
             shown = _shown(peer) if isinstance(peer, tuple) else str(peer)
             _log.log(level, "%s: %s; still listening", shown, _peer_failure(exc, args))
 
-        async def responder(transport: Any, deadlines: Any, observe: Callable[[Any], object]) -> SecureStream:
-            return await _handshake(transport, config, observe)  # config's options, as wrap's
+        async def responder(
+            transport: Any, deadlines: Any, observe: Callable[[Any], object], scope: anyio.CancelScope
+        ) -> SecureStream | None:
+            with scope:  # the admission cancels it to evict the connection (wrap has its own)
+                return await _handshake(transport, config, observe)  # config's options, as wrap's
+            return None  # evicted
 
         tg.start_soon(serve_listener, listener, config, responder, take, failed, None, _log)
     return winner[0]

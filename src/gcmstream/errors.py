@@ -266,8 +266,9 @@ class RecordTooLargeError(ProtocolError):
 
 class MalformedRecordError(ProtocolError):
     """A record breaks a format rule (flags, minimum length, per-key usage limit).
-    ``record_number`` counts records from 0 in the stream; None where the rule was broken while
-    records were still being buffered, before they were numbered (a length below the tag)."""
+    ``record_number`` counts records from 0 in the stream (a length below the tag too, however
+    the input was split); None where the fault is no one record's (a file whose records are not
+    where its FIXED_LAYOUT field puts them)."""
 
     def __init__(self, message: str, *, record_number: int | None = None) -> None:
         super().__init__(message)

@@ -39,6 +39,7 @@ from .errors import (
 )
 
 __all__ = (
+    "DEFAULT_KEY_LIMITS",
     "DEFAULT_MAX_RECORD_SIZE",
     "DEFAULT_RECORD_SIZE",
     "FINISHED_SIZE",
@@ -232,6 +233,11 @@ class KeyLimits:
                 f"hard limits cannot exceed {MAX_HARD_RECORDS} records or {MAX_HARD_BYTES} bytes per key "
                 "(the AES-GCM confidentiality bound of draft-irtf-cfrg-aead-limits)"
             )
+
+
+DEFAULT_KEY_LIMITS = KeyLimits()
+"""The defaults, one shared value (frozen) rather than one per Sealer and Opener: a pending
+handshake's connection holds one of each (tests/test_pending.py)."""
 
 
 class KeyExchange(enum.IntEnum):

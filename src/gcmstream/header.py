@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NoReturn
 
 from .errors import KeyCommitmentError, OutOfRangeError, ProtocolError
 from .format import (
@@ -93,11 +93,11 @@ class HeaderReader:
         "_context",
         "_got",
         "_key",
-        "_key_refusal",
         "_keys",
         "_known_fields",
         "_max_fields_size",
         "_need",
+        "_refused",
         "_role",
         "_start",
         "_unlocker",
@@ -140,8 +140,10 @@ class HeaderReader:
         self._base = 0  # bytes received before the buffer (the header, while reading Finished)
         self._start: HeaderStart | None = None
         self._key = b""
-        # a channel's refusal of the key ID, kept (never raised: no traceback) to the whole header
-        self._key_refusal: KeyCommitmentError | None = None
+        # a channel's refusal of the key ID, raised once the whole header arrived: the ring that
+        # refused it, asked again then (an error kept meanwhile was most of what an
+        # unknown key ID's pending connection held beyond a known one's, tests/test_pending.py)
+        self._refused: KeyRing | None = None
         self.header: StreamHeader | None = None  # once it verified
 
     # -- what a channel's reader overrides -------------------------------------------------------
@@ -205,7 +207,7 @@ class HeaderReader:
         """Drop the buffer and the key: the header failed, or its reader is done with it."""
         self._buf = bytearray()
         self._key = b""
-        self._key_refusal = None
+        self._refused = None
 
     # -- the steps -------------------------------------------------------------------------------
 
@@ -238,12 +240,10 @@ class HeaderReader:
         (SECURITY.md, "Post-quantum authentication"; tests/hostile/test_probe.py)."""
         try:
             return find_key(keys, start)
-        except KeyCommitmentError as exc:
+        except KeyCommitmentError:
             if not self.finished_size:  # a one-way stream: no prober to hide from
                 raise
-            # kept without its traceback, whose frames hold this reader and its header buffer:
-            # a cycle that made an unknown key ID's pending connection cost more (SECURITY.md)
-            self._key_refusal = exc.with_traceback(None)
+            self._refused = keys  # (a reference: the ring is the server's, shared)
             return bytes(start.suite.key_size)  # never verifies: the refusal is raised anyway
 
     def _read_header(self) -> bytes | None:
@@ -257,20 +257,27 @@ class HeaderReader:
         unlocker, self._unlocker = self._unlocker, None
         if unlocker is not None:
             key = self._unlock(unlocker, raw)
-        refusal, self._key_refusal = self._key_refusal, None
+        refused, self._refused = self._refused, None
         try:
             secret = verify_commitment(key, raw, self._context)
         except KeyCommitmentError:
             if unlocker is not None:  # H12 under the file key a stanza gave: not a wrong key
                 raise header_fault("H12", unlocker.commitment_failure) from None
-            if refusal is None:
+            if refused is None:
                 raise
-        if refusal is not None:  # raised here, outside the handler: no context to hold frames
-            raise refusal
+        if refused is not None:  # raised here, after the stand-in key's commitment check
+            self._refuse(refused)
         # its fixed part was parsed and checked as it arrived (_read_start): not again
         header = parse_header(raw, self._known_fields, self._max_fields_size, self._start)
         self.header = header
         return self.on_header(key, header, secret)
+
+    def _refuse(self, keys: KeyRing) -> NoReturn:
+        """``find_key``'s refusal of the header's key ID (H10, H11), made now from the ring that
+        refused it at the fixed part (``_find_key``)."""
+        if self._start is not None:
+            find_key(keys, self._start)  # raises: this ring refused this key ID
+        raise ProtocolError("gcmstream bug: a refused key ID was found")  # unreachable
 
     def _unlock(self, unlocker: Unlocker, raw: bytes) -> bytes:
         """The file key of a header sealed to recipients or a passphrase; the commitment,

@@ -56,6 +56,7 @@ from .errors import (
     TruncatedStreamError,
 )
 from .format import (
+    DEFAULT_KEY_LIMITS,
     DEFAULT_MAX_RECORD_SIZE,
     RECORD_HEADER,
     RECORD_HEADER_SIZE,
@@ -71,13 +72,12 @@ from .format import (
 )
 from .header import HeaderReader
 from .recipients import Identity
-from .records import RecordLayer
+from .records import RecordLayer, check_record_length
 from .ring import (
     DEFAULT_RING_SIZE,
     START_CAPACITY,
     VIEW_SLOTS,
     RecordRing,
-    check_record_length,
     ring_capacity,
 )
 
@@ -210,6 +210,13 @@ class _Input:
     @property
     def records_opened(self) -> int:
         return self._records.records if self._records is not None else 0
+
+    def _head_number(self) -> int:
+        """The stream's number of the first record not yet released: the ring's head (the
+        current record while it is read there, already counted opened), or, when the ring is
+        empty, the held input's first. A length refused in the ring or in held input names its
+        record from here, however the input was split (``records.check_record_length``)."""
+        return self.records_opened - (1 if self._record_wire else 0)
 
     # -- feeding -------------------------------------------------------------------------
 
@@ -380,7 +387,7 @@ class _Input:
         if len(view) >= RECORD_HEADER_SIZE and (ring is None or not ring.stored):
             _, length = _unpack_record_header(view, 0)
             try:
-                check_record_length(length, self._max_ciphertext, self.records_opened)
+                check_record_length(length, self._max_ciphertext, self._head_number())
             except ProtocolError as exc:
                 self._defer(exc)
 
@@ -447,7 +454,7 @@ class _Input:
             self._commit_header(self._reader, nbytes)
         else:
             try:
-                (self._ring or self._get_ring()).commit(nbytes)
+                (self._ring or self._get_ring()).commit(nbytes, self._head_number())
             except ProtocolError as exc:
                 self._defer(exc)
 
@@ -546,7 +553,7 @@ class Opener(_Input):
         self.max_record_size = check_record_size(max_record_size, "max_record_size")
         ring_capacity(self.max_record_size, ring_size)  # refuse a bad size now, not at the header
         self.ring_size = ring_size
-        self._limits = limits or KeyLimits()
+        self._limits = limits or DEFAULT_KEY_LIMITS
         self._turn = Turn("this Opener")  # one thread at a time (_turn.py)
         self._phase = _HEADER
         self._error = None  # the one slot: waiting (or, once FAILED, raised)
@@ -912,7 +919,7 @@ class Opener(_Input):
         limit = _ABSORB_BYTES
         if len(held) - before >= RECORD_HEADER_SIZE:
             _, length = _unpack_record_header(held, before)
-            check_record_length(length, self._max_ciphertext, self.records_opened)
+            check_record_length(length, self._max_ciphertext, self._head_number())
             whole = before + RECORD_HEADER_SIZE + length <= len(held)
             size = length - TAG_SIZE
             fits = target is not None and size <= len(target)

@@ -34,6 +34,7 @@ from .errors import (
     LimitReachedError,
     MalformedRecordError,
     ProtocolError,
+    RecordTooLargeError,
     TrailingDataError,
 )
 from .format import (
@@ -48,10 +49,23 @@ from .format import (
     TrafficKeys,
 )
 
-__all__ = ("KeyChain", "RecordLayer", "TinkSegments", "records_per_generation")
+__all__ = ("KeyChain", "RecordLayer", "TinkSegments", "check_record_length", "records_per_generation")
 
 _unpack_record_header = RECORD_HEADER.unpack_from
 _pack_record_header = RECORD_HEADER.pack
+
+
+def check_record_length(length: int, max_ciphertext: int, record_number: int) -> None:
+    """Refuse record ``record_number``'s length field before anything is buffered for it: the
+    one rule of every reader (the receive ring, held input, a file's walk), so that each names
+    the record (counted from 0 in the stream) whichever way the input was split."""
+    if length > max_ciphertext:
+        raise RecordTooLargeError("record ciphertext", length, max_ciphertext)
+    if length < TAG_SIZE:
+        raise MalformedRecordError(
+            f"record {record_number} has length {length}, shorter than the {TAG_SIZE}-byte tag",
+            record_number=record_number,
+        )
 
 
 class RecordLayer:

@@ -57,7 +57,8 @@ straight from the caller's immutable input: only its plaintext lands in the ring
 record's body), and ``pop`` releases it like any other record.
 
 Errors: a length field out of range makes ``commit`` raise (RecordTooLargeError or
-MalformedRecordError) after storing the bytes; the records completed before it stay readable,
+MalformedRecordError naming the record's number: ``records.check_record_length``, the rule every
+reader applies) after storing the bytes; the records completed before it stay readable,
 and the Opener, which owns the error from then on, gives the ring no more input.
 
 Stored where it lies: ``store`` copies bytes of the record being received (a record split
@@ -73,15 +74,15 @@ after that, the next ``writable()`` may hand it to the transport, which will ove
 
 from __future__ import annotations
 
-from .errors import MalformedRecordError, OutOfRangeError, RecordTooLargeError
+from .errors import OutOfRangeError
 from .format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
+from .records import check_record_length
 
 __all__ = (
     "DEFAULT_RING_SIZE",
     "START_CAPACITY",
     "VIEW_SLOTS",
     "RecordRing",
-    "check_record_length",
     "ring_capacity",
 )
 
@@ -111,17 +112,6 @@ def ring_capacity(record_size: int, ring_size: int = DEFAULT_RING_SIZE) -> int:
     if not isinstance(ring_size, int) or isinstance(ring_size, bool) or ring_size < 1:
         raise ValueError(f"ring_size must be a positive number of bytes, got {ring_size!r}")
     return max(ring_size, RECORD_HEADER_SIZE + record_size + TAG_SIZE + RECORD_HEADER_SIZE)
-
-
-def check_record_length(length: int, max_ciphertext: int, record_number: int | None = None) -> None:
-    """Refuse a record length field before anything is buffered for it (``record_number``: the
-    record's, where the caller knows it)."""
-    if length > max_ciphertext:
-        raise RecordTooLargeError("record ciphertext", length, max_ciphertext)
-    if length < TAG_SIZE:
-        raise MalformedRecordError(
-            f"record length {length} is shorter than the {TAG_SIZE}-byte tag", record_number=record_number
-        )
 
 
 class RecordRing:
@@ -315,8 +305,11 @@ class RecordRing:
         self._offered = count
         return True
 
-    def commit(self, nbytes: int) -> None:
-        """``nbytes`` were written at the start of the last ``writable()`` view."""
+    def commit(self, nbytes: int, head_number: int = 0) -> None:
+        """``nbytes`` were written at the start of the last ``writable()`` view. ``head_number``:
+        the stream's number of the record at ``head`` (its owner counts them; 0 for a ring that
+        holds a stream from its first record), so that a length refused at the frontier names
+        its record, ``head_number + complete``."""
         if nbytes < 0 or self.tail + nbytes > self._offered:
             raise OutOfRangeError(f"commit of {nbytes} bytes exceeds the view that was offered")
         self.tail += nbytes
@@ -330,7 +323,7 @@ class RecordRing:
                     return
                 _, length = RECORD_HEADER.unpack_from(self.buf, self.frontier)
                 if not TAG_SIZE <= length <= self.max_ciphertext:  # (the call only to raise)
-                    check_record_length(length, self.max_ciphertext)
+                    check_record_length(length, self.max_ciphertext, head_number + self.complete)
                 self.frontier_len = RECORD_HEADER_SIZE + length
             if available < self.frontier_len:
                 return

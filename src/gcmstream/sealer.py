@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from ._turn import Turn
 from .errors import NotReadyError, StreamClosedError, UsageError
 from .format import (
+    DEFAULT_KEY_LIMITS,
     DEFAULT_RECORD_SIZE,
     MAX_HEADER_SIZE,
     MAX_STANZA_FIELDS_SIZE,
@@ -137,7 +138,7 @@ class Sealer:
         self.suite = suite
         self._reuse_output = reuse_output
         self.record_size = check_record_size(record_size)
-        self._limits = limits or KeyLimits()
+        self._limits = limits or DEFAULT_KEY_LIMITS
         self._records = None
         self._auto = auto_key_update
         self._pending: bytearray | None = None

@@ -74,8 +74,7 @@ from .format import (
 )
 from .pipeline import file_keywords
 from .recipients import Identity
-from .records import KeyChain, RecordLayer
-from .ring import check_record_length
+from .records import KeyChain, RecordLayer, check_record_length
 
 if TYPE_CHECKING:
     from anyio import AsyncFile
