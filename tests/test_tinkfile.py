@@ -10,10 +10,18 @@ import random
 import tempfile
 from pathlib import Path
 
+import anyio
 import pytest
 
-from gcmstream import AuthenticationError, StreamClosedError, TruncatedStreamError, UnsupportedEndpointError
-from gcmstream.tinkfile import open_tink_file
+from gcmstream import (
+    AuthenticationError,
+    MalformedHeaderError,
+    StreamClosedError,
+    TruncatedStreamError,
+    UnsupportedBufferError,
+    UnsupportedEndpointError,
+)
+from gcmstream.tinkfile import open_tink_file, open_tink_file_async
 from gcmstream.tinkstream import TinkHash, TinkKeyset, TinkStreamingKey, read_tink_keyset, tink_encrypt
 
 from .test_tinkstream import keyset_json, tink_handle, tink_seal
@@ -170,10 +178,13 @@ def test_a_closed_file_refuses_every_call_and_wipes_its_plaintext(
     assert file.read(10) == plaintext[30:40]  # segment 1 is held decrypted
     held = file._plain
     assert any(held)
+    assert file.readable() and file.seekable()
+    assert file.name == str(path)
+    assert repr(file) == f"<TinkDecryptedFile name={str(path)!r} length={len(plaintext)} segments=22>"
     file.close()
     assert not any(held)  # the plaintext held for the next read is wiped, not left for the GC
     for call in (file.readable, file.seekable, file.tell, lambda: file.seek(0), lambda: file.read(1)):
-        with pytest.raises(StreamClosedError):
+        with pytest.raises(StreamClosedError, match=r"^I/O operation on a closed TinkDecryptedFile$"):
             call()
     file.close()  # a second close does nothing
 
@@ -217,6 +228,18 @@ def test_a_file_cut_before_the_tag_of_its_last_segment_is_a_truncation(
         path.write_bytes(ciphertext[:size])
         with pytest.raises(TruncatedStreamError, match=f"ends after {size} bytes, inside its header"):
             open_tink_file(path, keyset, b"ad")
+    path.write_bytes(b"")
+    with pytest.raises(TruncatedStreamError, match="the Tink file is empty: no header"):
+        open_tink_file(path, keyset, b"ad")
+    for segments in (1, 5):  # cut after a whole segment, the first or another
+        path.write_bytes(ciphertext[: 64 * segments])
+        with pytest.raises(
+            TruncatedStreamError, match=f"ends after segment {segments - 1}, which is not its last segment"
+        ):
+            open_tink_file(path, keyset, b"ad")
+    path.write_bytes(b"\x07" + ciphertext[1:])
+    with pytest.raises(MalformedHeaderError, match="length byte is 7, and no key of this keyset makes"):
+        open_tink_file(path, keyset, b"ad")
 
 
 def test_a_file_shrunk_after_open_fails_the_reads_past_the_cut_as_truncated(
@@ -270,6 +293,11 @@ def test_a_segment_that_fails_is_never_served_from_the_wiped_buffer(
             file.read(5)  # segment 3 opened into the same buffer, and fails
         file.seek(110)
         assert file.read(10) == plaintext[110:120]
+        file.seek(130)
+        with pytest.raises(AuthenticationError):
+            file.read(5)
+        file.seek(30)  # segment 1, never held: opened, not taken from the wiped buffer
+        assert file.read(10) == plaintext[30:40]
 
 
 def test_a_file_refused_at_open_leaves_no_descriptor_open(
@@ -279,8 +307,75 @@ def test_a_file_refused_at_open_leaves_no_descriptor_open(
     cut = tmp_path / "cut"
     cut.write_bytes(ciphertext[: 64 * 5])
     before = sorted(os.listdir("/proc/self/fd"))
-    with pytest.raises(AuthenticationError):
+    with pytest.raises(AuthenticationError) as caught:
         open_tink_file(path, keyset, b"other")
+    assert caught.value.record_number == 0  # segment 0, as the sequential reader says
     with pytest.raises(TruncatedStreamError):
         open_tink_file(cut, keyset, b"ad")
     assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+def test_the_last_segment_is_held_from_open_and_each_segment_read_from_disk_once(
+    written: tuple[TinkKeyset, bytes, bytes, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Open leaves the last segment decrypted (reading the end reads nothing from disk), and
+    reads within one segment open it once."""
+    keyset, plaintext, _, path = written
+    reads: list[int] = []
+    real_preadv = os.preadv
+
+    def preadv(fd: int, buffers: list[memoryview], offset: int) -> int:
+        reads.append(offset)
+        return real_preadv(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    with open_tink_file(path, keyset, b"ad") as file:
+        assert reads == [24, 64 * 21]  # segment 0 and the last, at open
+        file.seek(24 + 48 * 20)
+        assert file.read() == plaintext[24 + 48 * 20 :]  # the last segment, whole
+        file.seek(len(plaintext) - 5)
+        assert file.read(2) == plaintext[-5:-3]
+        assert reads == [24, 64 * 21]
+        file.seek(100)
+        assert file.read(3) + file.read(3) == plaintext[100:106]  # segment 2: one read
+        assert reads == [24, 64 * 21, 64 * 2]
+
+
+def test_a_read_covering_a_whole_segment_leaves_no_copy_in_the_files_buffer(
+    written: tuple[TinkKeyset, bytes, bytes, Path],
+) -> None:
+    keyset, plaintext, _, path = written
+    with open_tink_file(path, keyset, b"ad") as file:
+        for start, size in ((24, 48), (72, 96), (0, 24 + 10)):
+            file.seek(start)
+            target = bytearray(size)
+            assert file.readinto(target) == size
+            assert target == plaintext[start : start + size]
+            whole = plaintext[start : start + (24 if start == 0 else 48)]
+            assert whole not in bytes(file._plain), start
+
+
+def test_readinto_a_read_only_buffer_is_refused_and_reads_nothing(
+    written: tuple[TinkKeyset, bytes, bytes, Path],
+) -> None:
+    keyset, plaintext, _, path = written
+    with open_tink_file(path, keyset, b"ad") as file:
+        for buffer in (bytes(48), bytes(2), memoryview(bytearray(4)).toreadonly()):
+            with pytest.raises(UnsupportedBufferError, match="read-only"):
+                file.readinto(buffer)
+            assert file.tell() == 0
+        assert file.read(30) == plaintext[:30]
+
+
+def test_the_async_open_reads_without_associated_data(tmp_path: Path) -> None:
+    handle = tink_handle(16, TinkHash.SHA256, 64)
+    keyset = read_tink_keyset(keyset_json(handle))
+    plaintext = bytes(range(200))
+    path = tmp_path / "c"
+    path.write_bytes(tink_seal(handle, plaintext, b""))
+
+    async def read() -> bytes:
+        async with await open_tink_file_async(path, keyset) as file:
+            return bytes(await file.read())
+
+    assert anyio.run(read) == plaintext
