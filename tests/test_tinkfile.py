@@ -7,7 +7,6 @@ from __future__ import annotations
 import gc
 import os
 import random
-import tempfile
 from pathlib import Path
 
 import anyio
@@ -260,19 +259,18 @@ def test_a_file_shrunk_after_open_fails_the_reads_past_the_cut_as_truncated(
         assert file.read(48) == plaintext[24 + 48 * 8 : 24 + 48 * 9]  # before the cut: read
 
 
-def test_a_keyset_opens_the_file_any_of_its_keys_wrote() -> None:
+def test_a_keyset_opens_the_file_any_of_its_keys_wrote(tmp_path: Path) -> None:
     """Every key of the keyset is tried, as Tink's reader tries them: a key under which
     segment 0 does not authenticate is passed over, not the verdict."""
     first, second = (TinkStreamingKey(os.urandom(16), ciphertext_segment_size=size) for size in (64, 100))
     plaintext = random.Random(5).randbytes(1000)
     for writer in (first, second):
         keyset = TinkKeyset([first, second], primary=first if writer is second else second)
-        with tempfile.TemporaryDirectory() as directory:
-            path = Path(directory) / "c"
-            path.write_bytes(tink_encrypt(writer, plaintext))
-            with open_tink_file(path, keyset) as file:
-                assert file.key is writer
-                assert file.read() == plaintext
+        path = tmp_path / f"by-{writer.ciphertext_segment_size}"
+        path.write_bytes(tink_encrypt(writer, plaintext))
+        with open_tink_file(path, keyset) as file:
+            assert file.key is writer
+            assert file.read() == plaintext
 
 
 def test_a_segment_that_fails_is_never_served_from_the_wiped_buffer(
