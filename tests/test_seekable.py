@@ -842,3 +842,147 @@ def test_readinto_a_read_only_buffer_is_refused_and_reads_nothing(tmp_path: Path
                 file.readinto(buffer)
             assert file.tell() == 0
         assert file.read() == b"abcdef"
+
+
+def test_readall_allocates_only_what_is_left(tmp_path: Path) -> None:
+    """readall near the end of a large file allocates the bytes it returns, not the file's
+    length (a mutant sized its buffer length + position: 2 MB here, unnoticed)."""
+    data = os.urandom(1_000_000)
+    path = engine_file(tmp_path, data, 4096)
+    with gcmstream.open_file(path, key=KEY) as file:
+        file.seek(len(data) - 10)
+        tracemalloc.start()
+        try:
+            got = file.readall()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        file.seek(len(data) + 5)
+        assert file.readall() == b""
+    assert got == data[-10:]
+    assert peak < 4096, peak  # 1,555 bytes measured (pytest -s, a print of peak)
+
+
+# -- mutation run of 2026-12-04, part mseek2 (docs/mutation-2026-12-04-mseek2.md): each test
+# below failed with a mutant of seekable.py that no test noticed ------------------------------
+
+
+def test_a_walked_file_is_read_from_disk_once_at_open(tmp_path: Path, counting: CountingReads) -> None:
+    """The walk reads each byte after the header once (a file under one 256 KiB block: one
+    read, each record a view into it), then FINAL once more to keep it decrypted; reading
+    FINAL after that reads nothing."""
+    data = os.urandom(200_000)
+    path = flushed_file(tmp_path, data, 4096, 7)
+    wire = path.read_bytes()
+    places = record_places(wire)
+    header, (final_offset, final_length, _) = places[0][0], places[-1]
+    counting.bytes = 0
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert not file.fixed_layout
+        opened = counting.bytes
+        final_plain = final_length - 21
+        file.seek(len(data) - final_plain)
+        assert file.read() == data[len(data) - final_plain :]
+        assert counting.bytes == opened  # FINAL stays decrypted: no disk read
+    assert final_offset + final_length == len(wire)
+    assert opened == header + (len(wire) - header) + final_length
+
+
+def test_the_final_record_read_whole_after_open_reads_nothing_from_disk(
+    tmp_path: Path, counting: CountingReads
+) -> None:
+    data = os.urandom(10 * 4096 + 100)
+    path = engine_file(tmp_path, data, 4096)
+    with gcmstream.open_file(path, key=KEY) as file:
+        counting.bytes = 0
+        file.seek(10 * 4096)
+        assert file.read() == data[10 * 4096 :]  # FINAL, read whole from its start
+        assert file.read(1) == b""
+        assert counting.bytes == 0
+
+
+def test_a_read_covering_a_whole_record_leaves_no_copy_in_the_files_buffer(tmp_path: Path) -> None:
+    """A read covering a whole record decrypts it straight into the caller's buffer (module
+    docstring): the record's plaintext is not also left in the file's own buffer."""
+    data = os.urandom(10 * 64 + 30)
+    path = engine_file(tmp_path, data, 64)
+    with gcmstream.open_file(path, key=KEY) as file:
+        for start, size in ((128, 64), (192, 128), (0, 64 + 10)):
+            file.seek(start)
+            target = bytearray(size)
+            assert file.readinto(target) == size
+            assert target == data[start : start + size]
+            whole = data[start : start + 64]
+            assert whole not in bytes(file._plain), start
+
+
+def test_close_wipes_the_plaintext_and_releases_the_descriptor(tmp_path: Path) -> None:
+    data = os.urandom(1000)
+    path = engine_file(tmp_path, data, 100)
+    before = sorted(os.listdir("/proc/self/fd"))
+    file = gcmstream.open_file(path, key=KEY)
+    file.seek(250)
+    assert file.read(10) == data[250:260]
+    held = file._plain
+    assert any(held)
+    file.close()
+    assert not any(held)
+    assert sorted(os.listdir("/proc/self/fd")) == before
+    file.close()  # a second close does nothing
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+def test_the_file_names_its_path(tmp_path: Path) -> None:
+    path = engine_file(tmp_path, b"abc" * 100, 100)
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert file.name == str(path)
+        assert repr(file) == f"<DecryptedFile {str(path)!r} length=300 records=4>"
+
+
+def test_a_walked_file_with_records_larger_than_the_walk_block_opens(tmp_path: Path) -> None:
+    """Records of 1 MiB (the walk reads blocks of 256 KiB, or one record when larger)."""
+    data = os.urandom(3 * (1 << 20) + 5)
+    sealer = Sealer(KEY, record_size=1 << 20)
+    wire = bytes(sealer.seal(data[:100], flush=True)) + bytes(sealer.seal(data[100:], final=True))
+    path = tmp_path / "large"
+    path.write_bytes(wire)
+    with gcmstream.open_file(path, key=KEY) as file:
+        assert not file.fixed_layout
+        assert file.records == 4
+        file.seek(100 + (1 << 20) - 7)
+        assert file.read(20) == data[100 + (1 << 20) - 7 : 100 + (1 << 20) + 13]
+        file.seek(0)
+        assert file.read() == data
+
+
+def test_opening_a_small_walked_file_allocates_no_whole_walk_block(tmp_path: Path) -> None:
+    """The walk's block is capped by what the file holds after its header: a 3 KB file does
+    not cost 256 KiB."""
+    data = os.urandom(3000)
+    path = flushed_file(tmp_path, data, 1000, 3)
+    tracemalloc.start()
+    try:
+        with gcmstream.open_file(path, key=KEY) as file:
+            peak = tracemalloc.get_traced_memory()[1]
+            assert file.read() == data
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 1024, peak  # 18,065 bytes measured (a print of peak, pytest -s)
+
+
+def test_a_damaged_fixed_layout_file_is_walked_without_an_index(tmp_path: Path) -> None:
+    """A FIXED_LAYOUT file that breaks its promise after 20,000 genuine records is walked to
+    name its fault, keeping no index of places (module docstring): 8 bytes per record would
+    be 160 KB here."""
+    sealer = files.new_sealer(KEY, record_size=16, fixed_layout=True)
+    stream = bytes(sealer.seal(b"a" * (16 * 20_000 + 5), flush=True)) + bytes(sealer.seal(b"b", final=True))
+    path = tmp_path / "liar"
+    path.write_bytes(stream)
+    tracemalloc.start()
+    try:
+        with pytest.raises(gcmstream.MalformedRecordError, match="FIXED_LAYOUT"):
+            gcmstream.open_file(path, key=KEY)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 320 * 1024, peak  # 274,836 bytes measured (a print of peak): the walk's block

@@ -63,11 +63,6 @@ class _Layout:
     def plain_start(self, index: int) -> int:
         return 0 if index == 0 else self.first_plain + (index - 1) * self.plain
 
-    def find(self, pos: int) -> int:
-        return (
-            0 if pos < self.first_plain else min(self.count - 1, 1 + (pos - self.first_plain) // self.plain)
-        )
-
 
 class TinkDecryptedFile(io.RawIOBase):
     """The plaintext of a Tink ciphertext file, read by place (``open_tink_file``). ``key`` is
@@ -141,7 +136,7 @@ class TinkDecryptedFile(io.RawIOBase):
         pos = self._pos
         try:
             while written < wanted and pos < length:
-                # the segment holding ``pos`` and where it starts (_Layout.find and plain_start, inlined)
+                # the segment holding ``pos`` and where it starts (plain_start, inlined)
                 if pos < first_plain:
                     index, start = 0, 0
                 else:
