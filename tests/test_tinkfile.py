@@ -21,7 +21,14 @@ from gcmstream import (
     UnsupportedEndpointError,
 )
 from gcmstream.tinkfile import open_tink_file, open_tink_file_async
-from gcmstream.tinkstream import TinkHash, TinkKeyset, TinkStreamingKey, read_tink_keyset, tink_encrypt
+from gcmstream.tinkstream import (
+    TinkHash,
+    TinkKeyset,
+    TinkStreamingKey,
+    read_tink_keyset,
+    tink_decrypt,
+    tink_encrypt,
+)
 
 from .test_tinkstream import keyset_json, tink_handle, tink_seal
 
@@ -191,8 +198,9 @@ def test_a_closed_file_refuses_every_call_and_wipes_its_plaintext(
 def test_a_full_last_segment_altered_is_a_failed_segment_not_a_cut(tmp_path: Path) -> None:
     """A file ending on a segment boundary whose last segment is altered: it neither opens as
     the last nor as a middle segment, so it is AuthenticationError, not a file cut at that
-    boundary (which it is only when the segment opens as a middle one). At open the error
-    names no segment (0: no key of the keyset fitted), after open the segment that failed."""
+    boundary (which it is only when the segment opens as a middle one). At open and after it
+    the error names the segment that failed, as the sequential reader does (segment 0 opened:
+    the key is the stream's)."""
     handle = tink_handle(16, TinkHash.SHA256, 64)
     keyset = read_tink_keyset(keyset_json(handle))
     ciphertext = tink_seal(handle, bytes(24 + 48 * 4), b"")
@@ -201,8 +209,11 @@ def test_a_full_last_segment_altered_is_a_failed_segment_not_a_cut(tmp_path: Pat
     bad[-1] ^= 1
     path = tmp_path / "c"
     path.write_bytes(bytes(bad))
-    with pytest.raises(AuthenticationError):
+    with pytest.raises(AuthenticationError) as at_open:
         open_tink_file(path, keyset)
+    with pytest.raises(AuthenticationError) as sequential:
+        tink_decrypt(keyset, bytes(bad))
+    assert at_open.value.record_number == sequential.value.record_number == 4
     path.write_bytes(ciphertext)
     with open_tink_file(path, keyset) as file:
         path.write_bytes(bytes(bad))  # altered after open: the read names it

@@ -218,11 +218,12 @@ class _Opened:
 
 
 def _find_key(fd: int, keys: TinkKeyset, associated_data: bytes, file_size: int) -> _Opened:
-    """Read the header; try each key that makes such a header: its layout of this file size,
-    segment 0 and the last segment (as the last) must authenticate. The first key for which
-    they do is the stream's; a key whose layout or segments fail is passed over, as Tink's
-    reader passes over keys, and the verdict when none fits names a truncation if one of them
-    saw one."""
+    """Read the header; try each key that makes such a header, in the sequential reader's
+    order (``TinkOpener``: smallest segments first): the first whose layout of this file size
+    fits and under which segment 0 authenticates is the stream's, as there, so the last
+    segment's failure is its own verdict (its index, or a cut), the one ``tink_decrypt`` gives.
+    A key whose layout or segment 0 fails is passed over, as Tink's reader passes over keys,
+    and the verdict when none fits names a truncation if one of them saw one."""
     first = os.pread(fd, 1, 0)
     if not first:
         raise TruncatedStreamError("the Tink file is empty: no header")
@@ -238,7 +239,7 @@ def _find_key(fd: int, keys: TinkKeyset, associated_data: bytes, file_size: int)
         )
     salt, prefix = header[1:-NONCE_PREFIX_SIZE], header[-NONCE_PREFIX_SIZE:]
     truncation: TruncatedStreamError | None = None
-    for key in candidates:
+    for key in sorted(candidates, key=lambda key: key.ciphertext_segment_size):
         layout = _Layout(len(header), key.ciphertext_segment_size, file_size)
         if layout.last_wire < TAG_SIZE:
             truncation = truncation or TruncatedStreamError(
@@ -249,16 +250,14 @@ def _find_key(fd: int, keys: TinkKeyset, associated_data: bytes, file_size: int)
         plain, wire = bytearray(layout.plain), bytearray(layout.wire)
         try:
             _open_segment(fd, layout, segments, wire, 0, memoryview(plain)[: layout.wire_size(0) - TAG_SIZE])
-            last = layout.count - 1
-            if last:
-                _open_segment(
-                    fd, layout, segments, wire, last, memoryview(plain)[: layout.last_wire - TAG_SIZE]
-                )
         except TruncatedStreamError as exc:
             truncation = truncation or exc
             continue
         except AuthenticationError:
             continue
+        last = layout.count - 1
+        if last:  # under the stream's key now: a failure here is the file's verdict
+            _open_segment(fd, layout, segments, wire, last, memoryview(plain)[: layout.last_wire - TAG_SIZE])
         return _Opened(key, layout, segments, plain, wire, last)
     raise truncation or AuthenticationError(0)
 
