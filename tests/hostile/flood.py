@@ -46,7 +46,8 @@ def raise_fd_limit(wanted: int) -> None:
 def attack(port: int, count: int, payload: bytes, sources: Sequence[str], seconds: float) -> dict[str, int]:
     """Hold ``count`` connections to 127.0.0.1:``port`` for ``seconds``, reconnecting each as
     soon as it ends; each sends ``payload`` (b"": nothing) once connected. Prints READY once the
-    first ``count`` attempts are under way; returns what it did."""
+    first ``count`` attempts are under way, FULL once ``count`` connections were established;
+    returns what it did."""
     raise_fd_limit(count + 256)
     selector = selectors.DefaultSelector()
     stats = {"connects": 0, "established": 0, "dropped": 0, "failed": 0}
@@ -87,6 +88,8 @@ def attack(port: int, count: int, payload: bytes, sources: Sequence[str], second
                     continue
                 connected.add(sock)
                 stats["established"] += 1
+                if stats["established"] == count:
+                    print("FULL", flush=True)  # every slot connected once: the flood is real
                 with contextlib.suppress(OSError):
                     sock.send(payload)  # a header fits the empty send buffer at once
                 selector.modify(sock, selectors.EVENT_READ, slot)
