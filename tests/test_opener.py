@@ -1746,3 +1746,29 @@ def test_held_small_records_are_copied_into_the_ring_a_few_kib_at_a_time() -> No
     assert ring is not None
     assert 0 < ring.stored <= _ABSORB_BYTES
     assert read_all(opener, b"") == b"x" * 1999
+
+
+@pytest.mark.parametrize("header_bytes", [1, 4])
+def test_a_read_that_fills_its_buffer_takes_a_split_record_header_into_the_ring(header_bytes: int) -> None:
+    """As above when the piece ends inside the next record's 5-byte header: those bytes cannot
+    be stored where the record will lie (its length is not known yet), and still go into the
+    ring in the read that fills its buffer, so the opener wants the next piece at once and
+    asks for the rest of that header."""
+    record = 1000
+    plaintext = random.Random(24).randbytes(5 * record)
+    wire = seal_stream([plaintext], record_size=record)
+    cut = [start for start, _, _ in records(wire)][3] + header_bytes
+    opener = Opener(KEY)
+    out = bytearray(3 * record)
+    opener.receive_data(wire[:cut])
+    assert opener.readinto(out) == len(out)  # three whole records, straight into ``out``
+    assert out == plaintext[: len(out)]
+    assert opener.wants_data and opener.receiving_record
+    assert opener.record_missing == RECORD_HEADER_SIZE - header_bytes
+    opener.receive_data(wire[cut:])
+    opener.receive_eof()
+    got = bytearray(out)
+    while n := opener.readinto(out):
+        got += out[:n]
+    assert got == plaintext
+    assert opener.at_eof
