@@ -1772,3 +1772,23 @@ def test_a_read_that_fills_its_buffer_takes_a_split_record_header_into_the_ring(
         got += out[:n]
     assert got == plaintext
     assert opener.at_eof
+
+
+def test_bytes_after_the_end_are_refused_with_the_final_records_number_and_take_no_memory() -> None:
+    """Bytes given after the FINAL record was read are the TrailingDataError the next read
+    raises, with the FINAL record's number; they are dropped as they come, so an opener that
+    read its stream from held input makes no ring for them (not its 4 KiB start either)."""
+    wire = seal_stream([b"hello", b"world"], record_size=5)
+    final_number = len(list(records(wire))) - 1
+    opener = Opener(KEY)
+    opener.receive_data(wire)
+    out = bytearray(100)
+    assert opener.readinto(out) == 10
+    assert out[:10] == b"helloworld"
+    assert opener.readinto(out) == 0
+    assert opener.at_eof and opener._ring is None
+    opener.receive_data(b"trailing bytes")
+    assert opener._ring is None
+    with pytest.raises(TrailingDataError) as trailing:
+        opener.readinto(out)
+    assert trailing.value.record_number == final_number
