@@ -1792,3 +1792,20 @@ def test_bytes_after_the_end_are_refused_with_the_final_records_number_and_take_
     with pytest.raises(TrailingDataError) as trailing:
         opener.readinto(out)
     assert trailing.value.record_number == final_number
+
+
+def test_a_read_that_fills_its_buffer_takes_a_split_empty_record_into_the_ring() -> None:
+    """The split record's start is taken by the read that fills its buffer for the smallest
+    record too: an empty one (its length the tag's 16 bytes, in range), split inside its tag."""
+    wire, _ = forge([(0, b"a" * 24)] * 3 + [(0, b""), (FLAG_FINAL, b"end")])
+    cut = [start for start, _, _ in records(wire)][3] + RECORD_HEADER_SIZE + TAG_SIZE // 2
+    opener = Opener(KEY, context=CONTEXT)
+    out = bytearray(3 * 24)
+    opener.receive_data(wire[:cut])
+    assert opener.readinto(out) == len(out)
+    assert out == b"a" * 72
+    assert opener.wants_data and opener.record_missing == TAG_SIZE // 2
+    opener.receive_data(wire[cut:])
+    opener.receive_eof()
+    assert opener.read() == b"end"
+    assert opener.read() == b""
