@@ -1809,3 +1809,46 @@ def test_a_read_that_fills_its_buffer_takes_a_split_empty_record_into_the_ring()
     opener.receive_eof()
     assert opener.read() == b"end"
     assert opener.read() == b""
+
+
+def test_one_read_opens_at_most_call_records_records_across_the_ring_and_held_input() -> None:
+    """The bound of a read call holds where the ring's run ends it exactly: _CALL_RECORDS tiny
+    records copied into the ring, more of them held by reference after them. The read that
+    opens the ring's ones opens none of the held ones (it would open twice as many); the next
+    read goes on there."""
+    sealer = Sealer(KEY, record_size=1)
+    ring_part = bytes(sealer.take_header()) + b"".join(bytes(sealer.seal(b"x", flush=True)) for _ in range(_CALL_RECORDS))
+    held_part = b"".join(bytes(sealer.seal(b"y", flush=True)) for _ in range(100)) + bytes(sealer.close())
+    opener = Opener(KEY)
+    opener.receive_data(bytearray(ring_part))  # copied into the ring
+    opener.receive_data(held_part)  # held by reference after it
+    buffer = bytearray(4096)
+    assert opener.readinto(buffer) == _CALL_RECORDS
+    assert buffer[:_CALL_RECORDS] == b"x" * _CALL_RECORDS
+    assert opener.readinto(buffer) == 100
+    assert buffer[:100] == b"y" * 100
+
+
+def test_a_read_after_the_ring_emptied_takes_the_split_record_into_it() -> None:
+    """Whole records held after the ring was emptied (it exists, holding nothing) open in the
+    held run, and the read that fills its buffer takes the start of the record split at the
+    held input's end into the ring, as when there is no ring yet."""
+    record = 1000
+    plaintext = random.Random(25).randbytes(6 * record)
+    wire = seal_stream([plaintext], record_size=record)
+    starts = [start for start, _, _ in records(wire)]
+    opener = Opener(KEY)
+    opener.receive_data(bytearray(wire[: starts[1]]))  # the header and record 0, into the ring
+    assert opener.read() == plaintext[:record]
+    cut = starts[4] + 100
+    opener.receive_data(wire[starts[1] : cut])  # records 1-3 whole, record 4 split
+    out = bytearray(3 * record)
+    assert opener.readinto(out) == len(out)
+    assert out == plaintext[record : 4 * record]
+    assert opener.wants_data
+    opener.receive_data(wire[cut:])
+    opener.receive_eof()
+    got = bytearray()
+    while n := opener.readinto(out):
+        got += out[:n]
+    assert got == plaintext[4 * record :]
