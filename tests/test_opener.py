@@ -1091,7 +1091,8 @@ def test_receive_data_while_backlog_waits_is_buffer_full() -> None:
     opener = Opener(KEY, ring_size=64 * 1024)
     opener.receive_data(wire[:200_000])  # more than the 64 KiB ring
     assert not wants_data(opener)
-    with pytest.raises(BufferFullError) as info:
+    refused = r"^earlier input still waits for ring space: read first$"  # says what to do
+    with pytest.raises(BufferFullError, match=refused) as info:
         opener.receive_data(wire[200_000:])
     assert isinstance(info.value, UsageError)
     assert len(opener.get_buffer()) == 0  # no room either way
