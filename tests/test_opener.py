@@ -1878,3 +1878,27 @@ def test_bytes_that_find_the_ring_full_mid_record_are_held_by_reference() -> Non
     out = bytearray()
     assert drain(opener, out)
     assert out == plaintext
+
+
+def test_bytes_of_a_split_records_rest_go_into_the_ring_as_they_are_given() -> None:
+    """``bytes`` that continue a record begun in the ring are copied into the ring at once, not
+    held: given less than the rest, the opener holds nothing, wants more and says how much of
+    the record is still missing; given the rest, the record opens."""
+    record = 1000
+    plaintext = random.Random(27).randbytes(3 * record)
+    wire = seal_stream([plaintext], record_size=record)
+    starts = [start for start, _, _ in records(wire)]
+    middle = starts[1] + 300
+    opener = Opener(KEY)
+    opener.receive_data(bytearray(wire[:middle]))  # record 0 and the start of record 1
+    assert opener.read() == plaintext[:record]
+    missing = opener.record_missing
+    assert missing == starts[2] - middle
+    opener.receive_data(wire[middle : middle + 10])
+    assert opener.wants_data
+    assert opener.record_missing == missing - 10
+    opener.receive_data(wire[middle + 10 :])
+    opener.receive_eof()
+    out = bytearray()
+    assert drain(opener, out)
+    assert out == plaintext[record:]
