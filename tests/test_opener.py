@@ -1902,3 +1902,16 @@ def test_bytes_of_a_split_records_rest_go_into_the_ring_as_they_are_given() -> N
     out = bytearray()
     assert drain(opener, out)
     assert out == plaintext[record:]
+
+
+@pytest.mark.parametrize("cut", [0, HEADER_FIXED_SIZE - 1, HEADER_SIZE - 1, HEADER_SIZE, HEADER_SIZE + 3])
+def test_a_truncation_says_whether_it_ended_inside_the_stream_header(cut: int) -> None:
+    """TruncatedStreamError.in_header: True when the input ended before the stream header was
+    whole (the CLI then says "ends inside its stream header"), False once records began."""
+    wire = seal_stream([b"some records"], record_size=4)
+    opener = Opener(KEY)
+    opener.receive_data(wire[:cut])
+    opener.receive_eof()
+    with pytest.raises(TruncatedStreamError) as truncated:
+        opener.read()
+    assert truncated.value.in_header is (cut < HEADER_SIZE)
