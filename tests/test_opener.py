@@ -1915,3 +1915,23 @@ def test_a_truncation_says_whether_it_ended_inside_the_stream_header(cut: int) -
     with pytest.raises(TruncatedStreamError) as truncated:
         opener.read()
     assert truncated.value.in_header is (cut < HEADER_SIZE)
+
+
+def test_bytes_written_into_get_buffer_after_the_end_name_the_final_record() -> None:
+    """The zero-copy way in after the FINAL record was read: bytes written into ``get_buffer``
+    and committed with ``buffer_updated`` are the TrailingDataError the next read raises, with
+    the FINAL record's number."""
+    wire = seal_stream([b"hello", b"world"], record_size=5)
+    final_number = len(list(records(wire))) - 1
+    opener = Opener(KEY)
+    opener.receive_data(bytearray(wire))
+    out = bytearray()
+    assert drain(opener, out)
+    assert out == b"helloworld"
+    buffer = opener.get_buffer()
+    assert len(buffer) >= 3
+    buffer[:3] = b"abc"
+    opener.buffer_updated(3)
+    with pytest.raises(TrailingDataError) as trailing:
+        opener.read()
+    assert trailing.value.record_number == final_number
