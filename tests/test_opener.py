@@ -1935,3 +1935,19 @@ def test_bytes_written_into_get_buffer_after_the_end_name_the_final_record() -> 
     with pytest.raises(TrailingDataError) as trailing:
         opener.read()
     assert trailing.value.record_number == final_number
+
+
+def test_buffer_updated_with_no_buffer_given_for_records_is_out_of_range() -> None:
+    """``buffer_updated`` once the header verified, before any ``get_buffer`` offered ring
+    space: refused as the misuse it is (OutOfRangeError, a UsageError), and the opener reads
+    on."""
+    wire = seal_stream([b"hello"], record_size=5)
+    opener = Opener(KEY)
+    opener.receive_data(bytearray(wire[:HEADER_SIZE]))
+    assert opener.header_verified()
+    with pytest.raises(OutOfRangeError, match="^commit of 5 bytes exceeds the view that was offered$"):
+        opener.buffer_updated(5)
+    opener.receive_data(wire[HEADER_SIZE:])
+    out = bytearray()
+    assert drain(opener, out)
+    assert out == b"hello"
