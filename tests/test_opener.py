@@ -131,7 +131,9 @@ def test_failed_phase_only_once_the_error_reached_the_caller() -> None:
     assert again.value.original is first.value
 
 
-@pytest.mark.parametrize("tail", [0, 1000, 64 * 1024 - 1], ids=["empty-final", "short-final", "long-final"])
+@pytest.mark.parametrize(
+    "tail", [0, 1, 1000, 64 * 1024 - 1], ids=["empty-final", "one-byte-final", "short-final", "long-final"]
+)
 def test_whole_records_in_bytes_open_without_a_ring(tail: int) -> None:
     """10 MiB of whole records fed as bytes and read into the caller's buffer: nothing is
     copied into a ring (which would be 256 KiB here), so the reader allocates almost nothing.
