@@ -1953,3 +1953,17 @@ def test_buffer_updated_with_no_buffer_given_for_records_is_out_of_range() -> No
     out = bytearray()
     assert drain(opener, out)
     assert out == b"hello"
+
+
+@pytest.mark.parametrize("how", INPUTS)
+def test_final_length_is_the_final_records_plaintext_size_once_it_authenticated(how: str) -> None:
+    """``final_length``: -1 until the FINAL record authenticated, then its plaintext bytes (the
+    last ones released, which a caller that finds bytes after them withholds)."""
+    wire = seal_stream([b"x" * 12], record_size=5)  # records of 5, 5, then 2 bytes, FINAL
+    opener = Opener(KEY)
+    assert opener.final_length == -1
+    give(opener, wire, how)
+    assert opener.read(10) == b"x" * 10
+    assert opener.final_length == -1
+    assert opener.read() == b"xx"
+    assert opener.final_length == 2
