@@ -47,6 +47,7 @@ from gcmstream.format import (
     RECORD_HEADER_SIZE,
     TAG_SIZE,
 )
+from gcmstream.header import HeaderReader
 from gcmstream.opener import _ABSORB_BYTES, _CALL_RECORDS
 
 from .helpers import (
@@ -1820,7 +1821,9 @@ def test_one_read_opens_at_most_call_records_records_across_the_ring_and_held_in
     opens the ring's ones opens none of the held ones (it would open twice as many); the next
     read goes on there."""
     sealer = Sealer(KEY, record_size=1)
-    ring_part = bytes(sealer.take_header()) + b"".join(bytes(sealer.seal(b"x", flush=True)) for _ in range(_CALL_RECORDS))
+    ring_part = bytes(sealer.take_header()) + b"".join(
+        bytes(sealer.seal(b"x", flush=True)) for _ in range(_CALL_RECORDS)
+    )
     held_part = b"".join(bytes(sealer.seal(b"y", flush=True)) for _ in range(100)) + bytes(sealer.close())
     opener = Opener(KEY)
     opener.receive_data(bytearray(ring_part))  # copied into the ring
@@ -1947,7 +1950,7 @@ def test_buffer_updated_with_no_buffer_given_for_records_is_out_of_range() -> No
     opener = Opener(KEY)
     opener.receive_data(bytearray(wire[:HEADER_SIZE]))
     assert opener.header_verified()
-    with pytest.raises(OutOfRangeError, match="^commit of 5 bytes exceeds the view that was offered$"):
+    with pytest.raises(OutOfRangeError, match=r"^commit of 5 bytes exceeds the view that was offered$"):
         opener.buffer_updated(5)
     opener.receive_data(wire[HEADER_SIZE:])
     out = bytearray()
@@ -1967,3 +1970,22 @@ def test_final_length_is_the_final_records_plaintext_size_once_it_authenticated(
     assert opener.final_length == -1
     assert opener.read() == b"xx"
     assert opener.final_length == 2
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda reader: Opener(KEY, header_reader=reader),
+        lambda reader: Opener(identities=[], header_reader=reader),
+        lambda reader: Opener(passphrase="a passphrase", header_reader=reader),
+        lambda reader: Opener(context=b"ctx", header_reader=reader),
+    ],
+    ids=["key", "identities", "passphrase", "context"],
+)
+def test_an_opener_given_a_header_reader_refuses_anything_that_keys_it_beside(
+    make: Callable[[HeaderReader], Opener],
+) -> None:
+    """The header reader holds the keys and the context: each of them given beside it, alone,
+    is refused in the Opener's own words (not silently ignored)."""
+    with pytest.raises(TypeError, match=r"^a header_reader holds the keys and the context: pass them to it$"):
+        make(HeaderReader(KEY))
