@@ -47,6 +47,7 @@ from gcmstream.format import (
     RECORD_HEADER_SIZE,
     TAG_SIZE,
 )
+from gcmstream.header import HeaderReader
 from gcmstream.opener import _ABSORB_BYTES, _CALL_RECORDS
 
 from .helpers import (
@@ -131,7 +132,9 @@ def test_failed_phase_only_once_the_error_reached_the_caller() -> None:
     assert again.value.original is first.value
 
 
-@pytest.mark.parametrize("tail", [0, 1000, 64 * 1024 - 1], ids=["empty-final", "short-final", "long-final"])
+@pytest.mark.parametrize(
+    "tail", [0, 1, 1000, 64 * 1024 - 1], ids=["empty-final", "one-byte-final", "short-final", "long-final"]
+)
 def test_whole_records_in_bytes_open_without_a_ring(tail: int) -> None:
     """10 MiB of whole records fed as bytes and read into the caller's buffer: nothing is
     copied into a ring (which would be 256 KiB here), so the reader allocates almost nothing.
@@ -1091,7 +1094,8 @@ def test_receive_data_while_backlog_waits_is_buffer_full() -> None:
     opener = Opener(KEY, ring_size=64 * 1024)
     opener.receive_data(wire[:200_000])  # more than the 64 KiB ring
     assert not wants_data(opener)
-    with pytest.raises(BufferFullError) as info:
+    refused = r"^earlier input still waits for ring space: read first$"  # says what to do
+    with pytest.raises(BufferFullError, match=refused) as info:
         opener.receive_data(wire[200_000:])
     assert isinstance(info.value, UsageError)
     assert len(opener.get_buffer()) == 0  # no room either way
@@ -1792,3 +1796,242 @@ def test_held_small_records_are_copied_into_the_ring_a_few_kib_at_a_time() -> No
     assert ring is not None
     assert 0 < ring.stored <= _ABSORB_BYTES
     assert read_all(opener, b"") == b"x" * 1999
+
+
+@pytest.mark.parametrize("header_bytes", [1, 4])
+def test_a_read_that_fills_its_buffer_takes_a_split_record_header_into_the_ring(header_bytes: int) -> None:
+    """As above when the piece ends inside the next record's 5-byte header: those bytes cannot
+    be stored where the record will lie (its length is not known yet), and still go into the
+    ring in the read that fills its buffer, so the opener wants the next piece at once and
+    asks for the rest of that header."""
+    record = 1000
+    plaintext = random.Random(24).randbytes(5 * record)
+    wire = seal_stream([plaintext], record_size=record)
+    cut = [start for start, _, _ in records(wire)][3] + header_bytes
+    opener = Opener(KEY)
+    out = bytearray(3 * record)
+    opener.receive_data(wire[:cut])
+    assert opener.readinto(out) == len(out)  # three whole records, straight into ``out``
+    assert out == plaintext[: len(out)]
+    assert opener.wants_data and opener.receiving_record
+    assert opener.record_missing == RECORD_HEADER_SIZE - header_bytes
+    opener.receive_data(wire[cut:])
+    opener.receive_eof()
+    got = bytearray(out)
+    while n := opener.readinto(out):
+        got += out[:n]
+    assert got == plaintext
+    assert opener.at_eof
+
+
+def test_bytes_after_the_end_are_refused_with_the_final_records_number_and_take_no_memory() -> None:
+    """Bytes given after the FINAL record was read are the TrailingDataError the next read
+    raises, with the FINAL record's number; they are dropped as they come, so an opener that
+    read its stream from held input makes no ring for them (not its 4 KiB start either)."""
+    wire = seal_stream([b"hello", b"world"], record_size=5)
+    final_number = len(list(records(wire))) - 1
+    opener = Opener(KEY)
+    opener.receive_data(wire)
+    out = bytearray(100)
+    assert opener.readinto(out) == 10
+    assert out[:10] == b"helloworld"
+    assert opener.readinto(out) == 0
+    assert opener.at_eof and opener._ring is None
+    opener.receive_data(b"trailing bytes")
+    assert opener._ring is None
+    with pytest.raises(TrailingDataError) as trailing:
+        opener.readinto(out)
+    assert trailing.value.record_number == final_number
+
+
+def test_a_read_that_fills_its_buffer_takes_a_split_empty_record_into_the_ring() -> None:
+    """The split record's start is taken by the read that fills its buffer for the smallest
+    record too: an empty one (its length the tag's 16 bytes, in range), split inside its tag."""
+    wire, _ = forge([(0, b"a" * 24)] * 3 + [(0, b""), (FLAG_FINAL, b"end")])
+    cut = [start for start, _, _ in records(wire)][3] + RECORD_HEADER_SIZE + TAG_SIZE // 2
+    opener = Opener(KEY, context=CONTEXT)
+    out = bytearray(3 * 24)
+    opener.receive_data(wire[:cut])
+    assert opener.readinto(out) == len(out)
+    assert out == b"a" * 72
+    assert opener.wants_data and opener.record_missing == TAG_SIZE // 2
+    opener.receive_data(wire[cut:])
+    opener.receive_eof()
+    assert opener.read() == b"end"
+    assert opener.read() == b""
+
+
+def test_one_read_opens_at_most_call_records_records_across_the_ring_and_held_input() -> None:
+    """The bound of a read call holds where the ring's run ends it exactly: _CALL_RECORDS tiny
+    records copied into the ring, more of them held by reference after them. The read that
+    opens the ring's ones opens none of the held ones (it would open twice as many); the next
+    read goes on there."""
+    sealer = Sealer(KEY, record_size=1)
+    ring_part = bytes(sealer.take_header()) + b"".join(
+        bytes(sealer.seal(b"x", flush=True)) for _ in range(_CALL_RECORDS)
+    )
+    held_part = b"".join(bytes(sealer.seal(b"y", flush=True)) for _ in range(100)) + bytes(sealer.close())
+    opener = Opener(KEY)
+    opener.receive_data(bytearray(ring_part))  # copied into the ring
+    opener.receive_data(held_part)  # held by reference after it
+    buffer = bytearray(4096)
+    assert opener.readinto(buffer) == _CALL_RECORDS
+    assert buffer[:_CALL_RECORDS] == b"x" * _CALL_RECORDS
+    assert opener.readinto(buffer) == 100
+    assert buffer[:100] == b"y" * 100
+
+
+def test_a_read_after_the_ring_emptied_takes_the_split_record_into_it() -> None:
+    """Whole records held after the ring was emptied (it exists, holding nothing) open in the
+    held run, and the read that fills its buffer takes the start of the record split at the
+    held input's end into the ring, as when there is no ring yet."""
+    record = 1000
+    plaintext = random.Random(25).randbytes(6 * record)
+    wire = seal_stream([plaintext], record_size=record)
+    starts = [start for start, _, _ in records(wire)]
+    opener = Opener(KEY)
+    opener.receive_data(bytearray(wire[: starts[1]]))  # the header and record 0, into the ring
+    assert opener.read() == plaintext[:record]
+    cut = starts[4] + 100
+    opener.receive_data(wire[starts[1] : cut])  # records 1-3 whole, record 4 split
+    out = bytearray(3 * record)
+    assert opener.readinto(out) == len(out)
+    assert out == plaintext[record : 4 * record]
+    assert opener.wants_data
+    opener.receive_data(wire[cut:])
+    opener.receive_eof()
+    got = bytearray()
+    while n := opener.readinto(out):
+        got += out[:n]
+    assert got == plaintext[4 * record :]
+
+
+def test_bytes_that_find_the_ring_full_mid_record_are_held_by_reference() -> None:
+    """``bytes`` given while the ring is full in the middle of a record (the rest of that record
+    cannot go in yet) are held as they are, not copied: 1 MB given then allocates next to
+    nothing, and is read whole once reads free the ring."""
+    plaintext = random.Random(26).randbytes(1_000_000)
+    wire = seal_stream([plaintext], record_size=1000)
+    opener = Opener(KEY, ring_size=1)  # the smallest ring: one record and a header
+    taken = opener.receive_some(bytearray(wire))  # fills it: record 0 and the header of record 1
+    assert 0 < opener.record_missing < RECORD_HEADER_SIZE + 1000 + TAG_SIZE  # inside a record
+    rest = wire[taken:]
+    tracemalloc.start()
+    try:
+        opener.receive_data(rest)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # measured: 528 bytes (this test's tracemalloc peak, CPython 3.11); a copy is 1 MB
+    assert peak < 4 * 1024, f"holding 1 MB of bytes allocated {peak} bytes"
+    assert not opener.wants_data  # held: reading frees the ring first
+    opener.receive_eof()
+    out = bytearray()
+    assert drain(opener, out)
+    assert out == plaintext
+
+
+def test_bytes_of_a_split_records_rest_go_into_the_ring_as_they_are_given() -> None:
+    """``bytes`` that continue a record begun in the ring are copied into the ring at once, not
+    held: given less than the rest, the opener holds nothing, wants more and says how much of
+    the record is still missing; given the rest, the record opens."""
+    record = 1000
+    plaintext = random.Random(27).randbytes(3 * record)
+    wire = seal_stream([plaintext], record_size=record)
+    starts = [start for start, _, _ in records(wire)]
+    middle = starts[1] + 300
+    opener = Opener(KEY)
+    opener.receive_data(bytearray(wire[:middle]))  # record 0 and the start of record 1
+    assert opener.read() == plaintext[:record]
+    missing = opener.record_missing
+    assert missing == starts[2] - middle
+    opener.receive_data(wire[middle : middle + 10])
+    assert opener.wants_data
+    assert opener.record_missing == missing - 10
+    opener.receive_data(wire[middle + 10 :])
+    opener.receive_eof()
+    out = bytearray()
+    assert drain(opener, out)
+    assert out == plaintext[record:]
+
+
+@pytest.mark.parametrize("cut", [0, HEADER_FIXED_SIZE - 1, HEADER_SIZE - 1, HEADER_SIZE, HEADER_SIZE + 3])
+def test_a_truncation_says_whether_it_ended_inside_the_stream_header(cut: int) -> None:
+    """TruncatedStreamError.in_header: True when the input ended before the stream header was
+    whole (the CLI then says "ends inside its stream header"), False once records began."""
+    wire = seal_stream([b"some records"], record_size=4)
+    opener = Opener(KEY)
+    opener.receive_data(wire[:cut])
+    opener.receive_eof()
+    with pytest.raises(TruncatedStreamError) as truncated:
+        opener.read()
+    assert truncated.value.in_header is (cut < HEADER_SIZE)
+
+
+def test_bytes_written_into_get_buffer_after_the_end_name_the_final_record() -> None:
+    """The zero-copy way in after the FINAL record was read: bytes written into ``get_buffer``
+    and committed with ``buffer_updated`` are the TrailingDataError the next read raises, with
+    the FINAL record's number."""
+    wire = seal_stream([b"hello", b"world"], record_size=5)
+    final_number = len(list(records(wire))) - 1
+    opener = Opener(KEY)
+    opener.receive_data(bytearray(wire))
+    out = bytearray()
+    assert drain(opener, out)
+    assert out == b"helloworld"
+    buffer = opener.get_buffer()
+    assert len(buffer) >= 3
+    buffer[:3] = b"abc"
+    opener.buffer_updated(3)
+    with pytest.raises(TrailingDataError) as trailing:
+        opener.read()
+    assert trailing.value.record_number == final_number
+
+
+def test_buffer_updated_with_no_buffer_given_for_records_is_out_of_range() -> None:
+    """``buffer_updated`` once the header verified, before any ``get_buffer`` offered ring
+    space: refused as the misuse it is (OutOfRangeError, a UsageError), and the opener reads
+    on."""
+    wire = seal_stream([b"hello"], record_size=5)
+    opener = Opener(KEY)
+    opener.receive_data(bytearray(wire[:HEADER_SIZE]))
+    assert opener.header_verified()
+    with pytest.raises(OutOfRangeError, match=r"^commit of 5 bytes exceeds the view that was offered$"):
+        opener.buffer_updated(5)
+    opener.receive_data(wire[HEADER_SIZE:])
+    out = bytearray()
+    assert drain(opener, out)
+    assert out == b"hello"
+
+
+@pytest.mark.parametrize("how", INPUTS)
+def test_final_length_is_the_final_records_plaintext_size_once_it_authenticated(how: str) -> None:
+    """``final_length``: -1 until the FINAL record authenticated, then its plaintext bytes (the
+    last ones released, which a caller that finds bytes after them withholds)."""
+    wire = seal_stream([b"x" * 12], record_size=5)  # records of 5, 5, then 2 bytes, FINAL
+    opener = Opener(KEY)
+    assert opener.final_length == -1
+    give(opener, wire, how)
+    assert opener.read(10) == b"x" * 10
+    assert opener.final_length == -1
+    assert opener.read() == b"xx"
+    assert opener.final_length == 2
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda reader: Opener(KEY, header_reader=reader),
+        lambda reader: Opener(identities=[], header_reader=reader),
+        lambda reader: Opener(passphrase="a passphrase", header_reader=reader),
+        lambda reader: Opener(context=b"ctx", header_reader=reader),
+    ],
+    ids=["key", "identities", "passphrase", "context"],
+)
+def test_an_opener_given_a_header_reader_refuses_anything_that_keys_it_beside(
+    make: Callable[[HeaderReader], Opener],
+) -> None:
+    """The header reader holds the keys and the context: each of them given beside it, alone,
+    is refused in the Opener's own words (not silently ignored)."""
+    with pytest.raises(TypeError, match=r"^a header_reader holds the keys and the context: pass them to it$"):
+        make(HeaderReader(KEY))
