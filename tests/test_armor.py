@@ -120,6 +120,9 @@ def malformations() -> dict[str, bytes]:
         "other end label": good.replace(END_LINE, END_LINE.replace(b"END", b"STOP")),
         "trailing garbage": good + b"x",
         "trailing garbage after whitespace": good + b"\n\nx",
+        # whitespace to bytes.strip() but not to the armor rules (only space, tab, CR, LF)
+        "vertical tab after the end line": good + b"\x0b",
+        "form feed after the end line": good + b"\n\x0c",
         "a second armored file": good + good,
         "mixed line endings": good.replace(b"\n", b"\r\n", 2),
         "CR alone": good.replace(lines[1] + b"\n", lines[1] + b"\r", 1),
@@ -257,3 +260,101 @@ def test_an_encoder_is_done_after_finish() -> None:
         encoder.encode(b"more")
     with pytest.raises(StreamClosedError):
         encoder.finish()
+
+
+# full lines, then a last line of 4, 16 or 24 characters (no padding)
+@pytest.mark.parametrize("size", [*SIZES, 48 + 3, 48 * 2 + 12, 48 * 3 + 18])
+def test_whitespace_after_the_end_line_leaves_every_size_readable_in_every_chunking(size: int) -> None:
+    """Newlines after the end line may put a line ending where a full line's ending would
+    fall (a last line of k characters, the end line, then 25 - k newlines): read as the file
+    all the same. (Mutation run of 2026-12-04, mtink2: with every 64-character line taken as
+    the last one, such a file was refused when it came in one piece.)"""
+    data = random.Random(size).randbytes(size)
+    for trailer in (b"\n", b"\n" * 30, b" \t\r\n" * 3):
+        text = armor(data) + trailer
+        assert dearmor(text) == data
+        for step in (1, 65, 4096):
+            decoder = ArmorDecoder()
+            assert b"".join(decoder.feed(part) for part in chunked(text, step)) == data
+            decoder.finish()
+
+
+def test_whitespace_after_the_end_line_is_bounded_across_feeds() -> None:
+    """The bound counts every byte after the end line, however it is cut into feeds."""
+    decoder = ArmorDecoder()
+    assert decoder.feed(armor(b"data")) == b"data"
+    decoder.feed(b"\n" * MAX_TRAILING_WHITESPACE)  # exactly the bound, in one feed
+    with pytest.raises(ArmorError, match="more than 1024 bytes of whitespace follow the end line"):
+        decoder.feed(b"\n")
+    decoder = ArmorDecoder()
+    decoder.feed(armor(b"data"))
+    with pytest.raises(ArmorError, match="whitespace"):
+        for _ in range(MAX_TRAILING_WHITESPACE // 100 + 1):  # 11 feeds of 100: 1,100 bytes
+            decoder.feed(b" " * 100)
+
+
+def test_each_fault_names_what_was_found_and_its_line() -> None:
+    """The message and the ``line`` attribute say what was found where (a fault raised
+    without its own line number takes the decoder's)."""
+    good = armor(random.Random(7).randbytes(48 * 3 + 1))
+    cases = [
+        (good + b"x", ArmorError, "data follows the end line", 6),
+        (good[:-5], TruncatedArmorError, "armored text ends before the end line (5 lines read)", 5),
+        (b"", TruncatedArmorError, "armored text ends before the begin line (0 lines read)", 0),
+        (good.replace(b"\n", b"\r\n", 2), ArmorError, "line 3 ends with LF where", 3),
+    ]
+    for text, kind, message, line in cases:
+        decoder = ArmorDecoder()
+        with pytest.raises(kind, match=re.escape(message)) as raised:
+            decoder.feed(text)
+            decoder.finish()
+        assert raised.value.line == line, message
+
+
+class CountingSource(Source):
+    """A Source that records the size of every buffer it is asked to fill, and fails if it
+    is read again after it reported the end (a terminal would wait for a second end)."""
+
+    def __init__(self, data: bytes, most: int) -> None:
+        super().__init__(data, most)
+        self.asked: list[int] = []
+        self.ended = False
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:
+        assert not self.ended, "read again after the end"
+        self.asked.append(len(buffer))
+        got = super().readinto(buffer)
+        self.ended = not got
+        return got
+
+
+def test_the_form_is_told_from_no_more_than_the_begin_line() -> None:
+    """The reader asks for the begin line's bytes only, as they come, and stops at the first
+    byte that is not the begin line's: a binary stream is not waited on beyond it."""
+    binary = CountingSource(b"GCMS" + bytes(100), 1)
+    dearmoring_reader(binary.readinto)
+    assert binary.asked == [len(BEGIN_LINE)]
+    text = armor(b"data")
+    for most, asked in ((4096, [40]), (10, [40, 30, 20, 10])):  # len(BEGIN_LINE) == 40
+        source = CountingSource(text, most)
+        dearmoring_reader(source.readinto)
+        assert source.asked == asked
+
+
+@pytest.mark.parametrize("most", [1, 40, 4096])
+def test_the_reader_hands_out_what_it_read_ahead_in_small_reads_and_ends_once(most: int) -> None:
+    """Bytes read to tell the form reach a reader of small buffers in order; once armored
+    text's end was returned its source is not read again (each later read returns 0; binary
+    input passes every read through)."""
+    data = b"GCMS" + os.urandom(300)
+    for text in (data, armor(data)):
+        source = CountingSource(text, most) if text is not data else Source(text, most)
+        readinto = dearmoring_reader(source.readinto)
+        out, buffer = bytearray(), bytearray(5)
+        for _ in range(len(text) + 10):
+            got = readinto(memoryview(buffer))
+            if not got:
+                break
+            out += buffer[:got]
+        assert bytes(out) == data
+        assert readinto(memoryview(buffer)) == 0 and readinto(memoryview(buffer)) == 0
