@@ -113,6 +113,13 @@ def malformations() -> dict[str, bytes]:
         "data after padding": good.replace(lines[4], lines[4][:2] + b"=A"),
         "not base64 (URL alphabet)": good.replace(lines[1], lines[1][:10] + b"-" + lines[1][11:]),
         "not base64 (space)": good.replace(lines[1], lines[1][:10] + b" " + lines[1][11:]),
+        # four at once: a lenient decoder would drop them and still find whole groups
+        "four characters not base64": good.replace(lines[1], lines[1][:10] + b"-_.!" + lines[1][14:]),
+        "a line of 60, then one of 68": b"\n".join(
+            [lines[0], lines[1][:60], lines[1][60:] + lines[2], *lines[3:]]
+        ),
+        "space after the end line, no final LF": good[:-1] + b" ",
+        "a letter after the end line, no final LF": good[:-1] + b"X",
         "a line after the last": b"\n".join([*lines[:5], lines[1], *lines[5:]]),
         "missing end line": b"\n".join(lines[:5]) + b"\n",
         "missing end line, no final LF": b"\n".join(lines[:5]),
@@ -135,6 +142,10 @@ CUT = {
     "missing end line",
     "missing end line, no final LF",
     "end line cut",
+    # the end line's own line ending may be missing, but not replaced by other bytes: the text
+    # ends inside a line that is not yet the end line
+    "space after the end line, no final LF",
+    "a letter after the end line, no final LF",
     "empty",
     "begin line only",
 }
@@ -173,6 +184,20 @@ def test_each_line_fault_is_named_in_every_chunking() -> None:
         faults["line of 65"]: "line 2 is longer than 64 characters",
         faults["last line not a multiple of 4"]: "line 5 has 3 characters: a last line has 4 to 64",
         faults["empty line"]: "line 3 has 0 characters",
+        # line endings where full lines put them but other bytes beside them, the lengths made
+        # up by a line ending inside a later line: the fault is the first line's, fed whole too
+        # (mutation run of 2026-12-04, mtink2: the batch of full lines let them through to
+        # the base64 decoder, which named another fault)
+        b"\n".join(
+            [lines[0], b"A" * 64 + b" " + b"A" * 30, b"A" * 33, *lines[3:]]
+        ): "line 2 is longer than 64",
+        b"\r\n".join([lines[0], b"A" * 64 + b"\n\n" + b"A" * 30, b"A" * 32, *lines[3:]]): (
+            "line 2 ends with LF where the begin line ends with CRLF"
+        ),
+        b"\r\n".join(
+            [lines[0], b"A" * 64 + b"\rX" + b"A" * 29, b"A" * 33, *lines[3:]]
+        ): "line 2 is longer than 64",
+        faults["a line of 60, then one of 68"]: "line 3 is longer than 64 characters",
     }
     for text, message in cases.items():
         for step in (1, 5, 64, 65, 66, 4096):
@@ -297,11 +322,24 @@ def test_each_fault_names_what_was_found_and_its_line() -> None:
     """The message and the ``line`` attribute say what was found where (a fault raised
     without its own line number takes the decoder's)."""
     good = armor(random.Random(7).randbytes(48 * 3 + 1))
+    lines = good.split(b"\n")
     cases = [
         (good + b"x", ArmorError, "data follows the end line", 6),
         (good[:-5], TruncatedArmorError, "armored text ends before the end line (5 lines read)", 5),
         (b"", TruncatedArmorError, "armored text ends before the begin line (0 lines read)", 0),
         (good.replace(b"\n", b"\r\n", 2), ArmorError, "line 3 ends with LF where", 3),
+        (
+            good.replace(lines[4], b"!" + lines[4][1:]),
+            ArmorError,
+            "line 5 (or a line after it) is not standard",
+            5,
+        ),
+        (
+            good.replace(lines[4], lines[4][:1] + b"B" + lines[4][2:]),
+            ArmorError,
+            "line 5 is not canonical base64",
+            5,
+        ),
     ]
     for text, kind, message, line in cases:
         decoder = ArmorDecoder()
@@ -358,3 +396,34 @@ def test_the_reader_hands_out_what_it_read_ahead_in_small_reads_and_ends_once(mo
             out += buffer[:got]
         assert bytes(out) == data
         assert readinto(memoryview(buffer)) == 0 and readinto(memoryview(buffer)) == 0
+
+
+def test_crlf_text_without_its_last_line_ending_is_read() -> None:
+    """The end line may lack its line ending in CRLF text too, CR and all or the LF only."""
+    data = random.Random(5).randbytes(48 * 2 + 7)
+    text = armor(data).replace(b"\n", b"\r\n")
+    for cut in (text[:-1], text[:-2]):
+        for step in (1, 4096):
+            decoder = ArmorDecoder()
+            assert b"".join(decoder.feed(part) for part in chunked(cut, step)) == data
+            decoder.finish()
+            assert decoder.done
+
+
+def test_every_malformation_is_refused_at_every_cut_into_two_feeds() -> None:
+    """Each malformed text fed as two pieces, cut at every byte: refused at every cut, with
+    the fault the whole text gets (the decoder's batch of full lines sees the buffer as each
+    cut leaves it; mutation run of 2026-12-04, mtink2: a batch that read its line endings
+    at the wrong place let a line of 60 and one of 68 through at one cut)."""
+    for name, text in malformations().items():
+        whole = ArmorDecoder()
+        with pytest.raises(ArmorError) as expected:
+            whole.feed(text)
+            whole.finish()
+        for cut in range(len(text) + 1):
+            decoder = ArmorDecoder()
+            with pytest.raises(ArmorError) as raised:
+                decoder.feed(text[:cut])
+                decoder.feed(text[cut:])
+                decoder.finish()
+            assert type(raised.value) is type(expected.value), (name, cut)
