@@ -118,6 +118,10 @@ def malformations() -> dict[str, bytes]:
         "a line of 60, then one of 68": b"\n".join(
             [lines[0], lines[1][:60], lines[1][60:] + lines[2], *lines[3:]]
         ),
+        # "XX\nXX" where a full line's ending falls: refused as the line of 66 it is
+        "a line of 66 ending XX, then one of 62": b"\n".join(
+            [lines[0], b"A" * 64 + b"XX", b"XX" + b"A" * 60, *lines[-2:]]
+        ),
         "space after the end line, no final LF": good[:-1] + b" ",
         "a letter after the end line, no final LF": good[:-1] + b"X",
         "a line after the last": b"\n".join([*lines[:5], lines[1], *lines[5:]]),
@@ -198,6 +202,15 @@ def test_each_line_fault_is_named_in_every_chunking() -> None:
             [lines[0], b"A" * 64 + b"\rX" + b"A" * 29, b"A" * 33, *lines[3:]]
         ): "line 2 is longer than 64",
         faults["a line of 60, then one of 68"]: "line 3 is longer than 64 characters",
+        b"\r\n".join(
+            [lines[0], b"A" * 64 + b"\r " + b"A" * 29, b"A" * 33, *lines[3:]]
+        ): "line 2 is longer than 64",
+        b"\r\n".join(
+            [lines[0], b"A" * 30, b"A" * 31 + b"\n\rA" + b"A" * 63, *lines[3:]]
+        ): "line 2 has 30 characters",
+        # a first line longer than a line may be is refused for its length, not read as a begin line
+        b"-" * 66 + b"\n" + faults["empty"]: "line 1 is longer than 64 characters",
+        b"-" * 100 + b"\n" + faults["empty"]: "line 1 is longer than 64 characters",
     }
     for text, message in cases.items():
         for step in (1, 5, 64, 65, 66, 4096):
@@ -223,7 +236,12 @@ def test_no_bytes_of_a_bad_line_are_returned() -> None:
 
 
 def test_lengths_are_bounded_before_buffering() -> None:
-    """A line that never ends is refused after one line's worth, not kept growing."""
+    """A line that never ends is refused after one line's worth, not kept growing: 65
+    characters are held (64 and a CR), the 66th is refused."""
+    decoder = ArmorDecoder()
+    assert decoder.feed(BEGIN_LINE + b"\n" + b"A" * 65) == b""
+    with pytest.raises(ArmorError, match="line 2 is longer than 64"):
+        decoder.feed(b"A")
     decoder = ArmorDecoder()
     decoder.feed(BEGIN_LINE + b"\n")
     with pytest.raises(ArmorError, match="longer than 64"):
@@ -308,7 +326,7 @@ def test_whitespace_after_the_end_line_is_bounded_across_feeds() -> None:
     """The bound counts every byte after the end line, however it is cut into feeds."""
     decoder = ArmorDecoder()
     assert decoder.feed(armor(b"data")) == b"data"
-    decoder.feed(b"\n" * MAX_TRAILING_WHITESPACE)  # exactly the bound, in one feed
+    assert decoder.feed(b"\n" * MAX_TRAILING_WHITESPACE) == b""  # exactly the bound, in one feed
     with pytest.raises(ArmorError, match="more than 1024 bytes of whitespace follow the end line"):
         decoder.feed(b"\n")
     decoder = ArmorDecoder()
