@@ -438,6 +438,76 @@ def test_no_repr_shows_key_material() -> None:
         assert bytes(range(32)).hex() not in text and "\\x00\\x01" not in text
 
 
+# Each parameter one step inside and one outside Tink's bounds (header 24 or 40 bytes, tag 16):
+# (keyword arguments, the error, the exact message) -- None where the key is accepted.
+KEY_PARAMETERS: list[tuple[dict[str, Any], type[Exception] | None, str]] = [
+    ({"key_value": bytes(16)}, None, ""),
+    ({"key_value": bytes(32), "derived_key_size": 32}, None, ""),
+    ({"key_value": bytearray(16)}, TypeError, "key_value must be bytes, got bytearray"),
+    ({"key_value": "k" * 16}, TypeError, "key_value must be bytes, got str"),
+    (
+        {"key_value": bytes(32), "derived_key_size": 24},
+        ValueError,
+        "derived_key_size must be 16 or 32, got 24",
+    ),
+    (
+        {"key_value": bytes(15)},
+        ValueError,
+        "key_value must be at least 16 bytes for derived_key_size 16, got 15",
+    ),
+    (
+        {"key_value": bytes(31), "derived_key_size": 32},
+        ValueError,
+        "key_value must be at least 32 bytes for derived_key_size 32, got 31",
+    ),
+    ({"key_value": bytes(16), "ciphertext_segment_size": 41}, None, ""),
+    ({"key_value": bytes(32), "derived_key_size": 32, "ciphertext_segment_size": 57}, None, ""),
+    ({"key_value": bytes(16), "ciphertext_segment_size": (1 << 31) - 1}, None, ""),
+    (
+        {"key_value": bytes(16), "ciphertext_segment_size": 40},
+        ValueError,
+        "ciphertext_segment_size must be above 40 (header and tag) and below 2^31, got 40",
+    ),
+    (
+        {"key_value": bytes(32), "derived_key_size": 32, "ciphertext_segment_size": 56},
+        ValueError,
+        "ciphertext_segment_size must be above 56 (header and tag) and below 2^31, got 56",
+    ),
+    (
+        {"key_value": bytes(16), "ciphertext_segment_size": 1 << 31},
+        ValueError,
+        "ciphertext_segment_size must be above 40 (header and tag) and below 2^31, got 2147483648",
+    ),
+    *(
+        (
+            {"key_value": bytes(16), "ciphertext_segment_size": size},
+            TypeError,
+            "ciphertext_segment_size must be an int",
+        )
+        for size in (True, 4096.0)
+    ),
+    ({"key_value": bytes(16), "hkdf_hash": 2}, ValueError, "2 is not a valid TinkHash"),
+]
+
+
+@pytest.mark.parametrize(("arguments", "error", "message"), KEY_PARAMETERS)
+def test_a_key_is_checked_as_tink_checks_it_at_each_bound(
+    arguments: dict[str, Any], error: type[Exception] | None, message: str
+) -> None:
+    """Each bound of TinkStreamingKey's parameters, with the message naming what was given
+    (hand-made removals and mutmut run of 2026-12-04, mtink2: the bytes check went unnoticed)."""
+    if error is None:
+        key = TinkStreamingKey(**arguments)
+        size = key.ciphertext_segment_size
+        if size < 1 << 20:  # a sealed stream of two segments under it opens again
+            plaintext = bytes(range(256)) * (size // 128)
+            assert tink_decrypt(key, tink_encrypt(key, plaintext)) == plaintext
+        return
+    with pytest.raises(error) as raised:
+        TinkStreamingKey(**arguments)
+    assert str(raised.value) == message
+
+
 # -- refusals ----------------------------------------------------------------------------------
 
 
