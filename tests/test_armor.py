@@ -122,6 +122,11 @@ def malformations() -> dict[str, bytes]:
         "a line of 66 ending XX, then one of 62": b"\n".join(
             [lines[0], b"A" * 64 + b"XX", b"XX" + b"A" * 60, *lines[-2:]]
         ),
+        # lines of 30 and 33 characters, their endings where four full lines' would fall:
+        # 252 base64 characters in all, whole groups of 4
+        "lines of 30 and 33 in the place of four full lines": b"\n".join(
+            [lines[0], *[b"A" * 30 + b"\n" + b"A" * 33] * 4, *lines[-2:]]
+        ),
         "space after the end line, no final LF": good[:-1] + b" ",
         "a letter after the end line, no final LF": good[:-1] + b"X",
         "a line after the last": b"\n".join([*lines[:5], lines[1], *lines[5:]]),
@@ -313,7 +318,8 @@ def test_whitespace_after_the_end_line_leaves_every_size_readable_in_every_chunk
     all the same. (Mutation run of 2026-12-04, mtink2: with every 64-character line taken as
     the last one, such a file was refused when it came in one piece.)"""
     data = random.Random(size).randbytes(size)
-    for trailer in (b"\n", b"\n" * 30, b" \t\r\n" * 3):
+    # (spaces: a batch cut past a padded last line took the end line and them for base64)
+    for trailer in (b"\n", b"\n" * 30, b" \t\r\n" * 3, b" " * 64):
         text = armor(data) + trailer
         assert dearmor(text) == data
         for step in (1, 65, 4096):

@@ -490,6 +490,16 @@ KEY_PARAMETERS: list[tuple[dict[str, Any], type[Exception] | None, str]] = [
 ]
 
 
+def test_a_keyset_of_no_key_and_a_keyset_of_something_else_are_refused() -> None:
+    """TinkKeyset needs a key (the hand-made removal of its check went unnoticed: mtink2);
+    the surfaces take a keyset or a key, nothing else."""
+    with pytest.raises(ValueError, match=r"^a keyset needs at least one key$"):
+        TinkKeyset([])
+    for wrong in (b"k" * 16, None):
+        with pytest.raises(TypeError, match=r"^expected a TinkKeyset or TinkStreamingKey, got "):
+            TinkOpener(wrong)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(("arguments", "error", "message"), KEY_PARAMETERS)
 def test_a_key_is_checked_as_tink_checks_it_at_each_bound(
     arguments: dict[str, Any], error: type[Exception] | None, message: str
