@@ -304,10 +304,20 @@ def test_a_binary_reader_names_armored_input() -> None:
 def test_an_encoder_is_done_after_finish() -> None:
     encoder = ArmorEncoder()
     assert encoder.finish() == BEGIN_LINE + b"\n" + END_LINE + b"\n"
-    with pytest.raises(StreamClosedError):
+    with pytest.raises(StreamClosedError, match=r"^ArmorEncoder\.encode after finish$"):
         encoder.encode(b"more")
-    with pytest.raises(StreamClosedError):
+    with pytest.raises(StreamClosedError, match=r"^ArmorEncoder\.finish called twice$"):
         encoder.finish()
+
+
+def test_an_encoder_gives_each_line_as_soon_as_its_48_bytes_are_there() -> None:
+    """Fewer than 48 bytes are held: the 48th completes a line, returned by that call."""
+    data = random.Random(48).randbytes(96)
+    encoder = ArmorEncoder()
+    assert encoder.encode(data[:47]) == BEGIN_LINE + b"\n"
+    assert encoder.encode(data[47:48]) == base64.b64encode(data[:48]) + b"\n"
+    assert encoder.encode(data[48:]) == base64.b64encode(data[48:]) + b"\n"
+    assert encoder.finish() == END_LINE + b"\n"
 
 
 # full lines, then a last line of 4, 16 or 24 characters (no padding)
