@@ -500,6 +500,19 @@ def test_a_keyset_of_no_key_and_a_keyset_of_something_else_are_refused() -> None
             TinkOpener(wrong)  # type: ignore[arg-type]
 
 
+def test_flush_seals_nothing_and_is_refused_after_close() -> None:
+    """Tink's middle segments are full: flush returns nothing and holds the bytes back; after
+    close() it is a StreamClosedError (its removal went unnoticed: mtink2)."""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    sealer = TinkSealer(key)
+    head = bytes(sealer.seal(b"x" * 10))
+    assert bytes(sealer.flush()) == b"" and sealer.pending == 10
+    ciphertext = head + bytes(sealer.close())
+    with pytest.raises(StreamClosedError, match="after close"):
+        sealer.flush()
+    assert tink_decrypt(key, ciphertext) == b"x" * 10
+
+
 @pytest.mark.parametrize(("arguments", "error", "message"), KEY_PARAMETERS)
 def test_a_key_is_checked_as_tink_checks_it_at_each_bound(
     arguments: dict[str, Any], error: type[Exception] | None, message: str
