@@ -706,6 +706,33 @@ def test_buffer_updated_and_consume_refuse_counts_outside_what_they_were_given()
     assert opener.read() == b"456789"
 
 
+def test_find_searches_only_the_plaintext_peek_returned() -> None:
+    """find() gives the index in what peek() returns (after consume, from its new start),
+    the first occurrence, -1 when absent or nothing is ready; consume(0) is allowed.
+    (mutmut run of 2026-12-04, mtink2: find() was never called by a test.)"""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    opener = TinkOpener(key)
+    assert opener.find(b"a") == -1  # nothing opened yet
+    opener.receive_data(tink_encrypt(key, b"xab-ab-c"))
+    opener.receive_eof()
+    assert bytes(opener.peek() or b"") == b"xab-ab-c"
+    assert opener.find(b"x") == 0 and opener.find(b"ab") == 1 and opener.find(b"c") == 7
+    assert opener.find(b"zz") == -1
+    opener.consume(0)
+    opener.consume(2)  # "b-ab-c" is left
+    assert opener.find(b"x") == -1  # consumed bytes are not searched
+    assert opener.find(b"b") == 0 and opener.find(b"ab") == 2 and opener.find(b"-c") == 4
+    opener.consume(6)
+    assert opener.find(b"c") == -1 and opener.peek() == b""
+    # two segments opened into a buffer larger than their plaintext: what lies past it (zeros)
+    # is not searched
+    opener = TinkOpener(key)
+    opener.receive_data(tink_encrypt(key, b"A" * 24 + b"B" * 30))  # segment 0 holds 24 bytes
+    opener.receive_eof()
+    assert bytes(opener.peek() or b"") == b"A" * 24 + b"B" * 30
+    assert opener.find(b"\0") == -1 and opener.find(b"B\0") == -1 and opener.find(b"AB") == 23
+
+
 @pytest.mark.parametrize("duplicate", [copy.copy, copy.deepcopy, pickle.dumps])
 @pytest.mark.parametrize("kind", [TinkSealer, TinkOpener])
 def test_neither_a_sealer_nor_an_opener_can_be_copied_or_pickled(
