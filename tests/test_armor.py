@@ -374,6 +374,18 @@ def test_each_fault_names_what_was_found_and_its_line() -> None:
             "line 5 is not canonical base64",
             5,
         ),
+        (
+            b"\n".join([*lines[:5], lines[1], *lines[5:]]),
+            ArmorError,
+            "line 6: the end line must follow the last, short line",
+            6,
+        ),
+        (
+            good.replace(b"GCMSTREAM", b"AGE", 1),
+            ArmorError,
+            f"armored text starts with {BEGIN_LINE.decode()!r}",
+            1,
+        ),
     ]
     for text, kind, message, line in cases:
         decoder = ArmorDecoder()
