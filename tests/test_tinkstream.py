@@ -720,6 +720,8 @@ def test_find_searches_only_the_plaintext_peek_returned() -> None:
     assert opener.find(b"zz") == -1
     opener.consume(0)
     opener.consume(2)  # "b-ab-c" is left
+    with pytest.raises(OutOfRangeError, match=r"^cannot consume 7 bytes: 6 available$"):
+        opener.consume(7)
     assert opener.find(b"x") == -1  # consumed bytes are not searched
     assert opener.find(b"b") == 0 and opener.find(b"ab") == 2 and opener.find(b"-c") == 4
     opener.consume(6)
@@ -731,6 +733,47 @@ def test_find_searches_only_the_plaintext_peek_returned() -> None:
     opener.receive_eof()
     assert bytes(opener.peek() or b"") == b"A" * 24 + b"B" * 30
     assert opener.find(b"\0") == -1 and opener.find(b"B\0") == -1 and opener.find(b"AB") == 23
+
+
+def test_a_tampered_segment_is_named_by_its_index_in_every_reading_style(
+    tampering: tuple[Any, TinkKeyset, bytes, bytes],
+) -> None:
+    """AuthenticationError.record_number is the segment that failed, whichever path opened it
+    (a run of middle segments, one segment, the last one). (mutmut run of 2026-12-04, mtink2:
+    the one-segment path's index became None unnoticed.)"""
+    _, keyset, plaintext, ciphertext = tampering
+    starts = segment_starts(ciphertext)
+    for index, start in enumerate(starts):
+        bad = bytearray(ciphertext)
+        bad[start + 3] ^= 0x01
+        for read_size in (17, 1000):
+            opener = TinkOpener(keyset, b"ad")
+            opener.receive_data(bytes(bad))
+            opener.receive_eof()
+            got = bytearray()
+            with pytest.raises(AuthenticationError) as caught:
+                for _ in range(len(bad)):
+                    chunk = opener.read(read_size)
+                    assert chunk is not None and chunk
+                    got += chunk
+            assert caught.value.record_number == index, (index, read_size)
+            assert plaintext.startswith(bytes(got))
+
+
+def test_after_a_failure_nothing_is_left_to_consume_or_find(
+    tampering: tuple[Any, TinkKeyset, bytes, bytes],
+) -> None:
+    """The failed opener's plaintext is gone: consume(0) is all it allows, find finds nothing."""
+    _, keyset, _, ciphertext = tampering
+    opener = TinkOpener(keyset, b"wrong associated data")
+    opener.receive_data(ciphertext)
+    opener.receive_eof()
+    with pytest.raises(AuthenticationError):
+        opener.peek()
+    opener.consume(0)
+    with pytest.raises(OutOfRangeError, match=r"^cannot consume 1 bytes: 0 available$"):
+        opener.consume(1)
+    assert opener.find(b"") == -1
 
 
 @pytest.mark.parametrize("duplicate", [copy.copy, copy.deepcopy, pickle.dumps])
