@@ -30,6 +30,7 @@ from gcmstream import (
     StreamBrokenError,
     StreamClosedError,
     TruncatedStreamError,
+    UnsupportedBufferError,
 )
 from gcmstream.tinkstream import (
     TinkHash,
@@ -774,6 +775,26 @@ def test_after_a_failure_nothing_is_left_to_consume_or_find(
     with pytest.raises(OutOfRangeError, match=r"^cannot consume 1 bytes: 0 available$"):
         opener.consume(1)
     assert opener.find(b"") == -1
+
+
+def test_readinto_refuses_a_read_only_buffer_and_fills_nothing_for_an_empty_one() -> None:
+    """A read-only buffer is refused before anything is read (also with no input yet); an
+    empty buffer reads 0 bytes. The receive buffer is a segment or 64 KiB, whichever is larger.
+    (mutmut run of 2026-12-04, mtink2.)"""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    opener = TinkOpener(key)
+    with pytest.raises(UnsupportedBufferError, match="read-only"):
+        opener.readinto(bytes(10))
+    assert len(opener.get_buffer()) == 1 << 16
+    large = TinkOpener(TinkStreamingKey(bytes(16), ciphertext_segment_size=100_000))
+    assert len(large.get_buffer()) == 100_000
+    opener.receive_data(tink_encrypt(key, b"0123456789"))
+    opener.receive_eof()
+    assert opener.readinto(bytearray(0)) == 0
+    with pytest.raises(UnsupportedBufferError, match="read-only"):
+        opener.readinto(bytes(10))
+    buffer = bytearray(20)
+    assert opener.readinto(buffer) == 10 and buffer[:10] == b"0123456789"
 
 
 @pytest.mark.parametrize("duplicate", [copy.copy, copy.deepcopy, pickle.dumps])
