@@ -392,7 +392,7 @@ def test_each_fault_names_what_was_found_and_its_line() -> None:
         with pytest.raises(kind, match=re.escape(message)) as raised:
             decoder.feed(text)
             decoder.finish()
-        assert raised.value.line == line, message
+        assert isinstance(raised.value, ArmorError) and raised.value.line == line, message
 
 
 class CountingSource(Source):
