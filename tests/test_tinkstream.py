@@ -762,6 +762,26 @@ def test_a_tampered_segment_is_named_by_its_index_in_every_reading_style(
             assert plaintext.startswith(bytes(got))
 
 
+def test_segment_0s_plaintext_is_returned_before_segment_1s_error(
+    tampering: tuple[Any, TinkKeyset, bytes, bytes],
+) -> None:
+    """The first readinto opens segment 0 with the header and goes on to segment 1 in the
+    same call: segment 1's error waits for the next call, after segment 0's authenticated
+    bytes are returned. (mutmut run of 2026-12-04, mtink2: without ``already`` the error was
+    raised at once and segment 0's plaintext, already copied out, was never counted.)"""
+    _, keyset, plaintext, ciphertext = tampering
+    bad = bytearray(ciphertext)
+    bad[segment_starts(ciphertext)[1] + 3] ^= 0x01
+    opener = TinkOpener(keyset, b"ad")
+    opener.receive_data(bytes(bad))
+    opener.receive_eof()
+    buffer = bytearray(1000)
+    assert opener.readinto(buffer) == 24 and buffer[:24] == plaintext[:24]
+    with pytest.raises(AuthenticationError) as caught:
+        opener.readinto(buffer)
+    assert caught.value.record_number == 1
+
+
 def test_after_a_failure_nothing_is_left_to_consume_or_find(
     tampering: tuple[Any, TinkKeyset, bytes, bytes],
 ) -> None:
