@@ -782,6 +782,47 @@ def test_segment_0s_plaintext_is_returned_before_segment_1s_error(
     assert caught.value.record_number == 1
 
 
+def test_an_empty_last_segment_after_a_full_one_is_read_as_tink_reads_it() -> None:
+    """A writer may end a stream with an empty last segment (its tag alone, 16 bytes): Tink
+    reads it, and so does gcmstream; 15 bytes there are a truncation, named with where it
+    ends. (mutmut run of 2026-12-04, mtink2: ``<=`` TAG_SIZE refused the empty last segment.)"""
+    handle = tink_handle(16, TinkHash.SHA256, 64)
+    keyset = read_tink_keyset(keyset_json(handle))
+    salt, prefix = bytes(range(16)), bytes(range(7))
+    segments = keyset.primary.segments(salt, prefix, b"ad")
+    first, last = bytearray(64 - 24), bytearray(16)
+    segments.seal(0, False, b"A" * 24, memoryview(first))
+    segments.seal(1, True, b"", memoryview(last))
+    ciphertext = bytes([24]) + salt + prefix + bytes(first) + bytes(last)
+    assert tink_open(handle, ciphertext, b"ad") == b"A" * 24
+    for piece in (1, 7, len(ciphertext)):
+        assert feed(TinkOpener(keyset, b"ad"), ciphertext, piece) == b"A" * 24
+    with pytest.raises(TruncatedStreamError, match=r"ends 15 bytes into segment 1, before its tag"):
+        tink_decrypt(keyset, ciphertext[:-1], b"ad")
+
+
+def test_input_in_large_pieces_kept_by_reference_opens_across_their_joins() -> None:
+    """Pieces of 64 KiB or more are kept as they are: runs of middle segments are opened
+    within a piece, and a segment that spans two pieces is joined. (mutmut run of 2026-12-04,
+    mtink2: a run not bounded by its piece went unnoticed, every test's pieces being small.)"""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=4096)
+    plaintext = random.Random(4096).randbytes(300_000)
+    ciphertext = tink_encrypt(key, plaintext)
+    for cuts in ((70_001,), (65_536, 140_000), (100_000, 170_003, 240_000)):
+        opener = TinkOpener(key)
+        for start, end in itertools.pairwise((0, *cuts, len(ciphertext))):
+            opener.receive_data(ciphertext[start:end])  # bytes of 64 KiB or more: by reference
+        opener.receive_eof()
+        got = bytearray()
+        buffer = bytearray(1 << 20)
+        for _ in range(len(ciphertext)):
+            count = opener.readinto(buffer)
+            if not count:
+                break
+            got += buffer[:count]
+        assert bytes(got) == plaintext, cuts
+
+
 def test_after_a_failure_nothing_is_left_to_consume_or_find(
     tampering: tuple[Any, TinkKeyset, bytes, bytes],
 ) -> None:
