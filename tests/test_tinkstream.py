@@ -821,6 +821,8 @@ def test_input_in_large_pieces_kept_by_reference_opens_across_their_joins() -> N
                 break
             got += buffer[:count]
         assert bytes(got) == plaintext, cuts
+        # the statistics count what was authenticated: every byte, every segment
+        assert opener.bytes_opened == len(plaintext) and opener.records_opened == -(-len(ciphertext) // 4096)
 
 
 def test_after_a_failure_nothing_is_left_to_consume_or_find(
