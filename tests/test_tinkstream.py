@@ -825,6 +825,26 @@ def test_input_in_large_pieces_kept_by_reference_opens_across_their_joins() -> N
         assert opener.bytes_opened == len(plaintext) and opener.records_opened == -(-len(ciphertext) // 4096)
 
 
+def test_a_key_that_failed_segment_0_is_not_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream under the larger-segment key of a keyset, fed a byte at a time: the smaller
+    key is tried on segment 0 once (one HKDF), not again with each byte that arrives after.
+    (mutmut run of 2026-12-04, mtink2: a failed key left unmarked was retried on every read.)"""
+    small = TinkStreamingKey(bytes(16), ciphertext_segment_size=64, key_id=1)
+    large = TinkStreamingKey(bytes(range(16)), ciphertext_segment_size=256, key_id=2)
+    plaintext = bytes(range(200))
+    ciphertext = tink_encrypt(large, plaintext)
+    derivations: list[int | None] = []
+    derive = TinkStreamingKey.segments
+
+    def counted(self: TinkStreamingKey, *args: bytes) -> Any:
+        derivations.append(self.key_id)
+        return derive(self, *args)
+
+    monkeypatch.setattr(TinkStreamingKey, "segments", counted)
+    assert feed(TinkOpener(TinkKeyset([small, large])), ciphertext, 1, read_size=17) == plaintext
+    assert derivations == [1, 2]
+
+
 def test_after_a_failure_nothing_is_left_to_consume_or_find(
     tampering: tuple[Any, TinkKeyset, bytes, bytes],
 ) -> None:
