@@ -780,6 +780,15 @@ def test_segment_0s_plaintext_is_returned_before_segment_1s_error(
     with pytest.raises(AuthenticationError) as caught:
         opener.readinto(buffer)
     assert caught.value.record_number == 1
+    with pytest.raises(StreamBrokenError) as broken:  # names the first error
+        opener.readinto(buffer)
+    assert broken.value.original is caught.value and broken.value.__cause__ is caught.value
+    opener = TinkOpener(keyset, b"ad")  # the same through read(), which opens into its buffer
+    opener.receive_data(bytes(bad))
+    opener.receive_eof()
+    assert opener.read() == plaintext[:24]
+    with pytest.raises(AuthenticationError):
+        opener.read()
 
 
 def test_an_empty_last_segment_after_a_full_one_is_read_as_tink_reads_it() -> None:
