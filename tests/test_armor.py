@@ -113,6 +113,22 @@ def malformations() -> dict[str, bytes]:
         "data after padding": good.replace(lines[4], lines[4][:2] + b"=A"),
         "not base64 (URL alphabet)": good.replace(lines[1], lines[1][:10] + b"-" + lines[1][11:]),
         "not base64 (space)": good.replace(lines[1], lines[1][:10] + b" " + lines[1][11:]),
+        # four at once: a lenient decoder would drop them and still find whole groups
+        "four characters not base64": good.replace(lines[1], lines[1][:10] + b"-_.!" + lines[1][14:]),
+        "a line of 60, then one of 68": b"\n".join(
+            [lines[0], lines[1][:60], lines[1][60:] + lines[2], *lines[3:]]
+        ),
+        # "XX\nXX" where a full line's ending falls: refused as the line of 66 it is
+        "a line of 66 ending XX, then one of 62": b"\n".join(
+            [lines[0], b"A" * 64 + b"XX", b"XX" + b"A" * 60, *lines[-2:]]
+        ),
+        # lines of 30 and 33 characters, their endings where four full lines' would fall:
+        # 252 base64 characters in all, whole groups of 4
+        "lines of 30 and 33 in the place of four full lines": b"\n".join(
+            [lines[0], *[b"A" * 30 + b"\n" + b"A" * 33] * 4, *lines[-2:]]
+        ),
+        "space after the end line, no final LF": good[:-1] + b" ",
+        "a letter after the end line, no final LF": good[:-1] + b"X",
         "a line after the last": b"\n".join([*lines[:5], lines[1], *lines[5:]]),
         "missing end line": b"\n".join(lines[:5]) + b"\n",
         "missing end line, no final LF": b"\n".join(lines[:5]),
@@ -120,6 +136,9 @@ def malformations() -> dict[str, bytes]:
         "other end label": good.replace(END_LINE, END_LINE.replace(b"END", b"STOP")),
         "trailing garbage": good + b"x",
         "trailing garbage after whitespace": good + b"\n\nx",
+        # whitespace to bytes.strip() but not to the armor rules (only space, tab, CR, LF)
+        "vertical tab after the end line": good + b"\x0b",
+        "form feed after the end line": good + b"\n\x0c",
         "a second armored file": good + good,
         "mixed line endings": good.replace(b"\n", b"\r\n", 2),
         "CR alone": good.replace(lines[1] + b"\n", lines[1] + b"\r", 1),
@@ -132,6 +151,10 @@ CUT = {
     "missing end line",
     "missing end line, no final LF",
     "end line cut",
+    # the end line's own line ending may be missing, but not replaced by other bytes: the text
+    # ends inside a line that is not yet the end line
+    "space after the end line, no final LF",
+    "a letter after the end line, no final LF",
     "empty",
     "begin line only",
 }
@@ -170,6 +193,29 @@ def test_each_line_fault_is_named_in_every_chunking() -> None:
         faults["line of 65"]: "line 2 is longer than 64 characters",
         faults["last line not a multiple of 4"]: "line 5 has 3 characters: a last line has 4 to 64",
         faults["empty line"]: "line 3 has 0 characters",
+        # line endings where full lines put them but other bytes beside them, the lengths made
+        # up by a line ending inside a later line: the fault is the first line's, fed whole too
+        # (mutation run of 2026-12-04, mtink2: the batch of full lines let them through to
+        # the base64 decoder, which named another fault)
+        b"\n".join(
+            [lines[0], b"A" * 64 + b" " + b"A" * 30, b"A" * 33, *lines[3:]]
+        ): "line 2 is longer than 64",
+        b"\r\n".join([lines[0], b"A" * 64 + b"\n\n" + b"A" * 30, b"A" * 32, *lines[3:]]): (
+            "line 2 ends with LF where the begin line ends with CRLF"
+        ),
+        b"\r\n".join(
+            [lines[0], b"A" * 64 + b"\rX" + b"A" * 29, b"A" * 33, *lines[3:]]
+        ): "line 2 is longer than 64",
+        faults["a line of 60, then one of 68"]: "line 3 is longer than 64 characters",
+        b"\r\n".join(
+            [lines[0], b"A" * 64 + b"\r " + b"A" * 29, b"A" * 33, *lines[3:]]
+        ): "line 2 is longer than 64",
+        b"\r\n".join(
+            [lines[0], b"A" * 30, b"A" * 31 + b"\n\rA" + b"A" * 63, *lines[3:]]
+        ): "line 2 has 30 characters",
+        # a first line longer than a line may be is refused for its length, not read as a begin line
+        b"-" * 66 + b"\n" + faults["empty"]: "line 1 is longer than 64 characters",
+        b"-" * 100 + b"\n" + faults["empty"]: "line 1 is longer than 64 characters",
     }
     for text, message in cases.items():
         for step in (1, 5, 64, 65, 66, 4096):
@@ -195,7 +241,12 @@ def test_no_bytes_of_a_bad_line_are_returned() -> None:
 
 
 def test_lengths_are_bounded_before_buffering() -> None:
-    """A line that never ends is refused after one line's worth, not kept growing."""
+    """A line that never ends is refused after one line's worth, not kept growing: 65
+    characters are held (64 and a CR), the 66th is refused."""
+    decoder = ArmorDecoder()
+    assert decoder.feed(BEGIN_LINE + b"\n" + b"A" * 65) == b""
+    with pytest.raises(ArmorError, match="line 2 is longer than 64"):
+        decoder.feed(b"A")
     decoder = ArmorDecoder()
     decoder.feed(BEGIN_LINE + b"\n")
     with pytest.raises(ArmorError, match="longer than 64"):
@@ -253,7 +304,172 @@ def test_a_binary_reader_names_armored_input() -> None:
 def test_an_encoder_is_done_after_finish() -> None:
     encoder = ArmorEncoder()
     assert encoder.finish() == BEGIN_LINE + b"\n" + END_LINE + b"\n"
-    with pytest.raises(StreamClosedError):
+    with pytest.raises(StreamClosedError, match=r"^ArmorEncoder\.encode after finish$"):
         encoder.encode(b"more")
-    with pytest.raises(StreamClosedError):
+    with pytest.raises(StreamClosedError, match=r"^ArmorEncoder\.finish called twice$"):
         encoder.finish()
+
+
+def test_an_encoder_gives_each_line_as_soon_as_its_48_bytes_are_there() -> None:
+    """Fewer than 48 bytes are held: the 48th completes a line, returned by that call."""
+    data = random.Random(48).randbytes(96)
+    encoder = ArmorEncoder()
+    assert encoder.encode(data[:47]) == BEGIN_LINE + b"\n"
+    assert encoder.encode(data[47:48]) == base64.b64encode(data[:48]) + b"\n"
+    assert encoder.encode(data[48:]) == base64.b64encode(data[48:]) + b"\n"
+    assert encoder.finish() == END_LINE + b"\n"
+
+
+# full lines, then a last line of 4, 16 or 24 characters (no padding)
+@pytest.mark.parametrize("size", [*SIZES, 48 + 3, 48 * 2 + 12, 48 * 3 + 18])
+def test_whitespace_after_the_end_line_leaves_every_size_readable_in_every_chunking(size: int) -> None:
+    """Newlines after the end line may put a line ending where a full line's ending would
+    fall (a last line of k characters, the end line, then 25 - k newlines): read as the file
+    all the same. (Mutation run of 2026-12-04, mtink2: with every 64-character line taken as
+    the last one, such a file was refused when it came in one piece.)"""
+    data = random.Random(size).randbytes(size)
+    # (spaces: a batch cut past a padded last line took the end line and them for base64)
+    for trailer in (b"\n", b"\n" * 30, b" \t\r\n" * 3, b" " * 64):
+        text = armor(data) + trailer
+        assert dearmor(text) == data
+        for step in (1, 65, 4096):
+            decoder = ArmorDecoder()
+            assert b"".join(decoder.feed(part) for part in chunked(text, step)) == data
+            decoder.finish()
+
+
+def test_whitespace_after_the_end_line_is_bounded_across_feeds() -> None:
+    """The bound counts every byte after the end line, however it is cut into feeds."""
+    decoder = ArmorDecoder()
+    assert decoder.feed(armor(b"data")) == b"data"
+    assert decoder.feed(b"\n" * MAX_TRAILING_WHITESPACE) == b""  # exactly the bound, in one feed
+    with pytest.raises(ArmorError, match="more than 1024 bytes of whitespace follow the end line"):
+        decoder.feed(b"\n")
+    decoder = ArmorDecoder()
+    decoder.feed(armor(b"data"))
+    with pytest.raises(ArmorError, match="whitespace"):
+        for _ in range(MAX_TRAILING_WHITESPACE // 100 + 1):  # 11 feeds of 100: 1,100 bytes
+            decoder.feed(b" " * 100)
+
+
+def test_each_fault_names_what_was_found_and_its_line() -> None:
+    """The message and the ``line`` attribute say what was found where (a fault raised
+    without its own line number takes the decoder's)."""
+    good = armor(random.Random(7).randbytes(48 * 3 + 1))
+    lines = good.split(b"\n")
+    cases = [
+        (good + b"x", ArmorError, "data follows the end line", 6),
+        (good[:-5], TruncatedArmorError, "armored text ends before the end line (5 lines read)", 5),
+        (b"", TruncatedArmorError, "armored text ends before the begin line (0 lines read)", 0),
+        (good.replace(b"\n", b"\r\n", 2), ArmorError, "line 3 ends with LF where", 3),
+        (
+            good.replace(lines[4], b"!" + lines[4][1:]),
+            ArmorError,
+            "line 5 (or a line after it) is not standard",
+            5,
+        ),
+        (
+            good.replace(lines[4], lines[4][:1] + b"B" + lines[4][2:]),
+            ArmorError,
+            "line 5 is not canonical base64",
+            5,
+        ),
+        (
+            b"\n".join([*lines[:5], lines[1], *lines[5:]]),
+            ArmorError,
+            "line 6: the end line must follow the last, short line",
+            6,
+        ),
+        (
+            good.replace(b"GCMSTREAM", b"AGE", 1),
+            ArmorError,
+            f"armored text starts with {BEGIN_LINE.decode()!r}",
+            1,
+        ),
+    ]
+    for text, kind, message, line in cases:
+        decoder = ArmorDecoder()
+        with pytest.raises(kind, match=re.escape(message)) as raised:
+            decoder.feed(text)
+            decoder.finish()
+        assert isinstance(raised.value, ArmorError) and raised.value.line == line, message
+
+
+class CountingSource(Source):
+    """A Source that records the size of every buffer it is asked to fill, and fails if it
+    is read again after it reported the end (a terminal would wait for a second end)."""
+
+    def __init__(self, data: bytes, most: int) -> None:
+        super().__init__(data, most)
+        self.asked: list[int] = []
+        self.ended = False
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:
+        assert not self.ended, "read again after the end"
+        self.asked.append(len(buffer))
+        got = super().readinto(buffer)
+        self.ended = not got
+        return got
+
+
+def test_the_form_is_told_from_no_more_than_the_begin_line() -> None:
+    """The reader asks for the begin line's bytes only, as they come, and stops at the first
+    byte that is not the begin line's: a binary stream is not waited on beyond it."""
+    binary = CountingSource(b"GCMS" + bytes(100), 1)
+    dearmoring_reader(binary.readinto)
+    assert binary.asked == [len(BEGIN_LINE)]
+    text = armor(b"data")
+    for most, asked in ((4096, [40]), (10, [40, 30, 20, 10])):  # len(BEGIN_LINE) == 40
+        source = CountingSource(text, most)
+        dearmoring_reader(source.readinto)
+        assert source.asked == asked
+
+
+@pytest.mark.parametrize("most", [1, 40, 4096])
+def test_the_reader_hands_out_what_it_read_ahead_in_small_reads_and_ends_once(most: int) -> None:
+    """Bytes read to tell the form reach a reader of small buffers in order; once armored
+    text's end was returned its source is not read again (each later read returns 0; binary
+    input passes every read through)."""
+    data = b"GCMS" + os.urandom(300)
+    for text in (data, armor(data)):
+        source = CountingSource(text, most) if text is not data else Source(text, most)
+        readinto = dearmoring_reader(source.readinto)
+        out, buffer = bytearray(), bytearray(5)
+        for _ in range(len(text) + 10):
+            got = readinto(memoryview(buffer))
+            if not got:
+                break
+            out += buffer[:got]
+        assert bytes(out) == data
+        assert readinto(memoryview(buffer)) == 0 and readinto(memoryview(buffer)) == 0
+
+
+def test_crlf_text_without_its_last_line_ending_is_read() -> None:
+    """The end line may lack its line ending in CRLF text too, CR and all or the LF only."""
+    data = random.Random(5).randbytes(48 * 2 + 7)
+    text = armor(data).replace(b"\n", b"\r\n")
+    for cut in (text[:-1], text[:-2]):
+        for step in (1, 4096):
+            decoder = ArmorDecoder()
+            assert b"".join(decoder.feed(part) for part in chunked(cut, step)) == data
+            decoder.finish()
+            assert decoder.done
+
+
+def test_every_malformation_is_refused_at_every_cut_into_two_feeds() -> None:
+    """Each malformed text fed as two pieces, cut at every byte: refused at every cut, with
+    the fault the whole text gets (the decoder's batch of full lines sees the buffer as each
+    cut leaves it; mutation run of 2026-12-04, mtink2: a batch that read its line endings
+    at the wrong place let a line of 60 and one of 68 through at one cut)."""
+    for name, text in malformations().items():
+        whole = ArmorDecoder()
+        with pytest.raises(ArmorError) as expected:
+            whole.feed(text)
+            whole.finish()
+        for cut in range(len(text) + 1):
+            decoder = ArmorDecoder()
+            with pytest.raises(ArmorError) as raised:
+                decoder.feed(text[:cut])
+                decoder.feed(text[cut:])
+                decoder.finish()
+            assert type(raised.value) is type(expected.value), (name, cut)

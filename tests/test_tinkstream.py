@@ -30,6 +30,7 @@ from gcmstream import (
     StreamBrokenError,
     StreamClosedError,
     TruncatedStreamError,
+    UnsupportedBufferError,
 )
 from gcmstream.tinkstream import (
     TinkHash,
@@ -438,6 +439,99 @@ def test_no_repr_shows_key_material() -> None:
         assert bytes(range(32)).hex() not in text and "\\x00\\x01" not in text
 
 
+# Each parameter one step inside and one outside Tink's bounds (header 24 or 40 bytes, tag 16):
+# (keyword arguments, the error, the exact message) -- None where the key is accepted.
+KEY_PARAMETERS: list[tuple[dict[str, Any], type[Exception] | None, str]] = [
+    ({"key_value": bytes(16)}, None, ""),
+    ({"key_value": bytes(32), "derived_key_size": 32}, None, ""),
+    ({"key_value": bytearray(16)}, TypeError, "key_value must be bytes, got bytearray"),
+    ({"key_value": "k" * 16}, TypeError, "key_value must be bytes, got str"),
+    (
+        {"key_value": bytes(32), "derived_key_size": 24},
+        ValueError,
+        "derived_key_size must be 16 or 32, got 24",
+    ),
+    (
+        {"key_value": bytes(15)},
+        ValueError,
+        "key_value must be at least 16 bytes for derived_key_size 16, got 15",
+    ),
+    (
+        {"key_value": bytes(31), "derived_key_size": 32},
+        ValueError,
+        "key_value must be at least 32 bytes for derived_key_size 32, got 31",
+    ),
+    ({"key_value": bytes(16), "ciphertext_segment_size": 41}, None, ""),
+    ({"key_value": bytes(32), "derived_key_size": 32, "ciphertext_segment_size": 57}, None, ""),
+    ({"key_value": bytes(16), "ciphertext_segment_size": (1 << 31) - 1}, None, ""),
+    (
+        {"key_value": bytes(16), "ciphertext_segment_size": 40},
+        ValueError,
+        "ciphertext_segment_size must be above 40 (header and tag) and below 2^31, got 40",
+    ),
+    (
+        {"key_value": bytes(32), "derived_key_size": 32, "ciphertext_segment_size": 56},
+        ValueError,
+        "ciphertext_segment_size must be above 56 (header and tag) and below 2^31, got 56",
+    ),
+    (
+        {"key_value": bytes(16), "ciphertext_segment_size": 1 << 31},
+        ValueError,
+        "ciphertext_segment_size must be above 40 (header and tag) and below 2^31, got 2147483648",
+    ),
+    *(
+        (
+            {"key_value": bytes(16), "ciphertext_segment_size": size},
+            TypeError,
+            "ciphertext_segment_size must be an int",
+        )
+        for size in (True, 4096.0)
+    ),
+    ({"key_value": bytes(16), "hkdf_hash": 2}, ValueError, "2 is not a valid TinkHash"),
+]
+
+
+def test_a_keyset_of_no_key_and_a_keyset_of_something_else_are_refused() -> None:
+    """TinkKeyset needs a key (the hand-made removal of its check went unnoticed: mtink2);
+    the surfaces take a keyset or a key, nothing else."""
+    with pytest.raises(ValueError, match=r"^a keyset needs at least one key$"):
+        TinkKeyset([])
+    for wrong in (b"k" * 16, None):
+        with pytest.raises(TypeError, match=r"^expected a TinkKeyset or TinkStreamingKey, got "):
+            TinkOpener(wrong)  # type: ignore[arg-type]
+
+
+def test_flush_seals_nothing_and_is_refused_after_close() -> None:
+    """Tink's middle segments are full: flush returns nothing and holds the bytes back; after
+    close() it is a StreamClosedError (its removal went unnoticed: mtink2)."""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    sealer = TinkSealer(key)
+    head = bytes(sealer.seal(b"x" * 10))
+    assert bytes(sealer.flush()) == b"" and sealer.pending == 10
+    ciphertext = head + bytes(sealer.close())
+    with pytest.raises(StreamClosedError, match="after close"):
+        sealer.flush()
+    assert tink_decrypt(key, ciphertext) == b"x" * 10
+
+
+@pytest.mark.parametrize(("arguments", "error", "message"), KEY_PARAMETERS)
+def test_a_key_is_checked_as_tink_checks_it_at_each_bound(
+    arguments: dict[str, Any], error: type[Exception] | None, message: str
+) -> None:
+    """Each bound of TinkStreamingKey's parameters, with the message naming what was given
+    (hand-made removals and mutmut run of 2026-12-04, mtink2: the bytes check went unnoticed)."""
+    if error is None:
+        key = TinkStreamingKey(**arguments)
+        size = key.ciphertext_segment_size
+        if size < 1 << 20:  # a sealed stream of two segments under it opens again
+            plaintext = bytes(range(256)) * (size // 128)
+            assert tink_decrypt(key, tink_encrypt(key, plaintext)) == plaintext
+        return
+    with pytest.raises(error) as raised:
+        TinkStreamingKey(**arguments)
+    assert str(raised.value) == message
+
+
 # -- refusals ----------------------------------------------------------------------------------
 
 
@@ -611,6 +705,189 @@ def test_buffer_updated_and_consume_refuse_counts_outside_what_they_were_given()
             opener.consume(count)
     opener.consume(4)
     assert opener.read() == b"456789"
+
+
+def test_find_searches_only_the_plaintext_peek_returned() -> None:
+    """find() gives the index in what peek() returns (after consume, from its new start),
+    the first occurrence, -1 when absent or nothing is ready; consume(0) is allowed.
+    (mutmut run of 2026-12-04, mtink2: find() was never called by a test.)"""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    opener = TinkOpener(key)
+    assert opener.find(b"a") == -1  # nothing opened yet
+    opener.receive_data(tink_encrypt(key, b"xab-ab-c"))
+    opener.receive_eof()
+    assert bytes(opener.peek() or b"") == b"xab-ab-c"
+    assert opener.find(b"x") == 0 and opener.find(b"ab") == 1 and opener.find(b"c") == 7
+    assert opener.find(b"zz") == -1
+    opener.consume(0)
+    opener.consume(2)  # "b-ab-c" is left
+    with pytest.raises(OutOfRangeError, match=r"^cannot consume 7 bytes: 6 available$"):
+        opener.consume(7)
+    assert opener.find(b"x") == -1  # consumed bytes are not searched
+    assert opener.find(b"b") == 0 and opener.find(b"ab") == 2 and opener.find(b"-c") == 4
+    opener.consume(6)
+    end = opener.peek()
+    assert opener.find(b"c") == -1 and end is not None and bytes(end) == b""
+    # two segments opened into a buffer larger than their plaintext: what lies past it (zeros)
+    # is not searched
+    opener = TinkOpener(key)
+    opener.receive_data(tink_encrypt(key, b"A" * 24 + b"B" * 30))  # segment 0 holds 24 bytes
+    opener.receive_eof()
+    assert bytes(opener.peek() or b"") == b"A" * 24 + b"B" * 30
+    assert opener.find(b"\0") == -1 and opener.find(b"B\0") == -1 and opener.find(b"AB") == 23
+
+
+def test_a_tampered_segment_is_named_by_its_index_in_every_reading_style(
+    tampering: tuple[Any, TinkKeyset, bytes, bytes],
+) -> None:
+    """AuthenticationError.record_number is the segment that failed, whichever path opened it
+    (a run of middle segments, one segment, the last one). (mutmut run of 2026-12-04, mtink2:
+    the one-segment path's index became None unnoticed.)"""
+    _, keyset, plaintext, ciphertext = tampering
+    starts = segment_starts(ciphertext)
+    for index, start in enumerate(starts):
+        bad = bytearray(ciphertext)
+        bad[start + 3] ^= 0x01
+        for read_size in (17, 1000):
+            opener = TinkOpener(keyset, b"ad")
+            opener.receive_data(bytes(bad))
+            opener.receive_eof()
+            got = bytearray()
+            with pytest.raises(AuthenticationError) as caught:
+                for _ in range(len(bad)):
+                    chunk = opener.read(read_size)
+                    assert chunk is not None and chunk
+                    got += chunk
+            assert caught.value.record_number == index, (index, read_size)
+            assert plaintext.startswith(bytes(got))
+
+
+def test_segment_0s_plaintext_is_returned_before_segment_1s_error(
+    tampering: tuple[Any, TinkKeyset, bytes, bytes],
+) -> None:
+    """The first readinto opens segment 0 with the header and goes on to segment 1 in the
+    same call: segment 1's error waits for the next call, after segment 0's authenticated
+    bytes are returned. (mutmut run of 2026-12-04, mtink2: without ``already`` the error was
+    raised at once and segment 0's plaintext, already copied out, was never counted.)"""
+    _, keyset, plaintext, ciphertext = tampering
+    bad = bytearray(ciphertext)
+    bad[segment_starts(ciphertext)[1] + 3] ^= 0x01
+    opener = TinkOpener(keyset, b"ad")
+    opener.receive_data(bytes(bad))
+    opener.receive_eof()
+    buffer = bytearray(1000)
+    assert opener.readinto(buffer) == 24 and buffer[:24] == plaintext[:24]
+    with pytest.raises(AuthenticationError) as caught:
+        opener.readinto(buffer)
+    assert caught.value.record_number == 1
+    with pytest.raises(StreamBrokenError) as broken:  # names the first error
+        opener.readinto(buffer)
+    assert broken.value.original is caught.value and broken.value.__cause__ is caught.value
+    opener = TinkOpener(keyset, b"ad")  # the same through read(), which opens into its buffer
+    opener.receive_data(bytes(bad))
+    opener.receive_eof()
+    assert opener.read() == plaintext[:24]
+    with pytest.raises(AuthenticationError):
+        opener.read()
+
+
+def test_an_empty_last_segment_after_a_full_one_is_read_as_tink_reads_it() -> None:
+    """A writer may end a stream with an empty last segment (its tag alone, 16 bytes): Tink
+    reads it, and so does gcmstream; 15 bytes there are a truncation, named with where it
+    ends. (mutmut run of 2026-12-04, mtink2: ``<=`` TAG_SIZE refused the empty last segment.)"""
+    handle = tink_handle(16, TinkHash.SHA256, 64)
+    keyset = read_tink_keyset(keyset_json(handle))
+    salt, prefix = bytes(range(16)), bytes(range(7))
+    segments = keyset.primary.segments(salt, prefix, b"ad")
+    first, last = bytearray(64 - 24), bytearray(16)
+    segments.seal(0, False, b"A" * 24, memoryview(first))
+    segments.seal(1, True, b"", memoryview(last))
+    ciphertext = bytes([24]) + salt + prefix + bytes(first) + bytes(last)
+    assert tink_open(handle, ciphertext, b"ad") == b"A" * 24
+    for piece in (1, 7, len(ciphertext)):
+        assert feed(TinkOpener(keyset, b"ad"), ciphertext, piece) == b"A" * 24
+    with pytest.raises(TruncatedStreamError, match=r"ends 15 bytes into segment 1, before its tag"):
+        tink_decrypt(keyset, ciphertext[:-1], b"ad")
+
+
+def test_input_in_large_pieces_kept_by_reference_opens_across_their_joins() -> None:
+    """Pieces of 64 KiB or more are kept as they are: runs of middle segments are opened
+    within a piece, and a segment that spans two pieces is joined. (mutmut run of 2026-12-04,
+    mtink2: a run not bounded by its piece went unnoticed, every test's pieces being small.)"""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=4096)
+    plaintext = random.Random(4096).randbytes(300_000)
+    ciphertext = tink_encrypt(key, plaintext)
+    for cuts in ((70_001,), (65_536, 140_000), (100_000, 170_003, 240_000)):
+        opener = TinkOpener(key)
+        for start, end in itertools.pairwise((0, *cuts, len(ciphertext))):
+            opener.receive_data(ciphertext[start:end])  # bytes of 64 KiB or more: by reference
+        opener.receive_eof()
+        got = bytearray()
+        buffer = bytearray(1 << 20)
+        for _ in range(len(ciphertext)):
+            count = opener.readinto(buffer)
+            if not count:
+                break
+            got += buffer[:count]
+        assert bytes(got) == plaintext, cuts
+        # the statistics count what was authenticated: every byte, every segment
+        assert opener.bytes_opened == len(plaintext) and opener.records_opened == -(-len(ciphertext) // 4096)
+
+
+def test_a_key_that_failed_segment_0_is_not_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream under the larger-segment key of a keyset, fed a byte at a time: the smaller
+    key is tried on segment 0 once (one HKDF), not again with each byte that arrives after.
+    (mutmut run of 2026-12-04, mtink2: a failed key left unmarked was retried on every read.)"""
+    small = TinkStreamingKey(bytes(16), ciphertext_segment_size=64, key_id=1)
+    large = TinkStreamingKey(bytes(range(16)), ciphertext_segment_size=256, key_id=2)
+    plaintext = bytes(range(200))
+    ciphertext = tink_encrypt(large, plaintext)
+    derivations: list[int | None] = []
+    derive = TinkStreamingKey.segments
+
+    def counted(self: TinkStreamingKey, *args: bytes) -> Any:
+        derivations.append(self.key_id)
+        return derive(self, *args)
+
+    monkeypatch.setattr(TinkStreamingKey, "segments", counted)
+    assert feed(TinkOpener(TinkKeyset([small, large])), ciphertext, 1, read_size=17) == plaintext
+    assert derivations == [1, 2]
+
+
+def test_after_a_failure_nothing_is_left_to_consume_or_find(
+    tampering: tuple[Any, TinkKeyset, bytes, bytes],
+) -> None:
+    """The failed opener's plaintext is gone: consume(0) is all it allows, find finds nothing."""
+    _, keyset, _, ciphertext = tampering
+    opener = TinkOpener(keyset, b"wrong associated data")
+    opener.receive_data(ciphertext)
+    opener.receive_eof()
+    with pytest.raises(AuthenticationError):
+        opener.peek()
+    opener.consume(0)
+    with pytest.raises(OutOfRangeError, match=r"^cannot consume 1 bytes: 0 available$"):
+        opener.consume(1)
+    assert opener.find(b"") == -1
+
+
+def test_readinto_refuses_a_read_only_buffer_and_fills_nothing_for_an_empty_one() -> None:
+    """A read-only buffer is refused before anything is read (also with no input yet); an
+    empty buffer reads 0 bytes. The receive buffer is a segment or 64 KiB, whichever is larger.
+    (mutmut run of 2026-12-04, mtink2.)"""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    opener = TinkOpener(key)
+    with pytest.raises(UnsupportedBufferError, match="read-only"):
+        opener.readinto(bytes(10))
+    assert len(opener.get_buffer()) == 1 << 16
+    large = TinkOpener(TinkStreamingKey(bytes(16), ciphertext_segment_size=100_000))
+    assert len(large.get_buffer()) == 100_000
+    opener.receive_data(tink_encrypt(key, b"0123456789"))
+    opener.receive_eof()
+    assert opener.readinto(bytearray(0)) == 0
+    with pytest.raises(UnsupportedBufferError, match="read-only"):
+        opener.readinto(bytes(10))
+    buffer = bytearray(20)
+    assert opener.readinto(buffer) == 10 and buffer[:10] == b"0123456789"
 
 
 @pytest.mark.parametrize("duplicate", [copy.copy, copy.deepcopy, pickle.dumps])
