@@ -1543,18 +1543,58 @@ def _open_input(path: str) -> Iterator[tuple[int, int | None]]:
         os.close(fd)
 
 
+def _files_read(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(what, path) of every file a file command reads: INPUT, the key, identity, recipients
+    and passphrase files ('-': stdin)."""
+    read = [("input file", getattr(args, "input", None) or getattr(args, "file", None))]
+    read += [("key file", getattr(args, "key_file", None))]
+    read += [("identity file", path) for path in getattr(args, "identity", [])]
+    read += [("recipients file", path) for path in getattr(args, "recipients_file", [])]
+    read += [("passphrase file", getattr(args, "passphrase_file", None))]
+    return [(what, path) for what, path in read if path is not None]
+
+
 def _refuse_same_file(args: argparse.Namespace) -> None:
-    """IN and OUT naming one file would replace the input with the output (the output is
-    renamed over it at the end): refuse, as cp does."""
-    if args.output == "-":
-        return
+    """OUT (-o, or stdout redirected to a file) being a file the command reads (INPUT, a key,
+    identity, recipients or passphrase file) would replace it (the output is renamed over it
+    at the end), or, for stdout, read what the shell's '>' emptied or what '>>' keeps growing:
+    refuse, as cp and cat do, before anything is read or written."""
+    target = getattr(args, "output", "-")  # (info prints on stdout)
+    to_stdout = target == "-"
     with contextlib.suppress(OSError):
-        if args.input == "-":  # `-o F < F`: stdin is the file OUT names (a new user's finding)
-            same = os.path.samestat(os.fstat(0), os.stat(args.output))
-            if same:
-                raise _Usage(f"stdin is {_printable(args.output)}, the output: give another -o")
-        elif os.path.samefile(args.input, args.output):
-            raise _Usage(f"{args.input} is both the input and the output: give another -o")
+        output = os.fstat(1) if to_stdout else os.stat(target)
+        if to_stdout and not stat.S_ISREG(output.st_mode):
+            return  # a pipe, a terminal, /dev/null: never the file read
+        for what, path in _files_read(args):
+            try:
+                read = os.fstat(0) if path == "-" else os.stat(path)
+            except OSError:
+                continue  # (its own error, when it is read)
+            if os.path.samestat(read, output):
+                raise _Usage(_same_file_message(what, path, target))
+
+
+def _same_file_message(what: str, path: str, output: str) -> str:
+    if output != "-":
+        if path == "-":  # `-o F < F` (a new user's finding)
+            read = "stdin" if what == "input file" else f"stdin ({what})"
+            return f"{read} is {_printable(output)}, the output: give another -o"
+        if what == "input file":
+            return f"{_printable(path)} is both the input and the output: give another -o"
+        return f"{_printable(path)} is both the {what} and the output: give another -o"
+    import fcntl  # (POSIX; only here, when stdout is the file read)
+
+    appending = fcntl.fcntl(1, fcntl.F_GETFL) & os.O_APPEND
+    done = (
+        "with '>>' what is written would be appended to what is read"
+        if appending
+        else "with '>' the shell already emptied it"
+    )
+    read = "stdin" if path == "-" else _printable(path)
+    return (
+        f"the output (stdout) is the {what}, {read}: nothing read ({done}); "
+        "redirect stdout elsewhere or give -o"
+    )
 
 
 @contextlib.contextmanager
@@ -1655,7 +1695,6 @@ def _jobs_unused(args: argparse.Namespace, reason: str | None) -> None:
 
 
 def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
-    _refuse_same_file(args)
     if "passphrase" in keying:
         keying = {**keying, "work_factor": args.work_factor}
     sealer = new_sealer(context=args.context, record_size=args.record_size, fixed_layout=True, **keying)
@@ -1675,7 +1714,6 @@ def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
 
 
 def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
-    _refuse_same_file(args)
     if args.offset is not None or args.length is not None:
         _decrypt_range_command(args, keying)
         return
@@ -2061,7 +2099,6 @@ def _tink_verdict(exc: BaseException, where: str) -> _Fail | None:
 def _tink_encrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
     """encrypt --format tink: the file engine and the output path of ``encrypt``, with a
     TinkSealer."""
-    _refuse_same_file(args)
     sealer = TinkSealer(keyset, args.context)
     with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "encrypt", args.quiet)
@@ -2078,7 +2115,6 @@ def _tink_encrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
 def _tink_decrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
     """decrypt --format tink: the file engine and the output path of ``decrypt``, with a
     TinkOpener: a file appears only once the last segment authenticated."""
-    _refuse_same_file(args)
     opener = TinkOpener(keyset, args.context)
     where = "the input" if args.input == "-" else args.input
     _decrypt_through(
@@ -2740,6 +2776,8 @@ def _secret_after_a_flag(argv: Sequence[str]) -> str | None:
 def _run_command(args: argparse.Namespace) -> None:
     """Run a command that does I/O: a file command in a worker thread (``_FileRun``), listen
     and connect in an event loop."""
+    if args.command in ("encrypt", "decrypt", "info"):
+        _refuse_same_file(args)  # before a key, identity, passphrase or input is read
     if getattr(args, "format", "gcmstream") == "tink":
         _run_file_command(_TINK_COMMANDS[args.command], args, _tink_keyset(args))
     elif args.command == "encrypt":
