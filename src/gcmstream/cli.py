@@ -396,16 +396,63 @@ def _hide_if_mixed(match: re.Match[str]) -> str:
 _IGNORED_VALUE = r"ignored explicit argument '.*'"
 
 
+_NOT_SHOWN = "(its value is not shown)"
+
+
 class _Parser(argparse.ArgumentParser):
     # the top parser's: the command named on the command line, set before parsing, since the
     # top parser reports the command's stray arguments ("unrecognized arguments")
     command_given: str | None = None
+    # the words parsed (set before parsing, on the class: every subparser's error hides them)
+    words: Sequence[str] = ()
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {_unrecognized(extras)}")
+        return parsed
 
     def error(self, message: str) -> NoReturn:
         message = re.sub(_IGNORED_VALUE, "takes no value (the text given to it is not shown)", message)
+        message = _without_values(message, self.words)
         command = self.prog.partition(" ")[2] or self.command_given
         helped = f"gcmstream {command}" if command else "gcmstream"
         self.exit(EXIT_USAGE, _stderr_line(command, f"{message} (see {helped} --help)") + "\n")
+
+
+def _unrecognized(extras: Sequence[str]) -> str:
+    """Stray words as a usage error names them, a value never among them: a misspelt
+    ``--password=TEXT`` shows ``--password=``, and the word after an unknown flag is not shown
+    (either may be a secret typed at the wrong flag)."""
+    shown: list[str] = []
+    for word, previous in zip(extras, [None, *extras], strict=False):
+        if word.startswith("-") and "=" in word:
+            shown.append(f"{word.partition('=')[0]}= {_NOT_SHOWN}")
+        elif previous is not None and previous.startswith("-") and "=" not in previous:
+            shown.append("(the next word is not shown)")
+        else:
+            shown.append(word)
+    return " ".join(shown)
+
+
+def _without_values(message: str, words: Sequence[str]) -> str:
+    """argparse's (and the type functions') "argument --FLAG: ..." with the value given to
+    --FLAG (or an abbreviation of it) replaced: an option's value is never quoted back."""
+    named = re.match(r"argument (\S+): ", message)
+    if named is None:
+        return message
+    flags = [flag for flag in named.group(1).split("/") if flag.startswith("-")]
+    values = []
+    for word, following in zip(words, [*words[1:], None], strict=False):
+        name, joined, value = word.partition("=")
+        if not any((flag.startswith(name) and len(name) > 2) or flag == name for flag in flags):
+            continue
+        values.append(value if joined else following)
+    rest = message[named.end() :]
+    for value in values:
+        if value:
+            rest = rest.replace(repr(value), _NOT_SHOWN)
+    return message[: named.end()] + rest
 
 
 def _stderr_line(command: str | None, message: str, *, shown_as_is: bool = False) -> str:
@@ -476,7 +523,7 @@ def _jobs(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of workers: {text!r}") from None
     if not 1 <= jobs <= MAX_JOBS:
-        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_JOBS}, got {jobs}")
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_JOBS}")
     return jobs
 
 
@@ -2725,6 +2772,7 @@ def _parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpars
     """The parsed command line, or the exit status when there is no command to run."""
     if isinstance(parser, _Parser):
         parser.command_given = next((word for word in argv if word in _EXAMPLES), None)
+        _Parser.words = list(argv)
     slip = _secret_after_a_flag(argv)
     if slip is not None:
         parser.error(slip)
