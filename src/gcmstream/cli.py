@@ -1983,7 +1983,7 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
                     file.records - 1,
                     "record",
                     path,
-                    _reader_option(keying),
+                    args,
                 ),
                 f"file: {_printable(path)}",
                 f"format: gcmstream version {VERSION}, {header.role.name.lower().replace('_', '-')} stream",
@@ -1997,25 +1997,48 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
         )
 
 
-def _reader_option(keying: Keying) -> str:
-    """The option that gives what ``keying`` holds, as a command line names it."""
-    if "identities" in keying:
-        return "-i IDENTITY_FILE"
-    return "--passphrase" if "passphrase" in keying else "-k KEYFILE"
+def _check_options(args: argparse.Namespace) -> str:
+    """The options ``info`` was given that opening the file needs, as ``decrypt`` takes them:
+    the format, the key file's path (never key text), identity and passphrase files, the
+    context, the record limit. A key from the environment is said to come from there."""
+    import shlex  # here, not for --help
+
+    def quoted(text: str) -> str:
+        return shlex.quote(_printable(text))
+
+    words = ["--format tink"] if getattr(args, "format", "gcmstream") == "tink" else []
+    if args.key_file is not None:
+        words.append(f"-k {quoted(args.key_file)}")
+    words += [f"-i {quoted(path)}" for path in args.identity]
+    if args.passphrase:
+        words.append("--passphrase")
+    if args.passphrase_file is not None:
+        words.append(f"--passphrase-file {quoted(args.passphrase_file)}")
+    if args.context:
+        words.append(f"--context {quoted(args.context.decode('utf-8', 'surrogateescape'))}")
+    if args.max_record_size != DEFAULT_MAX_RECORD_SIZE:
+        words.append(f"--max-record-size {_size_text(args.max_record_size)}")
+    return " ".join(words)
 
 
-def _verified_only(checked: str, others: int, unit: str, path: str, options: str) -> str:
+def _key_from_environment(args: argparse.Namespace) -> str:
+    """What info's suggested command needs besides its options: the key in the environment."""
+    return f", with {KEY_ENV} still set" if args.key_file is None and KEY_ENV in os.environ else ""
+
+
+def _verified_only(checked: str, others: int, unit: str, path: str, args: argparse.Namespace) -> str:
     """info's first line with a key: what it authenticated, and that the ``others`` records
     (or segments) it did not read are not checked (one altered in place passes info), with
-    the command that checks them all."""
+    the command that checks them all, made of the options info was given (``_check_options``)."""
     import shlex  # here, not for --help
 
     if others <= 0:
         return f"verified: {checked}, so every {unit}"
     plural = unit if others == 1 else f"{unit}s"
+    options = " ".join(filter(None, ("gcmstream decrypt", _check_options(args), "-o /dev/null")))
     return (
         f"verified: {checked} only; the other {others} {plural} were not read, so not checked "
-        f"('gcmstream decrypt {options} -o /dev/null {shlex.quote(_printable(path))}' checks every {unit})"
+        f"(to check every {unit}{_key_from_environment(args)}: {options} {shlex.quote(_printable(path))})"
     )
 
 
@@ -2185,7 +2208,7 @@ def _tink_describe(path: str, args: argparse.Namespace, keyset: TinkKeyset) -> s
                     file.segments - 2,
                     "segment",
                     path,
-                    "--format tink -k KEYSET",
+                    args,
                 ),
                 f"file: {_printable(path)}",
                 "format: Tink AES-GCM-HKDF streaming (AesGcmHkdfStreamingKey)",
