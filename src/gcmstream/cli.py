@@ -442,16 +442,13 @@ def _without_values(message: str, words: Sequence[str]) -> str:
     if named is None:
         return message
     flags = [flag for flag in named.group(1).split("/") if flag.startswith("-")]
-    values = []
-    for word, following in zip(words, [*words[1:], None], strict=False):
-        name, joined, value = word.partition("=")
-        if not any((flag.startswith(name) and len(name) > 2) or flag == name for flag in flags):
-            continue
-        values.append(value if joined else following)
     rest = message[named.end() :]
-    for value in values:
-        if value:
-            rest = rest.replace(repr(value), _NOT_SHOWN)
+    for word, following in zip(words, [*words[1:], ""], strict=False):
+        name, joined, value = word.partition("=")
+        if any((flag.startswith(name) and len(name) > 2) or flag == name for flag in flags):
+            given = value if joined else following
+            if given:
+                rest = rest.replace(repr(given), _NOT_SHOWN)
     return message[: named.end()] + rest
 
 
