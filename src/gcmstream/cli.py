@@ -1012,14 +1012,24 @@ def _identity(args: argparse.Namespace) -> int:
     identity = Identity.generate(RecipientKind.X25519 if args.x25519 else RecipientKind.MLKEM768_X25519)
     if args.output == "-":  # as keygen -o -: the identity on stdout, its recipient on stderr
         _print_out(identity.to_text())
-        print(f"recipient: {identity.recipient}", file=sys.stderr, flush=True)
+        _print_recipient_line(identity)
         return EXIT_OK
     try:
         write_identity_file(args.output, identity, force=args.force)
     except FileExistsError:
         raise _Usage(f"{args.output} exists; use --force to overwrite it") from None
-    print(f"recipient: {identity.recipient}", file=sys.stderr, flush=True)
+    _print_recipient_line(identity)
     return EXIT_OK
+
+
+def _print_recipient_line(identity: Identity) -> None:
+    """The recipient (public key) on stderr, in the form of every stderr line ("gcmstream
+    identity: "), whole: the key-text filter would hide the public key it is there to give."""
+    print(
+        _stderr_line("identity", f"recipient: {identity.recipient}", shown_as_is=True),
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _kind_of_file(text: str) -> tuple[str, str] | None:
