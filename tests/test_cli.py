@@ -1748,3 +1748,16 @@ def test_no_flag_quotes_a_value_given_to_it() -> None:
     assert refused > 40, refused  # most of them refused for their value, without quoting it
     message = one_line_error(run_cli("decrypt", f"--password={FLAG_SECRET}", "n"), EXIT_USAGE)
     assert "unrecognized arguments: --password= (its value is not shown)" in message
+
+
+def test_a_listen_that_cannot_bind_names_the_address(keyfile: Path) -> None:
+    """A new user's finding: "gcmstream listen: Address already in use" named no address (which
+    of several listens in a script?). Now: "gcmstream listen: 127.0.0.1:PORT: Address already
+    in use", exit 6, a real process on a port this test holds."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        done = gcm_process("listen", "-k", keyfile, f"127.0.0.1:{port}", stdin=subprocess.DEVNULL)
+    message = one_line_error(done, EXIT_IO)
+    assert message == f"gcmstream listen: 127.0.0.1:{port}: {os.strerror(errno.EADDRINUSE)}\n", message

@@ -7,6 +7,7 @@ side is tests/test_output.py."""
 
 from __future__ import annotations
 
+import errno
 import os
 import pty
 import stat
@@ -290,3 +291,14 @@ def test_output_naming_a_key_identity_or_passphrase_file_read_is_refused(
         message = one_line_error(run_cli(*args), EXIT_USAGE)
         assert f"{kept} is both the {what} and the output: give another -o" in message, message
         assert kept.read_bytes() == before, args
+
+
+def test_a_full_output_is_named(tmp_path: Path, keyfile: Path) -> None:
+    """A write error only a write gives (no space left) names the output: ``-o /dev/full`` or
+    stdout; it said "No space left on device" alone, as if the input had failed."""
+    args = command("encrypt", keyfile, tmp_path)
+    full = f"gcmstream encrypt: /dev/full: {os.strerror(errno.ENOSPC)}\n"
+    assert one_line_error(run_cli(*args, "/dev/full"), EXIT_IO) == full
+    with open("/dev/full", "wb") as device:
+        result = run_to(device.fileno(), *args[:-1])
+    assert one_line_error(result, EXIT_IO) == f"gcmstream encrypt: stdout: {os.strerror(errno.ENOSPC)}\n"

@@ -1677,7 +1677,12 @@ def _open_output(path: str, mode: int, *, no_terminal: bool = False) -> Iterator
 _NO_TERMINAL = "refusing to write ciphertext to a terminal: use -o FILE or redirect stdout"
 
 
-def _run_engine(work: Callable[..., None], out: int) -> None:
+# errors that only a write gives (a full disk or quota, a file over its size limit): the
+# engine's error then names OUT, as "gcmstream encrypt: /dev/full: No space left on device"
+_WRITE_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
+
+
+def _run_engine(work: Callable[..., None], out: int, output: str) -> None:
     """The file engine (``gcmstream.files``) writing to ``out`` (in the command's worker
     thread); a signal or Ctrl-C stops it within one read or one poll of an idle input, or
     gives it up if it is blocked writing to a pipe or terminal nobody reads: after
@@ -1689,6 +1694,10 @@ def _run_engine(work: Callable[..., None], out: int) -> None:
             work(stop=_file_run.stop)
     except BrokenPipeError:
         raise _OutputClosed from None
+    except OSError as exc:
+        if exc.filename is None and exc.errno in _WRITE_ERRNOS:
+            exc.filename = "stdout" if output == "-" else output
+        raise
 
 
 def _record_limit_error(command: str, size: int, limit: int, where: str) -> _Fail:
@@ -1760,7 +1769,7 @@ def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                 work = partial(
                     encrypt_fd, source, out, sealer, progress=progress.callback, armor=args.armor, jobs=jobs
                 )
-                _run_engine(work, out)
+                _run_engine(work, out, args.output)
         except BaseException:
             progress.close()
             raise
@@ -1820,7 +1829,7 @@ def _decrypt_through(
                     jobs=jobs,
                     one_worker=one_worker,
                 )
-                _run_engine(work, out)
+                _run_engine(work, out, args.output)
         except BaseException as exc:
             progress.close()
             fault = verdict(exc, source, header_at)
@@ -1959,7 +1968,7 @@ def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
     path = _seekable_input(args.input)
     try:
         with _open_output(args.output, args.mode) as out:
-            _run_engine(partial(_copy_range, path, out, args, keying), out)
+            _run_engine(partial(_copy_range, path, out, args, keying), out, args.output)
     except BaseException as exc:
         where = "the input" if args.input == "-" else args.input
         verdict = _header_verdict(
@@ -2182,7 +2191,9 @@ def _tink_encrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
         try:
             with _open_output(args.output, args.mode, no_terminal=True) as out:
                 _jobs_unused(args, TINK_IN_ORDER)  # the keyset, input and output accepted
-                _run_engine(partial(encrypt_fd, source, out, sealer, progress=progress.callback), out)
+                _run_engine(
+                    partial(encrypt_fd, source, out, sealer, progress=progress.callback), out, args.output
+                )
         except BaseException:
             progress.close()
             raise
@@ -2309,7 +2320,10 @@ def _close_stdout() -> None:
 
 
 async def _bind(host: str, port: int, quiet: bool) -> anyio.abc.Listener[SocketStream]:
-    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    try:
+        listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    except OSError as exc:  # named: "127.0.0.1:9125: Address already in use"
+        raise OSError(exc.errno, exc.strerror or str(exc), _shown((host, port))) from None
     bound = listener.extra(anyio.abc.SocketAttribute.local_address)
     if port == 0 or not quiet:
         line = _stderr_line("listen", f"listening on {_shown(bound)}", shown_as_is=True)
