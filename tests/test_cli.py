@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import base64
 import contextlib
 import errno
@@ -1697,3 +1698,66 @@ def test_every_error_line_starts_the_same_way(argv: list[str], command: str | No
     assert message.startswith(prefix) and not message.startswith(f"{prefix}error:"), message
     if "--help" in message:
         assert message.endswith(f"(see {prefix[:-2]} --help)\n"), message
+
+
+# a value typed at the wrong flag (or a misspelt one): mixed case, short enough that the
+# key-text filter alone would show it
+FLAG_SECRET = "Hunter2x"
+# options whose value is a file's path, named in messages about that file (its path)
+PATH_METAVARS = {"FILE", "KEYFILE", "OUT", "IDENTITY_FILE"}
+
+
+def every_flag_given_a_secret() -> list[list[str]]:
+    """Every option of every command, given ``FLAG_SECRET`` as its value (``--flag=VALUE`` for
+    all, ``--flag VALUE`` too for those that take one), as a new user mistypes it."""
+    from gcmstream.cli import _build_parser
+
+    parser = _build_parser()
+    lines = []
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            if not action.option_strings or action.metavar in PATH_METAVARS or "-h" in action.option_strings:
+                continue
+            for flag in action.option_strings:
+                lines.append([name, f"{flag}={FLAG_SECRET}"])
+                if action.nargs != 0:
+                    lines.append([name, flag, FLAG_SECRET])
+    return lines
+
+
+def test_no_flag_quotes_a_value_given_to_it() -> None:
+    """A secret typed as the value of a flag (one the command has, or a misspelt one such as
+    ``--password=TEXT``) is never quoted in the error: the flag is named, its value is not
+    shown (`--record-size 'MySecret'`, `--offset`, `--force=X` and the unknown `--password=`
+    quoted it)."""
+    lines = every_flag_given_a_secret()
+    assert len(lines) > 60, lines  # every command's options
+    lines += [
+        ["decrypt", f"--password={FLAG_SECRET}", "note.gcms"],
+        ["decrypt", "note.gcms", "--password", FLAG_SECRET],
+        ["encrypt", f"--pass-phrase={FLAG_SECRET}"],
+        ["listen", "0", f"--frobnicate={FLAG_SECRET}"],
+    ]
+    refused = 0
+    for words in lines:
+        result = run_cli(*words, input=b"x")
+        assert FLAG_SECRET not in result.stderr, (words, result.stderr)
+        if result.status == EXIT_USAGE and "not shown" in result.stderr:
+            refused += 1
+    assert refused > 40, refused  # most of them refused for their value, without quoting it
+    message = one_line_error(run_cli("decrypt", f"--password={FLAG_SECRET}", "n"), EXIT_USAGE)
+    assert "unrecognized arguments: --password= (its value is not shown)" in message
+
+
+def test_a_listen_that_cannot_bind_names_the_address(keyfile: Path) -> None:
+    """A new user's finding: "gcmstream listen: Address already in use" named no address (which
+    of several listens in a script?). Now: "gcmstream listen: 127.0.0.1:PORT: Address already
+    in use", exit 6, a real process on a port this test holds."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        done = gcm_process("listen", "-k", keyfile, f"127.0.0.1:{port}", stdin=subprocess.DEVNULL)
+    message = one_line_error(done, EXIT_IO)
+    assert message == f"gcmstream listen: 127.0.0.1:{port}: {os.strerror(errno.EADDRINUSE)}\n", message

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -21,9 +22,11 @@ from gcmstream.cli import (
     EXIT_UNSUPPORTED,
     EXIT_USAGE,
     EXIT_WRONG_KEY,
+    KEY_ENV,
 )
 from gcmstream.format import RECORD_HEADER_SIZE, TAG_SIZE, key_id
 from gcmstream.keyfile import read_key_file, write_key_file
+from gcmstream.tinkstream import TinkHash
 
 from .helpers import record_offset, run_cli
 from .test_cli import one_line_error
@@ -340,8 +343,8 @@ def test_info_says_what_it_verified_and_what_it_did_not(
     records = len(plain) // RECORD + 1
     assert first.startswith("verified: the header and the final record only; ")
     assert f"the other {records - 1} records were not read, so not checked" in first
-    command = f"gcmstream decrypt -k KEYFILE -o /dev/null {shlex.quote(str(altered))}"
-    assert f"('{command}' checks every record)" in first, first
+    command = f"gcmstream decrypt -k {shlex.quote(str(keyfile))} -o /dev/null {shlex.quote(str(altered))}"
+    assert f"(to check every record: {command})" in first, first
     checked = run_cli("decrypt", "-k", keyfile, "-o", "/dev/null", altered)
     assert checked.status == EXIT_TAMPERED, checked.stderr
     key_line = keyfile.read_text().strip()
@@ -383,3 +386,63 @@ def test_an_altered_key_id_is_told_from_a_wrong_key(sealed: tuple[Path, Path, by
     assert "wrong key, or the header's key ID was altered" in piped, piped  # not read again
     context = one_line_error(run_cli("info", "-k", keyfile, "--context", "x", altered), EXIT_WRONG_KEY)
     assert "wrong key, or the header's key ID was altered" in context, context  # no longer fits
+
+
+def suggested_check(info_output: bytes, fill: dict[str, str]) -> list[str]:
+    """The command info's first line suggests to check every record (or segment), as words,
+    each placeholder it may use (KEYFILE, KEYSET, IDENTITY_FILE) replaced by ``fill``'s."""
+    first = info_output.decode().splitlines()[0]
+    found = re.search(r"\(to check every \w+(?:, with GCMSTREAM_KEY still set)?: gcmstream (.*)\)$", first)
+    found = found or re.search(r"\('gcmstream (.*)' checks every \w+\)$", first)  # (before)
+    assert found is not None, first
+    return [fill.get(word, word) for word in shlex.split(found.group(1))]
+
+
+def test_infos_suggested_check_runs_with_the_options_info_was_given(tmp_path: Path) -> None:
+    """A new user's finding: info's suggested command dropped --context (and the format, the
+    identity or passphrase file), so running it failed. It is now made of the options info
+    was given (paths, never key text; a key from GCMSTREAM_KEY said so), and it runs: exit 0."""
+    from .test_tink_surfaces import KEYSETS, keyset_for, write_keyset
+
+    plain = tmp_path / "plain"
+    plain.write_bytes(os.urandom(100_000))
+    big = tmp_path / "big"
+    big.write_bytes(os.urandom(2 * 1536 * 1024 + 5))
+    key, identity, phrase = tmp_path / "k.key", tmp_path / "me id", tmp_path / "pass"
+    assert run_cli("keygen", "-o", key).status == 0
+    assert run_cli("identity", "-o", identity).status == 0
+    phrase.write_bytes(b"a passphrase long enough to pass\n")
+    phrase.chmod(0o600)
+    _, keyset = keyset_for(16, TinkHash.SHA256, 4096)
+    tink_keyset = write_keyset(KEYSETS[id(keyset)], tmp_path)
+    key_line = key.read_text().strip()
+    small = ("--record-size", "16K", "--context", "backup v1")
+    cases: list[tuple[tuple[str | Path, ...], tuple[str | Path, ...], dict[str, str] | None]] = [
+        (("-k", key, *small), ("-k", key, "--context", "backup v1"), None),
+        (small, ("--context", "backup v1"), {KEY_ENV: key_line}),
+        (("-i", identity, "--record-size", "16K"), ("-i", identity), None),
+        (
+            ("--passphrase-file", phrase, "--work-factor", "14", *small),
+            ("--passphrase-file", phrase, "--context", "backup v1"),
+            None,
+        ),
+        (
+            ("--format", "tink", "-k", tink_keyset, "--context", "backup v1"),
+            ("--format", "tink", "-k", tink_keyset, "--context", "backup v1"),
+            None,
+        ),
+        (("-k", key, "--record-size", "1536K"), ("-k", key, "--max-record-size", "2M"), None),
+    ]
+    for number, (sealing, reading, environ) in enumerate(cases):
+        sealed = tmp_path / f"sealed {number}.gcms"
+        source = big if "1536K" in sealing else plain  # records over the default limit
+        done = run_cli("encrypt", *sealing, source, "-o", sealed, environ=environ)
+        assert done.status == 0, done.stderr
+        info = run_cli("info", *reading, sealed, environ=environ)
+        assert info.status == 0, (reading, info.stderr)
+        fill = {"KEYFILE": str(key), "KEYSET": str(tink_keyset), "IDENTITY_FILE": str(identity)}
+        words = suggested_check(info.stdout, fill)
+        assert (KEY_ENV in info.stdout.decode().splitlines()[0]) == (environ is not None)
+        assert key_line.rsplit(":", 1)[-1] not in info.stdout.decode()
+        checked = run_cli(*words, environ=environ)
+        assert checked.status == 0, (words, checked.stderr)

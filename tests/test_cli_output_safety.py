@@ -7,6 +7,7 @@ side is tests/test_output.py."""
 
 from __future__ import annotations
 
+import errno
 import os
 import pty
 import stat
@@ -198,3 +199,106 @@ def test_dev_stdout_appended_to_a_log_appends(tmp_path: Path, keyfile: Path) -> 
     assert grown.startswith(b"earlier lines\n")
     assert decrypted(grown[len(b"earlier lines\n") :], keyfile, tmp_path) == b"secret data"
     assert stat.S_IMODE(log.stat().st_mode) == 0o644 and log.stat().st_ino == number
+
+
+# -- the output is a file the command reads (a new user's findings) ----------------------------
+
+
+def shell(line: str, folder: Path) -> subprocess.CompletedProcess[bytes]:
+    """``line`` run by sh in ``folder``, ``gcmstream`` there being this Python's module, and
+    files capped at 1 MiB (``ulimit -f``): the old code wrote without end into ``F >> F``."""
+    program = f"{sys.executable} -m gcmstream"
+    return subprocess.run(
+        ["sh", "-c", f"ulimit -f 2048; {line.replace('gcmstream', program)}"],
+        cwd=folder,
+        capture_output=True,
+        timeout=TIMEOUT,
+        env=env(),
+        check=False,
+    )
+
+
+def test_stdout_redirected_onto_the_input_is_refused_before_reading(tmp_path: Path, keyfile: Path) -> None:
+    """``encrypt -k K e.bin >> e.bin`` wrote for ever (6.3 GB in 10 s), ``encrypt -k K p.txt >
+    p.txt`` exited 0 having encrypted the file the shell emptied, ``decrypt ... x > x`` blamed a
+    cut file: each is now refused as ``-o F F`` is (exit 2), saying what cat says."""
+    plain = tmp_path / "p.txt"
+    key = f"-k {keyfile}"
+    for line, emptied in (
+        (f"gcmstream encrypt {key} e.bin >> e.bin", False),
+        (f"gcmstream encrypt {key} < e.bin >> e.bin", False),
+        (f"gcmstream info {key} e.bin >> e.bin", False),
+        (f"gcmstream encrypt {key} p.txt > p.txt", True),
+        (f"gcmstream decrypt {key} e.bin > e.bin", True),
+        (f"gcmstream decrypt {key} < e.bin > e.bin", True),
+    ):
+        plain.write_bytes(b"secret data")
+        pipeline.encrypt_file(plain, tmp_path / "e.bin", key=read_key_file(keyfile))
+        wire = (tmp_path / "e.bin").read_bytes()
+        run = shell(line, tmp_path)
+        message = one_line_error(run, EXIT_USAGE)
+        assert "the output (stdout) is the input file" in message, (line, message)
+        assert ("the shell already emptied it" in message) == emptied, (line, message)
+        if not emptied:  # nothing written: the file is as it was
+            assert (tmp_path / "e.bin").read_bytes() == wire, line
+    # another file: not refused by this rule
+    assert shell(f"gcmstream encrypt {key} p.txt > other", tmp_path).returncode == 0
+    assert shell(f"gcmstream encrypt {key} p.txt >> other", tmp_path).returncode == 0
+
+
+def test_stdout_redirected_onto_the_key_file_is_refused_and_the_key_kept(
+    tmp_path: Path, keyfile: Path
+) -> None:
+    """``encrypt -k K p >> K``: the key file is read, so it is no place for the output."""
+    (tmp_path / "p.txt").write_bytes(b"secret data")
+    key = keyfile.read_bytes()
+    message = one_line_error(
+        shell(f"gcmstream encrypt -k {keyfile} p.txt >> {keyfile}", tmp_path), EXIT_USAGE
+    )
+    assert "the output (stdout) is the key file" in message
+    assert keyfile.read_bytes() == key
+
+
+def test_output_naming_a_key_identity_or_passphrase_file_read_is_refused(
+    tmp_path: Path, keyfile: Path
+) -> None:
+    """``-o`` naming any file the command reads (a key, an identity, a recipients or passphrase
+    file) is refused as ``-o F F`` is, before anything is written: the file survives."""
+    plain = tmp_path / "plan.txt"
+    plain.write_bytes(b"secret data")
+    identity = tmp_path / "me.id"
+    assert run_cli("identity", "-o", identity).status == 0
+    recipients = tmp_path / "recipients"
+    recipients.write_bytes(run_cli("recipient", identity).stdout)
+    passphrase = tmp_path / "pass"
+    passphrase.write_bytes(b"correct horse battery staple\n")
+    passphrase.chmod(0o600)
+    cipher = tmp_path / "cipher"
+    pipeline.encrypt_file(plain, cipher, key=read_key_file(keyfile))
+    for args, kept, what in (
+        (("encrypt", "-i", identity, "-o", identity, plain), identity, "identity file"),
+        (("encrypt", "-k", keyfile, "-o", keyfile, plain), keyfile, "key file"),
+        (("decrypt", "-k", keyfile, "-o", keyfile, cipher), keyfile, "key file"),
+        (("decrypt", "-i", identity, "-o", identity, cipher), identity, "identity file"),
+        (
+            ("encrypt", "--passphrase-file", passphrase, "-o", passphrase, plain),
+            passphrase,
+            "passphrase file",
+        ),
+        (("encrypt", "-R", recipients, "-o", recipients, plain), recipients, "recipients file"),
+    ):
+        before = kept.read_bytes()
+        message = one_line_error(run_cli(*args), EXIT_USAGE)
+        assert f"{kept} is both the {what} and the output: give another -o" in message, message
+        assert kept.read_bytes() == before, args
+
+
+def test_a_full_output_is_named(tmp_path: Path, keyfile: Path) -> None:
+    """A write error only a write gives (no space left) names the output: ``-o /dev/full`` or
+    stdout; it said "No space left on device" alone, as if the input had failed."""
+    args = command("encrypt", keyfile, tmp_path)
+    full = f"gcmstream encrypt: /dev/full: {os.strerror(errno.ENOSPC)}\n"
+    assert one_line_error(run_cli(*args, "/dev/full"), EXIT_IO) == full
+    with open("/dev/full", "wb") as device:
+        result = run_to(device.fileno(), *args[:-1])
+    assert one_line_error(result, EXIT_IO) == f"gcmstream encrypt: stdout: {os.strerror(errno.ENOSPC)}\n"

@@ -47,9 +47,11 @@ def people(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         assert result.status == EXIT_OK, result.stderr
         line = result.stderr.strip()
         kind = "x25519" if extra else "mlkem768x25519"  # post-quantum unless asked
-        assert line.startswith(f"recipient: gcmstream-recipient-v1:{kind}:")
+        # the form of every stderr line (README), the public key whole
+        assert line.startswith(f"gcmstream identity: recipient: gcmstream-recipient-v1:{kind}:")
         assert read_identity_file(path).kind is RecipientKind(1 if extra else 2)
-        assert Recipient.parse(line.removeprefix("recipient: ")) == read_identity_file(path).recipient
+        recipient = line.removeprefix("gcmstream identity: recipient: ")
+        assert Recipient.parse(recipient) == read_identity_file(path).recipient
         found[name] = path
     return found
 
@@ -408,7 +410,7 @@ def test_identity_to_stdout_as_keygen(tmp_path: Path) -> None:
     )
     assert result.returncode == EXIT_OK, result.stderr
     identity = Identity.parse(result.stdout.decode())
-    assert result.stderr.decode().strip() == f"recipient: {identity.recipient}"
+    assert result.stderr.decode().strip() == f"gcmstream identity: recipient: {identity.recipient}"
     assert identity.kind is RecipientKind.MLKEM768_X25519
     assert not (tmp_path / "-").exists()
 

@@ -396,16 +396,60 @@ def _hide_if_mixed(match: re.Match[str]) -> str:
 _IGNORED_VALUE = r"ignored explicit argument '.*'"
 
 
+_NOT_SHOWN = "(its value is not shown)"
+
+
 class _Parser(argparse.ArgumentParser):
     # the top parser's: the command named on the command line, set before parsing, since the
     # top parser reports the command's stray arguments ("unrecognized arguments")
     command_given: str | None = None
+    # the words parsed (set before parsing, on the class: every subparser's error hides them)
+    words: Sequence[str] = ()
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {_unrecognized(extras)}")
+        return parsed
 
     def error(self, message: str) -> NoReturn:
         message = re.sub(_IGNORED_VALUE, "takes no value (the text given to it is not shown)", message)
+        message = _without_values(message, self.words)
         command = self.prog.partition(" ")[2] or self.command_given
         helped = f"gcmstream {command}" if command else "gcmstream"
         self.exit(EXIT_USAGE, _stderr_line(command, f"{message} (see {helped} --help)") + "\n")
+
+
+def _unrecognized(extras: Sequence[str]) -> str:
+    """Stray words as a usage error names them, a value never among them: a misspelt
+    ``--password=TEXT`` shows ``--password=``, and the word after an unknown flag is not shown
+    (either may be a secret typed at the wrong flag)."""
+    shown: list[str] = []
+    for word, previous in zip(extras, [None, *extras], strict=False):
+        if word.startswith("-") and "=" in word:
+            shown.append(f"{word.partition('=')[0]}= {_NOT_SHOWN}")
+        elif previous is not None and previous.startswith("-") and "=" not in previous:
+            shown.append("(the next word is not shown)")
+        else:
+            shown.append(word)
+    return " ".join(shown)
+
+
+def _without_values(message: str, words: Sequence[str]) -> str:
+    """argparse's (and the type functions') "argument --FLAG: ..." with the value given to
+    --FLAG (or an abbreviation of it) replaced: an option's value is never quoted back."""
+    named = re.match(r"argument (\S+): ", message)
+    if named is None:
+        return message
+    flags = [flag for flag in named.group(1).split("/") if flag.startswith("-")]
+    rest = message[named.end() :]
+    for word, following in zip(words, [*words[1:], ""], strict=False):
+        name, joined, value = word.partition("=")
+        if any((flag.startswith(name) and len(name) > 2) or flag == name for flag in flags):
+            given = value if joined else following
+            if given:
+                rest = rest.replace(repr(given), _NOT_SHOWN)
+    return message[: named.end()] + rest
 
 
 def _stderr_line(command: str | None, message: str, *, shown_as_is: bool = False) -> str:
@@ -476,7 +520,7 @@ def _jobs(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of workers: {text!r}") from None
     if not 1 <= jobs <= MAX_JOBS:
-        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_JOBS}, got {jobs}")
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_JOBS}")
     return jobs
 
 
@@ -968,14 +1012,24 @@ def _identity(args: argparse.Namespace) -> int:
     identity = Identity.generate(RecipientKind.X25519 if args.x25519 else RecipientKind.MLKEM768_X25519)
     if args.output == "-":  # as keygen -o -: the identity on stdout, its recipient on stderr
         _print_out(identity.to_text())
-        print(f"recipient: {identity.recipient}", file=sys.stderr, flush=True)
+        _print_recipient_line(identity)
         return EXIT_OK
     try:
         write_identity_file(args.output, identity, force=args.force)
     except FileExistsError:
         raise _Usage(f"{args.output} exists; use --force to overwrite it") from None
-    print(f"recipient: {identity.recipient}", file=sys.stderr, flush=True)
+    _print_recipient_line(identity)
     return EXIT_OK
+
+
+def _print_recipient_line(identity: Identity) -> None:
+    """The recipient (public key) on stderr, in the form of every stderr line ("gcmstream
+    identity: "), whole: the key-text filter would hide the public key it is there to give."""
+    print(
+        _stderr_line("identity", f"recipient: {identity.recipient}", shown_as_is=True),
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _kind_of_file(text: str) -> tuple[str, str] | None:
@@ -1543,18 +1597,58 @@ def _open_input(path: str) -> Iterator[tuple[int, int | None]]:
         os.close(fd)
 
 
+def _files_read(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(what, path) of every file a file command reads: INPUT, the key, identity, recipients
+    and passphrase files ('-': stdin)."""
+    read = [("input file", getattr(args, "input", None) or getattr(args, "file", None))]
+    read += [("key file", getattr(args, "key_file", None))]
+    read += [("identity file", path) for path in getattr(args, "identity", [])]
+    read += [("recipients file", path) for path in getattr(args, "recipients_file", [])]
+    read += [("passphrase file", getattr(args, "passphrase_file", None))]
+    return [(what, path) for what, path in read if path is not None]
+
+
 def _refuse_same_file(args: argparse.Namespace) -> None:
-    """IN and OUT naming one file would replace the input with the output (the output is
-    renamed over it at the end): refuse, as cp does."""
-    if args.output == "-":
-        return
+    """OUT (-o, or stdout redirected to a file) being a file the command reads (INPUT, a key,
+    identity, recipients or passphrase file) would replace it (the output is renamed over it
+    at the end), or, for stdout, read what the shell's '>' emptied or what '>>' keeps growing:
+    refuse, as cp and cat do, before anything is read or written."""
+    target = getattr(args, "output", "-")  # (info prints on stdout)
+    to_stdout = target == "-"
     with contextlib.suppress(OSError):
-        if args.input == "-":  # `-o F < F`: stdin is the file OUT names (a new user's finding)
-            same = os.path.samestat(os.fstat(0), os.stat(args.output))
-            if same:
-                raise _Usage(f"stdin is {_printable(args.output)}, the output: give another -o")
-        elif os.path.samefile(args.input, args.output):
-            raise _Usage(f"{args.input} is both the input and the output: give another -o")
+        output = os.fstat(1) if to_stdout else os.stat(target)
+        if to_stdout and not stat.S_ISREG(output.st_mode):
+            return  # a pipe, a terminal, /dev/null: never the file read
+        for what, path in _files_read(args):
+            try:
+                read = os.fstat(0) if path == "-" else os.stat(path)
+            except OSError:
+                continue  # (its own error, when it is read)
+            if os.path.samestat(read, output):
+                raise _Usage(_same_file_message(what, path, target))
+
+
+def _same_file_message(what: str, path: str, output: str) -> str:
+    if output != "-":
+        if path == "-":  # `-o F < F` (a new user's finding)
+            read = "stdin" if what == "input file" else f"stdin ({what})"
+            return f"{read} is {_printable(output)}, the output: give another -o"
+        if what == "input file":
+            return f"{_printable(path)} is both the input and the output: give another -o"
+        return f"{_printable(path)} is both the {what} and the output: give another -o"
+    import fcntl  # (POSIX; only here, when stdout is the file read)
+
+    appending = fcntl.fcntl(1, fcntl.F_GETFL) & os.O_APPEND
+    done = (
+        "with '>>' what is written would be appended to what is read"
+        if appending
+        else "with '>' the shell already emptied it"
+    )
+    read = "stdin" if path == "-" else _printable(path)
+    return (
+        f"the output (stdout) is the {what}, {read}: nothing read ({done}); "
+        "redirect stdout elsewhere or give -o"
+    )
 
 
 @contextlib.contextmanager
@@ -1583,7 +1677,12 @@ def _open_output(path: str, mode: int, *, no_terminal: bool = False) -> Iterator
 _NO_TERMINAL = "refusing to write ciphertext to a terminal: use -o FILE or redirect stdout"
 
 
-def _run_engine(work: Callable[..., None], out: int) -> None:
+# errors that only a write gives (a full disk or quota, a file over its size limit): the
+# engine's error then names OUT, as "gcmstream encrypt: /dev/full: No space left on device"
+_WRITE_ERRNOS = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EFBIG))
+
+
+def _run_engine(work: Callable[..., None], out: int, output: str) -> None:
     """The file engine (``gcmstream.files``) writing to ``out`` (in the command's worker
     thread); a signal or Ctrl-C stops it within one read or one poll of an idle input, or
     gives it up if it is blocked writing to a pipe or terminal nobody reads: after
@@ -1595,6 +1694,10 @@ def _run_engine(work: Callable[..., None], out: int) -> None:
             work(stop=_file_run.stop)
     except BrokenPipeError:
         raise _OutputClosed from None
+    except OSError as exc:
+        if exc.filename is None and exc.errno in _WRITE_ERRNOS:
+            exc.filename = "stdout" if output == "-" else output
+        raise
 
 
 def _record_limit_error(command: str, size: int, limit: int, where: str) -> _Fail:
@@ -1655,7 +1758,6 @@ def _jobs_unused(args: argparse.Namespace, reason: str | None) -> None:
 
 
 def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
-    _refuse_same_file(args)
     if "passphrase" in keying:
         keying = {**keying, "work_factor": args.work_factor}
     sealer = new_sealer(context=args.context, record_size=args.record_size, fixed_layout=True, **keying)
@@ -1667,7 +1769,7 @@ def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
                 work = partial(
                     encrypt_fd, source, out, sealer, progress=progress.callback, armor=args.armor, jobs=jobs
                 )
-                _run_engine(work, out)
+                _run_engine(work, out, args.output)
         except BaseException:
             progress.close()
             raise
@@ -1675,7 +1777,6 @@ def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
 
 
 def _decrypt_command(args: argparse.Namespace, keying: Keying) -> None:
-    _refuse_same_file(args)
     if args.offset is not None or args.length is not None:
         _decrypt_range_command(args, keying)
         return
@@ -1728,7 +1829,7 @@ def _decrypt_through(
                     jobs=jobs,
                     one_worker=one_worker,
                 )
-                _run_engine(work, out)
+                _run_engine(work, out, args.output)
         except BaseException as exc:
             progress.close()
             fault = verdict(exc, source, header_at)
@@ -1867,7 +1968,7 @@ def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
     path = _seekable_input(args.input)
     try:
         with _open_output(args.output, args.mode) as out:
-            _run_engine(partial(_copy_range, path, out, args, keying), out)
+            _run_engine(partial(_copy_range, path, out, args, keying), out, args.output)
     except BaseException as exc:
         where = "the input" if args.input == "-" else args.input
         verdict = _header_verdict(
@@ -1898,7 +1999,7 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
                     file.records - 1,
                     "record",
                     path,
-                    _reader_option(keying),
+                    args,
                 ),
                 f"file: {_printable(path)}",
                 f"format: gcmstream version {VERSION}, {header.role.name.lower().replace('_', '-')} stream",
@@ -1912,25 +2013,48 @@ def _describe(path: str, args: argparse.Namespace, keying: Keying) -> str:
         )
 
 
-def _reader_option(keying: Keying) -> str:
-    """The option that gives what ``keying`` holds, as a command line names it."""
-    if "identities" in keying:
-        return "-i IDENTITY_FILE"
-    return "--passphrase" if "passphrase" in keying else "-k KEYFILE"
+def _check_options(args: argparse.Namespace) -> str:
+    """The options ``info`` was given that opening the file needs, as ``decrypt`` takes them:
+    the format, the key file's path (never key text), identity and passphrase files, the
+    context, the record limit. A key from the environment is said to come from there."""
+    import shlex  # here, not for --help
+
+    def quoted(text: str) -> str:
+        return shlex.quote(_printable(text))
+
+    words = ["--format tink"] if getattr(args, "format", "gcmstream") == "tink" else []
+    if args.key_file is not None:
+        words.append(f"-k {quoted(args.key_file)}")
+    words += [f"-i {quoted(path)}" for path in args.identity]
+    if args.passphrase:
+        words.append("--passphrase")
+    if args.passphrase_file is not None:
+        words.append(f"--passphrase-file {quoted(args.passphrase_file)}")
+    if args.context:
+        words.append(f"--context {quoted(args.context.decode('utf-8', 'surrogateescape'))}")
+    if args.max_record_size != DEFAULT_MAX_RECORD_SIZE:
+        words.append(f"--max-record-size {_size_text(args.max_record_size)}")
+    return " ".join(words)
 
 
-def _verified_only(checked: str, others: int, unit: str, path: str, options: str) -> str:
+def _key_from_environment(args: argparse.Namespace) -> str:
+    """What info's suggested command needs besides its options: the key in the environment."""
+    return f", with {KEY_ENV} still set" if args.key_file is None and KEY_ENV in os.environ else ""
+
+
+def _verified_only(checked: str, others: int, unit: str, path: str, args: argparse.Namespace) -> str:
     """info's first line with a key: what it authenticated, and that the ``others`` records
     (or segments) it did not read are not checked (one altered in place passes info), with
-    the command that checks them all."""
+    the command that checks them all, made of the options info was given (``_check_options``)."""
     import shlex  # here, not for --help
 
     if others <= 0:
         return f"verified: {checked}, so every {unit}"
     plural = unit if others == 1 else f"{unit}s"
+    options = " ".join(filter(None, ("gcmstream decrypt", _check_options(args), "-o /dev/null")))
     return (
         f"verified: {checked} only; the other {others} {plural} were not read, so not checked "
-        f"('gcmstream decrypt {options} -o /dev/null {shlex.quote(_printable(path))}' checks every {unit})"
+        f"(to check every {unit}{_key_from_environment(args)}: {options} {shlex.quote(_printable(path))})"
     )
 
 
@@ -2061,14 +2185,15 @@ def _tink_verdict(exc: BaseException, where: str) -> _Fail | None:
 def _tink_encrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
     """encrypt --format tink: the file engine and the output path of ``encrypt``, with a
     TinkSealer."""
-    _refuse_same_file(args)
     sealer = TinkSealer(keyset, args.context)
     with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
             with _open_output(args.output, args.mode, no_terminal=True) as out:
                 _jobs_unused(args, TINK_IN_ORDER)  # the keyset, input and output accepted
-                _run_engine(partial(encrypt_fd, source, out, sealer, progress=progress.callback), out)
+                _run_engine(
+                    partial(encrypt_fd, source, out, sealer, progress=progress.callback), out, args.output
+                )
         except BaseException:
             progress.close()
             raise
@@ -2078,7 +2203,6 @@ def _tink_encrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
 def _tink_decrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
     """decrypt --format tink: the file engine and the output path of ``decrypt``, with a
     TinkOpener: a file appears only once the last segment authenticated."""
-    _refuse_same_file(args)
     opener = TinkOpener(keyset, args.context)
     where = "the input" if args.input == "-" else args.input
     _decrypt_through(
@@ -2102,7 +2226,7 @@ def _tink_describe(path: str, args: argparse.Namespace, keyset: TinkKeyset) -> s
                     file.segments - 2,
                     "segment",
                     path,
-                    "--format tink -k KEYSET",
+                    args,
                 ),
                 f"file: {_printable(path)}",
                 "format: Tink AES-GCM-HKDF streaming (AesGcmHkdfStreamingKey)",
@@ -2196,7 +2320,10 @@ def _close_stdout() -> None:
 
 
 async def _bind(host: str, port: int, quiet: bool) -> anyio.abc.Listener[SocketStream]:
-    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    try:
+        listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    except OSError as exc:  # named: "127.0.0.1:9125: Address already in use"
+        raise OSError(exc.errno, exc.strerror or str(exc), _shown((host, port))) from None
     bound = listener.extra(anyio.abc.SocketAttribute.local_address)
     if port == 0 or not quiet:
         line = _stderr_line("listen", f"listening on {_shown(bound)}", shown_as_is=True)
@@ -2689,6 +2816,7 @@ def _parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpars
     """The parsed command line, or the exit status when there is no command to run."""
     if isinstance(parser, _Parser):
         parser.command_given = next((word for word in argv if word in _EXAMPLES), None)
+        _Parser.words = list(argv)
     slip = _secret_after_a_flag(argv)
     if slip is not None:
         parser.error(slip)
@@ -2740,6 +2868,8 @@ def _secret_after_a_flag(argv: Sequence[str]) -> str | None:
 def _run_command(args: argparse.Namespace) -> None:
     """Run a command that does I/O: a file command in a worker thread (``_FileRun``), listen
     and connect in an event loop."""
+    if args.command in ("encrypt", "decrypt", "info"):
+        _refuse_same_file(args)  # before a key, identity, passphrase or input is read
     if getattr(args, "format", "gcmstream") == "tink":
         _run_file_command(_TINK_COMMANDS[args.command], args, _tink_keyset(args))
     elif args.command == "encrypt":
