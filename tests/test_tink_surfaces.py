@@ -640,7 +640,9 @@ def test_the_cli_info_shows_the_parameters(tmp_path: Path) -> None:
     assert text.startswith(
         "verified: the header, segment 0 and the last segment only; the other 2 segments were not read"
     ), text
-    assert "'gcmstream decrypt --format tink -k KEYSET -o /dev/null " in text, text
+    # and the command that checks every segment, with the options info was given
+    assert "(to check every segment: gcmstream decrypt --format tink -k " in text, text
+    assert " --context ctx -o /dev/null " in text, text
 
 
 @pytest.mark.parametrize(
