@@ -231,11 +231,34 @@ REVIEW3_CELLS = {
     "F3-trio-1500-holders-nat": ("anyio-trio", "replay", PER_CONNECTION, 1500, "dropped", "nat", 0),
     # F2: replays from 250 addresses that leave once answered, clients behind one address
     "F2-asyncio-answered-250-nat": ("asyncio", "replay", "250-addresses", 1000, "answered", "nat", 0),
-    # clients behind the attacker's own (first) address
+    # clients behind the attacker's own (first) address, which holds its per_source share
     "asyncio-250-holders-attackers": ("asyncio", "replay", "250-addresses", 1000, "dropped", "attacker's", 0),
+    "asyncio-answered-250-attackers": (
+        "asyncio",
+        "replay",
+        "250-addresses",
+        1000,
+        "answered",
+        "attacker's",
+        0,
+    ),
 }
 REVIEW3_SAMPLE = ["F3-trio-1500-holders-nat"]
-REVIEW3_XFAIL: dict[str, list[str]] = {}  # cell: why main fails it (measured)
+# cells main's admission does not pass every time (non-strict: load-dependent), measured on main
+# (GCMSTREAM_FLOOD_MATRIX=full pytest -s -k many_addresses, load 2.7-3.4): what a design owes
+REVIEW3_XFAIL: dict[str, list[str]] = {
+    "F1-asyncio-1024-1000-holders-own": [
+        "first review's finding 1 at the fitted budget (256 waiting, 512 verified): 46, 42, 49 of 50 "
+        "on main; the verified class churns faster than asyncio answers"
+    ],
+    "F2-asyncio-answered-250-nat": [
+        "each replay costs a responder half, unbounded per source: 49, 46, 48 of 50 on main at load "
+        "3, 29-46 in the review at a higher load"
+    ],
+    "asyncio-answered-250-attackers": [
+        "the same, clients behind the attacker's address: 46, 42, 49 of 50 on main"
+    ],
+}
 
 
 def review3_params() -> list[Any]:
