@@ -74,7 +74,7 @@ async def one_client(port: int, delay: float, source: str | None = None) -> floa
     handshake, echo b"ping"; the seconds it took, None if it failed or took more than WITHIN."""
     await asyncio.sleep(delay)
     start = time.monotonic()
-    bind = {} if source is None else {"local_addr": (source, 0)}
+    bind: dict[str, Any] = {} if source is None else {"local_addr": (source, 0)}
     try:
         async with asyncio.timeout(WITHIN):
             reader, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY, **bind)
