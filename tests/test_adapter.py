@@ -17,13 +17,16 @@ import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 
 import gcmstream
-from gcmstream._adapter import receive_size, serve_retrying
+from gcmstream._adapter import HUNG_UP, receive_size, serve_retrying
 from gcmstream.anyio_stream import SecureStream, connect_tcp, create_tcp_listener
+from gcmstream.config import Configuration
 
 KEY = os.urandom(16)  # random: any trace of it in a log is a leak, not a coincidence
 
@@ -361,3 +364,49 @@ def test_receive_size_finishes_a_record_part_way_in_first() -> None:
     assert big_opener.read() is None
     assert big_opener.record_missing == 5 + (1 << 20) + 16 - 1000
     assert receive_size(big_opener) == 256 * 1024
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_connection_that_hung_up_before_sending_builds_no_handshake(
+    backend: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Review 2026-12-04 finding 3: a flood of connections that connect and hang up cost the
+    anyio listener a channel, a cancel scope and two forced closes each. Twenty that hung up
+    before the listener accepted them (their FIN queued with them) are closed on arrival: no
+    channel is built for any, each is counted as a failed handshake in the core's one line per
+    interval, and a genuine client after them is served."""
+    built: list[object] = []
+    channel = Configuration.channel
+
+    def counting(self: Configuration, *args: Any, **kwargs: Any) -> Any:
+        made = channel(self, *args, **kwargs)
+        built.append(made)
+        return made
+
+    async def echo(stream: Any) -> None:
+        async with stream:
+            await stream.send(await stream.receive())
+
+    async def scenario() -> bytes:
+        listener = await create_tcp_listener(key=KEY, local_host="127.0.0.1")
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        for _ in range(20):  # bounded: connected and closed before the listener accepts
+            socket.create_connection(("127.0.0.1", port)).close()
+        await anyio.sleep(0.1)
+        monkeypatch.setattr(Configuration, "channel", counting)
+        async with listener, anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, echo)
+            await anyio.sleep(0.3)
+            assert built == []  # none of the twenty got a channel
+            with anyio.fail_after(10):
+                async with await connect_tcp("127.0.0.1", port, key=KEY) as client:
+                    await client.send(b"genuine")
+                    answer = await client.receive()
+            tg.cancel_scope.cancel()
+        return answer
+
+    with caplog.at_level(logging.DEBUG, logger="gcmstream"):
+        assert anyio.run(scenario, backend=backend) == b"genuine"
+    hung_up = [r for r in caplog.records if HUNG_UP in r.getMessage()]
+    assert len(hung_up) == 20  # each its line (the first a warning, the rest at debug level)
+    assert sum(r.levelno >= logging.WARNING for r in hung_up) == 1

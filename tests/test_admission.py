@@ -3,9 +3,12 @@ here. The same policy against real sockets under a flood: tests/hostile/test_adm
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,7 +23,7 @@ from gcmstream.admission import (
     fit_to_descriptors,
     source_of,
 )
-from gcmstream.anyio_stream import SecureListener, create_tcp_listener
+from gcmstream.anyio_stream import SecureListener, connect_tcp, create_tcp_listener
 from gcmstream.format import HEADER_FIXED_SIZE
 
 from .helpers import KEY
@@ -554,3 +557,53 @@ def test_each_report_counts_exactly_what_was_shed_since_the_one_before(
     assert debug == ["refused a connection from 192.0.2.1: 1 handshakes pending from it"] + 6 * [
         "dropped a pending handshake (0 waiting, 0 verified)"
     ]
+
+
+# -- what a client refused unanswered is told (second review 2026-12-04, finding 7) -----------
+
+UNDER_LOAD = "or it refused the connection under load"
+
+
+async def refused_on_start_server(policy: AdmissionPolicy) -> str:
+    """The message of a key holder's connect to ``start_server`` while one silent connection
+    from the same address (127.0.0.1) holds that address's one slot."""
+
+    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        writer.close()
+
+    async with await gcmstream.start_server(handler, "127.0.0.1", 0, key=KEY, admission=policy) as server:
+        port = server.sockets[0].getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)):  # holds 127.0.0.1's one slot
+            await asyncio.sleep(0.2)
+            with pytest.raises(gcmstream.TruncatedStreamError) as refused:
+                await asyncio.wait_for(gcmstream.open_connection("127.0.0.1", port, key=KEY), 10)
+    return str(refused.value)
+
+
+async def refused_on_the_anyio_listener(policy: AdmissionPolicy) -> str:
+    """The same against the anyio listener."""
+    listener = await create_tcp_listener(key=KEY, local_host="127.0.0.1", admission=policy)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, lambda stream: stream.aclose())
+        with socket.create_connection(("127.0.0.1", port)):  # holds 127.0.0.1's one slot
+            await anyio.sleep(0.2)
+            with anyio.fail_after(10), pytest.raises(gcmstream.TruncatedStreamError) as refused:
+                await connect_tcp("127.0.0.1", port, key=KEY)
+        tg.cancel_scope.cancel()
+    return str(refused.value)
+
+
+@pytest.mark.parametrize("server", ["start_server", "anyio-asyncio", "anyio-trio"])
+def test_a_key_holder_refused_at_its_sources_cap_is_told_it_may_be_load(server: str) -> None:
+    """A client with the right key, refused unanswered because its address was at its cap
+    (real sockets), was told "a peer with another key or context hangs up here": the server's
+    refusal passed for a key mismatch. The client cannot tell the two apart (either server hangs
+    up before answering a byte), so the message names both."""
+    policy = AdmissionPolicy(start=1, full=4, per_source=1)
+    if server == "start_server":
+        message = asyncio.run(refused_on_start_server(policy))
+    else:
+        message = anyio.run(refused_on_the_anyio_listener, policy, backend=server.removeprefix("anyio-"))
+    assert UNDER_LOAD in message and "another key or context" in message, message
+    assert "0 bytes received" in message and "hangs up here" not in message, message

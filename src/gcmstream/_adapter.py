@@ -15,6 +15,8 @@ from __future__ import annotations
 import errno
 import logging
 import math
+import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -326,6 +328,56 @@ HandshakeFailed = Callable[[Exception, Any, object, int], Awaitable[None]]
 """``(error, transport, peer, log level)``: a server's word on a client whose handshake failed."""
 
 
+HUNG_UP = "the connection ended before the peer sent anything"
+"""Why a connection whose peer closed before sending a byte failed (``ended_before_sending``)."""
+
+# Linux's struct tcp_info (4.1+): tcpi_bytes_received, a u64 at this offset; it counts the
+# sequence space the peer used, so a FIN alone is 1 (checked on 127.0.0.1: 0 after a reset)
+_TCP_INFO = getattr(socket, "TCP_INFO", None) if sys.platform.startswith("linux") else None
+_BYTES_RECEIVED = slice(128, 136)
+
+
+def ended_before_sending(transport: Any) -> bool:
+    """True if ``transport``'s peer ended its input (or reset) and sent no byte before: it can
+    never send a header, so a server closes it before building anything for a handshake
+    (review 2026-12-04 finding 3: a flood of connections that connect and hang up cost the
+    anyio listener a channel, a cancel scope and two forced closes each). A look at the socket
+    anyio accepted: its end of input (MSG_PEEK, non-blocking) and what the kernel counted
+    received (Linux's TCP_INFO: on asyncio the transport may have read the bytes already).
+    False where either cannot be asked (no socket, not Linux): the handshake then runs as
+    always. A genuine client has sent at most its header before it is accepted, and never ends
+    its input before its Finished, which needs the server's answer."""
+    if _TCP_INFO is None:
+        return False
+    try:
+        raw = transport.extra(SocketAttribute.raw_socket, None)
+        fd = -1 if raw is None else raw.fileno()
+    except (AttributeError, OSError):
+        return False
+    if fd < 0:
+        return False
+    try:
+        look = socket.socket(fileno=fd)  # a second object on the same descriptor, not owning it
+    except OSError:
+        return False
+    try:
+        try:
+            if look.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b"":
+                return False  # bytes are waiting: a handshake to run
+        except BlockingIOError:
+            return False  # nothing yet: the peer is connected
+        except OSError:
+            pass  # reset
+        info = look.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _BYTES_RECEIVED.stop)
+        if len(info) < _BYTES_RECEIVED.stop:
+            return False  # a kernel before 4.1
+        return int.from_bytes(info[_BYTES_RECEIVED], sys.byteorder) <= 1  # a FIN at most
+    except OSError:
+        return False
+    finally:
+        look.detach()
+
+
 async def serve_listener(
     listener: Any,
     config: Configuration,
@@ -334,6 +386,7 @@ async def serve_listener(
     handshake_failed: HandshakeFailed,
     task_group: Any | None = None,
     log: logging.Logger = logger,
+    truncation: Callable[[str], Exception] = TruncatedStreamError,
 ) -> None:
     """The anyio server loop, for ``SecureListener.serve`` and ``gcmstream listen``: every
     connection ``listener`` accepts goes through one :class:`~gcmstream._server.ServerCore`
@@ -341,7 +394,9 @@ async def serve_listener(
     completed (``run_handler``: its failure ends that connection only). A failed handshake is
     passed to ``handshake_failed`` with the level the core chose; none for one the admission
     refused or evicted (its report counts those); ``log`` takes the core's count of keyless
-    failures (``FailureReport``). Survives EMFILE (``serve_retrying``)."""
+    failures (``FailureReport``). Survives EMFILE (``serve_retrying``). A connection whose peer
+    hung up before sending anything (:func:`ended_before_sending`) is closed at once, passed to
+    ``handshake_failed`` as ``truncation(HUNG_UP)`` at the core's level, and never admitted."""
     # an evicted handshake is cancelled: its transport is closed, nothing logged per connection
     core: ServerCore[_Pending] = ServerCore(config, _Pending.drop, log=log)
 
@@ -349,6 +404,11 @@ async def serve_listener(
         # the address, while it can still be asked: a closed socket no longer knows it
         address = remote_address(transport)
         peer = UNKNOWN_PEER if address is None else address
+        if ended_before_sending(transport):  # no channel, scope or task for it: it sent nothing
+            await anyio.aclose_forcefully(transport)
+            exc = truncation(HUNG_UP)
+            await handshake_failed(exc, transport, peer, core.ended_before_sending(exc))
+            return
         entry = _Pending()
         # Let the reads that became ready with this arrival run first: a client whose first
         # flight is in must be seen as such (Admission.observe) before a newcomer that came

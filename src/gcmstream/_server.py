@@ -487,6 +487,13 @@ class ServerCore(Generic[T]):
         self.statistics.handshakes_failed += 1
         return self.failures.failed(exc, proved_key=proved_key)
 
+    def ended_before_sending(self, exc: BaseException) -> int:
+        """A connection whose peer hung up before sending anything was closed on arrival, never
+        admitted (its handshake could not begin): counted as a failed handshake, and the level
+        of its line as for any keyless failure (:class:`FailureReport`)."""
+        self.statistics.handshakes_failed += 1
+        return self.failures.failed(exc, proved_key=False)
+
     def handshake_cancelled(self, connection: T) -> None:
         """The handshake was cancelled (the server stops, or the admission evicted it)."""
         self.admission.done(connection)

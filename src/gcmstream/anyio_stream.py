@@ -690,7 +690,10 @@ class SecureListener(Listener[SecureStream]):
             channel = config.channel(Role.RESPONDER, reuse_output=False)
             return await SecureStream._handshaken(transport, channel, deadlines, observe, scope)
 
-        await serve_listener(self.listener, config, responder, handler, failed, task_group)
+        truncation = AnyioTruncatedStreamError  # (what a hang-up raises on anyio)
+        await serve_listener(
+            self.listener, config, responder, handler, failed, task_group, truncation=truncation
+        )
 
     async def aclose(self) -> None:
         await self.listener.aclose()

@@ -2409,7 +2409,13 @@ async def _first_peer(
                 return await _handshake(transport, config, observe)  # config's options, as wrap's
             return None  # evicted
 
-        tg.start_soon(serve_listener, listener, config, responder, take, failed, None, _log)
+        async def serve() -> None:
+            from .anyio_stream import AnyioTruncatedStreamError  # (what a hang-up raises on anyio)
+
+            truncation = AnyioTruncatedStreamError
+            await serve_listener(listener, config, responder, take, failed, None, _log, truncation)
+
+        tg.start_soon(serve)
     return winner[0]
 
 

@@ -194,6 +194,16 @@ class HeaderReader:
 
     def truncation(self) -> str:
         """Why input that ended now is a truncation (the message of TruncatedStreamError)."""
+        if self.finished_size and self._role is Role.RESPONDER and not self._base + self._got:
+            # a client that got no byte of the server's answer cannot tell why: a server with
+            # another key or context hangs up at its header, and so does one whose admission
+            # (gcmstream.admission) refused or shed the connection under load, unanswered
+            return (
+                "the connection ended during the handshake before the server answered (0 bytes "
+                "received): the server holds another key or context, or it refused the "
+                "connection under load (too many pending handshakes, or too many from this "
+                "address): try again later"
+            )
         if self.finished_size:
             return (
                 f"the connection ended during the handshake ({self._base + self._got} bytes received; "

@@ -3,9 +3,11 @@
 Shared by every server path (tests/hostile/test_admission_flood.py): the attacker
 (:func:`attack`, run in its own process by :func:`keyless_flood`) holds ``count`` TCP
 connections and opens a new one as soon as the server drops one, each from one of ``sources``
-(loopback addresses: one for an attacker with one address, many for a botnet or an IPv6 /64);
-each connection sends nothing (silent) or a recorded initiator header (a replayed first flight),
-then only reads. :func:`serve` runs the server under attack in its own process (so the test's
+(loopback addresses: one for an attacker with one address, many for a botnet or an IPv6 /64,
+one per connection for a botnet as large as the flood: :func:`one_per_connection`); each
+connection sends nothing (silent) or a recorded initiator header (a replayed first flight), then
+only reads, until the server drops it or, if it leaves once answered, until the first byte of an
+answer. :func:`serve` runs the server under attack in its own process (so the test's
 legitimate clients and the attacker do not share its interpreter), on one of ``BACKENDS``.
 
 The attacker is stdlib only (selectors, non-blocking sockets): as fast as one process allows.
@@ -32,6 +34,7 @@ KEY_HEX = bytes(range(16)).hex()  # tests.helpers.KEY, without importing the hel
 BACKENDS = ("asyncio", "uvloop", "anyio-asyncio", "anyio-trio")
 ONE_SOURCE = ("127.0.0.2",)
 MANY_SOURCES = tuple(f"127.0.1.{n}" for n in range(1, 251))  # 4 connections each of 1,000
+LEAVE = ("dropped", "answered")  # an attacker connection leaves when dropped, or once answered too
 _BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)  # Linux: pick the port at connect
 
 
@@ -43,14 +46,25 @@ def raise_fd_limit(wanted: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-def attack(port: int, count: int, payload: bytes, sources: Sequence[str], seconds: float) -> dict[str, int]:
+def one_per_connection(count: int) -> tuple[str, ...]:
+    """``count`` loopback addresses, 127.1.0.1 onwards (none a legitimate client's): each
+    attacker connection from its own, as a botnet with an address per connection."""
+    return tuple(f"127.1.{n // 250}.{n % 250 + 1}" for n in range(count))
+
+
+def attack(
+    port: int, count: int, payload: bytes, sources: Sequence[str], seconds: float, leave: str = "dropped"
+) -> dict[str, int]:
     """Hold ``count`` connections to 127.0.0.1:``port`` for ``seconds``, reconnecting each as
-    soon as it ends; each sends ``payload`` (b"": nothing) once connected. Prints READY once the
-    first ``count`` attempts are under way, FULL once ``count`` connections were established;
-    returns what it did."""
+    soon as it ends (``leave="answered"``: also as soon as the server answers, having paid for
+    a responder half); each sends ``payload`` (b"": nothing) once connected, connection number
+    n from ``sources[n % len(sources)]``. Prints READY once the first ``count`` attempts are
+    under way, FULL once ``count`` connections were established; returns what it did."""
+    if leave not in LEAVE:
+        raise ValueError(f"leave={leave!r}: one of {LEAVE}")
     raise_fd_limit(count + 256)
     selector = selectors.DefaultSelector()
-    stats = {"connects": 0, "established": 0, "dropped": 0, "failed": 0}
+    stats = {"connects": 0, "established": 0, "dropped": 0, "answered": 0, "failed": 0}
     connected: set[socket.socket] = set()
 
     def open_one(slot: int) -> None:
@@ -101,6 +115,9 @@ def attack(port: int, count: int, payload: bytes, sources: Sequence[str], second
             if not data:  # dropped by the server: come back at once
                 stats["dropped"] += 1
                 reopen(sock, slot)
+            elif leave == "answered":  # the server paid for an answer: leave, and come back
+                stats["answered"] += 1
+                reopen(sock, slot)
     for key in list(selector.get_map().values()):
         key.fileobj.close()  # type: ignore[union-attr]
     return stats
@@ -114,15 +131,16 @@ def keyless_flood(
     payload: bytes = b"",
     sources: Sequence[str] = ONE_SOURCE,
     seconds: float = 60,
+    leave: str = "dropped",
 ) -> Iterator[subprocess.Popen[str]]:
     """Run :func:`attack` in its own process while the block runs (up to ``seconds``); the
     process's last stdout line (after the block) is the attack's counts."""
     code = (
         "import sys; from tests.hostile.flood import attack; "
-        "print(attack(int(sys.argv[1]), int(sys.argv[2]), bytes.fromhex(sys.argv[3]), sys.argv[5:], "
-        "float(sys.argv[4])), flush=True)"
+        "print(attack(int(sys.argv[1]), int(sys.argv[2]), bytes.fromhex(sys.argv[3]), sys.argv[6:], "
+        "float(sys.argv[4]), sys.argv[5]), flush=True)"
     )
-    argv = [str(port), str(count), payload.hex(), str(seconds), *sources]
+    argv = [str(port), str(count), payload.hex(), str(seconds), leave, *sources]
     process = subprocess.Popen(
         [sys.executable, "-c", code, *argv], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
@@ -135,10 +153,15 @@ def keyless_flood(
         process.wait(10)
 
 
-def serve(backend: str) -> None:
+def serve(backend: str, nofile: int = 0) -> None:
     """An echo server on 127.0.0.1 with every default, on ``backend``; prints its port, serves
-    until stdin ends. Run in its own process (:func:`server_process`)."""
-    raise_fd_limit(8192)
+    until stdin ends. Run in its own process (:func:`server_process`), its soft RLIMIT_NOFILE
+    raised to 8,192, or set to ``nofile`` (1,024: the usual default, to which the admission's
+    default budget is fitted at start)."""
+    if nofile:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    else:
+        raise_fd_limit(8192)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     key = bytes.fromhex(KEY_HEX)
     if backend in ("asyncio", "uvloop"):
@@ -193,12 +216,13 @@ def serve(backend: str) -> None:
 
 
 @contextlib.contextmanager
-def server_process(backend: str, log: Path) -> Iterator[int]:
-    """:func:`serve` in its own process, its log (stderr) in ``log``; yields its port."""
-    code = "import sys; from tests.hostile.flood import serve; serve(sys.argv[1])"
+def server_process(backend: str, log: Path, nofile: int = 0) -> Iterator[int]:
+    """:func:`serve` in its own process (``nofile``: its soft RLIMIT_NOFILE, 0: raised), its log
+    (stderr) in ``log``; yields its port."""
+    code = "import sys; from tests.hostile.flood import serve; serve(sys.argv[1], int(sys.argv[2]))"
     with open(log, "wb") as err:
         process = subprocess.Popen(
-            [sys.executable, "-c", code, backend],
+            [sys.executable, "-c", code, backend, str(nofile)],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
