@@ -2084,3 +2084,26 @@ def test_readinto_of_records_that_need_a_step_each_is_bounded(how: str) -> None:
     assert opener.readinto(buffer) == _CALL_RECORDS
     assert opener.readinto(buffer) == 100
     assert opener.readinto(buffer) == 0
+
+
+def test_closing_a_record_read_in_the_ring_keeps_its_memory_while_more_is_held() -> None:
+    """``read`` opens a record completed in the ring as the current record and closes it at the
+    next step; when that empties the ring while bytes are held, the ring keeps its memory
+    (``more_held``) for the next split record instead of shrinking and growing again once per
+    input piece. A 64 KiB burst first grows the ring; then small records come in 250-byte
+    pieces, each ending inside a record."""
+    sealer = Sealer(KEY, record_size=16384)
+    burst = bytes(sealer.take_header()) + bytes(sealer.seal(b"B" * 65536, flush=True))
+    small = b"".join(bytes(sealer.seal(b"s" * 100, flush=True)) for _ in range(200)) + bytes(sealer.close())
+    opener = Opener(KEY)
+    opener.receive_data(bytearray(burst))
+    out = bytearray(opener.read() or b"")
+    ring = opener._ring
+    assert ring is not None
+    memory = ring.buf
+    for start in range(0, len(small), 250):
+        opener.receive_data(small[start : start + 250])
+        while data := opener.read():
+            out += data
+        assert ring.buf is memory or opener.at_eof, "the ring released its memory and took it again"
+    assert opener.at_eof and out == b"B" * 65536 + b"s" * 100 * 200
