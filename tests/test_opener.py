@@ -2035,3 +2035,75 @@ def test_an_opener_given_a_header_reader_refuses_anything_that_keys_it_beside(
     is refused in the Opener's own words (not silently ignored)."""
     with pytest.raises(TypeError, match=r"^a header_reader holds the keys and the context: pass them to it$"):
         make(HeaderReader(KEY))
+
+
+@pytest.mark.parametrize("how", INPUTS)
+def test_readinto_goes_on_past_the_rest_of_the_current_record(how: str) -> None:
+    """A record larger than the first buffer is opened into the ring; the next ``readinto``
+    copies its rest and goes on to the records after it in the same call (a short count
+    would make a caller that reads once per wake-up lag a record behind)."""
+    wire = seal_stream(MIXED, record_size=10, flush_after=True)  # records of 10, 3, 7, 1 bytes
+    opener = Opener(KEY)
+    give(opener, wire, how)
+    assert opener.readinto(bytearray(4)) == 4
+    buffer = bytearray(64)
+    assert opener.readinto(buffer) == 6 + 3 + 7 + 1
+    assert buffer[:17] == b"".join(MIXED)[4:]
+
+
+def test_read_view_of_zero_bytes_is_empty_and_consumes_nothing() -> None:
+    """``read_view(0)`` asks for nothing: an empty view, the record's plaintext still there
+    for the next read (not the whole record, as a "< 0" would give)."""
+    opener = opened([b"abcdefg"])
+    view = opener.read_view(0)
+    assert view is not None and len(view) == 0
+    assert opener.read() == b"abcdefg"
+
+
+def test_find_of_nothing_outside_a_records_plaintext_is_not_found() -> None:
+    """``find`` looks only inside the plaintext ``peek`` returned: once that is consumed,
+    even the empty string is not found (-1), as before anything was peeked."""
+    opener = opened([b"abcdefg", b"hij"])
+    view = opener.peek()
+    assert view is not None and bytes(view) == b"abcdefg"
+    assert opener.find(b"") == 0
+    opener.consume(7)
+    assert opener.find(b"") == -1
+    assert opener.read() == b"hij"
+
+
+@pytest.mark.parametrize("how", INPUTS)
+def test_readinto_of_records_that_need_a_step_each_is_bounded(how: str) -> None:
+    """Records the run loops do not open (each carries KEY_UPDATE) are opened one step at a
+    time: one ``readinto`` still opens at most _CALL_RECORDS of them, the next goes on there."""
+    count = _CALL_RECORDS + 100
+    wire, _ = forge([(FLAG_KEY_UPDATE, b"k")] * count + [(FLAG_FINAL, b"")])
+    opener = Opener(KEY, context=CONTEXT)
+    give(opener, wire, how)
+    buffer = bytearray(4096)
+    assert opener.readinto(buffer) == _CALL_RECORDS
+    assert opener.readinto(buffer) == 100
+    assert opener.readinto(buffer) == 0
+
+
+def test_closing_a_record_read_in_the_ring_keeps_its_memory_while_more_is_held() -> None:
+    """``read`` opens a record completed in the ring as the current record and closes it at the
+    next step; when that empties the ring while bytes are held, the ring keeps its memory
+    (``more_held``) for the next split record instead of shrinking and growing again once per
+    input piece. A 64 KiB burst first grows the ring; then small records come in 250-byte
+    pieces, each ending inside a record."""
+    sealer = Sealer(KEY, record_size=16384)
+    burst = bytes(sealer.take_header()) + bytes(sealer.seal(b"B" * 65536, flush=True))
+    small = b"".join(bytes(sealer.seal(b"s" * 100, flush=True)) for _ in range(200)) + bytes(sealer.close())
+    opener = Opener(KEY)
+    opener.receive_data(bytearray(burst))
+    out = bytearray(opener.read() or b"")
+    ring = opener._ring
+    assert ring is not None
+    memory = ring.buf
+    for start in range(0, len(small), 250):
+        opener.receive_data(small[start : start + 250])
+        while data := opener.read():
+            out += data
+        assert ring.buf is memory or opener.at_eof, "the ring released its memory and took it again"
+    assert opener.at_eof and out == b"B" * 65536 + b"s" * 100 * 200
