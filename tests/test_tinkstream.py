@@ -974,3 +974,82 @@ def test_the_segment_index_never_wraps() -> None:
         sealer.seal(b"y" * 96)  # would seal 2^32 - 2 and 2^32 - 1 and leave no index for the last
     assert sealer.segments_sealed == (1 << 32) - 2 and len(first) == 24
     assert len(sealer.close()) == 48 + 16  # the held segment, as the last, at index 2^32 - 2
+
+
+# -- the sealer's figures, call by call (mutation run of 2026-12-04, mtink3) --------------------
+
+
+@pytest.mark.parametrize(("key_size", "segment"), [(16, 64), (32, 100)])
+def test_the_sealer_seals_each_segment_once_it_is_known_not_to_be_the_last(key_size: int, segment: int) -> None:
+    """After every call the output holds exactly the segments that later input proved not to
+    be the last (header first), and the figures say so: ``records_sealed``, ``bytes_sealed``,
+    ``pending``; ``close()`` seals the rest as the last. Computed here from the key's sizes
+    alone, and the whole read back by Tink itself."""
+    handle = tink_handle(key_size, TinkHash.SHA256, segment)
+    keyset = read_tink_keyset(keyset_json(handle))
+    key = keyset.primary
+    header, middle = key.header_size, segment - 16
+    first = middle - header
+    rng = random.Random(key_size)
+    calls = [0, 1, first - 1, 1, 1, middle - 1, 1, 2 * middle, 0, 3, middle + 5, 7 * middle + 1]
+    calls += [rng.randrange(0, 4 * middle) for _ in range(20)]
+    sealer = TinkSealer(keyset, b"ad")
+    assert sealer.record_size == middle
+    assert sealer.suite.name == ("AES_128_GCM" if key_size == 16 else "AES_256_GCM")
+    plaintext, parts = bytearray(), []
+    for size in calls:
+        data = rng.randbytes(size)
+        got = bytes(sealer.seal(data))
+        before = len(plaintext)
+        plaintext += data
+
+        def sealed(total: int) -> int:  # segments ``total`` bytes complete, one byte kept back
+            return 0 if total <= first else 1 + (total - first - 1) // middle
+
+        count = sealed(len(plaintext))
+        # segment 0 is shorter by the header: n segments and the header are n x segment bytes
+        wire = count * segment if count else header
+        assert len(got) == wire - sum(map(len, parts)), (size, before)
+        parts.append(got)
+        done = 0 if count == 0 else first + (count - 1) * middle
+        assert (sealer.records_sealed, sealer.segments_sealed) == (count, count)
+        assert (sealer.bytes_sealed, sealer.pending) == (done, len(plaintext) - done)
+        assert not sealer.closed
+    last = bytes(sealer.close())
+    assert len(last) == len(plaintext) - done + 16
+    assert sealer.closed and sealer.records_sealed == count + 1
+    assert (sealer.bytes_sealed, sealer.pending) == (len(plaintext), 0)
+    assert tink_open(handle, b"".join(parts) + last, b"ad") == plaintext
+
+
+def test_each_sealer_draws_its_own_salt_and_nonce_prefix() -> None:
+    """The header is the length byte, a fresh salt and a fresh nonce prefix: two streams under
+    one key never share a segment key and nonce. An empty stream is the header and one empty
+    last segment, in one call of close()."""
+    key = TinkStreamingKey(bytes(range(32)), derived_key_size=32, ciphertext_segment_size=100)
+    headers = set()
+    for _ in range(4):
+        ciphertext = bytes(TinkSealer(key).close())
+        assert len(ciphertext) == 40 + 16 and ciphertext[0] == 40
+        assert tink_decrypt(key, ciphertext) == b""
+        headers.add(ciphertext[1:40])
+    assert len(headers) == 4
+    assert len({header[:32] for header in headers}) == len({header[32:] for header in headers}) == 4
+
+
+def test_a_detached_output_is_not_written_again() -> None:
+    """After ``detach_output()`` the sealer writes its next output into fresh memory: the view
+    returned before keeps its bytes; without it the next call reuses the memory (documented:
+    valid until the next call)."""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    sealer = TinkSealer(key)
+    held = sealer.seal(b"a" * 200)
+    kept = bytes(held)
+    sealer.detach_output()
+    second = sealer.seal(b"b" * 200)
+    assert bytes(held) == kept and second.obj is not held.obj
+    rest = bytes(second)
+    third = sealer.seal(b"c" * 200)
+    assert third.obj is second.obj  # no detach: the same memory, written again
+    ciphertext = kept + rest + bytes(third) + bytes(sealer.close())
+    assert tink_decrypt(key, ciphertext) == b"a" * 200 + b"b" * 200 + b"c" * 200
