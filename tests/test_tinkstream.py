@@ -1053,3 +1053,24 @@ def test_a_detached_output_is_not_written_again() -> None:
     assert third.obj is second.obj  # no detach: the same memory, written again
     ciphertext = kept + rest + bytes(third) + bytes(sealer.close())
     assert tink_decrypt(key, ciphertext) == b"a" * 200 + b"b" * 200 + b"c" * 200
+
+
+def test_a_closed_or_copied_sealer_says_why_it_refuses() -> None:
+    """Each refusal of the sealer names the call and the reason (mutmut, mtink3: a message of
+    None went unnoticed for each)."""
+    sealer = TinkSealer(TinkStreamingKey(bytes(16), ciphertext_segment_size=64))
+    nonces = "the copy would reuse its segment nonces"
+    for duplicate, verb in ((copy.copy, "copied"), (copy.deepcopy, "copied"), (pickle.dumps, "pickled")):
+        with pytest.raises(TypeError) as refused:
+            duplicate(sealer)
+        assert str(refused.value) == f"a TinkSealer cannot be {verb}: {nonces}"
+    sealer.close()
+    for call, message in (
+        (lambda: sealer.seal(b"x"), "seal() after close(): the Tink stream is ended"),
+        (lambda: sealer.seal(b"", final=True), "seal() after close(): the Tink stream is ended"),
+        (sealer.close, "close() twice: the Tink stream is ended"),
+        (sealer.flush, "flush() after close(): the Tink stream is ended"),
+    ):
+        with pytest.raises(StreamClosedError) as closed:
+            call()
+        assert str(closed.value) == message
