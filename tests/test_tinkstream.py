@@ -1074,3 +1074,62 @@ def test_a_closed_or_copied_sealer_says_why_it_refuses() -> None:
         with pytest.raises(StreamClosedError) as closed:
             call()
         assert str(closed.value) == message
+
+
+# -- the opener's input (mutation run of 2026-12-04, mtink3) ------------------------------------
+
+
+def _drain(opener: TinkOpener) -> bytes:
+    """Every plaintext byte ready now (``read`` opens at most a buffer's worth at a time)."""
+    got = bytearray()
+    for _ in range(10_000):
+        part = opener.read()
+        if not part:
+            return bytes(got)
+        got += part
+    raise AssertionError("the opener never ran out of plaintext")
+
+
+def test_unread_input_is_bounded_at_twice_the_largest_segment_the_stream_may_use() -> None:
+    """The bound (class docstring): 2 x the largest segment of the keyset until segment 0 chose
+    the key, then 2 x the chosen key's, and at least 1 MiB. ``receive_data`` raises while the
+    bound is reached, naming what is held, and takes nothing: the stream still opens whole."""
+    from gcmstream import BufferFullError
+
+    mib = 1 << 20
+    small = TinkStreamingKey(bytes(range(16)), ciphertext_segment_size=4096, key_id=1)
+    large = TinkStreamingKey(bytes(range(1, 17)), ciphertext_segment_size=mib, key_id=2)
+    plaintext = random.Random(3).randbytes(3 * mib)
+    ciphertext = tink_encrypt(small, plaintext)
+
+    def refused(opener: TinkOpener, held: int) -> None:
+        with pytest.raises(BufferFullError) as full:
+            opener.receive_data(b"x")
+        assert str(full.value) == f"{held} bytes of unread input are held: read before feeding more"
+
+    # one key of 4 KiB segments: the 1 MiB floor, reached exactly
+    opener = TinkOpener(small)
+    opener.receive_data(ciphertext[: mib - 1])
+    opener.receive_data(ciphertext[mib - 1 : mib])  # 1 MiB - 1 held: taken
+    refused(opener, mib)
+    got = _drain(opener)
+    opener.receive_data(ciphertext[mib:])
+    opener.receive_eof()
+    assert got + _drain(opener) == plaintext
+
+    # beside a key of 1 MiB segments: 2 MiB until segment 0 is read, then the chosen key's 1 MiB
+    opener = TinkOpener(TinkKeyset([small, large], small))
+    fed = 2 * mib
+    opener.receive_data(ciphertext[: mib + 1])
+    opener.receive_data(ciphertext[mib + 1 : fed])  # over 1 MiB: taken, no key chosen yet
+    refused(opener, fed)
+    got = _drain(opener)
+    assert opener.key is small
+    held = fed - opener.records_opened * 4096  # the header and segment 0 are one segment size
+    assert 0 < held <= 4096
+    opener.receive_data(ciphertext[fed : fed + mib - held])  # 1 MiB held
+    refused(opener, mib)
+    got += _drain(opener)
+    opener.receive_data(ciphertext[fed + mib - held :])
+    opener.receive_eof()
+    assert got + _drain(opener) == plaintext
