@@ -665,8 +665,9 @@ def test_plaintext_of_good_segments_is_returned_before_the_error_of_a_later_one(
 def test_receive_data_after_eof_is_a_usage_error() -> None:
     opener = TinkOpener(TinkStreamingKey(bytes(16)))
     opener.receive_eof()
-    with pytest.raises(StreamClosedError):
+    with pytest.raises(StreamClosedError) as closed:
         opener.receive_data(b"x")
+    assert str(closed.value) == "receive_data() after receive_eof()"  # (None went unnoticed: mtink3)
 
 
 def test_header_verified_raises_the_streams_error_once_then_stream_broken() -> None:
@@ -1133,3 +1134,29 @@ def test_unread_input_is_bounded_at_twice_the_largest_segment_the_stream_may_use
     opener.receive_data(ciphertext[fed + mib - held :])
     opener.receive_eof()
     assert got + _drain(opener) == plaintext
+
+
+def test_input_is_copied_unless_it_is_bytes_of_64_kib_or_more_and_dropped_after_a_failure() -> None:
+    """A bytearray of any size is copied (the caller may reuse it at once), as are bytes under
+    64 KiB; bytes of 64 KiB and more are kept by reference. After a failure input is taken and
+    dropped: a failed opener never raises BufferFullError, however much more comes."""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=4096)
+    plaintext = random.Random(8).randbytes(300_000)
+    ciphertext = tink_encrypt(key, plaintext)
+    for cut in (1 << 16, 100_000):
+        opener = TinkOpener(key)
+        scratch = bytearray(ciphertext[:cut])
+        opener.receive_data(scratch)  # a reused receive buffer, overwritten after the call
+        scratch[:] = bytes(len(scratch))
+        opener.receive_data(ciphertext[cut:])
+        opener.receive_eof()
+        assert _drain(opener) == plaintext, cut
+    opener = TinkOpener(key, b"not the associated data")
+    opener.receive_data(ciphertext[:5000])
+    with pytest.raises(AuthenticationError):
+        opener.read()
+    chunk = bytes(1 << 20)
+    for _ in range(4):  # 4 MiB after the failure, over any bound
+        opener.receive_data(chunk)
+    with pytest.raises(StreamBrokenError):
+        opener.read()
