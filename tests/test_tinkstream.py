@@ -1160,3 +1160,40 @@ def test_input_is_copied_unless_it_is_bytes_of_64_kib_or_more_and_dropped_after_
         opener.receive_data(chunk)
     with pytest.raises(StreamBrokenError):
         opener.read()
+
+
+LIMIT_CASES = [
+    # (segments sealed before, bytes sealed in one call, segments that call seals; None: refused)
+    ((1 << 32) - 1, 10, 0),  # held for the last segment, index 2^32 - 1: taken
+    ((1 << 32) - 1, 49, None),  # would seal 2^32 - 1 and leave no index for the last
+    ((1 << 32) - 2, 49, 1),
+    ((1 << 32) - 2, 73, 1),
+    ((1 << 32) - 2, 96, 1),  # 48 sealed, 48 held for the last
+    ((1 << 32) - 2, 97, None),
+]
+
+
+@pytest.mark.parametrize(("before", "size", "sealed"), LIMIT_CASES)
+def test_the_sealer_uses_every_segment_index_up_to_2_to_the_32_less_1(
+    before: int, size: int, sealed: int | None
+) -> None:
+    """The count of segments a call completes decides the limit: exactly the indexes up to
+    2^32 - 1 are used, the last for the last segment; a call that would pass it seals nothing
+    and names the limit (mutmut, mtink3: the bound one early and counts one too many went
+    unnoticed)."""
+    from gcmstream import LimitReachedError
+
+    sealer = TinkSealer(TinkStreamingKey(bytes(16), ciphertext_segment_size=64), b"")
+    sealer._index = before  # as if that many segments had been sealed (48 plaintext bytes each)
+    if sealed is None:
+        with pytest.raises(LimitReachedError) as limit:
+            sealer.seal(b"x" * size)
+        assert str(limit.value) == (
+            "a Tink stream holds at most 2^32 segments: nothing of this call was sealed; close() it"
+        )
+        assert (sealer.segments_sealed, sealer.pending) == (before, 0)
+        return
+    assert len(sealer.seal(b"x" * size)) == 24 + sealed * 64  # the header, then the segments
+    assert sealer.segments_sealed == before + sealed
+    assert len(sealer.close()) == size - 48 * sealed + 16
+    assert sealer.segments_sealed == 1 << 32
