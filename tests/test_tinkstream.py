@@ -1015,7 +1015,7 @@ def test_the_sealer_seals_each_segment_once_it_is_known_not_to_be_the_last(key_s
         done = 0 if count == 0 else first + (count - 1) * middle
         assert (sealer.records_sealed, sealer.segments_sealed) == (count, count)
         assert (sealer.bytes_sealed, sealer.pending) == (done, len(plaintext) - done)
-        assert not sealer.closed
+        assert sealer.closed is False
     last = bytes(sealer.close())
     assert len(last) == len(plaintext) - done + 16
     assert sealer.closed and sealer.records_sealed == count + 1
@@ -1218,3 +1218,48 @@ def test_sealing_a_byte_at_a_time_holds_constant_memory() -> None:
     assert held < 4096, f"{held} bytes more after 20,000 one-byte calls"
     sealer.close()
     assert sealer.bytes_sealed == 20_030
+
+
+def test_a_second_caller_inside_a_call_is_refused_naming_the_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call made while another is inside (here: from the AEAD, re-entering) raises
+    ConcurrencyError naming the sealer or opener (mutmut, mtink3: the name None went
+    unnoticed)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from gcmstream import ConcurrencyError
+
+    inside: list[Callable[[], object]] = []
+    refusals: list[str] = []
+
+    class Reentering:
+        def __init__(self, key: bytes) -> None:
+            self.real = AESGCM(key)
+
+        def _again(self) -> None:
+            for call in inside:
+                try:
+                    call()
+                except ConcurrencyError as exc:
+                    refusals.append(str(exc))
+
+        def encrypt_into(self, *args: Any) -> Any:
+            self._again()
+            return self.real.encrypt_into(*args)
+
+        def decrypt_into(self, *args: Any) -> Any:
+            self._again()
+            return self.real.decrypt_into(*args)
+
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    ciphertext = tink_encrypt(key, b"x" * 100)
+    monkeypatch.setattr("gcmstream.tinkstream.AESGCM", Reentering)
+    sealer = TinkSealer(key)
+    inside[:] = [lambda: sealer.seal(b"y")]
+    sealer.seal(b"x" * 100)
+    opener = TinkOpener(key)
+    opener.receive_data(ciphertext)
+    inside[:] = [opener.read]
+    assert opener.read() == b"x" * 72  # segments 0 and 1; the last waits for the end
+    busy = "is in use by another thread: use one per thread, or hand it over between calls"
+    assert refusals[0] == f"this TinkSealer {busy}"
+    assert refusals[-1] == f"this TinkOpener {busy}"
