@@ -1263,3 +1263,17 @@ def test_a_second_caller_inside_a_call_is_refused_naming_the_object(monkeypatch:
     busy = "is in use by another thread: use one per thread, or hand it over between calls"
     assert refusals[0] == f"this TinkSealer {busy}"
     assert refusals[-1] == f"this TinkOpener {busy}"
+
+
+def test_a_keys_defaults_are_tinks_aes128_gcm_hkdf_4kb_template() -> None:
+    """``TinkStreamingKey(value)`` has the parameters of Tink's AES128_GCM_HKDF_4KB template
+    (mutmut, mtink3: a default segment size of 4097 went unnoticed)."""
+    template = TEMPLATES.AES128_GCM_HKDF_4KB
+    params = aes_gcm_hkdf_streaming_pb2.AesGcmHkdfStreamingKeyFormat.FromString(template.value).params
+    key = TinkStreamingKey(bytes(16))
+    assert (key.derived_key_size, key.hkdf_hash, key.ciphertext_segment_size, key.key_id) == (
+        params.derived_key_size,
+        TinkHash(params.hkdf_hash_type),
+        params.ciphertext_segment_size,
+        None,
+    )
