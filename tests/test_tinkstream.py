@@ -1277,3 +1277,25 @@ def test_a_keys_defaults_are_tinks_aes128_gcm_hkdf_4kb_template() -> None:
         params.ciphertext_segment_size,
         None,
     )
+
+
+def test_read_takes_at_most_max_bytes_and_read_0_takes_nothing() -> None:
+    """``read(n)``/``read_view(n)`` return at most ``n`` authenticated bytes and consume just
+    those; ``read(0)`` returns ``b""`` and consumes nothing, whatever is ready; -1 is what is
+    ready (mutmut, mtink3)."""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    plaintext = bytes(range(100))
+    opener = TinkOpener(key)
+    assert opener.read(0) == b"" and opener.read() is None  # nothing in yet
+    opener.receive_data(tink_encrypt(key, plaintext))
+    opener.receive_eof()
+    nothing = opener.read_view(0)
+    assert opener.read(0) == b"" and nothing is not None and bytes(nothing) == b""
+    assert opener.read(1) == plaintext[:1]
+    two = opener.read_view(2)
+    assert two is not None and bytes(two) == plaintext[1:3]
+    assert opener.read(0) == b""
+    assert opener.read(21) == plaintext[3:24]  # the rest of segment 0
+    assert opener.read(30) == plaintext[24:54]
+    assert opener.read(-1) == plaintext[54:]
+    assert opener.read() == b"" and opener.read(5) == b""
