@@ -1299,3 +1299,29 @@ def test_read_takes_at_most_max_bytes_and_read_0_takes_nothing() -> None:
     assert opener.read(30) == plaintext[24:54]
     assert opener.read(-1) == plaintext[54:]
     assert opener.read() == b"" and opener.read(5) == b""
+
+
+def test_a_fresh_opener_reports_nothing_and_takes_an_empty_or_a_full_receive_buffer() -> None:
+    """Before any input: no segment, no byte, no key, the header phase, wanting data. The
+    receive buffer may be filled with 0 bytes or to its end; a count without a buffer names
+    itself. Once read: every segment and byte counted (mutmut, mtink3)."""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    opener = TinkOpener(key)
+    assert (opener.records_opened, opener.segments_opened, opener.bytes_opened) == (0, 0, 0)
+    assert (opener.key, opener.header, opener.phase) == (None, None, TinkPhase.HEADER)
+    assert (opener.failed, opener.broken, opener.wants_data, opener.at_eof) == (False, False, True, False)
+    assert opener.record_missing == 0 and opener.read() is None
+    with pytest.raises(OutOfRangeError) as refused:
+        opener.buffer_updated(1)
+    assert str(refused.value) == "buffer_updated(1) without a buffer that large"
+    plaintext = random.Random(9).randbytes(70_000)
+    ciphertext = tink_encrypt(key, plaintext)
+    buffer = opener.get_buffer()
+    opener.buffer_updated(0)
+    buffer[:] = ciphertext[: len(buffer)]
+    opener.buffer_updated(len(buffer))
+    opener.receive_data(ciphertext[len(buffer) :])
+    opener.receive_eof()
+    assert _drain(opener) == plaintext
+    segments = 1 + -(-(len(plaintext) - 24) // 48)
+    assert (opener.records_opened, opener.bytes_opened, opener.at_eof) == (segments, len(plaintext), True)
