@@ -1325,3 +1325,19 @@ def test_a_fresh_opener_reports_nothing_and_takes_an_empty_or_a_full_receive_buf
     assert _drain(opener) == plaintext
     segments = 1 + -(-(len(plaintext) - 24) // 48)
     assert (opener.records_opened, opener.bytes_opened, opener.at_eof) == (segments, len(plaintext), True)
+
+
+def test_an_empty_or_cut_header_is_named_exactly() -> None:
+    """The truncations found before segment 0 name what was there (mutmut, mtink3)."""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    ciphertext = tink_encrypt(key, b"x" * 10)
+    for given, message in (
+        (b"", "the Tink stream is empty: no header"),
+        (ciphertext[:39], "the Tink stream ends after 39 bytes, inside its header or first segment"),
+    ):
+        opener = TinkOpener(key)
+        opener.receive_data(given)
+        opener.receive_eof()
+        with pytest.raises(TruncatedStreamError) as cut:
+            opener.read()
+        assert str(cut.value) == message
