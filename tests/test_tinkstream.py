@@ -981,7 +981,9 @@ def test_the_segment_index_never_wraps() -> None:
 
 
 @pytest.mark.parametrize(("key_size", "segment"), [(16, 64), (32, 100)])
-def test_the_sealer_seals_each_segment_once_it_is_known_not_to_be_the_last(key_size: int, segment: int) -> None:
+def test_the_sealer_seals_each_segment_once_it_is_known_not_to_be_the_last(
+    key_size: int, segment: int
+) -> None:
     """After every call the output holds exactly the segments that later input proved not to
     be the last (header first), and the figures say so: ``records_sealed``, ``bytes_sealed``,
     ``pending``; ``close()`` seals the rest as the last. Computed here from the key's sizes
@@ -997,7 +999,7 @@ def test_the_sealer_seals_each_segment_once_it_is_known_not_to_be_the_last(key_s
     sealer = TinkSealer(keyset, b"ad")
     assert sealer.record_size == middle
     assert sealer.suite.name == ("AES_128_GCM" if key_size == 16 else "AES_256_GCM")
-    plaintext, parts = bytearray(), []
+    plaintext, parts = bytearray(), list[bytes]()
     for size in calls:
         data = rng.randbytes(size)
         got = bytes(sealer.seal(data))
@@ -1066,12 +1068,13 @@ def test_a_closed_or_copied_sealer_says_why_it_refuses() -> None:
             duplicate(sealer)
         assert str(refused.value) == f"a TinkSealer cannot be {verb}: {nonces}"
     sealer.close()
-    for call, message in (
+    calls: tuple[tuple[Callable[[], object], str], ...] = (
         (lambda: sealer.seal(b"x"), "seal() after close(): the Tink stream is ended"),
         (lambda: sealer.seal(b"", final=True), "seal() after close(): the Tink stream is ended"),
         (sealer.close, "close() twice: the Tink stream is ended"),
         (sealer.flush, "flush() after close(): the Tink stream is ended"),
-    ):
+    )
+    for call, message in calls:
         with pytest.raises(StreamClosedError) as closed:
             call()
         assert str(closed.value) == message
