@@ -1344,3 +1344,11 @@ def test_an_empty_or_cut_header_is_named_exactly() -> None:
         with pytest.raises(TruncatedStreamError) as cut:
             opener.read()
         assert str(cut.value) == message
+    opener = TinkOpener(key)
+    opener.receive_data(bytes([40]) + ciphertext[1:])
+    with pytest.raises(MalformedHeaderError) as malformed:
+        opener.read()
+    assert str(malformed.value) == (
+        "the Tink header's length byte is 40, and no key of this keyset makes such a header "
+        "(theirs are [24] bytes): sealed with another key, or damaged"
+    )
