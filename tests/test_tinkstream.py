@@ -665,8 +665,9 @@ def test_plaintext_of_good_segments_is_returned_before_the_error_of_a_later_one(
 def test_receive_data_after_eof_is_a_usage_error() -> None:
     opener = TinkOpener(TinkStreamingKey(bytes(16)))
     opener.receive_eof()
-    with pytest.raises(StreamClosedError):
+    with pytest.raises(StreamClosedError) as closed:
         opener.receive_data(b"x")
+    assert str(closed.value) == "receive_data() after receive_eof()"  # (None went unnoticed: mtink3)
 
 
 def test_header_verified_raises_the_streams_error_once_then_stream_broken() -> None:
@@ -974,3 +975,380 @@ def test_the_segment_index_never_wraps() -> None:
         sealer.seal(b"y" * 96)  # would seal 2^32 - 2 and 2^32 - 1 and leave no index for the last
     assert sealer.segments_sealed == (1 << 32) - 2 and len(first) == 24
     assert len(sealer.close()) == 48 + 16  # the held segment, as the last, at index 2^32 - 2
+
+
+# -- the sealer's figures, call by call (mutation run of 2026-12-04, mtink3) --------------------
+
+
+@pytest.mark.parametrize(("key_size", "segment"), [(16, 64), (32, 100)])
+def test_the_sealer_seals_each_segment_once_it_is_known_not_to_be_the_last(
+    key_size: int, segment: int
+) -> None:
+    """After every call the output holds exactly the segments that later input proved not to
+    be the last (header first), and the figures say so: ``records_sealed``, ``bytes_sealed``,
+    ``pending``; ``close()`` seals the rest as the last. Computed here from the key's sizes
+    alone, and the whole read back by Tink itself."""
+    handle = tink_handle(key_size, TinkHash.SHA256, segment)
+    keyset = read_tink_keyset(keyset_json(handle))
+    key = keyset.primary
+    header, middle = key.header_size, segment - 16
+    first = middle - header
+    rng = random.Random(key_size)
+    calls = [0, 1, first - 1, 1, 1, middle - 1, 1, 2 * middle, 0, 3, middle + 5, 7 * middle + 1]
+    calls += [rng.randrange(0, 4 * middle) for _ in range(20)]
+    sealer = TinkSealer(keyset, b"ad")
+    assert sealer.record_size == middle
+    assert sealer.suite.name == ("AES_128_GCM" if key_size == 16 else "AES_256_GCM")
+    plaintext, parts = bytearray(), list[bytes]()
+    for size in calls:
+        data = rng.randbytes(size)
+        got = bytes(sealer.seal(data))
+        before = len(plaintext)
+        plaintext += data
+
+        def sealed(total: int) -> int:  # segments ``total`` bytes complete, one byte kept back
+            return 0 if total <= first else 1 + (total - first - 1) // middle
+
+        count = sealed(len(plaintext))
+        # segment 0 is shorter by the header: n segments and the header are n x segment bytes
+        wire = count * segment if count else header
+        assert len(got) == wire - sum(map(len, parts)), (size, before)
+        parts.append(got)
+        done = 0 if count == 0 else first + (count - 1) * middle
+        assert (sealer.records_sealed, sealer.segments_sealed) == (count, count)
+        assert (sealer.bytes_sealed, sealer.pending) == (done, len(plaintext) - done)
+        assert sealer.closed is False
+    last = bytes(sealer.close())
+    assert len(last) == len(plaintext) - done + 16
+    assert sealer.closed and sealer.records_sealed == count + 1
+    assert (sealer.bytes_sealed, sealer.pending) == (len(plaintext), 0)
+    assert tink_open(handle, b"".join(parts) + last, b"ad") == plaintext
+
+
+def test_each_sealer_draws_its_own_salt_and_nonce_prefix() -> None:
+    """The header is the length byte, a fresh salt and a fresh nonce prefix: two streams under
+    one key never share a segment key and nonce. An empty stream is the header and one empty
+    last segment, in one call of close()."""
+    key = TinkStreamingKey(bytes(range(32)), derived_key_size=32, ciphertext_segment_size=100)
+    headers = set()
+    for _ in range(4):
+        ciphertext = bytes(TinkSealer(key).close())
+        assert len(ciphertext) == 40 + 16 and ciphertext[0] == 40
+        assert tink_decrypt(key, ciphertext) == b""
+        headers.add(ciphertext[1:40])
+    assert len(headers) == 4
+    assert len({header[:32] for header in headers}) == len({header[32:] for header in headers}) == 4
+
+
+def test_a_detached_output_is_not_written_again() -> None:
+    """After ``detach_output()`` the sealer writes its next output into fresh memory: the view
+    returned before keeps its bytes; without it the next call reuses the memory (documented:
+    valid until the next call)."""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    sealer = TinkSealer(key)
+    held = sealer.seal(b"a" * 200)
+    kept = bytes(held)
+    sealer.detach_output()
+    second = sealer.seal(b"b" * 200)
+    assert bytes(held) == kept and second.obj is not held.obj
+    rest = bytes(second)
+    third = sealer.seal(b"c" * 200)
+    assert third.obj is second.obj  # no detach: the same memory, written again
+    ciphertext = kept + rest + bytes(third) + bytes(sealer.close())
+    assert tink_decrypt(key, ciphertext) == b"a" * 200 + b"b" * 200 + b"c" * 200
+
+
+def test_a_closed_or_copied_sealer_says_why_it_refuses() -> None:
+    """Each refusal of the sealer names the call and the reason (mutmut, mtink3: a message of
+    None went unnoticed for each)."""
+    sealer = TinkSealer(TinkStreamingKey(bytes(16), ciphertext_segment_size=64))
+    nonces = "the copy would reuse its segment nonces"
+    for duplicate, verb in ((copy.copy, "copied"), (copy.deepcopy, "copied"), (pickle.dumps, "pickled")):
+        with pytest.raises(TypeError) as refused:
+            duplicate(sealer)
+        assert str(refused.value) == f"a TinkSealer cannot be {verb}: {nonces}"
+    sealer.close()
+    calls: tuple[tuple[Callable[[], object], str], ...] = (
+        (lambda: sealer.seal(b"x"), "seal() after close(): the Tink stream is ended"),
+        (lambda: sealer.seal(b"", final=True), "seal() after close(): the Tink stream is ended"),
+        (sealer.close, "close() twice: the Tink stream is ended"),
+        (sealer.flush, "flush() after close(): the Tink stream is ended"),
+    )
+    for call, message in calls:
+        with pytest.raises(StreamClosedError) as closed:
+            call()
+        assert str(closed.value) == message
+
+
+# -- the opener's input (mutation run of 2026-12-04, mtink3) ------------------------------------
+
+
+def _drain(opener: TinkOpener) -> bytes:
+    """Every plaintext byte ready now (``read`` opens at most a buffer's worth at a time)."""
+    got = bytearray()
+    for _ in range(10_000):
+        part = opener.read()
+        if not part:
+            return bytes(got)
+        got += part
+    raise AssertionError("the opener never ran out of plaintext")
+
+
+def test_unread_input_is_bounded_at_twice_the_largest_segment_the_stream_may_use() -> None:
+    """The bound (class docstring): 2 x the largest segment of the keyset until segment 0 chose
+    the key, then 2 x the chosen key's, and at least 1 MiB. ``receive_data`` raises while the
+    bound is reached, naming what is held, and takes nothing: the stream still opens whole."""
+    from gcmstream import BufferFullError
+
+    mib = 1 << 20
+    small = TinkStreamingKey(bytes(range(16)), ciphertext_segment_size=4096, key_id=1)
+    large = TinkStreamingKey(bytes(range(1, 17)), ciphertext_segment_size=mib, key_id=2)
+    plaintext = random.Random(3).randbytes(3 * mib)
+    ciphertext = tink_encrypt(small, plaintext)
+
+    def refused(opener: TinkOpener, held: int) -> None:
+        with pytest.raises(BufferFullError) as full:
+            opener.receive_data(b"x")
+        assert str(full.value) == f"{held} bytes of unread input are held: read before feeding more"
+
+    # one key of 4 KiB segments: the 1 MiB floor, reached exactly
+    opener = TinkOpener(small)
+    opener.receive_data(ciphertext[: mib - 1])
+    opener.receive_data(ciphertext[mib - 1 : mib])  # 1 MiB - 1 held: taken
+    refused(opener, mib)
+    got = _drain(opener)
+    opener.receive_data(ciphertext[mib:])
+    opener.receive_eof()
+    assert got + _drain(opener) == plaintext
+
+    # beside a key of 1 MiB segments: 2 MiB until segment 0 is read, then the chosen key's 1 MiB
+    opener = TinkOpener(TinkKeyset([small, large], small))
+    fed = 2 * mib
+    opener.receive_data(ciphertext[: mib + 1])
+    opener.receive_data(ciphertext[mib + 1 : fed])  # over 1 MiB: taken, no key chosen yet
+    refused(opener, fed)
+    got = _drain(opener)
+    assert opener.key is small
+    held = fed - opener.records_opened * 4096  # the header and segment 0 are one segment size
+    assert 0 < held <= 4096
+    opener.receive_data(ciphertext[fed : fed + mib - held])  # 1 MiB held
+    refused(opener, mib)
+    got += _drain(opener)
+    opener.receive_data(ciphertext[fed + mib - held :])
+    opener.receive_eof()
+    assert got + _drain(opener) == plaintext
+
+
+def test_input_is_copied_unless_it_is_bytes_of_64_kib_or_more_and_dropped_after_a_failure() -> None:
+    """A bytearray of any size is copied (the caller may reuse it at once), as are bytes under
+    64 KiB; bytes of 64 KiB and more are kept by reference. After a failure input is taken and
+    dropped: a failed opener never raises BufferFullError, however much more comes."""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=4096)
+    plaintext = random.Random(8).randbytes(300_000)
+    ciphertext = tink_encrypt(key, plaintext)
+    for cut in (1 << 16, 100_000):
+        opener = TinkOpener(key)
+        scratch = bytearray(ciphertext[:cut])
+        opener.receive_data(scratch)  # a reused receive buffer, overwritten after the call
+        scratch[:] = bytes(len(scratch))
+        opener.receive_data(ciphertext[cut:])
+        opener.receive_eof()
+        assert _drain(opener) == plaintext, cut
+    opener = TinkOpener(key, b"not the associated data")
+    opener.receive_data(ciphertext[:5000])
+    with pytest.raises(AuthenticationError):
+        opener.read()
+    chunk = bytes(1 << 20)
+    for _ in range(4):  # 4 MiB after the failure, over any bound
+        opener.receive_data(chunk)
+    with pytest.raises(StreamBrokenError):
+        opener.read()
+
+
+LIMIT_CASES = [
+    # (segments sealed before, bytes sealed in one call, segments that call seals; None: refused)
+    ((1 << 32) - 1, 10, 0),  # held for the last segment, index 2^32 - 1: taken
+    ((1 << 32) - 1, 49, None),  # would seal 2^32 - 1 and leave no index for the last
+    ((1 << 32) - 2, 49, 1),
+    ((1 << 32) - 2, 73, 1),
+    ((1 << 32) - 2, 96, 1),  # 48 sealed, 48 held for the last
+    ((1 << 32) - 2, 97, None),
+]
+
+
+@pytest.mark.parametrize(("before", "size", "sealed"), LIMIT_CASES)
+def test_the_sealer_uses_every_segment_index_up_to_2_to_the_32_less_1(
+    before: int, size: int, sealed: int | None
+) -> None:
+    """The count of segments a call completes decides the limit: exactly the indexes up to
+    2^32 - 1 are used, the last for the last segment; a call that would pass it seals nothing
+    and names the limit (mutmut, mtink3: the bound one early and counts one too many went
+    unnoticed)."""
+    from gcmstream import LimitReachedError
+
+    sealer = TinkSealer(TinkStreamingKey(bytes(16), ciphertext_segment_size=64), b"")
+    sealer._index = before  # as if that many segments had been sealed (48 plaintext bytes each)
+    if sealed is None:
+        with pytest.raises(LimitReachedError) as limit:
+            sealer.seal(b"x" * size)
+        assert str(limit.value) == (
+            "a Tink stream holds at most 2^32 segments: nothing of this call was sealed; close() it"
+        )
+        assert (sealer.segments_sealed, sealer.pending) == (before, 0)
+        return
+    assert len(sealer.seal(b"x" * size)) == 24 + sealed * 64  # the header, then the segments
+    assert sealer.segments_sealed == before + sealed
+    assert len(sealer.close()) == size - 48 * sealed + 16
+    assert sealer.segments_sealed == 1 << 32
+
+
+def test_sealing_a_byte_at_a_time_holds_constant_memory() -> None:
+    """The held segment is filled in place: 20,000 one-byte calls leave 96 bytes more traced
+    (measured, 2026-12-05); writing past the held bytes instead grew the buffer a byte a call
+    (21,219 bytes: mutmut, mtink3)."""
+    import tracemalloc
+
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    sealer = TinkSealer(key)
+    sealer.seal(b"x" * 30)
+    tracemalloc.start()
+    try:
+        for _ in range(20_000):
+            sealer.seal(b"y")
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 4096, f"{held} bytes more after 20,000 one-byte calls"
+    sealer.close()
+    assert sealer.bytes_sealed == 20_030
+
+
+def test_a_second_caller_inside_a_call_is_refused_naming_the_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call made while another is inside (here: from the AEAD, re-entering) raises
+    ConcurrencyError naming the sealer or opener (mutmut, mtink3: the name None went
+    unnoticed)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from gcmstream import ConcurrencyError
+
+    inside: list[Callable[[], object]] = []
+    refusals: list[str] = []
+
+    class Reentering:
+        def __init__(self, key: bytes) -> None:
+            self.real = AESGCM(key)
+
+        def _again(self) -> None:
+            for call in inside:
+                try:
+                    call()
+                except ConcurrencyError as exc:
+                    refusals.append(str(exc))
+
+        def encrypt_into(self, *args: Any) -> Any:
+            self._again()
+            return self.real.encrypt_into(*args)
+
+        def decrypt_into(self, *args: Any) -> Any:
+            self._again()
+            return self.real.decrypt_into(*args)
+
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    ciphertext = tink_encrypt(key, b"x" * 100)
+    monkeypatch.setattr("gcmstream.tinkstream.AESGCM", Reentering)
+    sealer = TinkSealer(key)
+    inside[:] = [lambda: sealer.seal(b"y")]
+    sealer.seal(b"x" * 100)
+    opener = TinkOpener(key)
+    opener.receive_data(ciphertext)
+    inside[:] = [opener.read]
+    assert opener.read() == b"x" * 72  # segments 0 and 1; the last waits for the end
+    busy = "is in use by another thread: use one per thread, or hand it over between calls"
+    assert refusals[0] == f"this TinkSealer {busy}"
+    assert refusals[-1] == f"this TinkOpener {busy}"
+
+
+def test_a_keys_defaults_are_tinks_aes128_gcm_hkdf_4kb_template() -> None:
+    """``TinkStreamingKey(value)`` has the parameters of Tink's AES128_GCM_HKDF_4KB template
+    (mutmut, mtink3: a default segment size of 4097 went unnoticed)."""
+    template = TEMPLATES.AES128_GCM_HKDF_4KB
+    params = aes_gcm_hkdf_streaming_pb2.AesGcmHkdfStreamingKeyFormat.FromString(template.value).params
+    key = TinkStreamingKey(bytes(16))
+    assert (key.derived_key_size, key.hkdf_hash, key.ciphertext_segment_size, key.key_id) == (
+        params.derived_key_size,
+        TinkHash(params.hkdf_hash_type),
+        params.ciphertext_segment_size,
+        None,
+    )
+
+
+def test_read_takes_at_most_max_bytes_and_read_0_takes_nothing() -> None:
+    """``read(n)``/``read_view(n)`` return at most ``n`` authenticated bytes and consume just
+    those; ``read(0)`` returns ``b""`` and consumes nothing, whatever is ready; -1 is what is
+    ready (mutmut, mtink3)."""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    plaintext = bytes(range(100))
+    opener = TinkOpener(key)
+    assert opener.read(0) == b"" and opener.read() is None  # nothing in yet
+    opener.receive_data(tink_encrypt(key, plaintext))
+    opener.receive_eof()
+    nothing = opener.read_view(0)
+    assert opener.read(0) == b"" and nothing is not None and bytes(nothing) == b""
+    assert opener.read(1) == plaintext[:1]
+    two = opener.read_view(2)
+    assert two is not None and bytes(two) == plaintext[1:3]
+    assert opener.read(0) == b""
+    assert opener.read(21) == plaintext[3:24]  # the rest of segment 0
+    assert opener.read(30) == plaintext[24:54]
+    assert opener.read(-1) == plaintext[54:]
+    assert opener.read() == b"" and opener.read(5) == b""
+
+
+def test_a_fresh_opener_reports_nothing_and_takes_an_empty_or_a_full_receive_buffer() -> None:
+    """Before any input: no segment, no byte, no key, the header phase, wanting data. The
+    receive buffer may be filled with 0 bytes or to its end; a count without a buffer names
+    itself. Once read: every segment and byte counted (mutmut, mtink3)."""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    opener = TinkOpener(key)
+    assert (opener.records_opened, opener.segments_opened, opener.bytes_opened) == (0, 0, 0)
+    assert (opener.key, opener.header, opener.phase) == (None, None, TinkPhase.HEADER)
+    assert (opener.failed, opener.broken, opener.wants_data, opener.at_eof) == (False, False, True, False)
+    assert opener.record_missing == 0 and opener.read() is None
+    with pytest.raises(OutOfRangeError) as refused:
+        opener.buffer_updated(1)
+    assert str(refused.value) == "buffer_updated(1) without a buffer that large"
+    plaintext = random.Random(9).randbytes(70_000)
+    ciphertext = tink_encrypt(key, plaintext)
+    buffer = opener.get_buffer()
+    opener.buffer_updated(0)
+    buffer[:] = ciphertext[: len(buffer)]
+    opener.buffer_updated(len(buffer))
+    opener.receive_data(ciphertext[len(buffer) :])
+    opener.receive_eof()
+    assert _drain(opener) == plaintext
+    segments = 1 + -(-(len(plaintext) - 24) // 48)
+    assert (opener.records_opened, opener.bytes_opened, opener.at_eof) == (segments, len(plaintext), True)
+
+
+def test_an_empty_or_cut_header_is_named_exactly() -> None:
+    """The truncations found before segment 0 name what was there (mutmut, mtink3)."""
+    key = TinkStreamingKey(bytes(16), ciphertext_segment_size=64)
+    ciphertext = tink_encrypt(key, b"x" * 10)
+    for given, message in (
+        (b"", "the Tink stream is empty: no header"),
+        (ciphertext[:39], "the Tink stream ends after 39 bytes, inside its header or first segment"),
+    ):
+        opener = TinkOpener(key)
+        opener.receive_data(given)
+        opener.receive_eof()
+        with pytest.raises(TruncatedStreamError) as cut:
+            opener.read()
+        assert str(cut.value) == message
+    opener = TinkOpener(key)
+    opener.receive_data(bytes([40]) + ciphertext[1:])
+    with pytest.raises(MalformedHeaderError) as malformed:
+        opener.read()
+    assert str(malformed.value) == (
+        "the Tink header's length byte is 40, and no key of this keyset makes such a header "
+        "(theirs are [24] bytes): sealed with another key, or damaged"
+    )
