@@ -46,9 +46,11 @@ UNKNOWN_KEY = bytes(range(100, 116))
 
 async def replay_and_go_silent(port: int, header: bytes) -> tuple[float, bytes]:
     """Send a recorded initiator header and 6 more bytes, then nothing; return how long the
-    server kept the connection and what it sent."""
-    reader, writer = await asyncio.open_connection(HOST, port)
+    server kept the connection and what it sent, timed from before the connect (the server's
+    deadline starts at its accept; timed from the connect's return, 100 connections at once on a
+    loaded machine measured 0.85 s for a 1 s deadline)."""
     start = time.monotonic()
+    reader, writer = await asyncio.open_connection(HOST, port)
     writer.write(header + b"\x00" * 6)
     await writer.drain()
     received = b""
