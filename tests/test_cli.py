@@ -1738,6 +1738,9 @@ def test_no_flag_quotes_a_value_given_to_it() -> None:
         ["decrypt", "note.gcms", "--password", FLAG_SECRET],
         ["encrypt", f"--pass-phrase={FLAG_SECRET}"],
         ["listen", "0", f"--frobnicate={FLAG_SECRET}"],
+        ["encrypt", f"--pass={FLAG_SECRET}", "x"],  # ambiguous: --passphrase, --passphrase-file
+        ["encrypt", f"--pa={FLAG_SECRET}", "x"],
+        ["encrypt", f"-p{FLAG_SECRET}", "x"],  # age's -p, its value joined
     ]
     refused = 0
     for words in lines:

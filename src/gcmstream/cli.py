@@ -415,6 +415,8 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         message = re.sub(_IGNORED_VALUE, "takes no value (the text given to it is not shown)", message)
         message = _without_values(message, self.words)
+        # argparse's "ambiguous option: --pass=TEXT could match ...": the text may be a secret
+        message = re.sub(r"(?<!\S)(--?[\w-]+)=\S*", rf"\1= {_NOT_SHOWN}", message)
         command = self.prog.partition(" ")[2] or self.command_given
         helped = f"gcmstream {command}" if command else "gcmstream"
         self.exit(EXIT_USAGE, _stderr_line(command, f"{message} (see {helped} --help)") + "\n")
@@ -428,6 +430,8 @@ def _unrecognized(extras: Sequence[str]) -> str:
     for word, previous in zip(extras, [None, *extras], strict=False):
         if word.startswith("-") and "=" in word:
             shown.append(f"{word.partition('=')[0]}= {_NOT_SHOWN}")
+        elif word.startswith("-") and not word.startswith("--") and len(word) > 2:
+            shown.append(f"{word[:2]} {_NOT_SHOWN}")  # -pTEXT: a short flag, its joined value
         elif previous is not None and previous.startswith("-") and "=" not in previous:
             shown.append("(the next word is not shown)")
         else:
