@@ -126,18 +126,19 @@ def test_passphrase_file_round_trip(tmp_path: Path, people: dict[str, Path]) -> 
     one_line_error(run_cli("decrypt", "--identity", people["alice"], input=sealed.stdout), EXIT_WRONG_KEY)
 
 
-def on_terminal(args: list[str], typed: bytes, stdin: bytes) -> tuple[int, bytes, bytes]:
-    """Run the CLI with a pseudo-terminal as its controlling terminal, typing ``typed`` there
-    line by line at each passphrase prompt."""
+def start_on_terminal(args: list[str], *, stdin_is_terminal: bool) -> tuple[subprocess.Popen[bytes], int]:
+    """Start the CLI with a pseudo-terminal as its controlling terminal (where getpass asks),
+    also as its stdin if ``stdin_is_terminal`` (else a pipe); the process and the pty's
+    controller end."""
     controller, terminal = pty.openpty()
 
-    def take_terminal() -> None:  # the child's controlling terminal, where getpass asks
+    def take_terminal() -> None:
         os.setsid()
         fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
 
     process = subprocess.Popen(
         [sys.executable, "-m", "gcmstream", *args],
-        stdin=subprocess.PIPE,
+        stdin=terminal if stdin_is_terminal else subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env(),
@@ -145,6 +146,13 @@ def on_terminal(args: list[str], typed: bytes, stdin: bytes) -> tuple[int, bytes
         pass_fds=(terminal,),
     )
     os.close(terminal)
+    return process, controller
+
+
+def on_terminal(args: list[str], typed: bytes, stdin: bytes) -> tuple[int, bytes, bytes]:
+    """Run the CLI with a pseudo-terminal as its controlling terminal, typing ``typed`` there
+    line by line at each passphrase prompt."""
+    process, controller = start_on_terminal(args, stdin_is_terminal=False)
     shown = bytearray()
     deadline = time.monotonic() + TIMEOUT
     try:
@@ -636,22 +644,7 @@ def test_info_without_a_key_asks_for_nothing_on_a_terminal(tmp_path: Path) -> No
     secret.chmod(0o600)
     path = tmp_path / "pp.gcms"
     assert run_cli("encrypt", "--passphrase-file", secret, *FAST, "-o", path, input=PLAIN).status == EXIT_OK
-    controller, terminal = pty.openpty()
-
-    def take_terminal() -> None:  # the child's controlling terminal, where getpass would ask
-        os.setsid()
-        fcntl.ioctl(terminal, termios.TIOCSCTTY, 0)
-
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gcmstream", "info", str(path)],
-        stdin=terminal,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env(),
-        preexec_fn=take_terminal,
-        pass_fds=(terminal,),
-    )
-    os.close(terminal)
+    process, controller = start_on_terminal(["info", str(path)], stdin_is_terminal=True)
     shown = bytearray()
     deadline = time.monotonic() + TIMEOUT
     try:  # what the command writes on the terminal, until it exits (EIO: the pty closed)
