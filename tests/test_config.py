@@ -162,6 +162,25 @@ REFUSALS: list[tuple[dict[str, Any], type[Exception], str]] = [
         "max_record_size must be an int from 1 to 16777216, got 0",
     ),
     ({"key": KEY, "record_size": 0}, ValueError, "record_size must be an int from 1 to 16777216, got 0"),
+    ({"key": KEY, "ring_size": 0}, ValueError, "ring_size must be a positive number of bytes, got 0"),
+    ({"key": KEY, "local_id": ""}, ValueError, "local_id must be 1 to 255 bytes, got 0"),
+    ({"key": KEY, "peer_id": 7}, TypeError, "peer_id must be str or bytes, got int"),
+    (
+        {"key": KEY, "max_pending_handshakes": 0},
+        ValueError,
+        "max_pending_handshakes must be an int >= 1, got 0",
+    ),
+    ({"key": KEY, "admission": 256}, TypeError, "admission must be an AdmissionPolicy, got int"),
+    (
+        {"key": KEY, "record_timeout": math.nan},
+        ValueError,
+        "record_timeout must be a positive, finite number of seconds or None, got nan",
+    ),
+    (
+        {"key": KEY, "idle_timeout": -1},
+        ValueError,
+        "idle_timeout must be a positive, finite number of seconds or None, got -1",
+    ),
     (
         {"key": KEY, "handshake_timeout": 0},
         ValueError,
