@@ -102,6 +102,10 @@ def test_the_defaults_live_in_the_configuration() -> None:
     assert own["record_timeout"].default == DEFAULT_RECORD_TIMEOUT == 30.0
     assert own["idle_timeout"].default is DEFAULT_IDLE_TIMEOUT is None
     assert Configuration(key=KEY).admission is DEFAULT_ADMISSION
+    made = Configuration(key=KEY)  # each default as the signature says (a mutation run's find)
+    for name, parameter in own.items():
+        if name not in ("key", "admission", "max_pending_handshakes"):
+            assert getattr(made, name) == parameter.default, name
     assert Configuration(key=KEY, max_pending_handshakes=8).admission.full == 8
     with pytest.raises(ValueError, match="not both"):
         Configuration(key=KEY, admission=DEFAULT_ADMISSION, max_pending_handshakes=8)
