@@ -69,6 +69,13 @@ def test_a_completed_handshake_has_no_handshake_deadline() -> None:
     assert deadlines.expired is None
 
 
+def test_the_repr_shows_only_the_deadlines_that_run() -> None:
+    deadlines = ConnectionDeadlines(handshake_timeout=5.0, record_timeout=2.0)
+    assert repr(deadlines) == "<ConnectionDeadlines due={} expired=None>"
+    deadlines.handshake_started(10.0)
+    assert repr(deadlines) == "<ConnectionDeadlines due={'handshake_timeout': 15.0} expired=None>"
+
+
 def test_a_record_deadline_starts_with_the_record_and_a_trickle_does_not_move_it() -> None:
     deadlines = ConnectionDeadlines(record_timeout=2.0)
     deadlines.handshake_complete(0.0)
@@ -102,7 +109,7 @@ def test_the_idle_deadline_moves_with_each_read_and_fires_once() -> None:
     deadlines.received(0.5, receiving_record=False)
     assert deadlines.read_timer() is None  # no idle deadline during the handshake
     deadlines.handshake_complete(1.0)
-    assert deadlines.read_timer() == 2.0
+    assert deadlines.read_timer() == deadlines.get_timer() == 2.0  # get_timer counts silence too
     deadlines.received(1.5, receiving_record=False)  # progress: a timer armed at 2.0 finds nothing
     assert deadlines.handle_timer(2.0) is None
     assert deadlines.read_timer() == 2.5  # re-armed there
