@@ -85,6 +85,7 @@ def test_a_record_deadline_starts_with_the_record_and_a_trickle_does_not_move_it
         assert deadlines.read_timer() == 3.0
     assert deadlines.handle_timer(2.99) is None
     assert deadlines.handle_timer(3.0) is Deadline.RECORD
+    assert deadlines.read_timer() is None and deadlines.get_timer() is None  # fired: none re-armed
     assert deadlines.handle_timer(3.5) is None
     assert deadlines.reason(Deadline.RECORD) == (
         "a record started more than 2 s ago has not finished arriving"
@@ -129,6 +130,16 @@ def test_a_paused_reader_stops_both_clocks_and_resuming_starts_them_again() -> N
     deadlines.resumed(10.0, receiving_record=True)
     assert deadlines.read_timer() == 12.0  # the record's, from the resume
     assert fired(deadlines, 20.0) == [(12.0, Deadline.RECORD)]
+
+
+def test_resuming_without_a_record_timeout_times_only_the_silence() -> None:
+    deadlines = ConnectionDeadlines(idle_timeout=3.0)  # record_timeout None: no record deadline
+    deadlines.handshake_complete(0.0)
+    deadlines.received(1.0, receiving_record=True)
+    deadlines.paused()
+    deadlines.resumed(5.0, receiving_record=True)
+    assert deadlines.read_timer() == 8.0
+    assert fired(deadlines, 20.0) == [(8.0, Deadline.IDLE)]
 
 
 def test_a_peer_that_ended_its_input_is_neither_idle_nor_sending_a_record() -> None:
