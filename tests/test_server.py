@@ -17,6 +17,7 @@ from gcmstream._server import (
     FailureReport,
     ServerCore,
     connection_statistics,
+    descriptor_soft_limit,
     server_admission,
 )
 from gcmstream.admission import DEFAULT_ADMISSION, REPORT_INTERVAL
@@ -348,6 +349,32 @@ def test_the_default_policy_is_fitted_to_the_descriptor_limit(monkeypatch: pytes
     assert ServerCore(Configuration(key=KEY), [].append).admission.policy == fitted
     chosen = AdmissionPolicy.from_max_pending_handshakes(8)
     assert server_admission(chosen) is chosen
+
+
+def test_a_chosen_policy_beyond_the_descriptor_limit_is_kept_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The application's own policy is not shrunk, but one whose pending sockets pass the
+    budget is said once, with its figures (a mutation run found the warning untested)."""
+    import gcmstream._server
+
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+    monkeypatch.setattr(gcmstream._server, "descriptor_soft_limit", lambda: 1024)
+    chosen = AdmissionPolicy(start=100, full=600, verified=300)
+    assert server_admission(chosen) is chosen
+    assert caplog.messages == [
+        "the admission policy keeps up to 900 pending handshakes, more than half of the "
+        "descriptor limit (1024): a flood can make accept() fail with EMFILE"
+    ]
+    caplog.clear()
+    small = AdmissionPolicy(start=100, full=300, verified=400)  # 700: within 1024 - 256
+    assert server_admission(small) is small and caplog.messages == []
+
+
+def test_the_descriptor_limit_is_the_soft_rlimit_nofile() -> None:
+    resource = pytest.importorskip("resource")
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert descriptor_soft_limit() == (None if soft == resource.RLIM_INFINITY else soft)
 
 
 def test_connection_statistics_name_what_each_side_did() -> None:
