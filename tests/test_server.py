@@ -290,6 +290,26 @@ def test_keyless_failures_are_one_warning_per_interval_counted_by_reason(
     assert server.statistics.handshakes_failed == 305
 
 
+def test_a_failure_after_the_interval_says_the_count_first_without_an_arrival(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The count goes out at the next failure too, not only at the next arrival: handshakes
+    still pending when a flood stops end later, and no new client may come (a hand-made removal
+    of that call went unnoticed: the other tests admit before each failure)."""
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+    now = [0.0]
+    report = FailureReport(clock=lambda: now[0])
+    assert report.failed(HUNG_UP, proved_key=False) == logging.WARNING  # its own line
+    now[0] = 1.0
+    assert report.failed(HUNG_UP, proved_key=False) == logging.DEBUG  # counted
+    now[0] = 1.0 + REPORT_INTERVAL
+    assert report.failed(TimeoutError(), proved_key=False) == logging.DEBUG  # the count was the line
+    assert caplog.messages == [
+        "handshakes failed without proving the key in the last 10 s: 1 (1 truncated stream error); "
+        "each is logged at debug level"
+    ]
+
+
 def test_a_peer_that_proved_the_key_keeps_its_own_warning_under_a_flood() -> None:
     server = core(AdmissionPolicy(start=900, full=900, verified=900, per_source=None), [])
     for n in range(50):  # a flood of strangers: their lines go at debug level
