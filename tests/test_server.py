@@ -391,10 +391,34 @@ def test_a_chosen_policy_beyond_the_descriptor_limit_is_kept_with_a_warning(
     assert server_admission(small) is small and caplog.messages == []
 
 
-def test_the_descriptor_limit_is_the_soft_rlimit_nofile() -> None:
+def test_the_descriptor_limit_is_the_soft_rlimit_nofile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The soft limit, not the hard one (here both are often equal: a fake getrlimit tells them
+    apart); None when it is unlimited."""
     resource = pytest.importorskip("resource")
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    assert descriptor_soft_limit() == (None if soft == resource.RLIM_INFINITY else soft)
+    limits = {resource.RLIMIT_NOFILE: (1000, 4096)}
+    monkeypatch.setattr(resource, "getrlimit", limits.__getitem__)
+    assert descriptor_soft_limit() == 1000
+    limits[resource.RLIMIT_NOFILE] = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+    assert descriptor_soft_limit() is None
+
+
+def test_a_peer_that_hung_up_before_sending_counts_as_a_keyless_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Closed on arrival, never admitted: counted in the statistics and in the report as any
+    stranger's failure (its own line first, then at debug level, counted by reason)."""
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+    now = [0.0]
+    server = core(DEFAULT_ADMISSION, [], clock=now)
+    assert server.ended_before_sending(HUNG_UP) == logging.WARNING
+    assert server.ended_before_sending(HUNG_UP) == logging.DEBUG
+    assert server.statistics.handshakes_failed == 2 and server.statistics.admitted == 0
+    now[0] = REPORT_INTERVAL
+    server.failures.report_due()
+    assert caplog.messages == [
+        "handshakes failed without proving the key in the last 10 s: 1 (1 truncated stream error); "
+        "each is logged at debug level"
+    ]
 
 
 def test_connection_statistics_name_what_each_side_did() -> None:
