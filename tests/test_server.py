@@ -250,6 +250,70 @@ def test_the_core_refuses_a_source_at_its_cap() -> None:
     assert server.statistics.admitted == 2
 
 
+def test_the_core_passes_its_random_clock_and_log_on(caplog: pytest.LogCaptureFixture) -> None:
+    """What the tests decide reaches the admission and the report: ``random`` decides each
+    eviction (0.0 always under the chance, 1.0 never), ``clock`` the admission's report
+    interval, ``log`` where the failure count goes (listen's own logger). A mutation run found
+    that dropping any of them passed every test."""
+    caplog.set_level(logging.WARNING)
+    policy = AdmissionPolicy(start=1, rate=50, full=100, verified=100, per_source=None)
+    for chance, evicted in ((0.0, 29), (1.0, 0)):  # drop chance 0.5 to 0.65 here: never 0 or 1
+        dropped: list[str] = []
+        server = ServerCore(
+            Configuration(key=KEY, admission=policy), dropped.append, random=lambda c=chance: c
+        )
+        for n in range(30):
+            server.admit(f"c{n}", ("10.0.0.1", n))
+        assert len(dropped) == evicted, chance
+    unseeded = ServerCore(Configuration(key=KEY, admission=policy), [].append)  # random.random
+    for n in range(30):
+        assert unseeded.admit(f"c{n}", ("10.0.0.1", n))
+    caplog.clear()
+    now = [0.0]
+    listen = logging.getLogger("gcmstream.cli")
+    server = ServerCore(
+        Configuration(key=KEY, admission=policy),
+        [].append,
+        random=lambda: 0.0,
+        clock=lambda: now[0],
+        log=listen,
+    )
+    server.admit("a", ("10.0.0.1", 1))
+    server.admit("b", ("10.0.0.1", 2))  # evicts a: the admission's first report
+    server.admit("c", ("10.0.0.1", 3))  # evicts b: within the interval, not said
+    now[0] = REPORT_INTERVAL
+    server.admit("d", ("10.0.0.1", 4))  # evicts c: the interval passed on the core's clock
+    shed = [m for m in caplog.messages if m.startswith("admission under load")]
+    assert len(shed) == 2 and shed[1].startswith("admission under load in the last 10 s: refused 0"), shed
+    assert server.handshake_failed("d", HUNG_UP) == logging.WARNING  # its own line
+    server.admit("e", ("10.0.0.1", 5))
+    assert server.handshake_failed("e", HUNG_UP) == logging.DEBUG  # counted
+    now[0] = 3 * REPORT_INTERVAL
+    server.admit("f", ("10.0.0.1", 6))  # says the count, to the core's logger
+    [count] = [r for r in caplog.records if r.getMessage().startswith("handshakes failed")]
+    assert count.name == "gcmstream.cli"
+
+
+def test_the_statistics_count_every_event(caplog: pytest.LogCaptureFixture) -> None:
+    server = core(AdmissionPolicy(start=1, rate=0, full=4, verified=4, per_source=1), [])
+    assert server.admit("a", ("10.0.0.1", 1))
+    assert not server.admit("b", ("10.0.0.1", 2)) and not server.admit("c", ("10.0.0.1", 3))
+    assert server.admit("d", ("10.0.0.2", 1))
+    for name in ("a", "d"):
+        server.observe(name, opener(header=object(), finished=True))
+        assert server.handshake_completed(name)
+    server.handler_failed(ValueError("one"), "p1")
+    server.handler_failed(ValueError("two"), "p2")
+    assert caplog.messages[-2].startswith("handler failed for p1; the server goes on:")
+    assert server.statistics.as_dict() == {
+        "admitted": 2,
+        "handler_failures": 2,
+        "handshakes_failed": 0,
+        "refused": 2,
+        "served": 2,
+    }
+
+
 def test_keyless_failures_are_one_warning_per_interval_counted_by_reason(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
