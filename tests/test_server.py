@@ -17,6 +17,7 @@ from gcmstream._server import (
     FailureReport,
     ServerCore,
     connection_statistics,
+    describe_handshake_failure,
     descriptor_soft_limit,
     server_admission,
 )
@@ -361,17 +362,35 @@ def test_a_failure_after_the_interval_says_the_count_first_without_an_arrival(
     still pending when a flood stops end later, and no new client may come (a hand-made removal
     of that call went unnoticed: the other tests admit before each failure)."""
     caplog.set_level(logging.WARNING, logger="gcmstream")
-    now = [0.0]
+    now = [1000.0]  # a clock far from 0, as time.monotonic's: the interval is a difference
     report = FailureReport(clock=lambda: now[0])
     assert report.failed(HUNG_UP, proved_key=False) == logging.WARNING  # its own line
-    now[0] = 1.0
+    now[0] = 1001.0
     assert report.failed(HUNG_UP, proved_key=False) == logging.DEBUG  # counted
-    now[0] = 1.0 + REPORT_INTERVAL
+    now[0] = 1000.0 + REPORT_INTERVAL - 0.5
+    report.report_due()
+    assert caplog.messages == []  # not yet
+    now[0] = 1001.0 + REPORT_INTERVAL
     assert report.failed(TimeoutError(), proved_key=False) == logging.DEBUG  # the count was the line
     assert caplog.messages == [
         "handshakes failed without proving the key in the last 10 s: 1 (1 truncated stream error); "
         "each is logged at debug level"
     ]
+
+
+def test_a_failed_handshake_is_one_line_naming_the_peer_the_error_and_the_limit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="gcmstream")
+    describe_handshake_failure(HUNG_UP, "peer A")
+    describe_handshake_failure(TimeoutError(), "peer B", 5.0, logging.DEBUG)
+    describe_handshake_failure(TimeoutError("slow"), "peer C")  # no limit given: its own words
+    assert caplog.messages == [
+        "handshake with peer A failed: TruncatedStreamError: the connection ended during the handshake",
+        "handshake with peer B failed: TimeoutError: not complete within 5.0 s",
+        "handshake with peer C failed: TimeoutError: slow",
+    ]
+    assert [record.levelno for record in caplog.records] == [logging.WARNING, logging.DEBUG, logging.WARNING]
 
 
 def test_a_peer_that_proved_the_key_keeps_its_own_warning_under_a_flood() -> None:
