@@ -19,6 +19,7 @@ from gcmstream._server import (
     connection_statistics,
     describe_handshake_failure,
     descriptor_soft_limit,
+    log_handler_failure,
     server_admission,
 )
 from gcmstream.admission import DEFAULT_ADMISSION, REPORT_INTERVAL
@@ -514,6 +515,50 @@ def test_connection_statistics_name_what_each_side_did() -> None:
     figures = connection_statistics(responder.sealer, responder.opener)
     assert figures["peer_key_id"] == responder.opener.header.key_id  # type: ignore[union-attr]
     assert figures["peer_id"] is None
+
+
+def test_connection_statistics_are_every_figure_by_name_before_and_after_a_record() -> None:
+    """The whole dict: before any header (no key proved yet), after one record, and for a Tink
+    stream, which names no key (a mutation run found the opened figures and the None branches
+    untested)."""
+    from gcmstream import Opener, Sealer, key_id
+    from gcmstream.tinkstream import TinkOpener, TinkSealer, TinkStreamingKey
+
+    sealer, opener = Sealer(KEY), Opener(KEY)
+    before = {"suite": "AES_128_GCM", "record_size": 65536, "records_sealed": 0, "bytes_sealed": 0}
+    unproved = {"records_opened": 0, "bytes_opened": 0, "peer_key_id": None, "peer_id": None}
+    assert connection_statistics(sealer, opener) == before | unproved
+    opener.receive_data(bytes(sealer.seal(b"hello", flush=True)))
+    assert opener.read() == b"hello"
+    assert connection_statistics(sealer, opener) == {
+        **before,
+        "records_sealed": 1,
+        "bytes_sealed": 5,
+        "records_opened": 1,
+        "bytes_opened": 5,
+        "peer_key_id": key_id(KEY),
+        "peer_id": None,
+    }
+    tink = TinkStreamingKey(bytes(16), key_id=7)
+    tink_sealer, tink_opener = TinkSealer(tink), TinkOpener(tink)
+    tink_opener.receive_data(bytes(tink_sealer.seal(b"hello")) + bytes(tink_sealer.close()))
+    tink_opener.receive_eof()
+    assert tink_opener.read() == b"hello" and tink_opener.header is not None
+    figures = connection_statistics(tink_sealer, tink_opener)  # a keyset's ID is not a key ID
+    assert (figures["peer_key_id"], figures["peer_id"], figures["records_opened"]) == (None, None, 1)
+
+
+def test_a_failed_handler_is_one_line_with_its_whole_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger="gcmstream")
+    try:
+        raise ValueError("the handler has a bug")
+    except ValueError as exc:
+        log_handler_failure(exc, "peer A")
+    [line] = caplog.messages
+    assert line.startswith(
+        "handler failed for peer A; the server goes on: Traceback (most recent call last):\n  File "
+    )
+    assert line.endswith("\nValueError: the handler has a bug"), line[-60:]
 
 
 def test_a_final_report_says_the_count_whatever_the_interval(caplog: pytest.LogCaptureFixture) -> None:
