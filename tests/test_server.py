@@ -5,6 +5,7 @@ isolation's log line; statistics. Every server path runs on this core: tests/hos
 
 from __future__ import annotations
 
+import functools
 import logging
 from types import SimpleNamespace
 
@@ -261,13 +262,16 @@ def test_the_core_passes_its_random_clock_and_log_on(caplog: pytest.LogCaptureFi
     policy = AdmissionPolicy(start=1, rate=50, full=100, verified=100, per_source=None)
     for chance, evicted in ((0.0, 29), (1.0, 0)):  # drop chance 0.5 to 0.65 here: never 0 or 1
         dropped: list[str] = []
-        server = ServerCore(
-            Configuration(key=KEY, admission=policy), dropped.append, random=lambda c=chance: c
+        server: ServerCore[str] = ServerCore(
+            Configuration(key=KEY, admission=policy), dropped.append, random=functools.partial(float, chance)
         )
         for n in range(30):
             server.admit(f"c{n}", ("10.0.0.1", n))
         assert len(dropped) == evicted, chance
-    unseeded = ServerCore(Configuration(key=KEY, admission=policy), [].append)  # random.random
+    ignored: list[str] = []
+    unseeded: ServerCore[str] = ServerCore(
+        Configuration(key=KEY, admission=policy), ignored.append
+    )  # random.random
     for n in range(30):
         assert unseeded.admit(f"c{n}", ("10.0.0.1", n))
     caplog.clear()
@@ -275,7 +279,7 @@ def test_the_core_passes_its_random_clock_and_log_on(caplog: pytest.LogCaptureFi
     listen = logging.getLogger("gcmstream.cli")
     server = ServerCore(
         Configuration(key=KEY, admission=policy),
-        [].append,
+        ignored.append,
         random=lambda: 0.0,
         clock=lambda: now[0],
         log=listen,
