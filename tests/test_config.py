@@ -102,6 +102,10 @@ def test_the_defaults_live_in_the_configuration() -> None:
     assert own["record_timeout"].default == DEFAULT_RECORD_TIMEOUT == 30.0
     assert own["idle_timeout"].default is DEFAULT_IDLE_TIMEOUT is None
     assert Configuration(key=KEY).admission is DEFAULT_ADMISSION
+    made = Configuration(key=KEY)  # each default as the signature says (a mutation run's find)
+    for name, parameter in own.items():
+        if name not in ("key", "admission", "max_pending_handshakes"):
+            assert getattr(made, name) == parameter.default, name
     assert Configuration(key=KEY, max_pending_handshakes=8).admission.full == 8
     with pytest.raises(ValueError, match="not both"):
         Configuration(key=KEY, admission=DEFAULT_ADMISSION, max_pending_handshakes=8)
@@ -146,6 +150,71 @@ def test_it_is_frozen_and_replace_checks_again() -> None:
         config.replace(colour="blue")
 
 
+# Each refusal's whole message: what was wrong, by its parameter's name, and what was found
+# (its type or value), never a key. (Mutation run 2026-12-05, docs/mutation-2026-12-05-mtink4.md:
+# messages that lost the type found, or gained text, passed every test that searched them.)
+REFUSALS: list[tuple[dict[str, Any], type[Exception], str]] = [
+    (
+        {"key": KEY, "idle_timeout": "5"},
+        TypeError,
+        "idle_timeout must be a number of seconds or None, got str",
+    ),
+    ({"key": KEY, "limits": {}}, TypeError, "limits must be a KeyLimits or None, got dict"),
+    (
+        {"key": KEY, "max_record_size": 0},
+        ValueError,
+        "max_record_size must be an int from 1 to 16777216, got 0",
+    ),
+    ({"key": KEY, "record_size": 0}, ValueError, "record_size must be an int from 1 to 16777216, got 0"),
+    ({"key": KEY, "ring_size": 0}, ValueError, "ring_size must be a positive number of bytes, got 0"),
+    ({"key": KEY, "local_id": ""}, ValueError, "local_id must be 1 to 255 bytes, got 0"),
+    ({"key": KEY, "peer_id": 7}, TypeError, "peer_id must be str or bytes, got int"),
+    (
+        {"key": KEY, "max_pending_handshakes": 0},
+        ValueError,
+        "max_pending_handshakes must be an int >= 1, got 0",
+    ),
+    ({"key": KEY, "admission": 256}, TypeError, "admission must be an AdmissionPolicy, got int"),
+    (
+        {"key": KEY, "record_timeout": math.nan},
+        ValueError,
+        "record_timeout must be a positive, finite number of seconds or None, got nan",
+    ),
+    (
+        {"key": KEY, "idle_timeout": -1},
+        ValueError,
+        "idle_timeout must be a positive, finite number of seconds or None, got -1",
+    ),
+    (
+        {"key": KEY, "handshake_timeout": 0},
+        ValueError,
+        "handshake_timeout must be a positive, finite number of seconds or None, got 0",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    REFUSALS,
+    ids=[next(name for name in o if name != "key") for o, _, _ in REFUSALS],
+)
+def test_each_refusal_says_exactly_what_was_wrong(
+    options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as raised:
+        Configuration(**options)
+    assert str(raised.value) == message
+
+
+def test_the_usage_refusals_say_exactly_what_was_wrong() -> None:
+    with pytest.raises(TypeError) as missing:
+        configure(None, key=UNSET)
+    assert str(missing.value) == "missing key= (or config=)"
+    with pytest.raises(AttributeError) as deleted:
+        del Configuration(key=KEY).context
+    assert str(deleted.value) == "a Configuration is frozen"
+
+
 def test_equal_by_value_and_not_hashable() -> None:
     alice = generate_key()
     assert Configuration(key=alice, local_id="a") == Configuration(key=KeyRing([alice]), local_id=b"a")
@@ -160,6 +229,9 @@ def test_equal_by_value_and_not_hashable() -> None:
 def test_repr_shows_key_ids_never_a_key() -> None:
     keys = [generate_key(), generate_key(128)]
     text = repr(Configuration(key=KeyRing({"alice": keys})))
+    # every option, by name, in the constructor's order, as a call would write them
+    assert ", context=b'', key_exchange=<KeyExchange.MLKEM768_X25519: " in text, text
+    assert text.startswith("Configuration(key=<KeyRing alice=") and text.endswith(")"), text
     assert key_id(keys[0]).hex()[:8] in text and "alice" in text
     for key in keys:
         assert key.hex() not in text and repr(key) not in text and str(list(key)) not in text
@@ -191,6 +263,8 @@ def test_channel_passes_every_option_on(monkeypatch: pytest.MonkeyPatch) -> None
     for name in channel_options - {"role", "reuse_output"}:
         assert seen[name] == getattr(config, name), name
     assert (seen["role"], seen["reuse_output"]) == (Role.RESPONDER, False)
+    config.channel(Role.INITIATOR)  # Channel's default: its output buffer is reused
+    assert (seen["role"], seen["reuse_output"]) == (Role.INITIATOR, True)
 
 
 def test_channels_from_one_configuration_complete_a_handshake() -> None:

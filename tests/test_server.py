@@ -5,6 +5,7 @@ isolation's log line; statistics. Every server path runs on this core: tests/hos
 
 from __future__ import annotations
 
+import functools
 import logging
 from types import SimpleNamespace
 
@@ -17,6 +18,9 @@ from gcmstream._server import (
     FailureReport,
     ServerCore,
     connection_statistics,
+    describe_handshake_failure,
+    descriptor_soft_limit,
+    log_handler_failure,
     server_admission,
 )
 from gcmstream.admission import DEFAULT_ADMISSION, REPORT_INTERVAL
@@ -69,6 +73,13 @@ def test_a_completed_handshake_has_no_handshake_deadline() -> None:
     assert deadlines.expired is None
 
 
+def test_the_repr_shows_only_the_deadlines_that_run() -> None:
+    deadlines = ConnectionDeadlines(handshake_timeout=5.0, record_timeout=2.0)
+    assert repr(deadlines) == "<ConnectionDeadlines due={} expired=None>"
+    deadlines.handshake_started(10.0)
+    assert repr(deadlines) == "<ConnectionDeadlines due={'handshake_timeout': 15.0} expired=None>"
+
+
 def test_a_record_deadline_starts_with_the_record_and_a_trickle_does_not_move_it() -> None:
     deadlines = ConnectionDeadlines(record_timeout=2.0)
     deadlines.handshake_complete(0.0)
@@ -78,6 +89,7 @@ def test_a_record_deadline_starts_with_the_record_and_a_trickle_does_not_move_it
         assert deadlines.read_timer() == 3.0
     assert deadlines.handle_timer(2.99) is None
     assert deadlines.handle_timer(3.0) is Deadline.RECORD
+    assert deadlines.read_timer() is None and deadlines.get_timer() is None  # fired: none re-armed
     assert deadlines.handle_timer(3.5) is None
     assert deadlines.reason(Deadline.RECORD) == (
         "a record started more than 2 s ago has not finished arriving"
@@ -102,7 +114,7 @@ def test_the_idle_deadline_moves_with_each_read_and_fires_once() -> None:
     deadlines.received(0.5, receiving_record=False)
     assert deadlines.read_timer() is None  # no idle deadline during the handshake
     deadlines.handshake_complete(1.0)
-    assert deadlines.read_timer() == 2.0
+    assert deadlines.read_timer() == deadlines.get_timer() == 2.0  # get_timer counts silence too
     deadlines.received(1.5, receiving_record=False)  # progress: a timer armed at 2.0 finds nothing
     assert deadlines.handle_timer(2.0) is None
     assert deadlines.read_timer() == 2.5  # re-armed there
@@ -122,6 +134,16 @@ def test_a_paused_reader_stops_both_clocks_and_resuming_starts_them_again() -> N
     deadlines.resumed(10.0, receiving_record=True)
     assert deadlines.read_timer() == 12.0  # the record's, from the resume
     assert fired(deadlines, 20.0) == [(12.0, Deadline.RECORD)]
+
+
+def test_resuming_without_a_record_timeout_times_only_the_silence() -> None:
+    deadlines = ConnectionDeadlines(idle_timeout=3.0)  # record_timeout None: no record deadline
+    deadlines.handshake_complete(0.0)
+    deadlines.received(1.0, receiving_record=True)
+    deadlines.paused()
+    deadlines.resumed(5.0, receiving_record=True)
+    assert deadlines.read_timer() == 8.0
+    assert fired(deadlines, 20.0) == [(8.0, Deadline.IDLE)]
 
 
 def test_a_peer_that_ended_its_input_is_neither_idle_nor_sending_a_record() -> None:
@@ -231,6 +253,73 @@ def test_the_core_refuses_a_source_at_its_cap() -> None:
     assert server.statistics.admitted == 2
 
 
+def test_the_core_passes_its_random_clock_and_log_on(caplog: pytest.LogCaptureFixture) -> None:
+    """What the tests decide reaches the admission and the report: ``random`` decides each
+    eviction (0.0 always under the chance, 1.0 never), ``clock`` the admission's report
+    interval, ``log`` where the failure count goes (listen's own logger). A mutation run found
+    that dropping any of them passed every test."""
+    caplog.set_level(logging.WARNING)
+    policy = AdmissionPolicy(start=1, rate=50, full=100, verified=100, per_source=None)
+    for chance, evicted in ((0.0, 29), (1.0, 0)):  # drop chance 0.5 to 0.65 here: never 0 or 1
+        dropped: list[str] = []
+        server: ServerCore[str] = ServerCore(
+            Configuration(key=KEY, admission=policy), dropped.append, random=functools.partial(float, chance)
+        )
+        for n in range(30):
+            server.admit(f"c{n}", ("10.0.0.1", n))
+        assert len(dropped) == evicted, chance
+    ignored: list[str] = []
+    unseeded: ServerCore[str] = ServerCore(
+        Configuration(key=KEY, admission=policy), ignored.append
+    )  # random.random
+    for n in range(30):
+        assert unseeded.admit(f"c{n}", ("10.0.0.1", n))
+    caplog.clear()
+    now = [0.0]
+    listen = logging.getLogger("gcmstream.cli")
+    server = ServerCore(
+        Configuration(key=KEY, admission=policy),
+        ignored.append,
+        random=lambda: 0.0,
+        clock=lambda: now[0],
+        log=listen,
+    )
+    server.admit("a", ("10.0.0.1", 1))
+    server.admit("b", ("10.0.0.1", 2))  # evicts a: the admission's first report
+    server.admit("c", ("10.0.0.1", 3))  # evicts b: within the interval, not said
+    now[0] = REPORT_INTERVAL
+    server.admit("d", ("10.0.0.1", 4))  # evicts c: the interval passed on the core's clock
+    shed = [m for m in caplog.messages if m.startswith("admission under load")]
+    assert len(shed) == 2 and shed[1].startswith("admission under load in the last 10 s: refused 0"), shed
+    assert server.handshake_failed("d", HUNG_UP) == logging.WARNING  # its own line
+    server.admit("e", ("10.0.0.1", 5))
+    assert server.handshake_failed("e", HUNG_UP) == logging.DEBUG  # counted
+    now[0] = 3 * REPORT_INTERVAL
+    server.admit("f", ("10.0.0.1", 6))  # says the count, to the core's logger
+    [count] = [r for r in caplog.records if r.getMessage().startswith("handshakes failed")]
+    assert count.name == "gcmstream.cli"
+
+
+def test_the_statistics_count_every_event(caplog: pytest.LogCaptureFixture) -> None:
+    server = core(AdmissionPolicy(start=1, rate=0, full=4, verified=4, per_source=1), [])
+    assert server.admit("a", ("10.0.0.1", 1))
+    assert not server.admit("b", ("10.0.0.1", 2)) and not server.admit("c", ("10.0.0.1", 3))
+    assert server.admit("d", ("10.0.0.2", 1))
+    for name in ("a", "d"):
+        server.observe(name, opener(header=object(), finished=True))
+        assert server.handshake_completed(name)
+    server.handler_failed(ValueError("one"), "p1")
+    server.handler_failed(ValueError("two"), "p2")
+    assert caplog.messages[-2].startswith("handler failed for p1; the server goes on:")
+    assert server.statistics.as_dict() == {
+        "admitted": 2,
+        "handler_failures": 2,
+        "handshakes_failed": 0,
+        "refused": 2,
+        "served": 2,
+    }
+
+
 def test_keyless_failures_are_one_warning_per_interval_counted_by_reason(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -269,6 +358,44 @@ def test_keyless_failures_are_one_warning_per_interval_counted_by_reason(
     assert fail("quiet again", HUNG_UP) == logging.WARNING  # a quiet interval: its own line again
     assert len(caplog.messages) == 3
     assert server.statistics.handshakes_failed == 305
+
+
+def test_a_failure_after_the_interval_says_the_count_first_without_an_arrival(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The count goes out at the next failure too, not only at the next arrival: handshakes
+    still pending when a flood stops end later, and no new client may come (a hand-made removal
+    of that call went unnoticed: the other tests admit before each failure)."""
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+    now = [1000.0]  # a clock far from 0, as time.monotonic's: the interval is a difference
+    report = FailureReport(clock=lambda: now[0])
+    assert report.failed(HUNG_UP, proved_key=False) == logging.WARNING  # its own line
+    now[0] = 1001.0
+    assert report.failed(HUNG_UP, proved_key=False) == logging.DEBUG  # counted
+    now[0] = 1000.0 + REPORT_INTERVAL - 0.5
+    report.report_due()
+    assert caplog.messages == []  # not yet
+    now[0] = 1001.0 + REPORT_INTERVAL
+    assert report.failed(TimeoutError(), proved_key=False) == logging.DEBUG  # the count was the line
+    assert caplog.messages == [
+        "handshakes failed without proving the key in the last 10 s: 1 (1 truncated stream error); "
+        "each is logged at debug level"
+    ]
+
+
+def test_a_failed_handshake_is_one_line_naming_the_peer_the_error_and_the_limit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="gcmstream")
+    describe_handshake_failure(HUNG_UP, "peer A")
+    describe_handshake_failure(TimeoutError(), "peer B", 5.0, logging.DEBUG)
+    describe_handshake_failure(TimeoutError("slow"), "peer C")  # no limit given: its own words
+    assert caplog.messages == [
+        "handshake with peer A failed: TruncatedStreamError: the connection ended during the handshake",
+        "handshake with peer B failed: TimeoutError: not complete within 5.0 s",
+        "handshake with peer C failed: TimeoutError: slow",
+    ]
+    assert [record.levelno for record in caplog.records] == [logging.WARNING, logging.DEBUG, logging.WARNING]
 
 
 def test_a_peer_that_proved_the_key_keeps_its_own_warning_under_a_flood() -> None:
@@ -332,6 +459,56 @@ def test_the_default_policy_is_fitted_to_the_descriptor_limit(monkeypatch: pytes
     assert server_admission(chosen) is chosen
 
 
+def test_a_chosen_policy_beyond_the_descriptor_limit_is_kept_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The application's own policy is not shrunk, but one whose pending sockets pass the
+    budget is said once, with its figures (a mutation run found the warning untested)."""
+    import gcmstream._server
+
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+    monkeypatch.setattr(gcmstream._server, "descriptor_soft_limit", lambda: 1024)
+    chosen = AdmissionPolicy(start=100, full=600, verified=300)
+    assert server_admission(chosen) is chosen
+    assert caplog.messages == [
+        "the admission policy keeps up to 900 pending handshakes, more than half of the "
+        "descriptor limit (1024): a flood can make accept() fail with EMFILE"
+    ]
+    caplog.clear()
+    small = AdmissionPolicy(start=100, full=300, verified=400)  # 700: within 1024 - 256
+    assert server_admission(small) is small and caplog.messages == []
+
+
+def test_the_descriptor_limit_is_the_soft_rlimit_nofile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The soft limit, not the hard one (here both are often equal: a fake getrlimit tells them
+    apart); None when it is unlimited."""
+    resource = pytest.importorskip("resource")
+    limits = {resource.RLIMIT_NOFILE: (1000, 4096)}
+    monkeypatch.setattr(resource, "getrlimit", limits.__getitem__)
+    assert descriptor_soft_limit() == 1000
+    limits[resource.RLIMIT_NOFILE] = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+    assert descriptor_soft_limit() is None
+
+
+def test_a_peer_that_hung_up_before_sending_counts_as_a_keyless_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Closed on arrival, never admitted: counted in the statistics and in the report as any
+    stranger's failure (its own line first, then at debug level, counted by reason)."""
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+    now = [0.0]
+    server = core(DEFAULT_ADMISSION, [], clock=now)
+    assert server.ended_before_sending(HUNG_UP) == logging.WARNING
+    assert server.ended_before_sending(HUNG_UP) == logging.DEBUG
+    assert server.statistics.handshakes_failed == 2 and server.statistics.admitted == 0
+    now[0] = REPORT_INTERVAL
+    server.failures.report_due()
+    assert caplog.messages == [
+        "handshakes failed without proving the key in the last 10 s: 1 (1 truncated stream error); "
+        "each is logged at debug level"
+    ]
+
+
 def test_connection_statistics_name_what_each_side_did() -> None:
     from gcmstream import Channel, Role
 
@@ -342,6 +519,50 @@ def test_connection_statistics_name_what_each_side_did() -> None:
     figures = connection_statistics(responder.sealer, responder.opener)
     assert figures["peer_key_id"] == responder.opener.header.key_id  # type: ignore[union-attr]
     assert figures["peer_id"] is None
+
+
+def test_connection_statistics_are_every_figure_by_name_before_and_after_a_record() -> None:
+    """The whole dict: before any header (no key proved yet), after one record, and for a Tink
+    stream, which names no key (a mutation run found the opened figures and the None branches
+    untested)."""
+    from gcmstream import Opener, Sealer, key_id
+    from gcmstream.tinkstream import TinkOpener, TinkSealer, TinkStreamingKey
+
+    sealer, opener = Sealer(KEY), Opener(KEY)
+    before = {"suite": "AES_128_GCM", "record_size": 65536, "records_sealed": 0, "bytes_sealed": 0}
+    unproved = {"records_opened": 0, "bytes_opened": 0, "peer_key_id": None, "peer_id": None}
+    assert connection_statistics(sealer, opener) == before | unproved
+    opener.receive_data(bytes(sealer.seal(b"hello", flush=True)))
+    assert opener.read() == b"hello"
+    assert connection_statistics(sealer, opener) == {
+        **before,
+        "records_sealed": 1,
+        "bytes_sealed": 5,
+        "records_opened": 1,
+        "bytes_opened": 5,
+        "peer_key_id": key_id(KEY),
+        "peer_id": None,
+    }
+    tink = TinkStreamingKey(bytes(16), key_id=7)
+    tink_sealer, tink_opener = TinkSealer(tink), TinkOpener(tink)
+    tink_opener.receive_data(bytes(tink_sealer.seal(b"hello")) + bytes(tink_sealer.close()))
+    tink_opener.receive_eof()
+    assert tink_opener.read() == b"hello" and tink_opener.header is not None
+    figures = connection_statistics(tink_sealer, tink_opener)  # a keyset's ID is not a key ID
+    assert (figures["peer_key_id"], figures["peer_id"], figures["records_opened"]) == (None, None, 1)
+
+
+def test_a_failed_handler_is_one_line_with_its_whole_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, logger="gcmstream")
+    try:
+        raise ValueError("the handler has a bug")
+    except ValueError as exc:
+        log_handler_failure(exc, "peer A")
+    [line] = caplog.messages
+    assert line.startswith(
+        "handler failed for peer A; the server goes on: Traceback (most recent call last):\n  File "
+    )
+    assert line.endswith("\nValueError: the handler has a bug"), line[-60:]
 
 
 def test_a_final_report_says_the_count_whatever_the_interval(caplog: pytest.LogCaptureFixture) -> None:

@@ -496,8 +496,8 @@ def test_a_keyset_of_no_key_and_a_keyset_of_something_else_are_refused() -> None
     the surfaces take a keyset or a key, nothing else."""
     with pytest.raises(ValueError, match=r"^a keyset needs at least one key$"):
         TinkKeyset([])
-    for wrong in (b"k" * 16, None):
-        with pytest.raises(TypeError, match=r"^expected a TinkKeyset or TinkStreamingKey, got "):
+    for wrong, found in ((b"k" * 16, "bytes"), (None, "NoneType")):  # the message names what came
+        with pytest.raises(TypeError, match=rf"^expected a TinkKeyset or TinkStreamingKey, got {found}$"):
             TinkOpener(wrong)  # type: ignore[arg-type]
 
 
