@@ -1613,23 +1613,22 @@ def _files_read(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def _refuse_same_file(args: argparse.Namespace) -> None:
-    """OUT (-o, or stdout redirected to a file) being a file the command reads (INPUT, a key,
-    identity, recipients or passphrase file) would replace it (the output is renamed over it
-    at the end), or, for stdout, read what the shell's '>' emptied or what '>>' keeps growing:
-    refuse, as cp and cat do, before anything is read or written."""
+    """OUT (-o, or stdout) being a file the command reads (INPUT, a key, identity, recipients
+    or passphrase file) would replace it (the output is renamed over it at the end), or, for
+    stdout, read what the shell's '>' emptied or what '>>' keeps growing, or (a FIFO, a block
+    device) read back what is written: refuse, as cp and cat do, before anything is read or
+    written. The rule is the library's (``_output.refuse_same_file``: a regular file, a FIFO
+    or a block device; never /dev/null or a socket); the message is the command line's."""
+    from ._output import refuse_same_file
+    from .errors import SameFileError
+
     target = getattr(args, "output", "-")  # (info prints on stdout)
-    to_stdout = target == "-"
-    with contextlib.suppress(OSError):
-        output = os.fstat(1) if to_stdout else os.stat(target)
-        if to_stdout and not stat.S_ISREG(output.st_mode):
-            return  # a pipe, a terminal, /dev/null: never the file read
-        for what, path in _files_read(args):
-            try:
-                read = os.fstat(0) if path == "-" else os.stat(path)
-            except OSError:
-                continue  # (its own error, when it is read)
-            if os.path.samestat(read, output):
-                raise _Usage(_same_file_message(what, path, target))
+    read = [(what, 0 if path == "-" else path) for what, path in _files_read(args)]
+    try:
+        refuse_same_file(1 if target == "-" else target, read)
+    except SameFileError as same:
+        path = "-" if isinstance(same.path, int) else same.path
+        raise _Usage(_same_file_message(same.what, path, target)) from None
 
 
 def _same_file_message(what: str, path: str, output: str) -> str:
@@ -1640,15 +1639,18 @@ def _same_file_message(what: str, path: str, output: str) -> str:
         if what == "input file":
             return f"{_printable(path)} is both the input and the output: give another -o"
         return f"{_printable(path)} is both the {what} and the output: give another -o"
-    import fcntl  # (POSIX; only here, when stdout is the file read)
-
-    appending = fcntl.fcntl(1, fcntl.F_GETFL) & os.O_APPEND
-    done = (
-        "with '>>' what is written would be appended to what is read"
-        if appending
-        else "with '>' the shell already emptied it"
-    )
     read = "stdin" if path == "-" else _printable(path)
+    if stat.S_ISREG(os.fstat(1).st_mode):
+        import fcntl  # (POSIX; only here, when stdout is the file read)
+
+        appending = fcntl.fcntl(1, fcntl.F_GETFL) & os.O_APPEND
+        done = (
+            "with '>>' what is written would be appended to what is read"
+            if appending
+            else "with '>' the shell already emptied it"
+        )
+    else:  # a FIFO or a block device, written in place
+        done = "what is written would be read back"
     return (
         f"the output (stdout) is the {what}, {read}: nothing read ({done}); "
         "redirect stdout elsewhere or give -o"

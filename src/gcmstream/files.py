@@ -63,7 +63,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
-from ._output import Destination, open_output
+from ._output import Destination, open_output, refuse_same_file
 from .armor import BEGIN_LINE, ArmorEncoder, dearmoring_reader, is_armored
 from .errors import (
     AuthenticationError,
@@ -923,7 +923,9 @@ def encrypt_path(
     """Encrypt the file ``src`` into ``dst`` atomically, in this thread and ``jobs - 1`` more
     (``encrypt_fd``). Keyed, or given ``config=``, as ``gcmstream.pipeline``'s functions
     (``limits`` too); ``tink``: in Tink's format (docs/TINK.md), with ``context`` alone beside
-    it (one worker: Tink's segments are sealed in order)."""
+    it (one worker: Tink's segments are sealed in order). ``dst`` being ``src`` (a regular
+    file, a FIFO or a block device) raises SameFileError before anything is read or written."""
+    refuse_same_file(dst, [("input file", src)])
     sealer = sealer_for(
         config,
         tink,
@@ -962,7 +964,9 @@ def decrypt_path(
     (``decrypt_fd``): ``dst`` appears only once every record, FINAL included, authenticated
     and nothing followed it. Keyed, or given ``config=``, as ``gcmstream.pipeline``'s
     functions; ``tink``: Tink's format (docs/TINK.md), ``dst`` appearing once the last segment
-    authenticated at the end of ``src`` (one worker)."""
+    authenticated at the end of ``src`` (one worker). ``dst`` being ``src`` raises
+    SameFileError before anything is read or written."""
+    refuse_same_file(dst, [("input file", src)])
     opener = opener_for(
         config,
         tink,
