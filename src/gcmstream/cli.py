@@ -74,8 +74,8 @@ if TYPE_CHECKING:
     from .files import (
         STOP_WAIT,
         TINK_IN_ORDER,
-        _Stopped,
         atomic_fd,
+        check_stop,
         decrypt_fd,
         encrypt_fd,
         new_opener,
@@ -177,15 +177,15 @@ def _import_keys() -> None:
 
 
 def _import_files() -> None:
-    global output_target, STOP_WAIT, _Stopped, atomic_fd, decrypt_fd, encrypt_fd, new_opener
+    global output_target, STOP_WAIT, check_stop, atomic_fd, decrypt_fd, encrypt_fd, new_opener
     global new_sealer, CHUNK_SIZE, open_file, open_regular, one_worker_reason, TINK_IN_ORDER
     global TinkKeyset, TinkOpener, TinkSealer, read_tink_keyset, MAX_KEYSET_SIZE, open_tink_file
     from ._output import output_target
     from .files import (
         STOP_WAIT,
         TINK_IN_ORDER,
-        _Stopped,
         atomic_fd,
+        check_stop,
         decrypt_fd,
         encrypt_fd,
         new_opener,
@@ -1868,8 +1868,7 @@ def _copy_range(
         file.seek(offset)
         buf = memoryview(bytearray(min(CHUNK_SIZE, remaining)))
         while remaining:
-            if stop is not None and stop.is_set():
-                raise _Stopped("stopped on request")
+            check_stop(stop)
             got = file.readinto(buf[: min(len(buf), remaining)])
             if not got:
                 break
@@ -2694,8 +2693,7 @@ class _FileRun:
             self.budget = None
 
     def check(self) -> None:
-        if self.stop.is_set():
-            raise _Stopped("stopped on request")
+        check_stop(self.stop)
 
     def run(
         self, command: Callable[[argparse.Namespace, _K], None], args: argparse.Namespace, key: _K

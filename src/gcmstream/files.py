@@ -105,6 +105,7 @@ __all__ = (
     "FixedLayout",
     "Progress",
     "atomic_fd",
+    "check_stop",
     "decrypt_fd",
     "decrypt_path",
     "default_jobs",
@@ -341,7 +342,10 @@ def _write_all(fd: int | _ArmoredOutput, view: memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _check(stop: threading.Event | None) -> None:
+def check_stop(stop: threading.Event | None) -> None:
+    """Leave the work at hand (the engine's loops, the command line's) if a stop was requested:
+    the one stop exception, which never reaches an application (a cancelled task gets its
+    cancellation, a command its signal's exit status)."""
     if stop is not None and stop.is_set():
         raise _Stopped("stopped on request")
 
@@ -364,11 +368,11 @@ def _reader(fd: int, stop: threading.Event | None) -> Callable[[Buffer], int]:
     def wait_then_readinto(buffer: Buffer) -> int:
         while True:
             while poller is not None and not poller.poll(_POLL_MS):
-                _check(stop)
+                check_stop(stop)
             got: int | None = readinto(buffer)
             if got is not None:
                 return got
-            _check(stop)  # EAGAIN: another reader took the input, or no poll to wait with
+            check_stop(stop)  # EAGAIN: another reader took the input, or no poll to wait with
             if poller is None:
                 time.sleep(_POLL_MS / 1000)
 
@@ -439,7 +443,7 @@ def _encrypt_fd(
     step = 4 * sealer.record_size
     try:
         while True:
-            _check(stop)
+            check_stop(stop)
             got = readinto(buf)
             if not got:
                 break
@@ -449,7 +453,7 @@ def _encrypt_fd(
                 out = sealer.seal(view[start : min(got, start + step)])
                 if out:
                     _write_all(dst, out)
-        _check(stop)
+        check_stop(stop)
         _write_all(dst, sealer.close())
         if isinstance(dst, _ArmoredOutput):
             dst.close()
@@ -594,7 +598,7 @@ def _decrypt_fd(
                 used = 0
             if eof:  # the opener raises the truncation itself; this guards a silent stall
                 raise TruncatedStreamError("input ended without a FINAL record")
-            _check(stop)
+            check_stop(stop)
             space = opener.get_buffer()
             if not space:
                 raise RuntimeError("gcmstream bug: the opener's ring is full with nothing to read")
@@ -612,7 +616,7 @@ def _decrypt_fd(
             used -= opener.final_length
             if readinto(bytearray(1)):
                 raise TrailingDataError("data follows the FINAL record")
-            _check(stop)  # a stop that came while the end was awaited: the end came too late
+            check_stop(stop)  # a stop that came while the end was awaited: the end came too late
             used += opener.final_length
     finally:
         if used > 0:  # on failure too: what is here authenticated (FINAL held back above)
@@ -709,7 +713,7 @@ def _in_parallel(
         try:
             run = worker()
             while not halt.is_set():
-                _check(stop)
+                check_stop(stop)
                 with take:
                     block = next(taken, None)
                 if block is None:
@@ -897,7 +901,7 @@ def atomic_fd(
     try:
         yield output.fileno()
         if not output.in_place:
-            _check(stop)
+            check_stop(stop)
     except BaseException:
         output.discard()
         raise
