@@ -97,6 +97,7 @@ if TYPE_CHECKING:
         generate_key,
         parse_fields,
         parse_header_start,
+        sealed_with,
     )
     from .keyfile import KEY_PREFIX, KeyFileError, format_key, parse_key, read_key_file, write_key_file
     from .opener import Opener
@@ -134,6 +135,7 @@ def _import_runtime(command: str) -> None:
 def _import_keys() -> None:
     global HEADER_FIXED_SIZE, MAX_FIELDS_SIZE, MAX_STANZA_FIELDS_SIZE, VERSION, FieldType, KeyExchange, Role
     global check_fields_length, check_header_start, check_role, generate_key, parse_fields, parse_header_start
+    global sealed_with
     global KEY_PREFIX, KeyFileError, format_key, parse_key
     global read_key_file, write_key_file, IDENTITY_PREFIX, MAX_IDENTITIES, MAX_IDENTITY_FILE_SIZE
     global MAX_RECIPIENTS_FILE_SIZE, Identity, Recipient, RecipientKind, check_recipients
@@ -154,6 +156,7 @@ def _import_keys() -> None:
         generate_key,
         parse_fields,
         parse_header_start,
+        sealed_with,
     )
     from .keyfile import KEY_PREFIX, KeyFileError, format_key, parse_key, read_key_file, write_key_file
     from .recipients import (
@@ -1289,17 +1292,17 @@ def _what_the_header_asks_for(args: argparse.Namespace) -> Keying:
     needs; a passphrase is asked for on the terminal, the others are named."""
     path = args.input
     where = "the input" if path == "-" else path
-    sealed_with = _sealed_with(path)
-    if sealed_with == "passphrase":
+    sealing = _sealed_with(path)
+    if sealing == "passphrase":
         if _has_terminal():
             return {"passphrase": _read_passphrase(args, encrypting=False)}
         raise _Usage(
             f"{where} is encrypted with a passphrase: give --passphrase (asked on the terminal) "
             "or --passphrase-file FILE"
         )
-    if sealed_with == "recipients":
+    if sealing == "recipients":
         raise _Usage(f"{where} is encrypted to recipients: give -i/--identity FILE")
-    if sealed_with is not None:
+    if sealing is not None:
         raise _Usage(f"no key: {where} is encrypted with a key: give -k KEYFILE or set {KEY_ENV}")
     raise _Usage(
         f"no key: give -k KEYFILE or set {KEY_ENV}; for a file encrypted to you or with a "
@@ -1308,7 +1311,7 @@ def _what_the_header_asks_for(args: argparse.Namespace) -> Keying:
 
 
 def _sealed_with(path: str) -> str | None:
-    """How the header of the encrypted file at ``path`` says it was sealed (``_sealing``),
+    """How the header of the encrypted file at ``path`` says it was sealed (``format.sealed_with``),
     None when it cannot be told: no regular file (a pipe is not read ahead: its bytes would be
     gone) or no gcmstream header (the command itself then says what is wrong). Unverified:
     it names the option to give, it decides nothing."""
@@ -1370,7 +1373,7 @@ def _sealed_at(fd: int, at: int | None) -> str | None:
         return None
     try:
         os.lseek(fd, at, os.SEEK_SET)
-        return _sealing(_unverified_header(fd)[1])
+        return sealed_with(_unverified_header(fd)[1])
     except (OSError, ProtocolError):
         return None
 
@@ -1399,7 +1402,7 @@ def _unverified_header(
             f"input ended inside the stream header ({len(whole)} of {start.size} bytes)", in_header=True
         )
     fields = parse_fields(whole[HEADER_FIXED_SIZE : HEADER_FIXED_SIZE + start.fields_length])
-    if _sealing(fields) == "key":  # no stanza: the bound of a key's reader (H7)
+    if sealed_with(fields) == "key":  # no stanza: the bound of a key's reader (H7)
         check_fields_length(start, MAX_FIELDS_SIZE)
     return start, fields
 
@@ -1408,15 +1411,6 @@ def _binary_only(fd: int, size: int) -> bytes:
     """The first ``size`` bytes of the regular file ``fd`` from its position, as they are:
     armored text is left to ``check_header_start`` to refuse, as a seeking reader does."""
     return os.pread(fd, size, os.lseek(fd, 0, os.SEEK_CUR))
-
-
-def _sealing(fields: tuple[tuple[int, bytes], ...]) -> str:
-    """ "key", "recipients" or "passphrase": what a file header's stanza fields say sealed its
-    stream (FORMAT.md 4.4: a stanza field, or none for a key)."""
-    kinds = {kind for kind, _ in fields}
-    if FieldType.RECIPIENT_STANZAS in kinds:
-        return "recipients"
-    return "passphrase" if FieldType.PASSPHRASE_STANZA in kinds else "key"
 
 
 # Each sealing as `info` without a key shows it and a key given in its place is told: how the
@@ -2073,7 +2067,7 @@ def _describe_unverified(path: str) -> str:
         start, fields = _unverified_header(fd, _binary_only)
     finally:
         os.close(fd)
-    sealing = _sealing(fields)
+    sealing = sealed_with(fields)
     fixed = any(kind == FieldType.FIXED_LAYOUT for kind, _ in fields)
     lines = [
         "verified: NO: no key, identity or passphrase was given, so this is what the header "

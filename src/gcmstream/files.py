@@ -71,6 +71,7 @@ from .errors import (
     StreamBrokenError,
     TrailingDataError,
     TruncatedStreamError,
+    UnknownKeyError,
 )
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
@@ -78,6 +79,7 @@ from .format import (
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
     HEADER_FIXED_SIZE,
+    MAX_STANZA_FIELDS_SIZE,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
     Buffer,
@@ -86,6 +88,10 @@ from .format import (
     Keys,
     StreamHeader,
     TrafficKeys,
+    header_fault,
+    parse_fields,
+    parse_header_start,
+    sealed_with,
 )
 from .header import HeaderSpec
 from .opener import Opener, Phase
@@ -293,19 +299,53 @@ def read_header(fd: int, opener: Opener, base: int = 0) -> tuple[StreamHeader, R
     opened)."""
     offset = base
     need = HEADER_FIXED_SIZE
-    while not opener.header_verified():
-        chunk = os.pread(fd, need, offset) if need else b""
-        if not chunk:
-            opener.receive_eof()
-            continue
-        opener.receive_data(chunk)
-        offset += len(chunk)
-        need = opener.header_missing
+    try:
+        while not opener.header_verified():
+            chunk = os.pread(fd, need, offset) if need else b""
+            if not chunk:
+                opener.receive_eof()
+                continue
+            opener.receive_data(chunk)
+            offset += len(chunk)
+            need = opener.header_missing
+    except UnknownKeyError:
+        refused = _key_for_stanzas(fd, base)
+        if refused is None:
+            raise
+        raise refused from None
     header = opener.header
     records = opener.record_layer
     if header is None or records is None:  # unreachable once header_verified() is True
         raise TruncatedStreamError("input ended before the stream header", in_header=True)
     return header, records
+
+
+# What reads a header sealed to recipients or a passphrase, said to a caller who gave a key
+_READ_WITH = {
+    "recipients": (
+        "to recipients (its header holds recipient stanzas)",
+        "identities= (gcmstream.read_identity_file)",
+    ),
+    "passphrase": ("with a passphrase (its header holds a passphrase stanza)", "passphrase="),
+}
+
+
+def _key_for_stanzas(fd: int, base: int = 0) -> ProtocolError | None:
+    """The error for a key given to read the header at ``base`` of the regular file ``fd``
+    that is sealed to recipients or a passphrase (H10: its key ID names no key, as any other
+    key's header): it says so and names the keyword to pass. None if the header is sealed
+    with a key, or cannot be read. The header's fields are read unverified: they word the
+    message, the header was refused anyway."""
+    try:
+        start = parse_header_start(os.pread(fd, HEADER_FIXED_SIZE, base), MAX_STANZA_FIELDS_SIZE)
+        fields = os.pread(fd, start.fields_length, base + HEADER_FIXED_SIZE)
+        sealing = sealed_with(parse_fields(fields))
+    except (OSError, ProtocolError):
+        return None
+    if sealing not in _READ_WITH:
+        return None
+    how, give = _READ_WITH[sealing]
+    return header_fault("H10", f"the file is sealed {how}, not with a key: pass {give} instead of key=")
 
 
 def promised_layout(header: StreamHeader, limits: KeyLimits) -> int | None:
@@ -985,6 +1025,11 @@ def decrypt_path(
     try:
         with atomic_fd(dst, stop=stop) as out:
             decrypt_fd(fd, out, opener, progress=progress, stop=stop, jobs=jobs)
+    except UnknownKeyError:
+        refused = _key_for_stanzas(fd)  # (the placed path's read_header said it already)
+        if refused is None:
+            raise
+        raise refused from None
     finally:
         os.close(fd)
 

@@ -93,6 +93,7 @@ __all__ = (
     "parse_header",
     "parse_header_start",
     "record_size_fault",
+    "sealed_with",
     "sha256",
     "verify_commitment",
     "verify_header",
@@ -653,6 +654,16 @@ def check_role(start: HeaderStart, expected: Role) -> None:
 def parse_fields(data: bytes) -> tuple[tuple[int, bytes], ...]:
     """Split the fields area (check H12): whole fields, strictly increasing types."""
     return tuple((kind, data[start:end]) for kind, start, end in _field_spans(data, 0, len(data)))
+
+
+def sealed_with(fields: Iterable[tuple[int, bytes]]) -> str:
+    """ "key", "recipients" or "passphrase": what a one-way header's fields say sealed its
+    stream (4.4: a stanza field, or none for a key). Unverified when read before the
+    commitment: it words a message (what to give instead), it decides nothing."""
+    kinds = {kind for kind, _ in fields}
+    if FieldType.RECIPIENT_STANZAS in kinds:
+        return "recipients"
+    return "passphrase" if FieldType.PASSPHRASE_STANZA in kinds else "key"
 
 
 def _field_spans(data: bytes, pos: int, stop: int) -> tuple[tuple[int, int, int], ...]:
