@@ -929,6 +929,34 @@ def test_a_file_of_another_kind_is_named_with_the_option_that_reads_it(
         assert line.rsplit(":", 1)[-1][:16] not in message, message  # no key text, public or secret
 
 
+def test_recipient_given_a_public_recipients_or_key_file_says_what_it_is_before_any_chmod(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path
+) -> None:
+    """A new user's finding: ``gcmstream recipient recipients.txt`` (a public file, mode 0644 as
+    ``recipient > FILE`` leaves it) said "chmod 600": the kind of file is checked before its
+    mode, so the message says what the file is and what to do, never to chmod it."""
+    recipients = tmp_path / "recipients.txt"
+    recipients.write_text(recipient_of(people["alice"]) + "\n")
+    recipients.chmod(0o644)
+    shared = tmp_path / "shared.key"
+    shared.write_bytes(keyfile.read_bytes())
+    shared.chmod(0o644)
+    for path, says in (
+        (recipients, f"{RECIPIENTS_FILE}n identity file: it holds recipient lines already (public keys)"),
+        (shared, f"{KEY_FILE}n identity file: a key is a shared secret and has no recipient"),
+    ):
+        message = one_line_error(run_cli("recipient", path), EXIT_USAGE)
+        assert f"{path} {says}" in message, message
+        assert "chmod" not in message
+        for line in path.read_text().splitlines():
+            assert line.rsplit(":", 1)[-1][:16] not in message, message
+    # an identity file open to others is still told to chmod 600
+    exposed = tmp_path / "exposed.identity"
+    exposed.write_bytes(people["bob"].read_bytes())
+    exposed.chmod(0o644)
+    assert "chmod 600" in one_line_error(run_cli("recipient", exposed), EXIT_USAGE)
+
+
 def test_a_passphrase_under_15_characters_is_warned_about_when_encrypting(tmp_path: Path) -> None:
     """A new user's finding: any passphrase went through without a word. One shorter than 15
     characters (NIST SP 800-63B-4's least for a password used alone; counted in code points,

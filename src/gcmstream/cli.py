@@ -1064,15 +1064,27 @@ _FILE_KINDS = {
 }
 
 
-def _refuse_other_kind(path: str, text: str, wanted: str) -> None:
+# `gcmstream recipient FILE` given another kind of file: what to do instead
+_NOT_FOR_RECIPIENT = {
+    "key": "a key is a shared secret and has no recipient: 'gcmstream identity' makes an identity "
+    "file and prints its recipient line",
+    "recipients": "it holds recipient lines already (public keys): give it to 'encrypt -R'; "
+    "'gcmstream recipient' reads an identity file",
+}
+
+
+def _refuse_other_kind(path: str, text: str, wanted: str, command: str = "") -> None:
     """A file of another kind given where a ``wanted`` one goes (-k IDENTITYFILE, -R KEYFILE,
-    -i KEYFILE...): the usage error says what it is and which option reads it. Before the
-    private-file check: a recipients file is public, and chmod is not what it needs."""
+    -i KEYFILE, ``recipient`` RECIPIENTSFILE...): the usage error says what it is and what
+    reads it. Before the private-file check: a recipients file is public, and chmod is not
+    what it needs."""
     found = _kind_of_file(text)
     if found is None or found[0] == wanted:
         return
     kind, prefix = found
     what, where = _FILE_KINDS[kind]
+    if command == "recipient":
+        where = _NOT_FOR_RECIPIENT[kind]
     article = "an" if wanted == "identity" else "a"
     raise _Usage(f"{path} is {what} ({prefix}: line), not {article} {wanted} file: {where}")
 
@@ -1082,8 +1094,7 @@ def _read_identities(path: str, command: str) -> list[Identity]:
     given to -i is most likely an input, as -i meant before it meant --identity: say so."""
     try:
         text = _read_text(path, MAX_IDENTITY_FILE_SIZE)
-        if command != "recipient":
-            _refuse_other_kind(path, text, "identity")
+        _refuse_other_kind(path, text, "identity", command)
         if IDENTITY_PREFIX not in text and RECIPIENT_PREFIX not in text and command != "recipient":
             raise _Usage(
                 f"{path} is not an identity file (no {IDENTITY_PREFIX}: line): -i is short for "
