@@ -449,14 +449,16 @@ def _without_values(message: str, words: Sequence[str]) -> str:
     if named is None:
         return message
     flags = [flag for flag in named.group(1).split("/") if flag.startswith("-")]
-    rest = message[named.end() :]
+    # the choices argparse lists are the parser's own words, never a value given: kept whole
+    # (`--format x --format tink` blanked 'tink' there, a value given to --format too)
+    rest, choices, listed = message[named.end() :].partition(" (choose from ")
     for word, following in zip(words, [*words[1:], ""], strict=False):
         name, joined, value = word.partition("=")
         if any((flag.startswith(name) and len(name) > 2) or flag == name for flag in flags):
             given = value if joined else following
             if given:
                 rest = rest.replace(repr(given), _NOT_SHOWN)
-    return message[: named.end()] + rest
+    return message[: named.end()] + rest + choices + listed
 
 
 def _stderr_line(command: str | None, message: str, *, shown_as_is: bool = False) -> str:
