@@ -979,3 +979,47 @@ def test_a_passphrase_under_15_characters_is_warned_about_when_encrypting(tmp_pa
         assert opened.status == EXIT_OK and opened.stdout == b"x" and opened.stderr == ""
     shown = " ".join(run_cli("encrypt", "--help").stdout.decode().split())  # (wrapped)
     assert "its hyphens part of it; one under 15 characters is warned about, not refused" in shown
+
+
+@pytest.mark.parametrize(
+    ("words", "says"),
+    [
+        (["-d", "{sealed}"], "age's -d is a command here: gcmstream decrypt [-i IDENTITY_FILE"),
+        (["--decrypt", "{sealed}"], "age's --decrypt is a command here: gcmstream decrypt"),
+        (["-e", "{plain}"], "age's -e is a command here: gcmstream encrypt [-r LINE | -R FILE"),
+        (["decrypt", "-d", "{sealed}"], "-d is age's flag to decrypt: the command 'decrypt' does it"),
+        (["encrypt", "-e", "{plain}"], "-e is age's flag to encrypt: the command 'encrypt' does it"),
+        (["encrypt", "-d", "{plain}"], "age's -d is the command 'decrypt' here: gcmstream decrypt"),
+        (["encrypt", "-p", "{plain}"], "age's -p is --passphrase here (it asks for the passphrase"),
+        (["decrypt", "{sealed}", "-p"], "age's -p is --passphrase here (it asks for the passphrase"),
+        (["decrypt", "--armor", "{sealed}"], "decrypt reads armored text ('encrypt -a') as it is"),
+        (["decrypt", "-a", "{sealed}"], "decrypt reads armored text ('encrypt -a') as it is"),
+        (["decrypt", "-r", "{recipient}", "{sealed}"], "-r names a recipient, for encrypt: decrypt with"),
+        (["decrypt", "-R", "{recipients}", "{sealed}"], "-R names recipients, for encrypt: decrypt with"),
+        (["encrypt", "-r", "{recipients}", "{plain}"], "names a file: -r takes a recipient line; give"),
+        (["encrypt", "-r", "age1{secret}", "{plain}"], "is an age recipient (age1... or ssh-...)"),
+    ],
+)
+def test_an_age_habit_is_told_what_gcmstream_spells_it(
+    tmp_path: Path, people: dict[str, Path], words: list[str], says: str
+) -> None:
+    """A new user's (age user's) findings: ``gcmstream -d FILE`` said "invalid choice" of
+    FILE, ``decrypt -d``, ``-p`` alone, ``decrypt --armor`` and ``decrypt -r`` said only
+    "unrecognized arguments", ``encrypt -r FILE`` "not a recipient line". Each names
+    gcmstream's way, exit 2, and never repeats a word given with the flag."""
+    recipients = tmp_path / "team.recipients"
+    recipients.write_text(recipient_of(people["alice"]) + "\n")
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"x")
+    names = {
+        "sealed": str(tmp_path / "sealed"),
+        "plain": str(plain),
+        "recipient": recipient_of(people["alice"]),
+        "recipients": str(recipients),
+        "secret": SECRET,
+    }
+    argv = [word.format(**names) for word in words]
+    message = one_line_error(run_cli(*argv), EXIT_USAGE)
+    assert says in message, message
+    assert SECRET not in message and str(tmp_path) not in message, message
+    assert names["recipient"][-20:] not in message

@@ -1130,6 +1130,19 @@ def _recipient(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _recipient_line_hint(line: str, exc: RecipientError) -> str:
+    """Why -r's value is no recipient line, for age's habits: a file's name (age's -R is -R
+    here too) or age's own recipient (age1...). The value itself is never repeated."""
+    if os.path.lexists(line):
+        return "names a file: -r takes a recipient line; give a file of them with -R FILE"
+    if line.startswith(("age1", "ssh-")):
+        return (
+            "is an age recipient (age1... or ssh-...): gcmstream reads its own lines, "
+            f"{RECIPIENT_PREFIX}:..., printed by 'gcmstream recipient IDENTITY_FILE'"
+        )
+    return str(exc)
+
+
 def _read_recipients(args: argparse.Namespace, of_identities: list[Recipient]) -> list[Recipient]:
     """The recipients of -i identities, then -r's and -R's, all checked together."""
     recipients = list(of_identities)
@@ -1137,7 +1150,7 @@ def _read_recipients(args: argparse.Namespace, of_identities: list[Recipient]) -
         try:
             recipients.append(Recipient.parse(line))
         except RecipientError as exc:
-            raise _Usage(f"recipient {number} (-r): {exc}") from None
+            raise _Usage(f"recipient {number} (-r): {_recipient_line_hint(line, exc)}") from None
     for path in args.recipients_file:
         try:
             text = _read_text(path, MAX_RECIPIENTS_FILE_SIZE)
@@ -2834,7 +2847,7 @@ def _parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpars
     if isinstance(parser, _Parser):
         parser.command_given = next((word for word in argv if word in _EXAMPLES), None)
         _Parser.words = list(argv)
-    slip = _secret_after_a_flag(argv)
+    slip = _secret_after_a_flag(argv) or _age_habit(argv)
     if slip is not None:
         parser.error(slip)
     try:
@@ -2879,6 +2892,54 @@ def _secret_after_a_flag(argv: Sequence[str]) -> str | None:
             f"{_PASSPHRASE_FLAGS[name]}: it asks for the passphrase on the terminal, or give "
             f"--passphrase-file FILE; {given} is not shown (it may be the passphrase)"
         )
+    return None
+
+
+# age's flags that gcmstream spells otherwise, (command or None before one, flag): what to give
+_USAGE_DECRYPT = "gcmstream decrypt [-i IDENTITY_FILE | -k KEYFILE | --passphrase] [FILE]"
+_USAGE_ENCRYPT = "gcmstream encrypt [-r LINE | -R FILE | -k KEYFILE | --passphrase] [FILE]"
+_AGE_HABITS = {
+    (None, "-d"): f"age's -d is a command here: {_USAGE_DECRYPT}",
+    (None, "--decrypt"): f"age's --decrypt is a command here: {_USAGE_DECRYPT}",
+    (None, "-e"): f"age's -e is a command here: {_USAGE_ENCRYPT}",
+    (None, "--encrypt"): f"age's --encrypt is a command here: {_USAGE_ENCRYPT}",
+    ("decrypt", "-d"): "-d is age's flag to decrypt: the command 'decrypt' does it, leave -d out",
+    ("decrypt", "--decrypt"): "--decrypt is age's flag: the command 'decrypt' does it, leave it out",
+    ("encrypt", "-e"): "-e is age's flag to encrypt: the command 'encrypt' does it, leave -e out",
+    ("encrypt", "--encrypt"): "--encrypt is age's flag: the command 'encrypt' does it, leave it out",
+    ("encrypt", "-d"): f"age's -d is the command 'decrypt' here: {_USAGE_DECRYPT}",
+    ("decrypt", "-e"): f"age's -e is the command 'encrypt' here: {_USAGE_ENCRYPT}",
+    ("decrypt", "-a"): "decrypt reads armored text ('encrypt -a') as it is: leave -a out",
+    ("decrypt", "--armor"): "decrypt reads armored text ('encrypt -a') as it is: leave --armor out",
+    ("decrypt", "-r"): "-r names a recipient, for encrypt: decrypt with your identity file, -i FILE",
+    ("decrypt", "--recipient"): "--recipient is encrypt's: decrypt with your identity file, -i FILE",
+    ("decrypt", "-R"): "-R names recipients, for encrypt: decrypt with your identity file, -i FILE",
+    ("decrypt", "--recipients-file"): "--recipients-file is encrypt's: decrypt with -i IDENTITY_FILE",
+}
+_AGE_P = (
+    "-p is not an option: age's -p is --passphrase here (it asks for the passphrase on the "
+    "terminal), or give --passphrase-file FILE"
+)
+
+
+def _age_habit(argv: Sequence[str]) -> str | None:
+    """The usage message for one of age's flags that gcmstream spells otherwise (``-d``,
+    ``-e``, ``-p`` without a value, ``decrypt --armor``, ``decrypt -r``): what to give instead.
+    Only the flag is named, never a word given with it. Checked before parsing (argparse would
+    say "unrecognized arguments", or take ``gcmstream -d FILE``'s FILE for a command)."""
+    command = None
+    for word in argv:
+        if word == "--":  # what follows is an input, whatever its name
+            return None
+        if command is None and word in _EXAMPLES:
+            command = word
+            continue
+        flag = word.partition("=")[0] if word.startswith("--") else word
+        if flag == "-p" and command in ("encrypt", "decrypt", "info"):
+            return _AGE_P
+        habit = _AGE_HABITS.get((command, flag))
+        if habit is not None:
+            return habit
     return None
 
 
