@@ -105,8 +105,12 @@ Buffer = bytes | bytearray | memoryview
 def byte_view(data: Buffer, *, writable: bool = False) -> memoryview:
     """``data`` as a flat view of unsigned bytes (another format is cast, not copied).
     UnsupportedBufferError for a buffer that is not contiguous, or read-only when
-    ``writable``."""
-    view = memoryview(data)
+    ``writable``; TypeError, said in words, for what is no buffer (a str: text is encoded
+    first; memoryview's own "a bytes-like object is required" spoke of its internals)."""
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise TypeError(_not_bytes(data)) from None
     if not view.c_contiguous:
         raise UnsupportedBufferError("the buffer is not contiguous")
     if view.format != "B" or view.ndim != 1:
@@ -114,6 +118,15 @@ def byte_view(data: Buffer, *, writable: bool = False) -> memoryview:
     if writable and view.readonly:
         raise UnsupportedBufferError("the buffer is read-only: plaintext cannot be written into it")
     return view
+
+
+def _not_bytes(data: object) -> str:
+    found = type(data).__name__
+    if isinstance(data, str):
+        return (
+            "expected bytes (bytes, bytearray, memoryview), not text (str): encode it first, as text.encode()"
+        )
+    return f"expected bytes (bytes, bytearray, memoryview), not {found}"
 
 
 MAGIC = b"GCMS"
@@ -599,7 +612,8 @@ def check_header_start(start: Buffer) -> None:
             "H1",
             # The input's own bytes are not shown: they may be plaintext or a key given here
             # by mistake (a new user found 4 characters of a key file in this message).
-            f"not a gcmstream stream: it does not start with the magic {MAGIC!r}",
+            f'not a gcmstream stream: it does not start with the 4 bytes "{MAGIC.decode()}" '
+            "(gcmstream's magic)",
         )
     if len(start) > len(MAGIC) and start[len(MAGIC)] != VERSION:
         version = start[len(MAGIC)]
