@@ -98,6 +98,10 @@ Rules that hold everywhere:
   for the end of a stream with a non-zero size (or ``at_eof``), not with those.
 * Messages name what was found and what was expected. They never contain keys, secrets,
   nonces or plaintext.
+* Record numbers count from 0, in messages ("record 0 failed authentication" is the first
+  record after the header) and in ``record_number`` alike; so do Tink's segment numbers
+  (segment 0 is the first). Lines of armored text (``ArmorError.line``) count from 1, as an
+  editor counts them.
 * The anyio adapter speaks anyio's vocabulary without leaving this tree: its truncation,
   closed and broken errors are the ``Anyio*`` subclasses above, so ``except
   TruncatedStreamError`` and generic anyio code's ``except anyio.BrokenResourceError`` both
