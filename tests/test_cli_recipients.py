@@ -1023,3 +1023,32 @@ def test_an_age_habit_is_told_what_gcmstream_spells_it(
     assert says in message, message
     assert SECRET not in message and str(tmp_path) not in message, message
     assert names["recipient"][-20:] not in message
+
+
+def test_two_ways_of_keying_name_the_flags_given_and_the_one_way_to_give(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path
+) -> None:
+    """A new user's finding: ``decrypt --passphrase-file P -k K`` said only "give one of -k,
+    -i/--identity, --passphrase or --passphrase-file", as if none was given. The flags given
+    are named (never their values), with the one way a reader takes; ``decrypt -i KEYFILE``
+    says to give it with -k."""
+    passphrase = private_file(tmp_path / "pass", SECRET.encode() + b"\n")
+    sealed = tmp_path / "sealed"
+    sealed.write_bytes(b"GCMS")
+    message = one_line_error(
+        run_cli("decrypt", "--passphrase-file", passphrase, "-k", keyfile, sealed), EXIT_USAGE
+    )
+    assert "-k and --passphrase-file were given together: a file is sealed one way, so give one of" in message
+    assert "(without any, the file's header names the one it needs)" in message
+    message = one_line_error(
+        run_cli("encrypt", "-k", keyfile, "-i", people["alice"], "--passphrase-file", passphrase, sealed),
+        EXIT_USAGE,
+    )
+    assert (
+        "-k, -i and --passphrase-file were given together: give one of -k, -r/-R/-i (these together)"
+        in message
+    )
+    message = one_line_error(run_cli("decrypt", "-i", keyfile, sealed), EXIT_USAGE)
+    assert (
+        f"{keyfile} is a key file (gcmstream-key-v1: line), not an identity file: give it with -k" in message
+    )

@@ -1256,7 +1256,7 @@ def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
     secret = args.passphrase or args.passphrase_file is not None
     option = "-r/-R/-i" if encrypting else "-i/--identity"
     if public + secret + (args.key_file is not None) > 1 or (args.passphrase and args.passphrase_file):
-        raise _Usage(f"give one of -k, {option}, --passphrase or --passphrase-file")
+        raise _Usage(_ways_given(args, option, encrypting=encrypting))
     if public and encrypting:
         return {"recipients": _read_recipients(args, [i.recipient for i in _identities(args)])}
     if public:
@@ -1273,6 +1273,30 @@ def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
             return {}
         return _what_the_header_asks_for(args)
     return {"key": _load_key(args.key_file)}
+
+
+def _ways_given(args: argparse.Namespace, option: str, *, encrypting: bool) -> str:
+    """Two ways of keying given at once: which were given (flags only, never a value), and the
+    one way each reader takes."""
+    given = [
+        flag
+        for flag, value in (
+            ("-k", args.key_file is not None),
+            ("-i", bool(args.identity)),
+            ("-r", encrypting and bool(args.recipient)),
+            ("-R", encrypting and bool(args.recipients_file)),
+            ("--passphrase", args.passphrase),
+            ("--passphrase-file", args.passphrase_file is not None),
+        )
+        if value
+    ]
+    both = f"{', '.join(given[:-1])} and {given[-1]} were given together"
+    if encrypting:
+        return f"{both}: give one of -k, {option} (these together), --passphrase or --passphrase-file"
+    return (
+        f"{both}: a file is sealed one way, so give one of -k, {option}, --passphrase or "
+        "--passphrase-file (without any, the file's header names the one it needs)"
+    )
 
 
 def _warn_short_passphrase() -> None:
