@@ -2129,7 +2129,7 @@ def test_record_numbers_count_from_zero_as_the_errors_docstring_says() -> None:
         released = b""
         with pytest.raises(AuthenticationError) as failed:
             for _ in range(10):
-                released += opener.read(100)
+                released += opener.read(100) or b""
         assert failed.value.record_number == index
         assert str(failed.value).startswith(f"record {index} failed authentication")
         assert released == b"a" * 7 * index  # the records before it, numbered 0 to index - 1
