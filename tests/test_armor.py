@@ -14,6 +14,7 @@ from gcmstream.armor import (
     BEGIN_LINE,
     END_LINE,
     LINE_LENGTH,
+    MAX_LEADING_TEXT,
     MAX_TRAILING_WHITESPACE,
     ArmorDecoder,
     ArmorEncoder,
@@ -291,6 +292,28 @@ def test_the_reader_tells_the_form_and_reads_either(most: int) -> None:
         read_through(armor(data) + b"x", most)
     with pytest.raises(ArmorError):
         read_through(armor(data)[:-20], most)
+
+
+@pytest.mark.parametrize("most", [1, 7, 40, 4096])
+def test_text_before_the_armor_is_refused_and_said_to_be_there(most: int) -> None:
+    """A new user's finding: armor pasted after a line of mail ("Hi, here is the file:") was
+    called "not a gcmstream stream". It stays refused (strict, as age's armor: nothing before
+    the begin line), and the message says that text precedes the armor, on which line the
+    begin line is, and what to remove. Text with no begin line in its first MAX_LEADING_TEXT
+    bytes is passed on untouched (the binary reader refuses it as another format)."""
+    armored = armor(b"GCMS" + os.urandom(300))
+    for before, line in ((b"Hi, here is the file:\n", 2), (b"Hi,\r\n\r\nhere:\r\n", 4), (b"\n", 2)):
+        with pytest.raises(ArmorError) as refused:
+            read_through(before + armored, most)
+        assert refused.value.line == line
+        assert f"text precedes the armor: its begin line is line {line}" in str(refused.value)
+        assert "remove the lines before '-----BEGIN GCMSTREAM ENCRYPTED FILE-----'" in str(refused.value)
+    far = b"x" * MAX_LEADING_TEXT + b"\n" + armored  # past the bound: not looked for
+    assert read_through(far, most) == far
+    assert read_through(b"just text\n", most) == b"just text\n"
+    once = CountingSource(b"just text\n", most)  # read to its end once: a terminal's end
+    reader = dearmoring_reader(once.readinto)
+    assert reader(memoryview(bytearray(100))) == 10 and reader(memoryview(bytearray(100))) == 0
 
 
 def test_a_binary_reader_names_armored_input() -> None:

@@ -1753,6 +1753,21 @@ def test_no_flag_quotes_a_value_given_to_it() -> None:
     assert "unrecognized arguments: --password= (its value is not shown)" in message
 
 
+def test_a_refused_choice_lists_every_choice_whatever_was_given_before() -> None:
+    """``--format x --format tink`` showed "(choose from 'gcmstream', (its value is not
+    shown))": a value given to the flag elsewhere was blanked in the parser's own list of
+    choices. The list is whole; the refused value stays hidden."""
+    for words in (
+        ["decrypt", "--format", FLAG_SECRET, "--format", "tink", "x"],
+        ["decrypt", "--format", "gcmstream", "--format", FLAG_SECRET, "x"],
+        ["decrypt", f"--format={FLAG_SECRET}", "x"],
+    ):
+        message = one_line_error(run_cli(*words), EXIT_USAGE)
+        assert FLAG_SECRET not in message
+        listed = message.partition("invalid choice: (its value is not shown) (choose from ")[2]
+        assert listed.startswith(("'gcmstream', 'tink')", "gcmstream, tink)")), message
+
+
 def test_a_listen_that_cannot_bind_names_the_address(keyfile: Path) -> None:
     """A new user's finding: "gcmstream listen: Address already in use" named no address (which
     of several listens in a script?). Now: "gcmstream listen: 127.0.0.1:PORT: Address already

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import pty
+import socket
 import stat
 import subprocess
 import sys
@@ -291,6 +292,59 @@ def test_output_naming_a_key_identity_or_passphrase_file_read_is_refused(
         message = one_line_error(run_cli(*args), EXIT_USAGE)
         assert f"{kept} is both the {what} and the output: give another -o" in message, message
         assert kept.read_bytes() == before, args
+
+
+def test_a_character_device_or_a_socket_is_never_the_same_file(tmp_path: Path, keyfile: Path) -> None:
+    """``-o /dev/null < /dev/null`` and ``-o /dev/stdout`` with stdin and stdout one socket
+    were refused as "the same file": what is read from a character device or a socket and
+    what is written to it are separate streams (the rule: _output.refuse_same_file)."""
+    run = shell(f"gcmstream encrypt -k {keyfile} -o /dev/null < /dev/null", tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert shell(f"gcmstream encrypt -k {keyfile} /dev/null > /dev/null", tmp_path).returncode == 0
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.shutdown(socket.SHUT_WR)  # stdin: empty, ended
+        process = subprocess.run(
+            [sys.executable, "-m", "gcmstream", "encrypt", "-k", str(keyfile), "-o", "/dev/stdout"],
+            stdin=theirs.fileno(),
+            stdout=theirs.fileno(),
+            stderr=subprocess.PIPE,
+            timeout=TIMEOUT,
+            env=env(),
+            check=False,
+        )
+        theirs.close()
+        assert process.returncode == 0, process.stderr
+        sealed = b"".join(iter(lambda: ours.recv(65536), b""))
+    assert decrypted(sealed, keyfile, tmp_path) == b""
+
+
+def test_a_fifo_as_both_input_and_stdout_is_refused(tmp_path: Path, keyfile: Path) -> None:
+    """``gcmstream encrypt ff 1<>ff`` was not caught (stdout not a regular file): it read its
+    own output, and waited for ever on the empty FIFO. Refused now, as ``-o ff ff`` is."""
+    os.mkfifo(tmp_path / "ff")
+    for line, what in (
+        ("gcmstream encrypt -k {key} ff 1<>ff", "input file, ff"),
+        ("gcmstream encrypt -k {key} < ff 1<>ff", "input file, stdin"),
+        ("gcmstream decrypt -k {key} ff 1<>ff", "input file, ff"),
+    ):
+        # `< ff` alone would wait for a writer: `0<>ff` opens it too, as `1<>ff` does
+        run = shell(line.format(key=keyfile).replace("< ff", "0<>ff"), tmp_path)
+        message = one_line_error(run, EXIT_USAGE)
+        assert f"the output (stdout) is the {what}: nothing read (what is written would be read back)" in (
+            message
+        ), (line, message)
+    message = one_line_error(shell(f"gcmstream encrypt -k {keyfile} -o ff ff", tmp_path), EXIT_USAGE)
+    assert "ff is both the input and the output: give another -o" in message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a block device node needs root")
+def test_a_block_device_as_both_input_and_stdout_is_refused(tmp_path: Path, keyfile: Path) -> None:
+    """A block device is written in place, so it is "the same file" as a FIFO is: refused
+    before it is opened (the node's device need not exist: it is never opened)."""
+    os.mknod(tmp_path / "disk", stat.S_IFBLK | 0o600, os.makedev(7, 250))
+    message = one_line_error(shell(f"gcmstream encrypt -k {keyfile} -o disk disk", tmp_path), EXIT_USAGE)
+    assert "disk is both the input and the output: give another -o" in message
 
 
 def test_a_full_output_is_named(tmp_path: Path, keyfile: Path) -> None:

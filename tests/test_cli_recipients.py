@@ -929,6 +929,34 @@ def test_a_file_of_another_kind_is_named_with_the_option_that_reads_it(
         assert line.rsplit(":", 1)[-1][:16] not in message, message  # no key text, public or secret
 
 
+def test_recipient_given_a_public_recipients_or_key_file_says_what_it_is_before_any_chmod(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path
+) -> None:
+    """A new user's finding: ``gcmstream recipient recipients.txt`` (a public file, mode 0644 as
+    ``recipient > FILE`` leaves it) said "chmod 600": the kind of file is checked before its
+    mode, so the message says what the file is and what to do, never to chmod it."""
+    recipients = tmp_path / "recipients.txt"
+    recipients.write_text(recipient_of(people["alice"]) + "\n")
+    recipients.chmod(0o644)
+    shared = tmp_path / "shared.key"
+    shared.write_bytes(keyfile.read_bytes())
+    shared.chmod(0o644)
+    for path, says in (
+        (recipients, f"{RECIPIENTS_FILE}n identity file: it holds recipient lines already (public keys)"),
+        (shared, f"{KEY_FILE}n identity file: a key is a shared secret and has no recipient"),
+    ):
+        message = one_line_error(run_cli("recipient", path), EXIT_USAGE)
+        assert f"{path} {says}" in message, message
+        assert "chmod" not in message
+        for line in path.read_text().splitlines():
+            assert line.rsplit(":", 1)[-1][:16] not in message, message
+    # an identity file open to others is still told to chmod 600
+    exposed = tmp_path / "exposed.identity"
+    exposed.write_bytes(people["bob"].read_bytes())
+    exposed.chmod(0o644)
+    assert "chmod 600" in one_line_error(run_cli("recipient", exposed), EXIT_USAGE)
+
+
 def test_a_passphrase_under_15_characters_is_warned_about_when_encrypting(tmp_path: Path) -> None:
     """A new user's finding: any passphrase went through without a word. One shorter than 15
     characters (NIST SP 800-63B-4's least for a password used alone; counted in code points,
@@ -951,3 +979,76 @@ def test_a_passphrase_under_15_characters_is_warned_about_when_encrypting(tmp_pa
         assert opened.status == EXIT_OK and opened.stdout == b"x" and opened.stderr == ""
     shown = " ".join(run_cli("encrypt", "--help").stdout.decode().split())  # (wrapped)
     assert "its hyphens part of it; one under 15 characters is warned about, not refused" in shown
+
+
+@pytest.mark.parametrize(
+    ("words", "says"),
+    [
+        (["-d", "{sealed}"], "age's -d is a command here: gcmstream decrypt [-i IDENTITY_FILE"),
+        (["--decrypt", "{sealed}"], "age's --decrypt is a command here: gcmstream decrypt"),
+        (["-e", "{plain}"], "age's -e is a command here: gcmstream encrypt [-r LINE | -R FILE"),
+        (["decrypt", "-d", "{sealed}"], "-d is age's flag to decrypt: the command 'decrypt' does it"),
+        (["encrypt", "-e", "{plain}"], "-e is age's flag to encrypt: the command 'encrypt' does it"),
+        (["encrypt", "-d", "{plain}"], "age's -d is the command 'decrypt' here: gcmstream decrypt"),
+        (["encrypt", "-p", "{plain}"], "age's -p is --passphrase here (it asks for the passphrase"),
+        (["decrypt", "{sealed}", "-p"], "age's -p is --passphrase here (it asks for the passphrase"),
+        (["decrypt", "--armor", "{sealed}"], "decrypt reads armored text ('encrypt -a') as it is"),
+        (["decrypt", "-a", "{sealed}"], "decrypt reads armored text ('encrypt -a') as it is"),
+        (["decrypt", "-r", "{recipient}", "{sealed}"], "-r names a recipient, for encrypt: decrypt with"),
+        (["decrypt", "-R", "{recipients}", "{sealed}"], "-R names recipients, for encrypt: decrypt with"),
+        (["encrypt", "-r", "{recipients}", "{plain}"], "names a file: -r takes a recipient line; give"),
+        (["encrypt", "-r", "age1{secret}", "{plain}"], "is an age recipient (age1... or ssh-...)"),
+    ],
+)
+def test_an_age_habit_is_told_what_gcmstream_spells_it(
+    tmp_path: Path, people: dict[str, Path], words: list[str], says: str
+) -> None:
+    """A new user's (age user's) findings: ``gcmstream -d FILE`` said "invalid choice" of
+    FILE, ``decrypt -d``, ``-p`` alone, ``decrypt --armor`` and ``decrypt -r`` said only
+    "unrecognized arguments", ``encrypt -r FILE`` "not a recipient line". Each names
+    gcmstream's way, exit 2, and never repeats a word given with the flag."""
+    recipients = tmp_path / "team.recipients"
+    recipients.write_text(recipient_of(people["alice"]) + "\n")
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"x")
+    names = {
+        "sealed": str(tmp_path / "sealed"),
+        "plain": str(plain),
+        "recipient": recipient_of(people["alice"]),
+        "recipients": str(recipients),
+        "secret": SECRET,
+    }
+    argv = [word.format(**names) for word in words]
+    message = one_line_error(run_cli(*argv), EXIT_USAGE)
+    assert says in message, message
+    assert SECRET not in message and str(tmp_path) not in message, message
+    assert names["recipient"][-20:] not in message
+
+
+def test_two_ways_of_keying_name_the_flags_given_and_the_one_way_to_give(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path
+) -> None:
+    """A new user's finding: ``decrypt --passphrase-file P -k K`` said only "give one of -k,
+    -i/--identity, --passphrase or --passphrase-file", as if none was given. The flags given
+    are named (never their values), with the one way a reader takes; ``decrypt -i KEYFILE``
+    says to give it with -k."""
+    passphrase = private_file(tmp_path / "pass", SECRET.encode() + b"\n")
+    sealed = tmp_path / "sealed"
+    sealed.write_bytes(b"GCMS")
+    message = one_line_error(
+        run_cli("decrypt", "--passphrase-file", passphrase, "-k", keyfile, sealed), EXIT_USAGE
+    )
+    assert "-k and --passphrase-file were given together: a file is sealed one way, so give one of" in message
+    assert "(without any, the file's header names the one it needs)" in message
+    message = one_line_error(
+        run_cli("encrypt", "-k", keyfile, "-i", people["alice"], "--passphrase-file", passphrase, sealed),
+        EXIT_USAGE,
+    )
+    assert (
+        "-k, -i and --passphrase-file were given together: give one of -k, -r/-R/-i (these together)"
+        in message
+    )
+    message = one_line_error(run_cli("decrypt", "-i", keyfile, sealed), EXIT_USAGE)
+    assert (
+        f"{keyfile} is a key file (gcmstream-key-v1: line), not an identity file: give it with -k" in message
+    )

@@ -464,3 +464,36 @@ def test_a_sealer_or_opener_whose_loop_failed_is_refused_after(tmp_path: Path) -
     finally:
         for fd in (src, retry, closed):
             os.close(fd)
+
+
+@pytest.mark.parametrize(
+    ("sealing", "told"),
+    [
+        ("recipients", r"sealed to recipients .*: pass identities= \(gcmstream\.read_identity_file\)"),
+        ("passphrase", r"sealed with a passphrase .*: pass passphrase= instead of key="),
+    ],
+)
+def test_a_key_given_for_a_file_sealed_to_recipients_or_a_passphrase_says_what_reads_it(
+    tmp_path: Path, sealing: str, told: str
+) -> None:
+    """``open_file(path, key=...)`` (and ``decrypt_file``, one worker or more) of a file sealed
+    to recipients raised "the stream's key ID ... names no key held here", where the command
+    line says what the file is sealed to: the library says it too, same class and rule (H10)."""
+    plain, sealed = tmp_path / "plain", tmp_path / "sealed"
+    plain.write_bytes(b"secret data" * 1000)
+    if sealing == "recipients":
+        pipeline.encrypt_file(plain, sealed, recipients=[gcmstream.Identity.generate().recipient])
+    else:
+        pipeline.encrypt_file(plain, sealed, passphrase="correct horse battery staple")
+    for call in (
+        partial(gcmstream.open_file, sealed, key=bytes(32)),
+        partial(pipeline.decrypt_file, sealed, tmp_path / "out", key=bytes(32)),
+        partial(pipeline.decrypt_file, sealed, tmp_path / "out", key=bytes(32), jobs=2),
+    ):
+        with pytest.raises(gcmstream.UnknownKeyError, match=told) as refused:
+            call()
+        assert refused.value.rule == "H10"
+    # a key's header the key does not name keeps its words (no stanza to speak of)
+    pipeline.encrypt_file(plain, sealed, key=bytes(32))
+    with pytest.raises(gcmstream.UnknownKeyError, match="names no key held here"):
+        gcmstream.open_file(sealed, key=bytes(range(32)))

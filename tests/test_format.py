@@ -6,6 +6,7 @@ import struct
 import subprocess
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any, ClassVar
 
 import pytest
@@ -195,7 +196,7 @@ def test_key_must_be_bytes_like() -> None:
 # -- unsupported headers: the message says what was found and what was expected -------------
 
 UNSUPPORTED = [
-    pytest.param(OFF_VERSION - 4, b"XCMS", ["does not start with the magic b'GCMS'"], id="magic"),
+    pytest.param(OFF_VERSION - 4, b"XCMS", ['does not start with the 4 bytes "GCMS"'], id="magic"),
     pytest.param(OFF_VERSION, bytes([1]), ["version 1", "version 2", "never released"], id="version-1"),
     pytest.param(OFF_VERSION, bytes([3]), ["version 3", "version 2"], id="version"),
     pytest.param(OFF_VERSION, bytes([0]), ["version 0", "version 2"], id="version-0"),
@@ -486,7 +487,7 @@ def test_a_context_of_exactly_the_maximum_size_is_accepted() -> None:
 @pytest.mark.parametrize(
     ("start", "words"),
     [
-        pytest.param(b"GCMX", "does not start with the magic b'GCMS'", id="fourth-magic-byte"),
+        pytest.param(b"GCMX", 'does not start with the 4 bytes "GCMS"', id="fourth-magic-byte"),
         pytest.param(MAGIC + bytes([VERSION + 1]), f"version {VERSION + 1}", id="version"),
     ],
 )
@@ -539,7 +540,7 @@ def test_a_right_start_then_the_end_of_input_is_a_cut_header() -> None:
             id="record-size",
         ),
         pytest.param(
-            lambda: check_header_start(b"PK\x03"), UnsupportedFormatError, "the magic b'GCMS'", id="magic"
+            lambda: check_header_start(b"PK\x03"), UnsupportedFormatError, 'bytes "GCMS"', id="magic"
         ),
         pytest.param(
             lambda: check_header_start(MAGIC + b"\x07"), UnsupportedFormatError, "version 7", id="version"
@@ -825,3 +826,22 @@ def test_an_unsupported_version_is_named_with_what_this_reads(version: int, word
     with pytest.raises(UnsupportedFormatError) as caught:
         check_header_start(MAGIC + bytes([version]))
     assert (caught.value.rule, str(caught.value)) == ("H2", words)
+
+
+def test_messages_say_in_words_what_was_expected_never_a_repr_or_memoryview() -> None:
+    """A hostile review: the wrong magic said "the magic b'GCMS'" (a bytes repr), and text given
+    where bytes go said memoryview's "a bytes-like object is required, not 'str'". Both are
+    said in words: the four bytes "GCMS", and text to encode first."""
+    with pytest.raises(UnsupportedFormatError) as wrong:
+        check_header_start(b"PK\x03\x04")
+    assert 'the 4 bytes "GCMS"' in str(wrong.value) and "b'" not in str(wrong.value)
+    sealer = Sealer(bytes(32))
+    opener = Opener(bytes(32))
+    for call in (partial(sealer.seal, "text"), partial(opener.receive_data, "text")):  # type: ignore[arg-type]
+        with pytest.raises(TypeError) as refused:
+            call()
+        assert str(refused.value) == (
+            "expected bytes (bytes, bytearray, memoryview), not text (str): encode it first, as text.encode()"
+        )
+    with pytest.raises(TypeError, match=r"^expected bytes \(bytes, bytearray, memoryview\), not int$"):
+        sealer.seal(5)  # type: ignore[arg-type]

@@ -64,6 +64,7 @@ from .helpers import (
     open_chunks,
     opened,
     read_all,
+    record_offset,
     records,
     run,
     seal_stream,
@@ -2107,3 +2108,28 @@ def test_closing_a_record_read_in_the_ring_keeps_its_memory_while_more_is_held()
             out += data
         assert ring.buf is memory or opener.at_eof, "the ring released its memory and took it again"
     assert opener.at_eof and out == b"B" * 65536 + b"s" * 100 * 200
+
+
+def test_record_numbers_count_from_zero_as_the_errors_docstring_says() -> None:
+    """A new user read "record 0 failed" as "no record": the rule (record numbers count from 0,
+    in messages and ``record_number``; armor lines from 1) is stated where the messages are
+    documented, the errors module's docstring, and held here: the first record after the
+    header is record 0, the third record 2."""
+    import gcmstream.errors
+
+    rules = " ".join((gcmstream.errors.__doc__ or "").split())
+    assert "Record numbers count from 0, in messages" in rules
+    assert "(``ArmorError.line``) count from 1" in rules
+    wire = seal_stream([b"a" * 21], record_size=7)  # records 0, 1, 2, then FINAL
+    for index in (0, 2):
+        broken = bytearray(wire)
+        broken[record_offset(index, 7) + RECORD_HEADER_SIZE] ^= 1
+        opener = Opener(KEY)
+        opener.receive_data(bytes(broken))
+        released = b""
+        with pytest.raises(AuthenticationError) as failed:
+            for _ in range(10):
+                released += opener.read(100) or b""
+        assert failed.value.record_number == index
+        assert str(failed.value).startswith(f"record {index} failed authentication")
+        assert released == b"a" * 7 * index  # the records before it, numbered 0 to index - 1

@@ -335,6 +335,44 @@ def test_output_modes_and_non_regular_targets(tmp_path: Path) -> None:
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
+def test_a_file_function_refuses_its_input_as_its_output(tmp_path: Path) -> None:
+    """``decrypt_file(F, F)`` replaced the ciphertext by its plaintext where the command line
+    refuses (a hostile review): every file function now raises SameFileError (a UsageError and
+    a ValueError) before anything is read or written, by any path or link to the input."""
+    plain, cipher = tmp_path / "plain", tmp_path / "cipher"
+    plain.write_bytes(b"precious")
+    pipeline.encrypt_file(plain, cipher, key=KEY)
+    wire = cipher.read_bytes()
+    (tmp_path / "link").symlink_to(plain)
+    for call in (
+        partial(pipeline.encrypt_file, plain, plain, key=KEY),
+        partial(pipeline.encrypt_file, plain, tmp_path / "link", key=KEY),
+        partial(pipeline.encrypt_file, tmp_path / "link", tmp_path / "." / "plain", key=KEY),
+        partial(pipeline.decrypt_file, cipher, cipher, key=KEY),
+        partial(anyio.run, partial(pipeline.encrypt_file_async, plain, plain, key=KEY)),
+        partial(anyio.run, partial(pipeline.decrypt_file_async, cipher, cipher, key=KEY)),
+    ):
+        with pytest.raises(gcmstream.SameFileError, match="is both the input file and the output") as found:
+            call()
+        assert isinstance(found.value, gcmstream.UsageError) and isinstance(found.value, ValueError)
+        assert found.value.what == "input file"
+    assert plain.read_bytes() == b"precious" and cipher.read_bytes() == wire
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "link", "plain"]  # no temporary file
+    # a character device is never "the same file": what is read and what is written are apart
+    pipeline.encrypt_file(os.devnull, os.devnull, key=KEY)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a FIFO is fine, a block device node needs root")
+def test_a_fifo_or_block_device_as_input_and_output_is_refused_before_it_is_opened(tmp_path: Path) -> None:
+    """A FIFO or a block device is written in place: as both ends, the output would be read
+    back (and a FIFO's open waited for ever for a writer). Refused before either is opened."""
+    os.mkfifo(tmp_path / "fifo")
+    os.mknod(tmp_path / "disk", stat.S_IFBLK | 0o600, os.makedev(7, 250))  # never opened
+    for node in ("fifo", "disk"):
+        with pytest.raises(gcmstream.SameFileError, match=f"'{tmp_path / node}' is both"):
+            pipeline.decrypt_file(tmp_path / node, tmp_path / node, key=KEY)
+
+
 @pytest.mark.anyio
 async def test_atomic_output_mode_is_what_the_caller_asks(tmp_path: Path) -> None:
     target = tmp_path / "t"

@@ -26,6 +26,7 @@ from gcmstream import (
     UnknownKeyError,
     WorkFactorError,
     generate_key,
+    open_file,
     read_identity_file,
     read_recipients_file,
     write_identity_file,
@@ -835,9 +836,25 @@ def test_an_unlocker_needs_identities_and_says_what_it_holds() -> None:
     identities = [Identity.generate(RecipientKind.X25519) for _ in range(2)]
     assert repr(recipients_module.Unlocker(identities=identities)) == "<Unlocker 2 identities>"
     assert repr(recipients_module.Unlocker(passphrase="pw")) == "<Unlocker a passphrase>"
-    for bad in ([], ["not an identity"]):
+    for bad in ([], [1]):
         with pytest.raises(ValueError, match="identities must be one or more Identity objects"):
             recipients_module.Unlocker(identities=bad)  # type: ignore[arg-type]
+
+
+def test_identities_given_as_paths_or_text_say_to_read_the_identity_file(tmp_path: Path) -> None:
+    """``identities=["me.id"]`` (or a str: its characters) said only "must be Identity
+    objects": it now names read_identity_file, and never repeats the text (it may be the
+    identity's secret line)."""
+    identity = Identity.generate(RecipientKind.X25519)
+    path = tmp_path / "me.id"
+    write_identity_file(path, identity)
+    secret = identity.to_text()
+    for bad in (str(path), [str(path)], [path], [secret], secret, secret.encode()):
+        with pytest.raises(
+            ValueError, match=r"not paths or text: read an identity file with gcmstream\.read_identity_file"
+        ) as refused:
+            open_file(path, identities=bad)  # type: ignore[arg-type]
+        assert secret not in str(refused.value) and str(path) not in str(refused.value)
 
 
 def test_an_unknown_kind_is_named_with_the_kinds_expected() -> None:

@@ -20,17 +20,26 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, TypeAlias
 
 from ._atomic import create_exclusive, discard_at, fsync_directory, replace_at, temporary_in
+from .errors import SameFileError
 
 if TYPE_CHECKING:
     import anyio
 
-__all__ = ("Destination", "Output", "finished", "open_output", "output_target", "write_secret_file")
+__all__ = (
+    "Destination",
+    "Output",
+    "finished",
+    "open_output",
+    "output_target",
+    "refuse_same_file",
+    "write_secret_file",
+)
 
 StrPath: TypeAlias = str | os.PathLike[str]
 
@@ -127,6 +136,40 @@ def output_target(path: StrPath, *, follow_last: bool = True) -> Destination:
         raise _is_a_directory(caller)  # not reached: the last entry returns or raises
     finally:
         os.close(directory)
+
+
+# The kinds of output that can be "the same file" as one read: a regular file (replaced by the
+# rename at the end: the input lost) and a FIFO or a block device (written in place: what is
+# written is read back). A character device (/dev/null, a terminal) and a socket are not: what
+# is read from one and what is written to it are separate streams, so `-o /dev/null <
+# /dev/null` and a socket as both stdin and stdout are fine.
+_SAME_FILE_KINDS = frozenset((stat.S_IFREG, stat.S_IFIFO, stat.S_IFBLK))
+
+
+def _stat(path: StrPath | int) -> os.stat_result:
+    return os.fstat(path) if isinstance(path, int) else os.stat(path)
+
+
+def refuse_same_file(output: StrPath | int, read: Iterable[tuple[str, StrPath | int]]) -> None:
+    """The one rule of "the output is a file read" (``files.encrypt_path``/``decrypt_path``,
+    so every file function of ``pipeline``, and the command line): raise SameFileError when
+    ``output`` (a path, followed as the write will follow it, or a descriptor: stdout) is a
+    regular file, a FIFO or a block device that is one of ``read``, ``(what, path or
+    descriptor)`` pairs (``what``: "input file", "key file", ...). Called before anything is
+    read or written. A file that does not exist (yet) is no file read."""
+    try:
+        written = _stat(output)
+    except OSError:
+        return  # nothing there yet: no file read is it (the write names its own errors)
+    if stat.S_IFMT(written.st_mode) not in _SAME_FILE_KINDS:
+        return
+    for what, path in read:
+        try:
+            found = _stat(path)
+        except OSError:
+            continue  # (its own error, when it is read)
+        if os.path.samestat(found, written):
+            raise SameFileError(what, path if isinstance(path, int) else os.fsdecode(path))
 
 
 def _step(

@@ -11,7 +11,10 @@ Rules a reader holds the text to (docs/FORMAT.md 12, "Armor"); any other text ra
 ArmorError, and nothing decoded from a line is returned before that line passed them:
 
 * the text starts with the begin line itself (no whitespace before it); every line ends with
-  LF, or every line with CRLF, as the begin line does;
+  LF, or every line with CRLF, as the begin line does. Text before the begin line (a mail's
+  "here is the file:") is refused, never skipped, as age's armor refuses data before its PEM
+  block (c2sp.org/age, "ASCII armor": text around it would be malleable): the reader looks
+  for the begin line in the first ``MAX_LEADING_TEXT`` bytes of text only to say so;
 * every base64 line but the last has exactly 64 characters; the last has 4 to 64, a multiple
   of 4; ``=`` padding appears only at the end of the last line; the base64 is canonical (the
   unused bits of the last group are zero), so one file has one armored form;
@@ -38,6 +41,7 @@ __all__ = (
     "BEGIN_LINE",
     "END_LINE",
     "LINE_LENGTH",
+    "MAX_LEADING_TEXT",
     "MAX_TRAILING_WHITESPACE",
     "ArmorDecoder",
     "ArmorEncoder",
@@ -54,6 +58,9 @@ _GROUP = LINE_LENGTH * 3 // 4  # 48 bytes make one full line
 # Whitespace an editor or a mail may add after the end line; age's reader allows 1024 too.
 MAX_TRAILING_WHITESPACE = 1024
 _WHITESPACE = b" \t\r\n"
+# Text before a begin line that dearmoring_reader reads to say it is there (a mail's words): it
+# is refused either way, only its message needs the begin line found
+MAX_LEADING_TEXT = 4096
 # Text read a time by dearmoring_reader: its decoded bytes (3/4 of it) are what it holds back.
 _TEXT_CHUNK = 256 * 1024
 
@@ -311,18 +318,55 @@ def dearmoring_reader(readinto: _ReadInto) -> _ReadInto:
     # the whole begin line, or input that ended inside it (armor cut short: a truncation)
     if start and BEGIN_LINE.startswith(start[: len(BEGIN_LINE)]):
         return _ArmoredReader(readinto, bytes(start)).readinto
-    return _PrefixedReader(readinto, bytes(start)).readinto
+    ended = False
+    if _is_text(start) and not _BINARY_START.startswith(start[: len(_BINARY_START)]):
+        start, ended = _text_before_armor(readinto, start)
+    return _PrefixedReader(readinto, bytes(start), ended=ended).readinto
+
+
+# A binary file's first bytes (format.MAGIC; this module sits below format.py): input that
+# may still be one is not read ahead of the begin line's length
+_BINARY_START = b"GCMS"
+
+
+def _is_text(start: bytes | bytearray) -> bool:
+    """Whether ``start`` is text: printable ASCII or UTF-8, tabs, line endings."""
+    return bool(start) and all(byte >= 0x20 or byte in _WHITESPACE for byte in start) and 0x7F not in start
+
+
+def _text_before_armor(readinto: _ReadInto, start: bytearray) -> tuple[bytearray, bool]:
+    """Text read on, up to ``MAX_LEADING_TEXT`` bytes, to look for a begin line after it (a
+    mail's "here is the file:"): found, ArmorError says text precedes the armor (which must
+    start the input: strict, as age's armor, docs/FORMAT.md 12); else the bytes read, for the
+    binary reader to refuse as another format, and whether the input ended."""
+    ended = False
+    while len(start) < MAX_LEADING_TEXT and not ended:
+        chunk = bytearray(MAX_LEADING_TEXT - len(start))
+        got = readinto(memoryview(chunk))
+        ended = not got
+        start += chunk[:got]
+    at = start.find(b"\n" + BEGIN_LINE)
+    if at < 0:
+        return start, ended
+    line = start.count(b"\n", 0, at + 1) + 1
+    fault = ArmorError(
+        f"text precedes the armor: its begin line is line {line}; armored text must start with "
+        "the begin line (as age's armor: text around it could be changed unseen): remove the lines before "
+        f"'{BEGIN_LINE.decode()}'"
+    )
+    fault.line = line
+    raise fault
 
 
 class _PrefixedReader:
     """The bytes read to tell the form, then the rest straight from ``readinto``."""
 
-    def __init__(self, readinto: _ReadInto, start: bytes) -> None:
-        self._raw, self._start = readinto, start
+    def __init__(self, readinto: _ReadInto, start: bytes, *, ended: bool = False) -> None:
+        self._raw, self._start, self._ended = readinto, start, ended
 
     def readinto(self, buffer: bytearray | memoryview) -> int:
         if not self._start:
-            return self._raw(buffer)
+            return 0 if self._ended else self._raw(buffer)  # (a terminal would wait for a second end)
         count = min(len(buffer), len(self._start))
         buffer[:count] = self._start[:count]
         self._start = self._start[count:]

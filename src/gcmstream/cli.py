@@ -74,8 +74,8 @@ if TYPE_CHECKING:
     from .files import (
         STOP_WAIT,
         TINK_IN_ORDER,
-        _Stopped,
         atomic_fd,
+        check_stop,
         decrypt_fd,
         encrypt_fd,
         new_opener,
@@ -97,6 +97,7 @@ if TYPE_CHECKING:
         generate_key,
         parse_fields,
         parse_header_start,
+        sealed_with,
     )
     from .keyfile import KEY_PREFIX, KeyFileError, format_key, parse_key, read_key_file, write_key_file
     from .opener import Opener
@@ -134,6 +135,7 @@ def _import_runtime(command: str) -> None:
 def _import_keys() -> None:
     global HEADER_FIXED_SIZE, MAX_FIELDS_SIZE, MAX_STANZA_FIELDS_SIZE, VERSION, FieldType, KeyExchange, Role
     global check_fields_length, check_header_start, check_role, generate_key, parse_fields, parse_header_start
+    global sealed_with
     global KEY_PREFIX, KeyFileError, format_key, parse_key
     global read_key_file, write_key_file, IDENTITY_PREFIX, MAX_IDENTITIES, MAX_IDENTITY_FILE_SIZE
     global MAX_RECIPIENTS_FILE_SIZE, Identity, Recipient, RecipientKind, check_recipients
@@ -154,6 +156,7 @@ def _import_keys() -> None:
         generate_key,
         parse_fields,
         parse_header_start,
+        sealed_with,
     )
     from .keyfile import KEY_PREFIX, KeyFileError, format_key, parse_key, read_key_file, write_key_file
     from .recipients import (
@@ -177,15 +180,15 @@ def _import_keys() -> None:
 
 
 def _import_files() -> None:
-    global output_target, STOP_WAIT, _Stopped, atomic_fd, decrypt_fd, encrypt_fd, new_opener
+    global output_target, STOP_WAIT, check_stop, atomic_fd, decrypt_fd, encrypt_fd, new_opener
     global new_sealer, CHUNK_SIZE, open_file, open_regular, one_worker_reason, TINK_IN_ORDER
     global TinkKeyset, TinkOpener, TinkSealer, read_tink_keyset, MAX_KEYSET_SIZE, open_tink_file
     from ._output import output_target
     from .files import (
         STOP_WAIT,
         TINK_IN_ORDER,
-        _Stopped,
         atomic_fd,
+        check_stop,
         decrypt_fd,
         encrypt_fd,
         new_opener,
@@ -446,14 +449,16 @@ def _without_values(message: str, words: Sequence[str]) -> str:
     if named is None:
         return message
     flags = [flag for flag in named.group(1).split("/") if flag.startswith("-")]
-    rest = message[named.end() :]
+    # the choices argparse lists are the parser's own words, never a value given: kept whole
+    # (`--format x --format tink` blanked 'tink' there, a value given to --format too)
+    rest, choices, listed = message[named.end() :].partition(" (choose from ")
     for word, following in zip(words, [*words[1:], ""], strict=False):
         name, joined, value = word.partition("=")
         if any((flag.startswith(name) and len(name) > 2) or flag == name for flag in flags):
             given = value if joined else following
             if given:
                 rest = rest.replace(repr(given), _NOT_SHOWN)
-    return message[: named.end()] + rest
+    return message[: named.end()] + rest + choices + listed
 
 
 def _stderr_line(command: str | None, message: str, *, shown_as_is: bool = False) -> str:
@@ -1061,15 +1066,27 @@ _FILE_KINDS = {
 }
 
 
-def _refuse_other_kind(path: str, text: str, wanted: str) -> None:
+# `gcmstream recipient FILE` given another kind of file: what to do instead
+_NOT_FOR_RECIPIENT = {
+    "key": "a key is a shared secret and has no recipient: 'gcmstream identity' makes an identity "
+    "file and prints its recipient line",
+    "recipients": "it holds recipient lines already (public keys): give it to 'encrypt -R'; "
+    "'gcmstream recipient' reads an identity file",
+}
+
+
+def _refuse_other_kind(path: str, text: str, wanted: str, command: str = "") -> None:
     """A file of another kind given where a ``wanted`` one goes (-k IDENTITYFILE, -R KEYFILE,
-    -i KEYFILE...): the usage error says what it is and which option reads it. Before the
-    private-file check: a recipients file is public, and chmod is not what it needs."""
+    -i KEYFILE, ``recipient`` RECIPIENTSFILE...): the usage error says what it is and what
+    reads it. Before the private-file check: a recipients file is public, and chmod is not
+    what it needs."""
     found = _kind_of_file(text)
     if found is None or found[0] == wanted:
         return
     kind, prefix = found
     what, where = _FILE_KINDS[kind]
+    if command == "recipient":
+        where = _NOT_FOR_RECIPIENT[kind]
     article = "an" if wanted == "identity" else "a"
     raise _Usage(f"{path} is {what} ({prefix}: line), not {article} {wanted} file: {where}")
 
@@ -1079,8 +1096,7 @@ def _read_identities(path: str, command: str) -> list[Identity]:
     given to -i is most likely an input, as -i meant before it meant --identity: say so."""
     try:
         text = _read_text(path, MAX_IDENTITY_FILE_SIZE)
-        if command != "recipient":
-            _refuse_other_kind(path, text, "identity")
+        _refuse_other_kind(path, text, "identity", command)
         if IDENTITY_PREFIX not in text and RECIPIENT_PREFIX not in text and command != "recipient":
             raise _Usage(
                 f"{path} is not an identity file (no {IDENTITY_PREFIX}: line): -i is short for "
@@ -1114,6 +1130,19 @@ def _recipient(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _recipient_line_hint(line: str, exc: RecipientError) -> str:
+    """Why -r's value is no recipient line, for age's habits: a file's name (age's -R is -R
+    here too) or age's own recipient (age1...). The value itself is never repeated."""
+    if os.path.lexists(line):
+        return "names a file: -r takes a recipient line; give a file of them with -R FILE"
+    if line.startswith(("age1", "ssh-")):
+        return (
+            "is an age recipient (age1... or ssh-...): gcmstream reads its own lines, "
+            f"{RECIPIENT_PREFIX}:..., printed by 'gcmstream recipient IDENTITY_FILE'"
+        )
+    return str(exc)
+
+
 def _read_recipients(args: argparse.Namespace, of_identities: list[Recipient]) -> list[Recipient]:
     """The recipients of -i identities, then -r's and -R's, all checked together."""
     recipients = list(of_identities)
@@ -1121,7 +1150,7 @@ def _read_recipients(args: argparse.Namespace, of_identities: list[Recipient]) -
         try:
             recipients.append(Recipient.parse(line))
         except RecipientError as exc:
-            raise _Usage(f"recipient {number} (-r): {exc}") from None
+            raise _Usage(f"recipient {number} (-r): {_recipient_line_hint(line, exc)}") from None
     for path in args.recipients_file:
         try:
             text = _read_text(path, MAX_RECIPIENTS_FILE_SIZE)
@@ -1227,7 +1256,7 @@ def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
     secret = args.passphrase or args.passphrase_file is not None
     option = "-r/-R/-i" if encrypting else "-i/--identity"
     if public + secret + (args.key_file is not None) > 1 or (args.passphrase and args.passphrase_file):
-        raise _Usage(f"give one of -k, {option}, --passphrase or --passphrase-file")
+        raise _Usage(_ways_given(args, option, encrypting=encrypting))
     if public and encrypting:
         return {"recipients": _read_recipients(args, [i.recipient for i in _identities(args)])}
     if public:
@@ -1244,6 +1273,30 @@ def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
             return {}
         return _what_the_header_asks_for(args)
     return {"key": _load_key(args.key_file)}
+
+
+def _ways_given(args: argparse.Namespace, option: str, *, encrypting: bool) -> str:
+    """Two ways of keying given at once: which were given (flags only, never a value), and the
+    one way each reader takes."""
+    given = [
+        flag
+        for flag, value in (
+            ("-k", args.key_file is not None),
+            ("-i", bool(args.identity)),
+            ("-r", encrypting and bool(args.recipient)),
+            ("-R", encrypting and bool(args.recipients_file)),
+            ("--passphrase", args.passphrase),
+            ("--passphrase-file", args.passphrase_file is not None),
+        )
+        if value
+    ]
+    both = f"{', '.join(given[:-1])} and {given[-1]} were given together"
+    if encrypting:
+        return f"{both}: give one of -k, {option} (these together), --passphrase or --passphrase-file"
+    return (
+        f"{both}: a file is sealed one way, so give one of -k, {option}, --passphrase or "
+        "--passphrase-file (without any, the file's header names the one it needs)"
+    )
 
 
 def _warn_short_passphrase() -> None:
@@ -1289,17 +1342,17 @@ def _what_the_header_asks_for(args: argparse.Namespace) -> Keying:
     needs; a passphrase is asked for on the terminal, the others are named."""
     path = args.input
     where = "the input" if path == "-" else path
-    sealed_with = _sealed_with(path)
-    if sealed_with == "passphrase":
+    sealing = _sealed_with(path)
+    if sealing == "passphrase":
         if _has_terminal():
             return {"passphrase": _read_passphrase(args, encrypting=False)}
         raise _Usage(
             f"{where} is encrypted with a passphrase: give --passphrase (asked on the terminal) "
             "or --passphrase-file FILE"
         )
-    if sealed_with == "recipients":
+    if sealing == "recipients":
         raise _Usage(f"{where} is encrypted to recipients: give -i/--identity FILE")
-    if sealed_with is not None:
+    if sealing is not None:
         raise _Usage(f"no key: {where} is encrypted with a key: give -k KEYFILE or set {KEY_ENV}")
     raise _Usage(
         f"no key: give -k KEYFILE or set {KEY_ENV}; for a file encrypted to you or with a "
@@ -1308,7 +1361,7 @@ def _what_the_header_asks_for(args: argparse.Namespace) -> Keying:
 
 
 def _sealed_with(path: str) -> str | None:
-    """How the header of the encrypted file at ``path`` says it was sealed (``_sealing``),
+    """How the header of the encrypted file at ``path`` says it was sealed (``format.sealed_with``),
     None when it cannot be told: no regular file (a pipe is not read ahead: its bytes would be
     gone) or no gcmstream header (the command itself then says what is wrong). Unverified:
     it names the option to give, it decides nothing."""
@@ -1370,7 +1423,7 @@ def _sealed_at(fd: int, at: int | None) -> str | None:
         return None
     try:
         os.lseek(fd, at, os.SEEK_SET)
-        return _sealing(_unverified_header(fd)[1])
+        return sealed_with(_unverified_header(fd)[1])
     except (OSError, ProtocolError):
         return None
 
@@ -1399,7 +1452,7 @@ def _unverified_header(
             f"input ended inside the stream header ({len(whole)} of {start.size} bytes)", in_header=True
         )
     fields = parse_fields(whole[HEADER_FIXED_SIZE : HEADER_FIXED_SIZE + start.fields_length])
-    if _sealing(fields) == "key":  # no stanza: the bound of a key's reader (H7)
+    if sealed_with(fields) == "key":  # no stanza: the bound of a key's reader (H7)
         check_fields_length(start, MAX_FIELDS_SIZE)
     return start, fields
 
@@ -1408,15 +1461,6 @@ def _binary_only(fd: int, size: int) -> bytes:
     """The first ``size`` bytes of the regular file ``fd`` from its position, as they are:
     armored text is left to ``check_header_start`` to refuse, as a seeking reader does."""
     return os.pread(fd, size, os.lseek(fd, 0, os.SEEK_CUR))
-
-
-def _sealing(fields: tuple[tuple[int, bytes], ...]) -> str:
-    """ "key", "recipients" or "passphrase": what a file header's stanza fields say sealed its
-    stream (FORMAT.md 4.4: a stanza field, or none for a key)."""
-    kinds = {kind for kind, _ in fields}
-    if FieldType.RECIPIENT_STANZAS in kinds:
-        return "recipients"
-    return "passphrase" if FieldType.PASSPHRASE_STANZA in kinds else "key"
 
 
 # Each sealing as `info` without a key shows it and a key given in its place is told: how the
@@ -1613,23 +1657,22 @@ def _files_read(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def _refuse_same_file(args: argparse.Namespace) -> None:
-    """OUT (-o, or stdout redirected to a file) being a file the command reads (INPUT, a key,
-    identity, recipients or passphrase file) would replace it (the output is renamed over it
-    at the end), or, for stdout, read what the shell's '>' emptied or what '>>' keeps growing:
-    refuse, as cp and cat do, before anything is read or written."""
+    """OUT (-o, or stdout) being a file the command reads (INPUT, a key, identity, recipients
+    or passphrase file) would replace it (the output is renamed over it at the end), or, for
+    stdout, read what the shell's '>' emptied or what '>>' keeps growing, or (a FIFO, a block
+    device) read back what is written: refuse, as cp and cat do, before anything is read or
+    written. The rule is the library's (``_output.refuse_same_file``: a regular file, a FIFO
+    or a block device; never /dev/null or a socket); the message is the command line's."""
+    from ._output import refuse_same_file
+    from .errors import SameFileError
+
     target = getattr(args, "output", "-")  # (info prints on stdout)
-    to_stdout = target == "-"
-    with contextlib.suppress(OSError):
-        output = os.fstat(1) if to_stdout else os.stat(target)
-        if to_stdout and not stat.S_ISREG(output.st_mode):
-            return  # a pipe, a terminal, /dev/null: never the file read
-        for what, path in _files_read(args):
-            try:
-                read = os.fstat(0) if path == "-" else os.stat(path)
-            except OSError:
-                continue  # (its own error, when it is read)
-            if os.path.samestat(read, output):
-                raise _Usage(_same_file_message(what, path, target))
+    read = [(what, 0 if path == "-" else path) for what, path in _files_read(args)]
+    try:
+        refuse_same_file(1 if target == "-" else target, read)
+    except SameFileError as same:
+        path = "-" if isinstance(same.path, int) else same.path
+        raise _Usage(_same_file_message(same.what, path, target)) from None
 
 
 def _same_file_message(what: str, path: str, output: str) -> str:
@@ -1640,15 +1683,18 @@ def _same_file_message(what: str, path: str, output: str) -> str:
         if what == "input file":
             return f"{_printable(path)} is both the input and the output: give another -o"
         return f"{_printable(path)} is both the {what} and the output: give another -o"
-    import fcntl  # (POSIX; only here, when stdout is the file read)
-
-    appending = fcntl.fcntl(1, fcntl.F_GETFL) & os.O_APPEND
-    done = (
-        "with '>>' what is written would be appended to what is read"
-        if appending
-        else "with '>' the shell already emptied it"
-    )
     read = "stdin" if path == "-" else _printable(path)
+    if stat.S_ISREG(os.fstat(1).st_mode):
+        import fcntl  # (POSIX; only here, when stdout is the file read)
+
+        appending = fcntl.fcntl(1, fcntl.F_GETFL) & os.O_APPEND
+        done = (
+            "with '>>' what is written would be appended to what is read"
+            if appending
+            else "with '>' the shell already emptied it"
+        )
+    else:  # a FIFO or a block device, written in place
+        done = "what is written would be read back"
     return (
         f"the output (stdout) is the {what}, {read}: nothing read ({done}); "
         "redirect stdout elsewhere or give -o"
@@ -1866,8 +1912,7 @@ def _copy_range(
         file.seek(offset)
         buf = memoryview(bytearray(min(CHUNK_SIZE, remaining)))
         while remaining:
-            if stop is not None and stop.is_set():
-                raise _Stopped("stopped on request")
+            check_stop(stop)
             got = file.readinto(buf[: min(len(buf), remaining)])
             if not got:
                 break
@@ -2072,7 +2117,7 @@ def _describe_unverified(path: str) -> str:
         start, fields = _unverified_header(fd, _binary_only)
     finally:
         os.close(fd)
-    sealing = _sealing(fields)
+    sealing = sealed_with(fields)
     fixed = any(kind == FieldType.FIXED_LAYOUT for kind, _ in fields)
     lines = [
         "verified: NO: no key, identity or passphrase was given, so this is what the header "
@@ -2692,8 +2737,7 @@ class _FileRun:
             self.budget = None
 
     def check(self) -> None:
-        if self.stop.is_set():
-            raise _Stopped("stopped on request")
+        check_stop(self.stop)
 
     def run(
         self, command: Callable[[argparse.Namespace, _K], None], args: argparse.Namespace, key: _K
@@ -2827,7 +2871,7 @@ def _parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpars
     if isinstance(parser, _Parser):
         parser.command_given = next((word for word in argv if word in _EXAMPLES), None)
         _Parser.words = list(argv)
-    slip = _secret_after_a_flag(argv)
+    slip = _secret_after_a_flag(argv) or _age_habit(argv)
     if slip is not None:
         parser.error(slip)
     try:
@@ -2872,6 +2916,54 @@ def _secret_after_a_flag(argv: Sequence[str]) -> str | None:
             f"{_PASSPHRASE_FLAGS[name]}: it asks for the passphrase on the terminal, or give "
             f"--passphrase-file FILE; {given} is not shown (it may be the passphrase)"
         )
+    return None
+
+
+# age's flags that gcmstream spells otherwise, (command or None before one, flag): what to give
+_USAGE_DECRYPT = "gcmstream decrypt [-i IDENTITY_FILE | -k KEYFILE | --passphrase] [FILE]"
+_USAGE_ENCRYPT = "gcmstream encrypt [-r LINE | -R FILE | -k KEYFILE | --passphrase] [FILE]"
+_AGE_HABITS = {
+    (None, "-d"): f"age's -d is a command here: {_USAGE_DECRYPT}",
+    (None, "--decrypt"): f"age's --decrypt is a command here: {_USAGE_DECRYPT}",
+    (None, "-e"): f"age's -e is a command here: {_USAGE_ENCRYPT}",
+    (None, "--encrypt"): f"age's --encrypt is a command here: {_USAGE_ENCRYPT}",
+    ("decrypt", "-d"): "-d is age's flag to decrypt: the command 'decrypt' does it, leave -d out",
+    ("decrypt", "--decrypt"): "--decrypt is age's flag: the command 'decrypt' does it, leave it out",
+    ("encrypt", "-e"): "-e is age's flag to encrypt: the command 'encrypt' does it, leave -e out",
+    ("encrypt", "--encrypt"): "--encrypt is age's flag: the command 'encrypt' does it, leave it out",
+    ("encrypt", "-d"): f"age's -d is the command 'decrypt' here: {_USAGE_DECRYPT}",
+    ("decrypt", "-e"): f"age's -e is the command 'encrypt' here: {_USAGE_ENCRYPT}",
+    ("decrypt", "-a"): "decrypt reads armored text ('encrypt -a') as it is: leave -a out",
+    ("decrypt", "--armor"): "decrypt reads armored text ('encrypt -a') as it is: leave --armor out",
+    ("decrypt", "-r"): "-r names a recipient, for encrypt: decrypt with your identity file, -i FILE",
+    ("decrypt", "--recipient"): "--recipient is encrypt's: decrypt with your identity file, -i FILE",
+    ("decrypt", "-R"): "-R names recipients, for encrypt: decrypt with your identity file, -i FILE",
+    ("decrypt", "--recipients-file"): "--recipients-file is encrypt's: decrypt with -i IDENTITY_FILE",
+}
+_AGE_P = (
+    "-p is not an option: age's -p is --passphrase here (it asks for the passphrase on the "
+    "terminal), or give --passphrase-file FILE"
+)
+
+
+def _age_habit(argv: Sequence[str]) -> str | None:
+    """The usage message for one of age's flags that gcmstream spells otherwise (``-d``,
+    ``-e``, ``-p`` without a value, ``decrypt --armor``, ``decrypt -r``): what to give instead.
+    Only the flag is named, never a word given with it. Checked before parsing (argparse would
+    say "unrecognized arguments", or take ``gcmstream -d FILE``'s FILE for a command)."""
+    command = None
+    for word in argv:
+        if word == "--":  # what follows is an input, whatever its name
+            return None
+        if command is None and word in _EXAMPLES:
+            command = word
+            continue
+        flag = word.partition("=")[0] if word.startswith("--") else word
+        if flag == "-p" and command in ("encrypt", "decrypt", "info"):
+            return _AGE_P
+        habit = _AGE_HABITS.get((command, flag))
+        if habit is not None:
+            return habit
     return None
 
 

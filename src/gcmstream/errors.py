@@ -73,6 +73,9 @@
     │   │                                bytes than were offered or are available
     │   ├── UnsupportedBufferError       (also TypeError) a buffer the call cannot use: read-only
     │   │                                where plaintext must go (readinto), or not contiguous
+    │   ├── SameFileError                (also ValueError) a file function's output is the very
+    │   │                                file it reads (a regular file, a FIFO or a block
+    │   │                                device): refused before anything is read or written
     │   └── UnsupportedEndpointError     (also TypeError) a pipeline source or sink of a type it
     │                                    cannot use, such as a plain open() file
     ├── LimitReachedError                sealing would pass the hard per-key limit with automatic
@@ -95,6 +98,10 @@ Rules that hold everywhere:
   for the end of a stream with a non-zero size (or ``at_eof``), not with those.
 * Messages name what was found and what was expected. They never contain keys, secrets,
   nonces or plaintext.
+* Record numbers count from 0, in messages ("record 0 failed authentication" is the first
+  record after the header) and in ``record_number`` alike; so do Tink's segment numbers
+  (segment 0 is the first). Lines of armored text (``ArmorError.line``) count from 1, as an
+  editor counts them.
 * The anyio adapter speaks anyio's vocabulary without leaving this tree: its truncation,
   closed and broken errors are the ``Anyio*`` subclasses above, so ``except
   TruncatedStreamError`` and generic anyio code's ``except anyio.BrokenResourceError`` both
@@ -141,6 +148,7 @@ __all__ = (
     "RecipientError",
     "RecordTooLargeError",
     "RoleMismatchError",
+    "SameFileError",
     "SelfConnectionError",
     "StanzaError",
     "StreamBrokenError",
@@ -355,6 +363,25 @@ class OutOfRangeError(UsageError, ValueError):
 class UnsupportedBufferError(UsageError, TypeError):
     """A buffer the call cannot use: read-only where plaintext must be written (``readinto``),
     or not C-contiguous. Refused before anything is read or written."""
+
+
+class SameFileError(UsageError, ValueError):
+    """The output of a file function (``encrypt_file``, ``decrypt_file`` and their async twins,
+    the command line's ``-o`` or stdout) is a file it reads: the rename at the end would replace
+    the input, or, for a FIFO or a block device written in place, what is written would be
+    read back. Refused before anything is read or written. ``what`` names the file read
+    ("input file", "key file", ...), ``path`` its path (or descriptor number, an int). A
+    character device (``/dev/null``, a terminal) or a socket is never "the same file": what
+    is read from it and what is written to it are separate streams."""
+
+    def __init__(self, what: str, path: str | int) -> None:
+        shown = f"descriptor {path}" if isinstance(path, int) else repr(path)
+        super().__init__(f"{shown} is both the {what} and the output: nothing was read or written")
+        self.what = what
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.what, self.path), self.__dict__
 
 
 class UnsupportedEndpointError(UsageError, TypeError):

@@ -63,7 +63,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
-from ._output import Destination, open_output
+from ._output import Destination, open_output, refuse_same_file
 from .armor import BEGIN_LINE, ArmorEncoder, dearmoring_reader, is_armored
 from .errors import (
     AuthenticationError,
@@ -71,6 +71,7 @@ from .errors import (
     StreamBrokenError,
     TrailingDataError,
     TruncatedStreamError,
+    UnknownKeyError,
 )
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
@@ -78,6 +79,7 @@ from .format import (
     FLAG_FINAL,
     FLAG_KEY_UPDATE,
     HEADER_FIXED_SIZE,
+    MAX_STANZA_FIELDS_SIZE,
     RECORD_HEADER_SIZE,
     TAG_SIZE,
     Buffer,
@@ -86,6 +88,10 @@ from .format import (
     Keys,
     StreamHeader,
     TrafficKeys,
+    header_fault,
+    parse_fields,
+    parse_header_start,
+    sealed_with,
 )
 from .header import HeaderSpec
 from .opener import Opener, Phase
@@ -105,6 +111,7 @@ __all__ = (
     "FixedLayout",
     "Progress",
     "atomic_fd",
+    "check_stop",
     "decrypt_fd",
     "decrypt_path",
     "default_jobs",
@@ -292,19 +299,53 @@ def read_header(fd: int, opener: Opener, base: int = 0) -> tuple[StreamHeader, R
     opened)."""
     offset = base
     need = HEADER_FIXED_SIZE
-    while not opener.header_verified():
-        chunk = os.pread(fd, need, offset) if need else b""
-        if not chunk:
-            opener.receive_eof()
-            continue
-        opener.receive_data(chunk)
-        offset += len(chunk)
-        need = opener.header_missing
+    try:
+        while not opener.header_verified():
+            chunk = os.pread(fd, need, offset) if need else b""
+            if not chunk:
+                opener.receive_eof()
+                continue
+            opener.receive_data(chunk)
+            offset += len(chunk)
+            need = opener.header_missing
+    except UnknownKeyError:
+        refused = _key_for_stanzas(fd, base)
+        if refused is None:
+            raise
+        raise refused from None
     header = opener.header
     records = opener.record_layer
     if header is None or records is None:  # unreachable once header_verified() is True
         raise TruncatedStreamError("input ended before the stream header", in_header=True)
     return header, records
+
+
+# What reads a header sealed to recipients or a passphrase, said to a caller who gave a key
+_READ_WITH = {
+    "recipients": (
+        "to recipients (its header holds recipient stanzas)",
+        "identities= (gcmstream.read_identity_file)",
+    ),
+    "passphrase": ("with a passphrase (its header holds a passphrase stanza)", "passphrase="),
+}
+
+
+def _key_for_stanzas(fd: int, base: int = 0) -> ProtocolError | None:
+    """The error for a key given to read the header at ``base`` of the regular file ``fd``
+    that is sealed to recipients or a passphrase (H10: its key ID names no key, as any other
+    key's header): it says so and names the keyword to pass. None if the header is sealed
+    with a key, or cannot be read. The header's fields are read unverified: they word the
+    message, the header was refused anyway."""
+    try:
+        start = parse_header_start(os.pread(fd, HEADER_FIXED_SIZE, base), MAX_STANZA_FIELDS_SIZE)
+        fields = os.pread(fd, start.fields_length, base + HEADER_FIXED_SIZE)
+        sealing = sealed_with(parse_fields(fields))
+    except (OSError, ProtocolError):
+        return None
+    if sealing not in _READ_WITH:
+        return None
+    how, give = _READ_WITH[sealing]
+    return header_fault("H10", f"the file is sealed {how}, not with a key: pass {give} instead of key=")
 
 
 def promised_layout(header: StreamHeader, limits: KeyLimits) -> int | None:
@@ -341,7 +382,10 @@ def _write_all(fd: int | _ArmoredOutput, view: memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _check(stop: threading.Event | None) -> None:
+def check_stop(stop: threading.Event | None) -> None:
+    """Leave the work at hand (the engine's loops, the command line's) if a stop was requested:
+    the one stop exception, which never reaches an application (a cancelled task gets its
+    cancellation, a command its signal's exit status)."""
     if stop is not None and stop.is_set():
         raise _Stopped("stopped on request")
 
@@ -364,11 +408,11 @@ def _reader(fd: int, stop: threading.Event | None) -> Callable[[Buffer], int]:
     def wait_then_readinto(buffer: Buffer) -> int:
         while True:
             while poller is not None and not poller.poll(_POLL_MS):
-                _check(stop)
+                check_stop(stop)
             got: int | None = readinto(buffer)
             if got is not None:
                 return got
-            _check(stop)  # EAGAIN: another reader took the input, or no poll to wait with
+            check_stop(stop)  # EAGAIN: another reader took the input, or no poll to wait with
             if poller is None:
                 time.sleep(_POLL_MS / 1000)
 
@@ -439,7 +483,7 @@ def _encrypt_fd(
     step = 4 * sealer.record_size
     try:
         while True:
-            _check(stop)
+            check_stop(stop)
             got = readinto(buf)
             if not got:
                 break
@@ -449,7 +493,7 @@ def _encrypt_fd(
                 out = sealer.seal(view[start : min(got, start + step)])
                 if out:
                     _write_all(dst, out)
-        _check(stop)
+        check_stop(stop)
         _write_all(dst, sealer.close())
         if isinstance(dst, _ArmoredOutput):
             dst.close()
@@ -594,7 +638,7 @@ def _decrypt_fd(
                 used = 0
             if eof:  # the opener raises the truncation itself; this guards a silent stall
                 raise TruncatedStreamError("input ended without a FINAL record")
-            _check(stop)
+            check_stop(stop)
             space = opener.get_buffer()
             if not space:
                 raise RuntimeError("gcmstream bug: the opener's ring is full with nothing to read")
@@ -612,7 +656,7 @@ def _decrypt_fd(
             used -= opener.final_length
             if readinto(bytearray(1)):
                 raise TrailingDataError("data follows the FINAL record")
-            _check(stop)  # a stop that came while the end was awaited: the end came too late
+            check_stop(stop)  # a stop that came while the end was awaited: the end came too late
             used += opener.final_length
     finally:
         if used > 0:  # on failure too: what is here authenticated (FINAL held back above)
@@ -709,7 +753,7 @@ def _in_parallel(
         try:
             run = worker()
             while not halt.is_set():
-                _check(stop)
+                check_stop(stop)
                 with take:
                     block = next(taken, None)
                 if block is None:
@@ -897,7 +941,7 @@ def atomic_fd(
     try:
         yield output.fileno()
         if not output.in_place:
-            _check(stop)
+            check_stop(stop)
     except BaseException:
         output.discard()
         raise
@@ -923,7 +967,9 @@ def encrypt_path(
     """Encrypt the file ``src`` into ``dst`` atomically, in this thread and ``jobs - 1`` more
     (``encrypt_fd``). Keyed, or given ``config=``, as ``gcmstream.pipeline``'s functions
     (``limits`` too); ``tink``: in Tink's format (docs/TINK.md), with ``context`` alone beside
-    it (one worker: Tink's segments are sealed in order)."""
+    it (one worker: Tink's segments are sealed in order). ``dst`` being ``src`` (a regular
+    file, a FIFO or a block device) raises SameFileError before anything is read or written."""
+    refuse_same_file(dst, [("input file", src)])
     sealer = sealer_for(
         config,
         tink,
@@ -962,7 +1008,9 @@ def decrypt_path(
     (``decrypt_fd``): ``dst`` appears only once every record, FINAL included, authenticated
     and nothing followed it. Keyed, or given ``config=``, as ``gcmstream.pipeline``'s
     functions; ``tink``: Tink's format (docs/TINK.md), ``dst`` appearing once the last segment
-    authenticated at the end of ``src`` (one worker)."""
+    authenticated at the end of ``src`` (one worker). ``dst`` being ``src`` raises
+    SameFileError before anything is read or written."""
+    refuse_same_file(dst, [("input file", src)])
     opener = opener_for(
         config,
         tink,
@@ -977,6 +1025,11 @@ def decrypt_path(
     try:
         with atomic_fd(dst, stop=stop) as out:
             decrypt_fd(fd, out, opener, progress=progress, stop=stop, jobs=jobs)
+    except UnknownKeyError:
+        refused = _key_for_stanzas(fd)  # (the placed path's read_header said it already)
+        if refused is None:
+            raise
+        raise refused from None
     finally:
         os.close(fd)
 

@@ -93,6 +93,7 @@ __all__ = (
     "parse_header",
     "parse_header_start",
     "record_size_fault",
+    "sealed_with",
     "sha256",
     "verify_commitment",
     "verify_header",
@@ -104,8 +105,12 @@ Buffer = bytes | bytearray | memoryview
 def byte_view(data: Buffer, *, writable: bool = False) -> memoryview:
     """``data`` as a flat view of unsigned bytes (another format is cast, not copied).
     UnsupportedBufferError for a buffer that is not contiguous, or read-only when
-    ``writable``."""
-    view = memoryview(data)
+    ``writable``; TypeError, said in words, for what is no buffer (a str: text is encoded
+    first; memoryview's own "a bytes-like object is required" spoke of its internals)."""
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise TypeError(_not_bytes(data)) from None
     if not view.c_contiguous:
         raise UnsupportedBufferError("the buffer is not contiguous")
     if view.format != "B" or view.ndim != 1:
@@ -113,6 +118,15 @@ def byte_view(data: Buffer, *, writable: bool = False) -> memoryview:
     if writable and view.readonly:
         raise UnsupportedBufferError("the buffer is read-only: plaintext cannot be written into it")
     return view
+
+
+def _not_bytes(data: object) -> str:
+    found = type(data).__name__
+    if isinstance(data, str):
+        return (
+            "expected bytes (bytes, bytearray, memoryview), not text (str): encode it first, as text.encode()"
+        )
+    return f"expected bytes (bytes, bytearray, memoryview), not {found}"
 
 
 MAGIC = b"GCMS"
@@ -598,7 +612,8 @@ def check_header_start(start: Buffer) -> None:
             "H1",
             # The input's own bytes are not shown: they may be plaintext or a key given here
             # by mistake (a new user found 4 characters of a key file in this message).
-            f"not a gcmstream stream: it does not start with the magic {MAGIC!r}",
+            f'not a gcmstream stream: it does not start with the 4 bytes "{MAGIC.decode()}" '
+            "(gcmstream's magic)",
         )
     if len(start) > len(MAGIC) and start[len(MAGIC)] != VERSION:
         version = start[len(MAGIC)]
@@ -653,6 +668,16 @@ def check_role(start: HeaderStart, expected: Role) -> None:
 def parse_fields(data: bytes) -> tuple[tuple[int, bytes], ...]:
     """Split the fields area (check H12): whole fields, strictly increasing types."""
     return tuple((kind, data[start:end]) for kind, start, end in _field_spans(data, 0, len(data)))
+
+
+def sealed_with(fields: Iterable[tuple[int, bytes]]) -> str:
+    """ "key", "recipients" or "passphrase": what a one-way header's fields say sealed its
+    stream (4.4: a stanza field, or none for a key). Unverified when read before the
+    commitment: it words a message (what to give instead), it decides nothing."""
+    kinds = {kind for kind, _ in fields}
+    if FieldType.RECIPIENT_STANZAS in kinds:
+        return "recipients"
+    return "passphrase" if FieldType.PASSPHRASE_STANZA in kinds else "key"
 
 
 def _field_spans(data: bytes, pos: int, stop: int) -> tuple[tuple[int, int, int], ...]:

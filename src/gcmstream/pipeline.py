@@ -38,6 +38,9 @@ Guarantees:
   symbolic link is followed only if this user or root owns it, so a link planted by someone
   else cannot redirect the output; a target that is not a regular file (``/dev/null``, a FIFO)
   is written in place, if this user or root owns it.
+* A file function whose ``dst`` is ``src`` itself (the same regular file, FIFO or block device,
+  by any path or link) raises ``SameFileError`` before anything is read or written: the
+  command line's rule (``/dev/null`` and other character devices are never "the same file").
 * Memory does not grow with the size of the input: the opener's ring (4 records, at least
   64 KiB), one read buffer and one write buffer of ``CHUNK_SIZE`` each (the file functions:
   a 1 MiB ring and one output buffer of 1 MiB or two records, see ``gcmstream.files``).

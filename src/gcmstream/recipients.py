@@ -481,6 +481,20 @@ def _parse_stanza(value: bytes, pos: int, key_size: int) -> tuple[int, tuple[int
     return end, (kind, value[pos : pos + tag_size], value[pos + tag_size : end])
 
 
+def _not_identities(given: object, found: Sequence[object]) -> str:
+    """What a reader's ``identities`` held instead of Identity objects, and what to do: a path
+    (or a list of paths) is read with read_identity_file, a text with Identity.parse. The text
+    itself is never repeated (an identity line is a secret)."""
+    if isinstance(given, (str, bytes, os.PathLike)) or any(
+        isinstance(item, (str, bytes, os.PathLike)) for item in found
+    ):
+        return (
+            "identities must be Identity objects, not paths or text: read an identity file "
+            "with gcmstream.read_identity_file(path) (or parse a line with Identity.parse)"
+        )
+    return "identities must be one or more Identity objects"
+
+
 class Unlocker:
     """What a reader holds instead of a key: identities, or a passphrase. ``unlock`` finds the
     file key in a header's stanza fields (before its commitment is checked, which the caller
@@ -497,7 +511,7 @@ class Unlocker:
         self._identities: Sequence[Identity] = list(identities or ())
         if passphrase is None:
             if not self._identities or not all(isinstance(i, Identity) for i in self._identities):
-                raise ValueError("identities must be one or more Identity objects")
+                raise ValueError(_not_identities(identities, self._identities))
             if len(self._identities) > MAX_IDENTITIES:
                 raise ValueError(f"{len(self._identities)} identities: at most {MAX_IDENTITIES} are tried")
 

@@ -51,7 +51,7 @@ from gcmstream.format import (
 from gcmstream.keyfile import write_key_file
 from gcmstream.recipients import Identity, RecipientKind, seal_stanzas
 
-from ..helpers import CONTEXT, KEY, SALT, read_all
+from ..helpers import CONTEXT, KEY, SALT, read_all, run_cli
 
 VECTORS = sorted((Path(__file__).parent.parent / "vectors" / "invalid").glob("*.json"))
 TIMEOUT = 60
@@ -794,3 +794,35 @@ def test_each_check_gets_the_exit_status_whose_row_names_it(rule: str) -> None:
     error = OTHER_CHECKS[rule] if rule in OTHER_CHECKS else _fault(rule)
     naming = {code for code, text in cli.EXIT_CODES.items() if rule in rules_named(text)}
     assert naming == {cli.exit_status(error)}, (rule, naming)
+
+
+def test_an_altered_key_id_is_h10_in_the_library_and_damage_only_where_the_cli_reads_the_file_again(
+    tmp_path: Path,
+) -> None:
+    """docs/FORMAT.md 8.1 (H10): a key ID altered in a key's header is refused by every library
+    reader at the 62 fixed bytes as UnknownKeyError (rule H10), whose exit status is 3, the
+    command line's verdict wherever it cannot read the header again (a pipe). Given a regular
+    file, the command line reads the header again, finds that the key given verifies it under
+    its own key ID (only the ID was altered), and says damage (4). One classification
+    (HEADER_FAULTS, then cli's map) for the bytes a reader has; the 4 needs bytes past H10."""
+    key = bytes(range(32))
+    plain, sealed, keyfile = tmp_path / "plain", tmp_path / "sealed", tmp_path / "k.key"
+    plain.write_bytes(b"secret data" * 100)
+    write_key_file(keyfile, key)
+    gcmstream.pipeline.encrypt_file(plain, sealed, key=key)
+    wire = bytearray(sealed.read_bytes())
+    wire[15] ^= 0x40  # a byte of the key ID (offset 12, 16 bytes)
+    sealed.write_bytes(wire)
+    refusals = []
+    for call in (
+        partial(gcmstream.open_file, sealed, key=key),
+        partial(gcmstream.pipeline.decrypt_file, sealed, tmp_path / "out", key=key),
+        partial(read_all, gcmstream.Opener(key), bytes(wire)),
+    ):
+        with pytest.raises(gcmstream.UnknownKeyError) as refused:
+            call()
+        refusals.append(refused.value)
+    assert all(error.rule == "H10" for error in refusals)
+    assert {cli.exit_status(error) for error in refusals} == {cli.EXIT_WRONG_KEY}
+    assert run_cli("decrypt", "-k", keyfile, input=bytes(wire)).status == cli.EXIT_WRONG_KEY  # a pipe
+    assert run_cli("decrypt", "-k", keyfile, sealed, "-o", tmp_path / "out").status == cli.EXIT_TAMPERED
