@@ -470,3 +470,36 @@ def test_a_handshake_parses_each_header_start_once(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(gcmstream.header, "parse_header_start", counting)
     handshake()
     assert len(parsed) == 2  # one header each way
+
+
+def test_a_responder_told_the_peers_input_ended_does_not_answer_its_header() -> None:
+    """``ask_before_answering`` (a server's kernel check, _adapter.answer_only_a_connected_peer):
+    asked once, after the header verified and before the responder half; told the input ended,
+    the responder computes and sends nothing and the handshake ends truncated. Told it did
+    not, it answers as always. An initiator is never asked."""
+    asked: list[bool] = []
+
+    def ended(answer: bool) -> Callable[[], bool]:
+        def input_ended() -> bool:
+            asked.append(answer)
+            return answer
+
+        return input_ended
+
+    initiator = Channel(KEY, role=Role.INITIATOR)
+    responder = Channel(KEY, role=Role.RESPONDER)
+    responder.ask_before_answering(ended(True))
+    responder.opener.receive_data(initiator.data_to_send())
+    assert asked == [True] and responder.data_to_send() == b""
+    with pytest.raises(TruncatedStreamError, match="could never send its Finished"):
+        responder.handshake_complete()
+
+    initiator = Channel(KEY, role=Role.INITIATOR)
+    initiator.ask_before_answering(ended(True))  # (ignored: an initiator answers nothing)
+    responder = Channel(KEY, role=Role.RESPONDER)
+    responder.ask_before_answering(ended(False))
+    responder.opener.receive_data(initiator.data_to_send())
+    initiator.opener.receive_data(responder.data_to_send())
+    responder.opener.receive_data(initiator.data_to_send())
+    assert initiator.handshake_complete() and responder.handshake_complete()
+    assert asked == [True, False]

@@ -337,6 +337,58 @@ _TCP_INFO = getattr(socket, "TCP_INFO", None) if sys.platform.startswith("linux"
 _BYTES_RECEIVED = slice(128, 136)
 
 
+# include/net/tcp_states.h: TCP_CLOSE (reset), TCP_CLOSE_WAIT (the peer sent its FIN); tcp_info's
+# first byte is the state
+_PEER_ENDED_STATES = (7, 8)
+
+
+def peer_ended_input(sock: Any) -> bool:
+    """True if the kernel says the peer of ``sock`` (an accepted TCP socket) ended its input or
+    reset: Linux's TCP_INFO state, one getsockopt. False where it cannot be asked (None, not
+    Linux, not TCP)."""
+    if _TCP_INFO is None or sock is None:
+        return False
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)
+    except (AttributeError, OSError, ValueError):
+        return False
+    return bool(info) and info[0] in _PEER_ENDED_STATES
+
+
+class _PeerInputEnded:
+    """``peer_ended_input`` of one socket, as a callable: a slotted object, not a closure nor a
+    partial, as every pending handshake holds it (tests/test_pending.py's bound)."""
+
+    __slots__ = ("sock",)
+
+    def __init__(self, sock: Any) -> None:
+        self.sock = sock
+
+    def __call__(self) -> bool:
+        return peer_ended_input(self.sock)
+
+
+def answer_only_a_connected_peer(channel: Channel, sock: Any) -> None:
+    """The rule every server path calls (asyncio's ``start_server`` on asyncio and uvloop, the
+    anyio listener on asyncio and trio, ``gcmstream listen``) on the responder's channel with
+    the accepted socket: a peer whose input ended (a FIN, or a reset) by the time its header
+    verified is not answered (``Channel.ask_before_answering``). It can never send its
+    Finished, which needs the answer; a recorded header replayed and hung up on at once cost a
+    responder half each (0.3-0.8 ms of CPU), and a flood of them kept the anyio listener to
+    0-30 of 50 clients (docs/review-2026-12-04-admission.md, stop 33). Nothing changes where
+    the kernel cannot be asked (no socket, not Linux)."""
+    if _TCP_INFO is not None and sock is not None:
+        channel.ask_before_answering(_PeerInputEnded(sock))
+
+
+def raw_socket(transport: Any) -> Any:
+    """An anyio stream's socket, or None where there is none to ask."""
+    try:
+        return transport.extra(SocketAttribute.raw_socket, None)
+    except (AttributeError, OSError):
+        return None
+
+
 def ended_before_sending(transport: Any) -> bool:
     """True if ``transport``'s peer ended its input (or reset) and sent no byte before: it can
     never send a header, so a server closes it before building anything for a handshake

@@ -32,6 +32,7 @@ from ._adapter import (
     PEER_GONE,
     UNKNOWN_PEER,
     Fairness,
+    answer_only_a_connected_peer,
     blame_connection,
     check_can_take_input,
     handshake,
@@ -1098,6 +1099,8 @@ async def _serve(
             transport.abort()  # refused (its source is at its cap): no task, no handshake
             return
         protocol.on_handshake_input = lambda opener: core.observe(transport, opener)
+        # a peer that hung up after its header gets no answer (before any byte is read)
+        answer_only_a_connected_peer(protocol.channel, transport.get_extra_info("socket"))
         task = protocol.handshake_task = loop.create_task(serve_one(protocol, peer))
         tasks.add(task)  # keep a reference until done
         task.add_done_callback(tasks.discard)

@@ -54,9 +54,11 @@ from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if
 from ._adapter import (
     PEER_GONE,
     UNKNOWN_PEER,
+    answer_only_a_connected_peer,
     blame_connection,
     check_can_take_input,
     handshake,
+    raw_socket,
     receive_size,
     remote_address,
     serve_listener,
@@ -271,6 +273,8 @@ class SecureStream(ByteStream):
             idle_timeout=deadlines.idle_timeout,
         )
         stream._deadlines = deadlines
+        if channel.role is Role.RESPONDER:  # a peer that hung up after its header: no answer
+            answer_only_a_connected_peer(channel, raw_socket(transport_stream))
         try:
             await handshake(
                 channel,

@@ -18,7 +18,7 @@ import contextlib
 import enum
 import hmac
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .errors import (
@@ -29,6 +29,7 @@ from .errors import (
     SelfConnectionError,
     StreamBrokenError,
     StreamClosedError,
+    TruncatedStreamError,
 )
 from .format import (
     DEFAULT_MAX_RECORD_SIZE,
@@ -151,6 +152,12 @@ class ChannelPhase(enum.Enum):
 
 _HEADER, _FINISHED, _OPEN, _FAILED = ChannelPhase
 
+ENDED_BEFORE_ANSWER = (
+    "the connection ended during the handshake: the peer ended its input after its header, "
+    "so it could never send its Finished (not answered)"
+)
+"""Why a responder that ``Channel.ask_before_answering`` told the peer's input ended failed."""
+
 
 class _Handshake(HeaderReader):
     """A channel's header reader (``gcmstream.header``): it reads the peer's header and Finished
@@ -167,6 +174,7 @@ class _Handshake(HeaderReader):
         "_exchange",
         "_hello",
         "_hello_salt",
+        "_input_ended",
         "_key_ring",
         "_local_id",
         "_outbox",
@@ -218,6 +226,7 @@ class _Handshake(HeaderReader):
         self._derived: ChannelKeys | None = None
         self._hello = b""  # an initiator's header, until the transcript no longer needs it
         self._hello_salt = b""
+        self._input_ended: Callable[[], bool] | None = None  # a server's (ask_before_answering)
         # the peer's identity once its header verified: the name of the key it proved (a
         # responder's named KeyRing), else what it sent (a claim)
         self.peer_id: bytes | None = None
@@ -302,6 +311,8 @@ class _Handshake(HeaderReader):
         self._check_identity(header)
         self._suite = header.suite
         if not initiator:
+            if self._input_ended is not None and self._input_ended():
+                raise TruncatedStreamError(ENDED_BEFORE_ANSWER)  # its Finished can never come
             fields, shared = respond(header, self._ephemeral)
             answer, _ = make_header(  # not kept: once queued, the outbox holds it until sent
                 key,
@@ -439,6 +450,17 @@ class Channel:
         """The peer's identity once its header verified: the name of the key it proved (a
         responder's named KeyRing), else what it sent (a claim); None before, or if none."""
         return self._handshake.peer_id
+
+    def ask_before_answering(self, input_ended: Callable[[], bool]) -> None:
+        """A responder calls ``input_ended`` once, when the peer's header verified and before
+        it computes its answer (the responder half of the key exchange): if it says the
+        peer's input ended, no answer is computed and the handshake fails with
+        TruncatedStreamError (``ENDED_BEFORE_ANSWER``). A genuine initiator never ends its input
+        before its Finished, which needs the answer. Servers set it (the kernel's word on the
+        socket: ``gcmstream._adapter.answer_only_a_connected_peer``); the channel itself cannot
+        see the input end before the header's bytes are read."""
+        if self.role is Role.RESPONDER:
+            self._handshake._input_ended = input_ended
 
     def initial_data(self) -> bytes:
         """What to send as soon as the connection exists: the initiator's header; nothing for a

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -30,7 +31,7 @@ import gcmstream
 import gcmstream._server
 from gcmstream import AdmissionPolicy, Role
 from gcmstream.admission import DEFAULT_ADMISSION, Admission
-from gcmstream.anyio_stream import SecureStream, create_tcp_listener
+from gcmstream.anyio_stream import SecureStream, connect_tcp, create_tcp_listener
 from gcmstream.format import HEADER_FIXED_SIZE
 from gcmstream.keyfile import write_key_file
 
@@ -38,10 +39,13 @@ from ..helpers import KEY
 from .flood import MANY_SOURCES, ROOT, keyless_flood, raise_fd_limit, server_process
 from .test_admission_flood import (
     LEGIT,
+    LISTEN_RUNS,
+    LISTEN_SERVED,
     SERVED,
     attacker_counts,
     free_port,
     legit_clients,
+    listen_once,
     one_listen_peer,
     recorded_header,
     report,
@@ -274,6 +278,48 @@ def test_a_connect_and_hang_up_flood_keeps_at_most_5_of_50_out(backend: str, tmp
         counts = attacker_counts(attacker)
     served = report(f"{backend}, silent, connect and hang up, 250 sources, 1000 attackers", times, counts, 0)
     assert served >= SERVED
+
+
+# -- stop 33: replay a recorded header, then hang up at once ----------------------------------------
+
+
+@review_flood
+@pytest.mark.slow  # about 10 s each
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", ["asyncio", "uvloop", "anyio-asyncio", "anyio-trio"])
+def test_a_replay_and_hang_up_flood_keeps_at_most_5_of_50_out(backend: str, tmp_path: Path) -> None:
+    """1,000 connections from 250 addresses, each sending a recorded header and closing at once:
+    such a peer can never send its Finished, and no server computes an answer for it
+    (``_adapter.answer_only_a_connected_peer``). Before, each cost a responder half: branch
+    ``adm2``'s author measured main's anyio listener at 0-30 of 50 on asyncio, 0-19 on trio."""
+    if backend == "uvloop":
+        pytest.importorskip("uvloop")
+    raise_fd_limit(4096)
+    with (
+        server_process(backend, tmp_path / "server.log") as port,
+        answered_flood(port, 1000, MANY_SOURCES, leave="at-once") as attacker,
+    ):
+        time.sleep(1.0)
+        times = asyncio.run(legit_clients(port, LEGIT))
+        counts = attacker_counts(attacker)
+    served = report(f"{backend}, replay and hang up, 250 sources, 1000 attackers", times, counts, 0)
+    assert served >= SERVED
+
+
+@review_flood
+@pytest.mark.slow  # about 30 s
+@pytest.mark.timeout(180)
+def test_listen_under_a_replay_and_hang_up_flood_takes_its_peer(tmp_path: Path) -> None:
+    """The same flood against `gcmstream listen`, LISTEN_RUNS processes in turn on one port (as
+    the flood test runs them): each run's one peer must get through within WITHIN."""
+    raise_fd_limit(4096)
+    keyfile = tmp_path / "key"
+    write_key_file(keyfile, KEY)
+    port = free_port()
+    with answered_flood(port, 1000, MANY_SOURCES, leave="at-once"):
+        results = [listen_once(port, keyfile)[0] for _ in range(LISTEN_RUNS)]  # bounded
+    print(f"\nlisten, replay and hang up, 250 sources: {sum(results)}/{LISTEN_RUNS} runs took their peer")
+    assert sum(results) >= LISTEN_SERVED
 
 
 # -- finding 2: the default budget exceeds the usual descriptor limit ----------------------------
@@ -533,6 +579,150 @@ def test_a_keyless_connect_and_close_flood_is_not_logged_line_by_line(
     # anyio listener's count of the other 99 as it ends (FailureReport.report_due(final=True))
     assert len(warnings) <= 2, f"{len(warnings)} warnings for 100 keyless connections"
     assert all(r.getMessage().startswith("handshakes failed without proving") for r in warnings[1:])
+
+
+# -- stop 33: a peer whose input ended after its header is not answered --------------------------
+
+REPLAYS_HUNG_UP = 10
+
+
+def _replay_and_hang_up(port: int, count: int = REPLAYS_HUNG_UP) -> list[socket.socket]:
+    """``count`` connections that each send a recorded header and end their output (a FIN; each
+    can still read, so an answer would reach it): the connections, to be read and closed."""
+    header = recorded_header()
+    peers = []
+    for _ in range(count):  # bounded
+        sock = socket.create_connection((HOST, port))
+        sock.sendall(header)
+        sock.shutdown(socket.SHUT_WR)
+        peers.append(sock)
+    return peers
+
+
+def _answers_read(peers: list[socket.socket]) -> list[int]:
+    """Bytes each peer received before the server closed it (at most 2 s each; closes them)."""
+    got = []
+    for sock in peers:
+        total = 0
+        sock.settimeout(2.0)
+        with sock:
+            for _ in range(100):  # bounded: an answer is a few KiB
+                try:
+                    data = sock.recv(65536)
+                except OSError:  # reset by the server's abort
+                    break
+                if not data:
+                    break
+                total += len(data)
+        got.append(total)
+    return got
+
+
+@pytest.mark.parametrize(("path", "backend", "options"), SERVER_PATHS)
+def test_a_replayed_header_whose_sender_hung_up_is_not_answered(
+    path: str, backend: str, options: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recorded header replayed and followed by a FIN can never be followed by its Finished
+    (which needs the answer): no server path computes the responder half for it
+    (``_adapter.answer_only_a_connected_peer``), and a genuine client after them is answered.
+    The ten connect, send and end their output before the server accepts them, so their FIN
+    is in when the header is read; on main each got its answer (1,254 bytes) computed and sent."""
+    if options.get("use_uvloop"):
+        pytest.importorskip("uvloop")
+    import gcmstream.channel
+    import gcmstream.handshake
+
+    answered: list[object] = []
+    respond = gcmstream.handshake.respond  # what the channel calls for its answer
+
+    def counting(*args: Any) -> Any:
+        answered.append(args)
+        return respond(*args)
+
+    async def asyncio_echo(
+        reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter
+    ) -> None:
+        writer.write(await reader.read(100))
+        await writer.drain()
+        writer.close()
+
+    async def anyio_echo(stream: SecureStream) -> None:
+        async with stream:
+            await stream.send(await stream.receive())
+
+    async def scenario() -> tuple[list[int], bytes]:
+        async with contextlib.AsyncExitStack() as stack:
+            if path == "start_server":
+                listening = socket.socket()  # listening before the server serves it: the queue fills
+                listening.bind((HOST, 0))
+                listening.listen(100)
+                port = listening.getsockname()[1]
+                peers = _replay_and_hang_up(port)
+                await anyio.sleep(0.1)
+                monkeypatch.setattr(gcmstream.channel, "respond", counting)
+                server = await gcmstream.start_server(asyncio_echo, sock=listening, key=KEY)
+                await stack.enter_async_context(server)
+            else:
+                listener = await create_tcp_listener(key=KEY, local_host=HOST)
+                await stack.enter_async_context(listener)
+                port = listener.extra(anyio.abc.SocketAttribute.local_port)
+                peers = _replay_and_hang_up(port)
+                await anyio.sleep(0.1)
+                monkeypatch.setattr(gcmstream.channel, "respond", counting)
+                tg = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(tg.cancel_scope.cancel)
+                tg.start_soon(listener.serve, anyio_echo)
+            await anyio.sleep(0.5)
+            got = await anyio.to_thread.run_sync(_answers_read, peers)
+            assert answered == []  # (before the genuine client)
+            with anyio.fail_after(10):
+                if path == "start_server":
+                    reader, writer = await gcmstream.open_connection(HOST, port, key=KEY)
+                    writer.write(b"genuine")
+                    echoed = await reader.read(100)
+                    writer.close()
+                else:
+                    async with await connect_tcp(HOST, port, key=KEY) as client:
+                        await client.send(b"genuine")
+                        echoed = await client.receive()
+            return got, echoed
+
+    got, echoed = anyio.run(scenario, backend=backend, backend_options=options)
+    assert got == [0] * REPLAYS_HUNG_UP  # no answer bytes reached any of them
+    assert echoed == b"genuine"
+    assert len(answered) == 1  # the genuine client's only
+
+
+def test_listen_does_not_answer_a_replayed_header_whose_sender_hung_up(tmp_path: Path) -> None:
+    """The same on `gcmstream listen` (its own process: the ten queue while it is stopped, so
+    their FIN is in when it reads their headers): none receives an answer, and the real peer
+    after them is taken. On main each of the ten received the 1,254-byte answer."""
+    keyfile = tmp_path / "key"
+    write_key_file(keyfile, KEY)
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "listen", f"{HOST}:{port}", "-k", str(keyfile)],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_listening(process)
+        process.send_signal(signal.SIGSTOP)
+        try:
+            peers = _replay_and_hang_up(port)
+            time.sleep(0.1)
+        finally:
+            process.send_signal(signal.SIGCONT)
+        got = _answers_read(peers)
+        took = asyncio.run(one_listen_peer(port))
+        out, err = process.communicate(timeout=10)
+    finally:
+        process.kill()
+        process.wait()
+    assert got == [0] * REPLAYS_HUNG_UP, err[-1000:]
+    assert took is not None and out == b"ping" and process.returncode == 0, err[-1000:]
 
 
 # -- finding 6: one address holds `start` slots, not `per_source` -------------------------------
