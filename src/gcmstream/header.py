@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar, NoReturn
 
-from .errors import KeyCommitmentError, OutOfRangeError, ProtocolError
+from .errors import KeyCommitmentError, OutOfRangeError, ProtocolError, TruncatedStreamError
 from .format import (
     HEADER_FIXED_SIZE,
     MAGIC,
@@ -212,6 +212,12 @@ class HeaderReader:
         if self._got:
             return f"input ended inside the stream header ({self._got} of {self._need} bytes)"
         return "input ended before the stream header"
+
+    def ended(self) -> ProtocolError:
+        """The error of input that ended now, before the header (and a Finished) was whole:
+        a truncation (``truncation()`` says where). A channel's initiator whose header a
+        responder of this same process refused raises that refusal instead (``channel``)."""
+        return TruncatedStreamError(self.truncation(), in_header=True)
 
     def close(self) -> None:
         """Drop the buffer and the key: the header failed, or its reader is done with it."""
