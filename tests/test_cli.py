@@ -48,7 +48,7 @@ from gcmstream.cli import (
 from gcmstream.format import HEADER_SIZE, RECORD_HEADER_SIZE, TAG_SIZE
 from gcmstream.keyfile import KEY_PREFIX, parse_key
 
-from .helpers import CliRun, interruptible, run_cli
+from .helpers import KEY, CliRun, interruptible, run_cli
 
 RECORD = gcmstream.DEFAULT_RECORD_SIZE
 SIZES = [0, 1, RECORD - 1, RECORD, RECORD + 1, 3 * 1024 * 1024 + 7]
@@ -1244,6 +1244,62 @@ def test_listens_count_line_keeps_its_reasons_through_the_key_text_filter() -> N
         "gcmstream listen: handshakes failed without proving the key in the last 10 s: 4 "
         "(3 anyio truncated stream error, 1 timeout error); each is logged at debug level"
     ]
+
+
+LONG_IPV6 = "2001:db8:85a3::8a2e:370:7334"  # 28 characters of [0-9a-f:]: a run the filter hides
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+async def test_listens_line_about_a_peer_shows_its_ipv6_address_whole(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A peer's address is never key text: listen's line about a failed peer shows it whole.
+    The key-text filter ran over the whole line and hid a long IPv6 address ("[<hidden: may
+    be key text>]:4242"); the address is now put in the line outside the filter. Run in
+    process on 127.0.0.1, the address the listen loop asks of a socket replaced by a long
+    IPv6 one (the loopback's own, ``::1``, is too short to be hidden: test_listen_says_a_cut_handshake_was_cut)."""
+    import argparse
+    import logging
+
+    import anyio
+
+    from gcmstream import _adapter, cli
+
+    monkeypatch.setattr(_adapter, "remote_address", lambda transport: (LONG_IPV6, 4242, 0, 0))
+    logger = logging.getLogger("gcmstream.cli")
+    saved = logger.handlers[:], logger.level, logger.propagate
+    said = ""
+    try:
+        cli._import_runtime("listen")  # (what main does before it runs listen)
+        cli._log_to_stderr("listen")
+        config = gcmstream.Configuration(key=KEY)
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        peers: list[gcmstream.SecureStream] = []
+
+        async def listen() -> None:
+            peers.append(await cli._first_peer(listener, argparse.Namespace(command="listen"), config))
+
+        with anyio.fail_after(TIMEOUT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(listen)
+                async with await anyio.connect_tcp("127.0.0.1", port) as stranger:
+                    await stranger.send(b"GCMS" + bytes(26))  # no header listen reads: refused
+                for _ in range(200):  # bounded: until listen said it
+                    said += capsys.readouterr().err
+                    if "still listening" in said:
+                        break
+                    await anyio.sleep(0.02)
+                client = await gcmstream.anyio_stream.connect_tcp("127.0.0.1", port, key=KEY)
+            await client.aclose()
+            await peers[0].aclose()
+            await listener.aclose()
+    finally:
+        logger.handlers[:], level, logger.propagate = saved
+        logger.setLevel(level)
+    assert f"gcmstream listen: [{LONG_IPV6}]:4242: " in said, said
+    assert "hidden" not in said, said
 
 
 def test_listen_says_one_line_for_a_flood_of_strangers_not_one_each(keyfile: Path) -> None:

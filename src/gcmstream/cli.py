@@ -456,15 +456,22 @@ def _without_values(message: str, words: Sequence[str]) -> str:
     return message[: named.end()] + rest
 
 
-def _stderr_line(command: str | None, message: str, *, shown_as_is: bool = False) -> str:
+def _stderr_line(
+    command: str | None, message: str, *, shown_as_is: bool = False, address: str | None = None
+) -> str:
     """The one form of every line the command writes on stderr (errors, warnings, log lines,
     notes): 'gcmstream COMMAND: ...' (or 'gcmstream: ...' before a command is known), its
     control characters escaped (``_printable``: a name from a glob, `info dir/*`) and any run
     that may be key text hidden, unless ``shown_as_is``: a line this process made that must be
-    read whole (a generated passphrase, an IPv6 address it bound)."""
+    read whole (a generated passphrase, an IPv6 address it bound). ``address``: a peer's
+    address as the socket gave it (``_shown``), put before the message and outside the
+    filter: never key text, and a long IPv6 address is a run the filter would hide."""
     prog = f"gcmstream {command}" if command else "gcmstream"
-    line = f"{prog}: {_printable(message)}"
-    return line if shown_as_is else _hide_key_text(line)
+    said = _printable(message)
+    if not shown_as_is:
+        said = _hide_key_text(said)
+    where = "" if address is None else f"{_printable(address)}: "
+    return f"{prog}: {where}{said}"
 
 
 # -- argument parsing -----------------------------------------------------------------------
@@ -2404,7 +2411,7 @@ async def _first_peer(
             # (the core's level: a stranger's failure is debug once another was said within
             # 10 s, and counted in the core's one line per 10 s, which goes to _log as well)
             shown = _shown(peer) if isinstance(peer, tuple) else str(peer)
-            _log.log(level, "%s: %s; still listening", shown, _peer_failure(exc, args))
+            _log.log(level, "%s; still listening", _peer_failure(exc, args), extra={"peer": shown})
 
         async def responder(
             transport: Any, deadlines: Any, observe: Callable[[Any], object], scope: anyio.CancelScope
@@ -2909,7 +2916,8 @@ def _log_to_stderr(command: str) -> None:
 
     class HidingFormatter(logging.Formatter):
         def format(self, record: logging.LogRecord) -> str:
-            return _stderr_line(command, super().format(record))  # a peer's words too
+            # a peer's words are filtered; its address (``extra={"peer": ...}``) is not
+            return _stderr_line(command, super().format(record), address=getattr(record, "peer", None))
 
     global _log
     _log = logging.getLogger("gcmstream.cli")
