@@ -152,7 +152,7 @@ def test_an_eof_during_the_handshake_counts_the_bytes_received(given: int | str)
     responder = Channel(KEY, role=Role.RESPONDER)
     responder.opener.receive_data(header[:count])
     responder.opener.receive_eof()
-    with pytest.raises(TruncatedStreamError, match=rf"during the handshake \({count} bytes received;"):
+    with pytest.raises(TruncatedStreamError, match=rf"during the handshake \({count} bytes received"):
         responder.handshake_complete()
 
 

@@ -934,6 +934,13 @@ def _build_parser() -> argparse.ArgumentParser:
     key_options(listen)
     listen.add_argument("-q", "--quiet", action="store_true", help="do not print the listening address")
     listen.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="a line for every failed handshake (without it, those within 10 s of the last line "
+        "said are only counted, in one line per 10 s)",
+    )
+    listen.add_argument(
         "--once",
         action="store_true",
         help="take only the first connection; its failed handshake ends the command",
@@ -2434,6 +2441,8 @@ def _peer_failure(exc: BaseException, args: argparse.Namespace) -> str:
     leaf = _leaf(exc)
     if isinstance(leaf, RecordTooLargeError):
         return _record_limit_error(args.command, leaf.size, leaf.limit, "the peer").message
+    if isinstance(leaf, TruncatedStreamError) and leaf.in_header:  # says what the peer did
+        return str(leaf)
     return _classify(leaf)[1]
 
 
@@ -2812,7 +2821,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args
     _import_runtime(args.command)
     if args.command in _NET_COMMANDS:  # the only commands that log (listen's refused peers)
-        _log_to_stderr(args.command)
+        _log_to_stderr(args.command, verbose=getattr(args, "verbose", False))
     try:
         local = _LOCAL_COMMANDS.get(args.command)
         if local is not None:
@@ -2910,8 +2919,9 @@ def _report_failure(args: argparse.Namespace, code: int, message: str) -> None:
             print(_stderr_line(args.command, message), file=sys.stderr, flush=True)
 
 
-def _log_to_stderr(command: str) -> None:
-    """Log lines (listen's refused connections) as one line each, like the error line."""
+def _log_to_stderr(command: str, *, verbose: bool = False) -> None:
+    """Log lines (listen's refused connections) as one line each, like the error line;
+    ``verbose`` (listen -v): the debug ones too, a line for each failed handshake."""
     import logging  # here, not for --help (10 ms)
 
     class HidingFormatter(logging.Formatter):
@@ -2924,7 +2934,7 @@ def _log_to_stderr(command: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(HidingFormatter("%(message)s"))
     _log.handlers[:] = [handler]
-    _log.setLevel(logging.INFO)
+    _log.setLevel(logging.DEBUG if verbose else logging.INFO)
     _log.propagate = False
 
 

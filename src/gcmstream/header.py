@@ -205,10 +205,18 @@ class HeaderReader:
                 "address): try again later"
             )
         if self.finished_size:
-            return (
-                f"the connection ended during the handshake ({self._base + self._got} bytes received; "
-                "a peer with another key or context hangs up here)"
-            )
+            # never a peer with another key or context: a responder with one hangs up at the
+            # header (0 bytes received: above), and this end refuses one's header itself
+            # (KeyCommitmentError)
+            received = self._base + self._got
+            said = f"the peer cut the connection during the handshake ({received} bytes received"
+            if self._role is Role.INITIATOR and self.header is not None:
+                # a responder that answered: its initiator hangs up here when it refuses the answer
+                return (
+                    f"{said}, after this end's answer: the peer refused the answer (it expects "
+                    "another identity or key exchange) or the connection was lost)"
+                )
+            return f"{said})"
         if self._got:
             return f"input ended inside the stream header ({self._got} of {self._need} bytes)"
         return "input ended before the stream header"
