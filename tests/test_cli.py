@@ -863,6 +863,33 @@ def test_a_refused_connect_names_every_cause_it_cannot_tell_apart(
         assert b"key exchange refused: " in listener.stderr and b"--key-exchange" in listener.stderr
 
 
+BRACKETS = 'bad address "{}": an IPv6 host goes in brackets before the port, as [::1]:9000'
+
+
+@pytest.mark.parametrize(
+    ("command", "address", "said"),
+    [
+        ("connect", "example.org", 'bad address "example.org": no port: give HOST:PORT'),
+        ("connect", ":9000", 'bad address ":9000": no host: give HOST:PORT, as 127.0.0.1:9000'),
+        ("listen", "localhost:http", 'bad address "localhost:http": the port http is not a number'),
+        ("listen", "127.0.0.1:", "bad address \"127.0.0.1:\": no port after the ':': give [HOST:]PORT"),
+        ("listen", "", "an empty address: no port: give [HOST:]PORT"),
+        ("listen", "70000", 'bad address "70000": the port 70000 is over 65535'),
+        ("listen", "8_0", 'bad address "8_0": the port 8_0 is not a number'),  # int() took it
+        # an IPv6 host without its brackets, or half of them, was taken for another address
+        ("connect", "::1:9000", BRACKETS.format("::1:9000")),
+        ("connect", "[::1:9000", BRACKETS.format("[::1:9000")),
+        ("listen", "::1", BRACKETS.format("::1")),
+    ],
+)
+def test_a_bad_address_is_named_with_what_is_wrong(command: str, address: str, said: str) -> None:
+    """A new user's finding: "argument address: not a port number: 'abc'" (Python's repr of
+    the port alone, argparse's word for the argument); "[::1:9000" connected to [::1]:9000 and
+    "::1:80" to port 80 of ::1. The address is named as given, and what is wrong in words."""
+    message = one_line_error(run_cli(command, address, "-k", "unused.key"), EXIT_USAGE)
+    assert message == f"gcmstream {command}: {said} (see gcmstream {command} --help)\n"
+
+
 def test_identity_option_is_checked() -> None:
     result = run_cli("connect", "127.0.0.1:1", "--local-id", "x" * 256)
     assert "a name is 1 to 255 bytes of UTF-8, got 256" in one_line_error(result, EXIT_USAGE)

@@ -556,22 +556,33 @@ _KEY_EXCHANGES: dict[str, KeyExchange] = {}
 
 
 def _address(text: str, *, default_host: str | None) -> tuple[str, int]:
+    """``[HOST:]PORT`` (listen: ``default_host`` when there is no host) or ``HOST:PORT``
+    (connect), an IPv6 host in brackets (``[::1]:9000``). A usage error names the address as
+    given and what is wrong with it, in words (never a Python repr)."""
+    form = "HOST:PORT" if default_host is None else "[HOST:]PORT"
+
+    def bad(problem: str) -> argparse.ArgumentTypeError:
+        given = f'bad address "{text}"' if text else "an empty address"  # (quoted: it may end in ':')
+        return argparse.ArgumentTypeError(f"{given}: {problem}")
+
     host, sep, port_text = text.rpartition(":")
-    if not sep:
-        if default_host is None:
-            raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
-        host = default_host
-    host = host.strip("[]")  # [::1]:9000
+    if host.startswith("["):  # [::1]:9000: the brackets enclose the whole host
+        if not host.endswith("]") or "[" in host[1:-1] or "]" in host[1:-1]:
+            raise bad("an IPv6 host goes in brackets before the port, as [::1]:9000")
+        host = host[1:-1]
+    elif ":" in host or "[" in host or "]" in host:  # ::1:9000 is ambiguous
+        raise bad("an IPv6 host goes in brackets before the port, as [::1]:9000")
     if not host:
         if default_host is None:
-            raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+            raise bad(f"no host: give {form}, as 127.0.0.1:9000" if sep else f"no port: give {form}")
         host = default_host
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {port_text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port {port} is outside 0..65535")
+    if not port_text:
+        raise bad(f"no port after the ':': give {form}" if sep else f"no port: give {form}")
+    if not port_text.isdigit():  # (not int(): it takes " 80", "+80", "8_0" and "٨٠")
+        raise bad(f"the port {port_text} is not a number")
+    port = int(port_text)
+    if port > 65535:
+        raise bad(f"the port {port} is over 65535")
     return host, port
 
 
@@ -930,7 +941,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "stderr and closed, and listening goes on (--once: stop after the first connection "
         "whatever happens). " + net_note,
     )
-    listen.add_argument("address", metavar="[HOST:]PORT", help="address to listen on")
+    listen.add_argument(
+        "address", metavar="[HOST:]PORT", help="address to listen on (an IPv6 host in brackets: [::1]:9000)"
+    )
     key_options(listen)
     listen.add_argument("-q", "--quiet", action="store_true", help="do not print the listening address")
     listen.add_argument(
@@ -956,7 +969,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "connect to a 'gcmstream listen': stdin to socket, socket to stdout",
         "Connect to HOST:PORT where 'gcmstream listen' runs. " + net_note,
     )
-    connect.add_argument("address", metavar="HOST:PORT", help="address to connect to")
+    connect.add_argument(
+        "address", metavar="HOST:PORT", help="address to connect to (an IPv6 host in brackets: [::1]:9000)"
+    )
     key_options(connect)
     connect.add_argument(
         "--record-size", metavar="N", type=_size, default=DEFAULT_RECORD_SIZE, help="largest record to send"
@@ -2861,7 +2876,7 @@ def _parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpars
                 args.address, default_host="127.0.0.1" if args.command == "listen" else None
             )
         except argparse.ArgumentTypeError as exc:
-            parser.error(f"argument address: {exc}")
+            parser.error(str(exc))
     return args
 
 
