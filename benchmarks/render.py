@@ -308,6 +308,16 @@ def echo_section(d: dict[str, Any]) -> str:
     )
 
 
+def _when(d: dict[str, Any]) -> str:
+    """When a part ran, on what and how loaded: its own line, for a part rerun alone."""
+    source = d.get("source", {})
+    dirty = " with uncommitted changes in src/" if source.get("src_dirty") else ""
+    return (
+        f"Run {d['date']}, commit {source.get('commit', '?')}{dirty}, 1-minute load average "
+        f"{d['loadavg'][0]:.1f} when it ended."
+    )
+
+
 def conns_section(d: dict[str, Any]) -> str:
     rows = []
     for r in d["rows"]:
@@ -330,7 +340,9 @@ def conns_section(d: dict[str, Any]) -> str:
         f"## 6. Memory per connection ({n} connections)\n\n"
         "Server process RSS growth per connection after the handshakes (idle) and after each "
         f"connection echoed one {d['params']['message']}-byte message (lightly used); rings and "
-        "sealer output buffers counted in the server with `gc.get_objects()`.\n\n"
+        "sealer output buffers counted in the server with `gc.get_objects()` (a sealer's "
+        "output buffer starts at 256 bytes). Command: `python benchmarks/run.py conns`. "
+        f"{_when(d)}\n\n"
         + table(
             [
                 "server",
@@ -373,7 +385,8 @@ def flood_section(d: dict[str, Any]) -> str:
         f"({p['message']}-byte messages) measures round trips on another connection to the same "
         f"server; the no-flood baseline is the same client in the {p['baseline_s']:g} s before "
         f"the flood, same run. Only the server runs on the loop named; {p['reps']} runs per loop, "
-        "interleaved, round trips pooled. Command: `python benchmarks/run.py flood`.\n\n"
+        "interleaved, round trips pooled. Command: `python benchmarks/run.py flood`. "
+        f"{_when(d)}\n\n"
         + table(
             [
                 "server loop",

@@ -152,7 +152,7 @@ def test_an_eof_during_the_handshake_counts_the_bytes_received(given: int | str)
     responder = Channel(KEY, role=Role.RESPONDER)
     responder.opener.receive_data(header[:count])
     responder.opener.receive_eof()
-    with pytest.raises(TruncatedStreamError, match=rf"during the handshake \({count} bytes received;"):
+    with pytest.raises(TruncatedStreamError, match=rf"during the handshake \({count} bytes received"):
         responder.handshake_complete()
 
 
@@ -302,6 +302,40 @@ def test_a_finished_or_abandoned_initiator_is_forgotten() -> None:
     responder = Channel(KEY, role=Role.RESPONDER)
     responder.opener.receive_data(hello)
     assert responder.data_to_send()  # answered: the header is no longer one of ours in flight
+
+
+@pytest.mark.refuse_self_connections
+def test_an_initiator_whose_header_this_process_refused_raises_that_refusal() -> None:
+    """Both ends in one process: the responder hangs up without a word, so the initiator
+    raises the refusal the registry of this process's own headers passed it (with its fix),
+    not "the connection ended during the handshake" (issue 24)."""
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    run_handshake(initiator, responder)
+    with pytest.raises(SelfConnectionError):
+        responder.handshake_complete()
+    initiator.opener.receive_eof()  # what the initiator sees next: the server hung up
+    with pytest.raises(SelfConnectionError, match=r"in this process.*self_connections_allowed\(\)"):
+        initiator.handshake_complete()
+    # a named ring's refusal (K5) likewise, with self-connections allowed
+    with self_connections_allowed():
+        initiator = Channel(KEY, role=Role.INITIATOR)
+        server = Channel(KeyRing({"alice": KEY}), role=Role.RESPONDER)
+        run_handshake(initiator, server)
+        initiator.opener.receive_eof()
+        with pytest.raises(PeerIdentityError, match=r"in this process.*local_id"):
+            initiator.handshake_complete()
+
+
+def test_an_unanswered_initiator_of_a_named_ring_that_claims_no_name_is_told_the_likely_fix() -> None:
+    """Across processes the client cannot know why its server hung up; but a named key (a
+    pairwise one, K5) held without a local_id is the likely cause, and the truncation says so."""
+    for local_id, hinted in ((None, True), ("alice", False)):
+        client = Channel(KeyRing({"server": KEY}), role=Role.INITIATOR, local_id=local_id)
+        client.initial_data()
+        client.opener.receive_eof()
+        with pytest.raises(TruncatedStreamError) as refused:
+            client.handshake_complete()
+        assert ("names its key 'server' but this end sends no local_id" in str(refused.value)) is hinted
 
 
 def test_identities_are_sent_bound_and_checked() -> None:

@@ -249,8 +249,20 @@ def test_a_header_readers_truncation_messages_in_full() -> None:
     with pytest.raises(TruncatedStreamError) as during:
         channel.handshake_complete()
     assert str(during.value) == (
-        f"the connection ended during the handshake ({len(hello) - 5} bytes received; "
-        "a peer with another key or context hangs up here)"
+        f"the peer cut the connection during the handshake ({len(hello) - 5} bytes received)"
+    )
+    # after its whole header this end answered: the initiator hangs up there when it refuses
+    # the answer; no longer "a peer with another key or context" (one never gets this far)
+    answered = Channel(KEY, role=Role.RESPONDER)
+    answered.opener.receive_data(Channel(KEY, role=Role.INITIATOR).initial_data())
+    assert answered.data_to_send()
+    answered.opener.receive_eof()
+    with pytest.raises(TruncatedStreamError) as after:
+        answered.handshake_complete()
+    assert str(after.value) == (
+        f"the peer cut the connection during the handshake ({len(hello)} bytes received, after "
+        "this end's answer: the peer refused the answer (it expects another identity or key "
+        "exchange) or the connection was lost)"
     )
 
 

@@ -343,8 +343,8 @@ def test_keyless_failures_are_one_warning_per_interval_counted_by_reason(
     now[0] += 0.5  # the interval has passed: the next arrival says the count
     server.admit("next", ("10.0.0.2", 1))
     assert caplog.messages == [
-        "handshakes failed without proving the key in the last 10 s: 301 (201 truncated stream error, "
-        "100 timeout error); each is logged at debug level"
+        "handshakes failed without proving the key in the last 10 s: 301 (201 hung up or cut during "
+        "the handshake, 100 too slow (handshake timeout)); each is logged at debug level"
     ]
     assert server.handshake_failed("next", HUNG_UP) == logging.DEBUG  # the count was this interval's line
     now[0] += REPORT_INTERVAL
@@ -580,8 +580,8 @@ def test_a_final_report_says_the_count_whatever_the_interval(caplog: pytest.LogC
     assert caplog.messages == []
     report.report_due(final=True)
     assert caplog.messages == [
-        "handshakes failed without proving the key in the last 1 s: 2 (2 timeout error); "
-        "each is logged at debug level"
+        "handshakes failed without proving the key in the last 1 s: 2 (2 too slow (handshake "
+        "timeout)); each is logged at debug level"
     ]
     report.report_due(final=True)  # nothing counted since: nothing more
     assert len(caplog.messages) == 1

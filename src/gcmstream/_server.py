@@ -57,6 +57,20 @@ from .admission import (
 )
 from .codec import Opener, Sealer
 from .config import Configuration
+from .errors import (
+    DowngradeError,
+    HandshakeError,
+    KeyCommitmentError,
+    MalformedHeaderError,
+    PeerIdentityError,
+    ProtocolError,
+    RecordTooLargeError,
+    RoleMismatchError,
+    SelfConnectionError,
+    TruncatedStreamError,
+    UnknownKeyError,
+    UnsupportedFormatError,
+)
 from .format import FieldType
 from .tinkstream import TinkOpener, TinkSealer
 
@@ -288,11 +302,37 @@ def describe_handshake_failure(
 
 _WORD_START = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")  # compiled at import, not in a flood
 
+# The count line's reasons in words a server's user understands, by the error's class: the one
+# table (the first class of the error's MRO found in it). Lower case and short words, so that
+# ``gcmstream listen``'s filter of key-like text (mixed case runs) lets them through (review
+# 2026-12-04, second review, finding 5). The specific before the general.
+_REASONS: dict[type[BaseException], str] = {
+    TruncatedStreamError: "hung up or cut during the handshake",
+    TimeoutError: "too slow (handshake timeout)",
+    UnknownKeyError: "a key not held here",
+    KeyCommitmentError: "wrong key or context",
+    DowngradeError: "an older, weaker key exchange offered",
+    SelfConnectionError: "a connection to itself",
+    PeerIdentityError: "identity refused",
+    HandshakeError: "failed key confirmation or a malformed share",
+    RoleMismatchError: "wrong role (a reflected or one-way stream)",
+    MalformedHeaderError: "a malformed header",
+    UnsupportedFormatError: "not a gcmstream peer",
+    RecordTooLargeError: "record size over the limit",
+    ProtocolError: "a broken handshake",
+    ConnectionError: "connection reset",
+    OSError: "connection error",
+}
+
 
 def reason_words(kind: type[BaseException]) -> str:
-    """An exception class as the count line's words ("TruncatedStreamError" -> "truncated
-    stream error"): lower case, so that ``gcmstream listen``'s filter of key-like text (mixed
-    case runs) lets the reasons through (review 2026-12-04, second review, finding 5)."""
+    """An exception class as the count line's reason (``_REASONS``: "TruncatedStreamError" ->
+    "hung up or cut during the handshake"); a class outside the table, its name in lower-case
+    words ("ValueError" -> "value error")."""
+    for cls in kind.__mro__:
+        reason = _REASONS.get(cls)
+        if reason is not None:
+            return reason
     return _WORD_START.sub(" ", kind.__name__).lower()
 
 

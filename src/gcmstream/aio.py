@@ -797,11 +797,13 @@ async def open_connection(
     """Connect like ``asyncio.open_connection`` and run the channel handshake (one round trip).
 
     A server with another key or context hangs up at our header (TruncatedStreamError: the
-    connection ended during the handshake). The options are a :class:`~gcmstream.Configuration`
-    (``config=``) or its keywords (``key=`` and the rest: each not given takes its default);
-    not both. ``key`` may be a KeyRing (its primary key is used); a client uses the channel
-    options, ``handshake_timeout`` and ``record_timeout``. ``limit`` is the reader's line limit,
-    as asyncio's. ``kwargs`` go to ``loop.create_connection`` (``ssl``, ``family``, ``sock``,
+    connection ended during the handshake); a server in this same process that refused it,
+    its refusal (SelfConnectionError, PeerIdentityError, DowngradeError). The options are a
+    :class:`~gcmstream.Configuration` (``config=``) or its keywords (``key=`` and the rest:
+    each not given takes its default); not both. ``key`` may be a KeyRing (its primary key is
+    used); a client uses the channel options, ``handshake_timeout`` and ``record_timeout``.
+    ``limit`` is the reader's line limit, as asyncio's. ``kwargs`` go to
+    ``loop.create_connection`` (``ssl``, ``family``, ``sock``,
     ...): a misspelt option reaches it and raises TypeError there.
     """
     config = configure(

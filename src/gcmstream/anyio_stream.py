@@ -203,6 +203,7 @@ class SecureStream(ByteStream):
         local_id: str | bytes | Unset | None = UNSET,
         peer_id: str | bytes | Unset | None = UNSET,
         on_handshake_input: Callable[[Opener], object] | None = None,
+        cancel_scope: anyio.CancelScope | None = None,
     ) -> SecureStream:
         """Run the channel handshake (one round trip, both sides confirmed), sending while
         receiving (so it works over a transport that does not buffer). One side is
@@ -227,7 +228,11 @@ class SecureStream(ByteStream):
         ``BrokenResourceError`` that anyio code expects of a broken transport.
         ``on_handshake_input`` is called with the channel's opener after each read of the
         handshake: a server's :class:`~gcmstream.admission.Admission` learns there what the
-        peer sent (``Admission.observe``).
+        peer sent (``Admission.observe``). ``cancel_scope``: a scope, not yet entered, for the
+        handshake to run in, its deadline set to the handshake's: a server's pending entry,
+        which its admission cancels to evict the connection (the handshake then raises
+        TimeoutError); one scope per pending handshake, not two (``gcmstream listen``'s,
+        tests/test_pending.py).
 
         The options are a :class:`~gcmstream.Configuration` (``config=``) or its keywords
         (each not given takes its default), not both; a stream uses every option but
@@ -253,7 +258,7 @@ class SecureStream(ByteStream):
             record_timeout=config.record_timeout,
             idle_timeout=config.idle_timeout,
         )
-        return await cls._handshaken(transport_stream, channel, deadlines, on_handshake_input)
+        return await cls._handshaken(transport_stream, channel, deadlines, on_handshake_input, cancel_scope)
 
     @classmethod
     async def _handshaken(

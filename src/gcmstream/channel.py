@@ -180,6 +180,7 @@ class _Handshake(HeaderReader):
         "_outbox",
         "_peer_expected",
         "_record_size",
+        "_refusal_here",
         "_salt",
         "_sealer",
         "_shares",
@@ -227,6 +228,9 @@ class _Handshake(HeaderReader):
         self._hello = b""  # an initiator's header, until the transcript no longer needs it
         self._hello_salt = b""
         self._input_ended: Callable[[], bool] | None = None  # a server's (ask_before_answering)
+        # an initiator's header that a responder of this process refused: that refusal, as this
+        # end raises it once its input ends (``refused_here``)
+        self._refusal_here: HandshakeError | None = None
         # the peer's identity once its header verified: the name of the key it proved (a
         # responder's named KeyRing), else what it sent (a claim)
         self.peer_id: bytes | None = None
@@ -272,7 +276,9 @@ class _Handshake(HeaderReader):
             and not _self_connections_are_allowed()
         ):
             raise SelfConnectionError(
-                "this initiator header was made by this process: a connection to itself"
+                "this initiator header was made by this process: a connection to itself (the "
+                "Selfie attack; both ends in one process are allowed inside "
+                "gcmstream.self_connections_allowed(), for tests and demos)"
             )
         # K5: a named key is a name its holder must claim, on either side. Taking the name for
         # a missing claim (as before review 10b) let a host's own connection, reflected into its
@@ -292,23 +298,43 @@ class _Handshake(HeaderReader):
             raise PeerIdentityError(f"the peer sent {found}, expected {self._peer_expected!r}")
         self.peer_id = sent
 
+    def refused_here(self, refusal: HandshakeError) -> None:
+        """A responder of this same process refused this initiator's header: its server hangs
+        up without a word, so this end raises the refusal itself once its input ends (the
+        registry ``_OWN_HELLOS`` is how the responder finds it), not a bare truncation."""
+        told = f"the server is in this process and refused this connection's header: {refusal}"
+        self._refusal_here = type(refusal)(told)
+
+    def ended(self) -> ProtocolError:
+        if self._refusal_here is not None:
+            return self._refusal_here
+        return super().ended()
+
+    def truncation(self) -> str:
+        said = super().truncation()
+        named = self._key_ring.name(self._key_ring.primary_id)
+        if self._side is Role.INITIATOR and named is not None and self._local_id is None:
+            # a named ring holds pairwise keys (K5): the server's ring likely names this key
+            # too, and refuses a client that does not claim that name
+            said += (
+                f"; this end's key ring names its key {named!r} but this end sends no local_id: "
+                "a server whose ring names this key refuses a peer that does not send that name "
+                "(the server's name for this end) as its local_id"
+            )
+        return said
+
     def on_header(self, key: bytes, header: StreamHeader, secret: bytes) -> None:
-        """The peer's header verified: run our half of the exchange (a responder answers with
-        its header and Finished); the peer's Finished comes next."""
+        """The peer's header verified: check it (a responder that refuses a header this process
+        made tells its initiator: ``refused_here``), then run our half of the exchange (a
+        responder answers with its header and Finished); the peer's Finished comes next."""
         initiator = self._side is Role.INITIATOR
-        if initiator and header.key_id != self._key_ring.primary_id:
-            raise HandshakeError("the responder answered under another key than the one offered")
-        if header.key_exchange < self._exchange:
-            raise DowngradeError(
-                f"the peer used key exchange {header.key_exchange.name}, "
-                f"this end requires {self._exchange.name}"
-            )
-        if initiator and header.key_exchange != self._exchange:
-            offered = self._exchange.name
-            raise HandshakeError(
-                f"the responder answered {header.key_exchange.name} to an offer of {offered}"
-            )
-        self._check_identity(header)
+        try:
+            self._check_header(header)
+        except HandshakeError as refusal:
+            own = None if initiator else _OWN_HELLOS.get(header.salt)
+            if own is not None:
+                own.refused_here(refusal)
+            raise
         self._suite = header.suite
         if not initiator:
             if self._input_ended is not None and self._input_ended():
@@ -334,6 +360,23 @@ class _Handshake(HeaderReader):
             self._derived = channel_keys(key, shared, self._hello, header.raw, self._context)
             self._hello = b""
         self.phase = _FINISHED
+
+    def _check_header(self, header: StreamHeader) -> None:
+        """The verified header's answer key, key exchange and identity."""
+        initiator = self._side is Role.INITIATOR
+        if initiator and header.key_id != self._key_ring.primary_id:
+            raise HandshakeError("the responder answered under another key than the one offered")
+        if header.key_exchange < self._exchange:
+            raise DowngradeError(
+                f"the peer used key exchange {header.key_exchange.name}, "
+                f"this end requires {self._exchange.name}"
+            )
+        if initiator and header.key_exchange != self._exchange:
+            offered = self._exchange.name
+            raise HandshakeError(
+                f"the responder answered {header.key_exchange.name} to an offer of {offered}"
+            )
+        self._check_identity(header)
 
     def on_finished(self, finished: bytes) -> bytes:
         """The peer's Finished arrived: confirm it, key our sealer, return the receive secret.

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar, NoReturn
 
-from .errors import KeyCommitmentError, OutOfRangeError, ProtocolError
+from .errors import KeyCommitmentError, OutOfRangeError, ProtocolError, TruncatedStreamError
 from .format import (
     HEADER_FIXED_SIZE,
     MAGIC,
@@ -205,13 +205,27 @@ class HeaderReader:
                 "address): try again later"
             )
         if self.finished_size:
-            return (
-                f"the connection ended during the handshake ({self._base + self._got} bytes received; "
-                "a peer with another key or context hangs up here)"
-            )
+            # never a peer with another key or context: a responder with one hangs up at the
+            # header (0 bytes received: above), and this end refuses one's header itself
+            # (KeyCommitmentError)
+            received = self._base + self._got
+            said = f"the peer cut the connection during the handshake ({received} bytes received"
+            if self._role is Role.INITIATOR and self.header is not None:
+                # a responder that answered: its initiator hangs up here when it refuses the answer
+                return (
+                    f"{said}, after this end's answer: the peer refused the answer (it expects "
+                    "another identity or key exchange) or the connection was lost)"
+                )
+            return f"{said})"
         if self._got:
             return f"input ended inside the stream header ({self._got} of {self._need} bytes)"
         return "input ended before the stream header"
+
+    def ended(self) -> ProtocolError:
+        """The error of input that ended now, before the header (and a Finished) was whole:
+        a truncation (``truncation()`` says where). A channel's initiator whose header a
+        responder of this same process refused raises that refusal instead (``channel``)."""
+        return TruncatedStreamError(self.truncation(), in_header=True)
 
     def close(self) -> None:
         """Drop the buffer and the key: the header failed, or its reader is done with it."""

@@ -909,7 +909,9 @@ class Opener(_Input):
         if self._error is not None:
             raise self._error
         if self._eof:
-            raise TruncatedStreamError(self._truncation(), in_header=self._reader is not None)
+            if self._reader is not None:  # (the header phase: the reader says why it ended)
+                raise self._reader.ended()
+            raise TruncatedStreamError(self._truncation())
         return False
 
     def _opens_in_place(self, held: memoryview, before: int, target: memoryview | None) -> bool:
@@ -931,8 +933,6 @@ class Opener(_Input):
         return False
 
     def _truncation(self) -> str:
-        if self._reader is not None:  # (the header phase)
-            return self._reader.truncation()
         where = "inside a record" if self._ring is not None and self._ring.stored else "at a record boundary"
         records = f"{self.records_opened} record{'' if self.records_opened == 1 else 's'}"
         return (

@@ -27,12 +27,14 @@ from anyio.abc import SocketAttribute, SocketStream
 
 from . import aio
 from .anyio_stream import SecureStream, connect_tcp, create_tcp_listener
-from .channel import Channel, _self_connections_refused
+from .channel import Channel, _self_connections_refused, self_connections_allowed
 from .errors import (
     AuthenticationError,
     GcmStreamError,
     KeyCommitmentError,
+    PeerIdentityError,
     RoleMismatchError,
+    SelfConnectionError,
     StreamBrokenError,
     TruncatedStreamError,
 )
@@ -54,6 +56,7 @@ __all__ = (
     "check_close_without_end_is_truncation",
     "check_downgrade_refused",
     "check_half_close",
+    "check_identity_refused_in_this_process",
     "check_large_transfer_backpressure",
     "check_reflection_rejected",
     "check_replay_rejected",
@@ -783,29 +786,56 @@ async def check_rotated_key_ring(adapter: Adapter) -> None:
                 raise AssertionError("a key outside the ring was accepted")
 
 
-async def check_self_connection_refused(adapter: Adapter) -> None:
-    """This process connecting to its own server under the same key (what an attacker who
-    reroutes its outgoing connection achieves, the Selfie attack) is refused; the handler never
-    runs. (Checked with self_connections_allowed() switched off, whatever the caller set.)"""
-    key = generate_key()
+async def _refused_in_this_process(adapter: Adapter, server_key: Keys, client_key: bytes) -> BaseException:
+    """The error a client of this process raises when its server, in this process too, refuses
+    its header (the handler must never run)."""
     outcomes = _Outcomes()
 
     async def handler(endpoint: Endpoint) -> None:
         outcomes.add("handled")
         await endpoint.aclose()
 
+    with anyio.fail_after(DEADLINE):
+        async with adapter.serve(handler, server_key, b"") as port:
+            try:
+                endpoint = await adapter.connect(port, client_key, b"")
+            except (GcmStreamError, OSError, anyio.BrokenResourceError) as exc:
+                refusal: BaseException = exc
+            else:
+                await endpoint.aclose()
+                raise AssertionError("a connection that its server refused was accepted")
+            await anyio.sleep(0.05)
+            _expect(not outcomes.items, "a refused connection reached the handler")
+    return refusal
+
+
+async def check_self_connection_refused(adapter: Adapter) -> None:
+    """This process connecting to its own server under the same key (what an attacker who
+    reroutes its outgoing connection achieves, the Selfie attack) is refused; the handler never
+    runs; and the client, which the registry of this process's own headers tells, raises
+    SelfConnectionError saying how to allow it, not a bare truncation. (Checked with
+    self_connections_allowed() switched off, whatever the caller set.)"""
+    key = generate_key()
     with _self_connections_refused():
-        with anyio.fail_after(DEADLINE):
-            async with adapter.serve(handler, key, b"") as port:
-                try:
-                    endpoint = await adapter.connect(port, key, b"")
-                except (GcmStreamError, OSError, anyio.BrokenResourceError):
-                    pass
-                else:
-                    await endpoint.aclose()
-                    raise AssertionError("a connection to this same process was accepted")
-                await anyio.sleep(0.05)
-                _expect(not outcomes.items, "a connection to this same process reached the handler")
+        refusal = await _refused_in_this_process(adapter, key, key)
+    _expect(
+        isinstance(refusal, SelfConnectionError) and "self_connections_allowed()" in str(refusal),
+        f"the client of a connection to itself raised {refusal!r}, not SelfConnectionError",
+    )
+
+
+async def check_identity_refused_in_this_process(adapter: Adapter) -> None:
+    """A client that claims no name, connecting to a server of this same process whose key
+    ring names the key (so the holder must claim that name, K5), raises PeerIdentityError
+    naming the fix (``local_id``), not a bare truncation. (Runs inside
+    self_connections_allowed(): the self-connection refusal would come first.)"""
+    key = generate_key()
+    with self_connections_allowed():
+        refusal = await _refused_in_this_process(adapter, KeyRing({"alice": key}), key)
+    _expect(
+        isinstance(refusal, PeerIdentityError) and "local_id" in str(refusal),
+        f"a client refused for its missing name raised {refusal!r}, not PeerIdentityError",
+    )
 
 
 async def check_downgrade_refused(adapter: Adapter) -> None:
@@ -859,6 +889,7 @@ CHECKS: dict[str, Callable[[Adapter], Awaitable[None]]] = {
     "unconfirmed_peers_are_closed": check_unconfirmed_peers_are_closed,
     "rotated_key_ring": check_rotated_key_ring,
     "self_connection_refused": check_self_connection_refused,
+    "identity_refused_in_this_process": check_identity_refused_in_this_process,
     "downgrade_refused": check_downgrade_refused,
 }
 """Every check, by name. Each takes an Adapter and raises AssertionError on a failure."""
