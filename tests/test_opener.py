@@ -49,6 +49,7 @@ from gcmstream.format import (
 )
 from gcmstream.header import HeaderReader
 from gcmstream.opener import _ABSORB_BYTES, _CALL_RECORDS
+from gcmstream.ring import VIEW_SLOTS
 
 from .helpers import (
     CONTEXT,
@@ -2107,3 +2108,26 @@ def test_closing_a_record_read_in_the_ring_keeps_its_memory_while_more_is_held()
             out += data
         assert ring.buf is memory or opener.at_eof, "the ring released its memory and took it again"
     assert opener.at_eof and out == b"B" * 65536 + b"s" * 100 * 200
+
+
+def test_a_record_where_the_view_cache_holds_another_of_its_length_opens_from_its_own_bytes() -> None:
+    """The ring's view cache has one slot per ``position % VIEW_SLOTS``, checked on position and
+    length. A record of ciphertext length 40 at position 71 fills slot 9; the ring (fixed:
+    ring_size is its limit and where it starts, so it keeps its memory and the cache) empties
+    and starts again at 0, and the next input puts a record of length 40 at position 40, slot
+    9 too: it opens from its own views, not the cached ones of position 71 (a cache that
+    compared the cached length with the position took them: the valid record failed its tag)."""
+    writes = [b"a" * 50, b"b" * 24, b"c" * 19, b"d" * 24]
+    wire = seal_stream(writes, record_size=50, flush_after=True)
+    starts = [start - HEADER_SIZE for start, _, _ in records(wire)]
+    lengths = [wire_length - RECORD_HEADER_SIZE for _, _, wire_length in records(wire)]
+    assert starts[:4] == [0, 71, 116, 156] and lengths[:4] == [66, 40, 35, 40]
+    assert 71 % VIEW_SLOTS == 40 % VIEW_SLOTS
+    cut = HEADER_SIZE + starts[2]
+    opener = Opener(KEY, ring_size=1024)
+    opener.receive_data(bytearray(wire[:cut]))  # copied: the records lie in the ring from 0
+    assert opener.read() == writes[0] + writes[1]
+    assert opener.read() is None  # the ring is empty: it starts again at 0
+    opener.receive_data(bytearray(wire[cut:]))
+    assert opener.read() == writes[2] + writes[3]
+    assert opener.read() == b""
