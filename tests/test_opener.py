@@ -2131,3 +2131,19 @@ def test_a_record_where_the_view_cache_holds_another_of_its_length_opens_from_it
     opener.receive_data(bytearray(wire[cut:]))
     assert opener.read() == writes[2] + writes[3]
     assert opener.read() == b""
+
+
+def test_peek_that_finds_the_end_has_closed_the_final_record_and_the_ring_let_its_memory_go() -> None:
+    """``peek()`` that returns the end (empty) has closed the empty FINAL record: the ring,
+    empty then, let its memory go at once (ring.py, "memory that follows use": a message's
+    4 KiB), not at a later call that a reader done with the stream may never make (a peek
+    that stopped at the FINAL record kept it, 21 bytes, and the ring's 4,096)."""
+    opener = Opener(KEY)
+    opener.receive_data(bytearray(seal_stream([b"hello"], record_size=64, flush_after=True)))
+    view = opener.peek()
+    assert view is not None and bytes(view) == b"hello"
+    opener.consume(5)
+    view = opener.peek()
+    assert view is not None and len(view) == 0 and opener.at_eof
+    ring = opener._ring
+    assert ring is not None and ring.stored == 0 and ring.capacity == 0
