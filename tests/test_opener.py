@@ -2147,3 +2147,16 @@ def test_peek_that_finds_the_end_has_closed_the_final_record_and_the_ring_let_it
     assert view is not None and len(view) == 0 and opener.at_eof
     ring = opener._ring
     assert ring is not None and ring.stored == 0 and ring.capacity == 0
+
+
+def test_consume_before_anything_was_peeked_has_nothing_to_consume() -> None:
+    """A new opener's read position is an empty current record: ``consume(0)`` is a no-op and
+    more is OutOfRangeError (0 available), as after a record was read (a position of None made
+    both TypeError, outside the error tree)."""
+    opener = Opener(KEY)
+    opener.consume(0)
+    with pytest.raises(OutOfRangeError, match="cannot consume 1 bytes: 0 available"):
+        opener.consume(1)
+    assert opener.find(b"") == -1
+    opener.receive_data(seal_stream([b"abc"]))
+    assert opener.read() == b"abc"
