@@ -49,6 +49,7 @@ from gcmstream.format import (
 )
 from gcmstream.header import HeaderReader
 from gcmstream.opener import _ABSORB_BYTES, _CALL_RECORDS
+from gcmstream.ring import VIEW_SLOTS
 
 from .helpers import (
     CONTEXT,
@@ -2133,3 +2134,55 @@ def test_record_numbers_count_from_zero_as_the_errors_docstring_says() -> None:
         assert failed.value.record_number == index
         assert str(failed.value).startswith(f"record {index} failed authentication")
         assert released == b"a" * 7 * index  # the records before it, numbered 0 to index - 1
+
+
+def test_a_record_where_the_view_cache_holds_another_of_its_length_opens_from_its_own_bytes() -> None:
+    """The ring's view cache has one slot per ``position % VIEW_SLOTS``, checked on position and
+    length. A record of ciphertext length 40 at position 71 fills slot 9; the ring (fixed:
+    ring_size is its limit and where it starts, so it keeps its memory and the cache) empties
+    and starts again at 0, and the next input puts a record of length 40 at position 40, slot
+    9 too: it opens from its own views, not the cached ones of position 71 (a cache that
+    compared the cached length with the position took them: the valid record failed its tag)."""
+    writes = [b"a" * 50, b"b" * 24, b"c" * 19, b"d" * 24]
+    wire = seal_stream(writes, record_size=50, flush_after=True)
+    starts = [start - HEADER_SIZE for start, _, _ in records(wire)]
+    lengths = [wire_length - RECORD_HEADER_SIZE for _, _, wire_length in records(wire)]
+    assert starts[:4] == [0, 71, 116, 156] and lengths[:4] == [66, 40, 35, 40]
+    assert 71 % VIEW_SLOTS == 40 % VIEW_SLOTS
+    cut = HEADER_SIZE + starts[2]
+    opener = Opener(KEY, ring_size=1024)
+    opener.receive_data(bytearray(wire[:cut]))  # copied: the records lie in the ring from 0
+    assert opener.read() == writes[0] + writes[1]
+    assert opener.read() is None  # the ring is empty: it starts again at 0
+    opener.receive_data(bytearray(wire[cut:]))
+    assert opener.read() == writes[2] + writes[3]
+    assert opener.read() == b""
+
+
+def test_peek_that_finds_the_end_has_closed_the_final_record_and_the_ring_let_its_memory_go() -> None:
+    """``peek()`` that returns the end (empty) has closed the empty FINAL record: the ring,
+    empty then, let its memory go at once (ring.py, "memory that follows use": a message's
+    4 KiB), not at a later call that a reader done with the stream may never make (a peek
+    that stopped at the FINAL record kept it, 21 bytes, and the ring's 4,096)."""
+    opener = Opener(KEY)
+    opener.receive_data(bytearray(seal_stream([b"hello"], record_size=64, flush_after=True)))
+    view = opener.peek()
+    assert view is not None and bytes(view) == b"hello"
+    opener.consume(5)
+    view = opener.peek()
+    assert view is not None and len(view) == 0 and opener.at_eof
+    ring = opener._ring
+    assert ring is not None and ring.stored == 0 and ring.capacity == 0
+
+
+def test_consume_before_anything_was_peeked_has_nothing_to_consume() -> None:
+    """A new opener's read position is an empty current record: ``consume(0)`` is a no-op and
+    more is OutOfRangeError (0 available), as after a record was read (a position of None made
+    both TypeError, outside the error tree)."""
+    opener = Opener(KEY)
+    opener.consume(0)
+    with pytest.raises(OutOfRangeError, match="cannot consume 1 bytes: 0 available"):
+        opener.consume(1)
+    assert opener.find(b"") == -1
+    opener.receive_data(seal_stream([b"abc"]))
+    assert opener.read() == b"abc"
