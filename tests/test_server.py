@@ -378,8 +378,8 @@ def test_a_failure_after_the_interval_says_the_count_first_without_an_arrival(
     now[0] = 1001.0 + REPORT_INTERVAL
     assert report.failed(TimeoutError(), proved_key=False) == logging.DEBUG  # the count was the line
     assert caplog.messages == [
-        "handshakes failed without proving the key in the last 10 s: 1 (1 hung up or cut during the handshake); "
-        "each is logged at debug level"
+        "handshakes failed without proving the key in the last 10 s: 1 (1 hung up or cut during "
+        "the handshake); each is logged at debug level"
     ]
 
 
@@ -504,8 +504,8 @@ def test_a_peer_that_hung_up_before_sending_counts_as_a_keyless_failure(
     now[0] = REPORT_INTERVAL
     server.failures.report_due()
     assert caplog.messages == [
-        "handshakes failed without proving the key in the last 10 s: 1 (1 hung up or cut during the handshake); "
-        "each is logged at debug level"
+        "handshakes failed without proving the key in the last 10 s: 1 (1 hung up or cut during "
+        "the handshake); each is logged at debug level"
     ]
 
 
