@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import hashlib
+import itertools
 import logging
 import os
 import random
@@ -1034,3 +1035,79 @@ async def test_wrap_streams_reads_whole_records() -> None:
     assert asked, "no read after the handshake"
     for size, missing in asked:
         assert size <= 256 * 1024 and (size - missing) % wire_length == 0, asked
+
+
+def _somaxconn() -> int:  # the kernel's ceiling on a listen queue
+    return int(Path("/proc/sys/net/core/somaxconn").read_text())
+
+
+def _accept_queue(listening: Any) -> tuple[int, int]:
+    """A listening socket's accept queue on Linux (TCP_INFO): connections waiting for
+    ``accept()`` (tcpi_unacked) and the queue's size (tcpi_sacked)."""
+    info = listening.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 32)
+    waiting, size = struct.unpack_from("II", info, 24)  # 8 one-byte fields, then rto..snd_mss..
+    return waiting, size
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a listening socket's TCP_INFO: Linux")
+@pytest.mark.asyncio
+async def test_the_asyncio_server_accepts_a_few_a_loop_pass_and_queues_the_rest_in_the_kernel() -> None:
+    """asyncio's selector loop accepts up to ``backlog`` connections each time its listening
+    socket is ready and admits each at once: under a keyless flood that admitted handshakes faster
+    than their answers were computed, and the admission evicted clients mid-handshake
+    (docs/review-2026-12-04-admission.md, stop 33). start_server accepts ACCEPTS_PER_PASS a loop
+    pass, and the kernel's queue, first in first out, holds the rest: DEFAULT_BACKLOG (clipped to
+    net.core.somaxconn) or the ``backlog=`` given, where asyncio's default is 100."""
+    loop = asyncio.get_running_loop()
+    if not isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop):
+        pytest.skip("asyncio's own selector loop paces its accepts; others are left alone")
+    default = min(aio.DEFAULT_BACKLOG, _somaxconn())
+    cases: list[tuple[dict[str, Any], int]] = [({}, default), ({"backlog": 50}, 50)]
+    for given, size in cases:
+        server = await gcmstream.start_server(_echo, "127.0.0.1", 0, key=KEY, **given)
+        listening = server.sockets[0]
+        clients = []
+        try:
+            assert _accept_queue(listening) == (0, size)
+            for _ in range(40):  # the kernel completes each connect; none accepted yet
+                clients.append(socket.create_connection(listening.getsockname()))
+            waiting = [_accept_queue(listening)[0]]
+            while waiting[-1] and len(waiting) < 200:  # one sample a loop pass
+                await asyncio.sleep(0)
+                waiting.append(_accept_queue(listening)[0])
+            assert waiting[0] == 40 and waiting[-1] == 0, waiting
+            taken = [before - after for before, after in itertools.pairwise(waiting)]
+            assert max(taken) <= aio.ACCEPTS_PER_PASS, waiting  # on asyncio's own: 40 in one pass
+        finally:
+            for client in clients:
+                client.close()
+            server.close()
+            await server.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_a_server_made_not_serving_keeps_asyncios_accept_loop_and_its_backlog() -> None:
+    """With ``start_serving=False`` asyncio's ``start_serving()`` listens again with the backlog
+    it was made with, so such a server is not paced (a documented difference): its queue is the
+    ``backlog`` given, and it serves."""
+    server = await gcmstream.start_server(_echo, "127.0.0.1", 0, key=KEY, start_serving=False, backlog=30)
+    try:
+        await server.start_serving()
+        if sys.platform == "linux":
+            assert _accept_queue(server.sockets[0])[1] == 30
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await gcmstream.open_connection("127.0.0.1", port, key=KEY)
+        writer.write(b"x")
+        writer.write_eof()
+        assert await asyncio.wait_for(reader.read(), 10) == b"x"
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_a_backlog_that_is_not_an_int_is_refused_before_any_socket() -> None:
+    for bad in (True, 2.5, "100"):
+        with pytest.raises(TypeError, match="backlog must be an int"):
+            await gcmstream.start_server(_echo, "127.0.0.1", 0, key=KEY, backlog=bad)

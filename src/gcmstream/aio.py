@@ -24,9 +24,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, Final
 
 from ._adapter import (
     PEER_GONE,
@@ -982,7 +983,14 @@ async def start_server(
 
     The options are a :class:`~gcmstream.Configuration` (``config=``) or its keywords, not
     both; a server uses every one. ``kwargs`` go to ``loop.create_server`` (``backlog``,
-    ``family``, ``ssl``, ``reuse_port``, ...)."""
+    ``family``, ``ssl``, ``reuse_port``, ...). Unlike asyncio's, ``backlog`` defaults to
+    :data:`DEFAULT_BACKLOG` (4,096, as anyio's listener gets on Linux; asyncio's is 100), and on
+    asyncio's own event loop the server accepts :data:`ACCEPTS_PER_PASS` connections a loop
+    pass, leaving the rest in the kernel's queue, where asyncio accepts up to ``backlog``: a
+    keyless flood admitted that fast got its handshakes admitted faster than they were
+    answered, and clients evicted (SECURITY.md, "Denial of service"). A server made with
+    ``start_serving=False`` keeps asyncio's way (its ``start_serving()`` listens again with the
+    backlog it was made with). tests/test_aio.py pins both."""
     config = configure(
         config,
         key=key,
@@ -1002,7 +1010,11 @@ async def start_server(
     )
     loop = asyncio.get_running_loop()
     return await _serve(
-        client_connected_cb, config, limit, lambda factory: loop.create_server(factory, host, port, **kwargs)
+        client_connected_cb,
+        config,
+        limit,
+        kwargs,
+        lambda factory, options: loop.create_server(factory, host, port, **options),
     )
 
 
@@ -1052,7 +1064,11 @@ async def start_unix_server(
     )
     loop = asyncio.get_running_loop()
     return await _serve(
-        client_connected_cb, config, limit, lambda factory: loop.create_unix_server(factory, path, **kwargs)
+        client_connected_cb,
+        config,
+        limit,
+        kwargs,
+        lambda factory, options: loop.create_unix_server(factory, path, **options),
     )
 
 
@@ -1060,12 +1076,14 @@ async def _serve(
     client_connected_cb: ClientConnectedCallback,
     config: Configuration,
     limit: int,
-    create: Callable[[Callable[[], _ChannelProtocol]], Awaitable[asyncio.Server]],
+    options: dict[str, Any],
+    create: Callable[[Callable[[], _ChannelProtocol], dict[str, Any]], Awaitable[asyncio.Server]],
 ) -> asyncio.Server:
     """The server of start_server and start_unix_server: ``create`` opens the listening
-    socket with the protocol factory it is given."""
+    socket with the protocol factory and the loop's ``options`` it is given."""
     _check_limit(limit)
     loop = asyncio.get_running_loop()
+    queue, options = _paced(loop, options)
     tasks: set[asyncio.Task[None]] = set()
     core = _server_core(loop, config)
 
@@ -1111,7 +1129,48 @@ async def _serve(
         channel = config.channel(Role.RESPONDER)
         return _ChannelProtocol(channel, loop, limit, on_connected=start, deadlines=core.deadlines())
 
-    return await create(factory)
+    server = await create(factory, options)
+    if queue is not None:
+        _set_listen_queue(server, queue)
+    return server
+
+
+# The kernel's queue of connections waiting to be accepted, unless ``backlog=`` says otherwise:
+# anyio's listener asks for 65,535 and Linux clips it to net.core.somaxconn (4,096 by default);
+# asyncio asks for 100, which a flood overflows (a client's dropped SYN is sent again 1 s later).
+DEFAULT_BACKLOG: Final = 4096
+
+# How many connections asyncio's selector loop accepts each time the listening socket is ready.
+# It accepts up to ``backlog`` there (CPython's selector_events._accept_connection) and admits
+# each at once: under a keyless flood it admitted up to 100 a loop pass, faster than it computed
+# their answers, and the admission evicted clients mid-handshake (docs/review-2026-12-04-
+# admission.md, stop 33). A few a pass, the rest waiting first in, first out in the kernel's
+# queue, as anyio's listener does by accepting one per await.
+ACCEPTS_PER_PASS: Final = 4
+
+
+def _paced(loop: asyncio.AbstractEventLoop, options: dict[str, Any]) -> tuple[int | None, dict[str, Any]]:
+    """The loop's ``options`` for a server that accepts :data:`ACCEPTS_PER_PASS` a pass, and
+    the listen queue to set once it serves (None: ``options`` already ask for it). Only
+    asyncio's own selector loop accepts ``backlog`` a pass; uvloop and others are left alone,
+    and so is a server made with ``start_serving=False`` (asyncio's ``start_serving()`` would
+    listen again with the small number)."""
+    backlog = options.get("backlog", DEFAULT_BACKLOG)
+    if isinstance(backlog, bool) or not isinstance(backlog, int):
+        raise TypeError(f"backlog must be an int, got {type(backlog).__name__}")
+    if not isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop) or not options.get(
+        "start_serving", True
+    ):
+        return None, {**options, "backlog": backlog}
+    return backlog, {**options, "backlog": ACCEPTS_PER_PASS}
+
+
+def _set_listen_queue(server: asyncio.Server, backlog: int) -> None:
+    """Listen again on ``server``'s sockets with a queue of ``backlog`` (a descriptor of the same
+    socket: asyncio's own object refuses ``listen``); the loop goes on accepting a few a pass."""
+    for listening in server.sockets:
+        with socket.socket(fileno=os.dup(listening.fileno())) as same:
+            same.listen(backlog)
 
 
 # -- wrapping streams the caller already has --------------------------------------------------
