@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -356,3 +357,52 @@ def test_a_full_output_is_named(tmp_path: Path, keyfile: Path) -> None:
     with open("/dev/full", "wb") as device:
         result = run_to(device.fileno(), *args[:-1])
     assert one_line_error(result, EXIT_IO) == f"gcmstream encrypt: stdout: {os.strerror(errno.ENOSPC)}\n"
+
+
+def open_writer(fifo: Path, process: subprocess.Popen[bytes]) -> int:
+    """``fifo`` opened for writing once ``process`` opened it for reading (ENXIO until then):
+    a bounded wait that fails, rather than hangs, if the process ended first."""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            time.sleep(0.01)
+            continue
+        os.set_blocking(writer, True)
+        return writer
+    raise AssertionError(f"the command never opened {fifo}: {process.communicate()}")
+
+
+def test_an_output_made_a_link_to_the_input_while_the_passphrase_is_read_is_refused(tmp_path: Path) -> None:
+    """The rule looked at the paths once, before the passphrase was read (here from a FIFO,
+    which waits for its writer): ``-o out`` made a link to the input in that gap was then
+    followed, and the rename replaced the input by its ciphertext (a hostile review). The rule
+    is applied again to what is open, so the input is kept and the command exits 2."""
+    plain, out, fifo = tmp_path / "plain", tmp_path / "out", tmp_path / "pass"
+    plain.write_bytes(b"precious")
+    os.mkfifo(fifo, 0o600)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "encrypt", "--passphrase-file", fifo, "-o", out, plain],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+    )
+    try:
+        writer = open_writer(fifo, process)  # the command is reading the passphrase now
+        out.symlink_to(plain)
+        with open(writer, "wb") as passphrase:
+            passphrase.write(b"correct horse battery staple\n")
+        _, error = process.communicate(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    message = error.decode()
+    assert process.returncode == EXIT_USAGE, message
+    assert message == f"gcmstream encrypt: {plain} is both the input and the output: give another -o\n"
+    assert plain.read_bytes() == b"precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "pass", "plain"]

@@ -63,7 +63,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
-from ._output import Destination, open_output, refuse_same_file
+from ._output import Destination, FileRead, open_output, refuse_same_file
 from .armor import BEGIN_LINE, ArmorEncoder, dearmoring_reader, is_armored
 from .errors import (
     AuthenticationError,
@@ -931,13 +931,19 @@ def _decrypt_placed(
 
 @contextmanager
 def atomic_fd(
-    path: StrPath | Destination, *, mode: int = 0o600, stop: threading.Event | None = None
+    path: StrPath | Destination,
+    *,
+    mode: int = 0o600,
+    stop: threading.Event | None = None,
+    read: Iterable[FileRead] = (),
 ) -> Iterator[int]:
     """A file descriptor whose content replaces ``path`` only if the block exits normally
     and no stop was requested by then (``pipeline.atomic_output``'s rules: temporary file,
     fsync, rename, mode; a FIFO or device of ours is written in place). ``path`` may be where
-    ``_output.output_target`` decided it goes (the CLI decides first, then opens)."""
-    output = open_output(path, mode)  # the one rule of where an output may go
+    ``_output.output_target`` decided it goes (the CLI decides first, then opens). ``read``:
+    the files being read (``_output.FileRead``), which the output must not be, when it is
+    opened and when it is renamed (SameFileError)."""
+    output = open_output(path, mode, read=read)  # the one rule of where an output may go
     try:
         yield output.fileno()
         if not output.in_place:
@@ -982,8 +988,8 @@ def encrypt_path(
         limits=limits,
     )
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        with atomic_fd(dst, stop=stop) as out:
+    try:  # the rule again on what is open: ``dst`` may lead to ``src`` by now (a link made)
+        with atomic_fd(dst, stop=stop, read=[("input file", src, fd)]) as out:
             encrypt_fd(fd, out, sealer, progress=progress, stop=stop, jobs=jobs)
     finally:
         os.close(fd)
@@ -1022,8 +1028,8 @@ def decrypt_path(
         max_record_size=max_record_size,
     )
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        with atomic_fd(dst, stop=stop) as out:
+    try:  # the rule again on what is open: ``dst`` may lead to ``src`` by now (a link made)
+        with atomic_fd(dst, stop=stop, read=[("input file", src, fd)]) as out:
             decrypt_fd(fd, out, opener, progress=progress, stop=stop, jobs=jobs)
     except UnknownKeyError:
         refused = _key_for_stanzas(fd)  # (the placed path's read_header said it already)
