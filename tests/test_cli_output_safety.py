@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gcmstream import pipeline, read_key_file
+from gcmstream import SameFileError, TruncatedStreamError, UnsupportedFormatError, pipeline, read_key_file
 from gcmstream.cli import EXIT_IO, EXIT_USAGE
 from tests.helpers import run_cli
 from tests.test_cli import TIMEOUT, env, one_line_error
@@ -406,3 +406,41 @@ def test_an_output_made_a_link_to_the_input_while_the_passphrase_is_read_is_refu
     assert message == f"gcmstream encrypt: {plain} is both the input and the output: give another -o\n"
     assert plain.read_bytes() == b"precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "pass", "plain"]
+
+
+def an_idle_block_device() -> os.stat_result | None:
+    """A block device of this machine, a loop device with nothing attached first (opening
+    it fails, so even the old code could not read or write it)."""
+    found: list[tuple[bool, str]] = []
+    with os.scandir("/dev") as entries:
+        for entry in entries:
+            if stat.S_ISBLK(entry.stat(follow_symlinks=False).st_mode):
+                size = Path(f"/sys/class/block/{entry.name}/size")
+                idle = entry.name.startswith("loop") and size.exists() and size.read_text().strip() == "0"
+                found.append((not idle, entry.path))
+    return os.stat(min(found)[1]) if found else None
+
+
+def test_two_nodes_of_one_block_device_are_the_same_file(tmp_path: Path, keyfile: Path) -> None:
+    """Two device nodes of one block device (``mknod``) have two inodes but are one device, so
+    one as the input and the other as the output is refused, as one node for both is; they
+    were compared by inode only (a hostile review). Checked on the command line and in
+    the library, before either is opened."""
+    if os.geteuid() != 0:
+        pytest.skip("making a block device node needs root")
+    device = an_idle_block_device()
+    if device is None:
+        pytest.skip("no block device in /dev to make a second node of")
+    for name in ("one", "two"):
+        os.mknod(tmp_path / name, stat.S_IFBLK | 0o600, device.st_rdev)
+    message = one_line_error(
+        run_cli("decrypt", "-k", keyfile, "-o", tmp_path / "two", tmp_path / "one"), EXIT_USAGE
+    )
+    assert f"{tmp_path / 'one'} is both the input and the output: give another -o" in message
+    with pytest.raises(SameFileError, match="is both the input file and the output"):
+        pipeline.decrypt_file(tmp_path / "one", tmp_path / "two", key=read_key_file(keyfile))
+    # another device is not the same file: whatever fails then, it is not this rule
+    os.mknod(tmp_path / "other", stat.S_IFBLK | 0o600, os.makedev(os.major(device.st_rdev), 255))
+    refused = (OSError, TruncatedStreamError, UnsupportedFormatError)  # (never SameFileError)
+    with pytest.raises(refused):  # an idle loop device reads empty: a truncated stream
+        pipeline.decrypt_file(tmp_path / "one", tmp_path / "other", key=read_key_file(keyfile))
