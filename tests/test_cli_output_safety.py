@@ -248,6 +248,25 @@ def test_stdout_redirected_onto_the_input_is_refused_before_reading(tmp_path: Pa
     assert shell(f"gcmstream encrypt {key} p.txt >> other", tmp_path).returncode == 0
 
 
+def test_stdout_opened_read_write_on_the_input_is_not_said_to_be_emptied(
+    tmp_path: Path, keyfile: Path
+) -> None:
+    """``encrypt F 1<>F`` was told "with '>' the shell already emptied it" though F is whole
+    (``<>`` opens without emptying): it now says what would happen, and F is kept."""
+    plain = tmp_path / "p.txt"
+    plain.write_bytes(b"secret data")
+    pipeline.encrypt_file(plain, tmp_path / "e.bin", key=read_key_file(keyfile))
+    for line, kept in (
+        (f"gcmstream encrypt -k {keyfile} p.txt 1<>p.txt", plain),
+        (f"gcmstream decrypt -k {keyfile} e.bin 1<>e.bin", tmp_path / "e.bin"),
+        (f"gcmstream info -k {keyfile} e.bin 1<>e.bin", tmp_path / "e.bin"),
+    ):
+        before = kept.read_bytes()
+        message = one_line_error(shell(line, tmp_path), EXIT_USAGE)
+        assert "nothing read (what is written would overwrite what is read)" in message, (line, message)
+        assert kept.read_bytes() == before, line
+
+
 def test_stdout_redirected_onto_the_key_file_is_refused_and_the_key_kept(
     tmp_path: Path, keyfile: Path
 ) -> None:

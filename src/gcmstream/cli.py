@@ -1736,12 +1736,13 @@ def _same_file_message(what: str, path: str, output: str) -> str:
     if stat.S_ISREG(os.fstat(1).st_mode):
         import fcntl  # (POSIX; only here, when stdout is the file read)
 
-        appending = fcntl.fcntl(1, fcntl.F_GETFL) & os.O_APPEND
-        done = (
-            "with '>>' what is written would be appended to what is read"
-            if appending
-            else "with '>' the shell already emptied it"
-        )
+        flags = fcntl.fcntl(1, fcntl.F_GETFL)
+        if flags & os.O_APPEND:
+            done = "with '>>' what is written would be appended to what is read"
+        elif flags & os.O_ACCMODE == os.O_RDWR:  # '1<>F': opened, not emptied
+            done = "what is written would overwrite what is read"
+        else:
+            done = "with '>' the shell already emptied it"
     else:  # a FIFO or a block device, written in place
         done = "what is written would be read back"
     return (
