@@ -80,6 +80,9 @@
     │                                    cannot use, such as a plain open() file
     ├── LimitReachedError                sealing would pass the hard per-key limit with automatic
     │                                    key update off; nothing was sealed; call update_key()
+    ├── StoppedError                     the file engine saw the caller's stop request (``stop=``
+    │                                    of gcmstream.files): no output file was made, and the
+    │                                    Sealer or Opener it used is broken
     └── StreamBrokenError                any call on an object that already failed fatally; the
         │                                original error is ``__cause__`` and ``.original``
         └── AnyioStreamBrokenError       (in gcmstream.anyio_stream; also anyio's
@@ -151,6 +154,7 @@ __all__ = (
     "SameFileError",
     "SelfConnectionError",
     "StanzaError",
+    "StoppedError",
     "StreamBrokenError",
     "StreamClosedError",
     "TrailingDataError",
@@ -391,6 +395,14 @@ class UnsupportedEndpointError(UsageError, TypeError):
 
 class LimitReachedError(GcmStreamError):
     """Sealing would pass the hard per-key limit. Nothing was sealed; update the key first."""
+
+
+class StoppedError(GcmStreamError):
+    """The file engine (``gcmstream.files``: ``encrypt_path``, ``decrypt_path``, ``encrypt_fd``,
+    ``decrypt_fd``, ``check_stop``) saw the ``stop`` event set and left its work: an output file
+    is not made (its temporary file removed), and the Sealer or Opener it drove is broken (every
+    later use raises StreamBrokenError). An async file function's task gets its cancellation
+    instead: this is how the worker thread left."""
 
 
 class StreamBrokenError(GcmStreamError):

@@ -68,6 +68,7 @@ from .armor import BEGIN_LINE, ArmorEncoder, dearmoring_reader, is_armored
 from .errors import (
     AuthenticationError,
     ProtocolError,
+    StoppedError,
     StreamBrokenError,
     TrailingDataError,
     TruncatedStreamError,
@@ -148,10 +149,6 @@ STOP_WAIT = 5.0
 # Milliseconds one poll of a pipe, FIFO, terminal or socket waits for input before the stop
 # request is looked at again: a stop while no input comes is seen within this.
 _POLL_MS = 20
-
-
-class _Stopped(Exception):
-    """The engine saw a stop request (cancellation, a signal) and left its loop."""
 
 
 # Sealers and Openers whose engine loop failed (a write error, a stop, a bad record), with the
@@ -384,10 +381,10 @@ def _write_all(fd: int | _ArmoredOutput, view: memoryview) -> None:
 
 def check_stop(stop: threading.Event | None) -> None:
     """Leave the work at hand (the engine's loops, the command line's) if a stop was requested:
-    the one stop exception, which never reaches an application (a cancelled task gets its
-    cancellation, a command its signal's exit status)."""
+    StoppedError, what a caller that passed ``stop=`` gets (a cancelled async call gets its
+    cancellation instead, a command its signal's exit status)."""
     if stop is not None and stop.is_set():
-        raise _Stopped("stopped on request")
+        raise StoppedError("stopped on request")
 
 
 def _reader(fd: int, stop: threading.Event | None) -> Callable[[Buffer], int]:
@@ -1064,7 +1061,7 @@ async def run_in_worker(
     def target() -> _T:
         with turn:
             if stop.is_set():
-                raise _Stopped("stopped before it started")
+                raise StoppedError("stopped before it started")
             started.append(True)
         try:
             return work(stop=stop)
