@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gcmstream import SameFileError, TruncatedStreamError, UnsupportedFormatError, pipeline, read_key_file
-from gcmstream.cli import EXIT_IO, EXIT_USAGE
+from gcmstream.cli import EXIT_CODES, EXIT_IO, EXIT_USAGE
 from tests.helpers import run_cli
 from tests.test_cli import TIMEOUT, env, one_line_error
 from tests.test_cli import gcm_process as gcm
@@ -265,6 +265,17 @@ def test_stdout_opened_read_write_on_the_input_is_not_said_to_be_emptied(
         message = one_line_error(shell(line, tmp_path), EXIT_USAGE)
         assert "nothing read (what is written would overwrite what is read)" in message, (line, message)
         assert kept.read_bytes() == before, line
+
+
+def test_output_read_as_dev_stdin_is_named_by_its_path(tmp_path: Path, keyfile: Path) -> None:
+    """``encrypt -o F /dev/stdin < F`` named "/dev/stdin" as both the input and the output (a
+    review): the output is F, and the message says so. The usage table's row 2 names the rule."""
+    (tmp_path / "p.txt").write_bytes(b"the only copy")
+    run = shell(f"gcmstream encrypt -k {keyfile} -o p.txt /dev/stdin < p.txt", tmp_path)
+    message = one_line_error(run, EXIT_USAGE)
+    assert message == "gcmstream encrypt: /dev/stdin is p.txt, the output: give another -o\n"
+    assert (tmp_path / "p.txt").read_bytes() == b"the only copy"
+    assert "an output that is a file the command reads" in EXIT_CODES[EXIT_USAGE]
 
 
 def test_stdout_redirected_onto_the_key_file_is_refused_and_the_key_kept(

@@ -272,7 +272,8 @@ EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_INTERNAL: "internal error (a bug: please report it; GCMSTREAM_DEBUG=1 shows the traceback)",
     EXIT_USAGE: "usage: bad arguments, no key or a malformed key, a key file open to others, a key "
-    "file that exists (--force), ciphertext to a terminal",
+    "file that exists (--force), ciphertext to a terminal, an output that is a file the command "
+    "reads (the input, a key, identity, recipients or passphrase file)",
     EXIT_WRONG_KEY: "wrong key, no --identity matched, wrong passphrase, or wrong --context, found "
     "at the header before any record is opened (H10, H12, S3, S6, S7), also a key given for a "
     "file sealed to recipients or a passphrase; a header altered where no reader can tell it from "
@@ -1726,8 +1727,9 @@ def _same_file_usage(output: str) -> Iterator[None]:
 
 def _same_file_message(what: str, path: str, output: str) -> str:
     if output != "-":
-        if path == "-":  # `-o F < F` (a new user's finding)
-            read = "stdin" if what == "input file" else f"stdin ({what})"
+        if path == "-" or path.startswith(("/dev/", "/proc/")):  # `-o F < F`, `-o F /dev/stdin < F`
+            shown = "stdin" if path == "-" else _printable(path)
+            read = shown if what == "input file" else f"{shown} ({what})"
             return f"{read} is {_printable(output)}, the output: give another -o"
         if what == "input file":
             return f"{_printable(path)} is both the input and the output: give another -o"
