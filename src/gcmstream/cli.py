@@ -2972,14 +2972,21 @@ _PASSPHRASE_FLAGS = {
 def _secret_after_a_flag(argv: Sequence[str]) -> str | None:
     """The usage message for a passphrase typed as the value of a flag that takes none: the
     word right after it names no file (so it is no input) or is joined by '='. The word is
-    never quoted: it may be the passphrase. Checked before parsing, so before any prompt."""
+    never quoted: it may be the passphrase. Checked before parsing, so before any prompt.
+    ``-pTEXT``: age's -p with its value joined, as a short flag takes one."""
     for flag, following in zip(argv, [*argv[1:], None], strict=False):  # (None: after the last)
+        if flag == "--":  # what follows is an input, whatever its name
+            return None
         name, joined, _ = flag.partition("=")
+        if flag.startswith("-p") and not joined and len(flag) > 2:
+            name, joined = "-p", "joined"
         if name not in _PASSPHRASE_FLAGS:
             continue
         if not joined and (following is None or following.startswith("-") or os.path.lexists(following)):
             continue
-        given = "the text after '='" if joined else "the word after it names no file, and"
+        given = {"=": "the text after '='", "joined": "the text joined to it"}.get(
+            joined, "the word after it names no file, and"
+        )
         return (
             f"{_PASSPHRASE_FLAGS[name]}: it asks for the passphrase on the terminal, or give "
             f"--passphrase-file FILE; {given} is not shown (it may be the passphrase)"
