@@ -75,7 +75,8 @@
     │   │                                where plaintext must go (readinto), or not contiguous
     │   ├── SameFileError                (also ValueError) a file function's output is the very
     │   │                                file it reads (a regular file, a FIFO or a block
-    │   │                                device): refused before anything is read or written
+    │   │                                device): refused before anything is read or written,
+    │   │                                or before the output replaces it (checked again)
     │   └── UnsupportedEndpointError     (also TypeError) a pipeline source or sink of a type it
     │                                    cannot use, such as a plain open() file
     ├── LimitReachedError                sealing would pass the hard per-key limit with automatic
@@ -373,14 +374,16 @@ class SameFileError(UsageError, ValueError):
     """The output of a file function (``encrypt_file``, ``decrypt_file`` and their async twins,
     the command line's ``-o`` or stdout) is a file it reads: the rename at the end would replace
     the input, or, for a FIFO or a block device written in place, what is written would be
-    read back. Refused before anything is read or written. ``what`` names the file read
+    read back. Refused before anything is read or written; and, where a name was made to lead
+    to a file read while the work ran (a link, a rename), once the files are open or just
+    before the rename, the output never made. ``what`` names the file read
     ("input file", "key file", ...), ``path`` its path (or descriptor number, an int). A
     character device (``/dev/null``, a terminal) or a socket is never "the same file": what
     is read from it and what is written to it are separate streams."""
 
     def __init__(self, what: str, path: str | int) -> None:
         shown = f"descriptor {path}" if isinstance(path, int) else repr(path)
-        super().__init__(f"{shown} is both the {what} and the output: nothing was read or written")
+        super().__init__(f"{shown} is both the {what} and the output: refused, the file left as it was")
         self.what = what
         self.path = path
 

@@ -971,7 +971,8 @@ def encrypt_path(
     (``encrypt_fd``). Keyed, or given ``config=``, as ``gcmstream.pipeline``'s functions
     (``limits`` too); ``tink``: in Tink's format (docs/TINK.md), with ``context`` alone beside
     it (one worker: Tink's segments are sealed in order). ``dst`` being ``src`` (a regular
-    file, a FIFO or a block device) raises SameFileError before anything is read or written."""
+    file, a FIFO or a block device) raises SameFileError before anything is read or written,
+    and so does ``dst`` made to lead to ``src`` meanwhile, before ``dst`` is replaced."""
     refuse_same_file(dst, [("input file", src)])
     sealer = sealer_for(
         config,
@@ -1012,7 +1013,8 @@ def decrypt_path(
     and nothing followed it. Keyed, or given ``config=``, as ``gcmstream.pipeline``'s
     functions; ``tink``: Tink's format (docs/TINK.md), ``dst`` appearing once the last segment
     authenticated at the end of ``src`` (one worker). ``dst`` being ``src`` raises
-    SameFileError before anything is read or written."""
+    SameFileError before anything is read or written (made to lead to it meanwhile: before
+    ``dst`` is replaced)."""
     refuse_same_file(dst, [("input file", src)])
     opener = opener_for(
         config,
