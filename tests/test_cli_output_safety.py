@@ -15,12 +15,13 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
-from gcmstream import pipeline, read_key_file
-from gcmstream.cli import EXIT_IO, EXIT_USAGE
+from gcmstream import SameFileError, TruncatedStreamError, UnsupportedFormatError, pipeline, read_key_file
+from gcmstream.cli import EXIT_CODES, EXIT_IO, EXIT_USAGE
 from tests.helpers import run_cli
 from tests.test_cli import TIMEOUT, env, one_line_error
 from tests.test_cli import gcm_process as gcm
@@ -247,6 +248,36 @@ def test_stdout_redirected_onto_the_input_is_refused_before_reading(tmp_path: Pa
     assert shell(f"gcmstream encrypt {key} p.txt >> other", tmp_path).returncode == 0
 
 
+def test_stdout_opened_read_write_on_the_input_is_not_said_to_be_emptied(
+    tmp_path: Path, keyfile: Path
+) -> None:
+    """``encrypt F 1<>F`` was told "with '>' the shell already emptied it" though F is whole
+    (``<>`` opens without emptying): it now says what would happen, and F is kept."""
+    plain = tmp_path / "p.txt"
+    plain.write_bytes(b"secret data")
+    pipeline.encrypt_file(plain, tmp_path / "e.bin", key=read_key_file(keyfile))
+    for line, kept in (
+        (f"gcmstream encrypt -k {keyfile} p.txt 1<>p.txt", plain),
+        (f"gcmstream decrypt -k {keyfile} e.bin 1<>e.bin", tmp_path / "e.bin"),
+        (f"gcmstream info -k {keyfile} e.bin 1<>e.bin", tmp_path / "e.bin"),
+    ):
+        before = kept.read_bytes()
+        message = one_line_error(shell(line, tmp_path), EXIT_USAGE)
+        assert "nothing read (what is written would overwrite what is read)" in message, (line, message)
+        assert kept.read_bytes() == before, line
+
+
+def test_output_read_as_dev_stdin_is_named_by_its_path(tmp_path: Path, keyfile: Path) -> None:
+    """``encrypt -o F /dev/stdin < F`` named "/dev/stdin" as both the input and the output (a
+    review): the output is F, and the message says so. The usage table's row 2 names the rule."""
+    (tmp_path / "p.txt").write_bytes(b"the only copy")
+    run = shell(f"gcmstream encrypt -k {keyfile} -o p.txt /dev/stdin < p.txt", tmp_path)
+    message = one_line_error(run, EXIT_USAGE)
+    assert message == "gcmstream encrypt: /dev/stdin is p.txt, the output: give another -o\n"
+    assert (tmp_path / "p.txt").read_bytes() == b"the only copy"
+    assert "an output that is a file the command reads" in EXIT_CODES[EXIT_USAGE]
+
+
 def test_stdout_redirected_onto_the_key_file_is_refused_and_the_key_kept(
     tmp_path: Path, keyfile: Path
 ) -> None:
@@ -356,3 +387,90 @@ def test_a_full_output_is_named(tmp_path: Path, keyfile: Path) -> None:
     with open("/dev/full", "wb") as device:
         result = run_to(device.fileno(), *args[:-1])
     assert one_line_error(result, EXIT_IO) == f"gcmstream encrypt: stdout: {os.strerror(errno.ENOSPC)}\n"
+
+
+def open_writer(fifo: Path, process: subprocess.Popen[bytes]) -> int:
+    """``fifo`` opened for writing once ``process`` opened it for reading (ENXIO until then):
+    a bounded wait that fails, rather than hangs, if the process ended first."""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            time.sleep(0.01)
+            continue
+        os.set_blocking(writer, True)
+        return writer
+    raise AssertionError(f"the command never opened {fifo}: {process.communicate()}")
+
+
+def test_an_output_made_a_link_to_the_input_while_the_passphrase_is_read_is_refused(tmp_path: Path) -> None:
+    """The rule looked at the paths once, before the passphrase was read (here from a FIFO,
+    which waits for its writer): ``-o out`` made a link to the input in that gap was then
+    followed, and the rename replaced the input by its ciphertext (a hostile review). The rule
+    is applied again to what is open, so the input is kept and the command exits 2."""
+    plain, out, fifo = tmp_path / "plain", tmp_path / "out", tmp_path / "pass"
+    plain.write_bytes(b"precious")
+    os.mkfifo(fifo, 0o600)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "encrypt", "--passphrase-file", fifo, "-o", out, plain],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+    )
+    try:
+        writer = open_writer(fifo, process)  # the command is reading the passphrase now
+        out.symlink_to(plain)
+        with open(writer, "wb") as passphrase:
+            passphrase.write(b"correct horse battery staple\n")
+        _, error = process.communicate(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    message = error.decode()
+    assert process.returncode == EXIT_USAGE, message
+    assert message == f"gcmstream encrypt: {plain} is both the input and the output: give another -o\n"
+    assert plain.read_bytes() == b"precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "pass", "plain"]
+
+
+def an_idle_block_device() -> os.stat_result | None:
+    """A block device of this machine, a loop device with nothing attached first (opening
+    it fails, so even the old code could not read or write it)."""
+    found: list[tuple[bool, str]] = []
+    with os.scandir("/dev") as entries:
+        for entry in entries:
+            if stat.S_ISBLK(entry.stat(follow_symlinks=False).st_mode):
+                size = Path(f"/sys/class/block/{entry.name}/size")
+                idle = entry.name.startswith("loop") and size.exists() and size.read_text().strip() == "0"
+                found.append((not idle, entry.path))
+    return os.stat(min(found)[1]) if found else None
+
+
+def test_two_nodes_of_one_block_device_are_the_same_file(tmp_path: Path, keyfile: Path) -> None:
+    """Two device nodes of one block device (``mknod``) have two inodes but are one device, so
+    one as the input and the other as the output is refused, as one node for both is; they
+    were compared by inode only (a hostile review). Checked on the command line and in
+    the library, before either is opened."""
+    if os.geteuid() != 0:
+        pytest.skip("making a block device node needs root")
+    device = an_idle_block_device()
+    if device is None:
+        pytest.skip("no block device in /dev to make a second node of")
+    for name in ("one", "two"):
+        os.mknod(tmp_path / name, stat.S_IFBLK | 0o600, device.st_rdev)
+    message = one_line_error(
+        run_cli("decrypt", "-k", keyfile, "-o", tmp_path / "two", tmp_path / "one"), EXIT_USAGE
+    )
+    assert f"{tmp_path / 'one'} is both the input and the output: give another -o" in message
+    with pytest.raises(SameFileError, match="is both the input file and the output"):
+        pipeline.decrypt_file(tmp_path / "one", tmp_path / "two", key=read_key_file(keyfile))
+    # another device is not the same file: whatever fails then, it is not this rule
+    os.mknod(tmp_path / "other", stat.S_IFBLK | 0o600, os.makedev(os.major(device.st_rdev), 255))
+    refused = (OSError, TruncatedStreamError, UnsupportedFormatError)  # (never SameFileError)
+    with pytest.raises(refused):  # an idle loop device reads empty: a truncated stream
+        pipeline.decrypt_file(tmp_path / "one", tmp_path / "other", key=read_key_file(keyfile))

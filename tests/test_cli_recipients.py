@@ -844,6 +844,8 @@ TYPED = "correct horse battery"  # a passphrase typed where a flag that takes no
         (["encrypt", f"--passphrase={TYPED}"], "--passphrase takes no value"),
         (["encrypt", "plain", "-p", TYPED], "age's -p is --passphrase here"),  # age's habit
         (["decrypt", "-p", TYPED], "age's -p is --passphrase here"),
+        (["encrypt", "plain", f"-p{TYPED}"], "the text joined to it is not shown"),  # -pTEXT
+        (["info", f"-p{TYPED}", "plain"], "age's -p is --passphrase here"),
         (["encrypt", "plain", f"--quiet={TYPED}"], "--quiet: takes no value"),  # every flag
         (["keygen", "-o", "k", f"-f{TYPED}"], "--force: takes no value"),
     ],

@@ -224,7 +224,7 @@ def test_a_stop_while_final_waits_for_the_end_of_input_releases_none_of_it(eager
     stopper = threading.Thread(target=stop_once_all_is_read)
     stopper.start()
     try:
-        with pytest.raises(files._Stopped):
+        with pytest.raises(gcmstream.StoppedError):
             files.decrypt_fd(in_read, out_write, files.new_opener(KEY), eager=eager, stop=stop)
         os.close(out_write)
         released = os.read(out_read, 100)
@@ -258,7 +258,7 @@ def test_a_stop_before_the_end_of_input_is_seen_releases_none_of_final() -> None
             os.close(in_write)
 
     try:
-        with pytest.raises(files._Stopped):
+        with pytest.raises(gcmstream.StoppedError):
             files.decrypt_fd(
                 in_read, out_write, files.new_opener(KEY), eager=True, progress=progress, stop=stop
             )
@@ -308,13 +308,26 @@ def test_a_non_blocking_input_is_read_to_its_end(engine: str) -> None:
 
 
 def test_a_stop_request_stops_the_engine(tmp_path: Path) -> None:
+    """A caller of ``encrypt_path``/``decrypt_path(stop=)`` and of ``check_stop`` gets a
+    documented exception of the tree: StoppedError (a GcmStreamError). It was the private
+    ``gcmstream.StoppedError``, a plain Exception no caller could name (a hostile review)."""
     stop = threading.Event()
     stop.set()
     src = tmp_path / "plain"
     src.write_bytes(b"x" * 100)
-    with pytest.raises(files._Stopped):
-        files.encrypt_path(src, tmp_path / "out", key=KEY, stop=stop)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain"]
+    pipeline.encrypt_file(src, tmp_path / "cipher", key=KEY)
+    for call in (
+        partial(files.encrypt_path, src, tmp_path / "out", key=KEY, stop=stop),
+        partial(files.decrypt_path, tmp_path / "cipher", tmp_path / "out", key=KEY, stop=stop),
+        partial(files.check_stop, stop),
+    ):
+        with pytest.raises(gcmstream.StoppedError, match="stopped on request") as stopped:
+            call()
+        assert isinstance(stopped.value, gcmstream.GcmStreamError)
+        assert type(stopped.value).__module__ == "gcmstream.errors"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "plain"]
+    files.check_stop(None)  # no stop asked for: nothing raised
+    files.check_stop(threading.Event())
 
 
 @pytest.mark.anyio

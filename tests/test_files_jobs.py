@@ -417,7 +417,7 @@ def test_a_stop_request_during_a_run_of_workers_leaves_no_output(
         if len(seen) == 3:
             stop.set()
 
-    with pytest.raises(files._Stopped):
+    with pytest.raises(gcmstream.StoppedError):
         if engine == "encrypt":
             files.encrypt_path(
                 plain, tmp_path / "out", key=KEY, record_size=RECORD, jobs=3, progress=progress, stop=stop

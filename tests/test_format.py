@@ -7,7 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, assert_type
 
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -44,6 +44,7 @@ from gcmstream.format import (
     MAX_HARD_RECORDS,
     SALT_SIZE,
     VERSION,
+    FieldType,
     KeyExchange,
     KeyLimits,
     StreamHeader,
@@ -56,6 +57,7 @@ from gcmstream.format import (
     key_id,
     make_header,
     parse_header,
+    sealed_with,
     verify_header,
 )
 
@@ -845,3 +847,16 @@ def test_messages_say_in_words_what_was_expected_never_a_repr_or_memoryview() ->
         )
     with pytest.raises(TypeError, match=r"^expected bytes \(bytes, bytearray, memoryview\), not int$"):
         sealer.seal(5)  # type: ignore[arg-type]
+
+
+def test_sealed_with_names_one_of_three_ways() -> None:
+    """``sealed_with`` was typed ``-> str`` though it returns one of three words: typed as a
+    Literal, a caller's comparison with a misspelt word is a type error (mypy checks the
+    ``assert_type`` below; at run time it returns its argument)."""
+    Way = Literal["key", "recipients", "passphrase"]
+    ways = (
+        sealed_with([]),
+        sealed_with([(FieldType.RECIPIENT_STANZAS, b"")]),
+        sealed_with([(FieldType.PASSPHRASE_STANZA, b"")]),
+    )
+    assert [assert_type(way, Way) for way in ways] == ["key", "recipients", "passphrase"]

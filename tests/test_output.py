@@ -1009,3 +1009,21 @@ def test_links_of_ours_are_followed_up_to_the_kernels_limit_of_40(tmp_path: Path
     with pytest.raises(OSError, match="Too many levels of symbolic links") as raised:
         output_module.output_target(tmp_path / "link40")  # 41
     assert (raised.value.errno, raised.value.filename) == (errno.ELOOP, str(tmp_path / "link40"))
+
+
+def test_the_same_file_rule_leaves_a_bad_path_to_its_open_and_takes_no_bool(tmp_path: Path) -> None:
+    """``encrypt_file(p, "a\\0b")`` raised "embedded null byte" from the same-file rule's own
+    look at the path, before the key was taken: the rule now passes over a path it cannot look
+    at, and the open says what is wrong, as for any file. ``True`` was taken for descriptor 1
+    (stdout): a bool is refused, as a path or a descriptor is needed (a review)."""
+    plain = tmp_path / "p.txt"
+    plain.write_bytes(b"data")
+    output_module.refuse_same_file("a\0b", [("input file", plain)])  # no error of its own
+    output_module.refuse_same_file(plain, [("input file", "a\0b")])
+    with pytest.raises(ValueError, match="embedded null byte") as raised:
+        pipeline.encrypt_file(plain, "a\0b", key=generate_key())
+    assert raised.traceback[-1].name != "_stat"  # the open's own error, not the rule's
+    for output, read in ((True, plain), (plain, False)):
+        with pytest.raises(TypeError, match="a path or a descriptor is needed"):
+            output_module.refuse_same_file(output, [("input file", read)])  # (a bool is an int to mypy)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.txt"]

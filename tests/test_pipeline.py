@@ -16,7 +16,7 @@ import pytest
 from anyio.abc import ByteReceiveStream, ByteSendStream, SocketAttribute, SocketStream
 
 import gcmstream
-from gcmstream import pipeline
+from gcmstream import files, pipeline
 
 from .helpers import KEY, read_all, record_offset
 
@@ -665,3 +665,48 @@ def test_a_file_option_beside_config_is_a_type_error_naming_it(
         asyncio.run(work(name, b"", tmp_path, config=FILE_CONFIG, **{option: value}))
     for output in (tmp_path / "sealed", tmp_path / "opened"):  # (a stream's sink is opened by the test)
         assert not output.exists() or not output.stat().st_size
+
+
+def test_an_output_made_a_link_to_the_input_after_the_first_check_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same-file rule looked at the paths once, before the key or passphrase was read
+    (scrypt, a FIFO): an output name made a link to the input in that gap was then followed,
+    and the rename replaced the input by its ciphertext (a hostile review). It is now also
+    applied to what is open: the input's descriptor against what ``output_target`` found."""
+    plain, out = tmp_path / "plain", tmp_path / "out"
+    plain.write_bytes(b"precious")
+    made = pipeline.sealer_for  # what files.encrypt_path calls (imported from pipeline)
+
+    def then_link(*args: Any, **kwargs: Any) -> Any:
+        sealer = made(*args, **kwargs)  # the keying done: now the name leads to the input
+        out.symlink_to(plain)
+        return sealer
+
+    monkeypatch.setattr(files, "sealer_for", then_link)
+    with pytest.raises(gcmstream.SameFileError, match="is both the input file and the output"):
+        pipeline.encrypt_file(plain, out, key=KEY)
+    assert plain.read_bytes() == b"precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "plain"]  # no temporary file
+
+
+def test_an_input_moved_to_the_output_name_while_it_is_read_is_kept(tmp_path: Path) -> None:
+    """The rename at the end replaces whatever is at the output's name then: the input
+    itself, if it was moved there meanwhile. Checked again just before the rename."""
+    plain, cipher, out = tmp_path / "plain", tmp_path / "cipher", tmp_path / "out"
+    plain.write_bytes(b"precious")
+    pipeline.encrypt_file(plain, cipher, key=KEY)
+    for function, source in ((files.encrypt_path, plain), (files.decrypt_path, cipher)):
+        kept = source.read_bytes()
+        moved: list[int] = []
+
+        def move(done: int, source: Path = source, moved: list[int] = moved) -> None:
+            if not moved:  # read through its descriptor: the work goes on
+                moved.append(done)
+                source.rename(out)
+
+        with pytest.raises(gcmstream.SameFileError, match="is both the input file and the output"):
+            function(source, out, key=KEY, progress=move)
+        assert moved and out.read_bytes() == kept, function
+        out.rename(source)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cipher", "plain"]  # no temporary file

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "Destination",
+    "FileRead",
     "Output",
     "finished",
     "open_output",
@@ -140,36 +141,56 @@ def output_target(path: StrPath, *, follow_last: bool = True) -> Destination:
 
 # The kinds of output that can be "the same file" as one read: a regular file (replaced by the
 # rename at the end: the input lost) and a FIFO or a block device (written in place: what is
-# written is read back). A character device (/dev/null, a terminal) and a socket are not: what
+# written is read back). Two nodes of one block device are one device (st_rdev), though their
+# inodes differ. A character device (/dev/null, a terminal) and a socket are not: on Linux what
 # is read from one and what is written to it are separate streams, so `-o /dev/null <
-# /dev/null` and a socket as both stdin and stdout are fine.
+# /dev/null` and a socket as both stdin and stdout are fine. Limits (SECURITY.md, the command
+# line): BSD and macOS reach a disk through a character device too (/dev/rdisk0), which this
+# rule lets through; and a partition and its disk, or a loop device and its backing file, are
+# one storage under two identities, never compared.
 _SAME_FILE_KINDS = frozenset((stat.S_IFREG, stat.S_IFIFO, stat.S_IFBLK))
+
+# A file read, for the rule: (what, its path or descriptor), or (what, its path, the descriptor
+# it is read through): compared by what is open (its name may lead elsewhere by now), named
+# by its path.
+FileRead: TypeAlias = tuple[str, StrPath | int] | tuple[str, StrPath, int]
 
 
 def _stat(path: StrPath | int) -> os.stat_result:
+    if isinstance(path, bool):  # not a descriptor: True would be stdout
+        raise TypeError(f"a path or a descriptor is needed, not {path!r}")
     return os.fstat(path) if isinstance(path, int) else os.stat(path)
 
 
-def refuse_same_file(output: StrPath | int, read: Iterable[tuple[str, StrPath | int]]) -> None:
+def _same(found: os.stat_result, written: os.stat_result) -> bool:
+    if stat.S_ISBLK(found.st_mode) and stat.S_ISBLK(written.st_mode):
+        return found.st_rdev == written.st_rdev
+    return os.path.samestat(found, written)
+
+
+def refuse_same_file(output: StrPath | int | os.stat_result | None, read: Iterable[FileRead]) -> None:
     """The one rule of "the output is a file read" (``files.encrypt_path``/``decrypt_path``,
     so every file function of ``pipeline``, and the command line): raise SameFileError when
-    ``output`` (a path, followed as the write will follow it, or a descriptor: stdout) is a
-    regular file, a FIFO or a block device that is one of ``read``, ``(what, path or
-    descriptor)`` pairs (``what``: "input file", "key file", ...). Called before anything is
-    read or written. A file that does not exist (yet) is no file read."""
+    ``output`` (a path, followed as the write will follow it; a descriptor: stdout; or what
+    is there, found already: None for nothing) is a regular file, a FIFO or a block device
+    that is one of ``read`` (``what``: "input file", "key file", ...). Called on the paths
+    before anything is read or written (the early message), then on what is open, once the
+    output was decided (``open_output``) and again just before the rename (``Output.commit``),
+    so a name made to lead to a file read meanwhile is caught too. A file that does not exist
+    (yet) is no file read; a path that cannot be looked at is left to its open's error."""
     try:
-        written = _stat(output)
-    except OSError:
-        return  # nothing there yet: no file read is it (the write names its own errors)
-    if stat.S_IFMT(written.st_mode) not in _SAME_FILE_KINDS:
+        written = output if isinstance(output, os.stat_result | None) else _stat(output)
+    except (OSError, ValueError):  # nothing there, or no path ("a\0b"): the open says which
         return
-    for what, path in read:
+    if written is None or stat.S_IFMT(written.st_mode) not in _SAME_FILE_KINDS:
+        return
+    for what, name, *opened in read:
         try:
-            found = _stat(path)
-        except OSError:
+            found = _stat(opened[0] if opened else name)
+        except (OSError, ValueError):
             continue  # (its own error, when it is read)
-        if os.path.samestat(found, written):
-            raise SameFileError(what, path if isinstance(path, int) else os.fsdecode(path))
+        if _same(found, written):
+            raise SameFileError(what, name if isinstance(name, int) else os.fsdecode(name))
 
 
 def _step(
@@ -316,13 +337,21 @@ def _kernel_link(caller: str, directory: int, name: str) -> Destination:
 class Output:
     """An output being written (``file``): to a temporary file that ``commit`` renames over
     the destination's name, or in place. ``discard`` (also after a failed commit) leaves the
-    destination as it was."""
+    destination as it was. ``read``: the files read, which the rename must not replace."""
 
-    def __init__(self, destination: Destination, file: BinaryIO, temp: str | None, mode: int = 0o600) -> None:
+    def __init__(
+        self,
+        destination: Destination,
+        file: BinaryIO,
+        temp: str | None,
+        mode: int = 0o600,
+        read: tuple[FileRead, ...] = (),
+    ) -> None:
         self.destination = destination
         self.file = file
         self.temp = temp
         self.mode = mode
+        self.read = read
 
     @property
     def in_place(self) -> bool:
@@ -340,6 +369,9 @@ class Output:
                 os.fchmod(self.file.fileno(), self.mode)
                 os.fsync(self.file.fileno())
                 self.file.close()
+                # what the rename replaces is the entry at the name now (a link itself, not
+                # followed): a file read moved there meanwhile would be lost
+                refuse_same_file(self._at_name(), self.read)
                 replace_at(self.destination.directory, self.temp, self.destination.name)
                 self.temp = None
             self.file.close()
@@ -347,6 +379,12 @@ class Output:
             self.discard()
             raise
         self.destination.close()
+
+    def _at_name(self) -> os.stat_result | None:
+        try:
+            return os.stat(self.destination.name, dir_fd=self.destination.directory, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
 
     def discard(self) -> None:
         try:
@@ -384,13 +422,16 @@ def _identity(found: os.stat_result) -> tuple[int, int, int, int, int]:
     return found.st_dev, found.st_ino, stat.S_IFMT(found.st_mode), found.st_rdev, found.st_uid
 
 
-def open_output(target: StrPath | Destination, mode: int = 0o600) -> Output:
+def open_output(target: StrPath | Destination, mode: int = 0o600, *, read: Iterable[FileRead] = ()) -> Output:
     """The output for ``target`` (a path is decided by ``output_target`` first): a new
     temporary file beside the destination (0600 until ``commit`` gives it ``mode``), or the
     destination itself when it is written in place (opening a FIFO waits for its reader).
-    Takes ownership of a Destination."""
+    Takes ownership of a Destination. What was found there must be none of the files
+    ``read`` (``refuse_same_file``, checked again by ``commit`` before its rename)."""
     destination = target if isinstance(target, Destination) else output_target(target)
+    read = tuple(read)
     try:
+        refuse_same_file(destination.found, read)
         if destination.in_place:
             return Output(destination, open(_open_in_place(destination), "wb", buffering=0), None)
         try:
@@ -398,7 +439,7 @@ def open_output(target: StrPath | Destination, mode: int = 0o600) -> Output:
         except OSError as exc:  # name the caller's path, not the temporary file
             raise OSError(exc.errno, exc.strerror, destination.path) from None
         try:
-            return Output(destination, open(fd, "wb", buffering=0), temp, mode)
+            return Output(destination, open(fd, "wb", buffering=0), temp, mode, read)
         except BaseException:
             os.close(fd)
             discard_at(destination.directory, temp)

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream
 
     from ._adapter import serve_listener
-    from ._output import output_target
+    from ._output import FileRead, output_target
     from .anyio_stream import SecureStream, connect_tcp
     from .armor import BEGIN_LINE, ArmorDecoder, is_armored
     from .config import Configuration
@@ -272,7 +272,8 @@ EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_INTERNAL: "internal error (a bug: please report it; GCMSTREAM_DEBUG=1 shows the traceback)",
     EXIT_USAGE: "usage: bad arguments, no key or a malformed key, a key file open to others, a key "
-    "file that exists (--force), ciphertext to a terminal",
+    "file that exists (--force), ciphertext to a terminal, an output that is a file the command "
+    "reads (the input, a key, identity, recipients or passphrase file)",
     EXIT_WRONG_KEY: "wrong key, no --identity matched, wrong passphrase, or wrong --context, found "
     "at the header before any record is opened (H10, H12, S3, S6, S7), also a key given for a "
     "file sealed to recipients or a passphrase; a header altered where no reader can tell it from "
@@ -1691,23 +1692,44 @@ def _refuse_same_file(args: argparse.Namespace) -> None:
     stdout, read what the shell's '>' emptied or what '>>' keeps growing, or (a FIFO, a block
     device) read back what is written: refuse, as cp and cat do, before anything is read or
     written. The rule is the library's (``_output.refuse_same_file``: a regular file, a FIFO
-    or a block device; never /dev/null or a socket); the message is the command line's."""
+    or a block device; never /dev/null or a socket); the message is the command line's. It is
+    applied again to what is open (``_open_output``): a name may lead elsewhere by then."""
     from ._output import refuse_same_file
-    from .errors import SameFileError
 
     target = getattr(args, "output", "-")  # (info prints on stdout)
-    read = [(what, 0 if path == "-" else path) for what, path in _files_read(args)]
+    with _same_file_usage(target):
+        refuse_same_file(1 if target == "-" else target, _files_open(args, None))
+
+
+def _files_open(args: argparse.Namespace, source: int | None) -> list[FileRead]:
+    """``_files_read`` for the rule: stdin as descriptor 0, and INPUT as the descriptor
+    ``source`` it is read through, once it is open."""
+    read: list[FileRead] = []
+    for what, path in _files_read(args):
+        if what == "input file" and source is not None:
+            read.append((what, source) if path == "-" else (what, path, source))
+        else:
+            read.append((what, 0 if path == "-" else path))
+    return read
+
+
+@contextlib.contextmanager
+def _same_file_usage(output: str) -> Iterator[None]:
+    """The rule's SameFileError in the command line's words (a usage error: exit 2)."""
+    from .errors import SameFileError
+
     try:
-        refuse_same_file(1 if target == "-" else target, read)
+        yield
     except SameFileError as same:
         path = "-" if isinstance(same.path, int) else same.path
-        raise _Usage(_same_file_message(same.what, path, target)) from None
+        raise _Usage(_same_file_message(same.what, path, output)) from None
 
 
 def _same_file_message(what: str, path: str, output: str) -> str:
     if output != "-":
-        if path == "-":  # `-o F < F` (a new user's finding)
-            read = "stdin" if what == "input file" else f"stdin ({what})"
+        if path == "-" or path.startswith(("/dev/", "/proc/")):  # `-o F < F`, `-o F /dev/stdin < F`
+            shown = "stdin" if path == "-" else _printable(path)
+            read = shown if what == "input file" else f"{shown} ({what})"
             return f"{read} is {_printable(output)}, the output: give another -o"
         if what == "input file":
             return f"{_printable(path)} is both the input and the output: give another -o"
@@ -1716,12 +1738,13 @@ def _same_file_message(what: str, path: str, output: str) -> str:
     if stat.S_ISREG(os.fstat(1).st_mode):
         import fcntl  # (POSIX; only here, when stdout is the file read)
 
-        appending = fcntl.fcntl(1, fcntl.F_GETFL) & os.O_APPEND
-        done = (
-            "with '>>' what is written would be appended to what is read"
-            if appending
-            else "with '>' the shell already emptied it"
-        )
+        flags = fcntl.fcntl(1, fcntl.F_GETFL)
+        if flags & os.O_APPEND:
+            done = "with '>>' what is written would be appended to what is read"
+        elif flags & os.O_ACCMODE == os.O_RDWR:  # '1<>F': opened, not emptied
+            done = "what is written would overwrite what is read"
+        else:
+            done = "with '>' the shell already emptied it"
     else:  # a FIFO or a block device, written in place
         done = "what is written would be read back"
     return (
@@ -1731,26 +1754,35 @@ def _same_file_message(what: str, path: str, output: str) -> str:
 
 
 @contextlib.contextmanager
-def _open_output(path: str, mode: int, *, no_terminal: bool = False) -> Iterator[int]:
+def _open_output(
+    path: str, mode: int, *, no_terminal: bool = False, read: Sequence[FileRead] = ()
+) -> Iterator[int]:
     """A descriptor of OUT: stdout, a file replaced atomically (``files.atomic_fd``: committed
     only if the block ends normally and no stop came), or (a FIFO, a device) in place.
     ``no_terminal``: a terminal is refused (usage), told by the descriptor opened, after the
-    one rule of where an output may go decided (a path is never opened before)."""
-    if path == "-":
-        stdout = _stdout_fd()
-        if no_terminal and os.isatty(stdout):
-            raise _Usage(_NO_TERMINAL)
-        yield stdout
-        return
-    destination = output_target(path)  # refuses what others planted
-    with contextlib.ExitStack() as opened:
-        # opening a FIFO waits for its reader: a stop gives the wait up at once; a temporary
-        # file is created (and, at the end, renamed or removed) whole, however long a stop waits
-        with _file_run.step(0 if destination.in_place else None):
-            out = opened.enter_context(atomic_fd(destination, mode=mode, stop=_file_run.stop))
-        if no_terminal and os.isatty(out):
-            raise _Usage(_NO_TERMINAL)
-        yield out
+    one rule of where an output may go decided (a path is never opened before). OUT must be
+    none of the files ``read`` (``_files_open``) as they are now: when it is decided, and
+    just before the rename."""
+    from ._output import refuse_same_file
+
+    with _same_file_usage(path):
+        if path == "-":
+            stdout = _stdout_fd()
+            refuse_same_file(stdout, read)
+            if no_terminal and os.isatty(stdout):
+                raise _Usage(_NO_TERMINAL)
+            yield stdout
+            return
+        destination = output_target(path)  # refuses what others planted
+        with contextlib.ExitStack() as opened:
+            # opening a FIFO waits for its reader: a stop gives the wait up at once; a temporary
+            # file is created (and, at the end, renamed or removed) whole, however long a stop
+            # waits
+            with _file_run.step(0 if destination.in_place else None):
+                out = opened.enter_context(atomic_fd(destination, mode=mode, stop=_file_run.stop, read=read))
+            if no_terminal and os.isatty(out):
+                raise _Usage(_NO_TERMINAL)
+            yield out
 
 
 _NO_TERMINAL = "refusing to write ciphertext to a terminal: use -o FILE or redirect stdout"
@@ -1843,7 +1875,9 @@ def _encrypt_command(args: argparse.Namespace, keying: Keying) -> None:
     with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
-            with _open_output(args.output, args.mode, no_terminal=not args.armor) as out:
+            with _open_output(
+                args.output, args.mode, no_terminal=not args.armor, read=_files_open(args, source)
+            ) as out:
                 jobs = _jobs_for(args, source, out, size)
                 work = partial(
                     encrypt_fd, source, out, sealer, progress=progress.callback, armor=args.armor, jobs=jobs
@@ -1895,7 +1929,7 @@ def _decrypt_through(
         header_at = os.lseek(source, 0, os.SEEK_CUR) if size is not None else None
         progress = _Progress.start(size, "decrypt", args.quiet)
         try:
-            with _open_output(args.output, args.mode) as out:
+            with _open_output(args.output, args.mode, read=_files_open(args, source)) as out:
                 jobs, one_worker = workers(source, out, size)
                 # to stdout: pass each record on as it authenticates; to a file: gather
                 work = partial(
@@ -2045,7 +2079,7 @@ def _key_source(args: argparse.Namespace) -> str:
 def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
     path = _seekable_input(args.input)
     try:
-        with _open_output(args.output, args.mode) as out:
+        with _open_output(args.output, args.mode, read=_files_open(args, None)) as out:
             _run_engine(partial(_copy_range, path, out, args, keying), out, args.output)
     except BaseException as exc:
         where = "the input" if args.input == "-" else args.input
@@ -2267,7 +2301,9 @@ def _tink_encrypt_command(args: argparse.Namespace, keyset: TinkKeyset) -> None:
     with _open_input(args.input) as (source, size):
         progress = _Progress.start(size, "encrypt", args.quiet)
         try:
-            with _open_output(args.output, args.mode, no_terminal=True) as out:
+            with _open_output(
+                args.output, args.mode, no_terminal=True, read=_files_open(args, source)
+            ) as out:
                 _jobs_unused(args, TINK_IN_ORDER)  # the keyset, input and output accepted
                 _run_engine(
                     partial(encrypt_fd, source, out, sealer, progress=progress.callback), out, args.output
@@ -2936,14 +2972,21 @@ _PASSPHRASE_FLAGS = {
 def _secret_after_a_flag(argv: Sequence[str]) -> str | None:
     """The usage message for a passphrase typed as the value of a flag that takes none: the
     word right after it names no file (so it is no input) or is joined by '='. The word is
-    never quoted: it may be the passphrase. Checked before parsing, so before any prompt."""
+    never quoted: it may be the passphrase. Checked before parsing, so before any prompt.
+    ``-pTEXT``: age's -p with its value joined, as a short flag takes one."""
     for flag, following in zip(argv, [*argv[1:], None], strict=False):  # (None: after the last)
+        if flag == "--":  # what follows is an input, whatever its name
+            return None
         name, joined, _ = flag.partition("=")
+        if flag.startswith("-p") and not joined and len(flag) > 2:
+            name, joined = "-p", "joined"
         if name not in _PASSPHRASE_FLAGS:
             continue
         if not joined and (following is None or following.startswith("-") or os.path.lexists(following)):
             continue
-        given = "the text after '='" if joined else "the word after it names no file, and"
+        given = {"=": "the text after '='", "joined": "the text joined to it"}.get(
+            joined, "the word after it names no file, and"
+        )
         return (
             f"{_PASSPHRASE_FLAGS[name]}: it asks for the passphrase on the terminal, or give "
             f"--passphrase-file FILE; {given} is not shown (it may be the passphrase)"

@@ -75,11 +75,15 @@
     │   │                                where plaintext must go (readinto), or not contiguous
     │   ├── SameFileError                (also ValueError) a file function's output is the very
     │   │                                file it reads (a regular file, a FIFO or a block
-    │   │                                device): refused before anything is read or written
+    │   │                                device): refused before anything is read or written,
+    │   │                                or before the output replaces it (checked again)
     │   └── UnsupportedEndpointError     (also TypeError) a pipeline source or sink of a type it
     │                                    cannot use, such as a plain open() file
     ├── LimitReachedError                sealing would pass the hard per-key limit with automatic
     │                                    key update off; nothing was sealed; call update_key()
+    ├── StoppedError                     the file engine saw the caller's stop request (``stop=``
+    │                                    of gcmstream.files): no output file was made, and the
+    │                                    Sealer or Opener it used is broken
     └── StreamBrokenError                any call on an object that already failed fatally; the
         │                                original error is ``__cause__`` and ``.original``
         └── AnyioStreamBrokenError       (in gcmstream.anyio_stream; also anyio's
@@ -151,6 +155,7 @@ __all__ = (
     "SameFileError",
     "SelfConnectionError",
     "StanzaError",
+    "StoppedError",
     "StreamBrokenError",
     "StreamClosedError",
     "TrailingDataError",
@@ -369,14 +374,16 @@ class SameFileError(UsageError, ValueError):
     """The output of a file function (``encrypt_file``, ``decrypt_file`` and their async twins,
     the command line's ``-o`` or stdout) is a file it reads: the rename at the end would replace
     the input, or, for a FIFO or a block device written in place, what is written would be
-    read back. Refused before anything is read or written. ``what`` names the file read
+    read back. Refused before anything is read or written; and, where a name was made to lead
+    to a file read while the work ran (a link, a rename), once the files are open or just
+    before the rename, the output never made. ``what`` names the file read
     ("input file", "key file", ...), ``path`` its path (or descriptor number, an int). A
     character device (``/dev/null``, a terminal) or a socket is never "the same file": what
     is read from it and what is written to it are separate streams."""
 
     def __init__(self, what: str, path: str | int) -> None:
         shown = f"descriptor {path}" if isinstance(path, int) else repr(path)
-        super().__init__(f"{shown} is both the {what} and the output: nothing was read or written")
+        super().__init__(f"{shown} is both the {what} and the output: refused, the file left as it was")
         self.what = what
         self.path = path
 
@@ -391,6 +398,14 @@ class UnsupportedEndpointError(UsageError, TypeError):
 
 class LimitReachedError(GcmStreamError):
     """Sealing would pass the hard per-key limit. Nothing was sealed; update the key first."""
+
+
+class StoppedError(GcmStreamError):
+    """The file engine (``gcmstream.files``: ``encrypt_path``, ``decrypt_path``, ``encrypt_fd``,
+    ``decrypt_fd``, ``check_stop``) saw the ``stop`` event set and left its work: an output file
+    is not made (its temporary file removed), and the Sealer or Opener it drove is broken (every
+    later use raises StreamBrokenError). An async file function's task gets its cancellation
+    instead: this is how the worker thread left."""
 
 
 class StreamBrokenError(GcmStreamError):

@@ -63,11 +63,12 @@ from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
-from ._output import Destination, open_output, refuse_same_file
+from ._output import Destination, FileRead, open_output, refuse_same_file
 from .armor import BEGIN_LINE, ArmorEncoder, dearmoring_reader, is_armored
 from .errors import (
     AuthenticationError,
     ProtocolError,
+    StoppedError,
     StreamBrokenError,
     TrailingDataError,
     TruncatedStreamError,
@@ -148,10 +149,6 @@ STOP_WAIT = 5.0
 # Milliseconds one poll of a pipe, FIFO, terminal or socket waits for input before the stop
 # request is looked at again: a stop while no input comes is seen within this.
 _POLL_MS = 20
-
-
-class _Stopped(Exception):
-    """The engine saw a stop request (cancellation, a signal) and left its loop."""
 
 
 # Sealers and Openers whose engine loop failed (a write error, a stop, a bad record), with the
@@ -384,10 +381,10 @@ def _write_all(fd: int | _ArmoredOutput, view: memoryview) -> None:
 
 def check_stop(stop: threading.Event | None) -> None:
     """Leave the work at hand (the engine's loops, the command line's) if a stop was requested:
-    the one stop exception, which never reaches an application (a cancelled task gets its
-    cancellation, a command its signal's exit status)."""
+    StoppedError, what a caller that passed ``stop=`` gets (a cancelled async call gets its
+    cancellation instead, a command its signal's exit status)."""
     if stop is not None and stop.is_set():
-        raise _Stopped("stopped on request")
+        raise StoppedError("stopped on request")
 
 
 def _reader(fd: int, stop: threading.Event | None) -> Callable[[Buffer], int]:
@@ -931,13 +928,19 @@ def _decrypt_placed(
 
 @contextmanager
 def atomic_fd(
-    path: StrPath | Destination, *, mode: int = 0o600, stop: threading.Event | None = None
+    path: StrPath | Destination,
+    *,
+    mode: int = 0o600,
+    stop: threading.Event | None = None,
+    read: Iterable[FileRead] = (),
 ) -> Iterator[int]:
     """A file descriptor whose content replaces ``path`` only if the block exits normally
     and no stop was requested by then (``pipeline.atomic_output``'s rules: temporary file,
     fsync, rename, mode; a FIFO or device of ours is written in place). ``path`` may be where
-    ``_output.output_target`` decided it goes (the CLI decides first, then opens)."""
-    output = open_output(path, mode)  # the one rule of where an output may go
+    ``_output.output_target`` decided it goes (the CLI decides first, then opens). ``read``:
+    the files being read (``_output.FileRead``), which the output must not be, when it is
+    opened and when it is renamed (SameFileError)."""
+    output = open_output(path, mode, read=read)  # the one rule of where an output may go
     try:
         yield output.fileno()
         if not output.in_place:
@@ -968,7 +971,8 @@ def encrypt_path(
     (``encrypt_fd``). Keyed, or given ``config=``, as ``gcmstream.pipeline``'s functions
     (``limits`` too); ``tink``: in Tink's format (docs/TINK.md), with ``context`` alone beside
     it (one worker: Tink's segments are sealed in order). ``dst`` being ``src`` (a regular
-    file, a FIFO or a block device) raises SameFileError before anything is read or written."""
+    file, a FIFO or a block device) raises SameFileError before anything is read or written,
+    and so does ``dst`` made to lead to ``src`` meanwhile, before ``dst`` is replaced."""
     refuse_same_file(dst, [("input file", src)])
     sealer = sealer_for(
         config,
@@ -982,8 +986,8 @@ def encrypt_path(
         limits=limits,
     )
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        with atomic_fd(dst, stop=stop) as out:
+    try:  # the rule again on what is open: ``dst`` may lead to ``src`` by now (a link made)
+        with atomic_fd(dst, stop=stop, read=[("input file", src, fd)]) as out:
             encrypt_fd(fd, out, sealer, progress=progress, stop=stop, jobs=jobs)
     finally:
         os.close(fd)
@@ -1009,7 +1013,8 @@ def decrypt_path(
     and nothing followed it. Keyed, or given ``config=``, as ``gcmstream.pipeline``'s
     functions; ``tink``: Tink's format (docs/TINK.md), ``dst`` appearing once the last segment
     authenticated at the end of ``src`` (one worker). ``dst`` being ``src`` raises
-    SameFileError before anything is read or written."""
+    SameFileError before anything is read or written (made to lead to it meanwhile: before
+    ``dst`` is replaced)."""
     refuse_same_file(dst, [("input file", src)])
     opener = opener_for(
         config,
@@ -1022,8 +1027,8 @@ def decrypt_path(
         max_record_size=max_record_size,
     )
     fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        with atomic_fd(dst, stop=stop) as out:
+    try:  # the rule again on what is open: ``dst`` may lead to ``src`` by now (a link made)
+        with atomic_fd(dst, stop=stop, read=[("input file", src, fd)]) as out:
             decrypt_fd(fd, out, opener, progress=progress, stop=stop, jobs=jobs)
     except UnknownKeyError:
         refused = _key_for_stanzas(fd)  # (the placed path's read_header said it already)
@@ -1058,7 +1063,7 @@ async def run_in_worker(
     def target() -> _T:
         with turn:
             if stop.is_set():
-                raise _Stopped("stopped before it started")
+                raise StoppedError("stopped before it started")
             started.append(True)
         try:
             return work(stop=stop)

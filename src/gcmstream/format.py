@@ -38,6 +38,10 @@ from .errors import (
     UnsupportedFormatError,
 )
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time
+if TYPE_CHECKING:
+    from typing import Literal
+
 __all__ = (
     "DEFAULT_KEY_LIMITS",
     "DEFAULT_MAX_RECORD_SIZE",
@@ -670,7 +674,7 @@ def parse_fields(data: bytes) -> tuple[tuple[int, bytes], ...]:
     return tuple((kind, data[start:end]) for kind, start, end in _field_spans(data, 0, len(data)))
 
 
-def sealed_with(fields: Iterable[tuple[int, bytes]]) -> str:
+def sealed_with(fields: Iterable[tuple[int, bytes]]) -> Literal["key", "recipients", "passphrase"]:
     """ "key", "recipients" or "passphrase": what a one-way header's fields say sealed its
     stream (4.4: a stanza field, or none for a key). Unverified when read before the
     commitment: it words a message (what to give instead), it decides nothing."""

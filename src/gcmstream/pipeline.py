@@ -41,6 +41,8 @@ Guarantees:
 * A file function whose ``dst`` is ``src`` itself (the same regular file, FIFO or block device,
   by any path or link) raises ``SameFileError`` before anything is read or written: the
   command line's rule (``/dev/null`` and other character devices are never "the same file").
+  It is applied again once ``src`` is open, to what ``dst`` leads to then and to the file at
+  its name just before the rename: ``dst`` made to lead to ``src`` meanwhile is refused too.
 * Memory does not grow with the size of the input: the opener's ring (4 records, at least
   64 KiB), one read buffer and one write buffer of ``CHUNK_SIZE`` each (the file functions:
   a 1 MiB ring and one output buffer of 1 MiB or two records, see ``gcmstream.files``).
