@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import cProfile
 import json
 import os
 import statistics
@@ -57,6 +58,9 @@ class Meter:
     def __init__(self) -> None:
         self.total = self.count = 0
         self.cpu0 = self.wall0 = 0.0
+        # GCMSTREAM_BENCH_PROFILE=FILE: cProfile the measured spans, stats to FILE at exit
+        self.profile_path = os.environ.get("GCMSTREAM_BENCH_PROFILE")
+        self.profiler = cProfile.Profile() if self.profile_path else None
 
     def arm(self, total: int) -> None:
         self.total, self.count = total, 0
@@ -66,11 +70,19 @@ class Meter:
             return
         if not self.count:
             self.cpu0, self.wall0 = cpu_seconds(), time.perf_counter()
+            if self.profiler:
+                self.profiler.enable()
         self.count += nbytes
         if self.count >= self.total:
+            if self.profiler:
+                self.profiler.disable()
             cpu, wall = cpu_seconds() - self.cpu0, time.perf_counter() - self.wall0
             emit("DONE ", {"bytes": self.count, "cpu": cpu, "wall": wall})
             self.total = 0
+
+    def save(self) -> None:
+        if self.profiler and self.profile_path:
+            self.profiler.dump_stats(self.profile_path)
 
 
 async def _server(kind: str) -> None:
@@ -97,6 +109,7 @@ async def _server(kind: str) -> None:
     emit("PORT ", str(server.sockets[0].getsockname()[1]))
     while (command := await queue.get()) != "exit":
         await _command(command, meter)
+    meter.save()
     server.close()
 
 
@@ -130,6 +143,7 @@ async def _anyio_server(meter: Meter) -> None:
         group.start_soon(listener.serve, sink)
         while (command := await queue.get()) != "exit":
             await _command(command, meter)
+        meter.save()
         group.cancel_scope.cancel()
 
 
@@ -259,7 +273,8 @@ def summarize(name: str, samples: list[dict[str, Any]], busy: int) -> dict[str, 
 def run(quick: bool, rounds: int = 0) -> dict[str, Any]:
     rounds = rounds or (2 if quick else 7)
     busy = 20 if quick else 100
-    total = (4 if quick else 64) << 20
+    # 64 MiB was 30-90 ms of server CPU a measurement: ratios of single rounds spread 0.4-1.9
+    total = (4 if quick else 256) << 20
     work = Workdir()
     dog = Watchdog(120.0 if quick else 1200.0, "the busy-connections part")
     pairs: dict[str, Pair] = {}
@@ -269,6 +284,8 @@ def run(quick: bool, rounds: int = 0) -> dict[str, Any]:
         for name in VARIANTS:
             try:
                 pairs[name] = Pair(work, name, dog)
+                for conns in (1, busy):  # warm-up, not recorded: the first measurement ran slow
+                    pairs[name].measure(conns, total // 4)
             except Exception as exc:
                 errors[name] = f"{type(exc).__name__}: {exc}"
         for r in range(rounds):
