@@ -56,14 +56,14 @@ class Meter:
     the last of them; ``DONE`` is emitted once the armed total has arrived."""
 
     def __init__(self) -> None:
-        self.total = self.count = 0
+        self.total = self.count = self.reads = 0
         self.cpu0 = self.wall0 = 0.0
         # GCMSTREAM_BENCH_PROFILE=FILE: cProfile the measured spans, stats to FILE at exit
         self.profile_path = os.environ.get("GCMSTREAM_BENCH_PROFILE")
         self.profiler = cProfile.Profile() if self.profile_path else None
 
     def arm(self, total: int) -> None:
-        self.total, self.count = total, 0
+        self.total, self.count, self.reads = total, 0, 0
 
     def received(self, nbytes: int) -> None:
         if not self.total:
@@ -73,11 +73,12 @@ class Meter:
             if self.profiler:
                 self.profiler.enable()
         self.count += nbytes
+        self.reads += 1
         if self.count >= self.total:
             if self.profiler:
                 self.profiler.disable()
             cpu, wall = cpu_seconds() - self.cpu0, time.perf_counter() - self.wall0
-            emit("DONE ", {"bytes": self.count, "cpu": cpu, "wall": wall})
+            emit("DONE ", {"bytes": self.count, "cpu": cpu, "wall": wall, "reads": self.reads})
             self.total = 0
 
     def save(self) -> None:
@@ -234,6 +235,7 @@ class Pair:
             "mib": mib,
             "server_cpu_ms_per_mib": done["cpu"] / mib * 1e3,
             "server_wall_ms_per_mib": done["wall"] / mib * 1e3,
+            "server_reads_per_mib": done["reads"] / mib,  # what the handlers' reads returned
             "client_wall_s": sent["wall"],
         }
 
@@ -263,6 +265,8 @@ def summarize(name: str, samples: list[dict[str, Any]], busy: int) -> dict[str, 
         "cpu_ms_per_mib_busy": statistics.median(by[r, busy]["server_cpu_ms_per_mib"] for r in rounds),
         "wall_ms_per_mib_1": statistics.median(by[r, 1]["server_wall_ms_per_mib"] for r in rounds),
         "wall_ms_per_mib_busy": statistics.median(by[r, busy]["server_wall_ms_per_mib"] for r in rounds),
+        "reads_per_mib_1": statistics.median(by[r, 1]["server_reads_per_mib"] for r in rounds),
+        "reads_per_mib_busy": statistics.median(by[r, busy]["server_reads_per_mib"] for r in rounds),
         "cpu_ratio": _spread(cpu_ratios),
         "wall_ratio": _spread(wall_ratios),
         "cpu_ratios": cpu_ratios,
@@ -316,6 +320,7 @@ def run(quick: bool, rounds: int = 0) -> dict[str, Any]:
     ]
     gcm = [r["cpu_ratio"]["median"] for r in rows if r["name"].startswith("gcmstream") and "error" not in r]
     worst = max(gcm) if gcm else None
+    plain = [r["cpu_ratio"]["median"] for r in rows if r["name"].startswith("plain") and "error" not in r]
     return {
         "params": {"total_bytes": total, "write": WRITE, "read": READ, "busy": busy, "rounds": rounds},
         "rows": rows,
@@ -325,6 +330,7 @@ def run(quick: bool, rounds: int = 0) -> dict[str, Any]:
                 "(median of per-round ratios; worst of gcmstream asyncio and anyio)",
                 "value": worst,
                 "met": worst is not None and worst <= TARGET_RATIO,
+                "control_plain_asyncio": plain[0] if plain else None,
             }
         },
     }
