@@ -20,6 +20,7 @@ import contextlib
 import cProfile
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -56,7 +57,7 @@ class Meter:
     the last of them; ``DONE`` is emitted once the armed total has arrived."""
 
     def __init__(self) -> None:
-        self.total = self.count = self.reads = 0
+        self.total = self.count = self.reads = self.faults0 = 0
         self.cpu0 = self.wall0 = 0.0
         # GCMSTREAM_BENCH_PROFILE=FILE: cProfile the measured spans, stats to FILE at exit
         self.profile_path = os.environ.get("GCMSTREAM_BENCH_PROFILE")
@@ -70,6 +71,7 @@ class Meter:
             return
         if not self.count:
             self.cpu0, self.wall0 = cpu_seconds(), time.perf_counter()
+            self.faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             if self.profiler:
                 self.profiler.enable()
         self.count += nbytes
@@ -78,7 +80,11 @@ class Meter:
             if self.profiler:
                 self.profiler.disable()
             cpu, wall = cpu_seconds() - self.cpu0, time.perf_counter() - self.wall0
-            emit("DONE ", {"bytes": self.count, "cpu": cpu, "wall": wall, "reads": self.reads})
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self.faults0
+            emit(
+                "DONE ",
+                {"bytes": self.count, "cpu": cpu, "wall": wall, "reads": self.reads, "faults": faults},
+            )
             self.total = 0
 
     def save(self) -> None:
@@ -236,6 +242,7 @@ class Pair:
             "server_cpu_ms_per_mib": done["cpu"] / mib * 1e3,
             "server_wall_ms_per_mib": done["wall"] / mib * 1e3,
             "server_reads_per_mib": done["reads"] / mib,  # what the handlers' reads returned
+            "server_page_faults_per_mib": done["faults"] / mib,  # minor: fresh memory touched
             "client_wall_s": sent["wall"],
         }
 
@@ -267,6 +274,10 @@ def summarize(name: str, samples: list[dict[str, Any]], busy: int) -> dict[str, 
         "wall_ms_per_mib_busy": statistics.median(by[r, busy]["server_wall_ms_per_mib"] for r in rounds),
         "reads_per_mib_1": statistics.median(by[r, 1]["server_reads_per_mib"] for r in rounds),
         "reads_per_mib_busy": statistics.median(by[r, busy]["server_reads_per_mib"] for r in rounds),
+        "page_faults_per_mib_1": statistics.median(by[r, 1]["server_page_faults_per_mib"] for r in rounds),
+        "page_faults_per_mib_busy": statistics.median(
+            by[r, busy]["server_page_faults_per_mib"] for r in rounds
+        ),
         "cpu_ratio": _spread(cpu_ratios),
         "wall_ratio": _spread(wall_ratios),
         "cpu_ratios": cpu_ratios,

@@ -364,7 +364,7 @@ def busy_section(d: dict[str, Any]) -> str:
     rows = []
     for r in d["rows"]:
         if "error" in r:
-            rows.append([r["name"]] + ["n/a"] * 7 + [r["error"]])
+            rows.append([r["name"]] + ["n/a"] * 8 + [r["error"]])
             continue
         cpu, wall = r["cpu_ratio"], r["wall_ratio"]
         rows.append(
@@ -377,6 +377,7 @@ def busy_section(d: dict[str, Any]) -> str:
                 _f(r["wall_ms_per_mib_busy"], 3),
                 f"{wall['median']:.2f} ({wall['min']:.2f}-{wall['max']:.2f})",
                 f"{_f(r.get('reads_per_mib_1'), 0)} / {_f(r.get('reads_per_mib_busy'), 0)}",
+                f"{_f(r.get('page_faults_per_mib_1'), 0)} / {_f(r.get('page_faults_per_mib_busy'), 0)}",
                 "",
             ]
         )
@@ -385,7 +386,8 @@ def busy_section(d: dict[str, Any]) -> str:
         f"A server process (one core) receives {p['total_bytes'] >> 20} MiB of fresh random data "
         f"written {p['write'] // 1024} KiB at a time by a client process, over one connection and "
         f"over {busy} at once (each its share); its handlers only read ({p['read'] // 1024} KiB) "
-        "and count (reads/MiB: how many reads returned data). Server CPU (getrusage, user + sys) "
+        "and count (reads/MiB: how many reads returned data; page faults: the server's minor "
+        "faults, fresh memory touched). Server CPU (getrusage, user + sys) "
         "and wall from the first byte read to the "
         f"last, {p['rounds']} rounds, servers interleaved; ratio = the round's {busy}-connection "
         "figure over its one-connection neighbour, median of rounds (min-max). Command: "
@@ -400,6 +402,7 @@ def busy_section(d: dict[str, Any]) -> str:
                 f"wall ms/MiB, {busy}",
                 "wall ratio",
                 f"reads/MiB, 1 / {busy}",
+                f"page faults/MiB, 1 / {busy}",
                 "note",
             ],
             rows,
