@@ -58,7 +58,7 @@ class Meter:
 
     def __init__(self) -> None:
         self.total = self.count = self.reads = self.faults0 = 0
-        self.cpu0 = self.wall0 = 0.0
+        self.cpu0 = self.wall0 = self.sys0 = 0.0
         # GCMSTREAM_BENCH_PROFILE=FILE: cProfile the measured spans, stats to FILE at exit
         self.profile_path = os.environ.get("GCMSTREAM_BENCH_PROFILE")
         self.profiler = cProfile.Profile() if self.profile_path else None
@@ -71,7 +71,8 @@ class Meter:
             return
         if not self.count:
             self.cpu0, self.wall0 = cpu_seconds(), time.perf_counter()
-            self.faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            self.faults0, self.sys0 = usage.ru_minflt, usage.ru_stime
             if self.profiler:
                 self.profiler.enable()
         self.count += nbytes
@@ -80,11 +81,10 @@ class Meter:
             if self.profiler:
                 self.profiler.disable()
             cpu, wall = cpu_seconds() - self.cpu0, time.perf_counter() - self.wall0
-            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - self.faults0
-            emit(
-                "DONE ",
-                {"bytes": self.count, "cpu": cpu, "wall": wall, "reads": self.reads, "faults": faults},
-            )
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            faults, sys_cpu = usage.ru_minflt - self.faults0, usage.ru_stime - self.sys0
+            done = {"bytes": self.count, "cpu": cpu, "sys": sys_cpu, "wall": wall, "reads": self.reads}
+            emit("DONE ", {**done, "faults": faults})
             self.total = 0
 
     def save(self) -> None:
@@ -240,6 +240,7 @@ class Pair:
             "conns": conns,
             "mib": mib,
             "server_cpu_ms_per_mib": done["cpu"] / mib * 1e3,
+            "server_sys_ms_per_mib": done["sys"] / mib * 1e3,  # the kernel's share (recv's copy)
             "server_wall_ms_per_mib": done["wall"] / mib * 1e3,
             "server_reads_per_mib": done["reads"] / mib,  # what the handlers' reads returned
             "server_page_faults_per_mib": done["faults"] / mib,  # minor: fresh memory touched
@@ -272,6 +273,8 @@ def summarize(name: str, samples: list[dict[str, Any]], busy: int) -> dict[str, 
         "cpu_ms_per_mib_busy": statistics.median(by[r, busy]["server_cpu_ms_per_mib"] for r in rounds),
         "wall_ms_per_mib_1": statistics.median(by[r, 1]["server_wall_ms_per_mib"] for r in rounds),
         "wall_ms_per_mib_busy": statistics.median(by[r, busy]["server_wall_ms_per_mib"] for r in rounds),
+        "sys_ms_per_mib_1": statistics.median(by[r, 1]["server_sys_ms_per_mib"] for r in rounds),
+        "sys_ms_per_mib_busy": statistics.median(by[r, busy]["server_sys_ms_per_mib"] for r in rounds),
         "reads_per_mib_1": statistics.median(by[r, 1]["server_reads_per_mib"] for r in rounds),
         "reads_per_mib_busy": statistics.median(by[r, busy]["server_reads_per_mib"] for r in rounds),
         "page_faults_per_mib_1": statistics.median(by[r, 1]["server_page_faults_per_mib"] for r in rounds),

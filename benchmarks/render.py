@@ -364,7 +364,7 @@ def busy_section(d: dict[str, Any]) -> str:
     rows = []
     for r in d["rows"]:
         if "error" in r:
-            rows.append([r["name"]] + ["n/a"] * 8 + [r["error"]])
+            rows.append([r["name"]] + ["n/a"] * 10 + [r["error"]])
             continue
         cpu, wall = r["cpu_ratio"], r["wall_ratio"]
         rows.append(
@@ -373,6 +373,8 @@ def busy_section(d: dict[str, Any]) -> str:
                 _f(r["cpu_ms_per_mib_1"], 3),
                 _f(r["cpu_ms_per_mib_busy"], 3),
                 f"**{cpu['median']:.2f}** ({cpu['min']:.2f}-{cpu['max']:.2f})",
+                _f(r["cpu_ms_per_mib_busy"] - r["cpu_ms_per_mib_1"], 3),
+                f"{_f(r.get('sys_ms_per_mib_1'), 3)} / {_f(r.get('sys_ms_per_mib_busy'), 3)}",
                 _f(r["wall_ms_per_mib_1"], 3),
                 _f(r["wall_ms_per_mib_busy"], 3),
                 f"{wall['median']:.2f} ({wall['min']:.2f}-{wall['max']:.2f})",
@@ -398,6 +400,8 @@ def busy_section(d: dict[str, Any]) -> str:
                 "CPU ms/MiB, 1",
                 f"CPU ms/MiB, {busy}",
                 "CPU ratio",
+                "CPU added ms/MiB",
+                f"sys ms/MiB, 1 / {busy}",
                 "wall ms/MiB, 1",
                 f"wall ms/MiB, {busy}",
                 "wall ratio",
