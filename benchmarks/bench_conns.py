@@ -15,7 +15,6 @@ import json
 import resource
 import statistics
 import sys
-import threading
 import time
 from typing import Any
 
@@ -30,8 +29,10 @@ from bench_net import (
     pin,
     raise_fd_limit,
     read_line,
+    send_line,
     server_ssl_context,
     spawn,
+    stdin_lines,
 )
 
 VARIANTS = {
@@ -76,19 +77,6 @@ def gcm_buffers() -> dict[str, int]:
     return {"rings": rings, "ring_bytes": ring_bytes, "sealers": sealers, "sealer_output_buffers": outputs}
 
 
-async def _stdin_lines() -> asyncio.Queue[str]:
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[str] = asyncio.Queue()
-
-    def pump() -> None:
-        for line in sys.stdin:
-            loop.call_soon_threadsafe(queue.put_nowait, line.strip())
-        loop.call_soon_threadsafe(queue.put_nowait, "exit")
-
-    threading.Thread(target=pump, daemon=True).start()  # a daemon: exit never waits for stdin
-    return queue
-
-
 async def _server(kind: str) -> None:
     async def echo(reader: Any, writer: Any) -> None:
         try:
@@ -113,7 +101,7 @@ async def _server(kind: str) -> None:
         server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=server_ssl_context(), backlog=4096)
     else:
         server = await asyncio.start_server(echo, "127.0.0.1", 0, backlog=4096)
-    queue = await _stdin_lines()
+    queue = await stdin_lines()
     emit("PORT ", str(server.sockets[0].getsockname()[1]))
     while (command := await queue.get()) != "exit":
         if command == "measure":
@@ -139,7 +127,7 @@ async def _anyio_server() -> None:
     listener = await gcmstream.anyio_stream.create_tcp_listener(
         key=KEY, context=CONTEXT, local_host="127.0.0.1", max_pending_handshakes=4096
     )
-    queue = await _stdin_lines()
+    queue = await stdin_lines()
     emit("PORT ", str(listener.extra(anyio.abc.SocketAttribute.local_port)))
     async with anyio.create_task_group() as group:
         group.start_soon(listener.serve, echo)
@@ -151,7 +139,7 @@ async def _anyio_server() -> None:
 
 
 async def _client(kind: str, port: int, count: int) -> None:
-    queue = await _stdin_lines()
+    queue = await stdin_lines()
     sem = asyncio.Semaphore(64)
 
     async def connect() -> tuple[Any, Any]:
@@ -190,7 +178,7 @@ LOAD_MESSAGE = b"L" * 64  # the busy connections' echo
 async def _load_client(kind: str, port: int, count: int, busy: int, seconds: float) -> None:
     """``count`` connections; then ``busy`` of them echo ``LOAD_MESSAGE`` back to back for
     ``seconds`` while the rest stay idle; then every connection echoes once (a lost one fails)."""
-    queue = await _stdin_lines()
+    queue = await stdin_lines()
     sem = asyncio.Semaphore(32)
 
     async def connect() -> tuple[Any, Any]:
@@ -263,30 +251,25 @@ def worker(argv: list[str]) -> None:
         asyncio.run(_client(kind, int(port_s), int(count_s)))
 
 
-def _send(proc: Any, line: str) -> None:
-    proc.stdin.write(line + "\n")
-    proc.stdin.flush()
-
-
 def one_run(work: Workdir, variant: str, count: int) -> dict[str, Any]:
     env = work.env()
     server = spawn("bench_conns.py", ["worker", "server", variant, "0", str(count)], env)
     client = None
     try:
         port = read_line(server, "PORT ")
-        _send(server, "measure")
+        send_line(server, "measure")
         base = json.loads(read_line(server, "MEASURE "))
         client = spawn("bench_conns.py", ["worker", "client", variant, port, str(count)], env)
         client_idle = json.loads(read_line(client, "READY "))
-        _send(server, "measure")
+        send_line(server, "measure")
         idle = json.loads(read_line(server, "MEASURE "))
-        _send(client, "use")
+        send_line(client, "use")
         client_used = json.loads(read_line(client, "READY "))
-        _send(server, "measure")
+        send_line(server, "measure")
         used = json.loads(read_line(server, "MEASURE "))
-        _send(client, "exit")
+        send_line(client, "exit")
         finish(client, 60)
-        _send(server, "exit")
+        send_line(server, "exit")
         finish(server, 60)
     finally:
         for proc in (server, client):
@@ -316,24 +299,24 @@ def load_run(work: Workdir, variant: str, count: int, busy: int, seconds: float)
     try:
         dog.watch(server)
         port = read_line(server, "PORT ")
-        _send(server, "measure")
+        send_line(server, "measure")
         base = json.loads(read_line(server, "MEASURE "))
         client = spawn(
             "bench_conns.py", ["worker", "load", variant, port, str(count), str(busy), str(seconds)], env
         )
         dog.watch(client)
         connected = json.loads(read_line(client, "READY "))
-        _send(server, "measure")
+        send_line(server, "measure")
         idle = json.loads(read_line(server, "MEASURE "))
-        _send(client, "go")
+        send_line(client, "go")
         latency = json.loads(read_line(client, "READY "))
-        _send(server, "measure")
+        send_line(server, "measure")
         loaded = json.loads(read_line(server, "MEASURE "))
-        _send(client, "check")
+        send_line(client, "check")
         check = json.loads(read_line(client, "READY "))
-        _send(client, "exit")
+        send_line(client, "exit")
         finish(client, 60)
-        _send(server, "exit")
+        send_line(server, "exit")
         finish(server, 60)
     except Exception as exc:
         dog.check(exc)

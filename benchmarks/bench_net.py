@@ -150,6 +150,28 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> None:
         raise
 
 
+async def stdin_lines() -> asyncio.Queue[str]:
+    """A worker's commands: the lines of its stdin, as a queue on the running loop ("exit" at
+    its end)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[str] = asyncio.Queue()
+
+    def pump() -> None:
+        for line in sys.stdin:
+            loop.call_soon_threadsafe(queue.put_nowait, line.strip())
+        loop.call_soon_threadsafe(queue.put_nowait, "exit")
+
+    threading.Thread(target=pump, daemon=True).start()  # a daemon: exit never waits for stdin
+    return queue
+
+
+def send_line(proc: subprocess.Popen[str], line: str) -> None:
+    """One command line to a worker (``stdin_lines`` on its side)."""
+    assert proc.stdin is not None
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+
+
 class Watchdog:
     """Kills the workers of a run that takes longer than ``timeout`` seconds, and says so: the
     run then raises TimeoutError (``check``), not the "worker ended before ..." that the

@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 README = HERE / "README.md"
 CHART = HERE / "chart.png"
-PARTS = ["seed", "allocs", "codec", "sockets", "echo", "conns", "flood", "files", "recipients"]
+PARTS = ["seed", "allocs", "codec", "sockets", "echo", "conns", "busy", "flood", "files", "recipients"]
 
 
 def load(quick: bool) -> dict[str, dict[str, Any]]:
@@ -358,6 +358,63 @@ def conns_section(d: dict[str, Any]) -> str:
     )
 
 
+def busy_section(d: dict[str, Any]) -> str:
+    p = d["params"]
+    busy = p["busy"]
+    rows = []
+    for r in d["rows"]:
+        if "error" in r:
+            rows.append([r["name"]] + ["n/a"] * 10 + [r["error"]])
+            continue
+        cpu, wall = r["cpu_ratio"], r["wall_ratio"]
+        rows.append(
+            [
+                r["name"],
+                _f(r["cpu_ms_per_mib_1"], 3),
+                _f(r["cpu_ms_per_mib_busy"], 3),
+                f"**{cpu['median']:.2f}** ({cpu['min']:.2f}-{cpu['max']:.2f})",
+                _f(r["cpu_ms_per_mib_busy"] - r["cpu_ms_per_mib_1"], 3),
+                f"{_f(r.get('sys_ms_per_mib_1'), 3)} / {_f(r.get('sys_ms_per_mib_busy'), 3)}",
+                _f(r["wall_ms_per_mib_1"], 3),
+                _f(r["wall_ms_per_mib_busy"], 3),
+                f"{wall['median']:.2f} ({wall['min']:.2f}-{wall['max']:.2f})",
+                f"{_f(r.get('reads_per_mib_1'), 0)} / {_f(r.get('reads_per_mib_busy'), 0)}",
+                f"{_f(r.get('page_faults_per_mib_1'), 0)} / {_f(r.get('page_faults_per_mib_busy'), 0)}",
+                "",
+            ]
+        )
+    return (
+        f"## 6b. Server CPU per MiB, 1 against {busy} busy connections\n\n"
+        f"A server process (one core) receives {p['total_bytes'] >> 20} MiB of fresh random data "
+        f"written {p['write'] // 1024} KiB at a time by a client process, over one connection and "
+        f"over {busy} at once (each its share); its handlers only read ({p['read'] // 1024} KiB) "
+        "and count (reads/MiB: how many reads returned data; page faults: the server's minor "
+        "faults, fresh memory touched). Server CPU (getrusage, user + sys) "
+        "and wall from the first byte read to the "
+        f"last, {p['rounds']} rounds, servers interleaved; ratio = the round's {busy}-connection "
+        "figure over its one-connection neighbour, median of rounds (min-max). Command: "
+        f"`python benchmarks/run.py busy`. {_when(d)}\n\n"
+        + table(
+            [
+                "server",
+                "CPU ms/MiB, 1",
+                f"CPU ms/MiB, {busy}",
+                "CPU ratio",
+                "CPU added ms/MiB",
+                f"sys ms/MiB, 1 / {busy}",
+                "wall ms/MiB, 1",
+                f"wall ms/MiB, {busy}",
+                "wall ratio",
+                f"reads/MiB, 1 / {busy}",
+                f"page faults/MiB, 1 / {busy}",
+                "note",
+            ],
+            rows,
+        )
+        + "\n"
+    )
+
+
 def flood_section(d: dict[str, Any]) -> str:
     p = d["params"]
     rows = []
@@ -600,6 +657,7 @@ def render(data: dict[str, dict[str, Any]], with_chart: bool) -> str:
         ("sockets", sockets_section),
         ("echo", echo_section),
         ("conns", conns_section),
+        ("busy", busy_section),
         ("flood", flood_section),
         ("files", files_section),
         ("recipients", recipients_section),

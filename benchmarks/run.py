@@ -1,6 +1,6 @@
 """Run gcmstream's benchmarks: ``python benchmarks/run.py [PART ...] [--quick]``.
 
-Parts: seed, allocs, codec, sockets, echo, conns, handshake, flood, guard, files, recipients, tink
+Parts: seed, allocs, codec, sockets, echo, conns, busy, handshake, flood, guard, files, recipients, tink
 (default: all, in
 that order). Each writes benchmarks/results/<part>.json (``--quick``: <part>.quick.json, tiny
 sizes, seconds; set GCMSTREAM_BENCH_RESULTS to write elsewhere). ``python benchmarks/render.py`` turns the
@@ -26,6 +26,7 @@ PARTS = {
     "sockets": "bench_sockets",
     "echo": "bench_echo",
     "conns": "bench_conns",
+    "busy": "bench_busy",
     "handshake": "bench_handshake",
     "flood": "bench_flood",
     "guard": "bench_guard",

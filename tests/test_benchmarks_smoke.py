@@ -27,6 +27,7 @@ PARTS = [
     pytest.param("sockets", marks=pytest.mark.slow),
     pytest.param("echo", marks=pytest.mark.slow),
     pytest.param("conns", marks=pytest.mark.slow),
+    pytest.param("busy", marks=pytest.mark.slow),  # 5.5-9 s: six workers, 2 rounds
     # its accept loop starts six worker processes: 21 s of wall, 2.7 s of CPU at load 12
     pytest.param("handshake", marks=pytest.mark.slow),
     pytest.param("flood", marks=pytest.mark.slow),
