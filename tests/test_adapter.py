@@ -509,6 +509,9 @@ def test_raw_socket_is_none_where_a_stream_has_none_to_give() -> None:
     assert raw_socket(_Transport(sock)) is sock
     assert raw_socket(_Transport(sock, fails=OSError("closed"))) is None
     assert raw_socket(object()) is None  # no ``extra``: AttributeError, not raised
+    send, receive = anyio.create_memory_object_stream[bytes]()  # anyio's, with no socket
+    with send, receive:
+        assert raw_socket(send) is None
 
 
 @linux_only
