@@ -512,6 +512,7 @@ def test_raw_socket_is_none_where_a_stream_has_none_to_give() -> None:
     send, receive = anyio.create_memory_object_stream[bytes]()  # anyio's, with no socket
     with send, receive:
         assert raw_socket(send) is None
+        assert not ended_before_sending(send)
 
 
 @linux_only
@@ -545,3 +546,26 @@ def test_ended_before_sending_only_for_a_peer_that_hung_up_without_a_byte() -> N
     closed.close()  # fileno() -1
     for transport in (_Transport(None), _Transport(closed), _Transport(None, fails=OSError()), object()):
         assert not ended_before_sending(transport)
+
+
+@linux_only
+@pytest.mark.parametrize("descriptor", [0, 1])
+def test_ended_before_sending_looks_at_the_given_socket_whatever_its_descriptor(descriptor: int) -> None:
+    """A socket accepted as descriptor 0 (stdin closed: a daemon) is looked at like any other,
+    and no socket means no look at all, not at descriptor 1 (mop5: ``fd <= 0``, and -1 made
+    +1 for no socket)."""
+    saved = os.dup(descriptor)
+    try:
+        with _accepted_pair() as (client, accepted):
+            client.shutdown(socket.SHUT_WR)
+            assert _kernel_says(lambda: peer_ended_input(accepted), True)
+            os.dup2(accepted.fileno(), descriptor)  # the hung-up socket as descriptor 0 or 1
+            at_descriptor = socket.socket(fileno=descriptor)
+            try:
+                assert ended_before_sending(_Transport(at_descriptor))
+                assert not ended_before_sending(_Transport(None))
+            finally:
+                at_descriptor.detach()
+    finally:
+        os.dup2(saved, descriptor)
+        os.close(saved)
