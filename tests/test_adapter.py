@@ -431,10 +431,11 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 
 @contextlib.contextmanager
 def _accepted_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    """(client, the server's accepted socket) over 127.0.0.1."""
+    """(client, the server's accepted socket, non-blocking) over 127.0.0.1."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
         client = socket.create_connection(listener.getsockname())
         accepted, _ = listener.accept()
+    accepted.setblocking(False)  # as a server's accepted socket is
     with client, accepted:
         yield client, accepted
 
