@@ -530,6 +530,12 @@ def test_ended_before_sending_only_for_a_peer_that_hung_up_without_a_byte() -> N
         assert accepted.recv(4) == b"GCMS"  # the look left the bytes and the socket as they were
         assert accepted.fileno() >= 0
     with _accepted_pair() as (client, accepted):
+        client.sendall(b"G")
+        client.shutdown(socket.SHUT_WR)
+        assert _kernel_says(lambda: peer_ended_input(accepted), True)
+        assert accepted.recv(1) == b"G"  # read already (asyncio's transport reads at once)
+        assert not ended_before_sending(_Transport(accepted))  # the kernel counted the byte
+    with _accepted_pair() as (client, accepted):
         client.shutdown(socket.SHUT_WR)
         assert _kernel_says(lambda: ended_before_sending(_Transport(accepted)), True)
         assert accepted.fileno() >= 0  # (the look does not own the descriptor)
