@@ -44,6 +44,7 @@ from gcmstream.format import (
     MAX_HARD_RECORDS,
     SALT_SIZE,
     VERSION,
+    FieldType,
     KeyExchange,
     KeyLimits,
     StreamHeader,
@@ -56,6 +57,7 @@ from gcmstream.format import (
     key_id,
     make_header,
     parse_header,
+    sealed_with,
     verify_header,
 )
 
@@ -845,3 +847,18 @@ def test_messages_say_in_words_what_was_expected_never_a_repr_or_memoryview() ->
         )
     with pytest.raises(TypeError, match=r"^expected bytes \(bytes, bytearray, memoryview\), not int$"):
         sealer.seal(5)  # type: ignore[arg-type]
+
+
+def test_sealed_with_names_what_a_one_way_headers_fields_say_sealed_it() -> None:
+    """``format.sealed_with`` (4.4): a recipient-stanza field says recipients (whatever else is
+    there), a passphrase stanza a passphrase, neither a key (mutation run of 2026-12-05, mop5:
+    each word, and the passphrase test, changed unseen)."""
+    stanza = (FieldType.RECIPIENT_STANZAS, b"s")
+    passphrase = (FieldType.PASSPHRASE_STANZA, b"p")
+    other = (FieldType.IDENTITY, b"me")
+    assert sealed_with([stanza]) == "recipients"
+    assert sealed_with([other, passphrase, stanza]) == "recipients"
+    assert sealed_with([passphrase]) == "passphrase"
+    assert sealed_with([other, passphrase]) == "passphrase"
+    assert sealed_with([other]) == "key"
+    assert sealed_with([]) == "key"
