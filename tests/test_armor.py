@@ -512,3 +512,13 @@ def test_only_text_is_searched_for_a_later_begin_line_and_only_its_first_bytes()
     with pytest.raises(ArmorError) as refused:
         read_through(b"a\n" + armored + b"b\n" + armored, 1 << 16)
     assert refused.value.line == 2
+
+
+def test_text_may_hold_utf_8_but_not_a_delete_byte() -> None:
+    """``_is_text``: UTF-8 (a continuation byte 0x80) is text, searched for a later begin line;
+    DEL (0x7F) is not (mop5: the byte tested swapped)."""
+    armored = armor(b"GCMS" + bytes(40))
+    with pytest.raises(ArmorError):
+        read_through("\u0100 text\n".encode() + armored, 1 << 16)
+    deleted = b"\x7f text\n" + armored
+    assert read_through(deleted, 1 << 16) == deleted

@@ -378,7 +378,8 @@ def test_a_failure_after_the_interval_says_the_count_first_without_an_arrival(
     now[0] = 1001.0 + REPORT_INTERVAL
     assert report.failed(TimeoutError(), proved_key=False) == logging.DEBUG  # the count was the line
     assert caplog.messages == [
-        "handshakes failed without proving the key in the last 10 s: 1 (1 hung up or cut during the handshake); "
+        "handshakes failed without proving the key in the last 10 s: 1 (1 hung up or cut during the "
+        "handshake); "
         "each is logged at debug level"
     ]
 
@@ -504,7 +505,8 @@ def test_a_peer_that_hung_up_before_sending_counts_as_a_keyless_failure(
     now[0] = REPORT_INTERVAL
     server.failures.report_due()
     assert caplog.messages == [
-        "handshakes failed without proving the key in the last 10 s: 1 (1 hung up or cut during the handshake); "
+        "handshakes failed without proving the key in the last 10 s: 1 (1 hung up or cut during the "
+        "handshake); "
         "each is logged at debug level"
     ]
 
@@ -585,3 +587,15 @@ def test_a_final_report_says_the_count_whatever_the_interval(caplog: pytest.LogC
     ]
     report.report_due(final=True)  # nothing counted since: nothing more
     assert len(caplog.messages) == 1
+
+
+def test_a_reason_outside_the_table_is_its_class_name_in_lower_case_words() -> None:
+    """``_server.reason_words``: a class the table does not hold (nor any class of its MRO)
+    reads as its name in lower-case words (mutation run of 2026-12-05, mop5)."""
+    import gcmstream._server
+
+    class SomeOddFailure(Exception):
+        pass
+
+    assert gcmstream._server.reason_words(ValueError) == "value error"
+    assert gcmstream._server.reason_words(SomeOddFailure) == "some odd failure"
