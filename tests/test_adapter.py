@@ -28,6 +28,7 @@ import anyio.abc
 import pytest
 
 import gcmstream
+from gcmstream import Channel, Role
 from gcmstream._adapter import (
     HUNG_UP,
     answer_only_a_connected_peer,
@@ -38,7 +39,6 @@ from gcmstream._adapter import (
     serve_retrying,
 )
 from gcmstream.anyio_stream import SecureStream, connect_tcp, create_tcp_listener
-from gcmstream.channel import Channel, Role
 from gcmstream.config import Configuration
 
 KEY = os.urandom(16)  # random: any trace of it in a log is a leak, not a coincidence

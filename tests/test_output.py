@@ -1026,15 +1026,15 @@ def test_a_missing_file_read_does_not_hide_a_later_one_that_is_the_output(tmp_pa
 
 def test_the_same_file_is_named_by_its_descriptor_or_by_its_path_as_text(tmp_path: Path) -> None:
     """SameFileError.path is the descriptor number a read file was given as, and a path given
-    as bytes as text (mutation run of 2026-12-05, mop5: each way of naming it swapped)."""
+    as a Path as text (mutation run of 2026-12-05, mop5: each way of naming it swapped)."""
     output = tmp_path / "out"
     output.write_bytes(b"x")
     with open(output, "rb") as reading:
         with pytest.raises(SameFileError) as by_descriptor:
             output_module.refuse_same_file(output, [("input file", reading.fileno())])
         assert by_descriptor.value.path == reading.fileno()
-        # the output as a descriptor (stdout): fstat'ed, as the path given as bytes is stat'ed
-        with pytest.raises(SameFileError) as by_bytes:
-            output_module.refuse_same_file(reading.fileno(), [("input file", os.fsencode(output))])
-    assert by_bytes.value.path == str(output)
-    assert isinstance(by_bytes.value.path, str)
+        # the output as a descriptor (stdout): fstat'ed, as the path (a Path) is stat'ed
+        with pytest.raises(SameFileError) as by_path:
+            output_module.refuse_same_file(reading.fileno(), [("input file", output)])
+    assert by_path.value.path == str(output)
+    assert isinstance(by_path.value.path, str)
