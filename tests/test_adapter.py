@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import errno
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
+import struct
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -24,7 +28,16 @@ import anyio.abc
 import pytest
 
 import gcmstream
-from gcmstream._adapter import HUNG_UP, receive_size, serve_retrying
+from gcmstream import Channel, Role
+from gcmstream._adapter import (
+    HUNG_UP,
+    answer_only_a_connected_peer,
+    ended_before_sending,
+    peer_ended_input,
+    raw_socket,
+    receive_size,
+    serve_retrying,
+)
 from gcmstream.anyio_stream import SecureStream, connect_tcp, create_tcp_listener
 from gcmstream.config import Configuration
 
@@ -410,3 +423,156 @@ def test_a_connection_that_hung_up_before_sending_builds_no_handshake(
     hung_up = [r for r in caplog.records if HUNG_UP in r.getMessage()]
     assert len(hung_up) == 20  # each its line (the first a warning, the rest at debug level)
     assert sum(r.levelno >= logging.WARNING for r in hung_up) == 1
+
+
+# the kernel's word (TCP_INFO) is asked on Linux only
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's TCP_INFO")
+
+
+@contextlib.contextmanager
+def _accepted_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """(client, the server's accepted socket, non-blocking) over 127.0.0.1."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        accepted, _ = listener.accept()
+    accepted.setblocking(False)  # as a server's accepted socket is
+    with client, accepted:
+        yield client, accepted
+
+
+def _kernel_says(check: Callable[[], bool], want: bool) -> bool:
+    """``check()`` once it equals ``want`` (the peer's FIN or reset reaches the kernel's state
+    a moment after it is sent), or its last answer after a bounded wait."""
+    for _ in range(200):
+        if check() is want:
+            return want
+        time.sleep(0.005)
+    return check()
+
+
+class _Transport:
+    """An anyio stream's ``extra`` over a socket (or raising), as ``raw_socket`` and
+    ``ended_before_sending`` look at it."""
+
+    def __init__(self, sock: Any, fails: BaseException | None = None) -> None:
+        self.sock, self.fails = sock, fails
+
+    def extra(self, attribute: Any, default: Any = None) -> Any:
+        if self.fails is not None:
+            raise self.fails
+        return self.sock if attribute is anyio.abc.SocketAttribute.raw_socket else default
+
+
+@linux_only
+def test_the_kernels_word_on_a_peer_that_ended_its_input_or_reset() -> None:
+    """``_adapter.peer_ended_input`` (``answer_only_a_connected_peer``'s check): False while the
+    peer is connected, True once it sent its FIN or reset; False where it cannot be asked (no
+    socket, no getsockopt, not TCP). Mutation run of 2026-12-05 (mop5)."""
+    assert not peer_ended_input(None)
+    assert not peer_ended_input(object())  # no getsockopt: AttributeError, not raised
+    left, right = socket.socketpair()  # not TCP: the kernel refuses TCP_INFO (OSError)
+    with left, right:
+        assert not peer_ended_input(left)
+    with _accepted_pair() as (client, accepted):
+        assert not peer_ended_input(accepted)
+        client.shutdown(socket.SHUT_WR)
+        assert _kernel_says(lambda: peer_ended_input(accepted), True)
+    with _accepted_pair() as (client, accepted):
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # a reset
+        assert _kernel_says(lambda: peer_ended_input(accepted), True)
+
+
+@linux_only
+def test_a_responder_answers_a_header_only_while_its_peer_is_connected() -> None:
+    """``answer_only_a_connected_peer`` on a responder channel with its accepted socket: the
+    header of a peer still connected is answered, that of a peer that ended its input is not
+    (nothing to send); without a socket to ask, it is answered as always."""
+    key = bytes(32)
+
+    def answers(sock: Any) -> bool:
+        initiator = Channel(key, role=Role.INITIATOR)
+        responder = Channel(key, role=Role.RESPONDER)
+        answer_only_a_connected_peer(responder, sock)
+        responder.opener.receive_data(initiator.data_to_send())
+        return responder.data_to_send() != b""
+
+    with _accepted_pair() as (client, accepted):
+        assert answers(accepted)
+        client.shutdown(socket.SHUT_WR)
+        assert _kernel_says(lambda: peer_ended_input(accepted), True)
+        assert not answers(accepted)
+        assert answers(None)
+
+
+def test_raw_socket_is_none_where_a_stream_has_none_to_give() -> None:
+    sock = object()
+    assert raw_socket(_Transport(sock)) is sock
+    assert raw_socket(_Transport(sock, fails=OSError("closed"))) is None
+    assert raw_socket(object()) is None  # no ``extra``: AttributeError, not raised
+    send, receive = anyio.create_memory_object_stream[bytes]()  # anyio's, with no socket
+    with send, receive:
+        assert raw_socket(send) is None
+        assert not ended_before_sending(send)
+
+
+@linux_only
+def test_ended_before_sending_only_for_a_peer_that_hung_up_without_a_byte() -> None:
+    """``_adapter.ended_before_sending``: True for a peer that ended its input (or reset) and
+    sent nothing; False for a connected peer, for one whose bytes wait, and where the socket
+    cannot be looked at. Mutation run of 2026-12-05 (mop5)."""
+    with _accepted_pair() as (client, accepted):
+        assert not ended_before_sending(_Transport(accepted))  # connected, nothing yet
+        client.sendall(b"GCMS")
+        client.shutdown(socket.SHUT_WR)
+        assert _kernel_says(lambda: peer_ended_input(accepted), True)
+        assert not ended_before_sending(_Transport(accepted))  # bytes wait: a handshake to run
+        assert accepted.recv(4) == b"GCMS"  # the look left the bytes and the socket as they were
+        assert accepted.fileno() >= 0
+    with _accepted_pair() as (client, accepted):
+        client.sendall(b"G")
+        client.shutdown(socket.SHUT_WR)
+        assert _kernel_says(lambda: peer_ended_input(accepted), True)
+        assert accepted.recv(1) == b"G"  # read already (asyncio's transport reads at once)
+        assert not ended_before_sending(_Transport(accepted))  # the kernel counted the byte
+    with _accepted_pair() as (client, accepted):
+        client.shutdown(socket.SHUT_WR)
+        assert _kernel_says(lambda: ended_before_sending(_Transport(accepted)), True)
+        assert accepted.fileno() >= 0  # (the look does not own the descriptor)
+    with _accepted_pair() as (client, accepted):
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()
+        assert _kernel_says(lambda: ended_before_sending(_Transport(accepted)), True)
+    left, right = socket.socketpair()
+    with left, right:
+        right.close()  # ended, but not TCP: the kernel refuses TCP_INFO (OSError)
+        assert not ended_before_sending(_Transport(left))
+    with open(os.devnull, "rb") as not_a_socket:  # socket.socket(fileno=...) refuses it
+        assert not ended_before_sending(_Transport(not_a_socket))
+    closed = socket.socket()
+    closed.close()  # fileno() -1
+    for transport in (_Transport(None), _Transport(closed), _Transport(None, fails=OSError()), object()):
+        assert not ended_before_sending(transport)
+
+
+@linux_only
+@pytest.mark.parametrize("descriptor", [0, 1])
+def test_ended_before_sending_looks_at_the_given_socket_whatever_its_descriptor(descriptor: int) -> None:
+    """A socket accepted as descriptor 0 (stdin closed: a daemon) is looked at like any other,
+    and no socket means no look at all, not at descriptor 1 (mop5: ``fd <= 0``, and -1 made
+    +1 for no socket)."""
+    saved = os.dup(descriptor)
+    try:
+        with _accepted_pair() as (client, accepted):
+            client.shutdown(socket.SHUT_WR)
+            assert _kernel_says(lambda: peer_ended_input(accepted), True)
+            os.dup2(accepted.fileno(), descriptor)  # the hung-up socket as descriptor 0 or 1
+            at_descriptor = socket.socket(fileno=descriptor)
+            try:
+                assert ended_before_sending(_Transport(at_descriptor))
+                assert not ended_before_sending(_Transport(None))
+            finally:
+                at_descriptor.detach()
+    finally:
+        os.dup2(saved, descriptor)
+        os.close(saved)

@@ -496,3 +496,29 @@ def test_every_malformation_is_refused_at_every_cut_into_two_feeds() -> None:
                 decoder.feed(text[cut:])
                 decoder.finish()
             assert type(raised.value) is type(expected.value), (name, cut)
+
+
+def test_only_text_is_searched_for_a_later_begin_line_and_only_its_first_bytes() -> None:
+    """The leading-text search (``_text_before_armor``, mutation run of 2026-12-05, mop5):
+    binary input (a control byte) is passed on even if a begin line follows (``and 0x7F``
+    made ``or``); a begin line that ends past the first MAX_LEADING_TEXT bytes is not looked
+    for, however large the reads (the read size grown by what was read already); with two
+    begin lines the first one's line is named."""
+    armored = armor(b"GCMS" + bytes(40))
+    binary = b"\x00\x01 binary\n" + armored
+    assert read_through(binary, 1 << 16) == binary
+    straddling = b"x" * (MAX_LEADING_TEXT - 10) + b"\n" + armored  # its begin line cut at the bound
+    assert read_through(straddling, 1 << 16, size=1 << 16) == straddling
+    with pytest.raises(ArmorError) as refused:
+        read_through(b"a\n" + armored + b"b\n" + armored, 1 << 16)
+    assert refused.value.line == 2
+
+
+def test_text_may_hold_utf_8_but_not_a_delete_byte() -> None:
+    """``_is_text``: UTF-8 (a continuation byte 0x80) is text, searched for a later begin line;
+    DEL (0x7F) is not (mop5: the byte tested swapped)."""
+    armored = armor(b"GCMS" + bytes(40))
+    with pytest.raises(ArmorError):
+        read_through("\u0100 text\n".encode() + armored, 1 << 16)
+    deleted = b"\x7f text\n" + armored
+    assert read_through(deleted, 1 << 16) == deleted

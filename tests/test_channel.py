@@ -503,3 +503,44 @@ def test_a_responder_told_the_peers_input_ended_does_not_answer_its_header() -> 
     responder.opener.receive_data(initiator.data_to_send())
     assert initiator.handshake_complete() and responder.handshake_complete()
     assert asked == [True, False]
+
+
+def test_an_initiators_refusal_of_an_answer_is_never_passed_to_another_initiator() -> None:
+    """Only a responder passes its refusal to this process's own initiator whose header it
+    refused (``refused_here``): an answer an initiator refuses that carries the salt of another
+    initiator's header (a hostile responder copies it off the wire) leaves that other initiator
+    raising its own truncation, not a planted "refused in this process". Mutation run of
+    2026-12-05 (mop5): on_header's registry look-up made for an initiator too."""
+    other = Channel(KEY, role=Role.INITIATOR)
+    copied_salt = other.initial_data()[28 : 28 + 32]  # the salt's place in every header
+    with gcmstream.self_connections_allowed():
+        client = Channel(KEY, role=Role.INITIATOR, peer_id="server")
+        hostile = fixed_channel(KEY, Role.RESPONDER, salt=copied_salt, local_id="mallory")
+        run_handshake(client, hostile)
+    with pytest.raises(HandshakeError, match="expected b'server'"):
+        client.handshake_complete()
+    other.opener.receive_eof()
+    with pytest.raises(TruncatedStreamError):
+        other.handshake_complete()
+
+
+def test_an_unanswered_named_initiator_is_told_where_its_input_ended_and_the_likely_fix() -> None:
+    """The truncation of an initiator whose ring names its key and that sends no local_id:
+    where the input ended (the header reader's words) and then the whole hint (mop5: the
+    hint replaced the truncation, or its words changed)."""
+    client = Channel(KeyRing({"server": KEY}), role=Role.INITIATOR)
+    client.initial_data()
+    client.opener.receive_eof()
+    with pytest.raises(TruncatedStreamError) as refused:
+        client.handshake_complete()
+    assert str(refused.value).startswith(  # header.py's words for 0 bytes of an answer
+        "the connection ended during the handshake before the server answered (0 bytes "
+        "received): the server holds another key or context, or it refused the connection "
+        "under load (too many pending handshakes, or too many from this address): try again "
+        "later; "
+    )
+    assert str(refused.value).endswith(
+        "; this end's key ring names its key 'server' but this end sends no local_id: a server "
+        "whose ring names this key refuses a peer that does not send that name (the server's "
+        "name for this end) as its local_id"
+    )

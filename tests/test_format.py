@@ -860,3 +860,37 @@ def test_sealed_with_names_one_of_three_ways() -> None:
         sealed_with([(FieldType.PASSPHRASE_STANZA, b"")]),
     )
     assert [assert_type(way, Way) for way in ways] == ["key", "recipients", "passphrase"]
+
+
+def test_sealed_with_names_what_a_one_way_headers_fields_say_sealed_it() -> None:
+    """``format.sealed_with`` (4.4): a recipient-stanza field says recipients (whatever else is
+    there), a passphrase stanza a passphrase, neither a key (mutation run of 2026-12-05, mop5:
+    each word, and the passphrase test, changed unseen)."""
+    stanza = (FieldType.RECIPIENT_STANZAS, b"s")
+    passphrase = (FieldType.PASSPHRASE_STANZA, b"p")
+    other = (FieldType.IDENTITY, b"me")
+    assert sealed_with([stanza]) == "recipients"
+    assert sealed_with([other, passphrase, stanza]) == "recipients"
+    assert sealed_with([passphrase]) == "passphrase"
+    assert sealed_with([other, passphrase]) == "passphrase"
+    assert sealed_with([other]) == "key"
+    assert sealed_with([]) == "key"
+
+
+def test_the_start_of_armor_or_another_format_is_named_in_whole_words() -> None:
+    """``check_header_start``'s two messages whole (mutation run of 2026-12-05, mop5: its words
+    changed unseen): armor says which reader to use; anything else says what the magic is,
+    never showing the input's own bytes."""
+    with pytest.raises(GcmStreamError) as armored:
+        check_header_start(b"-----BEGIN")
+    assert str(armored.value) == (
+        "the input is armored text ('-----BEGIN ...', gcmstream encrypt -a): this reader takes "
+        "the binary form (random access needs a binary file to seek in); 'gcmstream decrypt' "
+        "and gcmstream.armor.dearmor read armor"
+    )
+    with pytest.raises(GcmStreamError) as other:
+        check_header_start(b"PK\x03\x04")
+    assert (
+        str(other.value)
+        == 'not a gcmstream stream: it does not start with the 4 bytes "GCMS" (gcmstream\'s magic)'
+    )

@@ -2186,3 +2186,22 @@ def test_consume_before_anything_was_peeked_has_nothing_to_consume() -> None:
     assert opener.find(b"") == -1
     opener.receive_data(seal_stream([b"abc"]))
     assert opener.read() == b"abc"
+
+
+def test_a_bad_length_found_while_a_record_is_read_from_the_ring_names_the_next_record() -> None:
+    """``_Input._head_number`` while record 0 is being read from the ring (opened, counted, its
+    plaintext part read): a bad length after it, copied into the ring, is record 1's, not 0 or
+    2 or 3 (mutation run of 2026-12-05, mop5: the correction for the current record dropped,
+    doubled, or added)."""
+    wire = seal_stream([b"abcdefghijklmnopqrstu"], record_size=7)
+    record = RECORD_HEADER_SIZE + 7 + TAG_SIZE
+    opener = Opener(KEY)
+    opener.receive_data(bytearray(wire[: HEADER_SIZE + record]))  # (a copy: into the ring)
+    assert opener.read(3) == b"abc"
+    bad = bytearray(wire[HEADER_SIZE + record : HEADER_SIZE + record + RECORD_HEADER_SIZE])
+    bad[1:5] = (TAG_SIZE - 13).to_bytes(4, "big")
+    opener.receive_data(bad)
+    assert opener.read() == b"defg"
+    with pytest.raises(MalformedRecordError, match="record 1 has length 3") as refused:
+        opener.read()
+    assert refused.value.record_number == 1

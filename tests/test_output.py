@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import pytest
 
-from gcmstream import Identity, generate_key, pipeline, write_identity_file, write_key_file
+from gcmstream import Identity, SameFileError, generate_key, pipeline, write_identity_file, write_key_file
 from gcmstream import _output as output_module
 from gcmstream.files import encrypt_path
 from tests.helpers import KEY
@@ -1027,3 +1027,32 @@ def test_the_same_file_rule_leaves_a_bad_path_to_its_open_and_takes_no_bool(tmp_
         with pytest.raises(TypeError, match="a path or a descriptor is needed"):
             output_module.refuse_same_file(output, [("input file", read)])  # (a bool is an int to mypy)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.txt"]
+
+
+def test_a_missing_file_read_does_not_hide_a_later_one_that_is_the_output(tmp_path: Path) -> None:
+    """refuse_same_file (the one same-file rule) passes over a file read that does not exist
+    (its own error comes when it is read) and goes on to check the others: mutation run of
+    2026-12-05 (mop5), ``continue`` made ``break``, or the OSError raised."""
+    output = tmp_path / "out"
+    output.write_bytes(b"x")
+    read = [("key file", tmp_path / "no such key"), ("input file", output)]
+    with pytest.raises(SameFileError) as refused:
+        output_module.refuse_same_file(output, read)
+    assert (refused.value.what, refused.value.path) == ("input file", str(output))
+    output_module.refuse_same_file(output, read[:1])  # nothing else read: no refusal, no OSError
+
+
+def test_the_same_file_is_named_by_its_descriptor_or_by_its_path_as_text(tmp_path: Path) -> None:
+    """SameFileError.path is the descriptor number a read file was given as, and a path given
+    as a Path as text (mutation run of 2026-12-05, mop5: each way of naming it swapped)."""
+    output = tmp_path / "out"
+    output.write_bytes(b"x")
+    with open(output, "rb") as reading:
+        with pytest.raises(SameFileError) as by_descriptor:
+            output_module.refuse_same_file(output, [("input file", reading.fileno())])
+        assert by_descriptor.value.path == reading.fileno()
+        # the output as a descriptor (stdout): fstat'ed, as the path (a Path) is stat'ed
+        with pytest.raises(SameFileError) as by_path:
+            output_module.refuse_same_file(reading.fileno(), [("input file", output)])
+    assert by_path.value.path == str(output)
+    assert isinstance(by_path.value.path, str)

@@ -837,7 +837,7 @@ def test_an_unlocker_needs_identities_and_says_what_it_holds() -> None:
     assert repr(recipients_module.Unlocker(identities=identities)) == "<Unlocker 2 identities>"
     assert repr(recipients_module.Unlocker(passphrase="pw")) == "<Unlocker a passphrase>"
     for bad in ([], [1]):
-        with pytest.raises(ValueError, match="identities must be one or more Identity objects"):
+        with pytest.raises(ValueError, match=r"^identities must be one or more Identity objects$"):
             recipients_module.Unlocker(identities=bad)  # type: ignore[arg-type]
 
 
@@ -855,6 +855,10 @@ def test_identities_given_as_paths_or_text_say_to_read_the_identity_file(tmp_pat
         ) as refused:
             open_file(path, identities=bad)  # type: ignore[arg-type]
         assert secret not in str(refused.value) and str(path) not in str(refused.value)
+        assert str(refused.value) == (  # the whole advice (mop5: its class names' case changed)
+            "identities must be Identity objects, not paths or text: read an identity file "
+            "with gcmstream.read_identity_file(path) (or parse a line with Identity.parse)"
+        )
 
 
 def test_an_unknown_kind_is_named_with_the_kinds_expected() -> None:

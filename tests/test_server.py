@@ -585,3 +585,15 @@ def test_a_final_report_says_the_count_whatever_the_interval(caplog: pytest.LogC
     ]
     report.report_due(final=True)  # nothing counted since: nothing more
     assert len(caplog.messages) == 1
+
+
+def test_a_reason_outside_the_table_is_its_class_name_in_lower_case_words() -> None:
+    """``_server.reason_words``: a class the table does not hold (nor any class of its MRO)
+    reads as its name in lower-case words (mutation run of 2026-12-05, mop5)."""
+    import gcmstream._server
+
+    class SomeOddFailure(Exception):
+        pass
+
+    assert gcmstream._server.reason_words(ValueError) == "value error"
+    assert gcmstream._server.reason_words(SomeOddFailure) == "some odd failure"
