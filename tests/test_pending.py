@@ -579,6 +579,38 @@ async def test_a_header_forged_under_another_key_with_the_clients_salt_gives_it_
     assert _a_bare_truncation(error), repr(error)
 
 
+@pytest.mark.asyncio
+@pytest.mark.refuse_self_connections
+@pytest.mark.timeout(30)
+async def test_over_a_unix_socket_a_refusal_in_this_process_stays_a_truncation(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A unix socket's addresses do not tell its two ends' connection from another one to the
+    same path (the client's is unnamed): the server refuses this process's own header, and the
+    client gets the truncation, never a refusal it cannot be sure is its own."""
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+
+    def handle(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        writer.close()
+
+    path = tmp_path / "s"
+    server = await gcmstream.start_unix_server(handle, path, key=KEY, handshake_timeout=5)
+    async with server:
+        try:
+            _, writer = await gcmstream.open_unix_connection(path, key=KEY, handshake_timeout=10)
+        except gcmstream.GcmStreamError as exc:
+            error: BaseException = exc
+        else:
+            writer.close()
+            raise AssertionError("the client connected")
+        for _ in range(50):  # bounded: the server logs its refusal
+            if "made by this process" in caplog.text:
+                break
+            await asyncio.sleep(0.02)
+    assert "made by this process" in caplog.text
+    assert _a_bare_truncation(error), repr(error)
+
+
 @pytest.mark.anyio
 @pytest.mark.refuse_self_connections
 @pytest.mark.timeout(30)
