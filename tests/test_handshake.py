@@ -35,6 +35,7 @@ from gcmstream.format import (
     DEFAULT_RECORD_SIZE,
     FINISHED_SIZE,
     MAX_HEADER_SIZE,
+    SALT_SLICE,
     FieldType,
     make_header,
     parse_header,
@@ -304,12 +305,85 @@ def test_a_finished_or_abandoned_initiator_is_forgotten() -> None:
     assert responder.data_to_send()  # answered: the header is no longer one of ours in flight
 
 
+CLIENT, SERVER = ("127.0.0.1", 40000), ("127.0.0.1", 8443)
+
+
+def _one_tcp_connection(initiator: Channel, responder: Channel) -> None:
+    """What the adapters give two ends of one TCP connection (``Channel.ask_endpoints``)."""
+    initiator.ask_endpoints(lambda: (CLIENT, SERVER))
+    responder.ask_endpoints(lambda: (SERVER, CLIENT))
+
+
+Addresses = tuple[object, object]
+
+
+@pytest.mark.refuse_self_connections
+@pytest.mark.parametrize(
+    ("initiator_sees", "responder_sees"),
+    [
+        (None, (SERVER, CLIENT)),  # an adapter that cannot say (a memory stream)
+        ((CLIENT, SERVER), None),
+        ((CLIENT, ("127.0.0.1", 9000)), (SERVER, ("127.0.0.1", 50000))),  # a relay: two connections
+        ((CLIENT, SERVER), (SERVER, ("127.0.0.1", 50000))),  # same server, another peer (a replay)
+        (("/tmp/s", ""), ("", "/tmp/s")),  # a unix socket: no address tells the two ends apart
+        ((None, None), (SERVER, CLIENT)),  # a socket closed, asked too late
+    ],
+)
+def test_a_refusal_reaches_an_initiator_only_on_its_own_connection(
+    initiator_sees: Addresses | None, responder_sees: Addresses | None
+) -> None:
+    """Review 6: the refusal of this process's responder is raised by this process's initiator
+    only where its connection certainly is the refused one (``channel._refusal_reaches``): its
+    header byte for byte, endpoints swapped. Anything else (unknown, a relay, a replay to the
+    same server, a unix socket) is the truncation any server's hang-up gives."""
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    if initiator_sees is not None:
+        initiator.ask_endpoints(lambda: initiator_sees)
+    if responder_sees is not None:
+        responder.ask_endpoints(lambda: responder_sees)
+    run_handshake(initiator, responder)
+    with pytest.raises(SelfConnectionError):
+        responder.handshake_complete()  # the responder refuses whatever the addresses
+    initiator.opener.receive_eof()
+    with pytest.raises(TruncatedStreamError):
+        initiator.handshake_complete()
+
+
+@pytest.mark.refuse_self_connections
+def test_a_refusal_of_another_header_with_the_initiators_salt_does_not_reach_it() -> None:
+    """Review 6: a header under another key, carrying the salt of this process's initiator (any
+    observer of its first packet has it), refused on what looks like the initiator's own
+    connection, is not the initiator's header: it gets the truncation."""
+    mallory = generate_key()
+    initiator = Channel(KEY, role=Role.INITIATOR)
+    responder = Channel(KeyRing({"mallory": mallory}), role=Role.RESPONDER)
+    _one_tcp_connection(initiator, responder)
+    salt = initiator.initial_data()[SALT_SLICE]
+    forged, _ = make_header(
+        mallory,
+        Role.INITIATOR,
+        65536,
+        b"",
+        salt,
+        fields=InitiatorShares(KeyExchange.X25519).fields(),
+        key_exchange=KeyExchange.X25519,
+    )
+    responder.opener.receive_data(forged)
+    with pytest.raises(DowngradeError):
+        responder.handshake_complete()
+    initiator.opener.receive_eof()
+    with pytest.raises(TruncatedStreamError) as ended:
+        initiator.handshake_complete()
+    assert type(ended.value) is TruncatedStreamError
+
+
 @pytest.mark.refuse_self_connections
 def test_an_initiator_whose_header_this_process_refused_raises_that_refusal() -> None:
     """Both ends in one process: the responder hangs up without a word, so the initiator
     raises the refusal the registry of this process's own headers passed it (with its fix),
     not "the connection ended during the handshake" (issue 24)."""
     initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    _one_tcp_connection(initiator, responder)
     run_handshake(initiator, responder)
     with pytest.raises(SelfConnectionError):
         responder.handshake_complete()
@@ -320,6 +394,7 @@ def test_an_initiator_whose_header_this_process_refused_raises_that_refusal() ->
     with self_connections_allowed():
         initiator = Channel(KEY, role=Role.INITIATOR)
         server = Channel(KeyRing({"alice": KEY}), role=Role.RESPONDER)
+        _one_tcp_connection(initiator, server)
         run_handshake(initiator, server)
         initiator.opener.receive_eof()
         with pytest.raises(PeerIdentityError, match=r"in this process.*local_id"):

@@ -21,8 +21,8 @@ import pytest
 import gcmstream
 from gcmstream import KeyExchange, Role
 from gcmstream.anyio_stream import SecureStream, create_tcp_listener
-from gcmstream.format import HEADER_FIXED_SIZE, MAX_FIELDS_SIZE
-from gcmstream.handshake import handshake_sizes
+from gcmstream.format import HEADER_FIXED_SIZE, MAX_FIELDS_SIZE, SALT_SLICE, make_header
+from gcmstream.handshake import InitiatorShares, handshake_sizes
 from gcmstream.testing import _proxy
 
 from .helpers import KEY
@@ -452,16 +452,163 @@ async def test_a_connection_routed_back_into_its_own_process_is_refused(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """An on-path attacker without the key redirects this process's outgoing connection (meant
-    for a peer sharing the key) into this process's own server: refused, with its own error,
-    on both ends (the client learns it from the registry of this process's own headers)."""
+    for a peer sharing the key) into this process's own server: refused as a self-connection by
+    the server. The client sees a truncation: through a relay its connection is not the one the
+    server refused, and from the client's side a relay is the replay of
+    ``test_a_header_replayed_to_this_process_gives_its_client_no_word_of_the_refusal``."""
     async with own_server(caplog) as port, _proxy(port) as attacker_port:
-        with pytest.raises(gcmstream.SelfConnectionError, match="in this process"):
+        with pytest.raises(gcmstream.TruncatedStreamError) as ended:
             await gcmstream.open_connection(HOST, attacker_port, key=KEY)
+        assert type(ended.value) is gcmstream.TruncatedStreamError
         for _ in range(50):
             if "SelfConnectionError" in caplog.text or "this process" in caplog.text:
                 break
             await asyncio.sleep(0.02)
     assert "made by this process" in caplog.text
+
+
+@contextlib.asynccontextmanager
+async def _host_that_relays_the_first_flight(
+    server_port: int, forge: Callable[[bytes], bytes]
+) -> AsyncIterator[int]:
+    """A remote host (plain sockets, no key of the client's) that this process's client dials:
+    it reads the client's first flight, sends ``forge(flight)`` to this process's server on a
+    connection of its own, waits until that server hangs up (it refused it), then hangs up on
+    the client, as a server holding another key would."""
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        flight = await asyncio.wait_for(reader.read(65536), 5)
+        to_server_reader, to_server = await asyncio.open_connection(HOST, server_port)
+        to_server.write(forge(flight))
+        assert await asyncio.wait_for(to_server_reader.read(), 5) == b""  # refused: hung up
+        to_server.close()
+        writer.close()  # now hang up on the client
+
+    host = await asyncio.start_server(relay, HOST, 0)
+    try:
+        yield host.sockets[0].getsockname()[1]
+    finally:
+        host.close()
+        await host.wait_closed()
+
+
+async def _client_error(client: str, port: int, key: bytes) -> BaseException:
+    """What a client of this process (asyncio's ``open_connection`` or anyio's ``connect_tcp``,
+    here on asyncio) raises for its handshake with the host at ``port``."""
+    try:
+        if client == "asyncio":
+            _, writer = await gcmstream.open_connection(HOST, port, key=key, handshake_timeout=10)
+            writer.close()
+        else:
+            stream = await gcmstream.anyio_stream.connect_tcp(HOST, port, key=key, handshake_timeout=10)
+            await stream.aclose()
+    except gcmstream.GcmStreamError as exc:
+        return exc
+    raise AssertionError("the client connected")
+
+
+def _a_bare_truncation(error: BaseException) -> bool:
+    """The error of a server's hang-up (anyio's is also a BrokenResourceError), no refusal's."""
+    return isinstance(error, gcmstream.TruncatedStreamError) and not isinstance(
+        error, gcmstream.HandshakeError
+    )
+
+
+@pytest.mark.asyncio
+@pytest.mark.refuse_self_connections
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("client", ["asyncio", "anyio"])
+async def test_a_header_replayed_to_this_process_gives_its_client_no_word_of_the_refusal(
+    caplog: pytest.LogCaptureFixture, client: str
+) -> None:
+    """Review 6 (MEDIUM): the host this process's client dials replays the client's header,
+    byte for byte, to this process's own server (same key), then hangs up on the client. The
+    server refuses it (a header this process made), but on another connection than the
+    client's: the client must see the truncation it would see from any server, not
+    SelfConnectionError advising to switch the protection off (it did, when the registry went
+    by the salt alone)."""
+    async with own_server(caplog) as port, _host_that_relays_the_first_flight(port, bytes) as remote:
+        error = await _client_error(client, remote, KEY)
+        for _ in range(50):  # bounded: the server logs its refusal
+            if "made by this process" in caplog.text:
+                break
+            await asyncio.sleep(0.02)
+    assert "made by this process" in caplog.text  # the server did refuse the replayed header
+    assert _a_bare_truncation(error), repr(error)
+
+
+@pytest.mark.asyncio
+@pytest.mark.refuse_self_connections
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("key_exchange", "server_says"),
+    [(KeyExchange.X25519, "DowngradeError"), (KeyExchange.MLKEM768_X25519, "SelfConnectionError")],
+)
+@pytest.mark.parametrize("client", ["asyncio", "anyio"])
+async def test_a_header_forged_under_another_key_with_the_clients_salt_gives_it_no_word(
+    caplog: pytest.LogCaptureFixture, key_exchange: KeyExchange, server_says: str, client: str
+) -> None:
+    """Review 6 (MEDIUM): an insider whose own key this process's server holds copies only the
+    salt of this process's client's first packet into a header of her own (her key, a key
+    exchange of her choosing), sends it to the server, and hangs up on the client. The server
+    refuses it with the error she chose; the client must not raise it (it did: DowngradeError
+    or SelfConnectionError, as she picked), but the truncation: not its header."""
+    mallory = gcmstream.generate_key()
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+
+    def forge(flight: bytes) -> bytes:
+        fields = InitiatorShares(key_exchange).fields()
+        header, _ = make_header(
+            mallory, Role.INITIATOR, 65536, b"", flight[SALT_SLICE], key_exchange=key_exchange, fields=fields
+        )
+        return header
+
+    def handle(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        writer.close()
+
+    ring = gcmstream.KeyRing({"mallory": mallory, "bob": gcmstream.generate_key()})
+    server = await gcmstream.start_server(handle, HOST, 0, key=ring, handshake_timeout=5)
+    port = server.sockets[0].getsockname()[1]
+    async with server, _host_that_relays_the_first_flight(port, forge) as remote:
+        error = await _client_error(client, remote, gcmstream.generate_key())
+        for _ in range(50):  # bounded: the server logs its refusal
+            if server_says in caplog.text:
+                break
+            await asyncio.sleep(0.02)
+    assert server_says in caplog.text  # the server refused with the error the insider chose
+    assert _a_bare_truncation(error), repr(error)
+
+
+@pytest.mark.asyncio
+@pytest.mark.refuse_self_connections
+@pytest.mark.timeout(30)
+async def test_over_a_unix_socket_a_refusal_in_this_process_stays_a_truncation(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A unix socket's addresses do not tell its two ends' connection from another one to the
+    same path (the client's is unnamed): the server refuses this process's own header, and the
+    client gets the truncation, never a refusal it cannot be sure is its own."""
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+
+    def handle(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        writer.close()
+
+    path = tmp_path / "s"
+    server = await gcmstream.start_unix_server(handle, path, key=KEY, handshake_timeout=5)
+    async with server:
+        try:
+            _, writer = await gcmstream.open_unix_connection(path, key=KEY, handshake_timeout=10)
+        except gcmstream.GcmStreamError as exc:
+            error: BaseException = exc
+        else:
+            writer.close()
+            raise AssertionError("the client connected")
+        for _ in range(50):  # bounded: the server logs its refusal
+            if "made by this process" in caplog.text:
+                break
+            await asyncio.sleep(0.02)
+    assert "made by this process" in caplog.text
+    assert _a_bare_truncation(error), repr(error)
 
 
 @pytest.mark.anyio

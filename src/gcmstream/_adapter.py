@@ -381,6 +381,33 @@ def answer_only_a_connected_peer(channel: Channel, sock: Any) -> None:
         channel.ask_before_answering(_PeerInputEnded(sock))
 
 
+class _SocketEndpoints:
+    """A socket's (local, peer) addresses when asked, (None, None) once it cannot say (closed,
+    reset): a slotted object, asked only at a refusal, so a pending handshake holds one
+    reference, not two addresses (tests/test_pending.py's bound)."""
+
+    __slots__ = ("sock",)
+
+    def __init__(self, sock: Any) -> None:
+        self.sock = sock
+
+    def __call__(self) -> tuple[object, object]:
+        try:
+            return self.sock.getsockname(), self.sock.getpeername()
+        except (AttributeError, OSError, ValueError):
+            return None, None
+
+
+def tell_endpoints(channel: Channel, sock: Any) -> None:
+    """What every adapter calls (asyncio's protocol and ``wrap_streams``, uvloop, anyio's
+    ``SecureStream`` on asyncio and trio) with the connection's socket, client and server
+    alike, before the handshake's first byte: the channel may ask its addresses
+    (``Channel.ask_endpoints``), which decide whether a refusal by this process's own server
+    is this client's to raise. Nothing where there is no socket (a memory stream)."""
+    if sock is not None:
+        channel.ask_endpoints(_SocketEndpoints(sock))
+
+
 def raw_socket(transport: Any) -> Any:
     """An anyio stream's socket, or None where there is none to ask."""
     try:

@@ -40,6 +40,7 @@ from ._adapter import (
     logger,
     receive_size,
     run_handler,
+    tell_endpoints,
 )
 from ._server import (
     AnyOpener,
@@ -597,6 +598,7 @@ class _ChannelProtocol(asyncio.BufferedProtocol, _Source):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not an asyncio.Transport
+        tell_endpoints(self.channel, transport.get_extra_info("socket"))  # client and server
         if self._on_connected is not None:
             self._on_connected(self)
 
@@ -1322,6 +1324,7 @@ async def wrap_streams(
     )
     _check_limit(limit)
     channel = config.channel(role)
+    tell_endpoints(channel, writer.get_extra_info("socket"))
     source = _StreamReaderSource(channel.opener, reader)
 
     async def send(data: bytes) -> None:

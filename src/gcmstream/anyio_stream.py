@@ -62,6 +62,7 @@ from ._adapter import (
     receive_size,
     remote_address,
     serve_listener,
+    tell_endpoints,
 )
 from ._server import ConnectionDeadlines, Deadline, connection_statistics, describe_handshake_failure
 from .admission import AdmissionPolicy
@@ -278,6 +279,7 @@ class SecureStream(ByteStream):
             idle_timeout=deadlines.idle_timeout,
         )
         stream._deadlines = deadlines
+        tell_endpoints(channel, raw_socket(transport_stream))  # client and server
         if channel.role is Role.RESPONDER:  # a peer that hung up after its header: no answer
             answer_only_a_connected_peer(channel, raw_socket(transport_stream))
         try:

@@ -76,6 +76,43 @@ __all__ = (
 # that receives one is talking to itself (the Selfie attack). Weak, so abandoned channels leave.
 _OWN_HELLOS: weakref.WeakValueDictionary[bytes, _Handshake] = weakref.WeakValueDictionary()
 
+Endpoints = Callable[[], tuple[object, object]]
+"""What an adapter gives a channel (``Channel.ask_endpoints``): called with no argument, the
+connection's (local address, peer address) as its socket names them (None where unknown)."""
+
+
+def _tcp_address(address: object) -> tuple[str, int] | None:
+    """An IP socket's (host, port); None for anything else (a unix socket's path, unknown)."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        host, port = address[0], address[1]
+        if isinstance(host, str) and isinstance(port, int) and not isinstance(port, bool):
+            return host, port
+    return None
+
+
+def _one_connection(initiator: Endpoints | None, responder: Endpoints | None) -> bool:
+    """True only if the two ends are certainly the two ends of one TCP connection: each end's
+    local address is the other's peer address. Anything unknown (an adapter that could not
+    say, a unix socket, an address gone with its socket) is False."""
+    if initiator is None or responder is None:
+        return False
+    mine = [_tcp_address(address) for address in initiator()]
+    theirs = [_tcp_address(address) for address in responder()]
+    if None in mine or None in theirs:
+        return False
+    return mine[0] == theirs[1] and mine[1] == theirs[0]
+
+
+def _refusal_reaches(own: _Handshake, header: StreamHeader, responder: Endpoints | None) -> bool:
+    """The one rule of which initiator of this process a responder's refusal reaches
+    (``_Handshake.refused_here``): only the one whose connection it certainly is. Its header
+    byte for byte (not merely its salt, which anyone who saw its first packet can copy under
+    another key), and the responder's connection is the initiator's own, endpoints swapped (a
+    header replayed to this process's server by whoever the initiator dialled is the same
+    bytes on another connection). Otherwise the initiator sees the truncation it would see
+    from any server: the refusal is not its to know."""
+    return bool(own._hello) and own._hello == header.raw and _one_connection(own._endpoints, responder)
+
 
 # One token per open block (review 10b LOW-5): sets cannot go negative or be corrupted by blocks
 # of two tasks or threads that open and close interleaved, as a shared counter was; add and
@@ -170,6 +207,7 @@ class _Handshake(HeaderReader):
     __slots__ = (
         "__weakref__",
         "_derived",
+        "_endpoints",
         "_ephemeral",
         "_exchange",
         "_hello",
@@ -228,6 +266,7 @@ class _Handshake(HeaderReader):
         self._hello = b""  # an initiator's header, until the transcript no longer needs it
         self._hello_salt = b""
         self._input_ended: Callable[[], bool] | None = None  # a server's (ask_before_answering)
+        self._endpoints: Endpoints | None = None  # the adapter's (ask_endpoints)
         # an initiator's header that a responder of this process refused: that refusal, as this
         # end raises it once its input ends (``refused_here``)
         self._refusal_here: HandshakeError | None = None
@@ -299,9 +338,10 @@ class _Handshake(HeaderReader):
         self.peer_id = sent
 
     def refused_here(self, refusal: HandshakeError) -> None:
-        """A responder of this same process refused this initiator's header: its server hangs
-        up without a word, so this end raises the refusal itself once its input ends (the
-        registry ``_OWN_HELLOS`` is how the responder finds it), not a bare truncation."""
+        """A responder of this same process refused this initiator's header on this very
+        connection (``_refusal_reaches``): its server hangs up without a word, so this end
+        raises the refusal itself once its input ends (the registry ``_OWN_HELLOS`` is how the
+        responder finds it), not a bare truncation."""
         told = f"the server is in this process and refused this connection's header: {refusal}"
         self._refusal_here = type(refusal)(told)
 
@@ -332,7 +372,7 @@ class _Handshake(HeaderReader):
             self._check_header(header)
         except HandshakeError as refusal:
             own = None if initiator else _OWN_HELLOS.get(header.salt)
-            if own is not None:
+            if own is not None and _refusal_reaches(own, header, self._endpoints):
                 own.refused_here(refusal)
             raise
         self._suite = header.suite
@@ -504,6 +544,17 @@ class Channel:
         see the input end before the header's bytes are read."""
         if self.role is Role.RESPONDER:
             self._handshake._input_ended = input_ended
+
+    def ask_endpoints(self, endpoints: Endpoints) -> None:
+        """The adapter's way to this connection's addresses: ``endpoints()`` returns (local
+        address, peer address) as the socket names them, None where it cannot say; asked only
+        when a responder of this process refuses an initiator header of this process. That
+        refusal reaches the initiator (raised by it instead of a truncation) only if both
+        ends were given this and their addresses show one TCP connection seen from its two
+        ends, and the header is the initiator's own byte for byte (``_refusal_reaches``). Every
+        adapter sets it on TCP; without it (a unix socket, a memory stream) the initiator
+        sees the truncation."""
+        self._handshake._endpoints = endpoints
 
     def initial_data(self) -> bytes:
         """What to send as soon as the connection exists: the initiator's header; nothing for a

@@ -812,7 +812,8 @@ async def _refused_in_this_process(adapter: Adapter, server_key: Keys, client_ke
 async def check_self_connection_refused(adapter: Adapter) -> None:
     """This process connecting to its own server under the same key (what an attacker who
     reroutes its outgoing connection achieves, the Selfie attack) is refused; the handler never
-    runs; and the client, which the registry of this process's own headers tells, raises
+    runs; and the client, which the registry of this process's own headers tells (its own
+    header, refused on its own TCP connection: ``Channel.ask_endpoints``), raises
     SelfConnectionError saying how to allow it, not a bare truncation. (Checked with
     self_connections_allowed() switched off, whatever the caller set.)"""
     key = generate_key()
