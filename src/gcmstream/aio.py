@@ -33,6 +33,7 @@ from ._adapter import (
     PEER_GONE,
     UNKNOWN_PEER,
     Fairness,
+    admit,
     answer_only_a_connected_peer,
     blame_connection,
     check_can_take_input,
@@ -1115,12 +1116,13 @@ async def _serve(
         # ValueError on uvloop's closed transport); uvloop may have none even now
         address = transport.get_extra_info("peername")
         peer = UNKNOWN_PEER if address is None else address
-        if not core.admit(transport, address):
+        sock = transport.get_extra_info("socket")
+        if not admit(core, transport, address, sock):
             transport.abort()  # refused (its source is at its cap): no task, no handshake
             return
         protocol.on_handshake_input = lambda opener: core.observe(transport, opener)
         # a peer that hung up after its header gets no answer (before any byte is read)
-        answer_only_a_connected_peer(protocol.channel, transport.get_extra_info("socket"))
+        answer_only_a_connected_peer(protocol.channel, sock)
         task = protocol.handshake_task = loop.create_task(serve_one(protocol, peer))
         tasks.add(task)  # keep a reference until done
         task.add_done_callback(tasks.discard)
