@@ -371,7 +371,8 @@ class _PeerInputEnded:
 
 def answer_only_a_connected_peer(channel: Channel, sock: Any) -> None:
     """The rule every server path calls (asyncio's ``start_server`` on asyncio and uvloop, the
-    anyio listener on asyncio and trio, ``gcmstream listen``) on the responder's channel with
+    anyio listener on asyncio and trio, ``gcmstream listen``, and a responder over streams the
+    caller has: ``aio.wrap_streams``, ``SecureStream.wrap``) on the responder's channel with
     the accepted socket: a peer whose input ended (a FIN, or a reset) by the time its header
     verified is not answered (``Channel.ask_before_answering``). It can never send its
     Finished, which needs the answer; a recorded header replayed and hung up on at once cost a

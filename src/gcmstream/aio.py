@@ -1324,6 +1324,8 @@ async def wrap_streams(
     )
     _check_limit(limit)
     channel = config.channel(role)
+    # a responder does not answer a peer that hung up after its header (an initiator: no-op)
+    answer_only_a_connected_peer(channel, writer.get_extra_info("socket"))
     source = _StreamReaderSource(channel.opener, reader)
 
     async def send(data: bytes) -> None:

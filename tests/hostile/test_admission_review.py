@@ -849,3 +849,63 @@ def test_a_connection_whose_first_flight_is_in_the_kernel_is_admitted_as_having_
 
     answer = anyio.run(scenario, backend=backend, backend_options=options)
     assert answer, "a client whose header was in the kernel was evicted as silent"
+
+
+@pytest.mark.parametrize("use_uvloop", [False, True], ids=["asyncio", "uvloop"])
+def test_wrap_streams_as_responder_does_not_answer_a_replayed_header_whose_sender_hung_up(
+    use_uvloop: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``aio.wrap_streams(role=RESPONDER)`` over asyncio's own server's streams asks the same
+    rule as every server path (``_adapter.answer_only_a_connected_peer``, on the writer's
+    socket): ten replays, each hung up on before the server read it, get no answer computed or
+    sent, and a genuine client after them is answered. On main each of the ten was answered
+    (the review's /tmp/rev6/wrap_streams_noask.py: 10 of 10)."""
+    if use_uvloop:
+        pytest.importorskip("uvloop")
+    import gcmstream.aio
+    import gcmstream.channel
+    import gcmstream.handshake
+
+    answered: list[object] = []
+    respond = gcmstream.handshake.respond  # what the channel calls for its answer
+
+    def counting(*args: Any) -> Any:
+        answered.append(args)
+        return respond(*args)
+
+    async def responder(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            secure_reader, secure_writer = await gcmstream.aio.wrap_streams(
+                reader, writer, role=Role.RESPONDER, key=KEY, handshake_timeout=2
+            )
+        except gcmstream.GcmStreamError:
+            writer.close()
+            return
+        secure_writer.write(await secure_reader.read(100))
+        await secure_writer.drain()
+        secure_writer.close()
+
+    async def scenario() -> tuple[list[int], bytes]:
+        listening = socket.socket()  # listening before the server serves it: the queue fills
+        listening.bind((HOST, 0))
+        listening.listen(100)
+        port = listening.getsockname()[1]
+        peers = _replay_and_hang_up(port)
+        await asyncio.sleep(0.1)
+        monkeypatch.setattr(gcmstream.channel, "respond", counting)
+        server = await asyncio.start_server(responder, sock=listening)
+        async with server:
+            await asyncio.sleep(0.5)
+            got = await asyncio.to_thread(_answers_read, peers)
+            assert answered == []  # (before the genuine client)
+            async with asyncio.timeout(10):
+                reader, writer = await gcmstream.open_connection(HOST, port, key=KEY)
+                writer.write(b"genuine")
+                echoed = await reader.read(100)
+                writer.close()
+        return got, echoed
+
+    got, echoed = anyio.run(scenario, backend="asyncio", backend_options={"use_uvloop": use_uvloop})
+    assert got == [0] * REPLAYS_HUNG_UP  # no answer bytes reached any of them
+    assert echoed == b"genuine"
+    assert len(answered) == 1  # the genuine client's only
