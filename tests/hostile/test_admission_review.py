@@ -859,7 +859,7 @@ def test_wrap_streams_as_responder_does_not_answer_a_replayed_header_whose_sende
     rule as every server path (``_adapter.answer_only_a_connected_peer``, on the writer's
     socket): ten replays, each hung up on before the server read it, get no answer computed or
     sent, and a genuine client after them is answered. On main each of the ten was answered
-    (the review's /tmp/rev6/wrap_streams_noask.py: 10 of 10)."""
+    (the review: 10 of 10)."""
     if use_uvloop:
         pytest.importorskip("uvloop")
     import gcmstream.aio
