@@ -990,8 +990,8 @@ async def start_server(
     pass, leaving the rest in the kernel's queue, where asyncio accepts up to ``backlog``: a
     keyless flood admitted that fast got its handshakes admitted faster than they were
     answered, and clients evicted (SECURITY.md, "Denial of service"). On uvloop the 4,096 is
-    only the kernel's queue, deliberately (uvloop accepts every waiting connection each pass
-    whatever the backlog; its own default is 100). A server made with ``start_serving=False``
+    only the kernel's queue, deliberately (its own default is 100; 1,000 queued connections were
+    accepted one a loop pass there, whatever the backlog). A server made with ``start_serving=False``
     keeps asyncio's way entirely: it is not paced (its ``start_serving()`` listens again with
     the backlog it was made with), and as asyncio accepts up to ``backlog`` a pass there, its
     default backlog stays asyncio's 100 (:data:`ASYNCIO_BACKLOG`) unless ``backlog=`` is given.
@@ -1163,8 +1163,9 @@ def _paced(loop: asyncio.AbstractEventLoop, options: dict[str, Any]) -> tuple[in
     """The loop's ``options`` for a server that accepts :data:`ACCEPTS_PER_PASS` a pass, and
     the listen queue to set once it serves (None: ``options`` already ask for it). Only
     asyncio's own selector loop accepts ``backlog`` a pass. uvloop and others get
-    :data:`DEFAULT_BACKLOG` as their queue and are left alone (libuv accepts every waiting
-    connection each pass, whatever the backlog: it is only the kernel's queue there). A server
+    :data:`DEFAULT_BACKLOG` as their queue and are left alone (uvloop's accepts do not follow
+    the backlog: 1,000 queued connections were taken at most one a loop pass, so it is only the
+    kernel's queue there). A server
     made with ``start_serving=False`` on asyncio's loop is not paced (asyncio's
     ``start_serving()`` and ``serve_forever()`` listen again with the backlog it was made with,
     so the small number would be its queue; hooking them takes asyncio's private API): its
