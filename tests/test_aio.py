@@ -1097,7 +1097,8 @@ async def test_a_server_made_not_serving_keeps_asyncios_accept_loop_and_its_back
     selector_loop = isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop)
     asyncios = inspect.signature(loop.create_server).parameters["backlog"].default  # its own: 100
     default = min(asyncios if selector_loop else aio.DEFAULT_BACKLOG, _somaxconn())
-    for given, size in (({"backlog": 30}, 30), ({}, default)):
+    cases: list[tuple[dict[str, Any], int]] = [({"backlog": 30}, 30), ({}, default)]
+    for given, size in cases:
         server = await gcmstream.start_server(_echo, "127.0.0.1", 0, key=KEY, start_serving=False, **given)
         try:
             await server.start_serving()

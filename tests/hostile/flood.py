@@ -109,15 +109,15 @@ def attack(
     while time.monotonic() < deadline and not stopped:  # bounded: ``seconds`` at most
         if trickle and time.monotonic() >= next_byte:
             next_byte += trickle
-            for sock, sent in list(trickled.items()):
+            for slow, sent in list(trickled.items()):
                 if sent < len(payload) - 1:
                     try:
-                        sock.send(payload[sent : sent + 1])
+                        slow.send(payload[sent : sent + 1])
                     except BlockingIOError:
                         continue
                     except OSError:  # dropped: the read below sees it, or the next send
                         continue
-                    trickled[sock] = sent + 1
+                    trickled[slow] = sent + 1
         wait = min(0.05, max(0.0, next_byte - time.monotonic())) if trickle else 0.05
         for key, _ in selector.select(wait):
             sock, slot = key.fileobj, key.data
