@@ -12,6 +12,7 @@ one receive size and one logger."""
 
 from __future__ import annotations
 
+import enum
 import errno
 import logging
 import math
@@ -370,7 +371,8 @@ class _PeerInputEnded:
 
 def answer_only_a_connected_peer(channel: Channel, sock: Any) -> None:
     """The rule every server path calls (asyncio's ``start_server`` on asyncio and uvloop, the
-    anyio listener on asyncio and trio, ``gcmstream listen``) on the responder's channel with
+    anyio listener on asyncio and trio, ``gcmstream listen``, and a responder over streams the
+    caller has: ``aio.wrap_streams``, ``SecureStream.wrap``) on the responder's channel with
     the accepted socket: a peer whose input ended (a FIN, or a reset) by the time its header
     verified is not answered (``Channel.ask_before_answering``). It can never send its
     Finished, which needs the answer; a recorded header replayed and hung up on at once cost a
@@ -416,45 +418,83 @@ def raw_socket(transport: Any) -> Any:
         return None
 
 
-def ended_before_sending(transport: Any) -> bool:
-    """True if ``transport``'s peer ended its input (or reset) and sent no byte before: it can
-    never send a header, so a server closes it before building anything for a handshake
-    (review 2026-12-04 finding 3: a flood of connections that connect and hang up cost the
-    anyio listener a channel, a cancel scope and two forced closes each). A look at the socket
-    anyio accepted: its end of input (MSG_PEEK, non-blocking) and what the kernel counted
-    received (Linux's TCP_INFO: on asyncio the transport may have read the bytes already).
-    False where either cannot be asked (no socket, not Linux): the handshake then runs as
-    always. A genuine client has sent at most its header before it is accepted, and never ends
-    its input before its Finished, which needs the server's answer."""
-    if _TCP_INFO is None:
-        return False
+class KernelInput(enum.Enum):
+    """What the kernel holds of an accepted connection's input before the server read any
+    (:func:`kernel_input`)."""
+
+    UNKNOWN = enum.auto()  # it cannot be asked (no socket, not Linux), or its bytes were read
+    NOTHING_YET = enum.auto()  # connected, no byte arrived
+    WAITING = enum.auto()  # bytes arrived and wait to be read
+    HUNG_UP = enum.auto()  # its input ended (or it reset) and no byte was ever received
+
+
+def _second_object(sock: Any) -> socket.socket | None:
+    """A second socket object on ``sock``'s descriptor, not owning it (``detach()`` it); None
+    if there is no descriptor to ask."""
     try:
-        raw = transport.extra(SocketAttribute.raw_socket, None)
-        fd = -1 if raw is None else raw.fileno()
-    except (AttributeError, OSError):
-        return False
-    if fd < 0:
-        return False
-    try:
-        look = socket.socket(fileno=fd)  # a second object on the same descriptor, not owning it
-    except OSError:
-        return False
+        fd = -1 if sock is None else sock.fileno()
+        return None if fd < 0 else socket.socket(fileno=fd)
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def kernel_input(sock: Any) -> KernelInput:
+    """The one look at an accepted socket's input (a socket, asyncio's TransportSocket, an anyio
+    raw socket: anything with ``fileno()``; None: UNKNOWN): a non-blocking ``MSG_PEEK`` of one
+    byte, and for an ended input what the kernel counted received (Linux's TCP_INFO: on asyncio
+    the transport may have read the bytes already). UNKNOWN where either cannot be asked."""
+    look = None if _TCP_INFO is None else _second_object(sock)
+    if look is None:
+        return KernelInput.UNKNOWN
     try:
         try:
             if look.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b"":
-                return False  # bytes are waiting: a handshake to run
+                return KernelInput.WAITING
         except BlockingIOError:
-            return False  # nothing yet: the peer is connected
+            return KernelInput.NOTHING_YET
         except OSError:
             pass  # reset
-        info = look.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _BYTES_RECEIVED.stop)
+        info = look.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _BYTES_RECEIVED.stop)  # type: ignore[arg-type]
         if len(info) < _BYTES_RECEIVED.stop:
-            return False  # a kernel before 4.1
-        return int.from_bytes(info[_BYTES_RECEIVED], sys.byteorder) <= 1  # a FIN at most
+            return KernelInput.UNKNOWN  # a kernel before 4.1
+        if int.from_bytes(info[_BYTES_RECEIVED], sys.byteorder) <= 1:  # a FIN at most
+            return KernelInput.HUNG_UP
+        return KernelInput.UNKNOWN  # it sent bytes, read already, then ended
     except OSError:
-        return False
+        return KernelInput.UNKNOWN
     finally:
         look.detach()
+
+
+def ended_before_sending(transport: Any) -> bool:
+    """True if ``transport``'s peer (an anyio stream) ended its input (or reset) and sent no
+    byte before (:func:`kernel_input`): it can never send a header, so a server closes it before
+    building anything for a handshake (review 2026-12-04 finding 3: a flood of connections that
+    connect and hang up cost the anyio listener a channel, a cancel scope and two forced closes
+    each). False where the kernel cannot be asked: the handshake then runs as always. A genuine
+    client has sent at most its header before it is accepted, and never ends its input before
+    its Finished, which needs the server's answer."""
+    return kernel_input(raw_socket(transport)) is KernelInput.HUNG_UP
+
+
+T = TypeVar("T")
+
+
+def admit(core: ServerCore[T], connection: T, address: object, sock: Any) -> bool:
+    """The admission every server path calls (asyncio's ``start_server`` on asyncio and uvloop,
+    the anyio listener, ``gcmstream listen``) on a connection it accepted, with its socket,
+    before reading any of it: ``ServerCore.admit``, then a connection whose first bytes are
+    already in the kernel (:func:`kernel_input`) counts as having received part of a header
+    (``Admission.received``), not as silent. The servers read a connection only after
+    admitting it (asyncio on a later loop pass), so without this a client whose header had
+    arrived while it queued was admitted as silent, and under a flood of connections trickling
+    a header a byte at a time the newcomers evicted it first: asyncio's server kept 0 of 50
+    clients (docs/review-2026-12-04-admission.md, "Stop 33: the review of the pacing")."""
+    if not core.admit(connection, address):
+        return False
+    if kernel_input(sock) is KernelInput.WAITING:
+        core.admission.received(connection)
+    return True
 
 
 async def serve_listener(
@@ -495,7 +535,7 @@ async def serve_listener(
         # on trio, which runs ready tasks in random order, it did in about half the runs).
         # asyncio's server gets this order from its loop: reads run before connection_made.
         await anyio.lowlevel.cancel_shielded_checkpoint()
-        if not core.admit(entry, address):
+        if not admit(core, entry, address, raw_socket(transport)):
             await anyio.aclose_forcefully(transport)  # refused: its source is at its cap
             return
         try:  # (the responder's handshake runs in entry.scope: one scope per pending connection)

@@ -370,8 +370,9 @@ class Admission(Generic[T]):
             self.received(connection)
 
     def received(self, connection: T) -> None:
-        """Part of the connection's header arrived: from now on it is evicted only after every
-        waiting connection that sent nothing. Nothing if it is not silent and pending."""
+        """Part of the connection's header arrived (read, or waiting in the kernel when the
+        connection was admitted: the adapters' ``admit``): from now on it is evicted only after
+        every waiting connection that sent nothing. Nothing if it is not silent and pending."""
         source = self._silent.pop(connection, _ABSENT)
         if source is not _ABSENT:
             self._partial[connection] = source  # type: ignore[assignment]  # not _ABSENT here

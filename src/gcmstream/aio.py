@@ -33,6 +33,7 @@ from ._adapter import (
     PEER_GONE,
     UNKNOWN_PEER,
     Fairness,
+    admit,
     answer_only_a_connected_peer,
     blame_connection,
     check_can_take_input,
@@ -990,9 +991,13 @@ async def start_server(
     asyncio's own event loop the server accepts :data:`ACCEPTS_PER_PASS` connections a loop
     pass, leaving the rest in the kernel's queue, where asyncio accepts up to ``backlog``: a
     keyless flood admitted that fast got its handshakes admitted faster than they were
-    answered, and clients evicted (SECURITY.md, "Denial of service"). A server made with
-    ``start_serving=False`` keeps asyncio's way (its ``start_serving()`` listens again with the
-    backlog it was made with). tests/test_aio.py pins both."""
+    answered, and clients evicted (SECURITY.md, "Denial of service"). On uvloop the 4,096 is
+    only the kernel's queue, deliberately (its own default is 100; 1,000 queued connections were
+    accepted one a loop pass there, whatever the backlog). A server made with ``start_serving=False``
+    keeps asyncio's way entirely: it is not paced (its ``start_serving()`` listens again with
+    the backlog it was made with), and as asyncio accepts up to ``backlog`` a pass there, its
+    default backlog stays asyncio's 100 (:data:`ASYNCIO_BACKLOG`) unless ``backlog=`` is given.
+    tests/test_aio.py pins each."""
     config = configure(
         config,
         key=key,
@@ -1117,12 +1122,13 @@ async def _serve(
         # ValueError on uvloop's closed transport); uvloop may have none even now
         address = transport.get_extra_info("peername")
         peer = UNKNOWN_PEER if address is None else address
-        if not core.admit(transport, address):
+        sock = transport.get_extra_info("socket")
+        if not admit(core, transport, address, sock):
             transport.abort()  # refused (its source is at its cap): no task, no handshake
             return
         protocol.on_handshake_input = lambda opener: core.observe(transport, opener)
         # a peer that hung up after its header gets no answer (before any byte is read)
-        answer_only_a_connected_peer(protocol.channel, transport.get_extra_info("socket"))
+        answer_only_a_connected_peer(protocol.channel, sock)
         task = protocol.handshake_task = loop.create_task(serve_one(protocol, peer))
         tasks.add(task)  # keep a reference until done
         task.add_done_callback(tasks.discard)
@@ -1151,19 +1157,29 @@ DEFAULT_BACKLOG: Final = 4096
 ACCEPTS_PER_PASS: Final = 4
 
 
+# asyncio's own default backlog (loop.create_server's), kept where the server is not paced
+ASYNCIO_BACKLOG: Final = 100
+
+
 def _paced(loop: asyncio.AbstractEventLoop, options: dict[str, Any]) -> tuple[int | None, dict[str, Any]]:
     """The loop's ``options`` for a server that accepts :data:`ACCEPTS_PER_PASS` a pass, and
     the listen queue to set once it serves (None: ``options`` already ask for it). Only
-    asyncio's own selector loop accepts ``backlog`` a pass; uvloop and others are left alone,
-    and so is a server made with ``start_serving=False`` (asyncio's ``start_serving()`` would
-    listen again with the small number)."""
+    asyncio's own selector loop accepts ``backlog`` a pass. uvloop and others get
+    :data:`DEFAULT_BACKLOG` as their queue and are left alone (uvloop's accepts do not follow
+    the backlog: 1,000 queued connections were taken at most one a loop pass, so it is only the
+    kernel's queue there). A server
+    made with ``start_serving=False`` on asyncio's loop is not paced (asyncio's
+    ``start_serving()`` and ``serve_forever()`` listen again with the backlog it was made with,
+    so the small number would be its queue; hooking them takes asyncio's private API): its
+    backlog, which asyncio also accepts a pass, stays asyncio's :data:`ASYNCIO_BACKLOG` unless
+    ``backlog=`` is given (the review of stop 33: 4,096 there took 1,000 in one pass)."""
     backlog = options.get("backlog", DEFAULT_BACKLOG)
     if isinstance(backlog, bool) or not isinstance(backlog, int):
         raise TypeError(f"backlog must be an int, got {type(backlog).__name__}")
-    if not isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop) or not options.get(
-        "start_serving", True
-    ):
+    if not isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop):
         return None, {**options, "backlog": backlog}
+    if not options.get("start_serving", True):
+        return None, {**options, "backlog": options.get("backlog", ASYNCIO_BACKLOG)}
     return backlog, {**options, "backlog": ACCEPTS_PER_PASS}
 
 
@@ -1325,6 +1341,8 @@ async def wrap_streams(
     _check_limit(limit)
     channel = config.channel(role)
     tell_endpoints(channel, writer.get_extra_info("socket"))
+    # a responder does not answer a peer that hung up after its header (an initiator: no-op)
+    answer_only_a_connected_peer(channel, writer.get_extra_info("socket"))
     source = _StreamReaderSource(channel.opener, reader)
 
     async def send(data: bytes) -> None:

@@ -5,10 +5,11 @@ Shared by every server path (tests/hostile/test_admission_flood.py): the attacke
 connections and opens a new one as soon as the server drops one, each from one of ``sources``
 (loopback addresses: one for an attacker with one address, many for a botnet or an IPv6 /64,
 one per connection for a botnet as large as the flood: :func:`one_per_connection`); each
-connection sends nothing (silent) or a recorded initiator header (a replayed first flight), then
-only reads, until the server drops it or, if it leaves once answered, until the first byte of an
-answer. :func:`serve` runs the server under attack in its own process (so the test's
-legitimate clients and the attacker do not share its interpreter), on one of ``BACKENDS``.
+connection sends nothing (silent) or a recorded initiator header (a replayed first flight, or
+one byte of it at an interval: a trickle), then only reads, until the server drops it or, if it
+leaves once answered, until the first byte of an answer. :func:`serve` runs the server under
+attack in its own process (so the test's legitimate clients and the attacker do not share its
+interpreter), on one of ``BACKENDS``.
 
 The attacker is stdlib only (selectors, non-blocking sockets): as fast as one process allows.
 """
@@ -53,19 +54,31 @@ def one_per_connection(count: int) -> tuple[str, ...]:
 
 
 def attack(
-    port: int, count: int, payload: bytes, sources: Sequence[str], seconds: float, leave: str = "dropped"
+    port: int,
+    count: int,
+    payload: bytes,
+    sources: Sequence[str],
+    seconds: float,
+    leave: str = "dropped",
+    trickle: float = 0.0,
 ) -> dict[str, int]:
     """Hold ``count`` connections to 127.0.0.1:``port`` for ``seconds``, reconnecting each as
     soon as it ends (``leave="answered"``: also as soon as the server answers, having paid for
     a responder half); each sends ``payload`` (b"": nothing) once connected, connection number
-    n from ``sources[n % len(sources)]``. Prints READY once the first ``count`` attempts are
-    under way, FULL once ``count`` connections were established; returns what it did."""
+    n from ``sources[n % len(sources)]``. ``trickle`` > 0: each sends instead one byte of
+    ``payload`` every ``trickle`` seconds, all but its last byte (a slow header that never
+    completes: every loop pass of the server has reads to do, and each connection counts as
+    having sent part of a header). Prints READY once the first ``count`` attempts are under
+    way, FULL once ``count`` connections were established; returns what it did."""
     if leave not in LEAVE:
         raise ValueError(f"leave={leave!r}: one of {LEAVE}")
+    if trickle < 0:
+        raise ValueError(f"trickle={trickle!r}: seconds between bytes, or 0")
     raise_fd_limit(count + 256)
     selector = selectors.DefaultSelector()
     stats = {"connects": 0, "established": 0, "dropped": 0, "answered": 0, "failed": 0}
     connected: set[socket.socket] = set()
+    trickled: dict[socket.socket, int] = {}  # bytes of ``payload`` each trickling one has sent
 
     def open_one(slot: int) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -82,6 +95,7 @@ def attack(
     def reopen(sock: socket.socket, slot: int) -> None:
         selector.unregister(sock)
         connected.discard(sock)
+        trickled.pop(sock, None)
         sock.close()
         open_one(slot)
 
@@ -91,8 +105,21 @@ def attack(
     signal.signal(signal.SIGTERM, lambda number, frame: stopped.append(number))  # then report
     print("READY", flush=True)
     deadline = time.monotonic() + seconds
+    next_byte = time.monotonic() + trickle
     while time.monotonic() < deadline and not stopped:  # bounded: ``seconds`` at most
-        for key, _ in selector.select(0.05):
+        if trickle and time.monotonic() >= next_byte:
+            next_byte += trickle
+            for slow, sent in list(trickled.items()):
+                if sent < len(payload) - 1:
+                    try:
+                        slow.send(payload[sent : sent + 1])
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # dropped: the read below sees it, or the next send
+                        continue
+                    trickled[slow] = sent + 1
+        wait = min(0.05, max(0.0, next_byte - time.monotonic())) if trickle else 0.05
+        for key, _ in selector.select(wait):
             sock, slot = key.fileobj, key.data
             assert isinstance(sock, socket.socket)
             if sock not in connected:
@@ -104,8 +131,11 @@ def attack(
                 stats["established"] += 1
                 if stats["established"] == count:
                     print("FULL", flush=True)  # every slot connected once: the flood is real
-                with contextlib.suppress(OSError):
-                    sock.send(payload)  # a header fits the empty send buffer at once
+                if trickle:
+                    trickled[sock] = 0  # its first byte at the next tick
+                else:
+                    with contextlib.suppress(OSError):
+                        sock.send(payload)  # a header fits the empty send buffer at once
                 selector.modify(sock, selectors.EVENT_READ, slot)
                 continue
             try:
@@ -132,15 +162,16 @@ def keyless_flood(
     sources: Sequence[str] = ONE_SOURCE,
     seconds: float = 60,
     leave: str = "dropped",
+    trickle: float = 0.0,
 ) -> Iterator[subprocess.Popen[str]]:
     """Run :func:`attack` in its own process while the block runs (up to ``seconds``); the
     process's last stdout line (after the block) is the attack's counts."""
     code = (
         "import sys; from tests.hostile.flood import attack; "
-        "print(attack(int(sys.argv[1]), int(sys.argv[2]), bytes.fromhex(sys.argv[3]), sys.argv[6:], "
-        "float(sys.argv[4]), sys.argv[5]), flush=True)"
+        "print(attack(int(sys.argv[1]), int(sys.argv[2]), bytes.fromhex(sys.argv[3]), sys.argv[7:], "
+        "float(sys.argv[4]), sys.argv[5], float(sys.argv[6])), flush=True)"
     )
-    argv = [str(port), str(count), payload.hex(), str(seconds), leave, *sources]
+    argv = [str(port), str(count), payload.hex(), str(seconds), leave, str(trickle), *sources]
     process = subprocess.Popen(
         [sys.executable, "-c", code, *argv], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )

@@ -803,3 +803,109 @@ async def test_a_completed_handshake_is_never_aborted_by_the_admission() -> None
         await server.wait_closed()
     # 10 of 10 runs: [True] (with verified=4, no eviction: [False] 10 of 10)
     assert transports_closing_at_the_handler == [False]
+
+
+# -- stop 33's review: a first flight already in the kernel when the server admits its connection
+
+
+@pytest.mark.parametrize(("path", "backend", "options"), SERVER_PATHS[:2])
+def test_a_connection_whose_first_flight_is_in_the_kernel_is_admitted_as_having_received_it(
+    path: str, backend: str, options: dict[str, object]
+) -> None:
+    """start_server admits a connection before it reads it (asyncio reads it a loop pass
+    later), so the admission asks the kernel (``_adapter.admit``): a client whose header
+    arrived while it queued is not "silent", and silent newcomers evict one another, not it.
+    Three connections queue before the server serves: a genuine header, then two that send
+    nothing; one waiting slot beyond ``start``: the third evicts the oldest silent one. On main, on
+    asyncio, the header's connection was admitted as silent and evicted (it read no answer); the
+    review's slow-header flood kept asyncio's server to 0 of 50 clients so (the trickle cells of
+    tests/hostile/test_admission_flood.py). uvloop reads it first and passed on main too."""
+    if options.get("use_uvloop"):
+        pytest.importorskip("uvloop")
+    policy = AdmissionPolicy(start=2, full=2, verified=4, per_source=None)
+
+    async def handler(reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter) -> None:
+        writer.close()
+
+    async def scenario() -> bytes:
+        with contextlib.ExitStack() as sockets:
+            listening = socket.socket()  # listening before the server serves it: the queue fills
+            listening.bind((HOST, 0))
+            listening.listen(100)
+            port = listening.getsockname()[1]
+            genuine = sockets.enter_context(socket.create_connection((HOST, port)))
+            genuine.sendall(gcmstream.Channel(KEY, role=Role.INITIATOR).initial_data())
+            for _ in range(2):  # bounded: two that send nothing
+                sockets.enter_context(socket.create_connection((HOST, port)))
+            await anyio.sleep(0.1)  # (every byte is in the kernel's queue)
+            server = await gcmstream.start_server(handler, sock=listening, key=KEY, admission=policy)
+            async with server:
+                await anyio.sleep(0.5)
+                genuine.setblocking(False)
+                try:
+                    return genuine.recv(65536)
+                except OSError:  # reset by the eviction's abort, or nothing (BlockingIOError)
+                    return b""
+
+    answer = anyio.run(scenario, backend=backend, backend_options=options)
+    assert answer, "a client whose header was in the kernel was evicted as silent"
+
+
+@pytest.mark.parametrize("use_uvloop", [False, True], ids=["asyncio", "uvloop"])
+def test_wrap_streams_as_responder_does_not_answer_a_replayed_header_whose_sender_hung_up(
+    use_uvloop: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``aio.wrap_streams(role=RESPONDER)`` over asyncio's own server's streams asks the same
+    rule as every server path (``_adapter.answer_only_a_connected_peer``, on the writer's
+    socket): ten replays, each hung up on before the server read it, get no answer computed or
+    sent, and a genuine client after them is answered. On main each of the ten was answered
+    (the review: 10 of 10)."""
+    if use_uvloop:
+        pytest.importorskip("uvloop")
+    import gcmstream.aio
+    import gcmstream.channel
+    import gcmstream.handshake
+
+    answered: list[object] = []
+    respond = gcmstream.handshake.respond  # what the channel calls for its answer
+
+    def counting(*args: Any) -> Any:
+        answered.append(args)
+        return respond(*args)
+
+    async def responder(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            secure_reader, secure_writer = await gcmstream.aio.wrap_streams(
+                reader, writer, role=Role.RESPONDER, key=KEY, handshake_timeout=2
+            )
+        except gcmstream.GcmStreamError:
+            writer.close()
+            return
+        secure_writer.write(await secure_reader.read(100))
+        await secure_writer.drain()
+        secure_writer.close()
+
+    async def scenario() -> tuple[list[int], bytes]:
+        listening = socket.socket()  # listening before the server serves it: the queue fills
+        listening.bind((HOST, 0))
+        listening.listen(100)
+        port = listening.getsockname()[1]
+        peers = _replay_and_hang_up(port)
+        await asyncio.sleep(0.1)
+        monkeypatch.setattr(gcmstream.channel, "respond", counting)
+        server = await asyncio.start_server(responder, sock=listening)
+        async with server:
+            await asyncio.sleep(0.5)
+            got = await asyncio.to_thread(_answers_read, peers)
+            assert answered == []  # (before the genuine client)
+            async with asyncio.timeout(10):
+                reader, writer = await gcmstream.open_connection(HOST, port, key=KEY)
+                writer.write(b"genuine")
+                echoed = await reader.read(100)
+                writer.close()
+        return got, echoed
+
+    got, echoed = anyio.run(scenario, backend="asyncio", backend_options={"use_uvloop": use_uvloop})
+    assert got == [0] * REPLAYS_HUNG_UP  # no answer bytes reached any of them
+    assert echoed == b"genuine"
+    assert len(answered) == 1  # the genuine client's only
