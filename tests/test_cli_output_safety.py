@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import pty
+import signal
 import socket
 import stat
 import subprocess
@@ -474,3 +475,55 @@ def test_two_nodes_of_one_block_device_are_the_same_file(tmp_path: Path, keyfile
     refused = (OSError, TruncatedStreamError, UnsupportedFormatError)  # (never SameFileError)
     with pytest.raises(refused):  # an idle loop device reads empty: a truncated stream
         pipeline.decrypt_file(tmp_path / "one", tmp_path / "other", key=read_key_file(keyfile))
+
+
+def stopped_while_reading(process: subprocess.Popen[bytes], path: Path) -> None:
+    """Stop ``process`` (SIGSTOP) once it has ``path`` open and its output's temporary file
+    beside it: the rename that ends the command is then still to come. A bounded wait that
+    fails, rather than hangs, if the process ended first."""
+    deadline = time.monotonic() + TIMEOUT
+    descriptors = Path(f"/proc/{process.pid}/fd")
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            reading = any(os.readlink(fd) == str(path) for fd in descriptors.iterdir())
+        except OSError:  # a descriptor closed between the listing and its readlink
+            reading = False
+        if reading and any(p.name.endswith(".partial") for p in path.parent.iterdir()):
+            process.send_signal(signal.SIGSTOP)
+            return
+        time.sleep(0.0005)
+    raise AssertionError(f"the command never had {path} open with its output: {process.communicate()}")
+
+
+def test_the_input_moved_onto_the_output_during_decrypt_offset_is_refused_and_kept(
+    tmp_path: Path, keyfile: Path
+) -> None:
+    """``decrypt --offset`` looked at INPUT by its name only (it opened it by path after OUT,
+    and the rule compared OUT with that path): ``mv IN OUT`` while it ran left rc 0, OUT the
+    plaintext, and the ciphertext gone (a hostile review). INPUT is now opened first and the
+    rule compares OUT with the file read: exit 2, the ciphertext kept at OUT's name."""
+    plain, cipher, out = tmp_path / "plain", tmp_path / "cipher", tmp_path / "out"
+    plain.write_bytes(os.urandom(1 << 25))  # 32 MiB: long enough to be caught reading it
+    assert run_cli("encrypt", "-q", "-k", keyfile, "-o", cipher, plain).status == 0
+    wire = cipher.read_bytes()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "decrypt", "-q", "-k", keyfile, "--offset=0", "-o", out, cipher],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+    )
+    try:
+        stopped_while_reading(process, cipher)
+        cipher.rename(out)
+        process.send_signal(signal.SIGCONT)
+        _, error = process.communicate(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    message = error.decode()
+    assert process.returncode == EXIT_USAGE, message
+    assert message == f"gcmstream decrypt: {cipher} is both the input and the output: give another -o\n"
+    assert out.read_bytes() == wire
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["key", "out", "plain"]

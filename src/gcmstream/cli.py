@@ -1962,6 +1962,19 @@ def _seekable_input(path: str) -> str:
     return "/dev/stdin"
 
 
+@contextlib.contextmanager
+def _open_regular_input(path: str) -> Iterator[int]:
+    """A descriptor of the regular file ``path`` (``seekable.open_regular``: anything else is
+    refused, a FIFO without waiting)."""
+    from .seekable import open_regular
+
+    fd = open_regular(path)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def _copy_range(
     path: str, out: int, args: argparse.Namespace, keying: Keying, stop: threading.Event | None = None
 ) -> None:
@@ -2079,8 +2092,15 @@ def _key_source(args: argparse.Namespace) -> str:
 def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
     path = _seekable_input(args.input)
     try:
-        with _open_output(args.output, args.mode, read=_files_open(args, None)) as out:
-            _run_engine(partial(_copy_range, path, out, args, keying), out, args.output)
+        # INPUT is opened before OUT, and read through that descriptor (the kernel's link to
+        # it), so the rule compares OUT with the file being read: its name moved onto OUT's
+        # meanwhile was replaced by the rename, exit 0, the ciphertext gone (a hostile review)
+        with (
+            _open_regular_input(path) as source,
+            _open_output(args.output, args.mode, read=_files_open(args, source)) as out,
+        ):
+            work = partial(_copy_range, f"/dev/fd/{source}", out, args, keying)
+            _run_engine(work, out, args.output)
     except BaseException as exc:
         where = "the input" if args.input == "-" else args.input
         verdict = _header_verdict(
