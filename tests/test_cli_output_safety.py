@@ -527,3 +527,63 @@ def test_the_input_moved_onto_the_output_during_decrypt_offset_is_refused_and_ke
     assert message == f"gcmstream decrypt: {cipher} is both the input and the output: give another -o\n"
     assert out.read_bytes() == wire
     assert sorted(p.name for p in tmp_path.iterdir()) == ["key", "out", "plain"]
+
+
+def wait_for_partial(folder: Path, process: subprocess.Popen[bytes]) -> None:
+    """A bounded wait for the output's temporary file in ``folder`` (OUT is open)."""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline and process.poll() is None:
+        if any(p.name.endswith(".partial") for p in folder.iterdir()):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the command never opened its output: {process.communicate()}")
+
+
+@pytest.mark.parametrize("kind", ["key", "identity", "passphrase"])
+def test_a_key_identity_or_passphrase_file_moved_onto_the_output_is_refused_and_kept(
+    tmp_path: Path, keyfile: Path, kind: str
+) -> None:
+    """The key, identity and passphrase files were compared with OUT by their path at the end:
+    ``mv KEY OUT`` while the input was read left rc 0 and the only key file replaced by the
+    output (a hostile review). Each is now compared as it was when it was read: exit 2, the
+    file kept at OUT's name. The input is a FIFO, so the command waits on it, OUT open."""
+    secret, out, fifo = tmp_path / "secret", tmp_path / "out", tmp_path / "in"
+    data = b"the data"
+    if kind == "key":
+        secret.write_bytes(keyfile.read_bytes())
+        args: tuple[str | Path, ...] = ("encrypt", "-k", secret)
+    elif kind == "identity":
+        assert run_cli("identity", "-o", secret).status == 0
+        recipient = run_to(subprocess.PIPE, "recipient", secret).stdout.decode().strip()
+        assert run_cli("encrypt", "-r", recipient, "-o", tmp_path / "sealed", keyfile).status == 0
+        data = (tmp_path / "sealed").read_bytes()
+        args = ("decrypt", "-i", secret)
+    else:
+        secret.write_bytes(b"correct horse battery staple\n")
+        args = ("encrypt", "--passphrase-file", secret)
+    secret.chmod(0o600)
+    kept = secret.read_bytes()
+    os.mkfifo(fifo, 0o600)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", *map(str, args), "-q", "-o", out, fifo],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+    )
+    try:
+        with open(open_writer(fifo, process), "wb") as writer:  # the secret was read by now
+            writer.write(data)
+            wait_for_partial(tmp_path, process)
+            secret.rename(out)
+        _, error = process.communicate(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    message = error.decode()
+    assert process.returncode == EXIT_USAGE, message
+    assert (
+        message == f"gcmstream {args[0]}: {secret} is both the {kind} file and the output: give another -o\n"
+    )
+    assert out.read_bytes() == kept

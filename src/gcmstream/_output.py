@@ -151,9 +151,9 @@ def output_target(path: StrPath, *, follow_last: bool = True) -> Destination:
 _SAME_FILE_KINDS = frozenset((stat.S_IFREG, stat.S_IFIFO, stat.S_IFBLK))
 
 # A file read, for the rule: (what, its path or descriptor), or (what, its path, the descriptor
-# it is read through): compared by what is open (its name may lead elsewhere by now), named
-# by its path.
-FileRead: TypeAlias = tuple[str, StrPath | int] | tuple[str, StrPath, int]
+# it is read through or what it was when it was read, its stat): compared by that (its name
+# may lead elsewhere by now), named by its path.
+FileRead: TypeAlias = tuple[str, StrPath | int] | tuple[str, StrPath, int | os.stat_result]
 
 
 def _stat(path: StrPath | int) -> os.stat_result:
@@ -186,7 +186,10 @@ def refuse_same_file(output: StrPath | int | os.stat_result | None, read: Iterab
         return
     for what, name, *opened in read:
         try:
-            found = _stat(opened[0] if opened else name)
+            if opened and isinstance(opened[0], os.stat_result):
+                found = opened[0]
+            else:
+                found = _stat(opened[0] if opened else name)
         except (OSError, ValueError):
             continue  # (its own error, when it is read)
         if _same(found, written):

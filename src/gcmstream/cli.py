@@ -1142,11 +1142,23 @@ def _read_identities(path: str, command: str) -> list[Identity]:
         raise _Usage(f"cannot read identity file {path}: {exc.strerror or exc}") from None
 
 
+# What each file read by path (a key, identity, Tink keyset, recipients or passphrase file)
+# was when it was read, by its path: the same-file rule compares OUT with that file, not with
+# whatever the path leads to by the time OUT is renamed (``_files_open``)
+_files_read_were: dict[str, os.stat_result] = {}
+
+
+def _note_read(path: str, fd: int) -> None:
+    """Record what ``path``, open as ``fd``, is as it is read (``_files_read_were``)."""
+    _files_read_were[path] = os.fstat(fd)
+
+
 def _read_text(path: str, limit: int) -> str:
     """At most ``limit`` characters (and one more, to tell a longer file) of the UTF-8 text in
     FILE or, for '-', stdin; an invalid byte becomes U+FFFD, as recipients.py reads files."""
     if path != "-":
         with open(path, encoding="utf-8", errors="replace") as file:
+            _note_read(path, file.fileno())
             return file.read(limit + 1)
     fd, data = _stdin_fd(), b""
     while len(data) <= 4 * limit and (chunk := os.read(fd, 4 * limit + 4 - len(data))):
@@ -1205,6 +1217,7 @@ def _read_passphrase(args: argparse.Namespace, *, encrypting: bool) -> str:
         try:
             _check_private(path, "passphrase file")
             with open(path, "rb") as file:
+                _note_read(path, file.fileno())
                 line = file.readline(MAX_PASSPHRASE_SIZE + 2).rstrip(b"\r\n")
         except FileNotFoundError:  # not shown: a passphrase typed where its file's name goes
             raise _Usage(
@@ -1702,12 +1715,15 @@ def _refuse_same_file(args: argparse.Namespace) -> None:
 
 
 def _files_open(args: argparse.Namespace, source: int | None) -> list[FileRead]:
-    """``_files_read`` for the rule: stdin as descriptor 0, and INPUT as the descriptor
-    ``source`` it is read through, once it is open."""
+    """``_files_read`` for the rule: stdin as descriptor 0, INPUT as the descriptor ``source``
+    it is read through, once it is open, and any other file as it was when it was read
+    (``_note_read``): its name may lead elsewhere by now."""
     read: list[FileRead] = []
     for what, path in _files_read(args):
         if what == "input file" and source is not None:
             read.append((what, source) if path == "-" else (what, path, source))
+        elif what != "input file" and path in _files_read_were:
+            read.append((what, path, _files_read_were[path]))
         else:
             read.append((what, 0 if path == "-" else path))
     return read
@@ -2932,6 +2948,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sys.stderr is None:  # closed by the shell (2>&-): print(file=None) would write to stdout
         # diagnostics go nowhere, never into the output; the exit status still tells
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
+    _files_read_were.clear()  # (main may run again in one process)
     args = _parse_args(_build_parser(), sys.argv[1:] if argv is None else argv)
     if isinstance(args, int):
         return args
