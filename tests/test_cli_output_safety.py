@@ -587,3 +587,37 @@ def test_a_key_identity_or_passphrase_file_moved_onto_the_output_is_refused_and_
         message == f"gcmstream {args[0]}: {secret} is both the {kind} file and the output: give another -o\n"
     )
     assert out.read_bytes() == kept
+
+
+def test_stdout_onto_the_identity_or_key_file_of_recipient_listen_connect_is_refused(
+    tmp_path: Path, keyfile: Path
+) -> None:
+    """``recipient ID >> ID`` (or ``1<>ID``) wrote the recipient line into the identity file,
+    exit 0, and ``listen``/``connect -k K >> K`` would append what the peer sends to the key,
+    where ``info`` refused: the same rule now applies to every command that writes stdout while
+    reading a file (exit 2, the file kept). listen's address is taken (and connect's has no
+    listener), so the old code failed there instead, on another exit status."""
+    assert run_cli("identity", "-o", tmp_path / "ID").status == 0
+    (tmp_path / "ID").chmod(0o600)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    with taken:
+        busy = taken.getsockname()[1]
+        with socket.socket() as spare:  # a port with no listener: connect is refused there
+            spare.bind(("127.0.0.1", 0))
+            idle = spare.getsockname()[1]
+        for line, kept, what in (
+            ("gcmstream recipient ID >> ID", tmp_path / "ID", "identity file, ID"),
+            ("gcmstream recipient ID 1<>ID", tmp_path / "ID", "identity file, ID"),
+            ("gcmstream recipient - < ID >> ID", tmp_path / "ID", "identity file, stdin"),
+            (f"gcmstream listen -k {keyfile} 127.0.0.1:{busy} >> {keyfile}", keyfile, "key file"),
+            (f"gcmstream connect -k {keyfile} 127.0.0.1:{idle} >> {keyfile}", keyfile, "key file"),
+        ):
+            before = kept.read_bytes()
+            message = one_line_error(shell(line, tmp_path), EXIT_USAGE)
+            assert f"the output (stdout) is the {what}" in message, (line, message)
+            assert "nothing read" in message, (line, message)
+            assert message.endswith("; redirect stdout elsewhere\n"), (line, message)  # no -o to give
+            assert kept.read_bytes() == before, line
+    assert shell("gcmstream recipient ID >> other", tmp_path).returncode == 0

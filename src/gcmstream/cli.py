@@ -1167,7 +1167,12 @@ def _read_text(path: str, limit: int) -> str:
 
 
 def _recipient(args: argparse.Namespace) -> int:
-    for identity in _read_identities(args.identity_file, "recipient"):
+    # stdout may be the identity file ('>> ID', '1<>ID'): the line would be written into it.
+    # Looked at before it is read (the message) and once it is, as it was read
+    _refuse_same_file(args)
+    identities = _read_identities(args.identity_file, "recipient")
+    _refuse_same_file(args)
+    for identity in identities:
         _print_out(str(identity.recipient))
     return EXIT_OK
 
@@ -1690,10 +1695,11 @@ def _open_input(path: str) -> Iterator[tuple[int, int | None]]:
 
 def _files_read(args: argparse.Namespace) -> list[tuple[str, str]]:
     """(what, path) of every file a file command reads: INPUT, the key, identity, recipients
-    and passphrase files ('-': stdin)."""
+    and passphrase files ('-': stdin); recipient's identity file, listen's and connect's key."""
     read = [("input file", getattr(args, "input", None) or getattr(args, "file", None))]
     read += [("key file", getattr(args, "key_file", None))]
     read += [("identity file", path) for path in getattr(args, "identity", [])]
+    read += [("identity file", getattr(args, "identity_file", None))]  # recipient's
     read += [("recipients file", path) for path in getattr(args, "recipients_file", [])]
     read += [("passphrase file", getattr(args, "passphrase_file", None))]
     return [(what, path) for what, path in read if path is not None]
@@ -1709,8 +1715,8 @@ def _refuse_same_file(args: argparse.Namespace) -> None:
     applied again to what is open (``_open_output``): a name may lead elsewhere by then."""
     from ._output import refuse_same_file
 
-    target = getattr(args, "output", "-")  # (info prints on stdout)
-    with _same_file_usage(target):
+    target = getattr(args, "output", "-")  # (info, recipient, listen, connect: stdout)
+    with _same_file_usage(target, give_output=hasattr(args, "output") or args.command == "info"):
         refuse_same_file(1 if target == "-" else target, _files_open(args, None))
 
 
@@ -1730,18 +1736,19 @@ def _files_open(args: argparse.Namespace, source: int | None) -> list[FileRead]:
 
 
 @contextlib.contextmanager
-def _same_file_usage(output: str) -> Iterator[None]:
-    """The rule's SameFileError in the command line's words (a usage error: exit 2)."""
+def _same_file_usage(output: str, *, give_output: bool = True) -> Iterator[None]:
+    """The rule's SameFileError in the command line's words (a usage error: exit 2).
+    ``give_output``: the command has -o to suggest (recipient, listen, connect have not)."""
     from .errors import SameFileError
 
     try:
         yield
     except SameFileError as same:
         path = "-" if isinstance(same.path, int) else same.path
-        raise _Usage(_same_file_message(same.what, path, output)) from None
+        raise _Usage(_same_file_message(same.what, path, output, give_output=give_output)) from None
 
 
-def _same_file_message(what: str, path: str, output: str) -> str:
+def _same_file_message(what: str, path: str, output: str, *, give_output: bool = True) -> str:
     if output != "-":
         if path == "-" or path.startswith(("/dev/", "/proc/")):  # `-o F < F`, `-o F /dev/stdin < F`
             shown = "stdin" if path == "-" else _printable(path)
@@ -1763,10 +1770,8 @@ def _same_file_message(what: str, path: str, output: str) -> str:
             done = "with '>' the shell already emptied it"
     else:  # a FIFO or a block device, written in place
         done = "what is written would be read back"
-    return (
-        f"the output (stdout) is the {what}, {read}: nothing read ({done}); "
-        "redirect stdout elsewhere or give -o"
-    )
+    elsewhere = "redirect stdout elsewhere or give -o" if give_output else "redirect stdout elsewhere"
+    return f"the output (stdout) is the {what}, {read}: nothing read ({done}); {elsewhere}"
 
 
 @contextlib.contextmanager
@@ -3082,7 +3087,7 @@ def _age_habit(argv: Sequence[str]) -> str | None:
 def _run_command(args: argparse.Namespace) -> None:
     """Run a command that does I/O: a file command in a worker thread (``_FileRun``), listen
     and connect in an event loop."""
-    if args.command in ("encrypt", "decrypt", "info"):
+    if args.command in ("encrypt", "decrypt", "info", "listen", "connect"):
         _refuse_same_file(args)  # before a key, identity, passphrase or input is read
     if getattr(args, "format", "gcmstream") == "tink":
         _run_file_command(_TINK_COMMANDS[args.command], args, _tink_keyset(args))
