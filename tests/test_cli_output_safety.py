@@ -621,3 +621,40 @@ def test_stdout_onto_the_identity_or_key_file_of_recipient_listen_connect_is_ref
             assert message.endswith("; redirect stdout elsewhere\n"), (line, message)  # no -o to give
             assert kept.read_bytes() == before, line
     assert shell("gcmstream recipient ID >> other", tmp_path).returncode == 0
+
+
+def test_dev_fd_of_a_descriptor_the_command_opened_itself_is_refused(tmp_path: Path, keyfile: Path) -> None:
+    """``-o /dev/fd/N`` was written into as an inherited descriptor whatever N was: N the
+    write end of the command's own signal wake-up pipe took the ciphertext, exit 0 (a hostile
+    review). Only a descriptor open when the command began is one it was given: any other N
+    is refused as not open (exit 6, as an N not open at all), and one given (``pass_fds``) is
+    still written into."""
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"secret data")
+    for number in range(3, 12):  # none given: whatever the command opens lands in this range
+        run = run_to(subprocess.PIPE, "encrypt", "-q", "-k", keyfile, "-o", f"/dev/fd/{number}", plain)
+        message = one_line_error(run, EXIT_IO)
+        # one the command opened: not open as far as -o goes; none at all: no such entry
+        assert message.endswith(("Bad file descriptor\n", "No such file or directory\n")), (number, message)
+    with open(tmp_path / "log", "ab") as log:
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gcmstream",
+                "encrypt",
+                "-q",
+                "-k",
+                keyfile,
+                "-o",
+                f"/dev/fd/{log.fileno()}",
+                plain,
+            ],
+            pass_fds=(log.fileno(),),
+            capture_output=True,
+            timeout=TIMEOUT,
+            env=env(),
+            check=False,
+        )
+    assert run.returncode == 0, run.stderr
+    assert decrypted((tmp_path / "log").read_bytes(), keyfile, tmp_path) == b"secret data"

@@ -1794,7 +1794,8 @@ def _open_output(
                 raise _Usage(_NO_TERMINAL)
             yield stdout
             return
-        destination = output_target(path)  # refuses what others planted
+        # refuses what others planted, and a /dev/fd/N this process opened itself
+        destination = output_target(path, given=_descriptors_given)
         with contextlib.ExitStack() as opened:
             # opening a FIFO waits for its reader: a stop gives the wait up at once; a temporary
             # file is created (and, at the end, renamed or removed) whole, however long a stop
@@ -2948,12 +2949,38 @@ _LOCAL_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+# The descriptors open when main() began: the ones the shell (or caller) gave, which -o
+# /dev/fd/N may name; any other is the command's own (its signal wake-up pipe: ciphertext
+# written into it was a hostile review's finding)
+_descriptors_given: frozenset[int] | None = None
+
+
+def _open_descriptors() -> frozenset[int] | None:
+    """The descriptors open now (None: not known, no /proc or /dev/fd to list them)."""
+    for listing in ("/proc/self/fd", "/dev/fd"):
+        try:
+            names = os.listdir(listing)
+        except OSError:
+            continue
+        open_now = set()
+        for name in names:
+            try:  # the listing's own descriptor is closed by now: not one given
+                os.fstat(int(name))
+            except (OSError, ValueError):
+                continue
+            open_now.add(int(name))
+        return frozenset(open_now)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     if sys.stderr is None:  # closed by the shell (2>&-): print(file=None) would write to stdout
         # diagnostics go nowhere, never into the output; the exit status still tells
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
     _files_read_were.clear()  # (main may run again in one process)
+    global _descriptors_given
+    _descriptors_given = _open_descriptors()
     args = _parse_args(_build_parser(), sys.argv[1:] if argv is None else argv)
     if isinstance(args, int):
         return args
