@@ -191,10 +191,8 @@ def refuse_same_file(output: StrPath | int | os.stat_result | None, read: Iterab
         return
     for what, name, *opened in read:
         try:
-            if opened and isinstance(opened[0], os.stat_result):
-                found = opened[0]
-            else:
-                found = _stat(opened[0] if opened else name)
+            seen = opened[0] if opened else name
+            found = seen if isinstance(seen, os.stat_result) else _stat(seen)
         except (OSError, ValueError):
             continue  # (its own error, when it is read)
         if _same(found, written):
