@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import pty
+import signal
 import socket
 import stat
 import subprocess
@@ -474,3 +475,186 @@ def test_two_nodes_of_one_block_device_are_the_same_file(tmp_path: Path, keyfile
     refused = (OSError, TruncatedStreamError, UnsupportedFormatError)  # (never SameFileError)
     with pytest.raises(refused):  # an idle loop device reads empty: a truncated stream
         pipeline.decrypt_file(tmp_path / "one", tmp_path / "other", key=read_key_file(keyfile))
+
+
+def stopped_while_reading(process: subprocess.Popen[bytes], path: Path) -> None:
+    """Stop ``process`` (SIGSTOP) once it has ``path`` open and its output's temporary file
+    beside it: the rename that ends the command is then still to come. A bounded wait that
+    fails, rather than hangs, if the process ended first."""
+    deadline = time.monotonic() + TIMEOUT
+    descriptors = Path(f"/proc/{process.pid}/fd")
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            reading = any(os.readlink(fd) == str(path) for fd in descriptors.iterdir())
+        except OSError:  # a descriptor closed between the listing and its readlink
+            reading = False
+        if reading and any(p.name.endswith(".partial") for p in path.parent.iterdir()):
+            process.send_signal(signal.SIGSTOP)
+            return
+        time.sleep(0.0005)
+    raise AssertionError(f"the command never had {path} open with its output: {process.communicate()}")
+
+
+def test_the_input_moved_onto_the_output_during_decrypt_offset_is_refused_and_kept(
+    tmp_path: Path, keyfile: Path
+) -> None:
+    """``decrypt --offset`` looked at INPUT by its name only (it opened it by path after OUT,
+    and the rule compared OUT with that path): ``mv IN OUT`` while it ran left rc 0, OUT the
+    plaintext, and the ciphertext gone (a hostile review). INPUT is now opened first and the
+    rule compares OUT with the file read: exit 2, the ciphertext kept at OUT's name."""
+    plain, cipher, out = tmp_path / "plain", tmp_path / "cipher", tmp_path / "out"
+    plain.write_bytes(os.urandom(1 << 25))  # 32 MiB: long enough to be caught reading it
+    assert run_cli("encrypt", "-q", "-k", keyfile, "-o", cipher, plain).status == 0
+    wire = cipher.read_bytes()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", "decrypt", "-q", "-k", keyfile, "--offset=0", "-o", out, cipher],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+    )
+    try:
+        stopped_while_reading(process, cipher)
+        cipher.rename(out)
+        process.send_signal(signal.SIGCONT)
+        _, error = process.communicate(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    message = error.decode()
+    assert process.returncode == EXIT_USAGE, message
+    assert message == f"gcmstream decrypt: {cipher} is both the input and the output: give another -o\n"
+    assert out.read_bytes() == wire
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["key", "out", "plain"]
+
+
+def wait_for_partial(folder: Path, process: subprocess.Popen[bytes]) -> None:
+    """A bounded wait for the output's temporary file in ``folder`` (OUT is open)."""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline and process.poll() is None:
+        if any(p.name.endswith(".partial") for p in folder.iterdir()):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the command never opened its output: {process.communicate()}")
+
+
+@pytest.mark.parametrize("kind", ["key", "identity", "passphrase"])
+def test_a_key_identity_or_passphrase_file_moved_onto_the_output_is_refused_and_kept(
+    tmp_path: Path, keyfile: Path, kind: str
+) -> None:
+    """The key, identity and passphrase files were compared with OUT by their path at the end:
+    ``mv KEY OUT`` while the input was read left rc 0 and the only key file replaced by the
+    output (a hostile review). Each is now compared as it was when it was read: exit 2, the
+    file kept at OUT's name. The input is a FIFO, so the command waits on it, OUT open."""
+    secret, out, fifo = tmp_path / "secret", tmp_path / "out", tmp_path / "in"
+    data = b"the data"
+    if kind == "key":
+        secret.write_bytes(keyfile.read_bytes())
+        args: tuple[str | Path, ...] = ("encrypt", "-k", secret)
+    elif kind == "identity":
+        assert run_cli("identity", "-o", secret).status == 0
+        recipient = run_to(subprocess.PIPE, "recipient", secret).stdout.decode().strip()
+        assert run_cli("encrypt", "-r", recipient, "-o", tmp_path / "sealed", keyfile).status == 0
+        data = (tmp_path / "sealed").read_bytes()
+        args = ("decrypt", "-i", secret)
+    else:
+        secret.write_bytes(b"correct horse battery staple\n")
+        args = ("encrypt", "--passphrase-file", secret)
+    secret.chmod(0o600)
+    kept = secret.read_bytes()
+    os.mkfifo(fifo, 0o600)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gcmstream", *map(str, args), "-q", "-o", out, fifo],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env(),
+    )
+    try:
+        with open(open_writer(fifo, process), "wb") as writer:  # the secret was read by now
+            writer.write(data)
+            wait_for_partial(tmp_path, process)
+            secret.rename(out)
+        _, error = process.communicate(timeout=TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    message = error.decode()
+    assert process.returncode == EXIT_USAGE, message
+    assert (
+        message == f"gcmstream {args[0]}: {secret} is both the {kind} file and the output: give another -o\n"
+    )
+    assert out.read_bytes() == kept
+
+
+def test_stdout_onto_the_identity_or_key_file_of_recipient_listen_connect_is_refused(
+    tmp_path: Path, keyfile: Path
+) -> None:
+    """``recipient ID >> ID`` (or ``1<>ID``) wrote the recipient line into the identity file,
+    exit 0, and ``listen``/``connect -k K >> K`` would append what the peer sends to the key,
+    where ``info`` refused: the same rule now applies to every command that writes stdout while
+    reading a file (exit 2, the file kept). listen's address is taken (and connect's has no
+    listener), so the old code failed there instead, on another exit status."""
+    assert run_cli("identity", "-o", tmp_path / "ID").status == 0
+    (tmp_path / "ID").chmod(0o600)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    with taken:
+        busy = taken.getsockname()[1]
+        with socket.socket() as spare:  # a port with no listener: connect is refused there
+            spare.bind(("127.0.0.1", 0))
+            idle = spare.getsockname()[1]
+        for line, kept, what in (
+            ("gcmstream recipient ID >> ID", tmp_path / "ID", "identity file, ID"),
+            ("gcmstream recipient ID 1<>ID", tmp_path / "ID", "identity file, ID"),
+            ("gcmstream recipient - < ID >> ID", tmp_path / "ID", "identity file, stdin"),
+            (f"gcmstream listen -k {keyfile} 127.0.0.1:{busy} >> {keyfile}", keyfile, "key file"),
+            (f"gcmstream connect -k {keyfile} 127.0.0.1:{idle} >> {keyfile}", keyfile, "key file"),
+        ):
+            before = kept.read_bytes()
+            message = one_line_error(shell(line, tmp_path), EXIT_USAGE)
+            assert f"the output (stdout) is the {what}" in message, (line, message)
+            assert "nothing read" in message, (line, message)
+            assert message.endswith("; redirect stdout elsewhere\n"), (line, message)  # no -o to give
+            assert kept.read_bytes() == before, line
+    assert shell("gcmstream recipient ID >> other", tmp_path).returncode == 0
+
+
+def test_dev_fd_of_a_descriptor_the_command_opened_itself_is_refused(tmp_path: Path, keyfile: Path) -> None:
+    """``-o /dev/fd/N`` was written into as an inherited descriptor whatever N was: N the
+    write end of the command's own signal wake-up pipe took the ciphertext, exit 0 (a hostile
+    review). Only a descriptor open when the command began is one it was given: any other N
+    is refused as not open (exit 6, as an N not open at all), and one given (``pass_fds``) is
+    still written into."""
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"secret data")
+    for number in range(3, 12):  # none given: whatever the command opens lands in this range
+        run = run_to(subprocess.PIPE, "encrypt", "-q", "-k", keyfile, "-o", f"/dev/fd/{number}", plain)
+        message = one_line_error(run, EXIT_IO)
+        # one the command opened: not open as far as -o goes; none at all: no such entry
+        assert message.endswith(("Bad file descriptor\n", "No such file or directory\n")), (number, message)
+    with open(tmp_path / "log", "ab") as log:
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gcmstream",
+                "encrypt",
+                "-q",
+                "-k",
+                keyfile,
+                "-o",
+                f"/dev/fd/{log.fileno()}",
+                plain,
+            ],
+            pass_fds=(log.fileno(),),
+            capture_output=True,
+            timeout=TIMEOUT,
+            env=env(),
+            check=False,
+        )
+    assert run.returncode == 0, run.stderr
+    assert decrypted((tmp_path / "log").read_bytes(), keyfile, tmp_path) == b"secret data"

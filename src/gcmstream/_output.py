@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Container, Iterable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, TypeAlias
@@ -94,7 +94,9 @@ class Destination:
             self.directory = -1
 
 
-def output_target(path: StrPath, *, follow_last: bool = True) -> Destination:
+def output_target(
+    path: StrPath, *, follow_last: bool = True, given: Container[int] | None = None
+) -> Destination:
     """The one decision of where an output goes. Symbolic links are followed only when this
     user or root owns them, and a FIFO, socket or device is written into only when one of
     them owns it: a link or a FIFO someone else planted (in a shared directory, say) would
@@ -106,7 +108,10 @@ def output_target(path: StrPath, *, follow_last: bool = True) -> Destination:
     without following it (``O_PATH | O_NOFOLLOW``): its owner and type come from that
     descriptor, a link's text is read through it, and the next entry is looked up relative
     to it. A /proc link (``/dev/stdout`` ends in one) is never followed by its text. Without
-    ``follow_last`` a link at the last name is the destination itself (``found`` says so)."""
+    ``follow_last`` a link at the last name is the destination itself (``found`` says so).
+    ``given``: the descriptors this process was given (None: any it has), the only ones a
+    /proc/self/fd/N (/dev/fd/N, /dev/stdout) may name: any other is this process's own (the
+    command line's signal wake-up pipe, say), no output, refused as not open (EBADF)."""
     caller = os.fspath(path)
     if not caller:
         raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), caller)
@@ -121,7 +126,7 @@ def output_target(path: StrPath, *, follow_last: bool = True) -> Destination:
                 continue
             if name in ("", ".", "..") and last:
                 raise _is_a_directory(caller)
-            step = _step(caller, directory, name, last=last, follow_last=follow_last)
+            step = _step(caller, directory, name, last=last, follow_last=follow_last, given=given)
             if isinstance(step, Destination):
                 return step
             if isinstance(step, str):  # the text of a link we may follow
@@ -151,9 +156,9 @@ def output_target(path: StrPath, *, follow_last: bool = True) -> Destination:
 _SAME_FILE_KINDS = frozenset((stat.S_IFREG, stat.S_IFIFO, stat.S_IFBLK))
 
 # A file read, for the rule: (what, its path or descriptor), or (what, its path, the descriptor
-# it is read through): compared by what is open (its name may lead elsewhere by now), named
-# by its path.
-FileRead: TypeAlias = tuple[str, StrPath | int] | tuple[str, StrPath, int]
+# it is read through or what it was when it was read, its stat): compared by that (its name
+# may lead elsewhere by now), named by its path.
+FileRead: TypeAlias = tuple[str, StrPath | int] | tuple[str, StrPath, int | os.stat_result]
 
 
 def _stat(path: StrPath | int) -> os.stat_result:
@@ -186,7 +191,8 @@ def refuse_same_file(output: StrPath | int | os.stat_result | None, read: Iterab
         return
     for what, name, *opened in read:
         try:
-            found = _stat(opened[0] if opened else name)
+            seen = opened[0] if opened else name
+            found = seen if isinstance(seen, os.stat_result) else _stat(seen)
         except (OSError, ValueError):
             continue  # (its own error, when it is read)
         if _same(found, written):
@@ -194,7 +200,7 @@ def refuse_same_file(output: StrPath | int | os.stat_result | None, read: Iterab
 
 
 def _step(
-    caller: str, directory: int, name: str, *, last: bool, follow_last: bool
+    caller: str, directory: int, name: str, *, last: bool, follow_last: bool, given: Container[int] | None
 ) -> Destination | int | str:
     """What ``name`` in ``directory`` is: the destination, a directory to go on in (its new
     descriptor) or the text of a link to follow."""
@@ -210,7 +216,7 @@ def _step(
         if last and not follow_last:  # whatever it is
             return Destination(caller, _writable_directory(directory), name, found)
         if stat.S_ISLNK(found.st_mode):
-            return _link(caller, directory, name, entry, found, last=last)
+            return _link(caller, directory, name, entry, found, last=last, given=given)
         if stat.S_ISDIR(found.st_mode) and not last:
             if entry < 0:
                 return _open_looked_at(caller, directory, name, found)
@@ -226,13 +232,22 @@ def _step(
 
 
 def _link(
-    caller: str, directory: int, name: str, entry: int, found: os.stat_result, *, last: bool
+    caller: str,
+    directory: int,
+    name: str,
+    entry: int,
+    found: os.stat_result,
+    *,
+    last: bool,
+    given: Container[int] | None,
 ) -> Destination | int | str:
     if found.st_uid not in _trusted():
         raise _refuse(caller, "a symbolic link", found.st_uid)
     if _in_proc(found):  # /proc/self: only the kernel follows it (and the kernel wrote it)
         return (
-            _kernel_link(caller, directory, name) if last else _open_entry(name, directory, caller, _FOLLOWED)
+            _kernel_link(caller, directory, name, given)
+            if last
+            else _open_entry(name, directory, caller, _FOLLOWED)
         )
     if entry < 0:
         return os.readlink(name, dir_fd=directory)  # without O_PATH: by name again
@@ -316,11 +331,13 @@ def _own_descriptor(directory: int, name: str) -> int | None:
     return int(name) if (here.st_dev, here.st_ino) == (ours.st_dev, ours.st_ino) else None
 
 
-def _kernel_link(caller: str, directory: int, name: str) -> Destination:
+def _kernel_link(caller: str, directory: int, name: str, given: Container[int] | None) -> Destination:
     """A /proc link at the end of the path: this process's own descriptor is written into as
-    inherited (``>> log`` keeps appending); another is opened by the kernel, following it, and
-    must still be what ``found`` says."""
+    inherited (``>> log`` keeps appending), if it is one it was ``given``; another is opened
+    by the kernel, following it, and must still be what ``found`` says."""
     inherited = _own_descriptor(directory, name)
+    if inherited is not None and given is not None and inherited not in given:
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF), caller)
     if inherited is not None:
         found = os.fstat(inherited)
         if stat.S_ISDIR(found.st_mode):

@@ -1142,11 +1142,23 @@ def _read_identities(path: str, command: str) -> list[Identity]:
         raise _Usage(f"cannot read identity file {path}: {exc.strerror or exc}") from None
 
 
+# What each file read by path (a key, identity, Tink keyset, recipients or passphrase file)
+# was when it was read, by its path: the same-file rule compares OUT with that file, not with
+# whatever the path leads to by the time OUT is renamed (``_files_open``)
+_files_read_were: dict[str, os.stat_result] = {}
+
+
+def _note_read(path: str, fd: int) -> None:
+    """Record what ``path``, open as ``fd``, is as it is read (``_files_read_were``)."""
+    _files_read_were[path] = os.fstat(fd)
+
+
 def _read_text(path: str, limit: int) -> str:
     """At most ``limit`` characters (and one more, to tell a longer file) of the UTF-8 text in
     FILE or, for '-', stdin; an invalid byte becomes U+FFFD, as recipients.py reads files."""
     if path != "-":
         with open(path, encoding="utf-8", errors="replace") as file:
+            _note_read(path, file.fileno())
             return file.read(limit + 1)
     fd, data = _stdin_fd(), b""
     while len(data) <= 4 * limit and (chunk := os.read(fd, 4 * limit + 4 - len(data))):
@@ -1155,7 +1167,12 @@ def _read_text(path: str, limit: int) -> str:
 
 
 def _recipient(args: argparse.Namespace) -> int:
-    for identity in _read_identities(args.identity_file, "recipient"):
+    # stdout may be the identity file ('>> ID', '1<>ID'): the line would be written into it.
+    # Looked at before it is read (the message) and once it is, as it was read
+    _refuse_same_file(args)
+    identities = _read_identities(args.identity_file, "recipient")
+    _refuse_same_file(args)
+    for identity in identities:
         _print_out(str(identity.recipient))
     return EXIT_OK
 
@@ -1205,6 +1222,7 @@ def _read_passphrase(args: argparse.Namespace, *, encrypting: bool) -> str:
         try:
             _check_private(path, "passphrase file")
             with open(path, "rb") as file:
+                _note_read(path, file.fileno())
                 line = file.readline(MAX_PASSPHRASE_SIZE + 2).rstrip(b"\r\n")
         except FileNotFoundError:  # not shown: a passphrase typed where its file's name goes
             raise _Usage(
@@ -1677,10 +1695,11 @@ def _open_input(path: str) -> Iterator[tuple[int, int | None]]:
 
 def _files_read(args: argparse.Namespace) -> list[tuple[str, str]]:
     """(what, path) of every file a file command reads: INPUT, the key, identity, recipients
-    and passphrase files ('-': stdin)."""
+    and passphrase files ('-': stdin); recipient's identity file, listen's and connect's key."""
     read = [("input file", getattr(args, "input", None) or getattr(args, "file", None))]
     read += [("key file", getattr(args, "key_file", None))]
     read += [("identity file", path) for path in getattr(args, "identity", [])]
+    read += [("identity file", getattr(args, "identity_file", None))]  # recipient's
     read += [("recipients file", path) for path in getattr(args, "recipients_file", [])]
     read += [("passphrase file", getattr(args, "passphrase_file", None))]
     return [(what, path) for what, path in read if path is not None]
@@ -1696,36 +1715,40 @@ def _refuse_same_file(args: argparse.Namespace) -> None:
     applied again to what is open (``_open_output``): a name may lead elsewhere by then."""
     from ._output import refuse_same_file
 
-    target = getattr(args, "output", "-")  # (info prints on stdout)
-    with _same_file_usage(target):
+    target = getattr(args, "output", "-")  # (info, recipient, listen, connect: stdout)
+    with _same_file_usage(target, give_output=hasattr(args, "output") or args.command == "info"):
         refuse_same_file(1 if target == "-" else target, _files_open(args, None))
 
 
 def _files_open(args: argparse.Namespace, source: int | None) -> list[FileRead]:
-    """``_files_read`` for the rule: stdin as descriptor 0, and INPUT as the descriptor
-    ``source`` it is read through, once it is open."""
+    """``_files_read`` for the rule: stdin as descriptor 0, INPUT as the descriptor ``source``
+    it is read through, once it is open, and any other file as it was when it was read
+    (``_note_read``): its name may lead elsewhere by now."""
     read: list[FileRead] = []
     for what, path in _files_read(args):
         if what == "input file" and source is not None:
             read.append((what, source) if path == "-" else (what, path, source))
+        elif what != "input file" and path in _files_read_were:
+            read.append((what, path, _files_read_were[path]))
         else:
             read.append((what, 0 if path == "-" else path))
     return read
 
 
 @contextlib.contextmanager
-def _same_file_usage(output: str) -> Iterator[None]:
-    """The rule's SameFileError in the command line's words (a usage error: exit 2)."""
+def _same_file_usage(output: str, *, give_output: bool = True) -> Iterator[None]:
+    """The rule's SameFileError in the command line's words (a usage error: exit 2).
+    ``give_output``: the command has -o to suggest (recipient, listen, connect have not)."""
     from .errors import SameFileError
 
     try:
         yield
     except SameFileError as same:
         path = "-" if isinstance(same.path, int) else same.path
-        raise _Usage(_same_file_message(same.what, path, output)) from None
+        raise _Usage(_same_file_message(same.what, path, output, give_output=give_output)) from None
 
 
-def _same_file_message(what: str, path: str, output: str) -> str:
+def _same_file_message(what: str, path: str, output: str, *, give_output: bool = True) -> str:
     if output != "-":
         if path == "-" or path.startswith(("/dev/", "/proc/")):  # `-o F < F`, `-o F /dev/stdin < F`
             shown = "stdin" if path == "-" else _printable(path)
@@ -1747,10 +1770,8 @@ def _same_file_message(what: str, path: str, output: str) -> str:
             done = "with '>' the shell already emptied it"
     else:  # a FIFO or a block device, written in place
         done = "what is written would be read back"
-    return (
-        f"the output (stdout) is the {what}, {read}: nothing read ({done}); "
-        "redirect stdout elsewhere or give -o"
-    )
+    elsewhere = "redirect stdout elsewhere or give -o" if give_output else "redirect stdout elsewhere"
+    return f"the output (stdout) is the {what}, {read}: nothing read ({done}); {elsewhere}"
 
 
 @contextlib.contextmanager
@@ -1773,7 +1794,8 @@ def _open_output(
                 raise _Usage(_NO_TERMINAL)
             yield stdout
             return
-        destination = output_target(path)  # refuses what others planted
+        # refuses what others planted, and a /dev/fd/N this process opened itself
+        destination = output_target(path, given=_descriptors_given)
         with contextlib.ExitStack() as opened:
             # opening a FIFO waits for its reader: a stop gives the wait up at once; a temporary
             # file is created (and, at the end, renamed or removed) whole, however long a stop
@@ -1962,6 +1984,19 @@ def _seekable_input(path: str) -> str:
     return "/dev/stdin"
 
 
+@contextlib.contextmanager
+def _open_regular_input(path: str) -> Iterator[int]:
+    """A descriptor of the regular file ``path`` (``seekable.open_regular``: anything else is
+    refused, a FIFO without waiting)."""
+    from .seekable import open_regular
+
+    fd = open_regular(path)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def _copy_range(
     path: str, out: int, args: argparse.Namespace, keying: Keying, stop: threading.Event | None = None
 ) -> None:
@@ -2079,8 +2114,15 @@ def _key_source(args: argparse.Namespace) -> str:
 def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
     path = _seekable_input(args.input)
     try:
-        with _open_output(args.output, args.mode, read=_files_open(args, None)) as out:
-            _run_engine(partial(_copy_range, path, out, args, keying), out, args.output)
+        # INPUT is opened before OUT, and read through that descriptor (the kernel's link to
+        # it), so the rule compares OUT with the file being read: its name moved onto OUT's
+        # meanwhile was replaced by the rename, exit 0, the ciphertext gone (a hostile review)
+        with (
+            _open_regular_input(path) as source,
+            _open_output(args.output, args.mode, read=_files_open(args, source)) as out,
+        ):
+            work = partial(_copy_range, f"/dev/fd/{source}", out, args, keying)
+            _run_engine(work, out, args.output)
     except BaseException as exc:
         where = "the input" if args.input == "-" else args.input
         verdict = _header_verdict(
@@ -2907,11 +2949,38 @@ _LOCAL_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+# The descriptors open when main() began: the ones the shell (or caller) gave, which -o
+# /dev/fd/N may name; any other is the command's own (its signal wake-up pipe: ciphertext
+# written into it was a hostile review's finding)
+_descriptors_given: frozenset[int] | None = None
+
+
+def _open_descriptors() -> frozenset[int] | None:
+    """The descriptors open now (None: not known, no /proc or /dev/fd to list them)."""
+    for listing in ("/proc/self/fd", "/dev/fd"):
+        try:
+            names = os.listdir(listing)
+        except OSError:
+            continue
+        open_now = set()
+        for name in names:
+            try:  # the listing's own descriptor is closed by now: not one given
+                os.fstat(int(name))
+            except (OSError, ValueError):
+                continue
+            open_now.add(int(name))
+        return frozenset(open_now)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     if sys.stderr is None:  # closed by the shell (2>&-): print(file=None) would write to stdout
         # diagnostics go nowhere, never into the output; the exit status still tells
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
+    _files_read_were.clear()  # (main may run again in one process)
+    global _descriptors_given
+    _descriptors_given = _open_descriptors()
     args = _parse_args(_build_parser(), sys.argv[1:] if argv is None else argv)
     if isinstance(args, int):
         return args
@@ -3045,7 +3114,7 @@ def _age_habit(argv: Sequence[str]) -> str | None:
 def _run_command(args: argparse.Namespace) -> None:
     """Run a command that does I/O: a file command in a worker thread (``_FileRun``), listen
     and connect in an event loop."""
-    if args.command in ("encrypt", "decrypt", "info"):
+    if args.command in ("encrypt", "decrypt", "info", "listen", "connect"):
         _refuse_same_file(args)  # before a key, identity, passphrase or input is read
     if getattr(args, "format", "gcmstream") == "tink":
         _run_file_command(_TINK_COMMANDS[args.command], args, _tink_keyset(args))
