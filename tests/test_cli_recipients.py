@@ -1000,6 +1000,15 @@ def test_a_passphrase_under_15_characters_is_warned_about_when_encrypting(tmp_pa
         (["decrypt", "-R", "{recipients}", "{sealed}"], "-R names recipients, for encrypt: decrypt with"),
         (["encrypt", "-r", "{recipients}", "{plain}"], "names a file: -r takes a recipient line; give"),
         (["encrypt", "-r", "age1{secret}", "{plain}"], "is an age recipient (age1... or ssh-...)"),
+        # age's flags before a command: argparse said "invalid choice" of the word after them
+        (["-p", "{plain}"], "age's -p is `gcmstream encrypt --passphrase` (or decrypt"),
+        (["-p"], "age's -p is `gcmstream encrypt --passphrase` (or decrypt"),
+        (["-r", "{recipient}", "{plain}"], "age's -r RECIPIENT is `gcmstream encrypt -r RECIPIENT` here"),
+        (["--recipient={recipient}", "{plain}"], "`gcmstream encrypt -r RECIPIENT` here"),
+        (["-R", "{recipients}", "{plain}"], "age's -R PATH is `gcmstream encrypt -R FILE` here"),
+        (["-i", "{secret}", "{sealed}"], "age's -i PATH is `gcmstream decrypt -i IDENTITY_FILE` here"),
+        (["-a", "{plain}"], "age's -a is `gcmstream encrypt -a` here"),
+        (["-o", "{secret}", "{plain}"], "age's -o OUTPUT is `gcmstream encrypt -o FILE` (or decrypt"),
     ],
 )
 def test_an_age_habit_is_told_what_gcmstream_spells_it(

@@ -3014,6 +3014,20 @@ _AGE_HABITS = {
     ("decrypt", "--recipient"): "--recipient is encrypt's: decrypt with your identity file, -i FILE",
     ("decrypt", "-R"): "-R names recipients, for encrypt: decrypt with your identity file, -i FILE",
     ("decrypt", "--recipients-file"): "--recipients-file is encrypt's: decrypt with -i IDENTITY_FILE",
+    # before a command, argparse took the word after one of these for the command ("invalid
+    # choice"), quoting it: only the flag is named, gcmstream's spelling with it
+    (None, "-r"): "age's -r RECIPIENT is `gcmstream encrypt -r RECIPIENT` here",
+    (None, "--recipient"): "age's --recipient RECIPIENT is `gcmstream encrypt -r RECIPIENT` here",
+    (None, "-R"): "age's -R PATH is `gcmstream encrypt -R FILE` here",
+    (None, "--recipients-file"): "age's --recipients-file PATH is `gcmstream encrypt -R FILE` here",
+    (None, "-i"): "age's -i PATH is `gcmstream decrypt -i IDENTITY_FILE` here",
+    (None, "--identity"): "age's --identity PATH is `gcmstream decrypt -i IDENTITY_FILE` here",
+    (None, "-a"): "age's -a is `gcmstream encrypt -a` here",
+    (None, "--armor"): "age's --armor is `gcmstream encrypt -a` here",
+    (None, "-o"): "age's -o OUTPUT is `gcmstream encrypt -o FILE` (or decrypt -o FILE) here",
+    (None, "--output"): "age's --output OUTPUT is `gcmstream encrypt -o FILE` (or decrypt -o FILE) here",
+    (None, "-p"): "age's -p is `gcmstream encrypt --passphrase` (or decrypt --passphrase) here: it "
+    "asks for the passphrase on the terminal, or give --passphrase-file FILE",
 }
 _AGE_P = (
     "-p is not an option: age's -p is --passphrase here (it asks for the passphrase on the "
@@ -3023,7 +3037,8 @@ _AGE_P = (
 
 def _age_habit(argv: Sequence[str]) -> str | None:
     """The usage message for one of age's flags that gcmstream spells otherwise (``-d``,
-    ``-e``, ``-p`` without a value, ``decrypt --armor``, ``decrypt -r``): what to give instead.
+    ``-e``, ``-p`` without a value, ``decrypt --armor``, ``decrypt -r``, ``-r``/``-i``/``-o``/
+    ``-a`` before a command): what to give instead.
     Only the flag is named, never a word given with it. Checked before parsing (argparse would
     say "unrecognized arguments", or take ``gcmstream -d FILE``'s FILE for a command)."""
     command = None
