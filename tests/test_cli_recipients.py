@@ -26,6 +26,7 @@ from gcmstream.cli import (
     EXIT_UNSUPPORTED,
     EXIT_USAGE,
     EXIT_WRONG_KEY,
+    KEY_ENV,
 )
 
 from .helpers import run_cli
@@ -1063,3 +1064,15 @@ def test_two_ways_of_keying_name_the_flags_given_and_the_one_way_to_give(
     assert (
         f"{keyfile} is a key file (gcmstream-key-v1: line), not an identity file: give it with -k" in message
     )
+
+
+@pytest.mark.parametrize("command", ["encrypt", "decrypt"])
+def test_no_key_names_every_way_of_keying_and_the_help(tmp_path: Path, command: str) -> None:
+    """A new user's finding: ``encrypt plan.txt`` with no key option said only "give -k
+    KEYFILE or set GCMSTREAM_KEY", not -r/-R or the passphrase, nor pointed at --help as the
+    usage errors do (README.md)."""
+    message = one_line_error(run_cli(command, input=b""), EXIT_USAGE)
+    ways = ["-k KEYFILE", KEY_ENV, "--passphrase", "--passphrase-file FILE"]
+    ways += ["-r RECIPIENT", "-R FILE"] if command == "encrypt" else ["-i/--identity FILE"]
+    assert all(way in message for way in ways), message
+    assert message.endswith(f"(see gcmstream {command} --help)\n"), message

@@ -1302,6 +1302,11 @@ def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
         if args.command == "info":  # what the header claims, shown as not verified; nothing asked
             return {}
         return _what_the_header_asks_for(args)
+    if args.key_file is None and KEY_ENV not in os.environ:  # encrypt given no way of keying
+        raise _Usage(
+            f"no key: give -k KEYFILE or set {KEY_ENV}, -r RECIPIENT or -R FILE, or --passphrase "
+            "or --passphrase-file FILE (see gcmstream encrypt --help)"
+        )
     return {"key": _load_key(args.key_file)}
 
 
@@ -1383,10 +1388,14 @@ def _what_the_header_asks_for(args: argparse.Namespace) -> Keying:
     if sealing == "recipients":
         raise _Usage(f"{where} is encrypted to recipients: give -i/--identity FILE")
     if sealing is not None:
-        raise _Usage(f"no key: {where} is encrypted with a key: give -k KEYFILE or set {KEY_ENV}")
+        raise _Usage(
+            f"no key: {where} is encrypted with a key: give -k KEYFILE or set {KEY_ENV} "
+            f"(see gcmstream {args.command} --help)"
+        )
     raise _Usage(
         f"no key: give -k KEYFILE or set {KEY_ENV}; for a file encrypted to you or with a "
-        "passphrase, -i/--identity FILE or --passphrase-file FILE"
+        "passphrase, -i/--identity FILE, --passphrase or --passphrase-file FILE "
+        f"(see gcmstream {args.command} --help)"
     )
 
 
