@@ -626,6 +626,17 @@ def test_a_key_given_for_a_file_sealed_to_recipients_or_a_passphrase_names_what_
         assert not (tmp_path / "out").exists()
 
 
+def test_an_identity_given_for_a_file_sealed_with_a_key_names_k(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path
+) -> None:
+    """A new user's finding: `decrypt -i alice.identity` on a file a key sealed said only "a
+    key sealed it, or the header was altered"; the opposite mistake names -i, this one -k."""
+    path = tmp_path / "backup.gcms"
+    assert run_cli("encrypt", "-k", keyfile, "-o", path, input=PLAIN).status == EXIT_OK
+    message = one_line_error(run_cli("decrypt", "-i", people["alice"], path), EXIT_WRONG_KEY)
+    assert "a key sealed it (give -k KEYFILE" in message, message
+
+
 def test_a_passphrase_file_at_a_terminal_asks_for_the_passphrase(tmp_path: Path) -> None:
     """No --passphrase given: the header names a passphrase, and the terminal is asked."""
     code, sealed, err = on_terminal(["encrypt", "--passphrase", *FAST], b"pw one\npw one\n", PLAIN)
