@@ -1824,6 +1824,7 @@ def test_every_error_line_starts_the_same_way(argv: list[str], command: str | No
 # a value typed at the wrong flag (or a misspelt one): mixed case, short enough that the
 # key-text filter alone would show it
 FLAG_SECRET = "Hunter2x"
+NOT_SHOWN = "(its value is not shown)"
 # options whose value is a file's path, named in messages about that file (its path)
 PATH_METAVARS = {"FILE", "KEYFILE", "OUT", "IDENTITY_FILE"}
 
@@ -1872,6 +1873,20 @@ def test_no_flag_quotes_a_value_given_to_it() -> None:
     assert refused > 40, refused  # most of them refused for their value, without quoting it
     message = one_line_error(run_cli("decrypt", f"--password={FLAG_SECRET}", "n"), EXIT_USAGE)
     assert "unrecognized arguments: --password= (its value is not shown)" in message
+
+
+def test_a_hidden_value_is_said_once_and_a_number_is_shown() -> None:
+    """A new user's findings: ``--password=TEXT`` said "(its value is not shown)" twice, and
+    ``--offset -5`` "must not be negative: (its value is not shown)": a number given to a flag
+    that takes one is no secret (shown), any other value stays hidden, without the ": (" slip."""
+    message = one_line_error(run_cli("encrypt", f"--password={FLAG_SECRET}", "plan.txt"), EXIT_USAGE)
+    assert message.count(NOT_SHOWN) == 1 and FLAG_SECRET not in message, message
+    for flag in ("--offset", "--length"):
+        message = one_line_error(run_cli("decrypt", "-k", "k", flag, "-5", "n"), EXIT_USAGE)
+        assert f"argument {flag}: must not be negative: '-5'" in message, message
+    for words in (["--max-record-size", FLAG_SECRET], [f"--offset={FLAG_SECRET}"], ["--jobs", FLAG_SECRET]):
+        message = one_line_error(run_cli("decrypt", *words, "n"), EXIT_USAGE)
+        assert FLAG_SECRET not in message and ": (" not in message and NOT_SHOWN in message, message
 
 
 def test_a_refused_choice_lists_every_choice_whatever_was_given_before() -> None:

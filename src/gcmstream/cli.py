@@ -420,7 +420,8 @@ class _Parser(argparse.ArgumentParser):
         message = re.sub(_IGNORED_VALUE, "takes no value (the text given to it is not shown)", message)
         message = _without_values(message, self.words)
         # argparse's "ambiguous option: --pass=TEXT could match ...": the text may be a secret
-        message = re.sub(r"(?<!\S)(--?[\w-]+)=\S*", rf"\1= {_NOT_SHOWN}", message)
+        # (a value _unrecognized already hid leaves "--password=" bare: not hidden twice)
+        message = re.sub(r"(?<!\S)(--?[\w-]+)=\S+", rf"\1= {_NOT_SHOWN}", message)
         command = self.prog.partition(" ")[2] or self.command_given
         helped = f"gcmstream {command}" if command else "gcmstream"
         self.exit(EXIT_USAGE, _stderr_line(command, f"{message} (see {helped} --help)") + "\n")
@@ -453,13 +454,23 @@ def _without_values(message: str, words: Sequence[str]) -> str:
     # the choices argparse lists are the parser's own words, never a value given: kept whole
     # (`--format x --format tink` blanked 'tink' there, a value given to --format too)
     rest, choices, listed = message[named.end() :].partition(" (choose from ")
+    numeric = bool(flags) and all(flag in _NUMBER_FLAGS for flag in flags)
     for word, following in zip(words, [*words[1:], ""], strict=False):
         name, joined, value = word.partition("=")
         if any((flag.startswith(name) and len(name) > 2) or flag == name for flag in flags):
             given = value if joined else following
+            if numeric and re.fullmatch(_A_NUMBER, given):
+                continue  # `--offset -5`: a number is no secret, and the message needs it
             if given:
-                rest = rest.replace(repr(given), _NOT_SHOWN)
+                hidden = f" {_NOT_SHOWN}" if numeric else _NOT_SHOWN
+                rest = rest.replace(f": {given!r}" if numeric else repr(given), hidden)
     return message[: named.end()] + rest + choices + listed
+
+
+# Flags that take a number: a value given to one that reads as a number (a sign, digits, a
+# unit letter) is shown in its error; any other may be a secret typed at the wrong flag
+_NUMBER_FLAGS = {"--offset", "--length", "--record-size", "--max-record-size", "--jobs", "--work-factor"}
+_A_NUMBER = r"[+-]?[0-9]{1,30}[A-Za-z]?"
 
 
 def _stderr_line(
