@@ -1228,7 +1228,8 @@ def test_listen_keeps_serving_after_failed_handshakes(tmp_path: Path, keyfile: P
     assert "not a gcmstream stream" in log[0]
     assert re.fullmatch(r"gcmstream listen: 127\.0\.0\.1:\d+: .*; still listening", log[0])
     assert re.fullmatch(
-        r"gcmstream listen: handshakes failed without proving the key in the last \d+ s: 1 \(1 [a-z ]+\); "
+        r"gcmstream listen: handshakes failed without proving the key since the last warning "
+        r"\((?:\d+|\d\.\d|under 0\.1) s\): 1 \(1 [a-z ]+\); "
         r"each is logged at debug level",
         log[1],
     )
@@ -1271,7 +1272,7 @@ def test_listens_count_line_keeps_its_reasons_through_the_key_text_filter() -> N
         logger.handlers[:], level, logger.propagate = saved
         logger.setLevel(level)
     assert lines == [
-        "gcmstream listen: handshakes failed without proving the key in the last 10 s: 4 "
+        "gcmstream listen: handshakes failed without proving the key since the last warning (10 s): 4 "
         "(3 hung up or cut during the handshake, 1 too slow (handshake timeout)); each is logged at "
         "debug level"
     ]
@@ -1382,7 +1383,8 @@ def test_listen_says_one_line_for_a_flood_of_strangers_not_one_each(keyfile: Pat
     assert re.fullmatch(r"gcmstream listen: 127\.0\.0\.1:\d+: .*; still listening", log[0])
     # the other 99 counted, said as listen ends with its peer, their reason in words
     assert re.fullmatch(
-        r"gcmstream listen: handshakes failed without proving the key in the last \d+ s: 99 "
+        r"gcmstream listen: handshakes failed without proving the key since the last warning "
+        r"\((?:\d+|\d\.\d|under 0\.1) s\): 99 "
         r"\(99 hung up or cut during the handshake\); each is logged at debug level",
         log[1],
     )

@@ -279,7 +279,7 @@ def test_an_identity_or_recipient_file_read_as_a_key_file_is_named(tmp_path: Pat
     identity = Identity.generate()
     path = tmp_path / "alice.identity"
     write_identity_file(path, identity)
-    with pytest.raises(KeyFileError, match="looks like an identity file.*read_identity_file") as info:
+    with pytest.raises(KeyFileError, match=r"looks like an identity file.*read_identity_file") as info:
         read_key_file(path)
     line = next(line for line in path.read_text().splitlines() if not line.startswith("#"))
     assert line.rsplit(":", 1)[-1][:12] not in str(info.value)
