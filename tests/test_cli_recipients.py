@@ -814,7 +814,7 @@ def test_an_unmatched_identity_counts_every_stanza_of_the_header(
     message = one_line_error(
         run_cli("decrypt", "-i", people["dave"], "-o", tmp_path / "out", path), EXIT_WRONG_KEY
     )
-    assert "opens any of the stream's 1 recipient stanzas (1 of a kind this version does not read)" in message
+    assert "does not open the stream's 1 recipient stanza (1 of a kind this version does not read)" in message
 
 
 def test_a_key_file_given_to_i_is_told_to_go_to_k(

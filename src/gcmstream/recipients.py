@@ -596,7 +596,11 @@ class Unlocker:
         skipped = (
             f" ({count - len(stanzas)} of a kind this version does not read)" if count > len(stanzas) else ""
         )
-        raise NoIdentityMatchedError(
-            f"none of the {len(self._identities)} identities given opens any of the stream's "
-            f"{count} recipient stanzas{skipped}: a wrong identity, or the header was altered"
-        )
+        given, stanzas_said = len(self._identities), f"the stream's {count} recipient stanza"
+        if count != 1:
+            stanzas_said = f"any of {stanzas_said}s" if given != 1 else f"none of {stanzas_said}s"
+        if given == 1:
+            unopened = f"the 1 identity given {'does not open' if count == 1 else 'opens'} {stanzas_said}"
+        else:
+            unopened = f"none of the {given} identities given opens {stanzas_said}"
+        raise NoIdentityMatchedError(f"{unopened}{skipped}: a wrong identity, or the header was altered")
