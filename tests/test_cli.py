@@ -165,6 +165,14 @@ def test_help_examples_parse() -> None:
             assert args.command == command, line
 
 
+def test_the_top_help_examples_comments_line_up() -> None:
+    """A new user's finding: `recipient`'s "# to give to others" stood three columns right of
+    the other comments of `gcmstream --help`'s examples."""
+    shown = run_cli("--help").stdout.decode().partition("examples:\n")[2].partition("\n\n")[0]
+    columns = {line.index("  # ") for line in shown.splitlines() if "  # " in line}
+    assert len(columns) == 1 and shown.count("  # ") >= 3, shown
+
+
 def test_bare_command_prints_the_help() -> None:
     result = run_cli()
     assert result.status == EXIT_USAGE

@@ -612,7 +612,7 @@ _EXAMPLES = {
   gcmstream identity -o me.identity               # ML-KEM-768 + X25519; recipient on stderr
   gcmstream identity -o me.identity --x25519      # X25519 alone: a 78-character recipient""",
     "recipient": """\
-  gcmstream recipient me.identity > me.recipient     # to give to others""",
+  gcmstream recipient me.identity > me.recipient  # to give to others""",
     "encrypt": """\
   tar c docs | gcmstream encrypt -k backup.key --context "backup v1" > docs.tar.gcms
   gcmstream encrypt -R team.recipients -r gcmstream-recipient-v1:mlkem768x25519:... -o a.pdf.gcms a.pdf
