@@ -2034,7 +2034,7 @@ def _header_verdict(
         return _Fail(
             code,
             f"{where} is armored text ('encrypt -a'): {seeks} the binary file to seek in; "
-            "'gcmstream decrypt' reads armor whole",
+            f"'gcmstream decrypt' reads armor whole; the binary file: {_DEARMOR_IN_A_SHELL}",
         )
     if isinstance(fault, RecordTooLargeError) and fault.rule == "H8":
         return _Fail(code, _record_limit_error(command, fault.size, fault.limit, where).message)
@@ -2049,6 +2049,11 @@ def _header_verdict(
     if where == "the input":  # stdin: no file to name, the error's own words
         return None
     return _Fail(code, f"{where}: {_classify(fault)[1]}")  # wrong key or context, tampered
+
+
+# armor's strict form (docs/FORMAT.md 12) is a begin line, standard base64 in lines, an end line:
+# no gcmstream command writes the binary file back, the shell's tools do (tests/test_cli_armor.py)
+_DEARMOR_IN_A_SHELL = "sed '1d;$d' FILE.asc | base64 -d > FILE.gcms (in Python, gcmstream.armor.dearmor)"
 
 
 def _unknown_key_verdict(
