@@ -165,6 +165,14 @@ def test_help_examples_parse() -> None:
             assert args.command == command, line
 
 
+def test_the_top_help_examples_comments_line_up() -> None:
+    """A new user's finding: `recipient`'s "# to give to others" stood three columns right of
+    the other comments of `gcmstream --help`'s examples."""
+    shown = run_cli("--help").stdout.decode().partition("examples:\n")[2].partition("\n\n")[0]
+    columns = {line.index("  # ") for line in shown.splitlines() if "  # " in line}
+    assert len(columns) == 1 and shown.count("  # ") >= 3, shown
+
+
 def test_bare_command_prints_the_help() -> None:
     result = run_cli()
     assert result.status == EXIT_USAGE
@@ -1228,7 +1236,8 @@ def test_listen_keeps_serving_after_failed_handshakes(tmp_path: Path, keyfile: P
     assert "not a gcmstream stream" in log[0]
     assert re.fullmatch(r"gcmstream listen: 127\.0\.0\.1:\d+: .*; still listening", log[0])
     assert re.fullmatch(
-        r"gcmstream listen: handshakes failed without proving the key in the last \d+ s: 1 \(1 [a-z ]+\); "
+        r"gcmstream listen: handshakes failed without proving the key since the last warning "
+        r"\((?:\d+|\d\.\d|under 0\.1) s\): 1 \(1 [a-z ]+\); "
         r"each is logged at debug level",
         log[1],
     )
@@ -1271,7 +1280,7 @@ def test_listens_count_line_keeps_its_reasons_through_the_key_text_filter() -> N
         logger.handlers[:], level, logger.propagate = saved
         logger.setLevel(level)
     assert lines == [
-        "gcmstream listen: handshakes failed without proving the key in the last 10 s: 4 "
+        "gcmstream listen: handshakes failed without proving the key since the last warning (10 s): 4 "
         "(3 hung up or cut during the handshake, 1 too slow (handshake timeout)); each is logged at "
         "debug level"
     ]
@@ -1382,7 +1391,8 @@ def test_listen_says_one_line_for_a_flood_of_strangers_not_one_each(keyfile: Pat
     assert re.fullmatch(r"gcmstream listen: 127\.0\.0\.1:\d+: .*; still listening", log[0])
     # the other 99 counted, said as listen ends with its peer, their reason in words
     assert re.fullmatch(
-        r"gcmstream listen: handshakes failed without proving the key in the last \d+ s: 99 "
+        r"gcmstream listen: handshakes failed without proving the key since the last warning "
+        r"\((?:\d+|\d\.\d|under 0\.1) s\): 99 "
         r"\(99 hung up or cut during the handshake\); each is logged at debug level",
         log[1],
     )
@@ -1824,6 +1834,7 @@ def test_every_error_line_starts_the_same_way(argv: list[str], command: str | No
 # a value typed at the wrong flag (or a misspelt one): mixed case, short enough that the
 # key-text filter alone would show it
 FLAG_SECRET = "Hunter2x"
+NOT_SHOWN = "(its value is not shown)"
 # options whose value is a file's path, named in messages about that file (its path)
 PATH_METAVARS = {"FILE", "KEYFILE", "OUT", "IDENTITY_FILE"}
 
@@ -1872,6 +1883,20 @@ def test_no_flag_quotes_a_value_given_to_it() -> None:
     assert refused > 40, refused  # most of them refused for their value, without quoting it
     message = one_line_error(run_cli("decrypt", f"--password={FLAG_SECRET}", "n"), EXIT_USAGE)
     assert "unrecognized arguments: --password= (its value is not shown)" in message
+
+
+def test_a_hidden_value_is_said_once_and_a_number_is_shown() -> None:
+    """A new user's findings: ``--password=TEXT`` said "(its value is not shown)" twice, and
+    ``--offset -5`` "must not be negative: (its value is not shown)": a number given to a flag
+    that takes one is no secret (shown), any other value stays hidden, without the ": (" slip."""
+    message = one_line_error(run_cli("encrypt", f"--password={FLAG_SECRET}", "plan.txt"), EXIT_USAGE)
+    assert message.count(NOT_SHOWN) == 1 and FLAG_SECRET not in message, message
+    for flag in ("--offset", "--length"):
+        message = one_line_error(run_cli("decrypt", "-k", "k", flag, "-5", "n"), EXIT_USAGE)
+        assert f"argument {flag}: must not be negative: '-5'" in message, message
+    for words in (["--max-record-size", FLAG_SECRET], [f"--offset={FLAG_SECRET}"], ["--jobs", FLAG_SECRET]):
+        message = one_line_error(run_cli("decrypt", *words, "n"), EXIT_USAGE)
+        assert FLAG_SECRET not in message and ": (" not in message and NOT_SHOWN in message, message
 
 
 def test_a_refused_choice_lists_every_choice_whatever_was_given_before() -> None:

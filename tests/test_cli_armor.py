@@ -142,6 +142,31 @@ def test_encrypt_armor_pipes_into_decrypt_in_a_real_shell(tmp_path: Path, key: P
     assert (tmp_path / "out").read_bytes() == plain
 
 
+def test_the_binary_file_of_armored_text_as_info_and_the_readme_say_to_make_it(
+    tmp_path: Path, key: Path
+) -> None:
+    """A new user's finding: `info` and `--offset` need the binary file, but nothing said how to
+    get it from armored text. The message (and README.md) give the shell's way and the Python
+    one; run as said, in a real shell, the binary file is the one `encrypt` without -a writes
+    (as info verifies it) and the one ``dearmor`` gives."""
+    text = sealed(key, b"y" * 3000)
+    (tmp_path / "notes.asc").write_bytes(text)
+    message = one_line_error(run_cli("info", tmp_path / "notes.asc"), EXIT_UNSUPPORTED)
+    told = message.partition("the binary file: ")[2].partition(" (in Python, gcmstream.armor.dearmor)")
+    assert told[1], message
+    shell = told[0].replace("FILE.asc", "notes.asc").replace("FILE.gcms", "notes.gcms")
+    result = subprocess.run(
+        ["sh", "-c", shell], cwd=tmp_path, env=env(), capture_output=True, timeout=TIMEOUT, check=False
+    )
+    assert result.returncode == 0 and result.stderr == b"", result.stderr
+    binary = (tmp_path / "notes.gcms").read_bytes()
+    assert binary == dearmor(text)
+    shown = run_cli("info", "-k", key, tmp_path / "notes.gcms")
+    assert shown.status == EXIT_OK and b"verified: the header" in shown.stdout, shown.stderr
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert told[0] in readme and "gcmstream.armor.dearmor" in readme
+
+
 def test_armored_output_may_go_to_a_terminal(key: Path) -> None:
     """Text, as age -a writes to a terminal; the binary form stays refused there."""
     controller, terminal = pty.openpty()

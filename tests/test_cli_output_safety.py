@@ -204,6 +204,30 @@ def test_dev_stdout_appended_to_a_log_appends(tmp_path: Path, keyfile: Path) -> 
     assert stat.S_IMODE(log.stat().st_mode) == 0o644 and log.stat().st_ino == number
 
 
+def test_encrypt_o_replaces_an_existing_file_atomically_keygen_refuses_it(
+    tmp_path: Path, keyfile: Path
+) -> None:
+    """README.md, where -o is described: `encrypt -o FILE` (and decrypt's) replaces an existing
+    FILE with no --force, by a rename (a new file: the old one's mode and inode are not kept),
+    and a failure leaves FILE as it was; only keygen and identity refuse an existing FILE."""
+    args = command("encrypt", keyfile, tmp_path)
+    out = tmp_path / "out"
+    out.write_bytes(b"earlier")
+    out.chmod(0o644)
+    number = out.stat().st_ino
+    assert run_cli(*args, out).status == 0
+    assert decrypted(out.read_bytes(), keyfile, tmp_path) == b"secret data"
+    assert out.stat().st_ino != number and stat.S_IMODE(out.stat().st_mode) == 0o600
+    replaced = out.read_bytes()
+    failed = run_cli("encrypt", "-k", keyfile, tmp_path / "missing", "-o", out)
+    assert failed.status == EXIT_IO and out.read_bytes() == replaced
+    for kind in ("keygen", "identity"):
+        message = one_line_error(run_cli(kind, "-o", out), EXIT_USAGE)
+        assert "exists; use --force" in message and out.read_bytes() == replaced
+    readme = " ".join((Path(__file__).parent.parent / "README.md").read_text().split())
+    assert "`encrypt -o FILE` and `decrypt -o FILE` replace an existing FILE atomically" in readme
+
+
 # -- the output is a file the command reads (a new user's findings) ----------------------------
 
 

@@ -26,6 +26,7 @@ from gcmstream.cli import (
     EXIT_UNSUPPORTED,
     EXIT_USAGE,
     EXIT_WRONG_KEY,
+    KEY_ENV,
 )
 
 from .helpers import run_cli
@@ -625,6 +626,17 @@ def test_a_key_given_for_a_file_sealed_to_recipients_or_a_passphrase_names_what_
         assert not (tmp_path / "out").exists()
 
 
+def test_an_identity_given_for_a_file_sealed_with_a_key_names_k(
+    tmp_path: Path, people: dict[str, Path], keyfile: Path
+) -> None:
+    """A new user's finding: `decrypt -i alice.identity` on a file a key sealed said only "a
+    key sealed it, or the header was altered"; the opposite mistake names -i, this one -k."""
+    path = tmp_path / "backup.gcms"
+    assert run_cli("encrypt", "-k", keyfile, "-o", path, input=PLAIN).status == EXIT_OK
+    message = one_line_error(run_cli("decrypt", "-i", people["alice"], path), EXIT_WRONG_KEY)
+    assert "a key sealed it (give -k KEYFILE" in message, message
+
+
 def test_a_passphrase_file_at_a_terminal_asks_for_the_passphrase(tmp_path: Path) -> None:
     """No --passphrase given: the header names a passphrase, and the terminal is asked."""
     code, sealed, err = on_terminal(["encrypt", "--passphrase", *FAST], b"pw one\npw one\n", PLAIN)
@@ -802,7 +814,7 @@ def test_an_unmatched_identity_counts_every_stanza_of_the_header(
     message = one_line_error(
         run_cli("decrypt", "-i", people["dave"], "-o", tmp_path / "out", path), EXIT_WRONG_KEY
     )
-    assert "opens any of the stream's 1 recipient stanzas (1 of a kind this version does not read)" in message
+    assert "does not open the stream's 1 recipient stanza (1 of a kind this version does not read)" in message
 
 
 def test_a_key_file_given_to_i_is_told_to_go_to_k(
@@ -1000,6 +1012,15 @@ def test_a_passphrase_under_15_characters_is_warned_about_when_encrypting(tmp_pa
         (["decrypt", "-R", "{recipients}", "{sealed}"], "-R names recipients, for encrypt: decrypt with"),
         (["encrypt", "-r", "{recipients}", "{plain}"], "names a file: -r takes a recipient line; give"),
         (["encrypt", "-r", "age1{secret}", "{plain}"], "is an age recipient (age1... or ssh-...)"),
+        # age's flags before a command: argparse said "invalid choice" of the word after them
+        (["-p", "{plain}"], "age's -p is `gcmstream encrypt --passphrase` (or decrypt"),
+        (["-p"], "age's -p is `gcmstream encrypt --passphrase` (or decrypt"),
+        (["-r", "{recipient}", "{plain}"], "age's -r RECIPIENT is `gcmstream encrypt -r RECIPIENT` here"),
+        (["--recipient={recipient}", "{plain}"], "`gcmstream encrypt -r RECIPIENT` here"),
+        (["-R", "{recipients}", "{plain}"], "age's -R PATH is `gcmstream encrypt -R FILE` here"),
+        (["-i", "{secret}", "{sealed}"], "age's -i PATH is `gcmstream decrypt -i IDENTITY_FILE` here"),
+        (["-a", "{plain}"], "age's -a is `gcmstream encrypt -a` here"),
+        (["-o", "{secret}", "{plain}"], "age's -o OUTPUT is `gcmstream encrypt -o FILE` (or decrypt"),
     ],
 )
 def test_an_age_habit_is_told_what_gcmstream_spells_it(
@@ -1054,3 +1075,15 @@ def test_two_ways_of_keying_name_the_flags_given_and_the_one_way_to_give(
     assert (
         f"{keyfile} is a key file (gcmstream-key-v1: line), not an identity file: give it with -k" in message
     )
+
+
+@pytest.mark.parametrize("command", ["encrypt", "decrypt"])
+def test_no_key_names_every_way_of_keying_and_the_help(tmp_path: Path, command: str) -> None:
+    """A new user's finding: ``encrypt plan.txt`` with no key option said only "give -k
+    KEYFILE or set GCMSTREAM_KEY", not -r/-R or the passphrase, nor pointed at --help as the
+    usage errors do (README.md)."""
+    message = one_line_error(run_cli(command, input=b""), EXIT_USAGE)
+    ways = ["-k KEYFILE", KEY_ENV, "--passphrase", "--passphrase-file FILE"]
+    ways += ["-r RECIPIENT", "-R FILE"] if command == "encrypt" else ["-i/--identity FILE"]
+    assert all(way in message for way in ways), message
+    assert message.endswith(f"(see gcmstream {command} --help)\n"), message

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gcmstream import KeyFileError, generate_key, read_key_file, write_key_file
+from gcmstream import Identity, KeyFileError, generate_key, read_key_file, write_identity_file, write_key_file
 from gcmstream.keyfile import format_key, parse_key
 
 from .helpers import run_under_ascii_locale
@@ -270,3 +270,19 @@ def test_a_tink_keyset_given_as_a_key_file_names_format_tink() -> None:
     with pytest.raises(KeyFileError, match=r"Tink keyset.*--format tink") as raised:
         parse_key(keyset)
     assert "c2Vj" not in str(raised.value)
+
+
+def test_an_identity_or_recipient_file_read_as_a_key_file_is_named(tmp_path: Path) -> None:
+    """A new user's finding: ``read_key_file`` on an identity file said only "not a gcmstream
+    key line (expected three fields...)". It names the file's kind and the reader to use, never
+    a slice of the line (which holds the private key)."""
+    identity = Identity.generate()
+    path = tmp_path / "alice.identity"
+    write_identity_file(path, identity)
+    with pytest.raises(KeyFileError, match=r"looks like an identity file.*read_identity_file") as info:
+        read_key_file(path)
+    line = next(line for line in path.read_text().splitlines() if not line.startswith("#"))
+    assert line.rsplit(":", 1)[-1][:12] not in str(info.value)
+    with pytest.raises(KeyFileError, match="this is a recipient line, not a key file") as info:
+        parse_key(str(identity.recipient))
+    assert str(identity.recipient).rsplit(":", 1)[-1][:12] not in str(info.value)

@@ -72,6 +72,23 @@ def three() -> list[Identity]:
     return [Identity.generate(), Identity.generate(), Identity.generate()]
 
 
+@pytest.mark.parametrize(
+    ("given", "sealed_to", "says"),
+    [
+        (1, 1, "the 1 identity given does not open the stream's 1 recipient stanza: "),
+        (1, 2, "the 1 identity given opens none of the stream's 2 recipient stanzas: "),
+        (2, 1, "none of the 2 identities given opens the stream's 1 recipient stanza: "),
+        (3, 2, "none of the 3 identities given opens any of the stream's 2 recipient stanzas: "),
+    ],
+)
+def test_an_unmatched_identity_is_counted_in_words_that_agree(given: int, sealed_to: int, says: str) -> None:
+    """A new user's finding: "none of the 1 identities given opens any of the stream's 1
+    recipient stanzas". Singular and plural agree with each count."""
+    wire = seal(recipients=[Identity.generate().recipient for _ in range(sealed_to)])
+    error = refused(wire, NoIdentityMatchedError, identities=[Identity.generate() for _ in range(given)])
+    assert says in str(error), str(error)
+
+
 def test_three_recipients_each_decrypt_alone(three: list[Identity]) -> None:
     wire = seal(recipients=[identity.recipient for identity in three])
     for identity in three:

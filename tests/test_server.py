@@ -343,14 +343,16 @@ def test_keyless_failures_are_one_warning_per_interval_counted_by_reason(
     now[0] += 0.5  # the interval has passed: the next arrival says the count
     server.admit("next", ("10.0.0.2", 1))
     assert caplog.messages == [
-        "handshakes failed without proving the key in the last 10 s: 301 (201 hung up or cut during "
-        "the handshake, 100 too slow (handshake timeout)); each is logged at debug level"
+        "handshakes failed without proving the key since the last warning (10 s): 301 (201 hung up or cut "
+        "during the handshake, 100 too slow (handshake timeout)); each is logged at debug level"
     ]
     assert server.handshake_failed("next", HUNG_UP) == logging.DEBUG  # the count was this interval's line
     now[0] += REPORT_INTERVAL
     assert fail("after", HUNG_UP) == logging.DEBUG  # its arrival said the count of one: debug
     assert len(caplog.messages) == 2
-    assert caplog.messages[1].startswith("handshakes failed without proving the key in the last 10 s: 1 (")
+    assert caplog.messages[1].startswith(
+        "handshakes failed without proving the key since the last warning (10 s): 1 ("
+    )
     now[0] += REPORT_INTERVAL
     server.admit("served", ("10.0.0.3", 1))  # an arrival after the flood says its last count
     assert len(caplog.messages) == 3
@@ -378,9 +380,31 @@ def test_a_failure_after_the_interval_says_the_count_first_without_an_arrival(
     now[0] = 1001.0 + REPORT_INTERVAL
     assert report.failed(TimeoutError(), proved_key=False) == logging.DEBUG  # the count was the line
     assert caplog.messages == [
-        "handshakes failed without proving the key in the last 10 s: 1 (1 hung up or cut during "
+        "handshakes failed without proving the key since the last warning (11 s): 1 (1 hung up or cut during "
         "the handshake); each is logged at debug level"
     ]
+
+
+def test_a_count_said_right_after_the_last_warning_says_the_real_span(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A new user's finding: `gcmstream listen` ending right after a second failure said "in
+    the last 0 s" (the span was taken from the first failure counted). It is the time since the
+    last warning line, said as a reader takes it in."""
+    caplog.set_level(logging.WARNING, logger="gcmstream")
+    now = [500.0]
+    report = FailureReport(clock=lambda: now[0])
+    assert report.failed(HUNG_UP, proved_key=False) == logging.WARNING  # its own line
+    for at, said in ((500.02, "under 0.1 s"), (502.5, "2.5 s"), (509.0, "9.0 s")):
+        now[0] = at
+        report.failed(HUNG_UP, proved_key=False)
+        report.report_due(final=True)
+        assert caplog.messages[-1].startswith(
+            f"handshakes failed without proving the key since the last warning ({said}): 1 ("
+        ), caplog.messages
+        now[0] = 500.0  # the next span again from the first line (the count's own line moved it)
+        report = FailureReport(clock=lambda: now[0])
+        report.failed(HUNG_UP, proved_key=False)
 
 
 def test_a_failed_handshake_is_one_line_naming_the_peer_the_error_and_the_limit(
@@ -504,7 +528,7 @@ def test_a_peer_that_hung_up_before_sending_counts_as_a_keyless_failure(
     now[0] = REPORT_INTERVAL
     server.failures.report_due()
     assert caplog.messages == [
-        "handshakes failed without proving the key in the last 10 s: 1 (1 hung up or cut during "
+        "handshakes failed without proving the key since the last warning (10 s): 1 (1 hung up or cut during "
         "the handshake); each is logged at debug level"
     ]
 
@@ -580,7 +604,7 @@ def test_a_final_report_says_the_count_whatever_the_interval(caplog: pytest.LogC
     assert caplog.messages == []
     report.report_due(final=True)
     assert caplog.messages == [
-        "handshakes failed without proving the key in the last 1 s: 2 (2 too slow (handshake "
+        "handshakes failed without proving the key since the last warning (1.0 s): 2 (2 too slow (handshake "
         "timeout)); each is logged at debug level"
     ]
     report.report_due(final=True)  # nothing counted since: nothing more

@@ -17,3 +17,6 @@ MAX_CONTEXT_SIZE = 64 * 1024
 DEFAULT_WORK_FACTOR = 18
 # The prefix of a recipient line (docs/FORMAT.md 4.5).
 RECIPIENT_PREFIX = "gcmstream-recipient-v1"
+# The prefix of an identity line (docs/FORMAT.md 4.5): here so that keyfile.py can tell an
+# identity file given where a key file goes without importing recipients.py.
+IDENTITY_PREFIX = "gcmstream-identity-v1"

@@ -348,18 +348,17 @@ class FailureReport:
     each: its own line goes at debug level and it is counted by reason; at most one warning
     goes out per ``REPORT_INTERVAL``. That warning is the connection's own line when nothing
     was counted since the last one (a lone failure on a quiet server is said at once, with its
-    peer and reason), else the count (``"handshakes failed without proving the key in the
-    last T s: N (...)"``, by exception type), logged at the next failure or arrival once the
+    peer and reason), else the count (``"handshakes failed without proving the key since the
+    last warning (T s): N (...)"``, by exception type), logged at the next failure or arrival once the
     interval has passed."""
 
-    __slots__ = ("_clock", "_counted", "_counted_since", "_log", "_warned_at")
+    __slots__ = ("_clock", "_counted", "_log", "_warned_at")
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, log: logging.Logger = logger) -> None:
         self._clock = clock
         self._log = log
         self._warned_at = -math.inf  # the last warning line: a connection's own, or a count
         self._counted: Counter[str] = Counter()  # failures at debug level since then, by reason
-        self._counted_since = -math.inf
 
     def failed(self, exc: BaseException, *, proved_key: bool) -> int:
         """A pending handshake failed with ``exc``: the level of its own line (the adapter
@@ -371,8 +370,6 @@ class FailureReport:
         if now - self._warned_at >= REPORT_INTERVAL:  # nothing counted: its own line is the one
             self._warned_at = now
             return logging.WARNING
-        if not self._counted:
-            self._counted_since = now
         self._counted[reason_words(type(exc))] += 1
         return logging.DEBUG
 
@@ -388,15 +385,24 @@ class FailureReport:
         if now - self._warned_at < REPORT_INTERVAL and not final:
             return
         reasons = ", ".join(f"{count:,} {reason}" for reason, count in self._counted.most_common())
+        # the time since the last warning line, the span these failures fell in: from the first
+        # one counted, a failure right after a line said "in the last 0 s" (a new user's finding)
         self._log.warning(
-            "handshakes failed without proving the key in the last %.0f s: %s (%s); "
+            "handshakes failed without proving the key since the last warning (%s): %s (%s); "
             "each is logged at debug level",
-            now - self._counted_since,
+            _span(now - self._warned_at),
             f"{self._counted.total():,}",
             reasons,
         )
         self._warned_at = now
         self._counted.clear()
+
+
+def _span(seconds: float) -> str:
+    """A time between two log lines, as a reader takes it in: "10 s", "2.5 s", "under 0.1 s"."""
+    if seconds >= 9.95:
+        return f"{seconds:.0f} s"
+    return f"{seconds:.1f} s" if seconds >= 0.05 else "under 0.1 s"
 
 
 def connection_statistics(sealer: AnySealer, opener: AnyOpener | None) -> dict[str, object]:

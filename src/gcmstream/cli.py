@@ -420,7 +420,8 @@ class _Parser(argparse.ArgumentParser):
         message = re.sub(_IGNORED_VALUE, "takes no value (the text given to it is not shown)", message)
         message = _without_values(message, self.words)
         # argparse's "ambiguous option: --pass=TEXT could match ...": the text may be a secret
-        message = re.sub(r"(?<!\S)(--?[\w-]+)=\S*", rf"\1= {_NOT_SHOWN}", message)
+        # (a value _unrecognized already hid leaves "--password=" bare: not hidden twice)
+        message = re.sub(r"(?<!\S)(--?[\w-]+)=\S+", rf"\1= {_NOT_SHOWN}", message)
         command = self.prog.partition(" ")[2] or self.command_given
         helped = f"gcmstream {command}" if command else "gcmstream"
         self.exit(EXIT_USAGE, _stderr_line(command, f"{message} (see {helped} --help)") + "\n")
@@ -453,13 +454,23 @@ def _without_values(message: str, words: Sequence[str]) -> str:
     # the choices argparse lists are the parser's own words, never a value given: kept whole
     # (`--format x --format tink` blanked 'tink' there, a value given to --format too)
     rest, choices, listed = message[named.end() :].partition(" (choose from ")
+    numeric = bool(flags) and all(flag in _NUMBER_FLAGS for flag in flags)
     for word, following in zip(words, [*words[1:], ""], strict=False):
         name, joined, value = word.partition("=")
         if any((flag.startswith(name) and len(name) > 2) or flag == name for flag in flags):
             given = value if joined else following
+            if numeric and re.fullmatch(_A_NUMBER, given):
+                continue  # `--offset -5`: a number is no secret, and the message needs it
             if given:
-                rest = rest.replace(repr(given), _NOT_SHOWN)
+                hidden = f" {_NOT_SHOWN}" if numeric else _NOT_SHOWN
+                rest = rest.replace(f": {given!r}" if numeric else repr(given), hidden)
     return message[: named.end()] + rest + choices + listed
+
+
+# Flags that take a number: a value given to one that reads as a number (a sign, digits, a
+# unit letter) is shown in its error; any other may be a secret typed at the wrong flag
+_NUMBER_FLAGS = {"--offset", "--length", "--record-size", "--max-record-size", "--jobs", "--work-factor"}
+_A_NUMBER = r"[+-]?[0-9]{1,30}[A-Za-z]?"
 
 
 def _stderr_line(
@@ -601,7 +612,7 @@ _EXAMPLES = {
   gcmstream identity -o me.identity               # ML-KEM-768 + X25519; recipient on stderr
   gcmstream identity -o me.identity --x25519      # X25519 alone: a 78-character recipient""",
     "recipient": """\
-  gcmstream recipient me.identity > me.recipient     # to give to others""",
+  gcmstream recipient me.identity > me.recipient  # to give to others""",
     "encrypt": """\
   tar c docs | gcmstream encrypt -k backup.key --context "backup v1" > docs.tar.gcms
   gcmstream encrypt -R team.recipients -r gcmstream-recipient-v1:mlkem768x25519:... -o a.pdf.gcms a.pdf
@@ -1320,6 +1331,11 @@ def _keying(args: argparse.Namespace, *, encrypting: bool) -> Keying:
         if args.command == "info":  # what the header claims, shown as not verified; nothing asked
             return {}
         return _what_the_header_asks_for(args)
+    if args.key_file is None and KEY_ENV not in os.environ:  # encrypt given no way of keying
+        raise _Usage(
+            f"no key: give -k KEYFILE or set {KEY_ENV}, -r RECIPIENT or -R FILE, or --passphrase "
+            "or --passphrase-file FILE (see gcmstream encrypt --help)"
+        )
     return {"key": _load_key(args.key_file)}
 
 
@@ -1401,10 +1417,14 @@ def _what_the_header_asks_for(args: argparse.Namespace) -> Keying:
     if sealing == "recipients":
         raise _Usage(f"{where} is encrypted to recipients: give -i/--identity FILE")
     if sealing is not None:
-        raise _Usage(f"no key: {where} is encrypted with a key: give -k KEYFILE or set {KEY_ENV}")
+        raise _Usage(
+            f"no key: {where} is encrypted with a key: give -k KEYFILE or set {KEY_ENV} "
+            f"(see gcmstream {args.command} --help)"
+        )
     raise _Usage(
         f"no key: give -k KEYFILE or set {KEY_ENV}; for a file encrypted to you or with a "
-        "passphrase, -i/--identity FILE or --passphrase-file FILE"
+        "passphrase, -i/--identity FILE, --passphrase or --passphrase-file FILE "
+        f"(see gcmstream {args.command} --help)"
     )
 
 
@@ -2049,7 +2069,7 @@ def _header_verdict(
         return _Fail(
             code,
             f"{where} is armored text ('encrypt -a'): {seeks} the binary file to seek in; "
-            "'gcmstream decrypt' reads armor whole",
+            f"'gcmstream decrypt' reads armor whole; the binary file: {_DEARMOR_IN_A_SHELL}",
         )
     if isinstance(fault, RecordTooLargeError) and fault.rule == "H8":
         return _Fail(code, _record_limit_error(command, fault.size, fault.limit, where).message)
@@ -2064,6 +2084,11 @@ def _header_verdict(
     if where == "the input":  # stdin: no file to name, the error's own words
         return None
     return _Fail(code, f"{where}: {_classify(fault)[1]}")  # wrong key or context, tampered
+
+
+# armor's strict form (docs/FORMAT.md 12) is a begin line, standard base64 in lines, an end line:
+# no gcmstream command writes the binary file back, the shell's tools do (tests/test_cli_armor.py)
+_DEARMOR_IN_A_SHELL = "sed '1d;$d' FILE.asc | base64 -d > FILE.gcms (in Python, gcmstream.armor.dearmor)"
 
 
 def _unknown_key_verdict(
@@ -3083,6 +3108,20 @@ _AGE_HABITS = {
     ("decrypt", "--recipient"): "--recipient is encrypt's: decrypt with your identity file, -i FILE",
     ("decrypt", "-R"): "-R names recipients, for encrypt: decrypt with your identity file, -i FILE",
     ("decrypt", "--recipients-file"): "--recipients-file is encrypt's: decrypt with -i IDENTITY_FILE",
+    # before a command, argparse took the word after one of these for the command ("invalid
+    # choice"), quoting it: only the flag is named, gcmstream's spelling with it
+    (None, "-r"): "age's -r RECIPIENT is `gcmstream encrypt -r RECIPIENT` here",
+    (None, "--recipient"): "age's --recipient RECIPIENT is `gcmstream encrypt -r RECIPIENT` here",
+    (None, "-R"): "age's -R PATH is `gcmstream encrypt -R FILE` here",
+    (None, "--recipients-file"): "age's --recipients-file PATH is `gcmstream encrypt -R FILE` here",
+    (None, "-i"): "age's -i PATH is `gcmstream decrypt -i IDENTITY_FILE` here",
+    (None, "--identity"): "age's --identity PATH is `gcmstream decrypt -i IDENTITY_FILE` here",
+    (None, "-a"): "age's -a is `gcmstream encrypt -a` here",
+    (None, "--armor"): "age's --armor is `gcmstream encrypt -a` here",
+    (None, "-o"): "age's -o OUTPUT is `gcmstream encrypt -o FILE` (or decrypt -o FILE) here",
+    (None, "--output"): "age's --output OUTPUT is `gcmstream encrypt -o FILE` (or decrypt -o FILE) here",
+    (None, "-p"): "age's -p is `gcmstream encrypt --passphrase` (or decrypt --passphrase) here: it "
+    "asks for the passphrase on the terminal, or give --passphrase-file FILE",
 }
 _AGE_P = (
     "-p is not an option: age's -p is --passphrase here (it asks for the passphrase on the "
@@ -3092,7 +3131,8 @@ _AGE_P = (
 
 def _age_habit(argv: Sequence[str]) -> str | None:
     """The usage message for one of age's flags that gcmstream spells otherwise (``-d``,
-    ``-e``, ``-p`` without a value, ``decrypt --armor``, ``decrypt -r``): what to give instead.
+    ``-e``, ``-p`` without a value, ``decrypt --armor``, ``decrypt -r``, ``-r``/``-i``/``-o``/
+    ``-a`` before a command): what to give instead.
     Only the flag is named, never a word given with it. Checked before parsing (argparse would
     say "unrecognized arguments", or take ``gcmstream -d FILE``'s FILE for a command)."""
     command = None

@@ -18,6 +18,7 @@ import binascii
 import os
 import re
 
+from ._numbers import IDENTITY_PREFIX, RECIPIENT_PREFIX
 from ._output import write_secret_file
 from .errors import KeyFileError
 from .format import Buffer, Suite
@@ -54,6 +55,14 @@ def parse_key(text: str) -> bytes:
     if len(lines) != 1:
         raise KeyFileError(f"expected one key line, found {len(lines)}")
     parts = lines[0].split(":")
+    # the two other line kinds a user may hand over: named by their prefix, the line never shown
+    if parts[0] == IDENTITY_PREFIX:
+        raise KeyFileError(
+            "this looks like an identity file, not a key file: read it with read_identity_file "
+            "(on the command line, decrypt -i)"
+        )
+    if parts[0] == RECIPIENT_PREFIX:
+        raise KeyFileError("this is a recipient line, not a key file: encrypt to it with Recipient.parse")
     if len(parts) != 3 or not parts[0].startswith("gcmstream-key-"):
         raise KeyFileError(
             f"not a gcmstream key line (expected three fields separated by colons: {KEY_PREFIX}, "

@@ -58,7 +58,7 @@ __all__ = (
 )
 
 RECIPIENT_PREFIX = _numbers.RECIPIENT_PREFIX  # "gcmstream-recipient-v1", in _numbers for the command line
-IDENTITY_PREFIX = "gcmstream-identity-v1"
+IDENTITY_PREFIX = _numbers.IDENTITY_PREFIX  # "gcmstream-identity-v1", in _numbers for keyfile.py
 CHECKSUM_SIZE = 4
 FILE_KEY_SIZE = 32  # the file key keys AES-256-GCM: a quantum-resistant wrap deserves it
 TAG_FIELD_SIZE = 8  # an opt-in recipient tag: which recipient a stanza is for
@@ -550,7 +550,8 @@ class Unlocker:
         if recipients is not None:
             return self._unlock_recipients(suite, recipients)
         raise NoIdentityMatchedError(
-            "the stream has no recipient or passphrase stanza: a key sealed it, or the header was altered"
+            "the stream has no recipient or passphrase stanza: a key sealed it (give -k KEYFILE; "
+            "in Python, the key), or the header was altered"
         )
 
     def _unlock_passphrase(self, suite: Suite, value: bytes) -> bytes:
@@ -595,7 +596,11 @@ class Unlocker:
         skipped = (
             f" ({count - len(stanzas)} of a kind this version does not read)" if count > len(stanzas) else ""
         )
-        raise NoIdentityMatchedError(
-            f"none of the {len(self._identities)} identities given opens any of the stream's "
-            f"{count} recipient stanzas{skipped}: a wrong identity, or the header was altered"
-        )
+        given, stanzas_said = len(self._identities), f"the stream's {count} recipient stanza"
+        if count != 1:
+            stanzas_said = f"any of {stanzas_said}s" if given != 1 else f"none of {stanzas_said}s"
+        if given == 1:
+            unopened = f"the 1 identity given {'does not open' if count == 1 else 'opens'} {stanzas_said}"
+        else:
+            unopened = f"none of the {given} identities given opens {stanzas_said}"
+        raise NoIdentityMatchedError(f"{unopened}{skipped}: a wrong identity, or the header was altered")
