@@ -599,6 +599,21 @@ def _replay_and_hang_up(port: int, count: int = REPLAYS_HUNG_UP) -> list[socket.
     return peers
 
 
+def _answer_counter() -> tuple[list[object], Callable[..., Any]]:
+    """A stand-in for what the channel calls for its answer (``respond``, the responder half):
+    it notes each answer computed, then computes it."""
+    import gcmstream.handshake
+
+    answered: list[object] = []
+    respond = gcmstream.handshake.respond
+
+    def counting(*args: Any) -> Any:
+        answered.append(args)
+        return respond(*args)
+
+    return answered, counting
+
+
 def _answers_read(peers: list[socket.socket]) -> list[int]:
     """Bytes each peer received before the server closed it (at most 2 s each; closes them)."""
     got = []
@@ -632,12 +647,7 @@ def test_a_replayed_header_whose_sender_hung_up_is_not_answered(
     import gcmstream.channel
     import gcmstream.handshake
 
-    answered: list[object] = []
-    respond = gcmstream.handshake.respond  # what the channel calls for its answer
-
-    def counting(*args: Any) -> Any:
-        answered.append(args)
-        return respond(*args)
+    answered, counting = _answer_counter()
 
     async def asyncio_echo(
         reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter
@@ -866,12 +876,7 @@ def test_wrap_streams_as_responder_does_not_answer_a_replayed_header_whose_sende
     import gcmstream.channel
     import gcmstream.handshake
 
-    answered: list[object] = []
-    respond = gcmstream.handshake.respond  # what the channel calls for its answer
-
-    def counting(*args: Any) -> Any:
-        answered.append(args)
-        return respond(*args)
+    answered, counting = _answer_counter()
 
     async def responder(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
