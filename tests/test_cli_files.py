@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -446,3 +447,27 @@ def test_infos_suggested_check_runs_with_the_options_info_was_given(tmp_path: Pa
         assert key_line.rsplit(":", 1)[-1] not in info.stdout.decode()
         checked = run_cli(*words, environ=environ)
         assert checked.status == 0, (words, checked.stderr)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="a mount namespace whose /proc is empty needs root and unshare",
+)
+def test_decrypt_offset_reads_its_input_without_proc(
+    tmp_path: Path, sealed: tuple[Path, Path, bytes]
+) -> None:
+    """``decrypt --offset`` reads the input through the descriptor it opened first (so that a
+    name moved meanwhile is not read), never by a /dev/fd path: where /proc is not mounted
+    (a container, a chroot) that path does not exist, and it failed with "/dev/fd/5: No such
+    file or directory", exit 6, a name the user never gave (a hostile review, rev8)."""
+    keyfile, enc, plain = sealed
+    line = shlex.join(
+        [sys.executable, "-m", "gcmstream", "decrypt", "-q", "-k", str(keyfile), "--offset", "3", str(enc)]
+    )
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount -t tmpfs none /proc && {line}"],
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, plain[3:], b"")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import pty
+import shlex
 import signal
 import socket
 import stat
@@ -655,11 +656,35 @@ def test_dev_fd_of_a_descriptor_the_command_opened_itself_is_refused(tmp_path: P
     still written into."""
     plain = tmp_path / "plain"
     plain.write_bytes(b"secret data")
-    for number in range(3, 12):  # none given: whatever the command opens lands in this range
-        run = run_to(subprocess.PIPE, "encrypt", "-q", "-k", keyfile, "-o", f"/dev/fd/{number}", plain)
-        message = one_line_error(run, EXIT_IO)
-        # one the command opened: not open as far as -o goes; none at all: no such entry
-        assert message.endswith(("Bad file descriptor\n", "No such file or directory\n")), (number, message)
+    # /proc/thread-self/fd is a thread's view of the same table (another inode: it was taken
+    # for another process's, and the wake-up pipe took the ciphertext, exit 0; rev8)
+    for table in ("/dev/fd", "/proc/thread-self/fd"):
+        for number in range(3, 12):  # none given: whatever the command opens lands in this range
+            run = run_to(subprocess.PIPE, "encrypt", "-q", "-k", keyfile, "-o", f"{table}/{number}", plain)
+            message = one_line_error(run, EXIT_IO)
+            # one the command opened: not open as far as -o goes; none at all: no such entry
+            ends = ("Bad file descriptor\n", "No such file or directory\n")
+            assert message.endswith(ends), (table, number, message)
+    # stdin and stderr closed by the shell: the stand-in opened for stderr (descriptor 0 then)
+    # is the command's own, not given, so -o /dev/stdin is not written into it (rev8: exit 0)
+    line = shlex.join(
+        [
+            sys.executable,
+            "-m",
+            "gcmstream",
+            "encrypt",
+            "-q",
+            "-k",
+            str(keyfile),
+            "-o",
+            "/dev/stdin",
+            str(plain),
+        ]
+    )
+    closed = subprocess.run(
+        ["sh", "-c", f"{line} 0<&- 2>&-"], capture_output=True, timeout=TIMEOUT, env=env(), check=False
+    )
+    assert closed.returncode == EXIT_IO
     with open(tmp_path / "log", "ab") as log:
         run = subprocess.run(
             [
@@ -682,3 +707,25 @@ def test_dev_fd_of_a_descriptor_the_command_opened_itself_is_refused(tmp_path: P
         )
     assert run.returncode == 0, run.stderr
     assert decrypted((tmp_path / "log").read_bytes(), keyfile, tmp_path) == b"secret data"
+
+
+def test_the_key_file_is_read_once_and_that_reading_is_the_one_compared(
+    tmp_path: Path, keyfile: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-k KEY`` was read twice, once to look at it (recorded for the same-file rule and its
+    mode) and once more by name for the key: a file renamed onto KEY between the two was the
+    key used while the rule compared OUT with the first (rev8: the key in use lost, exit 0).
+    The key now comes from the one reading (the second reader is never called)."""
+    import gcmstream.keyfile
+    from gcmstream.cli import main
+
+    def read_again(path: object) -> bytes:
+        raise AssertionError(f"the key file was read again by name: {path}")
+
+    monkeypatch.setattr(gcmstream.keyfile, "read_key_file", read_again)
+    plain, out = tmp_path / "plain", tmp_path / "out"
+    plain.write_bytes(b"data")
+    assert main(["encrypt", "-q", "-k", str(keyfile), "-o", str(out), str(plain)]) == 0
+    key = gcmstream.read_key_file(keyfile)  # (the package's own name: not the one patched)
+    gcmstream.decrypt_file(out, tmp_path / "back", key=key)
+    assert (tmp_path / "back").read_bytes() == b"data"

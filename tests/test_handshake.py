@@ -941,3 +941,19 @@ def test_a_channel_reports_its_phase() -> None:
     ended = Channel(KEY, role=Role.INITIATOR)
     ended.end_handshake()
     assert phase(ended) is ChannelPhase.FAILED
+
+
+@pytest.mark.refuse_self_connections
+def test_an_initiator_on_an_ipv4_mapped_address_is_told_its_own_refusal() -> None:
+    """A client that dials ``::ffff:127.0.0.1`` from an IPv6 socket reaches a server listening
+    on ``127.0.0.1``, which names the same connection in IPv4: both name one connection, so the
+    refusal reaches the client (rev8 saw a truncation that blamed another key or context)."""
+    initiator, responder = Channel(KEY, role=Role.INITIATOR), Channel(KEY, role=Role.RESPONDER)
+    initiator.ask_endpoints(lambda: (("::ffff:127.0.0.1", 50000, 0, 0), ("::ffff:127.0.0.1", 8443, 0, 0)))
+    responder.ask_endpoints(lambda: (("127.0.0.1", 8443), ("127.0.0.1", 50000)))
+    run_handshake(initiator, responder)
+    with pytest.raises(SelfConnectionError):
+        responder.handshake_complete()
+    initiator.opener.receive_eof()
+    with pytest.raises(SelfConnectionError):
+        initiator.handshake_complete()

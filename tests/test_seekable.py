@@ -986,3 +986,23 @@ def test_a_damaged_fixed_layout_file_is_walked_without_an_index(tmp_path: Path) 
     finally:
         tracemalloc.stop()
     assert peak < 320 * 1024, peak  # 274,836 bytes measured (a print of peak): the walk's block
+
+
+def test_a_file_descriptor_is_read_as_it_is_and_stays_the_callers(tmp_path: Path) -> None:
+    """``open_file(fd)`` reads the file that descriptor is open on, even once its name leads
+    elsewhere (the command line's ``decrypt --offset`` reads its input so), through a copy of
+    the descriptor: the caller's own stays open and at its place. A bool is no descriptor."""
+    data = os.urandom(5000)
+    path = engine_file(tmp_path, data, 1024)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        path.unlink()
+        path.write_bytes(b"something else now")
+        with gcmstream.open_file(fd, key=KEY) as file:
+            file.seek(100)
+            assert file.read(50) == data[100:150]
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 0 and os.fstat(fd)  # still open, not moved
+    finally:
+        os.close(fd)
+    with pytest.raises(TypeError, match="not a bool"):
+        gcmstream.open_file(True, key=KEY)

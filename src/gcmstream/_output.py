@@ -17,6 +17,7 @@ write may have its entries replaced by them (with files of their own, never with
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -321,14 +322,24 @@ def _in_proc(found: os.stat_result) -> bool:
 
 
 def _own_descriptor(directory: int, name: str) -> int | None:
-    """N when ``name`` in ``directory`` is /proc/<this process>/fd/N."""
+    """N when ``name`` in ``directory`` is this process's descriptor N: /proc/<pid>/fd/N, or
+    a thread's view of the same table, /proc/<pid>/task/<tid>/fd/N (/proc/thread-self/fd/N
+    leads there: another inode, which was taken for another process's, a hostile review)."""
     if not name.isdigit():
         return None
+    pid = os.getpid()
     try:
-        here, ours = os.fstat(directory), os.stat(f"/proc/{os.getpid()}/fd")
+        here = os.fstat(directory)
+        threads = os.listdir(f"/proc/{pid}/task")
+        tables = [f"/proc/{pid}/fd", *(f"/proc/{pid}/task/{tid}/fd" for tid in threads)]
     except OSError:
         return None
-    return int(name) if (here.st_dev, here.st_ino) == (ours.st_dev, ours.st_ino) else None
+    for table in tables:
+        with contextlib.suppress(OSError):
+            ours = os.stat(table)
+            if (here.st_dev, here.st_ino) == (ours.st_dev, ours.st_ino):
+                return int(name)
+    return None
 
 
 def _kernel_link(caller: str, directory: int, name: str, given: Container[int] | None) -> Destination:

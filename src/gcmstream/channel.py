@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import hmac
+import ipaddress
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -82,10 +83,16 @@ connection's (local address, peer address) as its socket names them (None where 
 
 
 def _tcp_address(address: object) -> tuple[str, int] | None:
-    """An IP socket's (host, port); None for anything else (a unix socket's path, unknown)."""
+    """An IP socket's (host, port); None for anything else (a unix socket's path, unknown). An
+    IPv4-mapped IPv6 host is its IPv4 address, as the other end of the same connection may
+    name it (a client dialing ``::ffff:127.0.0.1`` reaches a server on ``127.0.0.1``)."""
     if isinstance(address, tuple) and len(address) >= 2:
         host, port = address[0], address[1]
         if isinstance(host, str) and isinstance(port, int) and not isinstance(port, bool):
+            with contextlib.suppress(ValueError):
+                mapped = ipaddress.ip_address(host.partition("%")[0])
+                if isinstance(mapped, ipaddress.IPv6Address) and mapped.ipv4_mapped is not None:
+                    host = str(mapped.ipv4_mapped)
             return host, port
     return None
 

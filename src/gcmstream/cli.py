@@ -1021,7 +1021,13 @@ def _load_key(key_file: str | None) -> bytes:
     if key_file is not None:
         try:
             if key_file != "-":  # (a file named '-': stdin is the input, never read here)
-                _refuse_other_kind(key_file, _read_text(key_file, MAX_IDENTITY_FILE_SIZE), "key")
+                # read once: the key used is the file whose mode is checked and that the
+                # same-file rule compares OUT with (read again by name, a file renamed onto
+                # KEY meanwhile was used, and the one read first could be replaced; rev8)
+                read = _read_text(key_file, MAX_IDENTITY_FILE_SIZE)
+                _refuse_other_kind(key_file, read, "key")
+                _check_private(key_file, "key file", _files_read_were.get(key_file))
+                return parse_key(read[:_KEY_FILE_TEXT])
             _check_private(key_file, "key file")
             return read_key_file(key_file)
         except KeyFileError as exc:
@@ -1038,10 +1044,15 @@ def _load_key(key_file: str | None) -> bytes:
         raise _Usage(f"{KEY_ENV}: {exc}") from None
 
 
-def _check_private(path: str, what: str) -> None:
+# the characters of a key file read_key_file parses (it reads no more)
+_KEY_FILE_TEXT = 4096
+
+
+def _check_private(path: str, what: str, found: os.stat_result | None = None) -> None:
     """Refuse a key, identity or passphrase file others may read or write (as ssh does): they
-    would have the secret, or could swap it for theirs."""
-    mode = stat.S_IMODE(os.stat(path).st_mode)
+    would have the secret, or could swap it for theirs. ``found``: the file as it was read
+    (``_note_read``), else ``path`` is looked at now."""
+    mode = stat.S_IMODE((os.stat(path) if found is None else found).st_mode)
     if mode & 0o077:
         raise _Usage(f"{what} {path} is open to other users (mode {mode:04o}): chmod 600 {path}")
 
@@ -2018,10 +2029,11 @@ def _open_regular_input(path: str) -> Iterator[int]:
 
 
 def _copy_range(
-    path: str, out: int, args: argparse.Namespace, keying: Keying, stop: threading.Event | None = None
+    source: int, out: int, args: argparse.Namespace, keying: Keying, stop: threading.Event | None = None
 ) -> None:
-    """Write the plaintext range [offset, offset + length) of the encrypted file ``path``."""
-    with open_file(path, context=args.context, max_record_size=args.max_record_size, **keying) as file:
+    """Write the plaintext range [offset, offset + length) of the encrypted file open as
+    ``source`` (read through that descriptor: no /proc or /dev/fd needed)."""
+    with open_file(source, context=args.context, max_record_size=args.max_record_size, **keying) as file:
         # said once the header and the FINAL record authenticated: never before a refusal
         _jobs_unused(args, "--offset and --length read the records they touch in one worker")
         offset = args.offset or 0
@@ -2146,7 +2158,7 @@ def _decrypt_range_command(args: argparse.Namespace, keying: Keying) -> None:
             _open_regular_input(path) as source,
             _open_output(args.output, args.mode, read=_files_open(args, source)) as out,
         ):
-            work = partial(_copy_range, f"/dev/fd/{source}", out, args, keying)
+            work = partial(_copy_range, source, out, args, keying)
             _run_engine(work, out, args.output)
     except BaseException as exc:
         where = "the input" if args.input == "-" else args.input
@@ -3000,12 +3012,12 @@ def _open_descriptors() -> frozenset[int] | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    _files_read_were.clear()  # (main may run again in one process)
+    global _descriptors_given
+    _descriptors_given = _open_descriptors()  # before any of our own: the stand-in below is not given
     if sys.stderr is None:  # closed by the shell (2>&-): print(file=None) would write to stdout
         # diagnostics go nowhere, never into the output; the exit status still tells
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
-    _files_read_were.clear()  # (main may run again in one process)
-    global _descriptors_given
-    _descriptors_given = _open_descriptors()
     args = _parse_args(_build_parser(), sys.argv[1:] if argv is None else argv)
     if isinstance(args, int):
         return args

@@ -380,12 +380,15 @@ def _final_in_place(fd: int, fixed: FixedLayout, keys: KeyChain, wire: bytearray
     return True
 
 
-def open_regular(path: StrPath) -> int:
+def open_regular(path: StrPath | int) -> int:
     """A descriptor of ``path`` if it is a regular file (every random-access reader: this
     module's and ``tinkfile``'s). Opened without blocking (a FIFO with
     no writer would block ``open``), then checked: anything else raises
-    UnsupportedEndpointError."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    UnsupportedEndpointError. ``path`` may be a descriptor open for reading: it is duplicated
+    (the caller keeps its own), not opened again by a name that may lead elsewhere by now."""
+    if isinstance(path, bool):
+        raise TypeError("a path or a file descriptor is needed, not a bool")
+    fd = os.dup(path) if isinstance(path, int) else os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnsupportedEndpointError(
@@ -400,7 +403,7 @@ def open_regular(path: StrPath) -> int:
 
 
 def open_file(
-    path: StrPath,
+    path: StrPath | int,
     *,
     config: Configuration | None = None,
     key: Keys | None = None,
@@ -420,7 +423,8 @@ def open_file(
     open (one pass; see the module docstring). Reads decrypt only the records they touch; a
     record that fails raises AuthenticationError with its number for the reads that touch it,
     and the file stays usable for the rest. A path that is not a regular file raises
-    UnsupportedEndpointError without waiting (a FIFO is not opened for reading). Bytes
+    UnsupportedEndpointError without waiting (a FIFO is not opened for reading); ``path`` may
+    also be a file descriptor open for reading, which is duplicated (yours stays yours). Bytes
     appended after open are not seen. Close it (or use it as a context manager) to release
     the descriptor. Keyed, or given ``config=``, as ``gcmstream.pipeline``'s functions
     (its key, ``context`` and ``max_record_size``)."""
@@ -458,7 +462,8 @@ def open_file(
             _, size, _, _, _ = layout.record(layout.count - 1)
             _open_record(fd, layout, layout.count - 1, keys, wire, memoryview(plain)[:size])
         # FINAL stays decrypted: reading the end costs no more disk reads
-        return DecryptedFile(fd, os.fspath(path), header, keys, layout, plain, layout.count - 1)
+        name = f"file descriptor {path}" if isinstance(path, int) else os.fspath(path)
+        return DecryptedFile(fd, name, header, keys, layout, plain, layout.count - 1)
     except BaseException:
         os.close(fd)
         raise
