@@ -432,6 +432,13 @@ def open_writer(fifo: Path, process: subprocess.Popen[bytes]) -> int:
     raise AssertionError(f"the command never opened {fifo}: {process.communicate()}")
 
 
+def _reap(process: subprocess.Popen[bytes]) -> None:
+    """Kill ``process`` if a step that failed left it running (a race test never leaves one)."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
 def test_an_output_made_a_link_to_the_input_while_the_passphrase_is_read_is_refused(tmp_path: Path) -> None:
     """The rule looked at the paths once, before the passphrase was read (here from a FIFO,
     which waits for its writer): ``-o out`` made a link to the input in that gap was then
@@ -454,9 +461,7 @@ def test_an_output_made_a_link_to_the_input_while_the_passphrase_is_read_is_refu
             passphrase.write(b"correct horse battery staple\n")
         _, error = process.communicate(timeout=TIMEOUT)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        _reap(process)
     message = error.decode()
     assert process.returncode == EXIT_USAGE, message
     assert message == f"gcmstream encrypt: {plain} is both the input and the output: give another -o\n"
@@ -544,9 +549,7 @@ def test_the_input_moved_onto_the_output_during_decrypt_offset_is_refused_and_ke
         process.send_signal(signal.SIGCONT)
         _, error = process.communicate(timeout=TIMEOUT)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        _reap(process)
     message = error.decode()
     assert process.returncode == EXIT_USAGE, message
     assert message == f"gcmstream decrypt: {cipher} is both the input and the output: give another -o\n"
@@ -603,9 +606,7 @@ def test_a_key_identity_or_passphrase_file_moved_onto_the_output_is_refused_and_
             secret.rename(out)
         _, error = process.communicate(timeout=TIMEOUT)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        _reap(process)
     message = error.decode()
     assert process.returncode == EXIT_USAGE, message
     assert (
