@@ -256,6 +256,20 @@ def test_a_replay_flood_that_leaves_once_answered_keeps_at_most_5_of_50_out(tmp_
 # -- finding 3: a silent flood that hangs up at once ---------------------------------------------
 
 
+def _served_under_hang_ups(backend: str, tmp_path: Path, what: str, **flood: Any) -> int:
+    """Legitimate clients served by ``backend``'s server while 1,000 connections from 250
+    addresses connect, send ``flood``'s payload (a recorded header by default) and hang up at once."""
+    raise_fd_limit(4096)
+    with (
+        server_process(backend, tmp_path / "server.log") as port,
+        answered_flood(port, 1000, MANY_SOURCES, leave="at-once", **flood) as attacker,
+    ):
+        time.sleep(1.0)
+        times = asyncio.run(legit_clients(port, LEGIT))
+        counts = attacker_counts(attacker)
+    return report(f"{backend}, {what}, 250 sources, 1000 attackers", times, counts, 0)
+
+
 @review_flood
 @pytest.mark.slow  # about 10 s each
 @pytest.mark.timeout(120)
@@ -268,16 +282,7 @@ def test_a_replay_flood_that_leaves_once_answered_keeps_at_most_5_of_50_out(tmp_
 )
 @pytest.mark.parametrize("backend", ["anyio-asyncio", "anyio-trio"])
 def test_a_connect_and_hang_up_flood_keeps_at_most_5_of_50_out(backend: str, tmp_path: Path) -> None:
-    raise_fd_limit(4096)
-    with (
-        server_process(backend, tmp_path / "server.log") as port,
-        answered_flood(port, 1000, MANY_SOURCES, payload=b"", leave="at-once") as attacker,
-    ):
-        time.sleep(1.0)
-        times = asyncio.run(legit_clients(port, LEGIT))
-        counts = attacker_counts(attacker)
-    served = report(f"{backend}, silent, connect and hang up, 250 sources, 1000 attackers", times, counts, 0)
-    assert served >= SERVED
+    assert _served_under_hang_ups(backend, tmp_path, "silent, connect and hang up", payload=b"") >= SERVED
 
 
 # -- stop 33: replay a recorded header, then hang up at once ----------------------------------------
@@ -294,16 +299,7 @@ def test_a_replay_and_hang_up_flood_keeps_at_most_5_of_50_out(backend: str, tmp_
     ``adm2``'s author measured main's anyio listener at 0-30 of 50 on asyncio, 0-19 on trio."""
     if backend == "uvloop":
         pytest.importorskip("uvloop")
-    raise_fd_limit(4096)
-    with (
-        server_process(backend, tmp_path / "server.log") as port,
-        answered_flood(port, 1000, MANY_SOURCES, leave="at-once") as attacker,
-    ):
-        time.sleep(1.0)
-        times = asyncio.run(legit_clients(port, LEGIT))
-        counts = attacker_counts(attacker)
-    served = report(f"{backend}, replay and hang up, 250 sources, 1000 attackers", times, counts, 0)
-    assert served >= SERVED
+    assert _served_under_hang_ups(backend, tmp_path, "replay and hang up") >= SERVED
 
 
 @review_flood
