@@ -2,16 +2,17 @@
 OLD_SRC NEW_SRC [--rounds N]``, each a directory holding a ``gcmstream`` package (e.g. from
 ``git archive main | tar -x -C /tmp/base``: ``/tmp/base/src``).
 
-Both trees are imported under other names (their imports are relative), then every case runs
-for A and B in turn, ``--rounds`` times, and the best CPU time (``time.process_time``) of each
-is kept: a shared machine's noise shows as the spread between rounds, which is printed, and
-the B/A ratio of the same run is what to compare. Cases: sealing; opening records fed in
-256 KiB pieces (``bytes`` held, and copied into the ring), read with ``readinto`` into
-256 KiB and with ``read``; the same stream in pieces of whole records about as large, and held
-whole (no record split between pieces): their differences from the 256 KiB pieces are the cost
-of the split records (against aligned pieces) and of the split records plus the feeding calls
-(against the whole stream); the raw ``decrypt_into`` of the same records and a memcpy of each
-record for scale.
+Both trees are imported under other names (their imports are relative), then every case runs for
+A and B in turn (A first in odd rounds, B first in even ones), ``--rounds`` times, and the best
+CPU time (``time.process_time``) of each is kept: a shared machine's noise shows as the spread
+between rounds, which is printed, and the B/A ratio of the same run is what to compare; which
+tree is loaded first moves it by 2-3 %, so run both orders (benchmarks/README.md). Cases:
+sealing; opening records fed in 256 KiB pieces (``bytes`` held, and copied into the ring), read
+with ``readinto`` into 256 KiB and with ``read``; the same stream in pieces of whole records
+about as large, and held whole (no record split between pieces): their differences from the 256
+KiB pieces are the cost of the split records (against aligned pieces) and of the split records
+plus the feeding calls (against the whole stream); the raw ``decrypt_into`` of the same records
+and a memcpy of each record for scale.
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ def main() -> int:
     trees = {"A": load(args.old, "gcmstream_a"), "B": load(args.new, "gcmstream_b")}
     print(
         f"CPU ms per {VOLUME >> 20} MiB, best of {args.rounds} rounds (spread: worst/best), "
-        "A then B in turn in each round"
+        "A then B, then B then A, in turn"
     )
     for record_size in (int(s) for s in args.sizes.split(",")):
         raw = raw_decrypt(record_size)
@@ -179,10 +180,12 @@ def main() -> int:
         inner = {name: calls_for(op) for name, op in ops["A"].items()}
         raw_inner = calls_for(raw)
         times: dict[tuple[str, str], list[float]] = {}
-        for _ in range(args.rounds):
+        for round_number in range(args.rounds):
             times.setdefault(("raw", "decrypt_into"), []).append(cpu(raw, raw_inner))
+            # neither tree always runs first in a round
+            order = ("A", "B") if round_number % 2 == 0 else ("B", "A")
             for name in ops["A"]:
-                for label in ("A", "B"):
+                for label in order:
                     times.setdefault((label, name), []).append(cpu(ops[label][name], inner[name]))
         raw_best = min(times[("raw", "decrypt_into")])
         copy = memcpy(record_size)
