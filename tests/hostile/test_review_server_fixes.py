@@ -188,3 +188,36 @@ def test_an_identity_file_open_to_others_is_refused_though_a_private_one_is_rena
     result = run_cli("recipient", exposed)
     assert "identity file" in checked  # the race was run
     assert result.status != 0, "an identity file open to others was used (its recipient printed)"
+
+
+@_SECRET_FILES_BY_NAME
+def test_a_keyset_file_open_to_others_renamed_in_after_its_mode_check_is_never_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--format tink -k KEYSET`` checks KEYSET's mode by name, then reads it by name: the
+    attacker's world-readable keyset renamed in between is the one the output is sealed under
+    (on main, exit 0 and the attacker's copy of her keyset decrypts it)."""
+    from gcmstream.tinkstream import TinkHash
+
+    from ..test_tink_surfaces import KEYSETS, keyset_for
+
+    _, owners = keyset_for(16, TinkHash.SHA256, 4096)
+    _, attackers = keyset_for(16, TinkHash.SHA256, 4096)
+    mine, theirs, attacker_copy = tmp_path / "keyset.json", tmp_path / "planted", tmp_path / "copy"
+    for path, keyset, mode in (
+        (mine, owners, 0o600),
+        (theirs, attackers, 0o644),
+        (attacker_copy, attackers, 0o600),
+    ):
+        path.write_text(KEYSETS[id(keyset)])
+        path.chmod(mode)
+    plain, out = tmp_path / "plain", tmp_path / "out"
+    plain.write_bytes(b"secret data")
+    tink = ("--format", "tink", "--context", "review")
+    checked = _swap_at_the_mode_check(monkeypatch, mine, theirs, before=False)
+    status = run_cli("encrypt", *tink, "-k", mine, "-o", out, plain).status
+    assert "keyset file" in checked  # the race was run
+    monkeypatch.undo()
+    if status == 0:  # sealed: never under the keyset the attacker planted
+        stolen = run_cli("decrypt", *tink, "-k", attacker_copy, "-o", tmp_path / "back", out)
+        assert stolen.status != 0, "the output was sealed under the attacker's planted keyset"
