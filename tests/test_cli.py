@@ -47,8 +47,10 @@ from gcmstream.cli import (
 )
 from gcmstream.format import HEADER_SIZE, RECORD_HEADER_SIZE, TAG_SIZE
 from gcmstream.keyfile import KEY_PREFIX, parse_key
+from gcmstream.tinkstream import TinkHash
 
 from .helpers import KEY, CliRun, interruptible, run_cli
+from .test_tinkstream import keyset_json, tink_handle
 
 RECORD = gcmstream.DEFAULT_RECORD_SIZE
 SIZES = [0, 1, RECORD - 1, RECORD, RECORD + 1, 3 * 1024 * 1024 + 7]
@@ -1173,6 +1175,32 @@ def test_key_file_open_to_others_is_refused(tmp_path: Path) -> None:
         assert f"mode {mode:04o}" in message and f"chmod 600 {key}" in message
     key.chmod(0o400)
     assert run_cli("encrypt", "-k", key, input=b"x").status == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+def test_secret_files_another_user_owns_are_refused(tmp_path: Path) -> None:
+    """A key, identity, keyset or passphrase file of mode 0600 that another user owns is refused,
+    as ssh refuses one: its owner can swap the secret at any time (review 2026-12-05, LOW-2:
+    root used a key file that `nobody` owned). Root's own files and the user's pass."""
+    key, identity, keyset, passphrase = (tmp_path / name for name in ("k", "id", "ks.json", "pass"))
+    assert run_cli("keygen", "-o", key).status == 0
+    assert run_cli("identity", "-o", identity).status == 0
+    keyset.write_text(keyset_json(tink_handle(32, TinkHash.SHA256, 4096)))
+    passphrase.write_text("a long passphrase that is long\n")
+    for path in (keyset, passphrase):
+        path.chmod(0o600)
+    commands = {
+        key: ("encrypt", "-k", key),
+        identity: ("recipient", identity),
+        keyset: ("encrypt", "--format", "tink", "-k", keyset),
+        passphrase: ("encrypt", "--passphrase-file", passphrase, "--work-factor", "14"),
+    }
+    for path, command in commands.items():
+        assert run_cli(*command, input=b"x").status == 0, command  # root's own: used
+        os.chown(path, 65534, 65534)  # nobody's, still 0600
+        message = one_line_error(run_cli(*command, input=b"x"), EXIT_USAGE)
+        assert f"{path} belongs to another user (uid 65534)" in message, message
+        os.chown(path, 0, 0)
 
 
 # -- listen serves until the real peer arrives --------------------------------------------------

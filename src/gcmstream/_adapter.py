@@ -12,6 +12,7 @@ one receive size and one logger."""
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import errno
 import logging
@@ -418,6 +419,30 @@ def raw_socket(transport: Any) -> Any:
         return None
 
 
+def anyio_asyncio_protocol(transport: Any) -> Any | None:
+    """The protocol under one of anyio's TCP socket streams on asyncio (or uvloop), which reads
+    the socket from the moment it is accepted into its ``read_queue``; None for any other
+    stream. These are anyio's private fields: if a later anyio changes them, None, and the
+    callers do without (the anyio adapter's direct feed, the admission's look)."""
+    kind = type(transport)
+    if kind.__module__ != "anyio._backends._asyncio" or kind.__name__ != "SocketStream":
+        return None
+    inner = getattr(transport, "_protocol", None)
+    if isinstance(inner, asyncio.Protocol) and all(
+        hasattr(inner, name) for name in ("read_queue", "is_at_eof", "exception")
+    ):
+        return inner
+    return None
+
+
+def read_already(transport: Any) -> bool:
+    """True when ``transport`` took bytes from the kernel before anything read it: anyio on
+    asyncio reads an accepted socket at once, so a first flight that arrived before the accept
+    is in its queue, no longer in the kernel (review 2026-12-05, LOW-1)."""
+    inner = anyio_asyncio_protocol(transport)
+    return inner is not None and bool(inner.read_queue)
+
+
 class KernelInput(enum.Enum):
     """What the kernel holds of an accepted connection's input before the server read any
     (:func:`kernel_input`)."""
@@ -480,7 +505,7 @@ def ended_before_sending(transport: Any) -> bool:
 T = TypeVar("T")
 
 
-def admit(core: ServerCore[T], connection: T, address: object, sock: Any) -> bool:
+def admit(core: ServerCore[T], connection: T, address: object, sock: Any, *, read: bool = False) -> bool:
     """The admission every server path calls (asyncio's ``start_server`` on asyncio and uvloop,
     the anyio listener, ``gcmstream listen``) on a connection it accepted, with its socket,
     before reading any of it: ``ServerCore.admit``, then a connection whose first bytes are
@@ -489,10 +514,12 @@ def admit(core: ServerCore[T], connection: T, address: object, sock: Any) -> boo
     admitting it (asyncio on a later loop pass), so without this a client whose header had
     arrived while it queued was admitted as silent, and under a flood of connections trickling
     a header a byte at a time the newcomers evicted it first: asyncio's server kept 0 of 50
-    clients (docs/review-2026-12-04-admission.md, "Stop 33: the review of the pacing")."""
+    clients (docs/review-2026-12-04-admission.md, "Stop 33: the review of the pacing").
+    ``read``: the connection's stream took bytes from the kernel already (:func:`read_already`),
+    which count the same."""
     if not core.admit(connection, address):
         return False
-    if kernel_input(sock) is KernelInput.WAITING:
+    if read or kernel_input(sock) is KernelInput.WAITING:
         core.admission.received(connection)
     return True
 
@@ -535,7 +562,7 @@ async def serve_listener(
         # on trio, which runs ready tasks in random order, it did in about half the runs).
         # asyncio's server gets this order from its loop: reads run before connection_made.
         await anyio.lowlevel.cancel_shielded_checkpoint()
-        if not admit(core, entry, address, raw_socket(transport)):
+        if not admit(core, entry, address, raw_socket(transport), read=read_already(transport)):
             await anyio.aclose_forcefully(transport)  # refused: its source is at its cap
             return
         try:  # (the responder's handshake runs in entry.scope: one scope per pending connection)

@@ -55,6 +55,7 @@ from ._adapter import (
     PEER_GONE,
     UNKNOWN_PEER,
     answer_only_a_connected_peer,
+    anyio_asyncio_protocol,
     blame_connection,
     check_can_take_input,
     handshake,
@@ -1006,14 +1007,9 @@ def _direct_feed(transport: AnyByteStream, *, handshake: bool = False) -> _Direc
         sock = transport.extra(SocketAttribute.raw_socket, None)
         if isinstance(sock, socket.socket):
             return _SocketFeed(sock)
-    if kind.__module__ == "anyio._backends._asyncio" and kind.__name__ == "SocketStream" and not handshake:
-        # anyio's private fields: if a later anyio changes them, receive() is used instead
-        inner = getattr(transport, "_protocol", None)
+    inner = None if handshake else anyio_asyncio_protocol(transport)
+    if inner is not None:  # (anyio's private fields: if a later anyio changes them, receive())
         asyncio_transport = getattr(transport, "_transport", None)
-        if (
-            isinstance(asyncio_transport, asyncio.Transport)
-            and isinstance(inner, asyncio.Protocol)
-            and all(hasattr(inner, name) for name in ("read_queue", "is_at_eof", "exception"))
-        ):
+        if isinstance(asyncio_transport, asyncio.Transport):
             return _TransportFeed(asyncio_transport, inner)
     return None

@@ -99,7 +99,7 @@ if TYPE_CHECKING:
         parse_header_start,
         sealed_with,
     )
-    from .keyfile import KEY_PREFIX, KeyFileError, format_key, parse_key, read_key_file, write_key_file
+    from .keyfile import KEY_PREFIX, KeyFileError, format_key, parse_key, write_key_file
     from .opener import Opener
     from .pipeline import CHUNK_SIZE
     from .recipients import (
@@ -137,7 +137,7 @@ def _import_keys() -> None:
     global check_fields_length, check_header_start, check_role, generate_key, parse_fields, parse_header_start
     global sealed_with
     global KEY_PREFIX, KeyFileError, format_key, parse_key
-    global read_key_file, write_key_file, IDENTITY_PREFIX, MAX_IDENTITIES, MAX_IDENTITY_FILE_SIZE
+    global write_key_file, IDENTITY_PREFIX, MAX_IDENTITIES, MAX_IDENTITY_FILE_SIZE
     global MAX_RECIPIENTS_FILE_SIZE, Identity, Recipient, RecipientKind, check_recipients
     global check_work_factor, parse_identities, parse_recipients_file, write_identity_file
     global BEGIN_LINE, ArmorDecoder, is_armored
@@ -158,7 +158,7 @@ def _import_keys() -> None:
         parse_header_start,
         sealed_with,
     )
-    from .keyfile import KEY_PREFIX, KeyFileError, format_key, parse_key, read_key_file, write_key_file
+    from .keyfile import KEY_PREFIX, KeyFileError, format_key, parse_key, write_key_file
     from .recipients import (
         IDENTITY_PREFIX,
         MAX_IDENTITIES,
@@ -1020,16 +1020,14 @@ class _PrintVersion(argparse.Action):
 def _load_key(key_file: str | None) -> bytes:
     if key_file is not None:
         try:
-            if key_file != "-":  # (a file named '-': stdin is the input, never read here)
-                # read once: the key used is the file whose mode is checked and that the
-                # same-file rule compares OUT with (read again by name, a file renamed onto
-                # KEY meanwhile was used, and the one read first could be replaced; rev8)
-                read = _read_text(key_file, MAX_IDENTITY_FILE_SIZE)
-                _refuse_other_kind(key_file, read, "key")
-                _check_private(key_file, "key file", _files_read_were.get(key_file))
-                return parse_key(read[:_KEY_FILE_TEXT])
+            # read once: the key used is the file whose mode is checked and that the same-file
+            # rule compares OUT with (read again by name, a file renamed onto KEY meanwhile was
+            # used, and the one read first could be replaced; rev8). A file named '-' is a file:
+            # stdin is the input
+            read = _read_text(key_file, MAX_IDENTITY_FILE_SIZE, named=True)
+            _refuse_other_kind(key_file, read, "key")
             _check_private(key_file, "key file")
-            return read_key_file(key_file)
+            return parse_key(read[:_KEY_FILE_TEXT])
         except KeyFileError as exc:
             raise _Usage(f"key file {key_file}: {exc}") from None
         except (OSError, UnicodeError) as exc:
@@ -1048,13 +1046,18 @@ def _load_key(key_file: str | None) -> bytes:
 _KEY_FILE_TEXT = 4096
 
 
-def _check_private(path: str, what: str, found: os.stat_result | None = None) -> None:
-    """Refuse a key, identity or passphrase file others may read or write (as ssh does): they
-    would have the secret, or could swap it for theirs. ``found``: the file as it was read
-    (``_note_read``), else ``path`` is looked at now."""
-    mode = stat.S_IMODE((os.stat(path) if found is None else found).st_mode)
+def _check_private(path: str, what: str) -> None:
+    """Refuse a key, identity, keyset or passphrase file others may read or write, or that
+    another user owns (as ssh does): they would have the secret, or could swap it for theirs.
+    The file looked at is the one read (``_note_read``), never ``path`` again: a name looked
+    at apart from the read let a private file renamed in for the look pass for an open one
+    read after it, or the other way round (review 2026-12-05, MEDIUM-1)."""
+    found = _files_read_were[path]
+    mode = stat.S_IMODE(found.st_mode)
     if mode & 0o077:
         raise _Usage(f"{what} {path} is open to other users (mode {mode:04o}): chmod 600 {path}")
+    if found.st_uid not in (os.geteuid(), 0):
+        raise _Usage(f"{what} {path} belongs to another user (uid {found.st_uid}): it can swap the secret")
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -1156,7 +1159,7 @@ def _read_identities(path: str, command: str) -> list[Identity]:
                 f"{command} is an argument of its own: gcmstream {command} [OPTIONS] {path}"
             )
         if path != "-":
-            _check_private(path, "identity file")
+            _check_private(path, "identity file")  # (the file read above)
         return parse_identities(text)
     except RecipientError as exc:
         raise _Usage(f"identity file {path}: {exc}") from None
@@ -1175,10 +1178,11 @@ def _note_read(path: str, fd: int) -> None:
     _files_read_were[path] = os.fstat(fd)
 
 
-def _read_text(path: str, limit: int) -> str:
+def _read_text(path: str, limit: int, *, named: bool = False) -> str:
     """At most ``limit`` characters (and one more, to tell a longer file) of the UTF-8 text in
-    FILE or, for '-', stdin; an invalid byte becomes U+FFFD, as recipients.py reads files."""
-    if path != "-":
+    FILE or, for '-', stdin (unless ``named``: then '-' is a file's name); an invalid byte
+    becomes U+FFFD, as recipients.py reads files."""
+    if path != "-" or named:
         with open(path, encoding="utf-8", errors="replace") as file:
             _note_read(path, file.fileno())
             return file.read(limit + 1)
@@ -1242,9 +1246,9 @@ def _read_passphrase(args: argparse.Namespace, *, encrypting: bool) -> str:
     if args.passphrase_file is not None:
         path = args.passphrase_file
         try:
-            _check_private(path, "passphrase file")
             with open(path, "rb") as file:
                 _note_read(path, file.fileno())
+                _check_private(path, "passphrase file")
                 line = file.readline(MAX_PASSPHRASE_SIZE + 2).rstrip(b"\r\n")
         except FileNotFoundError:  # not shown: a passphrase typed where its file's name goes
             raise _Usage(
@@ -2341,8 +2345,9 @@ def _tink_keyset(args: argparse.Namespace) -> TinkKeyset:
         raise _Usage("--format tink needs -k KEYSET.json (Tink's JSON cleartext keyset)")
     path = args.key_file
     try:
+        text = _read_text(path, MAX_KEYSET_SIZE)
         _check_private(path, "keyset file")
-        return read_tink_keyset(_read_text(path, MAX_KEYSET_SIZE))
+        return read_tink_keyset(text)
     except KeyFileError as exc:
         raise _Usage(f"keyset file {path}: {exc}") from None
     except OSError as exc:

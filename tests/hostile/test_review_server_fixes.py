@@ -27,20 +27,13 @@ from ..helpers import KEY, run_cli
 
 HOST = "127.0.0.1"
 
-_ANYIO_ON_ASYNCIO = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "review 2026-12-05: anyio's asyncio backend reads the first flight into its own queue "
-        "(connect_accepted_socket starts reading) before the listener admits the connection, so "
-        "the kernel look sees nothing and the client is admitted as silent"
-    ),
-)
-
 PATHS = [
     pytest.param("start_server", "asyncio", {}, id="start_server-asyncio"),
     pytest.param("start_server", "asyncio", {"use_uvloop": True}, id="start_server-uvloop"),
-    pytest.param("listener", "asyncio", {}, id="listener-asyncio", marks=_ANYIO_ON_ASYNCIO),
-    pytest.param("listener", "asyncio", {"use_uvloop": True}, id="listener-uvloop", marks=_ANYIO_ON_ASYNCIO),
+    # anyio on asyncio reads the first flight into its own queue before the listener admits
+    # the connection: the kernel look saw nothing until the admission asked that queue too
+    pytest.param("listener", "asyncio", {}, id="listener-asyncio"),
+    pytest.param("listener", "asyncio", {"use_uvloop": True}, id="listener-uvloop"),
     pytest.param("listener", "trio", {}, id="listener-trio"),
 ]
 
@@ -54,7 +47,7 @@ def test_a_first_flight_queued_before_accept_is_never_admitted_as_silent(
     every server. A client's whole header is in the kernel before the server accepts (the loop
     is held while it connects and sends); when the server first reports what it read
     (``Admission.observe``), the admission must not have held it as silent meanwhile. The
-    anyio listener on asyncio (and on uvloop) admits it as silent: anyio read it first."""
+    anyio listener on asyncio (and on uvloop) admitted it as silent: anyio had read it."""
     if options.get("use_uvloop"):
         pytest.importorskip("uvloop")
     silent_at_first_read: list[bool] = []
@@ -106,17 +99,8 @@ def test_a_first_flight_queued_before_accept_is_never_admitted_as_silent(
     assert silent_at_first_read == [False], "a header that was in the kernel at admission was held as silent"
 
 
-# -- d19ac2f read the key file once and checked its mode as read; the other secret files not
-
-
-_SECRET_FILES_BY_NAME = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "review 2026-12-05: the passphrase, identity and keyset files are checked for their mode "
-        "by name apart from the reading (d19ac2f made only the key file's check the file read): "
-        "a file renamed onto the path between the two is used though it is open to others"
-    ),
-)
+# -- d19ac2f read the key file once and checked its mode as read; the other secret files were
+# checked by name apart from their reading until the review (MEDIUM-1): now each is the file read
 
 
 def _swap_at_the_mode_check(
@@ -141,7 +125,6 @@ def _swap_at_the_mode_check(
     return checked
 
 
-@_SECRET_FILES_BY_NAME
 def test_a_passphrase_file_open_to_others_renamed_in_after_its_mode_check_is_never_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -171,7 +154,6 @@ def test_a_passphrase_file_open_to_others_renamed_in_after_its_mode_check_is_nev
         assert stolen.status != 0, "the output was sealed under the attacker's planted passphrase"
 
 
-@_SECRET_FILES_BY_NAME
 def test_an_identity_file_open_to_others_is_refused_though_a_private_one_is_renamed_in_for_the_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -190,7 +172,6 @@ def test_an_identity_file_open_to_others_is_refused_though_a_private_one_is_rena
     assert result.status != 0, "an identity file open to others was used (its recipient printed)"
 
 
-@_SECRET_FILES_BY_NAME
 def test_a_keyset_file_open_to_others_renamed_in_after_its_mode_check_is_never_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
