@@ -1177,12 +1177,16 @@ def test_key_file_open_to_others_is_refused(tmp_path: Path) -> None:
     assert run_cli("encrypt", "-k", key, input=b"x").status == 0
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
-def test_secret_files_another_user_owns_are_refused(tmp_path: Path) -> None:
-    """A key, identity, keyset or passphrase file of mode 0600 that another user owns is refused,
-    as ssh refuses one: its owner can swap the secret at any time (review 2026-12-05, LOW-2:
-    root used a key file that `nobody` owned). Root's own files and the user's pass."""
-    key, identity, keyset, passphrase = (tmp_path / name for name in ("k", "id", "ks.json", "pass"))
+def test_secret_files_in_a_folder_others_can_write_are_refused(tmp_path: Path) -> None:
+    """A key, identity, keyset or passphrase file of mode 0600 in a folder others can write in
+    (not sticky) is refused: whoever writes there can put another file at its name, a symlink
+    to one of the user's own private files with a known first line among them (review
+    2026-12-05 rev10, MEDIUM-1). Used in the same folder at 0755 and 1777 (sticky: others
+    cannot replace the user's names), and, as root, a file another user owns (`sudo` with a
+    user's key: the owner is not refused, as ssh does not refuse a key it does not own)."""
+    folder = tmp_path / "keys"
+    folder.mkdir()
+    key, identity, keyset, passphrase = (folder / name for name in ("k", "id", "ks.json", "pass"))
     assert run_cli("keygen", "-o", key).status == 0
     assert run_cli("identity", "-o", identity).status == 0
     keyset.write_text(keyset_json(tink_handle(32, TinkHash.SHA256, 4096)))
@@ -1196,11 +1200,17 @@ def test_secret_files_another_user_owns_are_refused(tmp_path: Path) -> None:
         passphrase: ("encrypt", "--passphrase-file", passphrase, "--work-factor", "14"),
     }
     for path, command in commands.items():
-        assert run_cli(*command, input=b"x").status == 0, command  # root's own: used
-        os.chown(path, 65534, 65534)  # nobody's, still 0600
-        message = one_line_error(run_cli(*command, input=b"x"), EXIT_USAGE)
-        assert f"{path} belongs to another user (uid 65534)" in message, message
-        os.chown(path, 0, 0)
+        for mode in (0o777, 0o770, 0o775):
+            folder.chmod(mode)
+            message = one_line_error(run_cli(*command, input=b"x"), EXIT_USAGE)
+            assert f"{path} is in a folder others can write in ({folder}, mode {mode:04o})" in message
+        for mode in (0o755, 0o1777):
+            folder.chmod(mode)
+            assert run_cli(*command, input=b"x").status == 0, (command, mode)
+        if os.geteuid() == 0:
+            os.chown(path, 65534, 65534)  # nobody's, still 0600: root may use it
+            assert run_cli(*command, input=b"x").status == 0, command
+            os.chown(path, 0, 0)
 
 
 # -- listen serves until the real peer arrives --------------------------------------------------

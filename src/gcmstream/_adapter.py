@@ -13,6 +13,7 @@ one receive size and one logger."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import enum
 import errno
 import logging
@@ -428,8 +429,10 @@ def anyio_asyncio_protocol(transport: Any) -> Any | None:
     if kind.__module__ != "anyio._backends._asyncio" or kind.__name__ != "SocketStream":
         return None
     inner = getattr(transport, "_protocol", None)
-    if isinstance(inner, asyncio.Protocol) and all(
-        hasattr(inner, name) for name in ("read_queue", "is_at_eof", "exception")
+    if (
+        isinstance(inner, asyncio.Protocol)
+        and isinstance(getattr(inner, "read_queue", None), collections.deque)  # (never a guess:
+        and all(hasattr(inner, name) for name in ("is_at_eof", "exception"))  # it credits input)
     ):
         return inner
     return None

@@ -1047,17 +1047,26 @@ _KEY_FILE_TEXT = 4096
 
 
 def _check_private(path: str, what: str) -> None:
-    """Refuse a key, identity, keyset or passphrase file others may read or write, or that
-    another user owns (as ssh does): they would have the secret, or could swap it for theirs.
-    The file looked at is the one read (``_note_read``), never ``path`` again: a name looked
-    at apart from the read let a private file renamed in for the look pass for an open one
-    read after it, or the other way round (review 2026-12-05, MEDIUM-1)."""
-    found = _files_read_were[path]
-    mode = stat.S_IMODE(found.st_mode)
+    """Refuse a key, identity, keyset or passphrase file others may read or write, or one in a
+    folder others may write in (not sticky): they would have the secret, or could swap it for
+    theirs. The file looked at is the one read (``_note_read``), never ``path`` again: a name
+    looked at apart from the read let a private file renamed in for the look pass for an open
+    one read after it (review 2026-12-05, MEDIUM-1). The folder, because whoever writes in it
+    can put anything at the name, a symlink to one of the user's own private files whose first
+    line is known (a PEM key's) among them, which then passes as a private passphrase file
+    (rev10, MEDIUM-1). In a sticky folder (/tmp) others cannot replace the user's names, and
+    the kernel's protected_symlinks refuses to follow theirs."""
+    mode = stat.S_IMODE(_files_read_were[path].st_mode)
     if mode & 0o077:
         raise _Usage(f"{what} {path} is open to other users (mode {mode:04o}): chmod 600 {path}")
-    if found.st_uid not in (os.geteuid(), 0):
-        raise _Usage(f"{what} {path} belongs to another user (uid {found.st_uid}): it can swap the secret")
+    folder = os.path.dirname(path) or "."
+    held = os.stat(folder).st_mode
+    if held & 0o022 and not held & stat.S_ISVTX:
+        raise _Usage(
+            f"{what} {path} is in a folder others can write in ({folder}, mode "
+            f"{stat.S_IMODE(held):04o}): they could put another file at its name; keep it in a "
+            "folder only you can write in"
+        )
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -2345,7 +2354,7 @@ def _tink_keyset(args: argparse.Namespace) -> TinkKeyset:
         raise _Usage("--format tink needs -k KEYSET.json (Tink's JSON cleartext keyset)")
     path = args.key_file
     try:
-        text = _read_text(path, MAX_KEYSET_SIZE)
+        text = _read_text(path, MAX_KEYSET_SIZE, named=True)  # ('-' is a file: stdin is the input)
         _check_private(path, "keyset file")
         return read_tink_keyset(text)
     except KeyFileError as exc:

@@ -1,7 +1,7 @@
 """Review 2026-12-05 of three merged changes (docs/review-2026-12-05-server-fixes.md): the
 kernel look at admission (merge fix1), a same-process refusal reaching only its own client
-(merge fix2), and the CLI's output safety (d19ac2f). Each xfail here fails on main because of
-a finding, and flips (strict) when it is fixed."""
+(merge fix2), and the CLI's output safety (d19ac2f), then of their fixes (fix3). Each test here
+failed on the code reviewed because of a finding and passes since its fix."""
 
 from __future__ import annotations
 
@@ -204,19 +204,10 @@ def test_a_keyset_file_open_to_others_renamed_in_after_its_mode_check_is_never_u
         assert stolen.status != 0, "the output was sealed under the attacker's planted keyset"
 
 
-# -- review of the fixes (rev10): merge fix3 (e381cb5) checks each secret file as it is read, and
-# refuses one another user owns; what the attacker who can write in its directory still does
+# -- review of the fixes (rev10): merge fix3 (e381cb5) checks each secret file as it is read;
+# what the attacker who can write in its folder still did, until such a folder was refused
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "review 2026-12-05 rev10: a passphrase file is followed through a symlink planted in a "
-        "directory others can write, to a private file of the user's own whose first line the "
-        "attacker knows (a PEM private key's BEGIN line, /proc/self/personality): mode and owner "
-        "pass, and the output is sealed under a passphrase the attacker knows"
-    ),
-)
 def test_a_passphrase_file_symlinked_by_another_user_to_a_private_file_with_a_known_first_line_is_never_used(
     tmp_path: Path,
 ) -> None:
@@ -225,7 +216,8 @@ def test_a_passphrase_file_symlinked_by_another_user_to_a_private_file_with_a_kn
     `_check_private` is for: "could swap it for theirs") replaces the file with a symlink to one
     of the user's own private files whose first line is public, here an OpenSSH private key
     (every one begins "-----BEGIN OPENSSH PRIVATE KEY-----"). On main the symlink is followed,
-    mode 0600 and owner pass, the output is sealed (exit 0) and the known line decrypts it."""
+    mode 0600 and owner passed, the output was sealed (exit 0) and the known line decrypted it;
+    now a secret file in a folder others can write in is refused."""
     shared = tmp_path / "shared"  # the directory others can write in (not sticky)
     shared.mkdir()
     shared.chmod(0o777)
@@ -245,14 +237,6 @@ def test_a_passphrase_file_symlinked_by_another_user_to_a_private_file_with_a_kn
         assert stolen.status != 0, "the output was sealed under the known first line of the user's own file"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "review 2026-12-05 rev10: `--format tink -k -` reads stdin as the keyset (the '-' rule "
-        "of -k, a file since fix3, is stdin here), then _check_private finds no entry for '-' in "
-        "_files_read_were: internal error KeyError, exit 1"
-    ),
-)
 def test_a_tink_keyset_named_dash_is_no_internal_error(tmp_path: Path) -> None:
     """``-k -`` names a file called '-' for gcmstream's format since fix3 (``_load_key``'s
     ``named=True``); for ``--format tink`` the same flag still reads stdin, and the check that
