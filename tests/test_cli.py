@@ -1177,15 +1177,17 @@ def test_key_file_open_to_others_is_refused(tmp_path: Path) -> None:
     assert run_cli("encrypt", "-k", key, input=b"x").status == 0
 
 
-def test_secret_files_in_a_folder_others_can_write_are_refused(tmp_path: Path) -> None:
-    """A key, identity, keyset or passphrase file of mode 0600 in a folder others can write in
-    (not sticky) is refused: whoever writes there can put another file at its name, a symlink
-    to one of the user's own private files with a known first line among them (review
-    2026-12-05 rev10, MEDIUM-1). Used in the same folder at 0755 and 1777 (sticky: others
-    cannot replace the user's names), and, as root, a file another user owns (`sudo` with a
-    user's key: the owner is not refused, as ssh does not refuse a key it does not own)."""
-    folder = tmp_path / "keys"
-    folder.mkdir()
+def test_secret_files_others_could_replace_are_refused(tmp_path: Path) -> None:
+    """A key, identity, keyset or passphrase file of mode 0600 is refused when its name goes
+    through a folder another user could write in: one the group or others may write in (not
+    sticky), its own or any above it, or one another user owns. Whoever writes there can put
+    another file at the name, a symlink to one of the user's own private files with a known
+    first line among them (review 2026-12-05 rev10, MEDIUM-1). Used at 0755 and 1777 (sticky:
+    others cannot replace the user's names), and, as root, a user's file in that user's folder
+    (`sudo` with a user's key: that user holds the secret anyway)."""
+    above = tmp_path / "above"
+    folder = above / "keys"
+    folder.mkdir(parents=True)
     key, identity, keyset, passphrase = (folder / name for name in ("k", "id", "ks.json", "pass"))
     assert run_cli("keygen", "-o", key).status == 0
     assert run_cli("identity", "-o", identity).status == 0
@@ -1199,18 +1201,29 @@ def test_secret_files_in_a_folder_others_can_write_are_refused(tmp_path: Path) -
         keyset: ("encrypt", "--format", "tink", "-k", keyset),
         passphrase: ("encrypt", "--passphrase-file", passphrase, "--work-factor", "14"),
     }
+
+    def refused(command: tuple[object, ...], path: Path, where: Path) -> None:
+        message = one_line_error(run_cli(*command, input=b"x"), EXIT_USAGE)
+        assert f"{path} could be replaced by other users: they can write in {where};" in message, message
+
     for path, command in commands.items():
         for mode in (0o777, 0o770, 0o775):
             folder.chmod(mode)
-            message = one_line_error(run_cli(*command, input=b"x"), EXIT_USAGE)
-            assert f"{path} is in a folder others can write in ({folder}, mode {mode:04o})" in message
+            refused(command, path, folder)
+        folder.chmod(0o755)
+        above.chmod(0o777)  # a folder above: the attacker renames `keys` away and makes her own
+        refused(command, path, above)
+        above.chmod(0o755)
         for mode in (0o755, 0o1777):
             folder.chmod(mode)
             assert run_cli(*command, input=b"x").status == 0, (command, mode)
-        if os.geteuid() == 0:
-            os.chown(path, 65534, 65534)  # nobody's, still 0600: root may use it
+        if os.geteuid() == 0:  # (only root can give files to another user)
+            os.chown(folder, 65534, 65534)  # nobody's folder, root's file: nobody could swap it
+            refused(command, path, folder)
+            os.chown(path, 65534, 65534)  # nobody's file in nobody's folder: root may use it
             assert run_cli(*command, input=b"x").status == 0, command
             os.chown(path, 0, 0)
+            os.chown(folder, 0, 0)
 
 
 # -- listen serves until the real peer arrives --------------------------------------------------

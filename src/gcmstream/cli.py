@@ -1047,26 +1047,46 @@ _KEY_FILE_TEXT = 4096
 
 
 def _check_private(path: str, what: str) -> None:
-    """Refuse a key, identity, keyset or passphrase file others may read or write, or one in a
-    folder others may write in (not sticky): they would have the secret, or could swap it for
-    theirs. The file looked at is the one read (``_note_read``), never ``path`` again: a name
-    looked at apart from the read let a private file renamed in for the look pass for an open
-    one read after it (review 2026-12-05, MEDIUM-1). The folder, because whoever writes in it
-    can put anything at the name, a symlink to one of the user's own private files whose first
-    line is known (a PEM key's) among them, which then passes as a private passphrase file
-    (rev10, MEDIUM-1). In a sticky folder (/tmp) others cannot replace the user's names, and
-    the kernel's protected_symlinks refuses to follow theirs."""
-    mode = stat.S_IMODE(_files_read_were[path].st_mode)
+    """Refuse a key, identity, keyset or passphrase file others may read or write, or one
+    others could replace: they would have the secret, or could swap it for theirs. The file
+    looked at is the one read (``_note_read``), never ``path`` again: a name looked at apart
+    from the read let a private file renamed in for the look pass for an open one read after it
+    (review 2026-12-05, MEDIUM-1). The folders (``_replaceable_by``), because whoever writes in
+    one the name goes through can put anything at it, a symlink to one of the user's own
+    private files whose first line is known (a PEM key's) among them, which then passed as a
+    private passphrase file (rev10, MEDIUM-1)."""
+    found = _files_read_were[path]
+    mode = stat.S_IMODE(found.st_mode)
     if mode & 0o077:
         raise _Usage(f"{what} {path} is open to other users (mode {mode:04o}): chmod 600 {path}")
-    folder = os.path.dirname(path) or "."
-    held = os.stat(folder).st_mode
-    if held & 0o022 and not held & stat.S_ISVTX:
+    folder = _replaceable_by(path, found.st_uid)
+    if folder is not None:
         raise _Usage(
-            f"{what} {path} is in a folder others can write in ({folder}, mode "
-            f"{stat.S_IMODE(held):04o}): they could put another file at its name; keep it in a "
-            "folder only you can write in"
+            f"{what} {path} could be replaced by other users: they can write in {folder}; keep it "
+            "in folders only you (or root) can write in"
         )
+
+
+def _replaceable_by(path: str, owner: int) -> str | None:
+    """The first folder the name ``path`` goes through (as given, and once its links are
+    resolved) in which another user could replace what is there: one the group or others may
+    write in (unless sticky, as /tmp is: there others cannot replace the user's names and the
+    kernel's protected_symlinks refuses to follow theirs), or one a user owns who is not root,
+    this process's, or ``owner``'s (the secret file's owner holds it anyway: root may use a
+    user's key under sudo); None if there is none, as ssh's StrictModes asks of its folders."""
+    trusted = {0, os.geteuid(), owner}
+    start = os.path.dirname(os.path.abspath(path))
+    for chain_start in (start, os.path.realpath(start)):
+        folder = chain_start
+        while True:
+            held = os.stat(folder)
+            if (held.st_mode & 0o022 and not held.st_mode & stat.S_ISVTX) or held.st_uid not in trusted:
+                return folder
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
+    return None
 
 
 def _keygen(args: argparse.Namespace) -> int:
