@@ -36,6 +36,8 @@ from gcmstream._adapter import (
     peer_ended_input,
     raw_socket,
     receive_size,
+    remote_address,
+    serve_listener,
     serve_retrying,
 )
 from gcmstream.anyio_stream import SecureStream, connect_tcp, create_tcp_listener
@@ -291,6 +293,62 @@ async def test_an_accept_loop_survives_running_out_of_descriptors(caplog: pytest
     assert len([r for r in caplog.records if "accept() failed" in r.getMessage()]) <= 1
 
 
+class _Connections:
+    """A listener whose ``serve()`` hands each of ``transports`` to the handler in turn, then
+    returns (as a listener closed after them)."""
+
+    def __init__(self, *transports: Any) -> None:
+        self.transports = transports
+
+    async def serve(self, handler: Callable[[Any], Awaitable[object]], task_group: object) -> None:
+        for transport in self.transports:
+            await handler(transport)
+
+
+class _Closable:
+    """An accepted stream with no socket to look at, that records its closing."""
+
+    closed = False
+
+    def extra(self, attribute: Any, default: Any = None) -> Any:
+        return default
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.anyio
+async def test_one_connection_that_breaks_the_servers_code_never_ends_serve(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Whatever raises out of the server's own code for one connection (here its report of a
+    failed handshake) is one error line and that connection closed: ``serve()`` goes on to the
+    next connection rather than ending for every client (the new user's make check,
+    2026-12-05: a ValueError from a look at a socket uvloop had closed ended it)."""
+    first, second = _Closable(), _Closable()
+    reported: list[Any] = []
+
+    async def responder(transport: Any, *_: Any) -> None:
+        raise gcmstream.TruncatedStreamError("the peer left")
+
+    async def handshake_failed(exc: Exception, transport: Any, peer: object, level: int) -> None:
+        reported.append(transport)
+        if transport is first:
+            raise RuntimeError("a bug in the report")
+
+    async def handler(stream: Any) -> None:  # (never reached: no handshake completes)
+        raise AssertionError
+
+    with caplog.at_level(logging.ERROR, logger="gcmstream"):
+        with anyio.fail_after(5):
+            config = Configuration(key=bytes(32))
+            await serve_listener(_Connections(first, second), config, responder, handler, handshake_failed)
+    assert reported == [first, second]  # the second was served after the first broke
+    assert first.closed
+    lines = [r.getMessage() for r in caplog.records if "admitting a connection failed" in r.getMessage()]
+    assert len(lines) == 1 and "RuntimeError: a bug in the report" in lines[0], lines
+
+
 @pytest.mark.anyio
 async def test_an_accept_loop_still_ends_on_other_errors() -> None:
     """(from the loop's own task group, as anyio's ``serve()`` raises: in a group)"""
@@ -509,6 +567,11 @@ def test_raw_socket_is_none_where_a_stream_has_none_to_give() -> None:
     sock = object()
     assert raw_socket(_Transport(sock)) is sock
     assert raw_socket(_Transport(sock, fails=OSError("closed"))) is None
+    # uvloop's PseudoSocket of a connection reset before the server looked at it (the new
+    # user's make check, 2026-12-05: it ended the anyio listener's serve() on uvloop)
+    for fails in (ValueError("negative file descriptor"), AttributeError("no socket")):
+        assert raw_socket(_Transport(sock, fails=fails)) is None
+        assert remote_address(_Transport(sock, fails=fails)) is None
     assert raw_socket(object()) is None  # no ``extra``: AttributeError, not raised
     send, receive = anyio.create_memory_object_stream[bytes]()  # anyio's, with no socket
     with send, receive:

@@ -1924,6 +1924,12 @@ def test_no_flag_quotes_a_value_given_to_it() -> None:
         ["encrypt", f"--pass={FLAG_SECRET}", "x"],  # ambiguous: --passphrase, --passphrase-file
         ["encrypt", f"--pa={FLAG_SECRET}", "x"],
         ["encrypt", f"-p{FLAG_SECRET}", "x"],  # age's -p, its value joined
+        # with a space in the value argparse took the word for the input's name, and the open
+        # quoted it back: "--password=correct horse ...: No such file or directory" (exit 6)
+        ["encrypt", "-k", "k", f"--password={FLAG_SECRET} and more words"],
+        ["info", f"--password={FLAG_SECRET} and more words"],
+        ["encrypt", "--passphrase-file", "p", f"--pasphrase={FLAG_SECRET} words"],
+        ["decrypt", "-k", "k", f"--contxt={FLAG_SECRET} words", "-o", "out", "plan.txt"],
     ]
     refused = 0
     for words in lines:
@@ -1932,8 +1938,14 @@ def test_no_flag_quotes_a_value_given_to_it() -> None:
         if result.status == EXIT_USAGE and "not shown" in result.stderr:
             refused += 1
     assert refused > 40, refused  # most of them refused for their value, without quoting it
-    message = one_line_error(run_cli("decrypt", f"--password={FLAG_SECRET}", "n"), EXIT_USAGE)
-    assert "unrecognized arguments: --password= (its value is not shown)" in message
+    for value in (FLAG_SECRET, f"{FLAG_SECRET} and more words"):
+        message = one_line_error(run_cli("decrypt", f"--password={value}", "n"), EXIT_USAGE)
+        assert "unrecognized option --password= (its value is not shown)" in message, message
+    message = one_line_error(run_cli("encrypt", f"--contxt={FLAG_SECRET} x", "plan.txt"), EXIT_USAGE)
+    assert "--contxt=" in message and "plan.txt" not in message, message  # the typo is named
+    # a known option's value may hold a space; after "--" a word is an input, whatever its name
+    given = run_cli("encrypt", "--context=a b c", "--", "--x=y")  # (refused later: no key)
+    assert "unrecognized" not in given.stderr and "no key" in given.stderr, given.stderr
 
 
 def test_a_hidden_value_is_said_once_and_a_number_is_shown() -> None:

@@ -296,12 +296,19 @@ UNKNOWN_PEER = "an unknown peer"
 
 
 def remote_address(transport: Any) -> Any:
-    """An anyio stream's peer address, or None where there is none to ask: on uvloop a
-    connection reset before its handler ran has no socket left, and asking raised
-    AttributeError out of the handler, which ended ``serve()`` for every client."""
+    """An anyio stream's peer address, or None where there is none to ask."""
+    return _socket_extra(transport, SocketAttribute.remote_address)
+
+
+def _socket_extra(transport: Any, attribute: Any) -> Any:
+    """``transport``'s anyio socket ``attribute``, or None where there is none to ask: on uvloop
+    a connection reset before its handler ran has no socket left, and asking raised
+    AttributeError, or ValueError ("negative file descriptor", from uvloop's PseudoSocket), out
+    of the handler, which ended ``serve()`` for every client (the new user's ``make check``,
+    2026-12-05, 3 runs of 4 of a test under load)."""
     try:
-        return transport.extra(SocketAttribute.remote_address, None)
-    except (AttributeError, OSError):
+        return transport.extra(attribute, None)
+    except (AttributeError, OSError, ValueError):
         return None
 
 
@@ -414,10 +421,7 @@ def tell_endpoints(channel: Channel, sock: Any) -> None:
 
 def raw_socket(transport: Any) -> Any:
     """An anyio stream's socket, or None where there is none to ask."""
-    try:
-        return transport.extra(SocketAttribute.raw_socket, None)
-    except (AttributeError, OSError):
-        return None
+    return _socket_extra(transport, SocketAttribute.raw_socket)
 
 
 def anyio_asyncio_protocol(transport: Any) -> Any | None:
@@ -527,6 +531,23 @@ def admit(core: ServerCore[T], connection: T, address: object, sock: Any, *, rea
     return True
 
 
+def _isolated(handle: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
+    """``handle`` for each connection, an exception out of it logged (one error line with its
+    traceback) and the connection closed, never raised into the listener's task group, where it
+    would end ``serve()`` for every client. The handshake and the handler isolate their own
+    failures; this is for what comes before them (a socket uvloop closed under the server's
+    looks at it raised ValueError there: the new user's ``make check``, 2026-12-05)."""
+
+    async def isolated(transport: Any) -> None:
+        try:
+            await handle(transport)
+        except Exception as exc:
+            log_handler_failure(exc, remote_address(transport) or UNKNOWN_PEER, "admitting a connection")
+            await anyio.aclose_forcefully(transport)
+
+    return isolated
+
+
 async def serve_listener(
     listener: Any,
     config: Configuration,
@@ -592,6 +613,6 @@ async def serve_listener(
         await run_handler(lambda: handler(served), peer, abort=abort, failed=core.handler_failed)
 
     try:
-        await serve_retrying(listener, handle, task_group)  # survives EMFILE
+        await serve_retrying(listener, _isolated(handle), task_group)  # survives EMFILE
     finally:  # (listen ends here once it has its peer: the failures before it are said)
         core.failures.report_due(final=True)

@@ -3079,7 +3079,7 @@ def _parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpars
     if isinstance(parser, _Parser):
         parser.command_given = next((word for word in argv if word in _EXAMPLES), None)
         _Parser.words = list(argv)
-    slip = _secret_after_a_flag(argv) or _age_habit(argv)
+    slip = _secret_after_a_flag(argv) or _age_habit(argv) or _unknown_flag_with_a_value(argv, parser)
     if slip is not None:
         parser.error(slip)
     try:
@@ -3173,6 +3173,27 @@ _AGE_P = (
     "-p is not an option: age's -p is --passphrase here (it asks for the passphrase on the "
     "terminal), or give --passphrase-file FILE"
 )
+
+
+def _unknown_flag_with_a_value(argv: Sequence[str], parser: argparse.ArgumentParser) -> str | None:
+    """The usage message for ``--NAME=VALUE`` where NAME is no option of the command (nor the
+    start of one): argparse takes such a word whose VALUE holds a space for an input's name, so
+    a misspelt ``--password="three word passphrase"`` was opened as a file and quoted back in
+    "No such file or directory" (the new user, 2026-12-05), or blamed the next word. Only NAME
+    is said. Checked before parsing; after ``--`` a word is an input, whatever its name (a file
+    whose name starts with '-' is given as ``./NAME`` or after ``--``)."""
+    command = next((word for word in argv if word in _EXAMPLES), None)
+    known = set(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            known |= set(action.choices[command]._option_string_actions)
+    for word in argv:
+        if word == "--":
+            return None
+        name, joined, _ = word.partition("=")
+        if joined and re.fullmatch(r"--?[A-Za-z][\w-]*", name) and not any(o.startswith(name) for o in known):
+            return f"unrecognized option {name}= {_NOT_SHOWN}"
+    return None
 
 
 def _age_habit(argv: Sequence[str]) -> str | None:
