@@ -305,7 +305,8 @@ EXIT_CODES = {
 
 _KEY_HELP = (
     f"key file written by 'gcmstream keygen'; without it the key text is read from the "
-    f"environment variable {KEY_ENV} (the key file's line, e.g. {KEY_ENV}=$(cat KEYFILE))"
+    f"environment variable {KEY_ENV} (the key file's line, e.g. {KEY_ENV}=$(cat KEYFILE)); "
+    "'-k -' names a file called '-' (stdin is the input)"
 )
 _EXIT_EPILOG = "exit status (H, R, S: the checks of docs/FORMAT.md 8.1 and 4.4):\n" + "\n".join(
     textwrap.fill(text, 78, initial_indent=f"  {code:>3}  ", subsequent_indent=" " * 7)
