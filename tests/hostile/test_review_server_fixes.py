@@ -263,3 +263,139 @@ def test_a_tink_keyset_named_dash_is_no_internal_error(tmp_path: Path) -> None:
     )
     assert "internal error" not in result.stderr, result.stderr
     assert result.status in (0, 2), result.stderr
+
+
+# -- review of the folder rule (rev11): merge fix3's third round asks every folder the name goes
+# through, as given (lexically) and once the folder's links are resolved; the kernel resolves
+# more than that: the file's own link, and `..` after a link
+
+
+def _a_file_whose_first_line_is_known(tmp_path: Path) -> tuple[Path, Path]:
+    """One of the user's own private files whose first line anyone knows (an OpenSSH private
+    key), and the attacker's copy of that line, to decrypt with."""
+    users_key = tmp_path / "home" / "id_ed25519"
+    users_key.parent.mkdir(mode=0o700)
+    users_key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n")
+    users_key.chmod(0o600)
+    known = tmp_path / "known"
+    known.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    known.chmod(0o600)
+    return users_key, known
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 2026-12-05 rev11: the folders walked are the name's as given and its folder's "
+    "realpath, not those the kernel went through (the file's own link, `..` after a link)",
+)
+@pytest.mark.parametrize("way", ["the-files-own-link", "dotdot-after-a-link"])
+def test_a_passphrase_file_reached_through_the_users_link_into_a_folder_others_can_write_in_is_never_used(
+    tmp_path: Path, way: str
+) -> None:
+    """SECURITY.md: a secret file is refused when its name goes through a folder others can
+    write in, "as given and with its links resolved". The user's own link into a shared folder
+    (a dotfile manager's link to a team folder) is followed by the kernel, but the folder walk
+    resolves only the links of the name's folder: `cfg/pass -> shared/pass` walks `cfg` alone,
+    and `cfg/team/../pass` (team -> shared/sub) is `cfg/pass` to os.path.abspath while the
+    kernel opens shared/pass. The attacker, who can write in `shared`, puts a symlink there to
+    the user's OpenSSH key: on main the output is sealed (exit 0) under its known first line.
+    (Resolving the whole name with realpath is not enough: it ends in the user's folder.)"""
+    users_key, known = _a_file_whose_first_line_is_known(tmp_path)
+    shared = tmp_path / "shared"  # a folder others can write in (not sticky)
+    shared.mkdir()
+    (shared / "sub").mkdir(mode=0o700)
+    shared.chmod(0o777)
+    config = tmp_path / "cfg"  # the user's own folder
+    config.mkdir(mode=0o700)
+    if way == "the-files-own-link":
+        (config / "pass").symlink_to(shared / "pass")
+        given = config / "pass"
+    else:
+        (config / "team").symlink_to(shared / "sub")
+        given = Path(f"{config}/team/../pass")
+    (shared / "pass").symlink_to(users_key)  # the attacker's symlink, where the user's file was
+    plain, out = tmp_path / "plain", tmp_path / "out"
+    plain.write_bytes(b"secret data")
+    status = run_cli("encrypt", "--passphrase-file", given, "--work-factor", "14", "-o", out, plain).status
+    if status == 0:  # sealed: never under a passphrase the attacker knows
+        stolen = run_cli("decrypt", "--passphrase-file", known, "-o", tmp_path / "back", out)
+        assert stolen.status != 0, "the output was sealed under the known first line of the user's own file"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root reads another user's 0600 file")
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 2026-12-05 rev11: in a sticky folder a file another user owns is trusted as "
+    "its owner's, though that user only took a name anyone could take",
+)
+def test_a_passphrase_file_another_user_left_in_a_sticky_folder_is_never_used_by_root(tmp_path: Path) -> None:
+    """SECURITY.md: "A file another user owns is used, in that user's folders (root with a
+    user's key under `sudo`)". A sticky folder (/tmp) is root's, not that user's: anyone can
+    take a name there first, and the sticky bit then keeps root from replacing it. Root's
+    `--passphrase-file /tmp/NAME` (or -k) of a name it meant to create finds the attacker's
+    file, mode 0600, owned by her: on main it is used (exit 0) and her passphrase decrypts the
+    output. ssh's StrictModes has no sticky exception and wants the file the user's or root's."""
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    planted = sticky / "pass"
+    planted.write_text("the attacker's passphrase, long enough\n")
+    planted.chmod(0o600)
+    os.chown(planted, 65534, 65534)  # nobody's: the attacker's
+    attacker_copy = tmp_path / "copy"
+    attacker_copy.write_text(planted.read_text())
+    attacker_copy.chmod(0o600)
+    plain, out = tmp_path / "plain", tmp_path / "out"
+    plain.write_bytes(b"secret data")
+    status = run_cli("encrypt", "--passphrase-file", planted, "--work-factor", "14", "-o", out, plain).status
+    if status == 0:
+        stolen = run_cli("decrypt", "--passphrase-file", attacker_copy, "-o", tmp_path / "back", out)
+        assert stolen.status != 0, "the output was sealed under the passphrase another user left in /tmp"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 2026-12-05 rev11: the folders are walked by name after the open: a link the "
+    "attacker swaps between the two shows the walk another path than the open took",
+)
+def test_a_passphrase_file_opened_through_a_link_swapped_before_the_folder_walk_is_never_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user's link `cfg/team -> shared/sub` into a folder others can write in is refused
+    when nothing moves (the walk resolves `cfg/team` and finds `shared`). But the walk runs
+    after the open, by name: at the open `shared/sub` is the attacker's link to her folder
+    whose `pass` links to the user's OpenSSH key; at the walk (the swap made deterministic: just
+    before ``_replaceable_by``) it is a link to the user's own folder, and `shared` is never
+    seen. On main the output is sealed (exit 0) under the key's known first line."""
+    import gcmstream.cli
+
+    users_key, known = _a_file_whose_first_line_is_known(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    evil = shared / "evil"  # the attacker's folder
+    evil.mkdir()
+    (evil / "pass").symlink_to(users_key)
+    config = tmp_path / "cfg"
+    config.mkdir(mode=0o700)
+    (config / "team").symlink_to(shared / "sub")  # the user's link
+    (shared / "sub").symlink_to(evil)  # the attacker's, at the open
+    walk = gcmstream.cli._replaceable_by
+    walked: list[str] = []
+
+    def racing(path: str, owner: int) -> str | None:
+        walked.append(path)
+        (shared / "sub").unlink()  # the attacker's, at the walk: the user's own folder
+        (shared / "sub").symlink_to(users_key.parent)
+        return walk(path, owner)
+
+    monkeypatch.setattr(gcmstream.cli, "_replaceable_by", racing)
+    plain, out = tmp_path / "plain", tmp_path / "out"
+    plain.write_bytes(b"secret data")
+    given = config / "team" / "pass"
+    status = run_cli("encrypt", "--passphrase-file", given, "--work-factor", "14", "-o", out, plain).status
+    assert walked == [str(given)]  # the race was run
+    monkeypatch.undo()
+    if status == 0:
+        stolen = run_cli("decrypt", "--passphrase-file", known, "-o", tmp_path / "back", out)
+        assert stolen.status != 0, "the output was sealed under the known first line of the user's own file"
