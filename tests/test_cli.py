@@ -1204,7 +1204,7 @@ def test_secret_files_others_could_replace_are_refused(tmp_path: Path) -> None:
 
     def refused(command: tuple[str | Path, ...], path: Path, where: Path) -> None:
         message = one_line_error(run_cli(*command, input=b"x"), EXIT_USAGE)
-        assert f"{path} could be replaced by other users: they can write in {where};" in message, message
+        assert f"{path} could be replaced by other users: they can write in {where} (" in message, message
 
     for path, command in commands.items():
         for mode in (0o777, 0o770, 0o775):

@@ -7,6 +7,7 @@ traceback is shown only for a bug, and only with GCMSTREAM_DEBUG=1.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import errno
 import os
@@ -1025,7 +1026,7 @@ def _load_key(key_file: str | None) -> bytes:
             # rule compares OUT with (read again by name, a file renamed onto KEY meanwhile was
             # used, and the one read first could be replaced; rev8). A file named '-' is a file:
             # stdin is the input
-            read = _read_text(key_file, MAX_IDENTITY_FILE_SIZE, named=True)
+            read = _read_text(key_file, MAX_IDENTITY_FILE_SIZE, named=True, private="key file")
             _refuse_other_kind(key_file, read, "key")
             _check_private(key_file, "key file")
             return parse_key(read[:_KEY_FILE_TEXT])
@@ -1048,46 +1049,104 @@ _KEY_FILE_TEXT = 4096
 
 
 def _check_private(path: str, what: str) -> None:
-    """Refuse a key, identity, keyset or passphrase file others may read or write, or one
-    others could replace: they would have the secret, or could swap it for theirs. The file
-    looked at is the one read (``_note_read``), never ``path`` again: a name looked at apart
-    from the read let a private file renamed in for the look pass for an open one read after it
-    (review 2026-12-05, MEDIUM-1). The folders (``_replaceable_by``), because whoever writes in
-    one the name goes through can put anything at it, a symlink to one of the user's own
-    private files whose first line is known (a PEM key's) among them, which then passed as a
-    private passphrase file (rev10, MEDIUM-1)."""
-    found = _files_read_were[path]
-    mode = stat.S_IMODE(found.st_mode)
+    """Refuse a key, identity, keyset or passphrase file others may read or write: they would
+    have the secret, or could swap it for theirs. The file looked at is the one read
+    (``_note_read``), never ``path`` again: a name looked at apart from the read let a private
+    file renamed in for the look pass for an open one read after it (review 2026-12-05,
+    MEDIUM-1). Who could put another file at the name is ``_open_secret``'s question."""
+    mode = stat.S_IMODE(_files_read_were[path].st_mode)
     if mode & 0o077:
         raise _Usage(f"{what} {path} is open to other users (mode {mode:04o}): chmod 600 {path}")
-    folder = _replaceable_by(path, found.st_uid)
-    if folder is not None:
-        raise _Usage(
-            f"{what} {path} could be replaced by other users: they can write in {folder}; keep it "
-            "in folders only you (or root) can write in"
-        )
 
 
-def _replaceable_by(path: str, owner: int) -> str | None:
-    """The first folder the name ``path`` goes through (as given, and once its links are
-    resolved) in which another user could replace what is there: one the group or others may
-    write in (unless sticky, as /tmp is: there others cannot replace the user's names and the
-    kernel's protected_symlinks refuses to follow theirs), or one a user owns who is not root,
-    this process's, or ``owner``'s (the secret file's owner holds it anyway: root may use a
-    user's key under sudo); None if there is none, as ssh's StrictModes asks of its folders."""
-    trusted = {0, os.geteuid(), owner}
-    start = os.path.dirname(os.path.abspath(path))
-    for chain_start in (start, os.path.realpath(start)):
-        folder = chain_start
+# the links one name may go through, as the kernel's limit (MAXSYMLINKS)
+_MAX_LINKS = 40
+
+
+def _open_secret(path: str, what: str) -> int:
+    """A descriptor of the secret file ``path`` (a key, identity, keyset or passphrase file),
+    reached the way the kernel resolves the name but one name at a time, each folder opened
+    from the one before (so what is checked is what is opened, with no second look by name),
+    refused as soon as another user could have put something else at the name: a folder it goes
+    through that the group or others may write in (unless sticky, as /tmp is) or that a user
+    other than root, this process's and the file's owner owns; a link in a sticky folder that
+    neither this process's user nor the folder's owner made (the kernel's protected_symlinks,
+    whatever the sysctl says); a file another user owns that is not in a folder of hers (one
+    left in /tmp). Whoever writes in such a place could put there a link to one of the user's
+    own private files whose first line is known (a PEM key's), which then passed as a private
+    passphrase file (reviews of 2026-12-05, rev10 and rev11). Below /proc the kernel resolves
+    the rest (``/dev/fd/N``, ``<(...)``: the process's own descriptors). ``-`` is a file."""
+    folders: list[tuple[str, os.stat_result]] = []  # (the name so far, the folder) on the way
+    names = collections.deque(path.split("/"))
+    walked = "/" if path.startswith("/") else "."
+    fd = os.open(walked, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    proc = os.stat("/proc").st_dev if os.path.isdir("/proc") else None
+    links = 0
+    try:
+        folders.append((walked, os.fstat(fd)))
         while True:
-            held = os.stat(folder)
-            if (held.st_mode & 0o022 and not held.st_mode & stat.S_ISVTX) or held.st_uid not in trusted:
-                return folder
-            parent = os.path.dirname(folder)
-            if parent == folder:
+            while names and names[0] in ("", "."):
+                names.popleft()
+            here = folders[-1][1]
+            if not names or here.st_dev == proc:  # a folder (the read says so), or below /proc,
+                # the kernel's own names (its descriptors, its processes): the kernel resolves them
+                secret = os.open("/".join(names) or ".", os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
                 break
-            folder = parent
-    return None
+            name = names.popleft()
+            walked = os.path.join(walked, name)
+            entry = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISLNK(entry.st_mode):
+                links += 1
+                if links > _MAX_LINKS:
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+                if here.st_mode & stat.S_ISVTX and entry.st_uid not in (os.geteuid(), here.st_uid):
+                    raise _Usage(
+                        f"{what} {path} goes through a link another user made in {folders[-1][0]} "
+                        f"(a folder anyone may add names to): they chose where it leads"
+                    )
+                target = os.readlink(name, dir_fd=fd)
+                names.extendleft(reversed(target.split("/")))
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                    folders.append(("/", os.fstat(fd)))
+                continue
+            if names:  # a folder on the way (``..`` too: the one above, from this one)
+                inner = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+                folders.append((walked, os.fstat(fd)))
+                continue
+            secret = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            break
+    finally:
+        os.close(fd)
+    try:
+        _refuse_replaceable(path, what, folders, os.fstat(secret))
+    except BaseException:
+        os.close(secret)
+        raise
+    return secret
+
+
+def _refuse_replaceable(
+    path: str, what: str, folders: list[tuple[str, os.stat_result]], found: os.stat_result
+) -> None:
+    """``_open_secret``'s verdict on the folders the name went through and the file found."""
+    trusted = {0, os.geteuid(), found.st_uid}
+    for name, folder in folders:
+        mode = stat.S_IMODE(folder.st_mode)
+        if (mode & 0o022 and not mode & stat.S_ISVTX) or folder.st_uid not in trusted:
+            whose = f"mode {mode:04o}" if folder.st_uid in trusted else f"owned by uid {folder.st_uid}"
+            raise _Usage(
+                f"{what} {path} could be replaced by other users: they can write in {name} "
+                f"({whose}); keep it in folders only you (or root) can write in"
+            )
+    if found.st_uid not in (0, os.geteuid()) and folders[-1][1].st_uid != found.st_uid:
+        raise _Usage(
+            f"{what} {path} belongs to another user (uid {found.st_uid}) and lies in a folder "
+            f"that is not theirs ({folders[-1][0]}): anyone could have made it there first"
+        )
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -1180,7 +1239,7 @@ def _read_identities(path: str, command: str) -> list[Identity]:
     """The identities in FILE ('-': stdin), one a line. A file that is no identity file at all
     given to -i is most likely an input, as -i meant before it meant --identity: say so."""
     try:
-        text = _read_text(path, MAX_IDENTITY_FILE_SIZE)
+        text = _read_text(path, MAX_IDENTITY_FILE_SIZE, private="identity file")
         _refuse_other_kind(path, text, "identity", command)
         if IDENTITY_PREFIX not in text and RECIPIENT_PREFIX not in text and command != "recipient":
             raise _Usage(
@@ -1208,12 +1267,14 @@ def _note_read(path: str, fd: int) -> None:
     _files_read_were[path] = os.fstat(fd)
 
 
-def _read_text(path: str, limit: int, *, named: bool = False) -> str:
+def _read_text(path: str, limit: int, *, named: bool = False, private: str | None = None) -> str:
     """At most ``limit`` characters (and one more, to tell a longer file) of the UTF-8 text in
     FILE or, for '-', stdin (unless ``named``: then '-' is a file's name); an invalid byte
-    becomes U+FFFD, as recipients.py reads files."""
+    becomes U+FFFD, as recipients.py reads files. ``private``: what the file is (a key file...),
+    a secret opened by ``_open_secret``."""
     if path != "-" or named:
-        with open(path, encoding="utf-8", errors="replace") as file:
+        source = path if private is None else _open_secret(path, private)
+        with open(source, encoding="utf-8", errors="replace") as file:
             _note_read(path, file.fileno())
             return file.read(limit + 1)
     fd, data = _stdin_fd(), b""
@@ -1276,7 +1337,7 @@ def _read_passphrase(args: argparse.Namespace, *, encrypting: bool) -> str:
     if args.passphrase_file is not None:
         path = args.passphrase_file
         try:
-            with open(path, "rb") as file:
+            with open(_open_secret(path, "passphrase file"), "rb") as file:
                 _note_read(path, file.fileno())
                 _check_private(path, "passphrase file")
                 line = file.readline(MAX_PASSPHRASE_SIZE + 2).rstrip(b"\r\n")
@@ -2375,7 +2436,7 @@ def _tink_keyset(args: argparse.Namespace) -> TinkKeyset:
         raise _Usage("--format tink needs -k KEYSET.json (Tink's JSON cleartext keyset)")
     path = args.key_file
     try:
-        text = _read_text(path, MAX_KEYSET_SIZE, named=True)  # ('-' is a file: stdin is the input)
+        text = _read_text(path, MAX_KEYSET_SIZE, named=True, private="keyset file")  # ('-': a file)
         _check_private(path, "keyset file")
         return read_tink_keyset(text)
     except KeyFileError as exc:

@@ -265,9 +265,10 @@ def test_a_tink_keyset_named_dash_is_no_internal_error(tmp_path: Path) -> None:
     assert result.status in (0, 2), result.stderr
 
 
-# -- review of the folder rule (rev11): merge fix3's third round asks every folder the name goes
-# through, as given (lexically) and once the folder's links are resolved; the kernel resolves
-# more than that: the file's own link, and `..` after a link
+# -- review of the folder rule (rev11): merge fix3's third round asked every folder the name goes
+# through, as given (lexically) and once the folder's links are resolved, by name after the
+# open; the kernel resolves more than that (the file's own link, `..` after a link). Now the
+# name is walked as the kernel does, each folder opened from the one before (_open_secret)
 
 
 def _a_file_whose_first_line_is_known(tmp_path: Path) -> tuple[Path, Path]:
@@ -283,11 +284,6 @@ def _a_file_whose_first_line_is_known(tmp_path: Path) -> tuple[Path, Path]:
     return users_key, known
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 2026-12-05 rev11: the folders walked are the name's as given and its folder's "
-    "realpath, not those the kernel went through (the file's own link, `..` after a link)",
-)
 @pytest.mark.parametrize("way", ["the-files-own-link", "dotdot-after-a-link"])
 def test_a_passphrase_file_reached_through_the_users_link_into_a_folder_others_can_write_in_is_never_used(
     tmp_path: Path, way: str
@@ -323,11 +319,6 @@ def test_a_passphrase_file_reached_through_the_users_link_into_a_folder_others_c
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root reads another user's 0600 file")
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 2026-12-05 rev11: in a sticky folder a file another user owns is trusted as "
-    "its owner's, though that user only took a name anyone could take",
-)
 def test_a_passphrase_file_another_user_left_in_a_sticky_folder_is_never_used_by_root(tmp_path: Path) -> None:
     """SECURITY.md: "A file another user owns is used, in that user's folders (root with a
     user's key under `sudo`)". A sticky folder (/tmp) is root's, not that user's: anyone can
@@ -353,11 +344,6 @@ def test_a_passphrase_file_another_user_left_in_a_sticky_folder_is_never_used_by
         assert stolen.status != 0, "the output was sealed under the passphrase another user left in /tmp"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 2026-12-05 rev11: the folders are walked by name after the open: a link the "
-    "attacker swaps between the two shows the walk another path than the open took",
-)
 def test_a_passphrase_file_opened_through_a_link_swapped_before_the_folder_walk_is_never_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -365,8 +351,10 @@ def test_a_passphrase_file_opened_through_a_link_swapped_before_the_folder_walk_
     when nothing moves (the walk resolves `cfg/team` and finds `shared`). But the walk runs
     after the open, by name: at the open `shared/sub` is the attacker's link to her folder
     whose `pass` links to the user's OpenSSH key; at the walk (the swap made deterministic: just
-    before ``_replaceable_by``) it is a link to the user's own folder, and `shared` is never
-    seen. On main the output is sealed (exit 0) under the key's known first line."""
+    before it) it is a link to the user's own folder, and `shared` was never seen: the output
+    was sealed (exit 0) under the key's known first line. Now the walk is the open (each folder
+    opened from the one before, ``_open_secret``): the swap, made just before its verdict,
+    changes nothing it looked at."""
     import gcmstream.cli
 
     users_key, known = _a_file_whose_first_line_is_known(tmp_path)
@@ -380,16 +368,16 @@ def test_a_passphrase_file_opened_through_a_link_swapped_before_the_folder_walk_
     config.mkdir(mode=0o700)
     (config / "team").symlink_to(shared / "sub")  # the user's link
     (shared / "sub").symlink_to(evil)  # the attacker's, at the open
-    walk = gcmstream.cli._replaceable_by
+    verdict = gcmstream.cli._refuse_replaceable
     walked: list[str] = []
 
-    def racing(path: str, owner: int) -> str | None:
+    def racing(path: str, *args: Any) -> None:
         walked.append(path)
-        (shared / "sub").unlink()  # the attacker's, at the walk: the user's own folder
+        (shared / "sub").unlink()  # the attacker's, before the verdict: the user's own folder
         (shared / "sub").symlink_to(users_key.parent)
-        return walk(path, owner)
+        verdict(path, *args)
 
-    monkeypatch.setattr(gcmstream.cli, "_replaceable_by", racing)
+    monkeypatch.setattr(gcmstream.cli, "_refuse_replaceable", racing)
     plain, out = tmp_path / "plain", tmp_path / "out"
     plain.write_bytes(b"secret data")
     given = config / "team" / "pass"
