@@ -1074,8 +1074,9 @@ def _open_secret(path: str, what: str) -> int:
     whatever the sysctl says); a file another user owns that is not in a folder of hers (one
     left in /tmp). Whoever writes in such a place could put there a link to one of the user's
     own private files whose first line is known (a PEM key's), which then passed as a private
-    passphrase file (reviews of 2026-12-05, rev10 and rev11). Below /proc the kernel resolves
-    the rest (``/dev/fd/N``, ``<(...)``: the process's own descriptors). ``-`` is a file."""
+    passphrase file (reviews of 2026-12-05, rev10 and rev11). A link in /proc as the last name
+    (``/dev/fd/N``, ``<(...)``: the process's own descriptors) is the kernel's to open. ``-`` is
+    a file."""
     folders: list[tuple[str, os.stat_result]] = []  # (the name so far, the folder) on the way
     names = collections.deque(path.split("/"))
     walked = "/" if path.startswith("/") else "."
@@ -1088,24 +1089,24 @@ def _open_secret(path: str, what: str) -> int:
             while names and names[0] in ("", "."):
                 names.popleft()
             here = folders[-1][1]
-            if not names or here.st_dev == proc:  # a folder (the read says so), or below /proc,
-                # the kernel's own names (its descriptors, its processes): the kernel resolves them
-                secret = os.open("/".join(names) or ".", os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
+            if not names:  # a name that ends in a folder: the read says what it is
+                secret = os.open(".", os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
                 break
             name = names.popleft()
             walked = os.path.join(walked, name)
             entry = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISLNK(entry.st_mode) and here.st_dev == proc and not names:
+                # /proc/PID/fd/N (/dev/fd/N, <(...)): a descriptor of this process, which the
+                # kernel's link opens (a pipe's has no name to walk); only as the last name:
+                # /proc/self/root/... or cwd/... are walked as any other link
+                secret = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
+                break
             if stat.S_ISLNK(entry.st_mode):
                 links += 1
-                if links > _MAX_LINKS:
-                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
-                if here.st_mode & stat.S_ISVTX and entry.st_uid not in (os.geteuid(), here.st_uid):
-                    raise _Usage(
-                        f"{what} {path} goes through a link another user made in {folders[-1][0]} "
-                        f"(a folder anyone may add names to): they chose where it leads"
-                    )
+                _refuse_link(path, what, folders[-1], entry, links)
                 target = os.readlink(name, dir_fd=fd)
                 names.extendleft(reversed(target.split("/")))
+                walked = "/" if target.startswith("/") else os.path.dirname(walked)
                 if target.startswith("/"):
                     os.close(fd)
                     fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -1127,6 +1128,22 @@ def _open_secret(path: str, what: str) -> int:
         os.close(secret)
         raise
     return secret
+
+
+def _refuse_link(
+    path: str, what: str, folder: tuple[str, os.stat_result], link: os.stat_result, links: int
+) -> None:
+    """``_open_secret``'s verdict on a link it is about to follow, the ``links``-th: one in a
+    sticky folder made by neither this process's user nor the folder's owner was put there by
+    someone who may add names to it (what the kernel's protected_symlinks refuses to follow)."""
+    if links > _MAX_LINKS:
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+    name, held = folder
+    if held.st_mode & stat.S_ISVTX and link.st_uid not in (os.geteuid(), held.st_uid):
+        raise _Usage(
+            f"{what} {path} goes through a link another user made in {name} (a folder anyone "
+            "may add names to): they chose where it leads"
+        )
 
 
 def _refuse_replaceable(

@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -387,3 +389,36 @@ def test_a_passphrase_file_opened_through_a_link_swapped_before_the_folder_walk_
     if status == 0:
         stolen = run_cli("decrypt", "--passphrase-file", known, "-o", tmp_path / "back", out)
         assert stolen.status != 0, "the output was sealed under the known first line of the user's own file"
+
+
+def test_this_processs_descriptors_are_read_and_links_through_proc_are_walked(tmp_path: Path) -> None:
+    """A secret file given as one of the command's own descriptors (``<(...)``, ``/dev/fd/3
+    3<K``, ``/dev/stdin <K``: a link in /proc as the last name) is opened by the kernel and
+    used. Any other link through /proc is walked like any link: the first version of the walk
+    let the kernel resolve everything below /proc, so the user's own link through
+    ``/proc/self/root`` into a folder others can write in was never looked at (found while
+    answering rev12's brief)."""
+    from ..test_cli import TIMEOUT, env
+
+    key, plain = tmp_path / "k", tmp_path / "plain"
+    assert run_cli("keygen", "-o", key).status == 0
+    plain.write_bytes(b"secret data")
+    program = f"{sys.executable} -m gcmstream encrypt -o {tmp_path / 'out'}"
+    for given in (f"<(cat {key})", f"/dev/fd/3 3<{key}", f"/dev/stdin <{key}"):
+        run = subprocess.run(
+            ["bash", "-c", f"{program} -k {given} {plain}"], capture_output=True, env=env(), timeout=TIMEOUT
+        )
+        assert run.returncode == 0, (given, run.stderr)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    planted = shared / "k"
+    planted.write_bytes(key.read_bytes())
+    planted.chmod(0o600)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "k").symlink_to(f"/proc/self/root{planted}")  # the user's own link
+    for through in (private / "k", Path(f"/proc/self/root{planted}")):
+        result = run_cli("encrypt", "-k", through, "-o", tmp_path / "out2", plain)
+        assert result.status == 2 and "could be replaced by other users" in result.stderr, result.stderr
+        assert f"they can write in {shared} (mode 0777)" in result.stderr, result.stderr
