@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -422,3 +423,68 @@ def test_this_processs_descriptors_are_read_and_links_through_proc_are_walked(tm
         result = run_cli("encrypt", "-k", through, "-o", tmp_path / "out2", plain)
         assert result.status == 2 and "could be replaced by other users" in result.stderr, result.stderr
         assert f"they can write in {shared} (mode 0777)" in result.stderr, result.stderr
+
+
+# -- review of the path walk (rev12): merge fix5 walks the name one folder at a time
+# (_open_secret); below /proc's device the kernel resolves the rest, /proc found by its st_dev
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="a private mount namespace needs root"
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 2026-12-05 rev12: with /proc no procfs (a chroot's empty folder) every folder on "
+    "its filesystem counts as below /proc, and the kernel opens the whole name unchecked",
+)
+def test_a_passphrase_file_in_a_folder_others_can_write_in_is_never_used_where_proc_is_no_procfs(
+    tmp_path: Path,
+) -> None:
+    """``_open_secret`` hands the rest of the name to the kernel as soon as a folder has the
+    st_dev of /proc, taking /proc to be procfs. In a chroot where procfs is not mounted, /proc is
+    an empty folder on the chroot's own filesystem: every folder there, "/" first, has its
+    st_dev, so no folder past "/" is asked and links are followed unseen. Made here as in such a
+    chroot: an empty folder of the test's filesystem bound on /proc in a private mount
+    namespace. The rev10 attack (a link in a 0777 folder to the user's OpenSSH key) is refused
+    with procfs at /proc and, on fix5, used (exit 0) without it."""
+    users_key, known = _a_file_whose_first_line_is_known(tmp_path)
+    shared = tmp_path / "shared"  # a folder others can write in (not sticky)
+    shared.mkdir()
+    shared.chmod(0o777)
+    (shared / "pass").symlink_to(users_key)  # the attacker's
+    empty = tmp_path / "proc"  # a chroot's /proc, procfs not mounted: a folder of its filesystem
+    empty.mkdir()
+    plain, out = tmp_path / "plain", tmp_path / "out"
+    plain.write_bytes(b"secret data")
+    source = str(Path(gcmstream.__file__).resolve().parent.parent)
+    command = 'mount --make-rprivate / && mount --bind "$1" /proc && shift && exec "$@"'
+    run = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "sh",
+            "-c",
+            command,
+            "sh",
+            str(empty),
+            sys.executable,
+            "-m",
+            "gcmstream",
+            "encrypt",
+            "--passphrase-file",
+            str(shared / "pass"),
+            "--work-factor",
+            "14",
+            "-o",
+            str(out),
+            str(plain),
+        ],
+        env={**os.environ, "PYTHONPATH": source},
+        capture_output=True,
+        timeout=120,
+    )
+    if b"mount" in run.stderr and run.returncode not in (0, 2):
+        pytest.skip(f"no private mount namespace here: {run.stderr[-200:]!r}")
+    if run.returncode == 0:  # sealed: never under a passphrase the attacker knows
+        stolen = run_cli("decrypt", "--passphrase-file", known, "-o", tmp_path / "back", out)
+        assert stolen.status != 0, "the output was sealed under the known first line of the user's own file"
