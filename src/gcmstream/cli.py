@@ -1077,11 +1077,13 @@ def _open_secret(path: str, what: str) -> int:
     passphrase file (reviews of 2026-12-05, rev10 and rev11). A link in /proc as the last name
     (``/dev/fd/N``, ``<(...)``: the process's own descriptors) is the kernel's to open. ``-`` is
     a file."""
+    if not path:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
     folders: list[tuple[str, os.stat_result]] = []  # (the name so far, the folder) on the way
     names = collections.deque(path.split("/"))
     walked = "/" if path.startswith("/") else "."
     fd = os.open(walked, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    proc = os.stat("/proc").st_dev if os.path.isdir("/proc") else None
+    proc = _procfs_device()
     links = 0
     try:
         folders.append((walked, os.fstat(fd)))
@@ -1095,7 +1097,7 @@ def _open_secret(path: str, what: str) -> int:
             name = names.popleft()
             walked = os.path.join(walked, name)
             entry = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            if stat.S_ISLNK(entry.st_mode) and here.st_dev == proc and not names:
+            if stat.S_ISLNK(entry.st_mode) and proc is not None and here.st_dev == proc and not names:
                 # /proc/PID/fd/N (/dev/fd/N, <(...)): a descriptor of this process, which the
                 # kernel's link opens (a pipe's has no name to walk); only as the last name:
                 # /proc/self/root/... or cwd/... are walked as any other link
@@ -1118,16 +1120,50 @@ def _open_secret(path: str, what: str) -> int:
                 fd = inner
                 folders.append((walked, os.fstat(fd)))
                 continue
+            # judged before it is opened: a FIFO or a device another user put there is refused,
+            # not opened (rev12, LOW-2); what is opened must then be what was judged
+            _refuse_replaceable(path, what, folders, entry)
             secret = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
             break
     finally:
         os.close(fd)
     try:
-        _refuse_replaceable(path, what, folders, os.fstat(secret))
+        _judge_opened(path, what, folders, entry, os.fstat(secret))
     except BaseException:
         os.close(secret)
         raise
     return secret
+
+
+def _judge_opened(
+    path: str,
+    what: str,
+    folders: list[tuple[str, os.stat_result]],
+    entry: os.stat_result,
+    found: os.stat_result,
+) -> None:
+    """``_open_secret``'s last look, at what it opened (``found``): the kernel's link in /proc
+    is judged as opened; any other file was judged as ``entry`` before the open, and must be
+    that file (only a user the verdict trusts could have swapped it, but it is checked). A
+    folder is refused here, its descriptor closed (``open`` on it raised, leaving it open)."""
+    if stat.S_ISDIR(found.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+    if stat.S_ISLNK(entry.st_mode):
+        _refuse_replaceable(path, what, folders, found)
+    elif (found.st_dev, found.st_ino) != (entry.st_dev, entry.st_ino):
+        raise _Usage(f"{what} {path} changed while it was opened: give it again")
+
+
+def _procfs_device() -> int | None:
+    """The device of /proc if procfs is mounted there (its ``self`` names this process), else
+    None: in a chroot without it /proc is a folder like any other, and taking its device for
+    procfs's made every folder of that filesystem "below /proc" (rev12, MEDIUM-1)."""
+    try:
+        if os.readlink("/proc/self") == str(os.getpid()):
+            return os.stat("/proc").st_dev
+    except OSError:
+        pass
+    return None
 
 
 def _refuse_link(
@@ -1159,6 +1195,12 @@ def _refuse_replaceable(
                 f"{what} {path} could be replaced by other users: they can write in {name} "
                 f"({whose}); keep it in folders only you (or root) can write in"
             )
+    last, held = folders[-1]
+    if held.st_mode & stat.S_ISVTX and stat.S_ISREG(found.st_mode) and found.st_nlink > 1:
+        raise _Usage(
+            f"{what} {path} has other names, and lies in {last}, a folder anyone may add names to:"
+            " another user may have linked it there"
+        )
     if found.st_uid not in (0, os.geteuid()) and folders[-1][1].st_uid != found.st_uid:
         raise _Usage(
             f"{what} {path} belongs to another user (uid {found.st_uid}) and lies in a folder "
@@ -1290,7 +1332,7 @@ def _read_text(path: str, limit: int, *, named: bool = False, private: str | Non
     becomes U+FFFD, as recipients.py reads files. ``private``: what the file is (a key file...),
     a secret opened by ``_open_secret``."""
     if path != "-" or named:
-        source = path if private is None else _open_secret(path, private)
+        source = path if private is None else _open_secret(path, private)  # (a file, never a folder)
         with open(source, encoding="utf-8", errors="replace") as file:
             _note_read(path, file.fileno())
             return file.read(limit + 1)

@@ -432,59 +432,75 @@ def test_this_processs_descriptors_are_read_and_links_through_proc_are_walked(tm
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None, reason="a private mount namespace needs root"
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 2026-12-05 rev12: with /proc no procfs (a chroot's empty folder) every folder on "
-    "its filesystem counts as below /proc, and the kernel opens the whole name unchecked",
-)
 def test_a_passphrase_file_in_a_folder_others_can_write_in_is_never_used_where_proc_is_no_procfs(
     tmp_path: Path,
 ) -> None:
-    """``_open_secret`` hands the rest of the name to the kernel as soon as a folder has the
-    st_dev of /proc, taking /proc to be procfs. In a chroot where procfs is not mounted, /proc is
-    an empty folder on the chroot's own filesystem: every folder there, "/" first, has its
-    st_dev, so no folder past "/" is asked and links are followed unseen. Made here as in such a
-    chroot: an empty folder of the test's filesystem bound on /proc in a private mount
-    namespace. The rev10 attack (a link in a 0777 folder to the user's OpenSSH key) is refused
-    with procfs at /proc and, on fix5, used (exit 0) without it."""
+    """``_open_secret`` let the kernel open a link as soon as its folder had the st_dev of
+    /proc, taking /proc to be procfs. In a chroot where procfs is not mounted, /proc is an empty
+    folder on the chroot's own filesystem: every folder there had its st_dev, so links were
+    followed unseen. Made here as in such a chroot: an empty folder of the test's filesystem
+    bound on /proc in a private mount namespace. Two attacks: the rev10 one (the attacker's
+    link in a 0777 folder to the user's OpenSSH key, used on fix5), and the user's own link
+    from a private folder to that planted link (used on fix6, where only a last-name link in
+    "/proc" was the kernel's). /proc is now procfs only if its ``self`` names the process."""
     users_key, known = _a_file_whose_first_line_is_known(tmp_path)
     shared = tmp_path / "shared"  # a folder others can write in (not sticky)
     shared.mkdir()
     shared.chmod(0o777)
     (shared / "pass").symlink_to(users_key)  # the attacker's
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "pass").symlink_to(shared / "pass")  # the user's own
     empty = tmp_path / "proc"  # a chroot's /proc, procfs not mounted: a folder of its filesystem
     empty.mkdir()
     plain, out = tmp_path / "plain", tmp_path / "out"
     plain.write_bytes(b"secret data")
     source = str(Path(gcmstream.__file__).resolve().parent.parent)
     command = 'mount --make-rprivate / && mount --bind "$1" /proc && shift && exec "$@"'
+    namespace = ["unshare", "--mount", "sh", "-c", command, "sh", str(empty)]
+    program = [sys.executable, "-m", "gcmstream", "encrypt", "--work-factor", "14", "-o", str(out)]
+    for given in (shared / "pass", private / "pass"):
+        run = subprocess.run(
+            [*namespace, *program, str(plain), "--passphrase-file", str(given)],
+            env={**os.environ, "PYTHONPATH": source},
+            capture_output=True,
+            timeout=120,
+        )
+        if b"mount" in run.stderr and run.returncode not in (0, 2):
+            pytest.skip(f"no private mount namespace here: {run.stderr[-200:]!r}")
+        assert run.returncode == 2 and b"could be replaced by other users" in run.stderr, (given, run.stderr)
+
+
+def test_what_another_user_could_have_put_at_the_name_is_refused_unopened(tmp_path: Path) -> None:
+    """rev12's LOW findings. A FIFO at a secret file's name in a folder others can write in
+    hung the command in ``open`` before any verdict (``timeout 5``: exit 124): the verdict now
+    comes before the open. A hard link to the user's key made by another user in a sticky
+    folder (where ``fs.protected_hardlinks`` is 0) was used: a file with other names in a
+    sticky folder is refused. ``-k ""`` and a folder given as the key are plain errors."""
+    from ..test_cli import env
+
+    key, plain = tmp_path / "k", tmp_path / "plain"
+    assert run_cli("keygen", "-o", key).status == 0
+    plain.write_bytes(b"secret data")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    os.mkfifo(shared / "pass", 0o600)
     run = subprocess.run(
-        [
-            "unshare",
-            "--mount",
-            "sh",
-            "-c",
-            command,
-            "sh",
-            str(empty),
-            sys.executable,
-            "-m",
-            "gcmstream",
-            "encrypt",
-            "--passphrase-file",
-            str(shared / "pass"),
-            "--work-factor",
-            "14",
-            "-o",
-            str(out),
-            str(plain),
-        ],
-        env={**os.environ, "PYTHONPATH": source},
+        [sys.executable, "-m", "gcmstream", "encrypt", "--passphrase-file", str(shared / "pass"), str(plain)],
         capture_output=True,
-        timeout=120,
+        env=env(),
+        timeout=30,  # (it hung in open for ever)
     )
-    if b"mount" in run.stderr and run.returncode not in (0, 2):
-        pytest.skip(f"no private mount namespace here: {run.stderr[-200:]!r}")
-    if run.returncode == 0:  # sealed: never under a passphrase the attacker knows
-        stolen = run_cli("decrypt", "--passphrase-file", known, "-o", tmp_path / "back", out)
-        assert stolen.status != 0, "the output was sealed under the known first line of the user's own file"
+    assert run.returncode == 2 and b"could be replaced by other users" in run.stderr, run.stderr
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    os.link(key, sticky / "k")
+    result = run_cli("encrypt", "-k", sticky / "k", "-o", tmp_path / "out", plain)
+    assert result.status == 2 and "has other names" in result.stderr, result.stderr
+    (sticky / "k").unlink()
+    for given, said in (("", "No such file or directory"), (str(tmp_path), "Is a directory")):
+        result = run_cli("encrypt", "-k", given, "-o", tmp_path / "out", plain)
+        assert result.status == 2 and said in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and "internal error" not in result.stderr
