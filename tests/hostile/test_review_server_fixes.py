@@ -504,3 +504,32 @@ def test_what_another_user_could_have_put_at_the_name_is_refused_unopened(tmp_pa
         result = run_cli("encrypt", "-k", given, "-o", tmp_path / "out", plain)
         assert result.status == 2 and said in result.stderr, result.stderr
         assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+
+
+# -- review of the walk, last round (rev13): merge 70420c8 judges the last name's lstat
+# (``entry``) before opening it
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 2026-12-05 rev13: a secret name that is only folders ('/', '.', './', '//') "
+    "never sets `entry`: UnboundLocalError, an internal error (exit 1) instead of exit 2",
+)
+@pytest.mark.parametrize("given", ["/", ".", "./", "//"])
+def test_a_secret_file_name_that_is_only_folders_is_a_plain_error(given: str, tmp_path: Path) -> None:
+    """rev12 ran ``-k /`` (exit 2, "Is a directory"). Since 70420c8 the walk reaches the end of
+    a name made only of "/" and "." without looking at a last name, and ``_judge_opened`` is
+    called with ``entry`` unset: every reader of a secret file (-k, --passphrase-file, -i,
+    --format tink -k) says "internal error: UnboundLocalError" and exits 1."""
+    plain, sealed = tmp_path / "plain", tmp_path / "sealed"
+    plain.write_bytes(b"secret data")
+    sealed.write_bytes(b"not read")
+    for args in (
+        ("encrypt", "-k", given, "-o", tmp_path / "out", plain),
+        ("encrypt", "--passphrase-file", given, "-o", tmp_path / "out", plain),
+        ("decrypt", "-i", given, "-o", tmp_path / "out", sealed),
+        ("encrypt", "--format", "tink", "-k", given, "-o", tmp_path / "out", plain),
+    ):
+        result = run_cli(*args)
+        assert "internal error" not in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
+        assert result.status == 2, (args, result.status, result.stderr)
