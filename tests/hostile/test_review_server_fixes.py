@@ -533,3 +533,37 @@ def test_a_secret_file_name_that_is_only_folders_is_a_plain_error(given: str, tm
         result = run_cli(*args)
         assert "internal error" not in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
         assert result.status == 2, (args, result.status, result.stderr)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review 2026-12-05 rev13: another user's folder made first in a sticky folder (/tmp/job) "
+    "passes as 'a folder of hers', so root uses her key or passphrase file in it",
+)
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading another user's 0600 file needs root")
+def test_a_secret_file_in_a_folder_another_user_made_first_in_a_sticky_folder_is_never_used_by_root(
+    tmp_path: Path,
+) -> None:
+    """rev11's MEDIUM-2 one folder down. Another user's file directly in a sticky folder is
+    refused ("anyone could have made it there first"), but a folder she made first there
+    (``mkdir /tmp/job``, hers, 0755) holding her 0600 key passes: the file's owner owns the
+    last folder, and a folder owned by the file's owner is trusted. Root's ``-k /tmp/job/k.key``
+    or ``--passphrase-file /tmp/job/pass`` then encrypts under her secret (exit 0, run)."""
+    attacker = 65534
+    plain, out = tmp_path / "plain", tmp_path / "out"
+    plain.write_bytes(b"secret data")
+    sticky = tmp_path / "tmp"  # a /tmp
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    job = sticky / "job"  # hers, made before the user's job ran
+    job.mkdir(mode=0o755)
+    key = job / "k.key"
+    assert run_cli("keygen", "-o", key).status == 0
+    passphrase = job / "pass"
+    passphrase.write_bytes(b"her passphrase, known to her\n")
+    passphrase.chmod(0o600)
+    for made in (job, key, passphrase):
+        os.chown(made, attacker, attacker)
+    for args in (("-k", key), ("--passphrase-file", passphrase, "--work-factor", "14")):
+        result = run_cli("encrypt", *args, "-o", out, plain)
+        assert result.status == 2 and "could be replaced by other users" in result.stderr, (args, result.stderr)
