@@ -1078,7 +1078,7 @@ def _open_secret(path: str, what: str) -> int:
     (``/dev/fd/N``, ``<(...)``: the process's own descriptors) is the kernel's to open. ``-`` is
     a file."""
     if not path:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
+        raise OSError(errno.ENOENT, os.strerror(errno.ENOENT))  # (FileNotFoundError)
     folders: list[tuple[str, os.stat_result]] = []  # (the name so far, the folder) on the way
     names = collections.deque(path.split("/"))
     walked = "/" if path.startswith("/") else "."
@@ -1091,12 +1091,14 @@ def _open_secret(path: str, what: str) -> int:
             while names and names[0] in ("", "."):
                 names.popleft()
             here = folders[-1][1]
-            if not names:  # a name that ends in a folder: the read says what it is
+            if not names:  # a name that ends in a folder: refused as one (_judge_opened)
+                entry = here
                 secret = os.open(".", os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
                 break
             name = names.popleft()
             walked = os.path.join(walked, name)
             entry = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            _refuse_squatted(path, what, folders[-1], name, entry)
             if stat.S_ISLNK(entry.st_mode) and proc is not None and here.st_dev == proc and not names:
                 # /proc/PID/fd/N (/dev/fd/N, <(...)): a descriptor of this process, which the
                 # kernel's link opens (a pipe's has no name to walk); only as the last name:
@@ -1104,8 +1106,7 @@ def _open_secret(path: str, what: str) -> int:
                 secret = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
                 break
             if stat.S_ISLNK(entry.st_mode):
-                links += 1
-                _refuse_link(path, what, folders[-1], entry, links)
+                links = _one_more_link(links)
                 target = os.readlink(name, dir_fd=fd)
                 names.extendleft(reversed(target.split("/")))
                 walked = "/" if target.startswith("/") else os.path.dirname(walked)
@@ -1147,7 +1148,7 @@ def _judge_opened(
     that file (only a user the verdict trusts could have swapped it, but it is checked). A
     folder is refused here, its descriptor closed (``open`` on it raised, leaving it open)."""
     if stat.S_ISDIR(found.st_mode):
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR))  # (IsADirectoryError)
     if stat.S_ISLNK(entry.st_mode):
         _refuse_replaceable(path, what, folders, found)
     elif (found.st_dev, found.st_ino) != (entry.st_dev, entry.st_ino):
@@ -1155,30 +1156,43 @@ def _judge_opened(
 
 
 def _procfs_device() -> int | None:
-    """The device of /proc if procfs is mounted there (its ``self`` names this process), else
-    None: in a chroot without it /proc is a folder like any other, and taking its device for
-    procfs's made every folder of that filesystem "below /proc" (rev12, MEDIUM-1)."""
+    """The device of /proc if procfs is mounted there, else None: in a chroot without it /proc is
+    a folder like any other, and taking its device for procfs's made every folder of that
+    filesystem "below /proc" (rev12, MEDIUM-1). Asked of a descriptor of this process: its
+    link in /proc/self/fd must lead to what it is (``self`` naming this process's pid was wrong
+    in a PID namespace sharing its parent's /proc, where ``<(...)`` was then refused; rev13)."""
+    probe = os.open("/", os.O_PATH | os.O_CLOEXEC)
     try:
-        if os.readlink("/proc/self") == str(os.getpid()):
+        if os.path.samestat(os.stat(f"/proc/self/fd/{probe}"), os.fstat(probe)):
             return os.stat("/proc").st_dev
     except OSError:
         pass
+    finally:
+        os.close(probe)
     return None
 
 
-def _refuse_link(
-    path: str, what: str, folder: tuple[str, os.stat_result], link: os.stat_result, links: int
-) -> None:
-    """``_open_secret``'s verdict on a link it is about to follow, the ``links``-th: one in a
-    sticky folder made by neither this process's user nor the folder's owner was put there by
-    someone who may add names to it (what the kernel's protected_symlinks refuses to follow)."""
-    if links > _MAX_LINKS:
+def _one_more_link(links: int) -> int:
+    """``links`` + 1, the links a name went through, or ELOOP past the kernel's limit."""
+    if links >= _MAX_LINKS:
         raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
-    name, held = folder
-    if held.st_mode & stat.S_ISVTX and link.st_uid not in (os.geteuid(), held.st_uid):
+    return links + 1
+
+
+def _refuse_squatted(
+    path: str, what: str, folder: tuple[str, os.stat_result], name: str, entry: os.stat_result
+) -> None:
+    """``_open_secret``'s verdict on ``name``, found in ``folder``: in a sticky folder (/tmp),
+    where anyone may add names, one made by neither root, this process's user nor the folder's
+    owner was put there by someone else, who chose what it is: a link and where it leads (the
+    kernel's protected_symlinks, whatever the sysctl says), or a folder and all it holds, her
+    own secret among them, which root would then use (rev13, MEDIUM-1). ``..`` is no name
+    made in the folder."""
+    where, held = folder
+    if name != ".." and held.st_mode & stat.S_ISVTX and entry.st_uid not in (0, os.geteuid(), held.st_uid):
         raise _Usage(
-            f"{what} {path} goes through a link another user made in {name} (a folder anyone "
-            "may add names to): they chose where it leads"
+            f"{what} {path} goes through {name}, which another user made in {where} (a folder "
+            "anyone may add names to): they chose what it is"
         )
 
 

@@ -510,11 +510,6 @@ def test_what_another_user_could_have_put_at_the_name_is_refused_unopened(tmp_pa
 # (``entry``) before opening it
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 2026-12-05 rev13: a secret name that is only folders ('/', '.', './', '//') "
-    "never sets `entry`: UnboundLocalError, an internal error (exit 1) instead of exit 2",
-)
 @pytest.mark.parametrize("given", ["/", ".", "./", "//"])
 def test_a_secret_file_name_that_is_only_folders_is_a_plain_error(given: str, tmp_path: Path) -> None:
     """rev12 ran ``-k /`` (exit 2, "Is a directory"). Since 70420c8 the walk reaches the end of
@@ -536,11 +531,6 @@ def test_a_secret_file_name_that_is_only_folders_is_a_plain_error(given: str, tm
         assert result.status == 2, (args, result.status, result.stderr)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 2026-12-05 rev13: another user's folder made first in a sticky folder (/tmp/job) "
-    "passes as 'a folder of hers', so root uses her key or passphrase file in it",
-)
 @pytest.mark.skipif(os.geteuid() != 0, reason="reading another user's 0600 file needs root")
 def test_a_secret_file_in_a_folder_another_user_made_first_in_a_sticky_folder_is_never_used_by_root(
     tmp_path: Path,
