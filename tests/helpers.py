@@ -26,11 +26,13 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+import anyio
+import anyio.abc
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -47,10 +49,14 @@ from gcmstream import (
     ProtocolError,
     Role,
     Sealer,
+    SecureStreamReader,
+    SecureStreamWriter,
     StreamBrokenError,
     TrailingDataError,
+    start_server,
 )
 from gcmstream._fixed import fixed_channel as fixed_randomness_channel
+from gcmstream.anyio_stream import SecureStream, create_tcp_listener
 from gcmstream.channel import self_connections_allowed
 from gcmstream.cli import DEBUG_ENV, KEY_ENV, main
 from gcmstream.format import (
@@ -527,3 +533,35 @@ def run_under_ascii_locale(code: str, *args: str) -> list[str]:
     )
     assert done.returncode == 0, f"the child failed:\n{done.stderr}"
     return done.stdout.splitlines()
+
+
+async def closing_server(
+    stack: contextlib.AsyncExitStack, path: str
+) -> tuple[int, Callable[[], Awaitable[None]]]:
+    """A gcmstream server on 127.0.0.1 whose handler closes each connection at once, on
+    ``path`` ("start_server": asyncio's, serving at once; else the anyio listener, serving from
+    the returned ``start()``, which a test calls when it wants), closed with ``stack``: its
+    port and ``start``."""
+
+    async def close_at_once(reader: SecureStreamReader, writer: SecureStreamWriter) -> None:
+        writer.close()
+
+    async def close_stream(stream: SecureStream) -> None:
+        await stream.aclose()
+
+    async def serving_already() -> None:
+        pass
+
+    if path == "start_server":
+        server = await start_server(close_at_once, "127.0.0.1", 0, key=KEY)
+        await stack.enter_async_context(server)
+        return server.sockets[0].getsockname()[1], serving_already
+    listener = await create_tcp_listener(key=KEY, local_host="127.0.0.1")
+    await stack.enter_async_context(listener)
+
+    async def start() -> None:
+        group = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(group.cancel_scope.cancel)
+        group.start_soon(listener.serve, close_stream)
+
+    return listener.extra(anyio.abc.SocketAttribute.local_port), start

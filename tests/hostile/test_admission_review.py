@@ -35,7 +35,7 @@ from gcmstream.anyio_stream import SecureStream, connect_tcp, create_tcp_listene
 from gcmstream.format import HEADER_FIXED_SIZE
 from gcmstream.keyfile import write_key_file
 
-from ..helpers import KEY
+from ..helpers import KEY, closing_server
 from .flood import MANY_SOURCES, ROOT, keyless_flood, raise_fd_limit, server_process
 from .test_admission_flood import (
     LEGIT,
@@ -539,27 +539,10 @@ def test_a_keyless_connect_and_close_flood_is_not_logged_line_by_line(
     if options.get("use_uvloop"):
         pytest.importorskip("uvloop")
 
-    async def asyncio_handler(
-        reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter
-    ) -> None:
-        writer.close()
-
-    async def anyio_handler(stream: SecureStream) -> None:
-        await stream.aclose()
-
     async def scenario() -> None:
         async with contextlib.AsyncExitStack() as stack:
-            if path == "start_server":
-                server = await gcmstream.start_server(asyncio_handler, HOST, 0, key=KEY)
-                await stack.enter_async_context(server)
-                port = server.sockets[0].getsockname()[1]
-            else:
-                listener = await create_tcp_listener(key=KEY, local_host=HOST)
-                await stack.enter_async_context(listener)
-                tg = await stack.enter_async_context(anyio.create_task_group())
-                stack.callback(tg.cancel_scope.cancel)
-                tg.start_soon(listener.serve, anyio_handler)
-                port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            port, start = await closing_server(stack, path)
+            await start()
             for _ in range(100):  # bounded: 100 strangers that connect and hang up
                 with socket.create_connection((HOST, port)):
                     pass

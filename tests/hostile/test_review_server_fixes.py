@@ -24,9 +24,8 @@ import gcmstream
 import gcmstream._server
 from gcmstream import AdmissionPolicy, Role
 from gcmstream.admission import Admission
-from gcmstream.anyio_stream import SecureStream, create_tcp_listener
 
-from ..helpers import KEY, run_cli
+from ..helpers import KEY, closing_server, run_cli
 
 HOST = "127.0.0.1"
 
@@ -68,31 +67,13 @@ def test_a_first_flight_queued_before_accept_is_never_admitted_as_silent(
 
     monkeypatch.setattr(gcmstream._server, "Admission", Spy)  # the one every server path makes
 
-    async def asyncio_handler(
-        reader: gcmstream.SecureStreamReader, writer: gcmstream.SecureStreamWriter
-    ) -> None:
-        writer.close()
-
-    async def anyio_handler(stream: SecureStream) -> None:
-        await stream.aclose()
-
     async def scenario() -> None:
         async with contextlib.AsyncExitStack() as stack:
-            if path == "start_server":
-                server = await gcmstream.start_server(asyncio_handler, HOST, 0, key=KEY)
-                await stack.enter_async_context(server)
-                port = server.sockets[0].getsockname()[1]
-            else:
-                listener = await create_tcp_listener(key=KEY, local_host=HOST)
-                await stack.enter_async_context(listener)
-                port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            port, start = await closing_server(stack, path)
             client = stack.enter_context(socket.create_connection((HOST, port)))
             client.sendall(gcmstream.Channel(KEY, role=Role.INITIATOR).initial_data())
             time.sleep(0.1)  # noqa: ASYNC251 (it holds the loop on purpose: the header is in the kernel before any accept)
-            if path == "listener":
-                tg = await stack.enter_async_context(anyio.create_task_group())
-                stack.callback(tg.cancel_scope.cancel)
-                tg.start_soon(listener.serve, anyio_handler)
+            await start()
             for _ in range(50):  # bounded: until the server read it
                 if silent_at_first_read:
                     break
