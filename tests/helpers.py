@@ -535,6 +535,17 @@ def run_under_ascii_locale(code: str, *args: str) -> list[str]:
     return done.stdout.splitlines()
 
 
+# Every gcmstream server path on every loop and backend: (path, anyio backend, its options),
+# as the hostile tests parametrize a test that runs against each
+SERVER_PATHS = [
+    pytest.param("start_server", "asyncio", {}, id="start_server-asyncio"),
+    pytest.param("start_server", "asyncio", {"use_uvloop": True}, id="start_server-uvloop"),
+    pytest.param("listener", "asyncio", {}, id="listener-asyncio"),
+    pytest.param("listener", "asyncio", {"use_uvloop": True}, id="listener-uvloop"),
+    pytest.param("listener", "trio", {}, id="listener-trio"),
+]
+
+
 async def closing_server(
     stack: contextlib.AsyncExitStack, path: str
 ) -> tuple[int, Callable[[], Awaitable[None]]]:

@@ -35,7 +35,7 @@ from gcmstream.anyio_stream import SecureStream, connect_tcp, create_tcp_listene
 from gcmstream.format import HEADER_FIXED_SIZE
 from gcmstream.keyfile import write_key_file
 
-from ..helpers import KEY, closing_server
+from ..helpers import KEY, SERVER_PATHS, closing_server
 from .flood import MANY_SOURCES, ROOT, keyless_flood, raise_fd_limit, server_process
 from .test_admission_flood import (
     LEGIT,
@@ -63,15 +63,6 @@ review_flood = pytest.mark.skipif(
 )
 
 # -- finding 1: a header that arrived (and verified) is evicted by a connection that sent nothing
-
-
-SERVER_PATHS = [
-    pytest.param("start_server", "asyncio", {}, id="start_server-asyncio"),
-    pytest.param("start_server", "asyncio", {"use_uvloop": True}, id="start_server-uvloop"),
-    pytest.param("listener", "asyncio", {}, id="listener-asyncio"),
-    pytest.param("listener", "asyncio", {"use_uvloop": True}, id="listener-uvloop"),
-    pytest.param("listener", "trio", {}, id="listener-trio"),
-]
 
 
 @pytest.mark.parametrize(("path", "backend", "options"), SERVER_PATHS)

@@ -25,19 +25,12 @@ import pytest
 import gcmstream
 from gcmstream.anyio_stream import AnyioTruncatedStreamError, SecureStream, connect_tcp, create_tcp_listener
 
-from ..helpers import KEY
+from ..helpers import KEY, SERVER_PATHS
 
 HOST = "127.0.0.1"
 HANDSHAKE_TIMEOUT = RECORD_TIMEOUT = 0.5
 IDLE_TIMEOUT = 1.0
 
-PATHS = [
-    pytest.param("start_server", "asyncio", {}, id="start_server-asyncio"),
-    pytest.param("start_server", "asyncio", {"use_uvloop": True}, id="start_server-uvloop"),
-    pytest.param("listener", "asyncio", {}, id="listener-asyncio"),
-    pytest.param("listener", "asyncio", {"use_uvloop": True}, id="listener-uvloop"),
-    pytest.param("listener", "trio", {}, id="listener-trio"),
-]
 
 Server = Callable[[], AbstractAsyncContextManager[int]]
 
@@ -130,7 +123,7 @@ async def drive(server: Server) -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize(("path", "backend", "options"), PATHS)
+@pytest.mark.parametrize(("path", "backend", "options"), SERVER_PATHS)
 def test_every_server_path_drops_a_peer_once_at_each_deadline(
     path: str, backend: str, options: dict[str, object], caplog: pytest.LogCaptureFixture
 ) -> None:

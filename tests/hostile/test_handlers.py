@@ -28,7 +28,7 @@ import pytest
 import gcmstream
 from gcmstream.anyio_stream import AnyioTruncatedStreamError, SecureStream, connect_tcp, create_tcp_listener
 
-from ..helpers import KEY
+from ..helpers import KEY, SERVER_PATHS
 
 HOST = "127.0.0.1"
 GOOD_CLIENTS = 12
@@ -137,17 +137,8 @@ def failure_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
-PATHS = [
-    pytest.param("listener", "asyncio", {}, id="listener-asyncio"),
-    pytest.param("listener", "asyncio", {"use_uvloop": True}, id="listener-uvloop"),
-    pytest.param("listener", "trio", {}, id="listener-trio"),
-    pytest.param("start_server", "asyncio", {}, id="start_server-asyncio"),
-    pytest.param("start_server", "asyncio", {"use_uvloop": True}, id="start_server-uvloop"),
-]
-
-
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("path", "backend", "options"), PATHS)
+@pytest.mark.parametrize(("path", "backend", "options"), SERVER_PATHS)
 def test_failing_handlers_never_end_the_server(
     path: str, backend: str, options: dict[str, object], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -172,7 +163,7 @@ def test_failing_handlers_never_end_the_server(
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize(("path", "backend", "options"), PATHS)
+@pytest.mark.parametrize(("path", "backend", "options"), SERVER_PATHS)
 def test_a_cancelled_handler_is_not_a_failure(
     path: str, backend: str, options: dict[str, object], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -25,22 +25,12 @@ import gcmstream._server
 from gcmstream import AdmissionPolicy, Role
 from gcmstream.admission import Admission
 
-from ..helpers import KEY, closing_server, run_cli
+from ..helpers import KEY, SERVER_PATHS, closing_server, run_cli
 
 HOST = "127.0.0.1"
 
-PATHS = [
-    pytest.param("start_server", "asyncio", {}, id="start_server-asyncio"),
-    pytest.param("start_server", "asyncio", {"use_uvloop": True}, id="start_server-uvloop"),
-    # anyio on asyncio reads the first flight into its own queue before the listener admits
-    # the connection: the kernel look saw nothing until the admission asked that queue too
-    pytest.param("listener", "asyncio", {}, id="listener-asyncio"),
-    pytest.param("listener", "asyncio", {"use_uvloop": True}, id="listener-uvloop"),
-    pytest.param("listener", "trio", {}, id="listener-trio"),
-]
 
-
-@pytest.mark.parametrize(("path", "backend", "options"), PATHS)
+@pytest.mark.parametrize(("path", "backend", "options"), SERVER_PATHS)
 def test_a_first_flight_queued_before_accept_is_never_admitted_as_silent(
     path: str, backend: str, options: dict[str, object], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -30,21 +30,13 @@ import gcmstream
 from gcmstream import Channel, Role
 from gcmstream.anyio_stream import SecureStream, connect_tcp, create_tcp_listener
 
-from ..helpers import KEY
+from ..helpers import KEY, SERVER_PATHS
 
 HOST = "127.0.0.1"
 KINDS = ("nothing", "partial-header", "mid-record")
 VANISHERS = 12  # four of each kind, every other one reset
 SILENT = 4
 GOOD = 6
-
-PATHS = [
-    pytest.param("start_server", "asyncio", {}, id="start_server-asyncio"),
-    pytest.param("start_server", "asyncio", {"use_uvloop": True}, id="start_server-uvloop"),
-    pytest.param("listener", "asyncio", {}, id="listener-asyncio"),
-    pytest.param("listener", "asyncio", {"use_uvloop": True}, id="listener-uvloop"),
-    pytest.param("listener", "trio", {}, id="listener-trio"),
-]
 
 
 class Seen:
@@ -153,7 +145,7 @@ async def drive(server: Callable[[], AbstractAsyncContextManager[int]]) -> list[
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("path", "backend", "options"), PATHS)
+@pytest.mark.parametrize(("path", "backend", "options"), SERVER_PATHS)
 def test_vanishing_and_silent_clients_next_to_good_ones_on_every_server_path(
     path: str, backend: str, options: dict[str, object], caplog: pytest.LogCaptureFixture
 ) -> None:
