@@ -1184,7 +1184,8 @@ def test_secret_files_others_could_replace_are_refused(tmp_path: Path) -> None:
     another file at the name, a symlink to one of the user's own private files with a known
     first line among them (review 2026-12-05 rev10, MEDIUM-1). Used at 0755 and 1777 (sticky:
     others cannot replace the user's names), and, as root, a user's file in that user's folder
-    (`sudo` with a user's key: that user holds the secret anyway)."""
+    or in root's (`sudo` with a user's key, a service's key in /etc/app: that user holds the
+    secret anyway)."""
     above = tmp_path / "above"
     folder = above / "keys"
     folder.mkdir(parents=True)
@@ -1222,8 +1223,13 @@ def test_secret_files_others_could_replace_are_refused(tmp_path: Path) -> None:
             refused(command, path, folder)
             os.chown(path, 65534, 65534)  # nobody's file in nobody's folder: root may use it
             assert run_cli(*command, input=b"x").status == 0, command
+            os.chown(folder, 0, 0)  # a service's file in root's folder (/etc/app): used too ...
+            folder.chmod(0o755)
+            assert run_cli(*command, input=b"x").status == 0, command
+            folder.chmod(0o1777)  # ... but not made in a sticky one (it could be anyone's)
+            message = one_line_error(run_cli(*command, input=b"x"), EXIT_USAGE)
+            assert "another user made in" in message, message
             os.chown(path, 0, 0)
-            os.chown(folder, 0, 0)
 
 
 # -- listen serves until the real peer arrives --------------------------------------------------

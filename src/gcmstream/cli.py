@@ -1069,14 +1069,13 @@ def _open_secret(path: str, what: str) -> int:
     from the one before (so what is checked is what is opened, with no second look by name),
     refused as soon as another user could have put something else at the name: a folder it goes
     through that the group or others may write in (unless sticky, as /tmp is) or that a user
-    other than root, this process's and the file's owner owns; a link in a sticky folder that
-    neither this process's user nor the folder's owner made (the kernel's protected_symlinks,
-    whatever the sysctl says); a file another user owns that is not in a folder of hers (one
-    left in /tmp). Whoever writes in such a place could put there a link to one of the user's
-    own private files whose first line is known (a PEM key's), which then passed as a private
-    passphrase file (reviews of 2026-12-05, rev10 and rev11). A link in /proc as the last name
-    (``/dev/fd/N``, ``<(...)``: the process's own descriptors) is the kernel's to open. ``-`` is
-    a file."""
+    other than root, this process's and the file's owner owns (``_refuse_replaceable``); a
+    name in a sticky folder (a link, a folder, the file) that neither root, this process's user
+    nor the folder's owner made (``_refuse_squatted``). Whoever writes in such a place could
+    put there a link to one of the user's own private files whose first line is known (a PEM
+    key's), which then passed as a private passphrase file (reviews of 2026-12-05, rev10 to
+    rev13). A link in /proc as the last name (``/dev/fd/N``, ``<(...)``: the process's own
+    descriptors) is the kernel's to open, where /proc is procfs. ``-`` is a file."""
     if not path:
         raise OSError(errno.ENOENT, os.strerror(errno.ENOENT))  # (FileNotFoundError)
     folders: list[tuple[str, os.stat_result]] = []  # (the name so far, the folder) on the way
@@ -1215,11 +1214,8 @@ def _refuse_replaceable(
             f"{what} {path} has other names, and lies in {last}, a folder anyone may add names to:"
             " another user may have linked it there"
         )
-    if found.st_uid not in (0, os.geteuid()) and folders[-1][1].st_uid != found.st_uid:
-        raise _Usage(
-            f"{what} {path} belongs to another user (uid {found.st_uid}) and lies in a folder "
-            f"that is not theirs ({folders[-1][0]}): anyone could have made it there first"
-        )
+    # (a file another user owns is used: she holds that secret anyway, as a service's key in
+    # root's /etc/app; one she made first in a sticky folder is refused by _refuse_squatted)
 
 
 def _keygen(args: argparse.Namespace) -> int:
