@@ -116,16 +116,11 @@ def test_a_passphrase_file_open_to_others_renamed_in_after_its_mode_check_is_nev
     attacker_copy = tmp_path / "attacker-copy"  # what the attacker keeps to decrypt with
     attacker_copy.write_bytes(theirs.read_bytes())
     attacker_copy.chmod(0o600)
-    plain, out = tmp_path / "plain", tmp_path / "out"
-    plain.write_bytes(b"secret data")
     checked = _swap_at_the_mode_check(monkeypatch, mine, theirs, before=False)
-    status = run_cli("encrypt", "--passphrase-file", mine, "--work-factor", "14", "-o", out, plain).status
+    sealed = _sealed_with_passphrase_file(mine, tmp_path)
     assert "passphrase file" in checked  # the race was run
     monkeypatch.undo()
-    if status == 0:  # sealed: never under the passphrase the attacker planted
-        back = tmp_path / "back"
-        stolen = run_cli("decrypt", "--passphrase-file", attacker_copy, "-o", back, out)
-        assert stolen.status != 0, "the output was sealed under the attacker's planted passphrase"
+    _never_opened_with(attacker_copy, sealed, tmp_path)
 
 
 def test_an_identity_file_open_to_others_is_refused_though_a_private_one_is_renamed_in_for_the_check(
@@ -178,6 +173,21 @@ def test_a_keyset_file_open_to_others_renamed_in_after_its_mode_check_is_never_u
         assert stolen.status != 0, "the output was sealed under the attacker's planted keyset"
 
 
+def _sealed_with_passphrase_file(given: Path, tmp_path: Path) -> Path | None:
+    """The output of ``encrypt --passphrase-file given`` of a small file, or None if refused."""
+    plain, out = tmp_path / "plain", tmp_path / "out"
+    plain.write_bytes(b"secret data")
+    status = run_cli("encrypt", "--passphrase-file", given, "--work-factor", "14", "-o", out, plain).status
+    return out if status == 0 else None
+
+
+def _never_opened_with(passphrase_file: Path, sealed: Path | None, tmp_path: Path) -> None:
+    """What was sealed (if anything was) never opens with the attacker's passphrase file."""
+    if sealed is not None:
+        stolen = run_cli("decrypt", "--passphrase-file", passphrase_file, "-o", tmp_path / "back", sealed)
+        assert stolen.status != 0, "the output was sealed under a passphrase the attacker knows"
+
+
 # -- review of the fixes (rev10): merge fix3 (e381cb5) checks each secret file as it is read;
 # what the attacker who can write in its folder still did, until such a folder was refused
 
@@ -195,20 +205,10 @@ def test_a_passphrase_file_symlinked_by_another_user_to_a_private_file_with_a_kn
     shared = tmp_path / "shared"  # the directory others can write in (not sticky)
     shared.mkdir()
     shared.chmod(0o777)
-    users_key = tmp_path / "id_ed25519"  # the user's own private file, outside `shared`
-    users_key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n")
-    users_key.chmod(0o600)
+    users_key, known = _a_file_whose_first_line_is_known(tmp_path)  # (outside `shared`)
     planted = shared / "pass"
     planted.symlink_to(users_key)  # where the user's passphrase file was
-    known = tmp_path / "known"  # what the attacker decrypts with: the line she knew
-    known.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
-    known.chmod(0o600)
-    plain, out = tmp_path / "plain", tmp_path / "out"
-    plain.write_bytes(b"secret data")
-    status = run_cli("encrypt", "--passphrase-file", planted, "--work-factor", "14", "-o", out, plain).status
-    if status == 0:  # sealed: never under a passphrase the attacker knows
-        stolen = run_cli("decrypt", "--passphrase-file", known, "-o", tmp_path / "back", out)
-        assert stolen.status != 0, "the output was sealed under the known first line of the user's own file"
+    _never_opened_with(known, _sealed_with_passphrase_file(planted, tmp_path), tmp_path)
 
 
 def test_a_tink_keyset_named_dash_is_no_internal_error(tmp_path: Path) -> None:
@@ -284,12 +284,7 @@ def test_a_passphrase_file_reached_through_the_users_link_into_a_folder_others_c
         (config / "team").symlink_to(shared / "sub")
         given = Path(f"{config}/team/../pass")
     (shared / "pass").symlink_to(users_key)  # the attacker's symlink, where the user's file was
-    plain, out = tmp_path / "plain", tmp_path / "out"
-    plain.write_bytes(b"secret data")
-    status = run_cli("encrypt", "--passphrase-file", given, "--work-factor", "14", "-o", out, plain).status
-    if status == 0:  # sealed: never under a passphrase the attacker knows
-        stolen = run_cli("decrypt", "--passphrase-file", known, "-o", tmp_path / "back", out)
-        assert stolen.status != 0, "the output was sealed under the known first line of the user's own file"
+    _never_opened_with(known, _sealed_with_passphrase_file(given, tmp_path), tmp_path)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root reads another user's 0600 file")
@@ -310,12 +305,7 @@ def test_a_passphrase_file_another_user_left_in_a_sticky_folder_is_never_used_by
     attacker_copy = tmp_path / "copy"
     attacker_copy.write_text(planted.read_text())
     attacker_copy.chmod(0o600)
-    plain, out = tmp_path / "plain", tmp_path / "out"
-    plain.write_bytes(b"secret data")
-    status = run_cli("encrypt", "--passphrase-file", planted, "--work-factor", "14", "-o", out, plain).status
-    if status == 0:
-        stolen = run_cli("decrypt", "--passphrase-file", attacker_copy, "-o", tmp_path / "back", out)
-        assert stolen.status != 0, "the output was sealed under the passphrase another user left in /tmp"
+    _never_opened_with(attacker_copy, _sealed_with_passphrase_file(planted, tmp_path), tmp_path)
 
 
 def test_a_passphrase_file_opened_through_a_link_swapped_before_the_folder_walk_is_never_used(
@@ -352,15 +342,11 @@ def test_a_passphrase_file_opened_through_a_link_swapped_before_the_folder_walk_
         verdict(path, *args)
 
     monkeypatch.setattr(gcmstream.cli, "_refuse_replaceable", racing)
-    plain, out = tmp_path / "plain", tmp_path / "out"
-    plain.write_bytes(b"secret data")
     given = config / "team" / "pass"
-    status = run_cli("encrypt", "--passphrase-file", given, "--work-factor", "14", "-o", out, plain).status
+    sealed = _sealed_with_passphrase_file(given, tmp_path)
     assert walked == [str(given)]  # the race was run
     monkeypatch.undo()
-    if status == 0:
-        stolen = run_cli("decrypt", "--passphrase-file", known, "-o", tmp_path / "back", out)
-        assert stolen.status != 0, "the output was sealed under the known first line of the user's own file"
+    _never_opened_with(known, sealed, tmp_path)
 
 
 def test_this_processs_descriptors_are_read_and_links_through_proc_are_walked(tmp_path: Path) -> None:
