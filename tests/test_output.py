@@ -855,7 +855,7 @@ def test_without_force_a_dangling_link_of_ours_is_an_existing_file(tmp_path: Pat
     error = raised.value
     assert (error.errno, error.strerror, error.filename) == (
         errno.EEXIST,
-        os.strerror(errno.EEXIST),
+        f"{os.strerror(errno.EEXIST)} (force=True replaces it)",  # what to do about it
         str(link),
     )
     assert link.is_symlink() and not (tmp_path / "target").exists()
@@ -892,7 +892,10 @@ def test_a_file_created_at_the_name_after_the_decision_is_not_replaced_without_f
         write_key_file(key, generate_key())
     assert swapped == [True]
     error = raised.value
-    assert (error.errno, error.strerror) == (errno.EEXIST, os.strerror(errno.EEXIST))
+    assert (error.errno, error.strerror) == (
+        errno.EEXIST,
+        f"{os.strerror(errno.EEXIST)} (force=True replaces it)",
+    )
     assert error.filename == str(key)
     assert key.read_bytes() == b"theirs"
     assert [p.name for p in tmp_path.iterdir()] == ["key"]

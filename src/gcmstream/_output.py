@@ -499,6 +499,10 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+# what a caller who ran the same lines twice (the README's) needs to know
+_EXISTS = f"{os.strerror(errno.EEXIST)} (force=True replaces it)"
+
+
 def write_secret_file(path: StrPath, data: bytes, *, force: bool = False) -> None:
     """Write ``data`` to ``path`` with mode 0600, as ``write_key_file`` does (identity files
     share it). Without ``force`` any entry at ``path`` (a link too) raises FileExistsError;
@@ -524,11 +528,12 @@ def write_secret_file(path: StrPath, data: bytes, *, force: bool = False) -> Non
     destination = output_target(path, follow_last=False)  # directories by the same rule
     try:
         if destination.found is not None:
-            raise OSError(errno.EEXIST, os.strerror(errno.EEXIST), destination.path)
+            raise OSError(errno.EEXIST, _EXISTS, destination.path)
         try:
             fd = create_exclusive(destination.directory, destination.name, 0o600)
         except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, destination.path) from None
+            strerror = _EXISTS if exc.errno == errno.EEXIST else exc.strerror
+            raise OSError(exc.errno, strerror, destination.path) from None
         try:
             _write_all(fd, data)
             os.fsync(fd)
