@@ -267,6 +267,11 @@ def summarize(name: str, samples: list[dict[str, Any]], busy: int) -> dict[str, 
     by = {(s["round"], s["conns"]): s for s in samples}
     cpu_ratios = [by[r, busy]["server_cpu_ms_per_mib"] / by[r, 1]["server_cpu_ms_per_mib"] for r in rounds]
     wall_ratios = [by[r, busy]["server_wall_ms_per_mib"] / by[r, 1]["server_wall_ms_per_mib"] for r in rounds]
+
+    def user(sample: dict[str, Any]) -> float:  # CPU outside the kernel: the loop, gcmstream, the handler
+        return float(sample["server_cpu_ms_per_mib"] - sample["server_sys_ms_per_mib"])
+
+    user_ratios = [user(by[r, busy]) / user(by[r, 1]) for r in rounds]
     return {
         "name": name,
         "cpu_ms_per_mib_1": statistics.median(by[r, 1]["server_cpu_ms_per_mib"] for r in rounds),
@@ -283,6 +288,7 @@ def summarize(name: str, samples: list[dict[str, Any]], busy: int) -> dict[str, 
         ),
         "cpu_ratio": _spread(cpu_ratios),
         "wall_ratio": _spread(wall_ratios),
+        "user_ratio": _spread(user_ratios),
         "cpu_ratios": cpu_ratios,
         "samples": samples,
     }

@@ -358,13 +358,20 @@ def conns_section(d: dict[str, Any]) -> str:
     )
 
 
+def _ratio_spread(spread: dict[str, float] | None) -> str:
+    """A median ratio and its min-max; n/a for a result written before the column existed."""
+    if not spread:
+        return "n/a"
+    return f"{spread['median']:.2f} ({spread['min']:.2f}-{spread['max']:.2f})"
+
+
 def busy_section(d: dict[str, Any]) -> str:
     p = d["params"]
     busy = p["busy"]
     rows = []
     for r in d["rows"]:
         if "error" in r:
-            rows.append([r["name"]] + ["n/a"] * 10 + [r["error"]])
+            rows.append([r["name"]] + ["n/a"] * 11 + [r["error"]])
             continue
         cpu, wall = r["cpu_ratio"], r["wall_ratio"]
         rows.append(
@@ -375,9 +382,10 @@ def busy_section(d: dict[str, Any]) -> str:
                 f"**{cpu['median']:.2f}** ({cpu['min']:.2f}-{cpu['max']:.2f})",
                 _f(r["cpu_ms_per_mib_busy"] - r["cpu_ms_per_mib_1"], 3),
                 f"{_f(r.get('sys_ms_per_mib_1'), 3)} / {_f(r.get('sys_ms_per_mib_busy'), 3)}",
+                _ratio_spread(r.get("user_ratio")),
                 _f(r["wall_ms_per_mib_1"], 3),
                 _f(r["wall_ms_per_mib_busy"], 3),
-                f"{wall['median']:.2f} ({wall['min']:.2f}-{wall['max']:.2f})",
+                _ratio_spread(wall),
                 f"{_f(r.get('reads_per_mib_1'), 0)} / {_f(r.get('reads_per_mib_busy'), 0)}",
                 f"{_f(r.get('page_faults_per_mib_1'), 0)} / {_f(r.get('page_faults_per_mib_busy'), 0)}",
                 "",
@@ -389,7 +397,8 @@ def busy_section(d: dict[str, Any]) -> str:
         f"written {p['write'] // 1024} KiB at a time by a client process, over one connection and "
         f"over {busy} at once (each its share); its handlers only read ({p['read'] // 1024} KiB) "
         "and count (reads/MiB: how many reads returned data; page faults: the server's minor "
-        "faults, fresh memory touched). Server CPU (getrusage, user + sys) "
+        "faults, fresh memory touched). Server CPU (getrusage, user + sys; user CPU ratio: "
+        "the same ratio without the kernel's share) "
         "and wall from the first byte read to the "
         f"last, {p['rounds']} rounds, servers interleaved; ratio = the round's {busy}-connection "
         "figure over its one-connection neighbour, median of rounds (min-max). Command: "
@@ -402,6 +411,7 @@ def busy_section(d: dict[str, Any]) -> str:
                 "CPU ratio",
                 "CPU added ms/MiB",
                 f"sys ms/MiB, 1 / {busy}",
+                "user CPU ratio",
                 "wall ms/MiB, 1",
                 f"wall ms/MiB, {busy}",
                 "wall ratio",
