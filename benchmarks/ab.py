@@ -46,7 +46,9 @@ def load(src: str, name: str) -> ModuleType:
     return module
 
 
-def cases(gs: Any, record_size: int, piece: int = PIECE) -> dict[str, Callable[[], None]]:
+def cases(
+    gs: Any, record_size: int, piece: int = PIECE, out_offset: int = 0
+) -> dict[str, Callable[[], None]]:
     data = os.urandom(VOLUME)
     sealer = gs.Sealer(KEY, record_size=record_size)
     header = bytes(sealer.take_header())
@@ -58,7 +60,7 @@ def cases(gs: Any, record_size: int, piece: int = PIECE) -> dict[str, Callable[[
     aligned_size = max(1, round(piece / (record_size + 21))) * (record_size + 21)
     aligned = [header + records[:aligned_size]]
     aligned += [records[i : i + aligned_size] for i in range(aligned_size, len(records), aligned_size)]
-    out = memoryview(bytearray(PIECE))
+    out = memoryview(bytearray(PIECE + out_offset))[out_offset:]  # (where it lies moves the times)
 
     def seal() -> None:
         s = gs.Sealer(KEY, record_size=record_size)
@@ -168,6 +170,12 @@ def main() -> int:
     parser.add_argument(
         "--piece", type=int, default=PIECE, help="bytes per input piece (small: more records split)"
     )
+    parser.add_argument(
+        "--out-offset",
+        type=int,
+        default=0,
+        help="bytes the reader's buffer starts past its allocation (to see what layout alone moves)",
+    )
     args = parser.parse_args()
     trees = {"A": load(args.old, "gcmstream_a"), "B": load(args.new, "gcmstream_b")}
     print(
@@ -176,7 +184,7 @@ def main() -> int:
     )
     for record_size in (int(s) for s in args.sizes.split(",")):
         raw = raw_decrypt(record_size)
-        ops = {label: cases(gs, record_size, args.piece) for label, gs in trees.items()}
+        ops = {label: cases(gs, record_size, args.piece, args.out_offset) for label, gs in trees.items()}
         inner = {name: calls_for(op) for name, op in ops["A"].items()}
         raw_inner = calls_for(raw)
         times: dict[tuple[str, str], list[float]] = {}
