@@ -6,14 +6,26 @@ would pass once it is fixed; run with ``--runxfail`` to see it fail."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import anyio
+import anyio.abc
 import pytest
 
-from ..helpers import run_cli
+import gcmstream
+from gcmstream import Role
+from gcmstream.anyio_stream import SecureStream, create_tcp_listener
+
+from ..helpers import KEY, SERVER_PATHS, run_cli
+
+HOST = "127.0.0.1"
 
 TIMEOUT = 60
 
@@ -165,3 +177,83 @@ def test_a_flag_typed_with_a_typographic_dash_never_quotes_its_value(dash: str, 
     )
     assert result.returncode == 2, result.stderr
     assert "Hunter2x" not in result.stderr, result.stderr
+
+
+# -- ad7add0: the anyio listener's serve() survives one connection breaking the server's looks
+# at it; checked here with real resets, as the new user's make check met them
+
+
+def _reset_after(port: int, sent: bytes) -> None:
+    """A client that connects, sends ``sent`` (maybe nothing) and resets (SO_LINGER 0)."""
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError), client:
+        client.connect((HOST, port))
+        if sent:
+            client.send(sent)
+
+
+_CLIENT = """
+import anyio, sys
+from gcmstream.anyio_stream import connect_tcp
+async def main() -> None:
+    with anyio.fail_after(10):
+        stream = await connect_tcp("127.0.0.1", int(sys.argv[1]), key=bytes.fromhex(sys.argv[2]))
+        await stream.send(b"ping")
+        print((await stream.receive()).decode())
+        await stream.aclose()
+anyio.run(main)
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "backend", "options"), [p for p in SERVER_PATHS if p.values[0] == "listener"]
+)
+def test_connections_reset_before_the_servers_looks_never_end_the_listeners_serve(
+    path: str, backend: str, options: dict[str, object]
+) -> None:
+    """150 connections made while the loop is held (a third reset with nothing sent, a third
+    after half a header, a third after garbage), so that each is reset before the server looks
+    at it; then a client in another process (in this one its header would be refused as a
+    connection to itself) is served. On ad7add0^1 serve() ended on uvloop with "ValueError:
+    negative file descriptor" (this test, 3 runs of 3 with ad7add0^1's src on PYTHONPATH;
+    asyncio and trio passed there)."""
+    if options.get("use_uvloop"):
+        pytest.importorskip("uvloop")
+    header = gcmstream.Channel(KEY, role=Role.INITIATOR).initial_data()
+    sent = [b"", header[: len(header) // 2], os.urandom(97)]
+    answered: list[str] = []
+    ended: list[BaseException] = []
+
+    async def scenario() -> None:
+        listener = await create_tcp_listener(key=KEY, local_host=HOST)
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+
+        async def echo(stream: SecureStream) -> None:
+            await stream.send(await stream.receive())
+            await stream.aclose()
+
+        async def serve() -> None:
+            try:
+                await listener.serve(echo)
+            except BaseException as exc:
+                if not isinstance(exc, anyio.get_cancelled_exc_class()):
+                    ended.append(exc)  # (not the test's own cancel at the end)
+                raise
+
+        async with listener, anyio.create_task_group() as group:
+            group.start_soon(serve)
+            await anyio.sleep(0.05)
+            for index in range(150):
+                _reset_after(port, sent[index % 3])
+            time.sleep(0.1)  # noqa: ASYNC251 (holds the loop on purpose: every reset lands before a look)
+            await anyio.sleep(0.3)
+            client = await anyio.run_process(
+                [sys.executable, "-c", _CLIENT, str(port), KEY.hex()], check=False
+            )
+            answered.append(client.stdout.decode().strip())
+            group.cancel_scope.cancel()
+
+    with contextlib.suppress(BaseException):  # (what ended serve() is in `ended`)
+        anyio.run(scenario, backend=backend, backend_options=options)
+    assert not ended and answered == ["ping"], (ended, answered)
