@@ -454,7 +454,7 @@ class _Input:
             self._commit_header(self._reader, nbytes)
         else:
             try:
-                (self._ring or self._get_ring()).commit(nbytes, self._head_number())
+                (self._ring or self._get_ring()).commit(nbytes, self._head_number)
             except ProtocolError as exc:
                 self._defer(exc)
 

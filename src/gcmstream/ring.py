@@ -74,6 +74,8 @@ after that, the next ``writable()`` may hand it to the transport, which will ove
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .errors import OutOfRangeError
 from .format import RECORD_HEADER, RECORD_HEADER_SIZE, TAG_SIZE
 from .records import check_record_length
@@ -104,6 +106,11 @@ _SHRINK_USE = 32
 # largest records (its zone begins at 3/4 of it, far past the frontier): 4 KiB, ~190
 # one-byte records for the Opener to commit in one call (as _ABSORB_BYTES in opener.py).
 _RUN_VIEW = 4 * 1024
+
+
+def _from_the_first() -> int:
+    """The number of the record at ``head`` of a ring that holds a stream from its start."""
+    return 0
 
 
 def ring_capacity(record_size: int, ring_size: int = DEFAULT_RING_SIZE) -> int:
@@ -305,11 +312,12 @@ class RecordRing:
         self._offered = count
         return True
 
-    def commit(self, nbytes: int, head_number: int = 0) -> None:
+    def commit(self, nbytes: int, head_number: Callable[[], int] = _from_the_first) -> None:
         """``nbytes`` were written at the start of the last ``writable()`` view. ``head_number``:
-        the stream's number of the record at ``head`` (its owner counts them; 0 for a ring that
-        holds a stream from its first record), so that a length refused at the frontier names
-        its record, ``head_number + complete``."""
+        returns the stream's number of the record at ``head`` (its owner counts them; 0 for a
+        ring that holds a stream from its first record), so that a length refused at the
+        frontier names its record, ``head_number() + complete``; asked only then (counting it
+        on every commit was three calls of the 64 KiB read path's few, benchmarks/README.md)."""
         if nbytes < 0 or self.tail + nbytes > self._offered:
             raise OutOfRangeError(f"commit of {nbytes} bytes exceeds the view that was offered")
         self.tail += nbytes
@@ -323,7 +331,7 @@ class RecordRing:
                     return
                 _, length = RECORD_HEADER.unpack_from(self.buf, self.frontier)
                 if not TAG_SIZE <= length <= self.max_ciphertext:  # (the call only to raise)
-                    check_record_length(length, self.max_ciphertext, head_number + self.complete)
+                    check_record_length(length, self.max_ciphertext, head_number() + self.complete)
                 self.frontier_len = RECORD_HEADER_SIZE + length
             if available < self.frontier_len:
                 return
