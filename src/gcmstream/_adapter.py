@@ -531,23 +531,6 @@ def admit(core: ServerCore[T], connection: T, address: object, sock: Any, *, rea
     return True
 
 
-def _isolated(handle: Callable[[Any], Awaitable[None]]) -> Callable[[Any], Awaitable[None]]:
-    """``handle`` for each connection, an exception out of it logged (one error line with its
-    traceback) and the connection closed, never raised into the listener's task group, where it
-    would end ``serve()`` for every client. The handshake and the handler isolate their own
-    failures; this is for what comes before them (a socket uvloop closed under the server's
-    looks at it raised ValueError there: the new user's ``make check``, 2026-12-05)."""
-
-    async def isolated(transport: Any) -> None:
-        try:
-            await handle(transport)
-        except Exception as exc:
-            log_handler_failure(exc, remote_address(transport) or UNKNOWN_PEER, "admitting a connection")
-            await anyio.aclose_forcefully(transport)
-
-    return isolated
-
-
 async def serve_listener(
     listener: Any,
     config: Configuration,
@@ -571,48 +554,58 @@ async def serve_listener(
     core: ServerCore[_Pending] = ServerCore(config, _Pending.drop, log=log)
 
     async def handle(transport: Any) -> None:
-        # the address, while it can still be asked: a closed socket no longer knows it
-        address = remote_address(transport)
-        peer = UNKNOWN_PEER if address is None else address
-        if ended_before_sending(transport):  # no channel, scope or task for it: it sent nothing
-            await anyio.aclose_forcefully(transport)
-            exc = truncation(HUNG_UP)
-            await handshake_failed(exc, transport, peer, core.ended_before_sending(exc))
-            return
-        entry = _Pending()
-        # Let the reads that became ready with this arrival run first: a client whose first
-        # flight is in must be seen as such (Admission.observe) before a newcomer that came
-        # with it is admitted, or a silent newcomer evicts it (review 2026-12-04 finding 1;
-        # on trio, which runs ready tasks in random order, it did in about half the runs).
-        # asyncio's server gets this order from its loop: reads run before connection_made.
-        await anyio.lowlevel.cancel_shielded_checkpoint()
-        if not admit(core, entry, address, raw_socket(transport), read=read_already(transport)):
-            await anyio.aclose_forcefully(transport)  # refused: its source is at its cap
-            return
-        try:  # (the responder's handshake runs in entry.scope: one scope per pending connection)
-            stream: S | None = await responder(
-                transport, core.deadlines(), lambda opener: core.observe(entry, opener), entry.scope
-            )
-        except Exception as exc:  # (a cancellation is a BaseException on every backend)
-            level = core.handshake_failed(entry, exc)
-            if level is not None:
-                await handshake_failed(exc, transport, peer, level)
-            return
-        except BaseException:
-            core.handshake_cancelled(entry)
-            raise
-        if stream is None or entry.scope.cancel_called or not core.handshake_completed(entry):
-            core.handshake_cancelled(entry)  # evicted (counted by the admission's report)
-            await anyio.aclose_forcefully(transport)
-            return
-        served = stream
+        # Nothing out of here reaches the listener's task group, where it would end serve() for
+        # every client: the handshake and the handler isolate their own failures, and what comes
+        # before them is logged (one error line, its traceback) and its connection closed (a
+        # socket uvloop closed under the server's looks raised ValueError: the new user's make
+        # check, 2026-12-05). In this one frame: a wrapper's was 435 B more per pending
+        # connection (tests/test_pending.py's listen case run alone, a new user's clean clone).
+        try:
+            # the address, while it can still be asked: a closed socket no longer knows it
+            address = remote_address(transport)
+            peer = UNKNOWN_PEER if address is None else address
+            if ended_before_sending(transport):  # no channel, scope or task for it: it sent nothing
+                await anyio.aclose_forcefully(transport)
+                exc = truncation(HUNG_UP)
+                await handshake_failed(exc, transport, peer, core.ended_before_sending(exc))
+                return
+            entry = _Pending()
+            # Let the reads that became ready with this arrival run first: a client whose first
+            # flight is in must be seen as such (Admission.observe) before a newcomer that came
+            # with it is admitted, or a silent newcomer evicts it (review 2026-12-04 finding 1;
+            # on trio, which runs ready tasks in random order, it did in about half the runs).
+            # asyncio's server gets this order from its loop: reads run before connection_made.
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+            if not admit(core, entry, address, raw_socket(transport), read=read_already(transport)):
+                await anyio.aclose_forcefully(transport)  # refused: its source is at its cap
+                return
+            try:  # (the responder's handshake runs in entry.scope: one scope per pending connection)
+                stream: S | None = await responder(
+                    transport, core.deadlines(), lambda opener: core.observe(entry, opener), entry.scope
+                )
+            except Exception as exc:  # (a cancellation is a BaseException on every backend)
+                level = core.handshake_failed(entry, exc)
+                if level is not None:
+                    await handshake_failed(exc, transport, peer, level)
+                return
+            except BaseException:
+                core.handshake_cancelled(entry)
+                raise
+            if stream is None or entry.scope.cancel_called or not core.handshake_completed(entry):
+                core.handshake_cancelled(entry)  # evicted (counted by the admission's report)
+                await anyio.aclose_forcefully(transport)
+                return
+            served = stream
 
-        async def abort() -> None:
-            await anyio.aclose_forcefully(served)  # aclose never seals FINAL
+            async def abort() -> None:
+                await anyio.aclose_forcefully(served)  # aclose never seals FINAL
 
-        await run_handler(lambda: handler(served), peer, abort=abort, failed=core.handler_failed)
+            await run_handler(lambda: handler(served), peer, abort=abort, failed=core.handler_failed)
+        except Exception as exc:
+            log_handler_failure(exc, remote_address(transport) or UNKNOWN_PEER, "admitting a connection")
+            await anyio.aclose_forcefully(transport)
 
     try:
-        await serve_retrying(listener, _isolated(handle), task_group)  # survives EMFILE
+        await serve_retrying(listener, handle, task_group)  # survives EMFILE
     finally:  # (listen ends here once it has its peer: the failures before it are said)
         core.failures.report_due(final=True)
