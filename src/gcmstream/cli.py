@@ -19,7 +19,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from functools import partial
 
 from ._numbers import (
@@ -1150,6 +1150,14 @@ def _judge_opened(
         raise OSError(errno.EISDIR, os.strerror(errno.EISDIR))  # (IsADirectoryError)
     if stat.S_ISLNK(entry.st_mode):
         _refuse_replaceable(path, what, folders, found)
+        # a descriptor (3</tmp/NAME, </tmp/NAME): the folder the shell opened it in is not
+        # seen, so whether someone else made it first there cannot be asked (rev14, MEDIUM-1)
+        if found.st_uid not in (0, os.geteuid()):
+            raise _Usage(
+                f"{what} {path} belongs to another user (uid {found.st_uid}), and a descriptor does "
+                "not show the folder it was opened in (anyone could have made it first in /tmp): "
+                "give the file's path instead, where its folders are checked"
+            )
     elif (found.st_dev, found.st_ino) != (entry.st_dev, entry.st_ino):
         raise _Usage(f"{what} {path} changed while it was opened: give it again")
 
@@ -1215,7 +1223,8 @@ def _refuse_replaceable(
             " another user may have linked it there"
         )
     # (a file another user owns is used: she holds that secret anyway, as a service's key in
-    # root's /etc/app; one she made first in a sticky folder is refused by _refuse_squatted)
+    # root's /etc/app; one she made first in a sticky folder is refused by _refuse_squatted,
+    # and one given through a descriptor, whose folder is not seen, by _judge_opened)
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -3306,25 +3315,66 @@ _AGE_P = (
 )
 
 
+# what a page or a word processor makes of '-' or '--' in a command pasted from it
+_TYPOGRAPHIC_DASHES = frozenset("\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d")
+
+
 def _unknown_flag_with_a_value(argv: Sequence[str], parser: argparse.ArgumentParser) -> str | None:
-    """The usage message for ``--NAME=VALUE`` where NAME is no option of the command (nor the
-    start of one): argparse takes such a word whose VALUE holds a space for an input's name, so
-    a misspelt ``--password="three word passphrase"`` was opened as a file and quoted back in
-    "No such file or directory" (the new user, 2026-12-05), or blamed the next word. Only NAME
-    is said. Checked before parsing; after ``--`` a word is an input, whatever its name (a file
-    whose name starts with '-' is given as ``./NAME`` or after ``--``)."""
-    command = next((word for word in argv if word in _EXAMPLES), None)
-    known = set(parser._option_string_actions)
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
-            known |= set(action.choices[command]._option_string_actions)
+    """The usage message for a flag argparse would quote a value with (``_unknown_flag``),
+    checked before parsing, so before any prompt; after ``--`` a word is an input, whatever its
+    name (a file whose name starts with '-' is given as ``./NAME`` or after ``--``)."""
+    options = _options_by_command(parser)
+    command: str | None = None
     for word in argv:
         if word == "--":
             return None
-        name, joined, _ = word.partition("=")
-        if joined and re.fullmatch(r"--?[A-Za-z][\w-]*", name) and not any(o.startswith(name) for o in known):
-            return f"unrecognized option {name}= {_NOT_SHOWN}"
+        if command is None and word in options:
+            command = word
+            continue
+        slip = _unknown_flag(word, options[command], before_command=command is None)
+        if slip is not None:
+            return slip
     return None
+
+
+def _options_by_command(parser: argparse.ArgumentParser) -> dict[str | None, Collection[str]]:
+    """The option strings each command's parser knows, and (under None) the top parser's."""
+    options: dict[str | None, Collection[str]] = {None: parser._option_string_actions.keys()}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            options.update((name, sub._option_string_actions.keys()) for name, sub in action.choices.items())
+    return options
+
+
+def _unknown_flag(word: str, known: Collection[str], *, before_command: bool) -> str | None:
+    """``word``'s usage message, where argparse would quote a value given with it: only the flag
+    is named. A misspelt ``--password="three word passphrase"`` was opened as a file and quoted
+    back (the new user, 2026-12-05); an abbreviation of two options (``--pass=...``) was quoted
+    by argparse after its first word; a flag pasted with a typographic dash was quoted whole;
+    one before the command gave its value to argparse as the command, "invalid choice: 'VALUE'"
+    (rev14, MEDIUM-2, LOW-1, LOW-2)."""
+    if word[:1] in _TYPOGRAPHIC_DASHES:
+        return (
+            f"a word begins with {word[0]!r} (U+{ord(word[0]):04X}), a typographic dash, not '-': type "
+            "options with '-' (a page may have turned '--' into one; a file named so is ./NAME); "
+            "the word is not shown"
+        )
+    name, joined, _ = word.partition("=")
+    if not re.fullmatch(r"--?[A-Za-z][\w-]*", name) or name in known:
+        return None
+    matches = sorted(option for option in known if option.startswith(name)) if name.startswith("--") else []
+    if len(matches) == 1:
+        return None  # argparse's abbreviation of that option
+    if before_command:
+        return (
+            f"{name} is given before the command: options follow it (gcmstream COMMAND {name} ...);"
+            " what follows it is not shown"
+        )
+    if not joined:
+        return None  # "unrecognized arguments", the next word not shown (_unrecognized)
+    if matches:
+        return f"ambiguous option {name}= {_NOT_SHOWN}: it could be {', '.join(matches)}"
+    return f"unrecognized option {name}= {_NOT_SHOWN}"
 
 
 def _age_habit(argv: Sequence[str]) -> str | None:

@@ -1,8 +1,8 @@
 """Review rev14 (docs/review-2026-12-05-server-fixes.md, "Review of the owner rule's removal, the
 isolated serve and the flag pre-check (rev14)"): 2c7000a (the owner rule of secret files
 removed), ad7add0 (the anyio listener's isolated serve) and 7e370d4 (a misspelt --NAME=VALUE
-refused before parsing). Each strict xfail fails on the code reviewed because of a finding and
-would pass once it is fixed; run with ``--runxfail`` to see it fail."""
+refused before parsing). Each finding's test failed on the code reviewed and passes since its
+fix (the merge after rev14's)."""
 
 from __future__ import annotations
 
@@ -53,12 +53,6 @@ def _gcmstream(
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root reads another user's 0600 file")
 @pytest.mark.parametrize("way", ["key-as-dev-fd-3", "passphrase-as-dev-stdin"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 2026-12-05 rev14 MEDIUM-1: since 2c7000a another user's file made first in a "
-    "sticky folder is used when the shell opened it (-k /dev/fd/3 3</tmp/NAME, "
-    "--passphrase-file /dev/stdin </tmp/NAME); the owner rule refused it",
-)
 def test_another_users_secret_file_made_first_in_a_sticky_folder_is_never_used_by_root_through_a_descriptor(
     way: str, tmp_path: Path
 ) -> None:
@@ -102,6 +96,7 @@ def test_another_users_secret_file_made_first_in_a_sticky_folder_is_never_used_b
         assert stolen.status != 0, "root's output was sealed under the other user's secret"
     else:
         assert result.returncode == 2, result.stderr
+        assert "belongs to another user (uid 65534)" in result.stderr, result.stderr
 
 
 # -- 7e370d4: --NAME=VALUE is refused before parsing only when NAME starts no option of the
@@ -122,11 +117,6 @@ SECRET_WORDS = SECRET.split()
         [f"--pass={SECRET}", "encrypt", "plain"],  # before the command: taken for the command
     ],
     ids=["encrypt-pass", "decrypt-passphras", "info-p", "before-the-command"],
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 2026-12-05 rev14 MEDIUM-2: an ambiguous abbreviation given a passphrase with "
-    'spaces (--pass="three word passphrase") is quoted after its first word',
 )
 def test_an_abbreviated_flag_given_a_passphrase_with_spaces_never_quotes_it(
     words: list[str], tmp_path: Path
@@ -154,11 +144,6 @@ def test_an_abbreviated_flag_given_a_passphrase_with_spaces_never_quotes_it(
 
 
 @pytest.mark.parametrize("dash", ["\u2014", "\u2013", "\u2212"], ids=["em-dash", "en-dash", "minus-sign"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 2026-12-05 rev14 LOW-1: a flag typed with a typographic dash "
-    "(\u2014password=VALUE, as pasted from a rendered page) is quoted whole",
-)
 def test_a_flag_typed_with_a_typographic_dash_never_quotes_its_value(dash: str, tmp_path: Path) -> None:
     """A word pasted from a page whose text turned ``--`` into a dash (an em or en dash, a
     minus sign) is no option to argparse nor to the pre-check (``--?[A-Za-z]``): after the
@@ -180,11 +165,6 @@ def test_a_flag_typed_with_a_typographic_dash_never_quotes_its_value(dash: str, 
 
 
 @pytest.mark.parametrize("flag", ["--password", "--key", "-P"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 2026-12-05 rev14 LOW-2: an unknown flag before the command with its value as the "
-    "next word: argparse takes the value for the command and quotes it (invalid choice: 'VALUE')",
-)
 def test_a_value_given_to_an_unknown_flag_before_the_command_is_never_quoted(
     flag: str, tmp_path: Path
 ) -> None:
