@@ -167,6 +167,17 @@ def test_help_examples_parse() -> None:
             assert args.command == command, line
 
 
+@pytest.mark.parametrize("command", ["encrypt", "decrypt", "info"])
+def test_the_passphrase_help_names_the_commands_own_positional(command: str) -> None:
+    """A new user's finding: `info --help` said `--passphrase` "takes no value: the word after it
+    is INPUT", where info's one positional is FILE (INPUT is encrypt's and decrypt's)."""
+    shown = run_cli(command, "--help").stdout.decode()
+    usage = " ".join(shown.partition("\n\n")[0].split()) + " "  # the usage lines alone
+    text = " ".join(shown.split())
+    named = re.findall(r"the word after it is (\w+)", text)
+    assert named and all(f"[{word}]" in usage or f" {word} " in usage for word in named), (named, usage)
+
+
 def test_the_top_help_examples_comments_line_up() -> None:
     """A new user's finding: `recipient`'s "# to give to others" stood three columns right of
     the other comments of `gcmstream --help`'s examples."""

@@ -69,6 +69,21 @@ def test_readme_block_runs(language: str, code: str, tmp_path: Path) -> None:
     assert sockets == [], f"the block leaves socket files behind: {sockets}"
 
 
+@pytest.mark.parametrize(("language", "code"), [param for param in BLOCKS if param.values[0] == "python"])
+def test_a_python_block_runs_again_in_its_own_directory(language: str, code: str, tmp_path: Path) -> None:
+    """A new user's finding: pasted a second time into the same directory, the recipients block
+    stopped at its first line with FileExistsError (its identity file, written without
+    ``force=True``), where the key-file block, which passes it, ran again. A block that runs
+    once and fails on its second run is a trap for whoever tries it twice."""
+    command = [sys.executable, "-X", "dev", "-W", "error", "-c", code]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("GCMSTREAM_")}
+    for run in ("first", "second"):
+        result = subprocess.run(
+            command, cwd=tmp_path, env=environ, capture_output=True, timeout=TIMEOUT, check=False
+        )
+        assert result.returncode == 0, f"{run} run: {result.stderr.decode()}"
+
+
 # a file name as the blocks write them: a word with one of the extensions the README's files have
 _FILE_NAME = re.compile(r"[\w-]+\.(?:gcms|tar|key|txt|bin|asc|identity|recipients|tink|json)\b")
 

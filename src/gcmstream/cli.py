@@ -737,12 +737,14 @@ def _build_parser() -> argparse.ArgumentParser:
             help="text bound to the stream (a purpose, a file name); the other side needs the same TEXT",
         )
 
-    def passphrase_options(sub: argparse.ArgumentParser, twice: str, empty: str = "") -> None:
+    def passphrase_options(
+        sub: argparse.ArgumentParser, twice: str, empty: str = "", positional: str = "INPUT"
+    ) -> None:
         sub.add_argument(
             "--passphrase",
             action="store_true",
             help=f"ask for a passphrase {twice}on the terminal (takes no value: the word after it is "
-            f"INPUT){empty}",
+            f"{positional}){empty}",
         )
         sub.add_argument(
             "--passphrase-file",
@@ -871,7 +873,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "the header says which one the file needs. " + _STDOUT_NOTE,
     )
 
-    def reader_keying_options(sub: argparse.ArgumentParser) -> None:
+    def reader_keying_options(sub: argparse.ArgumentParser, positional: str = "INPUT") -> None:
         key_options(sub)
         sub.add_argument(
             "-i",
@@ -883,7 +885,7 @@ def _build_parser() -> argparse.ArgumentParser:
             "(repeatable), instead of a key; -i as in age (before identity files, -i named the "
             "input)",
         )
-        passphrase_options(sub, "")
+        passphrase_options(sub, "", positional=positional)
 
     reader_keying_options(decrypt)
     io_options(decrypt, "ciphertext")
@@ -914,7 +916,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "recipients or a passphrase, and so what reads it, suite, record size, the key ID of a "
         "key-sealed file, layout), asking for nothing. Nothing secret is printed.",
     )
-    reader_keying_options(info)
+    reader_keying_options(info, "FILE")  # info's one positional is FILE, not INPUT
     format_option(info)
     max_record_size_option(info)
     info.add_argument("file", metavar="FILE", help="the encrypted file")
