@@ -881,3 +881,23 @@ def test_identities_given_as_paths_or_text_say_to_read_the_identity_file(tmp_pat
 def test_an_unknown_kind_is_named_with_the_kinds_expected() -> None:
     with pytest.raises(RecipientError, match=r"unknown recipient kind \(expected .*x25519"):
         Recipient.parse("gcmstream-recipient-v1:rsa2048:AAAA")
+
+
+def test_a_bad_line_in_a_recipients_or_identity_file_is_named_by_its_number_never_its_text() -> None:
+    """A file of many lines names the bad one, as age does (a new user could not tell which of
+    three was damaged), by its number only: an identity line is a secret."""
+    good = Identity.generate()
+    line = str(good.recipient)
+    damaged = line[:-4] + ("AAAA" if not line.endswith("AAAA") else "BBBB")
+    text = f"# team\n{line}\n\n{damaged}\n"
+    with pytest.raises(RecipientError) as raised:
+        recipients_module.parse_recipients_file(text)
+    assert str(raised.value).startswith("line 4: "), raised.value
+    assert damaged.split(":")[-1] not in str(raised.value)
+    secret = good.to_text()
+    bad_identity = secret[:-4] + ("AAAA" if not secret.endswith("AAAA") else "BBBB")
+    with pytest.raises(RecipientError) as raised:
+        recipients_module.parse_identities(f"{secret}\n# old one\n{bad_identity}\n")
+    assert str(raised.value).startswith("line 3: "), raised.value
+    assert bad_identity.split(":")[-1][:20] not in str(raised.value)
+    assert [str(i.recipient) for i in recipients_module.parse_identities(f"\n{secret}\n")] == [line]

@@ -23,6 +23,7 @@ import enum
 import os
 import struct
 from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hpke
@@ -283,14 +284,27 @@ class Identity:
         return f"<Identity {self.kind.text} for {self.recipient.tag.hex()}>"
 
 
-def _lines(text: str) -> list[str]:
-    stripped = (line.strip() for line in text.splitlines())
-    return [line for line in stripped if line and not line.startswith("#")]
+_Line = TypeVar("_Line", "Recipient", "Identity")
+
+
+def _numbered_lines(text: str) -> list[tuple[int, str]]:
+    """The lines that are neither blank nor ``#`` comments, each with its number (from 1)."""
+    stripped = ((number, line.strip()) for number, line in enumerate(text.splitlines(), 1))
+    return [(number, line) for number, line in stripped if line and not line.startswith("#")]
+
+
+def _parsed(parse: Callable[[str], _Line], number: int, line: str) -> _Line:
+    """``parse(line)``, a bad line named by its number (as age does), never by its text: an
+    identity line is a secret."""
+    try:
+        return parse(line)
+    except RecipientError as exc:
+        raise RecipientError(f"line {number}: {exc}") from None
 
 
 def parse_recipients(text: str) -> list[Recipient]:
     """Recipients, one a line; blank lines and ``#`` comments are skipped (``-R`` files)."""
-    return [Recipient.parse(line) for line in _lines(text)]
+    return [_parsed(Recipient.parse, number, line) for number, line in _numbered_lines(text)]
 
 
 def read_recipients_file(path: str | os.PathLike[str]) -> list[Recipient]:
@@ -309,10 +323,10 @@ def parse_recipients_file(text: str) -> list[Recipient]:
     return recipients
 
 
-def _identity_lines(text: str) -> list[str]:
+def _identity_lines(text: str) -> list[tuple[int, str]]:
     if len(text) > MAX_IDENTITY_FILE_SIZE:  # cut, a second identity line could go unseen
         raise RecipientError(f"the identity file is over {MAX_IDENTITY_FILE_SIZE} characters")
-    return _lines(text)
+    return _numbered_lines(text)
 
 
 def parse_identities(text: str) -> list[Identity]:
@@ -322,7 +336,7 @@ def parse_identities(text: str) -> list[Identity]:
     lines = _identity_lines(text)
     if not lines:
         raise RecipientError("the identity file holds no identity line")
-    return [Identity.parse(line) for line in lines]
+    return [_parsed(Identity.parse, number, line) for number, line in lines]
 
 
 def read_identity_file(path: str | os.PathLike[str]) -> Identity:
@@ -332,7 +346,7 @@ def read_identity_file(path: str | os.PathLike[str]) -> Identity:
     lines = _identity_lines(text)
     if len(lines) != 1:
         raise RecipientError(f"expected one identity line, found {len(lines)}")
-    return Identity.parse(lines[0])
+    return _parsed(Identity.parse, *lines[0])
 
 
 def write_identity_file(path: str | os.PathLike[str], identity: Identity, *, force: bool = False) -> None:
