@@ -209,6 +209,26 @@ def test_a_record_shortened_without_the_key_fails_range_and_info(
     assert b"plaintext length" not in done.stdout
 
 
+def test_info_reads_the_file_redirected_to_stdin_given_as_dash(sealed: tuple[Path, Path, bytes]) -> None:
+    """``info -`` is stdin, as every command's input: a file redirected in is read (a new user's
+    ``info - < FILE`` said "-: No such file or directory"); a pipe is refused as any FIFO is,
+    since info seeks to the final record."""
+    keyfile, enc, plain = sealed
+    with enc.open("rb") as file:
+        done = gcm_process("info", "-k", keyfile, "-", stdin=file)
+    assert done.returncode == 0, done.stderr
+    assert f"plaintext length: {len(plain)} bytes".encode() in done.stdout
+    piped = subprocess.run(
+        f"cat {enc} | {sys.executable} -m gcmstream info -k {keyfile} -",
+        shell=True,
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert piped.returncode == EXIT_USAGE, piped.stderr
+    assert b"regular file" in piped.stderr
+
+
 def test_info_and_a_range_refuse_a_fifo_at_once(sealed: tuple[Path, Path, bytes], tmp_path: Path) -> None:
     """A FIFO with no writer used to hang info (Ctrl-C ignored) and decrypt --offset."""
     keyfile, _, _ = sealed

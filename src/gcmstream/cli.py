@@ -919,7 +919,12 @@ def _build_parser() -> argparse.ArgumentParser:
     reader_keying_options(info, "FILE")  # info's one positional is FILE, not INPUT
     format_option(info)
     max_record_size_option(info)
-    info.add_argument("file", metavar="FILE", help="the encrypted file")
+    info.add_argument(
+        "file",
+        metavar="FILE",
+        type=_stdin_as_its_file,
+        help="the encrypted file ('-': the file redirected to stdin, < FILE; info seeks, so not a pipe)",
+    )
 
     def channel_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(
@@ -1227,6 +1232,13 @@ def _refuse_replaceable(
     # (a file another user owns is used: she holds that secret anyway, as a service's key in
     # root's /etc/app; one she made first in a sticky folder is refused by _refuse_squatted,
     # and one given through a descriptor, whose folder is not seen, by _judge_opened)
+
+
+def _stdin_as_its_file(word: str) -> str:
+    """``info``'s FILE: ``-`` is stdin, as every command's input, through its link in /dev
+    (info seeks to the final record, so a file redirected in reads and a pipe is refused as
+    any FIFO is); a new user's ``info -`` was "-: No such file or directory"."""
+    return "/dev/stdin" if word == "-" else word
 
 
 def _keygen(args: argparse.Namespace) -> int:
