@@ -520,7 +520,7 @@ def test_a_right_start_then_the_end_of_input_is_a_cut_header() -> None:
         pytest.param(
             lambda: Suite.for_key("0" * 16),  # type: ignore[arg-type]
             TypeError,
-            "bytes-like, not str",
+            "bytes-like, not str: a key file's line is read by gcmstream.keyfile.parse_key(line)",
             id="key-type",
         ),
         pytest.param(

@@ -186,7 +186,14 @@ class Suite(enum.IntEnum):
     @classmethod
     def for_key(cls, key: Buffer) -> Suite:
         if not isinstance(key, bytes | bytearray | memoryview):
-            raise TypeError(f"key must be bytes-like, not {type(key).__name__}")
+            # a key file's line pasted as a string is the likely str (never quoted: a secret)
+            hint = (
+                ": a key file's line is read by gcmstream.keyfile.parse_key(line), a key file by"
+                " read_key_file(path)"
+                if isinstance(key, str)
+                else ""
+            )
+            raise TypeError(f"key must be bytes-like, not {type(key).__name__}{hint}")
         if len(key) == 16:
             return cls.AES_128_GCM
         if len(key) == 32:
