@@ -717,7 +717,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "recipient line (the public key, 'gcmstream-recipient-v1:...') on stderr: others "
         "encrypt to you with 'encrypt -r LINE'. Hybrid ML-KEM-768 + X25519 by default.",
     )
-    identity.add_argument("-o", "--output", metavar="FILE", required=True, help="identity file to create")
+    identity.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        required=True,
+        help="identity file to create ('-': print the identity on stdout, its recipient on stderr)",
+    )
     identity.add_argument("--x25519", action="store_true", help="X25519 alone (not post-quantum)")
     identity.add_argument("-f", "--force", action="store_true", help="overwrite FILE if it exists")
     recipient = command(
@@ -881,7 +887,7 @@ def _build_parser() -> argparse.ArgumentParser:
             metavar="FILE",
             action="append",
             default=[],
-            help="decrypt with the identities in FILE ('-': stdin), one a line, each tried "
+            help="open with the identities in FILE ('-': stdin), one a line, each tried "
             "(repeatable), instead of a key; -i as in age (before identity files, -i named the "
             "input)",
         )
@@ -927,6 +933,13 @@ def _build_parser() -> argparse.ArgumentParser:
     )
 
     def channel_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--record-size",
+            metavar="N",
+            type=_size,
+            default=DEFAULT_RECORD_SIZE,
+            help=f"largest record to send (default {DEFAULT_RECORD_SIZE // 1024}K)",
+        )
         sub.add_argument(
             "--local-id",
             metavar="NAME",
@@ -984,9 +997,6 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="take only the first connection; its failed handshake ends the command",
     )
-    listen.add_argument(
-        "--record-size", metavar="N", type=_size, default=DEFAULT_RECORD_SIZE, help="largest record to send"
-    )
     max_record_size_option(listen)
     channel_options(listen)
 
@@ -999,9 +1009,6 @@ def _build_parser() -> argparse.ArgumentParser:
         "address", metavar="HOST:PORT", help="address to connect to (an IPv6 host in brackets: [::1]:9000)"
     )
     key_options(connect)
-    connect.add_argument(
-        "--record-size", metavar="N", type=_size, default=DEFAULT_RECORD_SIZE, help="largest record to send"
-    )
     max_record_size_option(connect)
     channel_options(connect)
     return parser
