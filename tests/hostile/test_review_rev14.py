@@ -31,7 +31,7 @@ TIMEOUT = 60
 
 
 def _gcmstream(
-    *args: str | Path, stdin: int | None = None, pass_fds: tuple[int, ...] = ()
+    *args: str | Path, stdin: int | None = None, pass_fds: tuple[int, ...] = (), cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``gcmstream ARGS`` as a real process (the shell's redirections are descriptors it has)."""
     environ = {k: v for k, v in os.environ.items() if k not in ("GCMSTREAM_KEY", "GCMSTREAM_DEBUG")}
@@ -43,6 +43,7 @@ def _gcmstream(
         text=True,
         timeout=TIMEOUT,
         env=environ,
+        cwd=cwd,
         check=False,
     )
 
@@ -129,15 +130,7 @@ def test_an_abbreviated_flag_given_a_passphrase_with_spaces_never_quotes_it(
     --passphrase, --passphrase-file", run). Before the command, argparse takes the word for the
     command ("invalid choice: '--pass=Hunter2x horse battery staple'")."""
     (tmp_path / "plain").write_bytes(b"x")
-    result = subprocess.run(
-        [sys.executable, "-m", "gcmstream", *words],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    result = _gcmstream(*words, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     shown = [word for word in SECRET_WORDS if word in result.stderr + result.stdout]
     assert not shown, result.stderr
@@ -151,15 +144,7 @@ def test_a_flag_typed_with_a_typographic_dash_never_quotes_its_value(dash: str, 
     \u2014password=Hunter2x", run), and the same word with a space in its value too."""
     (tmp_path / "plain").write_bytes(b"x")
     (tmp_path / "k.key").write_text("")  # (never read: the usage error comes first)
-    result = subprocess.run(
-        [sys.executable, "-m", "gcmstream", "info", "plain", f"{dash}password=Hunter2x"],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    result = _gcmstream("info", "plain", f"{dash}password=Hunter2x", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "Hunter2x" not in result.stderr, result.stderr
 
@@ -173,15 +158,7 @@ def test_a_value_given_to_an_unknown_flag_before_the_command_is_never_quoted(
     command and says "argument COMMAND: invalid choice: 'Hunter2x' (choose from ...)" (run).
     After the command the same words give "--password (the next word is not shown)"."""
     (tmp_path / "plain").write_bytes(b"x")
-    result = subprocess.run(
-        [sys.executable, "-m", "gcmstream", flag, "Hunter2x", "encrypt", "plain"],
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    result = _gcmstream(flag, "Hunter2x", "encrypt", "plain", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "Hunter2x" not in result.stderr, result.stderr
 
