@@ -1070,6 +1070,8 @@ def _check_private(path: str, what: str) -> None:
     MEDIUM-1). Who could put another file at the name is ``_open_secret``'s question."""
     mode = stat.S_IMODE(_files_read_were[path].st_mode)
     if mode & 0o077:
+        if path == "-":  # (a file redirected in, or a terminal: writable by its group)
+            raise _Usage(f"{what} on stdin is open to other users (mode {mode:04o}): chmod 600 the file")
         raise _Usage(f"{what} {path} is open to other users (mode {mode:04o}): chmod 600 {path}")
 
 
@@ -1164,16 +1166,28 @@ def _judge_opened(
         raise OSError(errno.EISDIR, os.strerror(errno.EISDIR))  # (IsADirectoryError)
     if stat.S_ISLNK(entry.st_mode):
         _refuse_replaceable(path, what, folders, found)
-        # a descriptor (3</tmp/NAME, </tmp/NAME): the folder the shell opened it in is not
-        # seen, so whether someone else made it first there cannot be asked (rev14, MEDIUM-1)
-        if found.st_uid not in (0, os.geteuid()):
-            raise _Usage(
-                f"{what} {path} belongs to another user (uid {found.st_uid}), and a descriptor does "
-                "not show the folder it was opened in (anyone could have made it first in /tmp): "
-                "give the file's path instead, where its folders are checked"
-            )
+        _refuse_unseen_folder(path, what, found)
     elif (found.st_dev, found.st_ino) != (entry.st_dev, entry.st_ino):
         raise _Usage(f"{what} {path} changed while it was opened: give it again")
+
+
+def _refuse_unseen_folder(path: str, what: str, found: os.stat_result) -> None:
+    """The verdict on a secret given through a descriptor (``3</tmp/NAME``, ``</tmp/NAME``,
+    ``-i -``): the folder the shell opened it in is not seen, so what the folder rules ask of
+    it cannot be asked, and what they would refuse there is refused: another user's file (she
+    could have made it first in /tmp: rev14, MEDIUM-1) and one with other names (a hard link
+    another user made there: rev15, LOW-1). Given by its path, either is judged by its folders."""
+    if found.st_uid not in (0, os.geteuid()):
+        raise _Usage(
+            f"{what} {path} belongs to another user (uid {found.st_uid}), and a descriptor does not "
+            "show the folder it was opened in (anyone could have made it first in /tmp): give the "
+            "file's path instead, where its folders are checked"
+        )
+    if stat.S_ISREG(found.st_mode) and found.st_nlink > 1:
+        raise _Usage(
+            f"{what} {path} has other names, and a descriptor does not show the folder it was opened "
+            "in (another user may have linked it into /tmp): give the file's path instead"
+        )
 
 
 def _procfs_device() -> int | None:
@@ -1346,8 +1360,7 @@ def _read_identities(path: str, command: str) -> list[Identity]:
                 "--identity, as in age (before identity files, -i named the input); the file to "
                 f"{command} is an argument of its own: gcmstream {command} [OPTIONS] {path}"
             )
-        if path != "-":
-            _check_private(path, "identity file")  # (the file read above)
+        _check_private(path, "identity file")  # (the file read above, stdin too)
         return parse_identities(text)
     except RecipientError as exc:
         raise _Usage(f"identity file {path}: {exc}") from None
@@ -1377,6 +1390,10 @@ def _read_text(path: str, limit: int, *, named: bool = False, private: str | Non
             _note_read(path, file.fileno())
             return file.read(limit + 1)
     fd, data = _stdin_fd(), b""
+    if private is not None:  # (-i -: a secret on stdin, judged as any given through a descriptor)
+        found = os.fstat(fd)
+        _refuse_unseen_folder("on stdin", private, found)
+        _files_read_were[path] = found
     while len(data) <= 4 * limit and (chunk := os.read(fd, 4 * limit + 4 - len(data))):
         data += chunk  # 4 bytes a character at most: enough to see a text over the limit
     return data.decode("utf-8", errors="replace")[: limit + 1]
@@ -3336,8 +3353,28 @@ _AGE_P = (
 )
 
 
-# what a page or a word processor makes of '-' or '--' in a command pasted from it
-_TYPOGRAPHIC_DASHES = frozenset("\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d")
+# characters that look like '-' but are not Unicode dashes (those are category Pd): a minus
+# sign, a hyphen bullet, a heavy minus
+_DASH_LOOK_ALIKES = frozenset("\u2212\u2043\u2796")
+
+
+def _typed_with_look_alikes(word: str) -> bool:
+    """True for a word typed as a flag with characters that only look like '-' or '=': what a
+    page, a word processor or an input method makes of ``--NAME=VALUE`` pasted from it (a
+    typographic dash, a fullwidth '=', an invisible character before the flag: rev14 LOW-1,
+    rev15 LOW-2). A file's name in another script (``éclair.txt``) is no flag."""
+    if word.isascii():
+        return False
+    import unicodedata  # (only for a word that is not ASCII)
+
+    start = 0
+    while start < len(word) and unicodedata.category(word[start]) == "Cf":  # (invisible: U+200B...)
+        start += 1
+    stripped = word[start:]
+    first = stripped[:1]
+    if first == "-":  # ASCII dashes: the flag's name, up to an ASCII '=', must be ASCII too
+        return stripped != word or not stripped.partition("=")[0].isascii()
+    return bool(first) and (unicodedata.category(first) == "Pd" or first in _DASH_LOOK_ALIKES)
 
 
 def _unknown_flag_with_a_value(argv: Sequence[str], parser: argparse.ArgumentParser) -> str | None:
@@ -3374,16 +3411,20 @@ def _unknown_flag(word: str, known: Collection[str], *, before_command: bool) ->
     by argparse after its first word; a flag pasted with a typographic dash was quoted whole;
     one before the command gave its value to argparse as the command, "invalid choice: 'VALUE'"
     (rev14, MEDIUM-2, LOW-1, LOW-2)."""
-    if word[:1] in _TYPOGRAPHIC_DASHES:
+    if _typed_with_look_alikes(word):
         return (
-            f"a word begins with {word[0]!r} (U+{ord(word[0]):04X}), a typographic dash, not '-': type "
-            "options with '-' (a page may have turned '--' into one; a file named so is ./NAME); "
-            "the word is not shown"
+            "a word is typed as an option with a character that only looks like '-' or '=' (a "
+            "typographic dash, a fullwidth '=', an invisible character: a page may have turned "
+            "'--' into one): type options with '-' and '=' (a file named so is ./NAME); the word "
+            "is not shown"
         )
     name, joined, _ = word.partition("=")
-    if not re.fullmatch(r"--?[A-Za-z][\w-]*", name) or name in known:
+    if not name.startswith("-") or name == "-" or name in known:
         return None
-    matches = sorted(option for option in known if option.startswith(name)) if name.startswith("--") else []
+    if re.fullmatch(r"--[A-Za-z][\w-]*", name):
+        matches = sorted(option for option in known if option.startswith(name))
+    else:  # (no option is '--', '---NAME' or '--1NAME': no abbreviation of one either)
+        matches = []
     if len(matches) == 1:
         return None  # argparse's abbreviation of that option
     if before_command:

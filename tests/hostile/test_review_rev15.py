@@ -1,8 +1,8 @@
 """Review rev15 (docs/review-2026-12-05-server-fixes.md, "Review of rev14's fixes (rev15)"):
 c36433d (another user's secret file through a descriptor refused; flags refused before parsing
 so that their values are never quoted) and 7f25d1b (the anyio listener's connection failures
-caught in the connection's own frame). Each strict xfail fails on the code reviewed because of
-a finding and would pass once it is fixed; run with ``--runxfail`` to see it fail."""
+caught in the connection's own frame). Each finding's test failed on the code reviewed and
+passes since its fix (the commit after the merge of rev15)."""
 
 from __future__ import annotations
 
@@ -46,12 +46,6 @@ def _sticky_folder(tmp_path: Path) -> Path:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root reads another user's 0600 file")
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 2026-12-05 rev15 MEDIUM-1: `-i -` reads the identity from stdin with neither the "
-    "owner rule c36433d gave /dev/stdin nor any other: root encrypts to another user's identity "
-    "made first in /tmp (`encrypt -i - < /tmp/NAME`)",
-)
 def test_another_users_identity_made_first_in_a_sticky_folder_is_never_used_by_root_as_stdin(
     tmp_path: Path,
 ) -> None:
@@ -79,12 +73,6 @@ def test_another_users_identity_made_first_in_a_sticky_folder_is_never_used_by_r
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="root's file, linked into root's sticky folder")
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 2026-12-05 rev15 LOW-1: a hard link in a sticky folder to the user's private "
-    'file (first line known) is refused by name ("has other names") but used through '
-    "--passphrase-file /dev/stdin <LINK (where protected_hardlinks is 0 another user can make it)",
-)
 def test_a_hard_link_in_a_sticky_folder_is_never_used_as_a_passphrase_file_through_a_descriptor(
     tmp_path: Path,
 ) -> None:
@@ -154,12 +142,6 @@ SECRET = "correct Hunter2x staple"
     ],
 )
 @pytest.mark.parametrize("where", ["before-the-command", "after-the-input"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 2026-12-05 rev15 LOW-2: c36433d refuses a word whose first character is one of "
-    "ten typographic dashes; other look-alikes of '-' or '=', an invisible character before the "
-    "flag, or a dash as the second character, leave the value quoted whole",
-)
 def test_a_flag_pasted_with_a_look_alike_of_a_dash_or_an_equals_sign_never_quotes_its_value(
     word: str, where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -185,13 +167,6 @@ def test_a_flag_pasted_with_a_look_alike_of_a_dash_or_an_equals_sign_never_quote
     ids=["--=", "---password", "--1password", "dash-then-em-dash"],
 )
 @pytest.mark.parametrize("where", ["before-the-command", "after-the-command"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="review 2026-12-05 rev15 LOW-3: a NAME the pre-check's pattern does not take (--=, "
-    "three dashes, a digit first, '-' then a typographic dash) is left to argparse, which quotes "
-    "the value after its first word (ambiguous option), whole as the command (invalid choice), "
-    "or as a file's name",
-)
 def test_a_flag_the_pre_check_does_not_recognise_as_one_never_quotes_a_passphrase_with_spaces(
     word: str, where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
