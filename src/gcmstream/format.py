@@ -173,6 +173,12 @@ _LABEL_IV = b"gcmstream/2 iv"
 _LABEL_UPDATE = b"gcmstream/2 key update"
 
 
+# what a key given as a string is told (a key file's line pasted into Sealer(...))
+_STR_KEY = {
+    str: ": a key file's line is read by gcmstream.keyfile.parse_key(line), a key file by read_key_file(path)"
+}
+
+
 class Suite(enum.IntEnum):
     """Cipher suite byte of the header; chosen by the key length, as AESGCM does."""
 
@@ -187,13 +193,7 @@ class Suite(enum.IntEnum):
     def for_key(cls, key: Buffer) -> Suite:
         if not isinstance(key, bytes | bytearray | memoryview):
             # a key file's line pasted as a string is the likely str (never quoted: a secret)
-            hint = (
-                ": a key file's line is read by gcmstream.keyfile.parse_key(line), a key file by"
-                " read_key_file(path)"
-                if isinstance(key, str)
-                else ""
-            )
-            raise TypeError(f"key must be bytes-like, not {type(key).__name__}{hint}")
+            raise TypeError(f"key must be bytes-like, not {type(key).__name__}{_STR_KEY.get(type(key), '')}")
         if len(key) == 16:
             return cls.AES_128_GCM
         if len(key) == 32:
