@@ -129,6 +129,7 @@ SECRET = "correct Hunter2x staple"
         f"\u0301--password={SECRET}",  # a combining mark (category Mn) before the flag
         f"\u2800--password={SECRET}",  # a braille blank (category So), invisible
         f"\u3164--password={SECRET}",  # a Hangul filler (category Lo), invisible
+        f" --password={SECRET}",  # an ASCII space first: "$OPTS" quoted in a script
     ],
     ids=[
         "modifier-minus",
@@ -138,6 +139,7 @@ SECRET = "correct Hunter2x staple"
         "combining-first",
         "braille-blank-first",
         "hangul-filler-first",
+        "space-first",
     ],
 )
 @pytest.mark.parametrize("where", ["before-the-command", "after-the-input"])
