@@ -705,11 +705,14 @@ def test_a_file_name_cannot_forge_info_lines_or_hide_what_follows(tmp_path: Path
         failed = one_line_error(
             run_cli("decrypt", "-k", keyfile, "--offset", "1", "-o", path, path), EXIT_USAGE
         )
-        stray = one_line_error(run_cli("info", path, path), EXIT_USAGE)  # argparse's own words
+        # argparse's own words: a stray word that is not plain ASCII is not shown at all (it may
+        # be a flag pasted with look-alikes and its value: review rev16)
+        stray = one_line_error(run_cli("info", path, path), EXIT_USAGE)
+        assert "unrecognized arguments: (a word that is not shown)" in stray, stray
         for text in (keyless.stdout.decode(), keyed.stdout.decode(), failed, stray):
             assert not any((ord(c) < 32 and c != "\n") or 0x7F <= ord(c) < 0xA0 for c in text), text
             assert "\u202e" not in text
-            assert "\\x1b[8m\\u202e" in text or path == not_utf8, text  # shown, escaped
+            assert "\\x1b[8m\\u202e" in text or path == not_utf8 or text == stray, text  # shown, escaped
 
 
 def test_info_without_a_key_refuses_what_info_with_one_refuses_by_form(

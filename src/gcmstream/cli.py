@@ -424,6 +424,14 @@ class _Parser(argparse.ArgumentParser):
         # argparse's "ambiguous option: --pass=TEXT could match ...": the text may be a secret
         # (a value _unrecognized already hid leaves "--password=" bare: not hidden twice)
         message = re.sub(r"(?<!\S)(--?[\w-]+)=\S+", rf"\1= {_NOT_SHOWN}", message)
+        # the word taken for the command, quoted by repr (escapes and all): shown only when it
+        # is a plain word, not a flag pasted with look-alikes and its value (rev16, LOW-2)
+        message = re.sub(
+            r"argument COMMAND: invalid choice: (\S.*?) \(choose from",
+            _choice_shown,
+            message,
+            flags=re.S,
+        )
         command = self.prog.partition(" ")[2] or self.command_given
         helped = f"gcmstream {command}" if command else "gcmstream"
         self.exit(EXIT_USAGE, _stderr_line(command, f"{message} (see {helped} --help)") + "\n")
@@ -434,16 +442,35 @@ def _unrecognized(extras: Sequence[str]) -> str:
     ``--password=TEXT`` shows ``--password=``, and the word after an unknown flag is not shown
     (either may be a secret typed at the wrong flag)."""
     shown: list[str] = []
+    hidden = False  # the word before was not shown: the word after it may be its value
     for word, previous in zip(extras, [None, *extras], strict=False):
         if word.startswith("-") and "=" in word:
             shown.append(f"{word.partition('=')[0]}= {_NOT_SHOWN}")
         elif word.startswith("-") and not word.startswith("--") and len(word) > 2:
             shown.append(f"{word[:2]} {_NOT_SHOWN}")  # -pTEXT: a short flag, its joined value
-        elif previous is not None and previous.startswith("-") and "=" not in previous:
+        elif hidden or (previous is not None and previous.startswith("-") and "=" not in previous):
             shown.append("(the next word is not shown)")
+        elif not _plain_word(word):  # a flag typed with look-alikes (U+30FC...), spaces first
+            shown.append("(a word that is not shown)")
+            hidden = True
+            continue
         else:
             shown.append(word)
+        hidden = False
     return " ".join(shown)
+
+
+def _choice_shown(found: re.Match[str]) -> str:
+    """argparse's "invalid choice: 'WORD' (choose from", WORD hidden unless it is plain."""
+    if re.fullmatch(r"'[\w.,:/+-]*'", found.group(1), re.ASCII):
+        return found.group(0)
+    return "argument COMMAND: invalid choice (the word is not shown) (choose from"
+
+
+def _plain_word(word: str) -> bool:
+    """A word a usage error may quote: printable ASCII with no space or '=' (a file's name, a
+    command misspelt); any other may be a flag pasted with look-alikes and its value (rev16)."""
+    return word.isascii() and word.isprintable() and " " not in word and "=" not in word
 
 
 def _without_values(message: str, words: Sequence[str]) -> str:
@@ -1068,7 +1095,10 @@ def _check_private(path: str, what: str) -> None:
     (``_note_read``), never ``path`` again: a name looked at apart from the read let a private
     file renamed in for the look pass for an open one read after it (review 2026-12-05,
     MEDIUM-1). Who could put another file at the name is ``_open_secret``'s question."""
-    mode = stat.S_IMODE(_files_read_were[path].st_mode)
+    read = _files_read_were[path]
+    if not (stat.S_ISREG(read.st_mode) or stat.S_ISFIFO(read.st_mode)):
+        return  # a socket (0777) or a terminal (0620) given as stdin: no one else puts bytes there
+    mode = stat.S_IMODE(read.st_mode)
     if mode & 0o077:
         if path == "-":  # (a file redirected in, or a terminal: writable by its group)
             raise _Usage(f"{what} on stdin is open to other users (mode {mode:04o}): chmod 600 the file")
@@ -1457,12 +1487,13 @@ def _read_passphrase(args: argparse.Namespace, *, encrypting: bool) -> str:
                 _note_read(path, file.fileno())
                 _check_private(path, "passphrase file")
                 line = file.readline(MAX_PASSPHRASE_SIZE + 2).rstrip(b"\r\n")
-        except FileNotFoundError:  # not shown: a passphrase typed where its file's name goes
-            raise _Usage(
-                "no file at the path given to --passphrase-file (not shown: it may be the "
-                "passphrase itself; --passphrase-file takes a file's name, --passphrase asks)"
-            ) from None
         except OSError as exc:
+            if not os.path.lexists(path):  # not shown: a passphrase typed where its file's name
+                # goes (also one over 255 bytes, "File name too long": rev16, LOW-3)
+                raise _Usage(
+                    "no file at the path given to --passphrase-file (not shown: it may be the "
+                    "passphrase itself; --passphrase-file takes a file's name, --passphrase asks)"
+                ) from None
             raise _Usage(f"cannot read passphrase file {path}: {exc.strerror or 'failed'}") from None
         if len(line) > MAX_PASSPHRASE_SIZE:
             raise _Usage(f"passphrase file {path}: its first line is over {MAX_PASSPHRASE_SIZE} bytes")

@@ -1,7 +1,7 @@
 """Review rev16 (docs/review-2026-12-05-server-fixes.md, "Review of rev15's fixes (rev16)"):
 3101721 (``-i -`` judged as a secret given through a descriptor, ``_refuse_unseen_folder``;
-``_typed_with_look_alikes``) and c36433d before it. Each test is a strict xfail: it fails on
-the code reviewed and passes once its finding is fixed."""
+``_typed_with_look_alikes``) and c36433d before it. Each finding's test failed on the code
+reviewed and passes since its fix (the commit after the merge of rev16)."""
 
 from __future__ import annotations
 
@@ -79,12 +79,6 @@ def _drain(fd: int) -> None:
 # -- 3101721: -i - refuses what is not a file on stdin with the files' mode rule
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rev16 LOW-1: -i - applies the files' mode rule to what stdin is: a socket "
-    "(mode 0777) and a terminal left writable by its group (0620) are refused "
-    "('chmod 600 the file'); both were read before 3101721",
-)
 @pytest.mark.parametrize("stdin_is", ["socket", "terminal-0620"])
 def test_the_users_own_identity_given_as_stdin_through_a_socket_or_a_terminal_is_read(
     stdin_is: str, tmp_path: Path
@@ -113,12 +107,6 @@ def test_the_users_own_identity_given_as_stdin_through_a_socket_or_a_terminal_is
 SECRET = "correct Hunter2x staple"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rev16 LOW-2: look-alikes of '-' outside category Pd (U+02D7, U+30FC: both listed "
-    "by rev15) and invisible characters outside Cf before the flag (NBSP, combining marks, a "
-    "braille blank, a Hangul filler) are quoted by 'invalid choice' or 'unrecognized arguments'",
-)
 @pytest.mark.parametrize(
     "word",
     [
@@ -162,11 +150,6 @@ def test_a_flag_pasted_with_other_look_alikes_or_invisible_characters_never_quot
     assert "Hunter2x" not in result.stderr + result.stdout.decode(errors="replace"), result.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rev16 LOW-2: after a word typed as a flag with a look-alike, the next word is "
-    "shown ('unrecognized arguments: \\xa0--password Hunter2x')",
-)
 @pytest.mark.parametrize("flag", ["\u00a0--password", "\u02d7password"], ids=["nbsp-first", "modifier-minus"])
 def test_the_word_after_a_flag_pasted_with_a_look_alike_is_never_quoted(
     flag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -187,11 +170,6 @@ def test_the_word_after_a_flag_pasted_with_a_look_alike_is_never_quoted(
 LONG_PASSPHRASE = "correct Hunter2x staple " + " ".join(f"battery horse {n}" for n in range(1, 26))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rev16 LOW-3: a passphrase over 255 bytes given to --passphrase-file is quoted: "
-    "'cannot read passphrase file PASSPHRASE: File name too long' (only ENOENT is hidden)",
-)
 @pytest.mark.parametrize("joined", [False, True], ids=["a-word-of-its-own", "joined-by-equals"])
 def test_a_long_passphrase_typed_where_the_passphrase_files_name_goes_is_never_quoted(
     joined: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
