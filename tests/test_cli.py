@@ -1232,6 +1232,82 @@ def test_secret_files_others_could_replace_are_refused(tmp_path: Path) -> None:
             os.chown(path, 0, 0)
 
 
+
+def _open_descriptors() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_secret_file_swapped_after_its_verdict_is_refused_and_leaves_no_descriptor_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_open_secret`` judges a file by its name's lstat, then opens it: what it opened must be
+    the file judged (``_judge_opened``), so another key renamed onto the name between the two
+    is refused, not used, and the descriptor opened is closed (the command may be one call of
+    a longer process). Mutation run of 2026-12-05 (mut35): without that last look, or with
+    its refusal or the close removed, every other test passed."""
+    import gcmstream.cli
+
+    folder = tmp_path / "keys"
+    folder.mkdir(mode=0o700)
+    key, other = folder / "k", folder / "other"
+    assert run_cli("keygen", "-o", key).status == 0
+    assert run_cli("keygen", "-o", other).status == 0
+    verdict = gcmstream.cli._refuse_replaceable
+    swapped: list[str] = []
+
+    def racing(path: str, *args: object) -> None:
+        verdict(path, *args)  # type: ignore[arg-type]
+        if not swapped:
+            swapped.append(path)
+            other.replace(key)  # after the verdict on the first file, before its open
+
+    monkeypatch.setattr(gcmstream.cli, "_refuse_replaceable", racing)
+    before = _open_descriptors()
+    message = one_line_error(run_cli("encrypt", "-k", key, input=b"x"), EXIT_USAGE)
+    assert swapped == [str(key)]  # the race was run
+    assert f"key file {key} changed while it was opened: give it again" in message, message
+    assert _open_descriptors() == before
+
+
+def test_a_secret_file_name_that_is_a_folder_says_so_for_every_reader(tmp_path: Path) -> None:
+    """A folder given as a key, identity, keyset or passphrase file is "Is a directory", not
+    "open to other users" (a folder's usual mode 0755 would be blamed, and chmod 600 advised),
+    and its descriptor is closed. Mutation run of 2026-12-05 (mut35): the passphrase file's
+    mode check came first without ``_judge_opened``'s refusal of a folder."""
+    folder = tmp_path / "a folder"
+    folder.mkdir(mode=0o755)
+    before = _open_descriptors()
+    for option in ("-k", "--passphrase-file", "-i"):
+        command = ("decrypt", option, folder) if option == "-i" else ("encrypt", option, folder)
+        message = one_line_error(run_cli(*command, input=b"x"), EXIT_USAGE)
+        assert f"{folder}: Is a directory" in message, message
+    message = one_line_error(run_cli("encrypt", "--format", "tink", "-k", folder, input=b"x"), EXIT_USAGE)
+    assert f"{folder}: Is a directory" in message, message
+    assert _open_descriptors() == before
+
+
+def test_a_secret_file_goes_through_as_many_links_as_the_kernel_allows_and_no_more(tmp_path: Path) -> None:
+    """``_open_secret`` follows links itself, one name at a time: as the kernel does, at most
+    40 (MAXSYMLINKS) for one name; one more, or a link to itself, is "Too many levels of
+    symbolic links" (ELOOP), never a walk without end. Mutation run of 2026-12-05 (mut35)."""
+    folder = tmp_path / "keys"
+    folder.mkdir(mode=0o700)
+    assert run_cli("keygen", "-o", folder / "l0").status == 0
+    for number in range(1, 42):
+        (folder / f"l{number}").symlink_to(f"l{number - 1}")
+    with pytest.raises(OSError, match="Too many levels") as kernel:
+        (folder / "l41").read_bytes()  # the kernel's own limit, as the walk copies it
+    assert kernel.value.errno == errno.ELOOP
+    assert len((folder / "l40").read_bytes()) > 0
+    assert run_cli("encrypt", "-k", folder / "l40", input=b"x").status == 0
+    for given in ("l41", "loop"):
+        if given == "loop":
+            (folder / "loop").symlink_to("loop")
+        run = gcm_process("encrypt", "-k", folder / given, input=b"x")  # (a walk without end: killed)
+        message = one_line_error(run, EXIT_USAGE)
+        assert f"cannot read key file {folder / given}: Too many levels of symbolic links" in message, message
+
+
 # -- listen serves until the real peer arrives --------------------------------------------------
 
 
