@@ -1232,7 +1232,6 @@ def test_secret_files_others_could_replace_are_refused(tmp_path: Path) -> None:
             os.chown(path, 0, 0)
 
 
-
 def _open_descriptors() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 
