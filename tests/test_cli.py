@@ -1268,6 +1268,33 @@ def test_a_secret_file_swapped_after_its_verdict_is_refused_and_leaves_no_descri
     assert _open_descriptors() == before
 
 
+def test_a_link_to_a_descriptor_of_this_process_in_a_folder_others_can_write_in_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A link in /proc as the last name (``/dev/fd/N``) is the kernel's to open, and then judged
+    as opened with every folder the name went through: one reached through a folder others can
+    write in (where anyone could have put the link) is refused, naming the file and the folder.
+    Mutation run of 2026-12-05 (mut35): without that verdict after the kernel's open, or with
+    the file's name or kind dropped from it, every other test passed."""
+    key = tmp_path / "k"
+    assert run_cli("keygen", "-o", key).status == 0
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    descriptor = os.open(key, os.O_RDONLY)
+    try:
+        for folder in (private, shared):
+            (folder / "k").symlink_to(f"/proc/self/fd/{descriptor}")
+        assert run_cli("encrypt", "-k", private / "k", input=b"x").status == 0  # its own: used
+        message = one_line_error(run_cli("encrypt", "-k", shared / "k", input=b"x"), EXIT_USAGE)
+        assert f"key file {shared / 'k'} could be replaced by other users" in message, message
+        assert f"they can write in {shared} (mode 0777)" in message, message
+    finally:
+        os.close(descriptor)
+
+
 def test_a_secret_file_name_that_is_a_folder_says_so_for_every_reader(tmp_path: Path) -> None:
     """A folder given as a key, identity, keyset or passphrase file is "Is a directory", not
     "open to other users" (a folder's usual mode 0755 would be blamed, and chmod 600 advised),
