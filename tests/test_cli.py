@@ -1295,6 +1295,19 @@ def test_a_link_to_a_descriptor_of_this_process_in_a_folder_others_can_write_in_
         os.close(descriptor)
 
 
+def test_an_empty_secret_file_name_is_a_missing_file_for_every_reader() -> None:
+    """An empty name given as a key, identity, keyset or passphrase file is "No such file or
+    directory", as the kernel says of it; the passphrase file's own message for a missing file
+    (which never shows the name: it may be the passphrase) is said for it too. Mutation run of
+    2026-12-05 (mut35): ``_open_secret``'s error for it raised without its errno was no longer
+    FileNotFoundError, and --passphrase-file '' said "cannot read passphrase file : ..."."""
+    for command in (("encrypt", "-k", ""), ("decrypt", "-i", ""), ("encrypt", "--format", "tink", "-k", "")):
+        message = one_line_error(run_cli(*command, input=b"x"), EXIT_USAGE)
+        assert "No such file or directory" in message, (command, message)
+    message = one_line_error(run_cli("encrypt", "--passphrase-file", "", input=b"x"), EXIT_USAGE)
+    assert "no file at the path given to --passphrase-file (not shown" in message, message
+
+
 def test_a_secret_file_name_that_is_a_folder_says_so_for_every_reader(tmp_path: Path) -> None:
     """A folder given as a key, identity, keyset or passphrase file is "Is a directory", not
     "open to other users" (a folder's usual mode 0755 would be blamed, and chmod 600 advised),
