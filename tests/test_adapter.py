@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import errno
 import logging
@@ -32,9 +33,11 @@ from gcmstream import Channel, Role
 from gcmstream._adapter import (
     HUNG_UP,
     answer_only_a_connected_peer,
+    anyio_asyncio_protocol,
     ended_before_sending,
     peer_ended_input,
     raw_socket,
+    read_already,
     receive_size,
     remote_address,
     serve_listener,
@@ -639,3 +642,57 @@ def test_ended_before_sending_looks_at_the_given_socket_whatever_its_descriptor(
     finally:
         os.dup2(saved, descriptor)
         os.close(saved)
+
+
+class _Protocol(asyncio.Protocol):
+    """A protocol with the fields gcmstream reads of anyio's (``read_queue``, ``is_at_eof``,
+    ``exception``), or without those named in ``missing``."""
+
+    def __init__(self, queued: bytes = b"", missing: tuple[str, ...] = ()) -> None:
+        if "read_queue" not in missing:
+            self.read_queue = collections.deque([queued] if queued else [])
+        for name in ("is_at_eof", "exception"):
+            if name not in missing:
+                setattr(self, name, lambda: None)
+
+
+def _stream_class(module: str, name: str) -> type:
+    """A class named ``name`` of ``module``, as anyio's own stream classes are told apart."""
+    return type(name, (), {"__module__": module})
+
+
+def test_only_anyios_asyncio_socket_stream_with_the_fields_read_gives_its_protocol() -> None:
+    """``anyio_asyncio_protocol``: anyio's asyncio ``SocketStream`` gives its protocol, which
+    ``read_already`` asks for bytes read before the server looked; any other stream, or that
+    class with a field missing or of another kind (a later anyio), gives None and no bytes
+    read, never an AttributeError or a guess that would credit input. Mutation run of
+    2026-12-05 (mut35): the class test, the default of ``getattr`` and the field checks each
+    mutated went unseen."""
+    anyio_class = _stream_class("anyio._backends._asyncio", "SocketStream")
+    stream = anyio_class()
+    stream._protocol = protocol = _Protocol(b"GCMS")
+    assert anyio_asyncio_protocol(stream) is protocol
+    assert read_already(stream)
+    stream._protocol = _Protocol()
+    assert not read_already(stream)  # (its queue empty: nothing read)
+    for module, name in (("anyio._backends._trio", "SocketStream"), ("anyio._backends._asyncio", "Other")):
+        other = _stream_class(module, name)()
+        other._protocol = _Protocol(b"GCMS")
+        assert anyio_asyncio_protocol(other) is None, (module, name)
+        assert not read_already(other)
+    assert anyio_asyncio_protocol(anyio_class()) is None  # no _protocol (a later anyio)
+    for missing in (
+        ("read_queue",),
+        ("is_at_eof",),
+        ("exception",),
+        ("read_queue", "is_at_eof", "exception"),
+    ):
+        stream._protocol = _Protocol(b"GCMS", missing)
+        assert anyio_asyncio_protocol(stream) is None, missing
+        assert not read_already(stream)
+    stream._protocol = _Protocol(b"GCMS")
+    stream._protocol.read_queue = [b"GCMS"]  # a queue of another kind
+    assert anyio_asyncio_protocol(stream) is None
+    not_a_protocol = _Protocol(b"GCMS").__dict__  # the fields, on no asyncio.Protocol
+    stream._protocol = type("Fields", (), not_a_protocol)()
+    assert anyio_asyncio_protocol(stream) is None

@@ -1308,6 +1308,25 @@ def test_an_empty_secret_file_name_is_a_missing_file_for_every_reader() -> None:
     assert "no file at the path given to --passphrase-file (not shown" in message, message
 
 
+def test_a_relative_secret_file_name_is_walked_from_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A secret file named relative to the working folder (``-k k``, ``-k keys/../k``) is
+    walked from that folder, which is judged as any other on the way: used while only its owner
+    can write in it, refused (naming ".") once others can. Mutation run of 2026-12-05 (mut35):
+    every other test gave an absolute name, and a walk that started at "/" went unseen."""
+    folder = tmp_path / "work"
+    (folder / "keys").mkdir(parents=True, mode=0o700)
+    folder.chmod(0o700)
+    assert run_cli("keygen", "-o", folder / "k").status == 0
+    monkeypatch.chdir(folder)
+    for given in ("k", "keys/../k", "./k"):
+        assert run_cli("encrypt", "-k", given, input=b"x").status == 0, given
+    folder.chmod(0o777)
+    message = one_line_error(run_cli("encrypt", "-k", "k", input=b"x"), EXIT_USAGE)
+    assert "key file k could be replaced by other users: they can write in . (mode 0777)" in message, message
+
+
 def test_a_secret_file_name_that_is_a_folder_says_so_for_every_reader(tmp_path: Path) -> None:
     """A folder given as a key, identity, keyset or passphrase file is "Is a directory", not
     "open to other users" (a folder's usual mode 0755 would be blamed, and chmod 600 advised),
