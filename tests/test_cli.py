@@ -1341,6 +1341,9 @@ def test_a_secret_file_name_that_is_a_folder_says_so_for_every_reader(tmp_path: 
         assert f"{folder}: Is a directory" in message, message
     message = one_line_error(run_cli("encrypt", "--format", "tink", "-k", folder, input=b"x"), EXIT_USAGE)
     assert f"{folder}: Is a directory" in message, message
+    for given in (f"{folder}/", f"{folder}/.", "/"):  # a name that ends in a folder
+        message = one_line_error(run_cli("encrypt", "-k", given, input=b"x"), EXIT_USAGE)
+        assert f"cannot read key file {given}: Is a directory" in message, message
     assert _open_descriptors() == before
 
 
