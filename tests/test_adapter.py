@@ -696,3 +696,57 @@ def test_only_anyios_asyncio_socket_stream_with_the_fields_read_gives_its_protoc
     not_a_protocol = _Protocol(b"GCMS").__dict__  # the fields, on no asyncio.Protocol
     stream._protocol = type("Fields", (), not_a_protocol)()
     assert anyio_asyncio_protocol(stream) is None
+
+
+async def _connected_from(port: int, source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A plain TCP client of 127.0.0.1:``port`` from ``source`` (any 127/8 address is this
+    host's loopback on Linux), which sends nothing."""
+    return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+
+
+async def _closed_within(client: tuple[asyncio.StreamReader, asyncio.StreamWriter], seconds: float) -> bool:
+    """True if the server closed (or reset) ``client`` within ``seconds``."""
+    try:
+        return await asyncio.wait_for(client[0].read(1), seconds) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+@linux_only
+@pytest.mark.parametrize("path", ["start_server", "listener"])
+def test_the_per_source_cap_counts_each_connection_by_its_own_address(path: str) -> None:
+    """``_adapter.admit`` hands ``ServerCore.admit`` the accepted connection's peer address:
+    with ``start`` handshakes pending, a second silent connection from the same address is
+    refused at once (``per_source`` 1) and one from another address (127.0.0.2) is admitted.
+    Mutation run of 2026-12-05 (mut35): with the address dropped (no source: no cap) every
+    other test passed."""
+    policy = gcmstream.AdmissionPolicy(start=1, rate=0, full=4, per_source=1)
+
+    async def never_called(*streams: Any) -> None:  # (no client here completes a handshake)
+        raise AssertionError(streams)
+
+    async def scenario() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            if path == "start_server":
+                server = await gcmstream.start_server(never_called, "127.0.0.1", 0, key=KEY, admission=policy)
+                await stack.enter_async_context(server)
+                port = server.sockets[0].getsockname()[1]
+            else:
+                listener = await create_tcp_listener(key=KEY, local_host="127.0.0.1", admission=policy)
+                await stack.enter_async_context(listener)
+                group = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(group.cancel_scope.cancel)
+                group.start_soon(listener.serve, never_called)
+                port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            clients = [await _connected_from(port, "127.0.0.1")]
+            assert not await _closed_within(clients[0], 0.3)  # admitted, pending, silent
+            clients.append(await _connected_from(port, "127.0.0.1"))
+            assert await _closed_within(clients[1], 3.0)  # its address has one pending
+            clients.append(await _connected_from(port, "127.0.0.2"))
+            assert not await _closed_within(clients[2], 0.3)  # another address: admitted
+            for _, writer in clients:
+                writer.close()
+
+    asyncio.run(scenario())
