@@ -352,6 +352,44 @@ async def test_one_connection_that_breaks_the_servers_code_never_ends_serve(
     assert len(lines) == 1 and "RuntimeError: a bug in the report" in lines[0], lines
 
 
+class _ClosableFrom(_Closable):
+    """A ``_Closable`` whose peer address anyio would give."""
+
+    def extra(self, attribute: Any, default: Any = None) -> Any:
+        if attribute is anyio.abc.SocketAttribute.remote_address:
+            return ("192.0.2.7", 4242)
+        return default
+
+
+@pytest.mark.anyio
+async def test_a_connection_that_breaks_the_servers_code_is_logged_with_its_peer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The error line of a connection whose server-side code raised names its peer (the
+    address anyio gives, or "an unknown peer" where it gives none). Mutation run of 2026-12-05
+    (mut35): with the peer dropped from ``_isolated``'s line every other test passed."""
+
+    async def responder(transport: Any, *_: Any) -> None:
+        raise gcmstream.TruncatedStreamError("the peer left")
+
+    async def handshake_failed(exc: Exception, transport: Any, peer: object, level: int) -> None:
+        raise RuntimeError("a bug in the report")
+
+    async def handler(stream: Any) -> None:  # (never reached: no handshake completes)
+        raise AssertionError
+
+    with caplog.at_level(logging.ERROR, logger="gcmstream"):
+        with anyio.fail_after(5):
+            connections = _Connections(_ClosableFrom(), _Closable())
+            await serve_listener(
+                connections, Configuration(key=bytes(32)), responder, handler, handshake_failed
+            )
+    lines = [r.getMessage() for r in caplog.records if "admitting a connection failed" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("admitting a connection failed for ('192.0.2.7', 4242);"), lines[0]
+    assert lines[1].startswith("admitting a connection failed for an unknown peer;"), lines[1]
+
+
 @pytest.mark.anyio
 async def test_an_accept_loop_still_ends_on_other_errors() -> None:
     """(from the loop's own task group, as anyio's ``serve()`` raises: in a group)"""
