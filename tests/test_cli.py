@@ -1327,6 +1327,33 @@ def test_a_relative_secret_file_name_is_walked_from_the_working_folder(
     assert "key file k could be replaced by other users: they can write in . (mode 0777)" in message, message
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives a file to another user")
+def test_a_name_another_user_made_in_a_sticky_folder_is_refused_naming_it_and_where(tmp_path: Path) -> None:
+    """Another user's link or folder on the way, or her file, in a sticky folder (/tmp) is
+    refused with the secret file, the name she made and the folder it is in: the user sees what
+    to remove. ``..`` out of such a folder is no name made there. Mutation run of 2026-12-05
+    (mut35): the message's parts, mutated, went unseen (the tests asked only for a refusal)."""
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    assert run_cli("keygen", "-o", mine / "k").status == 0
+    (sticky / "link").symlink_to(mine)  # hers: a link to the user's folder
+    (sticky / "job").mkdir()  # hers: a folder she made first
+    assert run_cli("keygen", "-o", sticky / "job" / "k").status == 0
+    assert run_cli("keygen", "-o", sticky / "k").status == 0
+    for made in (sticky / "link", sticky / "job", sticky / "job" / "k", sticky / "k"):
+        os.chown(made, 65534, 65534, follow_symlinks=False)
+    for given, name in ((sticky / "link" / "k", "link"), (sticky / "job" / "k", "job"), (sticky / "k", "k")):
+        message = one_line_error(run_cli("encrypt", "-k", given, input=b"x"), EXIT_USAGE)
+        assert f"key file {given} goes through {name}, which another user made in {sticky} (" in message, (
+            message
+        )
+    (sticky / "mine").mkdir(mode=0o700)  # the user's own folder in the sticky one: used,
+    assert run_cli("encrypt", "-k", f"{sticky}/mine/../../mine/k", input=b"x").status == 0  # and ".." out
+
+
 def test_a_secret_file_name_that_is_a_folder_says_so_for_every_reader(tmp_path: Path) -> None:
     """A folder given as a key, identity, keyset or passphrase file is "Is a directory", not
     "open to other users" (a folder's usual mode 0755 would be blamed, and chmod 600 advised),
