@@ -1354,6 +1354,21 @@ def test_a_name_another_user_made_in_a_sticky_folder_is_refused_naming_it_and_wh
     assert run_cli("encrypt", "-k", f"{sticky}/mine/../../mine/k", input=b"x").status == 0  # and ".." out
 
 
+def test_a_folder_reached_through_a_relative_link_is_named_as_the_walk_went(tmp_path: Path) -> None:
+    """A relative link is followed from its own folder, and the refusal names the folder others
+    can write in by the way the name went (``private/../shared``), which the user can find.
+    Mutation run of 2026-12-05 (mut35): a relative link's path taken from "/" named "/../shared"
+    and every other test passed (they named absolute links or only asked for a refusal)."""
+    private, shared = tmp_path / "private", tmp_path / "shared"
+    private.mkdir(mode=0o700)
+    shared.mkdir()
+    assert run_cli("keygen", "-o", shared / "k").status == 0
+    shared.chmod(0o777)
+    (private / "k").symlink_to("../shared/k")
+    message = one_line_error(run_cli("encrypt", "-k", private / "k", input=b"x"), EXIT_USAGE)
+    assert f"they can write in {private}/../shared (mode 0777)" in message, message
+
+
 def test_a_secret_file_name_that_is_a_folder_says_so_for_every_reader(tmp_path: Path) -> None:
     """A folder given as a key, identity, keyset or passphrase file is "Is a directory", not
     "open to other users" (a folder's usual mode 0755 would be blamed, and chmod 600 advised),
@@ -2116,6 +2131,16 @@ def test_no_flag_quotes_a_value_given_to_it() -> None:
     # a known option's value may hold a space; after "--" a word is an input, whatever its name
     given = run_cli("encrypt", "--context=a b c", "--", "--x=y")  # (refused later: no key)
     assert "unrecognized" not in given.stderr and "no key" in given.stderr, given.stderr
+
+
+def test_a_value_given_to_a_flag_of_gcmstream_itself_is_refused_by_that_flag() -> None:
+    """``--version=TEXT`` (a flag of gcmstream itself, before or after the command) is not an
+    unknown option: argparse's refusal names the flag, "takes no value", and never shows TEXT.
+    Mutation run of 2026-12-05 (mut35): with the command's options in place of gcmstream's
+    own in ``_unknown_flag_with_a_value``, --version= was "unrecognized" and every test passed."""
+    for words in (["--version=" + FLAG_SECRET, "encrypt"], ["--vers=" + FLAG_SECRET, "encrypt"]):
+        message = one_line_error(run_cli(*words), EXIT_USAGE)
+        assert "argument --version: takes no value" in message and FLAG_SECRET not in message, message
 
 
 def test_a_hidden_value_is_said_once_and_a_number_is_shown() -> None:
