@@ -1347,11 +1347,39 @@ def test_a_name_another_user_made_in_a_sticky_folder_is_refused_naming_it_and_wh
         os.chown(made, 65534, 65534, follow_symlinks=False)
     for given, name in ((sticky / "link" / "k", "link"), (sticky / "job" / "k", "job"), (sticky / "k", "k")):
         message = one_line_error(run_cli("encrypt", "-k", given, input=b"x"), EXIT_USAGE)
-        assert f"key file {given} goes through {name}, which another user made in {sticky} (" in message, (
-            message
+        said = (
+            f"key file {given} goes through {name}, which another user made in {sticky} (a folder anyone "
+            "may add names to): they chose what it is"
         )
+        assert said in message, message
     (sticky / "mine").mkdir(mode=0o700)  # the user's own folder in the sticky one: used,
     assert run_cli("encrypt", "-k", f"{sticky}/mine/../../mine/k", input=b"x").status == 0  # and ".." out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives a file to another user")
+def test_who_may_make_a_name_in_a_sticky_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a sticky folder a name made by root, by the user or by the folder's owner is theirs to
+    have made, and ``..`` out of it is no name made there at all: a service's key under a folder
+    it owns (here uid 65534's), reached through a link root made in its sticky folder, or by
+    ``..`` out of root's sticky folder below it, is used by a user (this process's uid taken for
+    1000's) and by root. Mutation run of 2026-12-05 (mut35): the rule's root and its ``..``,
+    mutated, went unseen (the tests ran as root, and no test went through ``..``)."""
+    service = tmp_path / "service"  # hers (uid 65534): the key's owner's folder
+    service.mkdir(mode=0o755)
+    assert run_cli("keygen", "-o", service / "k").status == 0
+    sticky = service / "tmp"  # a sticky folder in it: root's in one case, hers in the other
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    (sticky / "to-k").symlink_to(service / "k")  # made by root
+    for made in (service, service / "k"):
+        os.chown(made, 65534, 65534)
+    for euid in (0, 1000):
+        monkeypatch.setattr(os, "geteuid", lambda euid=euid: euid)
+        assert run_cli("encrypt", "-k", f"{sticky}/../k", input=b"x").status == 0, euid  # root's sticky
+        os.chown(sticky, 65534, 65534)
+        result = run_cli("encrypt", "-k", sticky / "to-k", input=b"x")  # her sticky folder, root's link
+        assert result.status == 0, (euid, result.stderr)
+        os.chown(sticky, 0, 0)
 
 
 def test_a_folder_reached_through_a_relative_link_is_named_as_the_walk_went(tmp_path: Path) -> None:
@@ -2141,6 +2169,9 @@ def test_a_value_given_to_a_flag_of_gcmstream_itself_is_refused_by_that_flag() -
     for words in (["--version=" + FLAG_SECRET, "encrypt"], ["--vers=" + FLAG_SECRET, "encrypt"]):
         message = one_line_error(run_cli(*words), EXIT_USAGE)
         assert "argument --version: takes no value" in message and FLAG_SECRET not in message, message
+    for flag in ("--password", "--Password"):  # a value holding "=", a name in capitals
+        message = one_line_error(run_cli("encrypt", f"{flag}={FLAG_SECRET}=x words", "plan.txt"), EXIT_USAGE)
+        assert f"unrecognized option {flag}= (its value is not shown)" in message, message
 
 
 def test_a_hidden_value_is_said_once_and_a_number_is_shown() -> None:
