@@ -1397,6 +1397,27 @@ def test_a_folder_reached_through_a_relative_link_is_named_as_the_walk_went(tmp_
     assert f"they can write in {private}/../shared (mode 0777)" in message, message
 
 
+def test_a_file_given_as_a_folder_on_the_way_is_not_a_directory_and_never_opened(tmp_path: Path) -> None:
+    """A name on the way to a secret file that is no folder (here a FIFO, which an open for
+    reading would wait on for ever) is "Not a directory" at once: the walk opens each folder as
+    a path (O_PATH | O_DIRECTORY), never for reading. In a process of its own: a hang is the
+    failure. Mutation run of 2026-12-05 (mut35): opened for reading, the FIFO hung the command
+    and every other test passed."""
+    folder = tmp_path / "keys"
+    folder.mkdir(mode=0o700)
+    os.mkfifo(folder / "fifo", 0o600)
+    given = folder / "fifo" / "k"
+    run = subprocess.run(
+        [sys.executable, "-m", "gcmstream", "encrypt", "-k", str(given)],
+        input=b"x",
+        capture_output=True,
+        env=env(),
+        timeout=30,  # (a hang: TimeoutExpired)
+    )
+    message = one_line_error(run, EXIT_USAGE)
+    assert f"cannot read key file {given}: Not a directory" in message, message
+
+
 def test_a_secret_file_name_that_is_a_folder_says_so_for_every_reader(tmp_path: Path) -> None:
     """A folder given as a key, identity, keyset or passphrase file is "Is a directory", not
     "open to other users" (a folder's usual mode 0755 would be blamed, and chmod 600 advised),
