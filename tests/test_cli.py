@@ -1418,6 +1418,36 @@ def test_a_file_given_as_a_folder_on_the_way_is_not_a_directory_and_never_opened
     assert f"cannot read key file {given}: Not a directory" in message, message
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives a folder to another user")
+def test_a_refusal_says_whose_folder_and_a_second_name_counts_only_in_a_sticky_folder(tmp_path: Path) -> None:
+    """The refusal of a folder another user owns names that user ("owned by uid N": its mode
+    may be 0755), and the refusal of a file with other names in a sticky folder says why; a
+    file with a second name in the user's own folder (a backup's hard link) is used. Mutation
+    run of 2026-12-05 (mut35): those words, and the sticky test of the hard-link rule, mutated,
+    went unseen."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    assert run_cli("keygen", "-o", theirs / "k").status == 0
+    os.chown(theirs, 65534, 65534)
+    message = one_line_error(run_cli("encrypt", "-k", theirs / "k", input=b"x"), EXIT_USAGE)
+    assert f"they can write in {theirs} (owned by uid 65534)" in message, message
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    assert run_cli("keygen", "-o", mine / "k").status == 0
+    os.link(mine / "k", mine / "k.backup")
+    assert run_cli("encrypt", "-k", mine / "k", input=b"x").status == 0  # not sticky: used
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    os.link(mine / "k", sticky / "k")
+    message = one_line_error(run_cli("encrypt", "-k", sticky / "k", input=b"x"), EXIT_USAGE)
+    said = (
+        f"key file {sticky / 'k'} has other names, and lies in {sticky}, a folder anyone may add names to:"
+        " another user may have linked it there"
+    )
+    assert said in message, message
+
+
 def test_a_secret_file_name_that_is_a_folder_says_so_for_every_reader(tmp_path: Path) -> None:
     """A folder given as a key, identity, keyset or passphrase file is "Is a directory", not
     "open to other users" (a folder's usual mode 0755 would be blamed, and chmod 600 advised),
