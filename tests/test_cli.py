@@ -1488,6 +1488,10 @@ def test_a_secret_file_goes_through_as_many_links_as_the_kernel_allows_and_no_mo
         run = gcm_process("encrypt", "-k", folder / given, input=b"x")  # (a walk without end: killed)
         message = one_line_error(run, EXIT_USAGE)
         assert f"cannot read key file {folder / given}: Too many levels of symbolic links" in message, message
+    message = one_line_error(run_cli("encrypt", "--passphrase-file", folder / "l41", input=b"x"), EXIT_USAGE)
+    assert f"cannot read passphrase file {folder / 'l41'}: Too many levels of symbolic links" in message, (
+        message
+    )
 
 
 # -- listen serves until the real peer arrives --------------------------------------------------
