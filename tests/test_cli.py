@@ -1448,6 +1448,20 @@ def test_a_refusal_says_whose_folder_and_a_second_name_counts_only_in_a_sticky_f
     assert said in message, message
 
 
+def test_a_key_file_that_is_no_key_is_named_in_its_refusal(tmp_path: Path) -> None:
+    """A private key file whose line is no gcmstream key is a usage error that names the file
+    (read once, through the walk, then parsed). Mutation run of 2026-12-05 (mut35): with
+    ``_load_key``'s ``except KeyFileError`` made a bare raise, the refusal lost the file's name
+    and every walk test passed."""
+    folder = tmp_path / "keys"
+    folder.mkdir(mode=0o700)
+    key = folder / "k"
+    key.write_text("not a key\n")
+    key.chmod(0o600)
+    message = one_line_error(run_cli("encrypt", "-k", key, input=b"x"), EXIT_USAGE)
+    assert f"key file {key}: not a gcmstream key line" in message, message
+
+
 def test_a_secret_file_name_that_is_a_folder_says_so_for_every_reader(tmp_path: Path) -> None:
     """A folder given as a key, identity, keyset or passphrase file is "Is a directory", not
     "open to other users" (a folder's usual mode 0755 would be blamed, and chmod 600 advised),
