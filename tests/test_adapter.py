@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import errno
 import logging
@@ -32,9 +33,11 @@ from gcmstream import Channel, Role
 from gcmstream._adapter import (
     HUNG_UP,
     answer_only_a_connected_peer,
+    anyio_asyncio_protocol,
     ended_before_sending,
     peer_ended_input,
     raw_socket,
+    read_already,
     receive_size,
     remote_address,
     serve_listener,
@@ -349,6 +352,44 @@ async def test_one_connection_that_breaks_the_servers_code_never_ends_serve(
     assert len(lines) == 1 and "RuntimeError: a bug in the report" in lines[0], lines
 
 
+class _ClosableFrom(_Closable):
+    """A ``_Closable`` whose peer address anyio would give."""
+
+    def extra(self, attribute: Any, default: Any = None) -> Any:
+        if attribute is anyio.abc.SocketAttribute.remote_address:
+            return ("192.0.2.7", 4242)
+        return default
+
+
+@pytest.mark.anyio
+async def test_a_connection_that_breaks_the_servers_code_is_logged_with_its_peer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The error line of a connection whose server-side code raised names its peer (the
+    address anyio gives, or "an unknown peer" where it gives none). Mutation run of 2026-12-05
+    (mut35): with the peer dropped from ``_isolated``'s line every other test passed."""
+
+    async def responder(transport: Any, *_: Any) -> None:
+        raise gcmstream.TruncatedStreamError("the peer left")
+
+    async def handshake_failed(exc: Exception, transport: Any, peer: object, level: int) -> None:
+        raise RuntimeError("a bug in the report")
+
+    async def handler(stream: Any) -> None:  # (never reached: no handshake completes)
+        raise AssertionError
+
+    with caplog.at_level(logging.ERROR, logger="gcmstream"):
+        with anyio.fail_after(5):
+            connections = _Connections(_ClosableFrom(), _Closable())
+            await serve_listener(
+                connections, Configuration(key=bytes(32)), responder, handler, handshake_failed
+            )
+    lines = [r.getMessage() for r in caplog.records if "admitting a connection failed" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("admitting a connection failed for ('192.0.2.7', 4242);"), lines[0]
+    assert lines[1].startswith("admitting a connection failed for an unknown peer;"), lines[1]
+
+
 @pytest.mark.anyio
 async def test_an_accept_loop_still_ends_on_other_errors() -> None:
     """(from the loop's own task group, as anyio's ``serve()`` raises: in a group)"""
@@ -639,3 +680,111 @@ def test_ended_before_sending_looks_at_the_given_socket_whatever_its_descriptor(
     finally:
         os.dup2(saved, descriptor)
         os.close(saved)
+
+
+class _Protocol(asyncio.Protocol):
+    """A protocol with the fields gcmstream reads of anyio's (``read_queue``, ``is_at_eof``,
+    ``exception``), or without those named in ``missing``."""
+
+    def __init__(self, queued: bytes = b"", missing: tuple[str, ...] = ()) -> None:
+        if "read_queue" not in missing:
+            self.read_queue = collections.deque([queued] if queued else [])
+        for name in ("is_at_eof", "exception"):
+            if name not in missing:
+                setattr(self, name, lambda: None)
+
+
+def _stream_class(module: str, name: str) -> type:
+    """A class named ``name`` of ``module``, as anyio's own stream classes are told apart."""
+    return type(name, (), {"__module__": module})
+
+
+def test_only_anyios_asyncio_socket_stream_with_the_fields_read_gives_its_protocol() -> None:
+    """``anyio_asyncio_protocol``: anyio's asyncio ``SocketStream`` gives its protocol, which
+    ``read_already`` asks for bytes read before the server looked; any other stream, or that
+    class with a field missing or of another kind (a later anyio), gives None and no bytes
+    read, never an AttributeError or a guess that would credit input. Mutation run of
+    2026-12-05 (mut35): the class test, the default of ``getattr`` and the field checks each
+    mutated went unseen."""
+    anyio_class = _stream_class("anyio._backends._asyncio", "SocketStream")
+    stream = anyio_class()
+    stream._protocol = protocol = _Protocol(b"GCMS")
+    assert anyio_asyncio_protocol(stream) is protocol
+    assert read_already(stream)
+    stream._protocol = _Protocol()
+    assert not read_already(stream)  # (its queue empty: nothing read)
+    for module, name in (("anyio._backends._trio", "SocketStream"), ("anyio._backends._asyncio", "Other")):
+        other = _stream_class(module, name)()
+        other._protocol = _Protocol(b"GCMS")
+        assert anyio_asyncio_protocol(other) is None, (module, name)
+        assert not read_already(other)
+    assert anyio_asyncio_protocol(anyio_class()) is None  # no _protocol (a later anyio)
+    for missing in (
+        ("read_queue",),
+        ("is_at_eof",),
+        ("exception",),
+        ("read_queue", "is_at_eof", "exception"),
+    ):
+        stream._protocol = _Protocol(b"GCMS", missing)
+        assert anyio_asyncio_protocol(stream) is None, missing
+        assert not read_already(stream)
+    stream._protocol = _Protocol(b"GCMS")
+    stream._protocol.read_queue = [b"GCMS"]  # a queue of another kind
+    assert anyio_asyncio_protocol(stream) is None
+    not_a_protocol = _Protocol(b"GCMS").__dict__  # the fields, on no asyncio.Protocol
+    stream._protocol = type("Fields", (), not_a_protocol)()
+    assert anyio_asyncio_protocol(stream) is None
+
+
+async def _connected_from(port: int, source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A plain TCP client of 127.0.0.1:``port`` from ``source`` (any 127/8 address is this
+    host's loopback on Linux), which sends nothing."""
+    return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+
+
+async def _closed_within(client: tuple[asyncio.StreamReader, asyncio.StreamWriter], seconds: float) -> bool:
+    """True if the server closed (or reset) ``client`` within ``seconds``."""
+    try:
+        return await asyncio.wait_for(client[0].read(1), seconds) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+@linux_only
+@pytest.mark.parametrize("path", ["start_server", "listener"])
+def test_the_per_source_cap_counts_each_connection_by_its_own_address(path: str) -> None:
+    """``_adapter.admit`` hands ``ServerCore.admit`` the accepted connection's peer address:
+    with ``start`` handshakes pending, a second silent connection from the same address is
+    refused at once (``per_source`` 1) and one from another address (127.0.0.2) is admitted.
+    Mutation run of 2026-12-05 (mut35): with the address dropped (no source: no cap) every
+    other test passed."""
+    policy = gcmstream.AdmissionPolicy(start=1, rate=0, full=4, per_source=1)
+
+    async def never_called(*streams: Any) -> None:  # (no client here completes a handshake)
+        raise AssertionError(streams)
+
+    async def scenario() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            if path == "start_server":
+                server = await gcmstream.start_server(never_called, "127.0.0.1", 0, key=KEY, admission=policy)
+                await stack.enter_async_context(server)
+                port = server.sockets[0].getsockname()[1]
+            else:
+                listener = await create_tcp_listener(key=KEY, local_host="127.0.0.1", admission=policy)
+                await stack.enter_async_context(listener)
+                group = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(group.cancel_scope.cancel)
+                group.start_soon(listener.serve, never_called)
+                port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            clients = [await _connected_from(port, "127.0.0.1")]
+            assert not await _closed_within(clients[0], 0.3)  # admitted, pending, silent
+            clients.append(await _connected_from(port, "127.0.0.1"))
+            assert await _closed_within(clients[1], 3.0)  # its address has one pending
+            clients.append(await _connected_from(port, "127.0.0.2"))
+            assert not await _closed_within(clients[2], 0.3)  # another address: admitted
+            for _, writer in clients:
+                writer.close()
+
+    asyncio.run(scenario())

@@ -1243,6 +1243,282 @@ def test_secret_files_others_could_replace_are_refused(tmp_path: Path) -> None:
             os.chown(path, 0, 0)
 
 
+def _open_descriptors() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_secret_file_swapped_after_its_verdict_is_refused_and_leaves_no_descriptor_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_open_secret`` judges a file by its name's lstat, then opens it: what it opened must be
+    the file judged (``_judge_opened``), so another key renamed onto the name between the two
+    is refused, not used, and the descriptor opened is closed (the command may be one call of
+    a longer process). Mutation run of 2026-12-05 (mut35): without that last look, or with
+    its refusal or the close removed, every other test passed."""
+    import gcmstream.cli
+
+    folder = tmp_path / "keys"
+    folder.mkdir(mode=0o700)
+    key, other = folder / "k", folder / "other"
+    assert run_cli("keygen", "-o", key).status == 0
+    assert run_cli("keygen", "-o", other).status == 0
+    verdict = gcmstream.cli._refuse_replaceable
+    swapped: list[str] = []
+
+    def racing(path: str, *args: object) -> None:
+        verdict(path, *args)  # type: ignore[arg-type]
+        if not swapped:
+            swapped.append(path)
+            other.replace(key)  # after the verdict on the first file, before its open
+
+    monkeypatch.setattr(gcmstream.cli, "_refuse_replaceable", racing)
+    before = _open_descriptors()
+    message = one_line_error(run_cli("encrypt", "-k", key, input=b"x"), EXIT_USAGE)
+    assert swapped == [str(key)]  # the race was run
+    assert f"key file {key} changed while it was opened: give it again" in message, message
+    assert _open_descriptors() == before
+
+
+def test_a_link_to_a_descriptor_of_this_process_in_a_folder_others_can_write_in_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A link in /proc as the last name (``/dev/fd/N``) is the kernel's to open, and then judged
+    as opened with every folder the name went through: one reached through a folder others can
+    write in (where anyone could have put the link) is refused, naming the file and the folder.
+    Mutation run of 2026-12-05 (mut35): without that verdict after the kernel's open, or with
+    the file's name or kind dropped from it, every other test passed."""
+    key = tmp_path / "k"
+    assert run_cli("keygen", "-o", key).status == 0
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    descriptor = os.open(key, os.O_RDONLY)
+    try:
+        for folder in (private, shared):
+            (folder / "k").symlink_to(f"/proc/self/fd/{descriptor}")
+        assert run_cli("encrypt", "-k", private / "k", input=b"x").status == 0  # its own: used
+        message = one_line_error(run_cli("encrypt", "-k", shared / "k", input=b"x"), EXIT_USAGE)
+        assert f"key file {shared / 'k'} could be replaced by other users" in message, message
+        assert f"they can write in {shared} (mode 0777)" in message, message
+    finally:
+        os.close(descriptor)
+
+
+def test_an_empty_secret_file_name_is_a_missing_file_for_every_reader() -> None:
+    """An empty name given as a key, identity, keyset or passphrase file is "No such file or
+    directory", as the kernel says of it; the passphrase file's own message for a missing file
+    (which never shows the name: it may be the passphrase) is said for it too. Mutation run of
+    2026-12-05 (mut35): ``_open_secret``'s error for it raised without its errno was no longer
+    FileNotFoundError, and --passphrase-file '' said "cannot read passphrase file : ..."."""
+    for command in (("encrypt", "-k", ""), ("decrypt", "-i", ""), ("encrypt", "--format", "tink", "-k", "")):
+        message = one_line_error(run_cli(*command, input=b"x"), EXIT_USAGE)
+        assert "No such file or directory" in message, (command, message)
+    message = one_line_error(run_cli("encrypt", "--passphrase-file", "", input=b"x"), EXIT_USAGE)
+    assert "no file at the path given to --passphrase-file (not shown" in message, message
+
+
+def test_a_relative_secret_file_name_is_walked_from_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A secret file named relative to the working folder (``-k k``, ``-k keys/../k``) is
+    walked from that folder, which is judged as any other on the way: used while only its owner
+    can write in it, refused (naming ".") once others can. Mutation run of 2026-12-05 (mut35):
+    every other test gave an absolute name, and a walk that started at "/" went unseen."""
+    folder = tmp_path / "work"
+    (folder / "keys").mkdir(parents=True, mode=0o700)
+    folder.chmod(0o700)
+    assert run_cli("keygen", "-o", folder / "k").status == 0
+    monkeypatch.chdir(folder)
+    for given in ("k", "keys/../k", "./k"):
+        assert run_cli("encrypt", "-k", given, input=b"x").status == 0, given
+    folder.chmod(0o777)
+    message = one_line_error(run_cli("encrypt", "-k", "k", input=b"x"), EXIT_USAGE)
+    assert "key file k could be replaced by other users: they can write in . (mode 0777)" in message, message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives a file to another user")
+def test_a_name_another_user_made_in_a_sticky_folder_is_refused_naming_it_and_where(tmp_path: Path) -> None:
+    """Another user's link or folder on the way, or her file, in a sticky folder (/tmp) is
+    refused with the secret file, the name she made and the folder it is in: the user sees what
+    to remove. ``..`` out of such a folder is no name made there. Mutation run of 2026-12-05
+    (mut35): the message's parts, mutated, went unseen (the tests asked only for a refusal)."""
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    assert run_cli("keygen", "-o", mine / "k").status == 0
+    (sticky / "link").symlink_to(mine)  # hers: a link to the user's folder
+    (sticky / "job").mkdir()  # hers: a folder she made first
+    assert run_cli("keygen", "-o", sticky / "job" / "k").status == 0
+    assert run_cli("keygen", "-o", sticky / "k").status == 0
+    for made in (sticky / "link", sticky / "job", sticky / "job" / "k", sticky / "k"):
+        os.chown(made, 65534, 65534, follow_symlinks=False)
+    for given, name in ((sticky / "link" / "k", "link"), (sticky / "job" / "k", "job"), (sticky / "k", "k")):
+        message = one_line_error(run_cli("encrypt", "-k", given, input=b"x"), EXIT_USAGE)
+        said = (
+            f"key file {given} goes through {name}, which another user made in {sticky} (a folder anyone "
+            "may add names to): they chose what it is"
+        )
+        assert said in message, message
+    (sticky / "mine").mkdir(mode=0o700)  # the user's own folder in the sticky one: used,
+    assert run_cli("encrypt", "-k", f"{sticky}/mine/../../mine/k", input=b"x").status == 0  # and ".." out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives a file to another user")
+def test_who_may_make_a_name_in_a_sticky_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a sticky folder a name made by root, by the user or by the folder's owner is theirs to
+    have made, and ``..`` out of it is no name made there at all: a service's key under a folder
+    it owns (here uid 65534's), reached through a link root made in its sticky folder, or by
+    ``..`` out of root's sticky folder below it, is used by a user (this process's uid taken for
+    1000's) and by root. Mutation run of 2026-12-05 (mut35): the rule's root and its ``..``,
+    mutated, went unseen (the tests ran as root, and no test went through ``..``)."""
+    service = tmp_path / "service"  # hers (uid 65534): the key's owner's folder
+    service.mkdir(mode=0o755)
+    assert run_cli("keygen", "-o", service / "k").status == 0
+    sticky = service / "tmp"  # a sticky folder in it: root's in one case, hers in the other
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    (sticky / "to-k").symlink_to(service / "k")  # made by root
+    for made in (service, service / "k"):
+        os.chown(made, 65534, 65534)
+    for euid in (0, 1000):
+        monkeypatch.setattr(os, "geteuid", lambda euid=euid: euid)
+        assert run_cli("encrypt", "-k", f"{sticky}/../k", input=b"x").status == 0, euid  # root's sticky
+        os.chown(sticky, 65534, 65534)
+        result = run_cli("encrypt", "-k", sticky / "to-k", input=b"x")  # her sticky folder, root's link
+        assert result.status == 0, (euid, result.stderr)
+        os.chown(sticky, 0, 0)
+
+
+def test_a_folder_reached_through_a_relative_link_is_named_as_the_walk_went(tmp_path: Path) -> None:
+    """A relative link is followed from its own folder, and the refusal names the folder others
+    can write in by the way the name went (``private/../shared``), which the user can find.
+    Mutation run of 2026-12-05 (mut35): a relative link's path taken from "/" named "/../shared"
+    and every other test passed (they named absolute links or only asked for a refusal)."""
+    private, shared = tmp_path / "private", tmp_path / "shared"
+    private.mkdir(mode=0o700)
+    shared.mkdir()
+    assert run_cli("keygen", "-o", shared / "k").status == 0
+    shared.chmod(0o777)
+    (private / "k").symlink_to("../shared/k")
+    message = one_line_error(run_cli("encrypt", "-k", private / "k", input=b"x"), EXIT_USAGE)
+    assert f"they can write in {private}/../shared (mode 0777)" in message, message
+
+
+def test_a_file_given_as_a_folder_on_the_way_is_not_a_directory_and_never_opened(tmp_path: Path) -> None:
+    """A name on the way to a secret file that is no folder (here a FIFO, which an open for
+    reading would wait on for ever) is "Not a directory" at once: the walk opens each folder as
+    a path (O_PATH | O_DIRECTORY), never for reading. In a process of its own: a hang is the
+    failure. Mutation run of 2026-12-05 (mut35): opened for reading, the FIFO hung the command
+    and every other test passed."""
+    folder = tmp_path / "keys"
+    folder.mkdir(mode=0o700)
+    os.mkfifo(folder / "fifo", 0o600)
+    given = folder / "fifo" / "k"
+    run = subprocess.run(
+        [sys.executable, "-m", "gcmstream", "encrypt", "-k", str(given)],
+        input=b"x",
+        capture_output=True,
+        env=env(),
+        timeout=30,  # (a hang: TimeoutExpired)
+    )
+    message = one_line_error(run, EXIT_USAGE)
+    assert f"cannot read key file {given}: Not a directory" in message, message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root gives a folder to another user")
+def test_a_refusal_says_whose_folder_and_a_second_name_counts_only_in_a_sticky_folder(tmp_path: Path) -> None:
+    """The refusal of a folder another user owns names that user ("owned by uid N": its mode
+    may be 0755), and the refusal of a file with other names in a sticky folder says why; a
+    file with a second name in the user's own folder (a backup's hard link) is used. Mutation
+    run of 2026-12-05 (mut35): those words, and the sticky test of the hard-link rule, mutated,
+    went unseen."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    assert run_cli("keygen", "-o", theirs / "k").status == 0
+    os.chown(theirs, 65534, 65534)
+    message = one_line_error(run_cli("encrypt", "-k", theirs / "k", input=b"x"), EXIT_USAGE)
+    assert f"they can write in {theirs} (owned by uid 65534)" in message, message
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    assert run_cli("keygen", "-o", mine / "k").status == 0
+    os.link(mine / "k", mine / "k.backup")
+    assert run_cli("encrypt", "-k", mine / "k", input=b"x").status == 0  # not sticky: used
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    os.link(mine / "k", sticky / "k")
+    message = one_line_error(run_cli("encrypt", "-k", sticky / "k", input=b"x"), EXIT_USAGE)
+    said = (
+        f"key file {sticky / 'k'} has other names, and lies in {sticky}, a folder anyone may add names to:"
+        " another user may have linked it there"
+    )
+    assert said in message, message
+
+
+def test_a_key_file_that_is_no_key_is_named_in_its_refusal(tmp_path: Path) -> None:
+    """A private key file whose line is no gcmstream key is a usage error that names the file
+    (read once, through the walk, then parsed). Mutation run of 2026-12-05 (mut35): with
+    ``_load_key``'s ``except KeyFileError`` made a bare raise, the refusal lost the file's name
+    and every walk test passed."""
+    folder = tmp_path / "keys"
+    folder.mkdir(mode=0o700)
+    key = folder / "k"
+    key.write_text("not a key\n")
+    key.chmod(0o600)
+    message = one_line_error(run_cli("encrypt", "-k", key, input=b"x"), EXIT_USAGE)
+    assert f"key file {key}: not a gcmstream key line" in message, message
+
+
+def test_a_secret_file_name_that_is_a_folder_says_so_for_every_reader(tmp_path: Path) -> None:
+    """A folder given as a key, identity, keyset or passphrase file is "Is a directory", not
+    "open to other users" (a folder's usual mode 0755 would be blamed, and chmod 600 advised),
+    and its descriptor is closed. Mutation run of 2026-12-05 (mut35): the passphrase file's
+    mode check came first without ``_judge_opened``'s refusal of a folder."""
+    folder = tmp_path / "a folder"
+    folder.mkdir(mode=0o755)
+    before = _open_descriptors()
+    for option in ("-k", "--passphrase-file", "-i"):
+        command = ("decrypt", option, folder) if option == "-i" else ("encrypt", option, folder)
+        message = one_line_error(run_cli(*command, input=b"x"), EXIT_USAGE)
+        assert f"{folder}: Is a directory" in message, message
+    message = one_line_error(run_cli("encrypt", "--format", "tink", "-k", folder, input=b"x"), EXIT_USAGE)
+    assert f"{folder}: Is a directory" in message, message
+    for given in (f"{folder}/", f"{folder}/.", "/"):  # a name that ends in a folder
+        message = one_line_error(run_cli("encrypt", "-k", given, input=b"x"), EXIT_USAGE)
+        assert f"cannot read key file {given}: Is a directory" in message, message
+    assert _open_descriptors() == before
+
+
+def test_a_secret_file_goes_through_as_many_links_as_the_kernel_allows_and_no_more(tmp_path: Path) -> None:
+    """``_open_secret`` follows links itself, one name at a time: as the kernel does, at most
+    40 (MAXSYMLINKS) for one name; one more, or a link to itself, is "Too many levels of
+    symbolic links" (ELOOP), never a walk without end. Mutation run of 2026-12-05 (mut35)."""
+    folder = tmp_path / "keys"
+    folder.mkdir(mode=0o700)
+    assert run_cli("keygen", "-o", folder / "l0").status == 0
+    for number in range(1, 42):
+        (folder / f"l{number}").symlink_to(f"l{number - 1}")
+    with pytest.raises(OSError, match="Too many levels") as kernel:
+        (folder / "l41").read_bytes()  # the kernel's own limit, as the walk copies it
+    assert kernel.value.errno == errno.ELOOP
+    assert len((folder / "l40").read_bytes()) > 0
+    assert run_cli("encrypt", "-k", folder / "l40", input=b"x").status == 0
+    for given in ("l41", "loop"):
+        if given == "loop":
+            (folder / "loop").symlink_to("loop")
+        run = gcm_process("encrypt", "-k", folder / given, input=b"x")  # (a walk without end: killed)
+        message = one_line_error(run, EXIT_USAGE)
+        assert f"cannot read key file {folder / given}: Too many levels of symbolic links" in message, message
+    message = one_line_error(run_cli("encrypt", "--passphrase-file", folder / "l41", input=b"x"), EXIT_USAGE)
+    assert f"cannot read passphrase file {folder / 'l41'}: Too many levels of symbolic links" in message, (
+        message
+    )
+
+
 # -- listen serves until the real peer arrives --------------------------------------------------
 
 
@@ -1963,6 +2239,19 @@ def test_no_flag_quotes_a_value_given_to_it() -> None:
     # a known option's value may hold a space; after "--" a word is an input, whatever its name
     given = run_cli("encrypt", "--context=a b c", "--", "--x=y")  # (refused later: no key)
     assert "unrecognized" not in given.stderr and "no key" in given.stderr, given.stderr
+
+
+def test_a_value_given_to_a_flag_of_gcmstream_itself_is_refused_by_that_flag() -> None:
+    """``--version=TEXT`` (a flag of gcmstream itself, before or after the command) is not an
+    unknown option: argparse's refusal names the flag, "takes no value", and never shows TEXT.
+    Mutation run of 2026-12-05 (mut35): with the command's options in place of gcmstream's
+    own in ``_unknown_flag_with_a_value``, --version= was "unrecognized" and every test passed."""
+    for words in (["--version=" + FLAG_SECRET, "encrypt"], ["--vers=" + FLAG_SECRET, "encrypt"]):
+        message = one_line_error(run_cli(*words), EXIT_USAGE)
+        assert "argument --version: takes no value" in message and FLAG_SECRET not in message, message
+    for flag in ("--password", "--Password"):  # a value holding "=", a name in capitals
+        message = one_line_error(run_cli("encrypt", f"{flag}={FLAG_SECRET}=x words", "plan.txt"), EXIT_USAGE)
+        assert f"unrecognized option {flag}= (its value is not shown)" in message, message
 
 
 def test_a_hidden_value_is_said_once_and_a_number_is_shown() -> None:

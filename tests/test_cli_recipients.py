@@ -508,6 +508,27 @@ def test_dash_reads_identities_or_recipients_from_stdin(tmp_path: Path, people: 
     assert "stdin is read by both" in message
 
 
+def test_a_recipients_file_is_public_and_read_wherever_it_lies(
+    tmp_path: Path, people: dict[str, Path]
+) -> None:
+    """A recipients file holds public keys: it is read as any input, not walked as a secret
+    file (a team's list in a folder others can write in is used). Mutation run
+    of 2026-12-05 (mut35): with every file ``_read_text`` reads walked as a secret one, the
+    tests passed (they kept recipients files in private folders)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    listed = shared / "recipients"
+    listed.write_text(recipient_of(people["dave"]) + "\n")
+    listed.chmod(0o644)
+    plain, sealed = tmp_path / "plain", tmp_path / "sealed"
+    plain.write_bytes(PLAIN)
+    result = run_cli("encrypt", "-R", listed, "-o", sealed, plain)
+    assert result.status == EXIT_OK, result.stderr
+    opened = run_cli("decrypt", "-i", people["dave"], sealed)
+    assert opened.status == EXIT_OK and opened.stdout == PLAIN, opened.stderr
+
+
 def test_decrypt_without_credentials_names_what_the_header_needs(
     tmp_path: Path, people: dict[str, Path], keyfile: Path
 ) -> None:
