@@ -367,7 +367,8 @@ async def test_a_connection_that_breaks_the_servers_code_is_logged_with_its_peer
 ) -> None:
     """The error line of a connection whose server-side code raised names its peer (the
     address anyio gives, or "an unknown peer" where it gives none). Mutation run of 2026-12-05
-    (mut35): with the peer dropped from ``_isolated``'s line every other test passed."""
+    (mut35): with the peer dropped from the line (then ``_isolated``'s, now ``handle``'s own) every
+    other test passed."""
 
     async def responder(transport: Any, *_: Any) -> None:
         raise gcmstream.TruncatedStreamError("the peer left")
