@@ -451,6 +451,32 @@ def _feed(fd: int, data: bytes) -> None:
     os.close(fd)
 
 
+def cli_process(
+    *args: str | Path,
+    stdin: int | None = None,
+    pass_fds: tuple[int, ...] = (),
+    cwd: Path | None = None,
+    new_session: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """``gcmstream ARGS`` as a real process: its stdin what the shell's ``<FILE`` gives (a
+    descriptor; /dev/null when None), ``pass_fds`` the shell's ``3<FILE``, the environment
+    without the key variable or the debug switch; ``new_session``: a terminal given as stdin is
+    not this session's. For what the shell's redirections decide, as an attacker sets them up."""
+    environ = {k: v for k, v in os.environ.items() if k not in (KEY_ENV, DEBUG_ENV)}
+    return subprocess.run(
+        [sys.executable, "-m", "gcmstream", *map(str, args)],
+        stdin=subprocess.DEVNULL if stdin is None else stdin,
+        pass_fds=pass_fds,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environ,
+        cwd=cwd,
+        check=False,
+        start_new_session=new_session,
+    )
+
+
 def run_cli(*args: str | Path, input: bytes = b"", environ: Mapping[str, str] | None = None) -> CliRun:
     """``gcmstream ARGS`` run in this process: stdin a pipe holding ``input`` (then its end),
     stdout a pipe, as a subprocess with ``input=`` and ``capture_output=True`` gets them, and

@@ -10,7 +10,6 @@ import contextlib
 import os
 import socket
 import struct
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,29 +22,11 @@ import gcmstream
 from gcmstream import Role
 from gcmstream.anyio_stream import SecureStream, create_tcp_listener
 
-from ..helpers import KEY, SERVER_PATHS, run_cli
+from ..helpers import KEY, SERVER_PATHS, cli_process, run_cli
 
 HOST = "127.0.0.1"
 
 TIMEOUT = 60
-
-
-def _gcmstream(
-    *args: str | Path, stdin: int | None = None, pass_fds: tuple[int, ...] = (), cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``gcmstream ARGS`` as a real process (the shell's redirections are descriptors it has)."""
-    environ = {k: v for k, v in os.environ.items() if k not in ("GCMSTREAM_KEY", "GCMSTREAM_DEBUG")}
-    return subprocess.run(
-        [sys.executable, "-m", "gcmstream", *map(str, args)],
-        stdin=subprocess.DEVNULL if stdin is None else stdin,
-        pass_fds=pass_fds,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env=environ,
-        cwd=cwd,
-        check=False,
-    )
 
 
 # -- 2c7000a: the owner rule went, "which the name-in-a-sticky-folder rule already covers"; a
@@ -86,10 +67,10 @@ def test_another_users_secret_file_made_first_in_a_sticky_folder_is_never_used_b
     fd = os.open(planted, os.O_RDONLY)  # as root's shell opens `3</tmp/job.key` or `</tmp/job.pass`
     try:
         if by_descriptor:
-            result = _gcmstream("encrypt", "-k", f"/dev/fd/{fd}", "-o", out, plain, pass_fds=(fd,))
+            result = cli_process("encrypt", "-k", f"/dev/fd/{fd}", "-o", out, plain, pass_fds=(fd,))
         else:
             opened_with = ("--passphrase-file", "/dev/stdin", "--work-factor", "14")
-            result = _gcmstream("encrypt", *opened_with, "-o", out, plain, stdin=fd)
+            result = cli_process("encrypt", *opened_with, "-o", out, plain, stdin=fd)
     finally:
         os.close(fd)
     if result.returncode == 0:  # sealed: never under her secret
@@ -130,7 +111,7 @@ def test_an_abbreviated_flag_given_a_passphrase_with_spaces_never_quotes_it(
     --passphrase, --passphrase-file", run). Before the command, argparse takes the word for the
     command ("invalid choice: '--pass=Hunter2x horse battery staple'")."""
     (tmp_path / "plain").write_bytes(b"x")
-    result = _gcmstream(*words, cwd=tmp_path)
+    result = cli_process(*words, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     shown = [word for word in SECRET_WORDS if word in result.stderr + result.stdout]
     assert not shown, result.stderr
@@ -144,7 +125,7 @@ def test_a_flag_typed_with_a_typographic_dash_never_quotes_its_value(dash: str, 
     \u2014password=Hunter2x", run), and the same word with a space in its value too."""
     (tmp_path / "plain").write_bytes(b"x")
     (tmp_path / "k.key").write_text("")  # (never read: the usage error comes first)
-    result = _gcmstream("info", "plain", f"{dash}password=Hunter2x", cwd=tmp_path)
+    result = cli_process("info", "plain", f"{dash}password=Hunter2x", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "Hunter2x" not in result.stderr, result.stderr
 
@@ -158,7 +139,7 @@ def test_a_value_given_to_an_unknown_flag_before_the_command_is_never_quoted(
     command and says "argument COMMAND: invalid choice: 'Hunter2x' (choose from ...)" (run).
     After the command the same words give "--password (the next word is not shown)"."""
     (tmp_path / "plain").write_bytes(b"x")
-    result = _gcmstream(flag, "Hunter2x", "encrypt", "plain", cwd=tmp_path)
+    result = cli_process(flag, "Hunter2x", "encrypt", "plain", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "Hunter2x" not in result.stderr, result.stderr
 

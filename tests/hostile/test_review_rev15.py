@@ -7,31 +7,15 @@ passes since its fix (the commit after the merge of rev15)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from ..helpers import run_cli
+from ..helpers import cli_process, run_cli
 
 TIMEOUT = 60
 
 NOBODY = 65534
-
-
-def _gcmstream(*args: str | Path, stdin: int | None = None) -> subprocess.CompletedProcess[str]:
-    """``gcmstream ARGS`` as a real process, its stdin what the shell's ``<FILE`` gives."""
-    environ = {k: v for k, v in os.environ.items() if k not in ("GCMSTREAM_KEY", "GCMSTREAM_DEBUG")}
-    return subprocess.run(
-        [sys.executable, "-m", "gcmstream", *map(str, args)],
-        stdin=subprocess.DEVNULL if stdin is None else stdin,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env=environ,
-        check=False,
-    )
 
 
 def _sticky_folder(tmp_path: Path) -> Path:
@@ -53,21 +37,21 @@ def test_another_users_identity_made_first_in_a_sticky_folder_is_never_used_by_r
     the CLI cannot see, it is refused". ``-i /dev/stdin < /tmp/NAME`` is; ``-i - < /tmp/NAME``,
     the same descriptor spelt as README's ``decrypt -i - ... < key.txt``, is not: root's file
     is sealed to her recipient ("encrypt -i: to yourself") and she decrypts it."""
-    made = _gcmstream("identity", "-o", tmp_path / "hers.identity")
+    made = cli_process("identity", "-o", tmp_path / "hers.identity")
     assert made.returncode == 0, made.stderr
     planted = _sticky_folder(tmp_path) / "job.identity"  # hers, 0600, made before root's job ran
     planted.write_bytes((tmp_path / "hers.identity").read_bytes())
     planted.chmod(0o600)
     os.chown(planted, NOBODY, NOBODY)
     (tmp_path / "in.txt").write_text("root's secret\n")
-    by_name = _gcmstream("encrypt", "-i", planted, "-o", tmp_path / "o1", tmp_path / "in.txt")
+    by_name = cli_process("encrypt", "-i", planted, "-o", tmp_path / "o1", tmp_path / "in.txt")
     assert by_name.returncode == 2, by_name.stderr  # (refused by name: _refuse_squatted)
     with open(planted, "rb") as stdin:
-        result = _gcmstream(
+        result = cli_process(
             "encrypt", "-i", "-", "-o", tmp_path / "o2", tmp_path / "in.txt", stdin=stdin.fileno()
         )
     if result.returncode == 0:
-        stolen = _gcmstream("decrypt", "-i", tmp_path / "hers.identity", "-o", "-", tmp_path / "o2")
+        stolen = cli_process("decrypt", "-i", tmp_path / "hers.identity", "-o", "-", tmp_path / "o2")
         assert stolen.stdout != "root's secret\n", "root's file was sealed to the other user's identity"
     assert result.returncode == 2, result.stderr
 
@@ -91,7 +75,7 @@ def test_a_hard_link_in_a_sticky_folder_is_never_used_as_a_passphrase_file_throu
     link = _sticky_folder(tmp_path) / "job.pass"
     os.link(private, link)
     (tmp_path / "in.txt").write_text("root's secret\n")
-    by_name = _gcmstream(
+    by_name = cli_process(
         "encrypt",
         "--passphrase-file",
         link,
@@ -103,7 +87,7 @@ def test_a_hard_link_in_a_sticky_folder_is_never_used_as_a_passphrase_file_throu
     )
     assert by_name.returncode == 2 and "has other names" in by_name.stderr, by_name.stderr
     with open(link, "rb") as stdin:
-        result = _gcmstream(
+        result = cli_process(
             "encrypt",
             "--passphrase-file",
             "/dev/stdin",

@@ -8,31 +8,14 @@ from __future__ import annotations
 import os
 import pty
 import socket
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-from ..helpers import run_cli
+from ..helpers import cli_process, run_cli
 
 TIMEOUT = 60
-
-
-def _gcmstream(*args: str | Path, stdin: int) -> subprocess.CompletedProcess[str]:
-    """``gcmstream ARGS`` as a real process reading ``stdin`` (a descriptor)."""
-    environ = {k: v for k, v in os.environ.items() if k not in ("GCMSTREAM_KEY", "GCMSTREAM_DEBUG")}
-    return subprocess.run(
-        [sys.executable, "-m", "gcmstream", *map(str, args)],
-        stdin=stdin,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env=environ,
-        check=False,
-        start_new_session=True,  # (a terminal given as stdin is not this session's)
-    )
 
 
 def _sealed_to_own_identity(tmp_path: Path) -> tuple[bytes, Path]:
@@ -91,11 +74,14 @@ def test_the_users_own_identity_given_as_stdin_through_a_socket_or_a_terminal_is
     identity, sealed = _sealed_to_own_identity(tmp_path)
     if stdin_is == "socket":
         with _fed_through_a_socket(identity) as stdin:
-            result = _gcmstream("decrypt", "-i", "-", "-o", "-", sealed, stdin=stdin.fileno())
+            given = stdin.fileno()
+            result = cli_process("decrypt", "-i", "-", "-o", "-", sealed, stdin=given, new_session=True)
     else:
         terminal = _fed_through_a_terminal(identity)
         try:
-            result = _gcmstream("decrypt", "-i", "-", "-o", tmp_path / "out", sealed, stdin=terminal)
+            result = cli_process(
+                "decrypt", "-i", "-", "-o", tmp_path / "out", sealed, stdin=terminal, new_session=True
+            )
         finally:
             os.close(terminal)
         result.stdout = (tmp_path / "out").read_text() if result.returncode == 0 else ""
