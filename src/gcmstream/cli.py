@@ -1096,8 +1096,10 @@ def _check_private(path: str, what: str) -> None:
     file renamed in for the look pass for an open one read after it (review 2026-12-05,
     MEDIUM-1). Who could put another file at the name is ``_open_secret``'s question."""
     read = _files_read_were[path]
-    if not (stat.S_ISREG(read.st_mode) or stat.S_ISFIFO(read.st_mode)):
-        return  # a socket (0777) or a terminal (0620) given as stdin: no one else puts bytes there
+    # a socket (0777) or a terminal (0620) given as stdin: its mode says nothing of who reads
+    # what passes through it (rev16); a file, a FIFO or a disk's is asked
+    if stat.S_ISSOCK(read.st_mode) or stat.S_ISCHR(read.st_mode):
+        return
     mode = stat.S_IMODE(read.st_mode)
     if mode & 0o077:
         if path == "-":  # (a file redirected in, or a terminal: writable by its group)
