@@ -588,6 +588,13 @@ def _context(text: str) -> bytes:
     return data
 
 
+def _stdin_as_its_file(word: str) -> str:
+    """``info``'s FILE: ``-`` is stdin, as every command's input, through its link in /dev
+    (info seeks to the final record, so a file redirected in reads and a pipe is refused as
+    any FIFO is); a new user's ``info -`` was "-: No such file or directory"."""
+    return "/dev/stdin" if word == "-" else word
+
+
 def _channel_name(text: str) -> str:
     from .handshake import MAX_IDENTITY_SIZE
 
@@ -1102,7 +1109,7 @@ def _check_private(path: str, what: str) -> None:
         return
     mode = stat.S_IMODE(read.st_mode)
     if mode & 0o077:
-        if path == "-":  # (a file redirected in, or a terminal: writable by its group)
+        if path == "-":  # (a file redirected in)
             raise _Usage(f"{what} on stdin is open to other users (mode {mode:04o}): chmod 600 the file")
         raise _Usage(f"{what} {path} is open to other users (mode {mode:04o}): chmod 600 {path}")
 
@@ -1285,13 +1292,6 @@ def _refuse_replaceable(
     # (a file another user owns is used: she holds that secret anyway, as a service's key in
     # root's /etc/app; one she made first in a sticky folder is refused by _refuse_squatted,
     # and one given through a descriptor, whose folder is not seen, by _judge_opened)
-
-
-def _stdin_as_its_file(word: str) -> str:
-    """``info``'s FILE: ``-`` is stdin, as every command's input, through its link in /dev
-    (info seeks to the final record, so a file redirected in reads and a pipe is refused as
-    any FIFO is); a new user's ``info -`` was "-: No such file or directory"."""
-    return "/dev/stdin" if word == "-" else word
 
 
 def _keygen(args: argparse.Namespace) -> int:
