@@ -5,11 +5,14 @@ xfail) and is meant to pass once its finding is fixed."""
 
 from __future__ import annotations
 
+import os
+import pty
+import threading
 from pathlib import Path
 
 import pytest
 
-from ..helpers import run_cli
+from ..helpers import cli_process, run_cli
 
 # -- a flag pasted with a look-alike, given before the input (LOW-1)
 
@@ -115,3 +118,44 @@ def test_a_flag_with_its_value_taken_for_the_input_is_never_quoted(
     result = run_cli(*given, input=b"hi\n")
     assert result.status != 0, result.stderr
     assert "Hunter2x" not in result.stderr + result.stdout.decode(errors="replace"), result.stderr
+
+
+# -- 97781a4: a terminal's mode is not asked at all (LOW-4)
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except OSError:  # (EIO once the terminal's last user closed it)
+        pass
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="rev17 LOW-4: _check_private skips the mode of every character device, so a "
+    "terminal others may read (0644, 0666) passes where bd74b69^ said 'open to other users'",
+)
+@pytest.mark.parametrize("mode", [0o644, 0o666])
+def test_an_identity_pasted_at_a_terminal_others_may_read_is_refused(mode: int, tmp_path: Path) -> None:
+    """A terminal's write bits for its group are harmless (writing to a tty shows on the
+    screen: rev16 LOW-1), its read bits are not: another user who reads the terminal takes
+    what is typed at it (``cat /dev/pts/N`` as uid 65534 read the pasted identity's first 40
+    bytes in rev17's run). Before bd74b69 such a terminal given as ``-i -`` was refused "open
+    to other users (mode 0644)", the files' rule; now nothing is said."""
+    assert run_cli("identity", "-o", tmp_path / "me.identity").status == 0
+    (tmp_path / "in.txt").write_text("hi\n")
+    sealed = run_cli("encrypt", "-i", tmp_path / "me.identity", "-o", tmp_path / "o", tmp_path / "in.txt")
+    assert sealed.status == 0, sealed.stderr
+    main, terminal = pty.openpty()
+    os.fchmod(terminal, mode)
+    os.write(main, (tmp_path / "me.identity").read_bytes().replace(b"\n", b"\r") + b"\x04")
+    threading.Thread(target=_drain, args=(main,), daemon=True).start()  # (the echo)
+    try:
+        result = cli_process(
+            "decrypt", "-i", "-", "-o", tmp_path / "out", tmp_path / "o", stdin=terminal, new_session=True
+        )
+    finally:
+        os.close(terminal)
+    assert result.returncode == 2, result.stderr
+    assert "open to other users" in result.stderr, result.stderr
