@@ -90,6 +90,7 @@ INPUT_SLOT_WORDS = {
     "short-space-in-one-word": "-P Hunter2x",
     "modifier-minus-joined": "\u02d7password=Hunter2x",
     "nbsp-first-joined": "\u00a0--password=Hunter2x",
+    "space-first-joined": " --password=correct Hunter2x staple",  # (a quoted "$OPTS" with a space first)
 }
 
 
