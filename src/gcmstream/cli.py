@@ -1096,6 +1096,10 @@ def _load_key(key_file: str | None) -> bytes:
 _KEY_FILE_TEXT = 4096
 
 
+# /dev/tty (major 5, minor 0): the process's own terminal, whose node is 0666 for everyone
+_CONTROLLING_TERMINAL = os.makedev(5, 0)
+
+
 def _check_private(path: str, what: str) -> None:
     """Refuse a key, identity, keyset or passphrase file others may read or write: they would
     have the secret, or could swap it for theirs. The file looked at is the one read
@@ -1103,9 +1107,17 @@ def _check_private(path: str, what: str) -> None:
     file renamed in for the look pass for an open one read after it (review 2026-12-05,
     MEDIUM-1). Who could put another file at the name is ``_open_secret``'s question."""
     read = _files_read_were[path]
-    # a socket (0777) or a terminal (0620) given as stdin: its mode says nothing of who reads
-    # what passes through it (rev16); a file, a FIFO or a disk's is asked
-    if stat.S_ISSOCK(read.st_mode) or stat.S_ISCHR(read.st_mode):
+    # a socket (0777) or /dev/tty given as stdin: their modes say nothing of who reads what
+    # passes through them (rev16); a terminal's read bits do, a file's, a FIFO's or a disk's all
+    if stat.S_ISSOCK(read.st_mode) or read.st_rdev == _CONTROLLING_TERMINAL:
+        return
+    if stat.S_ISCHR(read.st_mode):  # a terminal others may read takes what is pasted (rev17)
+        mode = stat.S_IMODE(read.st_mode)
+        if mode & 0o044:
+            where = "on stdin" if path == "-" else path
+            raise _Usage(
+                f"{what} {where} is a terminal open to other users (mode {mode:04o}): chmod 600 $(tty)"
+            )
         return
     mode = stat.S_IMODE(read.st_mode)
     if mode & 0o077:
@@ -3389,25 +3401,40 @@ _AGE_P = (
 # characters that look like '-' but are not Unicode dashes (those are category Pd): a minus
 # sign, a hyphen bullet, a heavy minus
 _DASH_LOOK_ALIKES = frozenset("\u2212\u2043\u2796")
+# what a look-alike of '-' may be (rev16's sweep of every code point: a modifier minus U+02D7 is
+# Sk, a prolonged sound mark U+30FC Lm, a box drawing line U+2500 So, U+23AF Sm)
+_DASH_LIKE_CATEGORIES = frozenset({"Pd", "Sm", "Sk", "Lm", "So"})
 
 
-def _typed_with_look_alikes(word: str) -> bool:
-    """True for a word typed as a flag with characters that only look like '-' or '=': what a
-    page, a word processor or an input method makes of ``--NAME=VALUE`` pasted from it (a
-    typographic dash, a fullwidth '=', an invisible character before the flag: rev14 LOW-1,
-    rev15 LOW-2). A file's name in another script (``éclair.txt``) is no flag."""
-    if word.isascii():
-        return False
+def _typed_like_an_option(word: str) -> bool:
+    """True for a word typed as an option that argparse would not take for one, and so quote (as
+    the input's name, a stray word, the command): an option with characters that only look like
+    '-' or '=' (what a page, a word processor or an input method makes of ``--NAME=VALUE``),
+    one with something invisible or a space before it, or an option and its value in one quoted
+    word (rev14 LOW-1, rev15 LOW-2, rev16 LOW-2, rev17 LOW-1 to LOW-3). A file's name in another
+    script (``éclair.txt``, ``Éclair notes.txt``) is no option; one named like an option is given
+    as ``./NAME``."""
+    if word.isascii():  # an ASCII option is _unknown_flag's to judge; one after spaces is not
+        return word[:1].isspace() and word.lstrip()[:1] == "-"
     import unicodedata  # (only for a word that is not ASCII)
 
     start = 0
-    while start < len(word) and unicodedata.category(word[start]) == "Cf":  # (invisible: U+200B...)
+    while start < len(word) and unicodedata.category(word[start])[0] in "ZCM":  # spaces, invisibles
         start += 1
     stripped = word[start:]
     first = stripped[:1]
-    if first == "-":  # ASCII dashes: the flag's name, up to an ASCII '=', must be ASCII too
-        return stripped != word or not stripped.partition("=")[0].isascii()
-    return bool(first) and (unicodedata.category(first) == "Pd" or first in _DASH_LOOK_ALIKES)
+    if not first:
+        return False
+    if first == "-":  # the option's name, up to an ASCII '=', must be ASCII with no space
+        name = stripped.partition("=")[0]
+        return start > 0 or not name.isascii() or any(c.isspace() for c in name)
+    category = unicodedata.category(first)
+    if category in _DASH_LIKE_CATEGORIES or first in _DASH_LOOK_ALIKES:
+        return True
+    # a look-alike no category names (U+4E00, a CJK "one") before an option's name and a value
+    return category not in ("Lu", "Ll", "Lt") and bool(
+        re.match(r"[A-Za-z][\w-]*[=\s]", stripped[1:], re.ASCII)
+    )
 
 
 def _unknown_flag_with_a_value(argv: Sequence[str], parser: argparse.ArgumentParser) -> str | None:
@@ -3444,7 +3471,7 @@ def _unknown_flag(word: str, known: Collection[str], *, before_command: bool) ->
     by argparse after its first word; a flag pasted with a typographic dash was quoted whole;
     one before the command gave its value to argparse as the command, "invalid choice: 'VALUE'"
     (rev14, MEDIUM-2, LOW-1, LOW-2)."""
-    if _typed_with_look_alikes(word):
+    if _typed_like_an_option(word):
         return (
             "a word is typed as an option with a character that only looks like '-' or '=' (a "
             "typographic dash, a fullwidth '=', an invisible character: a page may have turned "
@@ -3454,6 +3481,13 @@ def _unknown_flag(word: str, known: Collection[str], *, before_command: bool) ->
     name, joined, _ = word.partition("=")
     if not name.startswith("-") or name == "-" or name in known:
         return None
+    if any(c.isspace() for c in name) and (name.startswith("--") or name[:2] not in known):
+        # an option and its value quoted as one word ('--password Hunter2x'), which argparse
+        # takes for a positional and names (rev17, LOW-2, LOW-3); '-fWORD ...' is -f's to judge
+        return (
+            "a word starts like an option and holds a space (an option and its value quoted as "
+            "one word?): give them as two words; the word is not shown"
+        )
     if re.fullmatch(r"--[A-Za-z][\w-]*", name):
         matches = sorted(option for option in known if option.startswith(name))
     else:  # (no option is '--', '---NAME' or '--1NAME': no abbreviation of one either)

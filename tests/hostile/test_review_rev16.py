@@ -1,7 +1,8 @@
 """Review rev16 (docs/review-2026-12-05-server-fixes.md, "Review of rev15's fixes (rev16)"):
 3101721 (``-i -`` judged as a secret given through a descriptor, ``_refuse_unseen_folder``;
-``_typed_with_look_alikes``) and c36433d before it. Each finding's test failed on the code
-reviewed and passes since its fix (the commit after the merge of rev16)."""
+``_typed_with_look_alikes``, now ``_typed_like_an_option``) and c36433d before it. Each
+finding's test failed on the code reviewed and passes since its fix (the commit after the
+merge of rev16)."""
 
 from __future__ import annotations
 

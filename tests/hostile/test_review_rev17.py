@@ -1,7 +1,7 @@
 """Review rev17 (docs/review-2026-12-05-server-fixes.md, "Review of rev16's fixes (rev17)"):
 bd74b69 (``_plain_word``, ``_choice_shown``, ``_unrecognized``; ``_check_private`` for a
-socket or a character device) and 97781a4. Each test fails on the code reviewed (strict
-xfail) and is meant to pass once its finding is fixed."""
+socket or a character device) and 97781a4. Each finding's test failed on the code reviewed
+and passes since its fix (the commit after the merge of rev17)."""
 
 from __future__ import annotations
 
@@ -31,11 +31,6 @@ def _command_line(command: str, flag: str) -> list[str]:
     }[command]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rev17 LOW-1: argparse takes the look-alike flag for the input (nargs='?'), so its "
-    "value is the first stray word and _unrecognized, which looks only at the stray words, shows it",
-)
 @pytest.mark.parametrize("command", ["encrypt", "decrypt", "info", "recipient", "listen"])
 @pytest.mark.parametrize("flag", list(LOOK_ALIKE_FLAGS.values()), ids=list(LOOK_ALIKE_FLAGS))
 def test_the_value_of_a_look_alike_flag_given_before_the_input_is_never_quoted(
@@ -63,11 +58,6 @@ ONE_WORD_FLAGS = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rev17 LOW-2: _unknown_flag names the part before '=' of a word given before the "
-    "command; a word with no '=' (a flag and its value quoted as one, \"$OPTS\") is named whole",
-)
 @pytest.mark.parametrize("word", list(ONE_WORD_FLAGS.values()), ids=list(ONE_WORD_FLAGS))
 def test_a_flag_and_its_value_given_as_one_word_before_the_command_is_never_quoted(
     word: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -94,11 +84,6 @@ INPUT_SLOT_WORDS = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rev17 LOW-3: argparse takes a '-' word with a space (and a look-alike flag the "
-    "pre-check does not know) for the input; the open's 'No such file' quotes it",
-)
 @pytest.mark.parametrize(
     ("command", "word"),
     [
@@ -142,11 +127,6 @@ def _drain(fd: int) -> None:
         pass
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rev17 LOW-4: _check_private skips the mode of every character device, so a "
-    "terminal others may read (0644, 0666) passes where bd74b69^ said 'open to other users'",
-)
 @pytest.mark.parametrize("mode", [0o644, 0o666], ids=["0644", "0666"])
 def test_an_identity_pasted_at_a_terminal_others_may_read_is_refused(mode: int, tmp_path: Path) -> None:
     """A terminal's write bits for its group are harmless (writing to a tty shows on the
