@@ -1,0 +1,152 @@
+"""Review rev18 (docs/review-2026-12-05-server-fixes.md, "Review of rev17's fixes (rev18)"):
+41b98bd (``cli._typed_like_an_option``, ``_unknown_flag``'s space rule, ``_check_private``'s
+terminal rule). Each test is an xfail (strict) that fails on 41b98bd and passes once fixed."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import subprocess
+import sys
+import termios
+import threading
+from pathlib import Path
+
+import pytest
+
+from gcmstream.cli import DEBUG_ENV, KEY_ENV
+
+from ..helpers import run_cli
+
+# -- LOW-1: a file's name that starts with a symbol, an emoji, a modifier letter or an opening
+# punctuation mark before an ASCII word and a space is refused as a look-alike option
+
+PLAUSIBLE_NAMES = {
+    "emoji": "\U0001f4c4 report.pdf",
+    "emoji-only": "\U0001f389.txt",
+    "copyright": "\u00a92024 report.pdf",
+    "degree": "\u00b0C readings.csv",
+    "increment-option-j": "\u2206t.csv",
+    "numero": "\u21165.txt",
+    "check-mark": "\u2713 done.txt",
+    "arrow": "\u2192 next.md",
+    "hawaiian-okina": "\u02bbIolani Palace.jpg",
+    "transliterated-ayin": "\u02bfAl\u012b notes.txt",
+    "spanish-inverted-exclamation": "\u00a1Hola amigos.txt",
+    "curly-quotes": "\u201cProject plan\u201d v2.docx",
+    "guillemets": "\u00abLe Monde\u00bb article.pdf",
+    "superscript-ordinal": "\u00b2nd draft.txt",
+    "katakana-prolonged-mark": "\u30fc\u30e1\u30e2.txt",
+    "wave-dash": "\u301c\u30e1\u30e2.txt",
+}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="rev18 LOW-1: _typed_like_an_option refuses every word whose first character is of "
+    "category So/Sm/Sk/Lm/Pd, or of no cased-letter category before an ASCII word and a space",
+)
+@pytest.mark.parametrize("name", list(PLAUSIBLE_NAMES.values()), ids=list(PLAUSIBLE_NAMES))
+def test_a_file_whose_name_starts_with_a_symbol_or_a_mark_is_encrypted(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``gcmstream encrypt -k k.key -o NAME.enc NAME``: argparse takes NAME for the input (it
+    does not start with '-'); 41b98bd refuses it before parsing, "a word is typed as an option
+    with a character that only looks like '-' or '='"."""
+    monkeypatch.chdir(tmp_path)
+    assert run_cli("keygen", "-o", "k.key").status == 0
+    (tmp_path / name).write_text("hi\n")
+    result = run_cli("encrypt", "-k", "k.key", "-o", name + ".enc", name)
+    assert result.status == 0, result.stderr
+    assert (tmp_path / (name + ".enc")).stat().st_size > 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="rev18 LOW-1: an option's value (--context, -o) is asked as if it were an option",
+)
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("--context", "\U0001f4c4 notes"),
+        ("--context", "\u2211 totals"),
+        ("--context", "\u00a1Hola amigos"),
+        ("-o", "\U0001f512 sealed.enc"),
+    ],
+    ids=["context-emoji", "context-sum", "context-spanish", "output-emoji"],
+)
+def test_an_options_value_that_starts_with_a_symbol_is_taken(
+    option: str, value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A value after an option that takes one is never an option to argparse; 41b98bd asks it
+    the look-alike question all the same and refuses the line."""
+    monkeypatch.chdir(tmp_path)
+    assert run_cli("keygen", "-o", "k.key").status == 0
+    (tmp_path / "in.txt").write_text("hi\n")
+    out = [] if option == "-o" else ["-o", "o.enc"]
+    result = run_cli("encrypt", "-k", "k.key", *out, option, value, "in.txt")
+    assert result.status == 0, result.stderr
+
+
+# -- LOW-2: /dev/tty is not asked, whatever the terminal behind it lets others read
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except OSError:  # the terminal's other end closed
+        pass
+
+
+def _take_as_controlling_terminal() -> None:
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # (after setsid: start_new_session)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="rev18 LOW-2: _check_private exempts st_rdev (5, 0) and never asks the terminal "
+    "/dev/tty stands for",
+)
+def test_an_identity_pasted_at_dev_tty_of_a_terminal_others_may_read_is_refused(tmp_path: Path) -> None:
+    """The controlling terminal is a pty of mode 0644: ``-i -`` from it is refused "a terminal
+    open to other users (mode 0644)", ``-i /dev/tty`` (the same terminal, what README's users
+    type to paste an identity) is read, and the file decrypted: another user reading the pty
+    takes the identity either way."""
+    assert run_cli("identity", "-o", tmp_path / "me.identity").status == 0
+    (tmp_path / "in.txt").write_text("hi\n")
+    sealed = run_cli("encrypt", "-i", tmp_path / "me.identity", "-o", tmp_path / "o", tmp_path / "in.txt")
+    assert sealed.status == 0, sealed.stderr
+    main, terminal = pty.openpty()
+    os.fchmod(terminal, 0o644)
+    os.write(main, (tmp_path / "me.identity").read_bytes().replace(b"\n", b"\r") + b"\x04")
+    threading.Thread(target=_drain, args=(main,), daemon=True).start()  # (the echo)
+    environ = {k: v for k, v in os.environ.items() if k not in (KEY_ENV, DEBUG_ENV)}
+    try:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gcmstream",
+                "decrypt",
+                "-i",
+                "/dev/tty",
+                "-o",
+                str(tmp_path / "out"),
+                str(tmp_path / "o"),
+            ],
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=environ,
+            start_new_session=True,
+            preexec_fn=_take_as_controlling_terminal,
+            check=False,
+        )
+    finally:
+        os.close(terminal)
+    assert result.returncode == 2, result.stderr
+    assert "open to other users" in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
