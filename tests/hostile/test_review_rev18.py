@@ -67,7 +67,7 @@ def test_a_file_whose_name_starts_with_a_symbol_or_a_mark_is_encrypted(
     reason="rev18 LOW-1: an option's value (--context, -o) is asked as if it were an option",
 )
 @pytest.mark.parametrize(
-    "option, value",
+    ("option", "value"),
     [
         ("--context", "\U0001f4c4 notes"),
         ("--context", "\u2211 totals"),
