@@ -184,3 +184,48 @@ def test_a_flag_typed_with_a_doubled_look_alike_or_a_control_character_is_never_
     result = run_cli("encrypt", "-k", "k.key", "-o", "o", *words)
     assert result.status == 2, result.stderr
     assert "Hunter2x" not in result.stderr + result.stdout.decode(errors="replace"), result.stderr
+
+
+@pytest.mark.xfail(strict=True, reason="rev18 LOW-2: /dev/tty as --passphrase-file is not asked either")
+def test_a_passphrase_typed_at_dev_tty_of_a_terminal_others_may_read_is_refused(tmp_path: Path) -> None:
+    """``--passphrase-file /dev/stdin`` from a 0644 terminal is refused; ``/dev/tty``, the same
+    terminal, decrypts."""
+    (tmp_path / "pw").write_text("correct horse battery Hunter2x\n")
+    (tmp_path / "pw").chmod(0o600)
+    (tmp_path / "in.txt").write_text("hi\n")
+    sealed = run_cli(
+        "encrypt", "--passphrase-file", tmp_path / "pw", "-o", tmp_path / "o", tmp_path / "in.txt"
+    )
+    assert sealed.status == 0, sealed.stderr
+    main, terminal = pty.openpty()
+    os.fchmod(terminal, 0o644)
+    os.write(main, b"correct horse battery Hunter2x\r\x04")
+    threading.Thread(target=_drain, args=(main,), daemon=True).start()  # (the echo)
+    environ = {k: v for k, v in os.environ.items() if k not in (KEY_ENV, DEBUG_ENV)}
+    try:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gcmstream",
+                "decrypt",
+                "--passphrase-file",
+                "/dev/tty",
+                "-o",
+                str(tmp_path / "out"),
+                str(tmp_path / "o"),
+            ],
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=environ,
+            start_new_session=True,
+            preexec_fn=_take_as_controlling_terminal,
+            check=False,
+        )
+    finally:
+        os.close(terminal)
+    assert result.returncode == 2, result.stderr
+    assert "open to other users" in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
