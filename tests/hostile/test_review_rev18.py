@@ -73,8 +73,9 @@ def test_a_file_whose_name_starts_with_a_symbol_or_a_mark_is_encrypted(
         ("--context", "\u2211 totals"),
         ("--context", "\u00a1Hola amigos"),
         ("-o", "\U0001f512 sealed.enc"),
+        ("--context", "- draft -"),
     ],
-    ids=["context-emoji", "context-sum", "context-spanish", "output-emoji"],
+    ids=["context-emoji", "context-sum", "context-spanish", "output-emoji", "context-dash-space"],
 )
 def test_an_options_value_that_starts_with_a_symbol_is_taken(
     option: str, value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
