@@ -39,6 +39,8 @@ PLAUSIBLE_NAMES = {
     "superscript-ordinal": "\u00b2nd draft.txt",
     "katakana-prolonged-mark": "\u30fc\u30e1\u30e2.txt",
     "wave-dash": "\u301c\u30e1\u30e2.txt",
+    "kanji-then-brand": "\u65e7iPhone \u30d0\u30c3\u30af\u30a2\u30c3\u30d7.zip",
+    "hanzi-then-word": "\u7528Python \u7f16\u7a0b.pdf",
 }
 
 
