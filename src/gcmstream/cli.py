@@ -1100,6 +1100,22 @@ _KEY_FILE_TEXT = 4096
 _CONTROLLING_TERMINAL = os.makedev(5, 0)
 
 
+def _controlling_terminal() -> os.stat_result | None:
+    """The terminal /dev/tty stands for (this process's controlling terminal, /proc/self/stat's
+    tty_nr), as one of descriptors 0-2 has it open; None where none does (rev18, LOW-2)."""
+    try:
+        with open("/proc/self/stat", "rb") as status:
+            terminal = int(status.read().rsplit(b")", 1)[1].split()[4])  # after "(comm)": tty_nr
+    except (OSError, ValueError, IndexError):
+        return None
+    for fd in (0, 1, 2):
+        with contextlib.suppress(OSError):
+            found = os.fstat(fd)
+            if stat.S_ISCHR(found.st_mode) and found.st_rdev == terminal:
+                return found
+    return None
+
+
 def _check_private(path: str, what: str) -> None:
     """Refuse a key, identity, keyset or passphrase file others may read or write: they would
     have the secret, or could swap it for theirs. The file looked at is the one read
@@ -1109,8 +1125,12 @@ def _check_private(path: str, what: str) -> None:
     read = _files_read_were[path]
     # a socket (0777) or /dev/tty given as stdin: their modes say nothing of who reads what
     # passes through them (rev16); a terminal's read bits do, a file's, a FIFO's or a disk's all
-    if stat.S_ISSOCK(read.st_mode) or read.st_rdev == _CONTROLLING_TERMINAL:
+    if stat.S_ISSOCK(read.st_mode):
         return
+    if stat.S_ISCHR(read.st_mode) and read.st_rdev == _CONTROLLING_TERMINAL:
+        read = _controlling_terminal() or read  # /dev/tty's node is 0666: the terminal behind it
+        if read.st_rdev == _CONTROLLING_TERMINAL:
+            return  # (not found on descriptors 0-2: not asked)
     if stat.S_ISCHR(read.st_mode):  # a terminal others may read takes what is pasted (rev17)
         mode = stat.S_IMODE(read.st_mode)
         if mode & 0o044:
@@ -3398,43 +3418,45 @@ _AGE_P = (
 )
 
 
-# characters that look like '-' but are not Unicode dashes (those are category Pd): a minus
-# sign, a hyphen bullet, a heavy minus
-_DASH_LOOK_ALIKES = frozenset("\u2212\u2043\u2796")
-# what a look-alike of '-' may be (rev16's sweep of every code point: a modifier minus U+02D7 is
-# Sk, a prolonged sound mark U+30FC Lm, a box drawing line U+2500 So, U+23AF Sm)
-_DASH_LIKE_CATEGORIES = frozenset({"Pd", "Sm", "Sk", "Lm", "So"})
+# What a page, a word processor or an input method may make of '-' beside the Unicode dashes
+# (category Pd): horizontal strokes (a minus sign, a hyphen bullet, a modifier minus, a
+# prolonged sound mark, box drawing lines, a CJK or Hangul "one"; reviews rev14 to rev18)
+_DASH_LOOK_ALIKES = frozenset(
+    "\u2212\u2043\u2796\u02d7\u30fc\uff70\u2500\u2501\u23af\u4e00\u3161\u1173\u1428\u2f00\u31d0"
+)
+# blanks that are no spaces to Unicode (a braille blank, Hangul fillers) and ASCII controls
+_BLANK_LOOK_ALIKES = frozenset("\u2800\u3164\u115f\u1160\uffa0")
+_ASCII_BLANKS = "".join(map(chr, range(33))) + "\x7f"
 
 
 def _typed_like_an_option(word: str) -> bool:
     """True for a word typed as an option that argparse would not take for one, and so quote (as
-    the input's name, a stray word, the command): an option with characters that only look like
-    '-' or '=' (what a page, a word processor or an input method makes of ``--NAME=VALUE``),
-    one with something invisible or a space before it, or an option and its value in one quoted
-    word (rev14 LOW-1, rev15 LOW-2, rev16 LOW-2, rev17 LOW-1 to LOW-3). A file's name in another
-    script (``éclair.txt``, ``Éclair notes.txt``) is no option; one named like an option is given
-    as ``./NAME``."""
-    if word.isascii():  # an ASCII option is _unknown_flag's to judge; one after spaces is not
-        return word[:1].isspace() and word.lstrip()[:1] == "-"
+    the input's name, a stray word, the command): an option with something invisible, blank or
+    a control character before it, an option whose name holds a look-alike (a fullwidth '='),
+    or one or two look-alikes of '-' before an ASCII name ('—password=', '一一password'): what
+    a page, a word processor or an input method makes of ``--NAME=VALUE`` (reviews rev14 to
+    rev18). A file's name that starts with a symbol, an emoji or a word in another script
+    (``📄 report.pdf``, ``ーメモ.txt``, ``旧iPhone バックアップ.zip``) is no option; one named
+    like an option is given as ``./NAME``."""
+    if word.isascii():  # an ASCII option is _unknown_flag's to judge; one after blanks is not
+        stripped = word.lstrip(_ASCII_BLANKS)
+        return stripped != word and stripped[:1] == "-"
     import unicodedata  # (only for a word that is not ASCII)
 
     start = 0
-    while start < len(word) and unicodedata.category(word[start])[0] in "ZCM":  # spaces, invisibles
+    while start < len(word) and (
+        unicodedata.category(word[start])[0] in "ZCM" or word[start] in _BLANK_LOOK_ALIKES
+    ):
         start += 1
     stripped = word[start:]
-    first = stripped[:1]
-    if not first:
-        return False
-    if first == "-":  # the option's name, up to an ASCII '=', must be ASCII with no space
-        name = stripped.partition("=")[0]
-        return start > 0 or not name.isascii() or any(c.isspace() for c in name)
-    category = unicodedata.category(first)
-    if category in _DASH_LIKE_CATEGORIES or first in _DASH_LOOK_ALIKES:
-        return True
-    # a look-alike no category names (U+4E00, a CJK "one") before an option's name and a value
-    return category not in ("Lu", "Ll", "Lt") and bool(
-        re.match(r"[A-Za-z][\w-]*[=\s]", stripped[1:], re.ASCII)
-    )
+    if stripped[:1] == "-":  # ASCII dashes: the option's name, up to an ASCII '=', must be ASCII
+        return start > 0 or not stripped.partition("=")[0].isascii()
+    dashes = 0
+    while dashes < min(2, len(stripped)) and (
+        unicodedata.category(stripped[dashes]) == "Pd" or stripped[dashes] in _DASH_LOOK_ALIKES
+    ):
+        dashes += 1
+    return dashes > 0 and stripped[dashes : dashes + 1].isascii() and stripped[dashes : dashes + 1].isalpha()
 
 
 def _unknown_flag_with_a_value(argv: Sequence[str], parser: argparse.ArgumentParser) -> str | None:
@@ -3481,7 +3503,8 @@ def _unknown_flag(word: str, known: Collection[str], *, before_command: bool) ->
     name, joined, _ = word.partition("=")
     if not name.startswith("-") or name == "-" or name in known:
         return None
-    if any(c.isspace() for c in name) and (name.startswith("--") or name[:2] not in known):
+    spaced = any(c.isspace() for c in name)
+    if spaced and re.match(r"--?[A-Za-z]", name) and (name.startswith("--") or name[:2] not in known):
         # an option and its value quoted as one word ('--password Hunter2x'), which argparse
         # takes for a positional and names (rev17, LOW-2, LOW-3); '-fWORD ...' is -f's to judge
         return (
@@ -3494,9 +3517,10 @@ def _unknown_flag(word: str, known: Collection[str], *, before_command: bool) ->
         matches = []
     if len(matches) == 1:
         return None  # argparse's abbreviation of that option
-    if before_command:
+    if before_command:  # named without a value joined to it ('-PTEXT', '-h TEXT': rev18, LOW-4)
+        shown = name.split()[0] if name.startswith("--") else name[:2]
         return (
-            f"{name} is given before the command: options follow it (gcmstream COMMAND {name} ...);"
+            f"{shown} is given before the command: options follow it (gcmstream COMMAND {shown} ...);"
             " what follows it is not shown"
         )
     if not joined:

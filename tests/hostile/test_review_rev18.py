@@ -44,11 +44,6 @@ PLAUSIBLE_NAMES = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rev18 LOW-1: _typed_like_an_option refuses every word whose first character is of "
-    "category So/Sm/Sk/Lm/Pd, or of no cased-letter category before an ASCII word and a space",
-)
 @pytest.mark.parametrize("name", list(PLAUSIBLE_NAMES.values()), ids=list(PLAUSIBLE_NAMES))
 def test_a_file_whose_name_starts_with_a_symbol_or_a_mark_is_encrypted(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -64,10 +59,6 @@ def test_a_file_whose_name_starts_with_a_symbol_or_a_mark_is_encrypted(
     assert (tmp_path / (name + ".enc")).stat().st_size > 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rev18 LOW-1: an option's value (--context, -o) is asked as if it were an option",
-)
 @pytest.mark.parametrize(
     ("option", "value"),
     [
@@ -107,11 +98,6 @@ def _take_as_controlling_terminal() -> None:
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # (after setsid: start_new_session)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rev18 LOW-2: _check_private exempts st_rdev (5, 0) and never asks the terminal "
-    "/dev/tty stands for",
-)
 def test_an_identity_pasted_at_dev_tty_of_a_terminal_others_may_read_is_refused(tmp_path: Path) -> None:
     """The controlling terminal is a pty of mode 0644: ``-i -`` from it is refused "a terminal
     open to other users (mode 0644)", ``-i /dev/tty`` (the same terminal, what README's users
@@ -167,11 +153,6 @@ DOUBLED_OR_CONTROL = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rev18 LOW-3: _typed_like_an_option asks only the first character of no category it "
-    "names, and an ASCII word only for spaces first",
-)
 @pytest.mark.parametrize("joined", [True, False], ids=["joined", "split"])
 @pytest.mark.parametrize("flag", list(DOUBLED_OR_CONTROL.values()), ids=list(DOUBLED_OR_CONTROL))
 def test_a_flag_typed_with_a_doubled_look_alike_or_a_control_character_is_never_quoted(
@@ -189,7 +170,6 @@ def test_a_flag_typed_with_a_doubled_look_alike_or_a_control_character_is_never_
     assert "Hunter2x" not in result.stderr + result.stdout.decode(errors="replace"), result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="rev18 LOW-2: /dev/tty as --passphrase-file is not asked either")
 def test_a_passphrase_typed_at_dev_tty_of_a_terminal_others_may_read_is_refused(tmp_path: Path) -> None:
     """``--passphrase-file /dev/stdin`` from a 0644 terminal is refused; ``/dev/tty``, the same
     terminal, decrypts."""
@@ -237,11 +217,6 @@ def test_a_passphrase_typed_at_dev_tty_of_a_terminal_others_may_read_is_refused(
 # -- LOW-4: a short flag joined with its value, given before the command, is named whole
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rev18 LOW-4: _unknown_flag's before-the-command message names the whole word before "
-    "'=', a single-dash flag's joined value and a known short flag's spaced value too",
-)
 @pytest.mark.parametrize(
     "word", ["-PHunter2x", "-xHunter2x", "-h Hunter2x"], ids=["P-joined", "x-joined", "h-spaced"]
 )
