@@ -18,13 +18,16 @@ the two ``FEEDS``; ``run`` and ``check_valid`` do both, ``open_chunks`` feeds gi
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hmac
 import io
 import itertools
 import os
+import pty
 import signal
 import subprocess
 import sys
+import termios
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -451,17 +454,39 @@ def _feed(fd: int, data: bytes) -> None:
     os.close(fd)
 
 
+def pasted_at_a_terminal(text: bytes, mode: int) -> int:
+    """A terminal (a pty of ``mode``) at which ``text`` was pasted, then ^D: its descriptor, to
+    give a process as stdin (close it after). The echo is drained in a thread."""
+    main, terminal = pty.openpty()
+    os.fchmod(terminal, mode)
+    os.write(main, text.replace(b"\n", b"\r") + b"\x04")  # (the line discipline makes \r \n)
+    threading.Thread(target=_drain_terminal, args=(main,), daemon=True).start()
+    return terminal
+
+
+def _drain_terminal(fd: int) -> None:
+    with contextlib.suppress(OSError):  # (EIO once the terminal's last user closed it)
+        while os.read(fd, 4096):
+            pass
+
+
+def _take_stdin_as_controlling_terminal() -> None:
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # (after setsid: start_new_session)
+
+
 def cli_process(
     *args: str | Path,
     stdin: int | None = None,
     pass_fds: tuple[int, ...] = (),
     cwd: Path | None = None,
     new_session: bool = False,
+    controlling_terminal: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """``gcmstream ARGS`` as a real process: its stdin what the shell's ``<FILE`` gives (a
     descriptor; /dev/null when None), ``pass_fds`` the shell's ``3<FILE``, the environment
     without the key variable or the debug switch; ``new_session``: a terminal given as stdin is
-    not this session's. For what the shell's redirections decide, as an attacker sets them up."""
+    not this session's; ``controlling_terminal``: it is, as /dev/tty (a new session too). For
+    what the shell's redirections decide, as an attacker sets them up."""
     environ = {k: v for k, v in os.environ.items() if k not in (KEY_ENV, DEBUG_ENV)}
     return subprocess.run(
         [sys.executable, "-m", "gcmstream", *map(str, args)],
@@ -473,7 +498,8 @@ def cli_process(
         env=environ,
         cwd=cwd,
         check=False,
-        start_new_session=new_session,
+        start_new_session=new_session or controlling_terminal,
+        preexec_fn=_take_stdin_as_controlling_terminal if controlling_terminal else None,
     )
 
 

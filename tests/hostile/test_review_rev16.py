@@ -7,14 +7,13 @@ merge of rev16)."""
 from __future__ import annotations
 
 import os
-import pty
 import socket
 import threading
 from pathlib import Path
 
 import pytest
 
-from ..helpers import cli_process, run_cli
+from ..helpers import cli_process, pasted_at_a_terminal, run_cli
 
 TIMEOUT = 60
 
@@ -42,24 +41,6 @@ def _fed_through_a_socket(identity: bytes) -> socket.socket:
     return theirs
 
 
-def _fed_through_a_terminal(identity: bytes) -> int:
-    """A terminal (mode 0620, group-writable as ``mesg y`` and login leave it) the identity is
-    pasted at, then ^D: its descriptor, to give as stdin."""
-    main, terminal = pty.openpty()
-    os.fchmod(terminal, 0o620)
-    os.write(main, identity.replace(b"\n", b"\r") + b"\x04")  # (the line discipline makes \r \n)
-    threading.Thread(target=_drain, args=(main,), daemon=True).start()  # (the echo)
-    return terminal
-
-
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 4096):
-            pass
-    except OSError:  # (EIO once the terminal's last user closed it)
-        pass
-
-
 # -- 3101721: -i - refuses what is not a file on stdin with the files' mode rule
 
 
@@ -78,7 +59,7 @@ def test_the_users_own_identity_given_as_stdin_through_a_socket_or_a_terminal_is
             given = stdin.fileno()
             result = cli_process("decrypt", "-i", "-", "-o", "-", sealed, stdin=given, new_session=True)
     else:
-        terminal = _fed_through_a_terminal(identity)
+        terminal = pasted_at_a_terminal(identity, 0o620)  # (group-writable, as mesg y leaves it)
         try:
             result = cli_process(
                 "decrypt", "-i", "-", "-o", tmp_path / "out", sealed, stdin=terminal, new_session=True

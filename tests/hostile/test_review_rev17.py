@@ -6,13 +6,11 @@ and passes since its fix (the commit after the merge of rev17)."""
 from __future__ import annotations
 
 import os
-import pty
-import threading
 from pathlib import Path
 
 import pytest
 
-from ..helpers import cli_process, run_cli
+from ..helpers import cli_process, pasted_at_a_terminal, run_cli
 
 # -- a flag pasted with a look-alike, given before the input (LOW-1)
 
@@ -119,14 +117,6 @@ def test_a_flag_with_its_value_taken_for_the_input_is_never_quoted(
 # -- 97781a4: a terminal's mode is not asked at all (LOW-4)
 
 
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 4096):
-            pass
-    except OSError:  # (EIO once the terminal's last user closed it)
-        pass
-
-
 @pytest.mark.parametrize("mode", [0o644, 0o666], ids=["0644", "0666"])
 def test_an_identity_pasted_at_a_terminal_others_may_read_is_refused(mode: int, tmp_path: Path) -> None:
     """A terminal's write bits for its group are harmless (writing to a tty shows on the
@@ -138,10 +128,7 @@ def test_an_identity_pasted_at_a_terminal_others_may_read_is_refused(mode: int, 
     (tmp_path / "in.txt").write_text("hi\n")
     sealed = run_cli("encrypt", "-i", tmp_path / "me.identity", "-o", tmp_path / "o", tmp_path / "in.txt")
     assert sealed.status == 0, sealed.stderr
-    main, terminal = pty.openpty()
-    os.fchmod(terminal, mode)
-    os.write(main, (tmp_path / "me.identity").read_bytes().replace(b"\n", b"\r") + b"\x04")
-    threading.Thread(target=_drain, args=(main,), daemon=True).start()  # (the echo)
+    terminal = pasted_at_a_terminal((tmp_path / "me.identity").read_bytes(), mode)
     try:
         result = cli_process(
             "decrypt", "-i", "-", "-o", tmp_path / "out", tmp_path / "o", stdin=terminal, new_session=True

@@ -4,20 +4,12 @@ terminal rule). Each test is an xfail (strict) that fails on 41b98bd and passes 
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
-import subprocess
-import sys
-import termios
-import threading
 from pathlib import Path
 
 import pytest
 
-from gcmstream.cli import DEBUG_ENV, KEY_ENV
-
-from ..helpers import run_cli
+from ..helpers import cli_process, pasted_at_a_terminal, run_cli
 
 # -- LOW-1: a file's name that starts with a symbol, an emoji, a modifier letter or an opening
 # punctuation mark before an ASCII word and a space is refused as a look-alike option
@@ -86,18 +78,6 @@ def test_an_options_value_that_starts_with_a_symbol_is_taken(
 # -- LOW-2: /dev/tty is not asked, whatever the terminal behind it lets others read
 
 
-def _drain(fd: int) -> None:
-    try:
-        while os.read(fd, 4096):
-            pass
-    except OSError:  # the terminal's other end closed
-        pass
-
-
-def _take_as_controlling_terminal() -> None:
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # (after setsid: start_new_session)
-
-
 def test_an_identity_pasted_at_dev_tty_of_a_terminal_others_may_read_is_refused(tmp_path: Path) -> None:
     """The controlling terminal is a pty of mode 0644: ``-i -`` from it is refused "a terminal
     open to other users (mode 0644)", ``-i /dev/tty`` (the same terminal, what README's users
@@ -107,32 +87,11 @@ def test_an_identity_pasted_at_dev_tty_of_a_terminal_others_may_read_is_refused(
     (tmp_path / "in.txt").write_text("hi\n")
     sealed = run_cli("encrypt", "-i", tmp_path / "me.identity", "-o", tmp_path / "o", tmp_path / "in.txt")
     assert sealed.status == 0, sealed.stderr
-    main, terminal = pty.openpty()
-    os.fchmod(terminal, 0o644)
-    os.write(main, (tmp_path / "me.identity").read_bytes().replace(b"\n", b"\r") + b"\x04")
-    threading.Thread(target=_drain, args=(main,), daemon=True).start()  # (the echo)
-    environ = {k: v for k, v in os.environ.items() if k not in (KEY_ENV, DEBUG_ENV)}
+    terminal = pasted_at_a_terminal((tmp_path / "me.identity").read_bytes(), 0o644)
     try:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gcmstream",
-                "decrypt",
-                "-i",
-                "/dev/tty",
-                "-o",
-                str(tmp_path / "out"),
-                str(tmp_path / "o"),
-            ],
-            stdin=terminal,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=environ,
-            start_new_session=True,
-            preexec_fn=_take_as_controlling_terminal,
-            check=False,
+        out = tmp_path / "out"
+        result = cli_process(
+            "decrypt", "-i", "/dev/tty", "-o", out, tmp_path / "o", stdin=terminal, controlling_terminal=True
         )
     finally:
         os.close(terminal)
@@ -180,33 +139,10 @@ def test_a_passphrase_typed_at_dev_tty_of_a_terminal_others_may_read_is_refused(
         "encrypt", "--passphrase-file", tmp_path / "pw", "-o", tmp_path / "o", tmp_path / "in.txt"
     )
     assert sealed.status == 0, sealed.stderr
-    main, terminal = pty.openpty()
-    os.fchmod(terminal, 0o644)
-    os.write(main, b"correct horse battery Hunter2x\r\x04")
-    threading.Thread(target=_drain, args=(main,), daemon=True).start()  # (the echo)
-    environ = {k: v for k, v in os.environ.items() if k not in (KEY_ENV, DEBUG_ENV)}
+    terminal = pasted_at_a_terminal(b"correct horse battery Hunter2x\n", 0o644)
     try:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gcmstream",
-                "decrypt",
-                "--passphrase-file",
-                "/dev/tty",
-                "-o",
-                str(tmp_path / "out"),
-                str(tmp_path / "o"),
-            ],
-            stdin=terminal,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=environ,
-            start_new_session=True,
-            preexec_fn=_take_as_controlling_terminal,
-            check=False,
-        )
+        given = ("--passphrase-file", "/dev/tty", "-o", tmp_path / "out", tmp_path / "o")
+        result = cli_process("decrypt", *given, stdin=terminal, controlling_terminal=True)
     finally:
         os.close(terminal)
     assert result.returncode == 2, result.stderr
