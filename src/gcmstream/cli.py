@@ -1131,19 +1131,15 @@ def _check_private(path: str, what: str) -> None:
         read = _controlling_terminal() or read  # /dev/tty's node is 0666: the terminal behind it
         if read.st_rdev == _CONTROLLING_TERMINAL:
             return  # (not found on descriptors 0-2: not asked)
+    mode = stat.S_IMODE(read.st_mode)
+    where, fix = ("on stdin", "chmod 600 the file") if path == "-" else (path, f"chmod 600 {path}")
     if stat.S_ISCHR(read.st_mode):  # a terminal others may read takes what is pasted (rev17)
-        mode = stat.S_IMODE(read.st_mode)
         if mode & 0o044:
-            where = "on stdin" if path == "-" else path
             raise _Usage(
                 f"{what} {where} is a terminal open to other users (mode {mode:04o}): chmod 600 $(tty)"
             )
-        return
-    mode = stat.S_IMODE(read.st_mode)
-    if mode & 0o077:
-        if path == "-":  # (a file redirected in)
-            raise _Usage(f"{what} on stdin is open to other users (mode {mode:04o}): chmod 600 the file")
-        raise _Usage(f"{what} {path} is open to other users (mode {mode:04o}): chmod 600 {path}")
+    elif mode & 0o077:
+        raise _Usage(f"{what} {where} is open to other users (mode {mode:04o}): {fix}")
 
 
 # the links one name may go through, as the kernel's limit (MAXSYMLINKS)
@@ -3456,7 +3452,8 @@ def _typed_like_an_option(word: str) -> bool:
         unicodedata.category(stripped[dashes]) == "Pd" or stripped[dashes] in _DASH_LOOK_ALIKES
     ):
         dashes += 1
-    return dashes > 0 and stripped[dashes : dashes + 1].isascii() and stripped[dashes : dashes + 1].isalpha()
+    following = stripped[dashes : dashes + 1]
+    return dashes > 0 and following.isascii() and following.isalpha()
 
 
 def _unknown_flag_with_a_value(argv: Sequence[str], parser: argparse.ArgumentParser) -> str | None:
